@@ -1,0 +1,163 @@
+//! Block-layer aggregation shared between the `block` probes and the collector.
+//!
+//! The probes aggregate in the kernel: per ([`BlockKey`]) a [`BlockStats`]
+//! with request count, bytes and a log2 latency histogram. Userspace reads the
+//! maps every window and turns differences into rates and percentiles.
+
+/// Operation classes (`BlockKey::op`), decoded from the tracepoint's `rwbs`.
+pub mod op {
+    pub const READ: u32 = 0;
+    pub const WRITE: u32 = 1;
+    pub const FLUSH: u32 = 2;
+    pub const DISCARD: u32 = 3;
+    /// Anything else (e.g. zone management, secure erase); not exported as an op label.
+    pub const OTHER: u32 = 4;
+    pub const COUNT: usize = 5;
+}
+
+/// Number of log2 latency buckets. Bucket `i` holds latencies in
+/// `[2^i, 2^(i+1))` nanoseconds (bucket 0 also holds 0 ns); the last bucket
+/// is open-ended (≥ 2^39 ns ≈ 550 s).
+pub const LAT_BUCKETS: usize = 40;
+
+/// Aggregation key: device, operation and the submitter's cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    /// Kernel `dev_t` as the tracepoint reports it: `major << 20 | minor`.
+    pub dev: u32,
+    /// One of [`op`].
+    pub op: u32,
+    /// cgroup v2 id of the submitting task, 0 if unknown.
+    pub cgroup_id: u64,
+}
+const _: () = assert!(core::mem::size_of::<BlockKey>() == 16);
+
+/// Per-key totals since the probes were attached (monotonic counters).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockStats {
+    /// Completed requests.
+    pub requests: u64,
+    /// Completed bytes.
+    pub bytes: u64,
+    /// Sum of issue→complete latency of the timed requests, ns.
+    pub latency_sum_ns: u64,
+    /// Largest issue→complete latency seen, ns.
+    pub latency_max_ns: u64,
+    /// Requests that had an issue timestamp (the histogram's total).
+    pub timed: u64,
+    pub hist: [u64; LAT_BUCKETS],
+}
+const _: () = assert!(core::mem::size_of::<BlockStats>() == 8 * (5 + LAT_BUCKETS));
+
+impl BlockStats {
+    pub const ZERO: Self = Self {
+        requests: 0,
+        bytes: 0,
+        latency_sum_ns: 0,
+        latency_max_ns: 0,
+        timed: 0,
+        hist: [0; LAT_BUCKETS],
+    };
+}
+
+/// In-flight request record, keyed by (dev, sector) between issue and completion.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightKey {
+    pub dev: u32,
+    pub op: u32,
+    pub sector: u64,
+}
+const _: () = assert!(core::mem::size_of::<InflightKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightVal {
+    pub issue_ns: u64,
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<InflightVal>() == 24);
+
+/// Sampled per-request record for the timeline (optional stream).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockRequestData {
+    pub sector: u64,
+    pub latency_ns: u64,
+    pub bytes: u32,
+    pub dev: u32,
+    pub op: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<BlockRequestData>() == 32);
+
+/// log2 bucket index of a latency in ns, clamped to the last bucket.
+///
+/// Written with shifts only: the BPF instruction set has no count-leading-zeros,
+/// and this must compile for both sides.
+#[inline(always)]
+pub fn lat_bucket(ns: u64) -> usize {
+    let mut v = ns;
+    let mut b = 0usize;
+    if v >= 1 << 32 {
+        v >>= 32;
+        b += 32;
+    }
+    if v >= 1 << 16 {
+        v >>= 16;
+        b += 16;
+    }
+    if v >= 1 << 8 {
+        v >>= 8;
+        b += 8;
+    }
+    if v >= 1 << 4 {
+        v >>= 4;
+        b += 4;
+    }
+    if v >= 1 << 2 {
+        v >>= 2;
+        b += 2;
+    }
+    if v >= 1 << 1 {
+        b += 1;
+    }
+    if b >= LAT_BUCKETS {
+        LAT_BUCKETS - 1
+    } else {
+        b
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all four): `#[repr(C)]`, no implicit padding (sizes asserted), any bit pattern valid.
+    unsafe impl aya::Pod for super::BlockKey {}
+    unsafe impl aya::Pod for super::BlockStats {}
+    unsafe impl aya::Pod for super::InflightKey {}
+    unsafe impl aya::Pod for super::InflightVal {}
+    unsafe impl aya::Pod for super::BlockRequestData {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_match_log2() {
+        assert_eq!(lat_bucket(0), 0);
+        assert_eq!(lat_bucket(1), 0);
+        assert_eq!(lat_bucket(2), 1);
+        assert_eq!(lat_bucket(3), 1);
+        assert_eq!(lat_bucket(1023), 9);
+        assert_eq!(lat_bucket(1024), 10);
+        for shift in 0..LAT_BUCKETS as u32 {
+            assert_eq!(lat_bucket(1u64 << shift), shift as usize);
+        }
+        assert_eq!(lat_bucket(u64::MAX), LAT_BUCKETS - 1);
+    }
+}

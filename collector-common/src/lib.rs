@@ -1,0 +1,78 @@
+//! Types shared by `collector-ebpf` (the probes, `no_std`) and `collector` (userspace).
+//!
+//! Every type is `#[repr(C)]` with explicit padding and a compile-time size
+//! assertion, so both sides agree byte for byte. Kernel integers are never
+//! transmuted into enums: they travel as integers and are converted with
+//! `TryFrom` on the userspace side, where unknown values are counted.
+#![no_std]
+
+pub mod block;
+pub mod exec;
+
+/// Header common to every event written into a ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    /// `bpf_ktime_get_ns()` at the probe (CLOCK_MONOTONIC, ns).
+    pub ts_ns: u64,
+    /// cgroup v2 id of the task (`bpf_get_current_cgroup_id()`).
+    pub cgroup_id: u64,
+    /// Thread group id (the userspace "pid").
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Which [`EventKind`] follows.
+    pub kind: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 32);
+
+/// Kind tag carried in [`EventHeader::kind`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Exec = 1,
+    BlockRequest = 2,
+}
+
+impl TryFrom<u32> for EventKind {
+    type Error = u32;
+    fn try_from(v: u32) -> Result<Self, u32> {
+        match v {
+            1 => Ok(Self::Exec),
+            2 => Ok(Self::BlockRequest),
+            other => Err(other),
+        }
+    }
+}
+
+/// Generic envelope: a uniform header followed by the probe-specific payload.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Event<T> {
+    pub header: EventHeader,
+    pub data: T,
+}
+
+/// Indices into the per-CPU `STATS` array that every probe family updates.
+/// Userspace sums them across CPUs and exposes them as self-metrics.
+pub mod stat {
+    /// Events successfully reserved and submitted to a ring.
+    pub const EXEC_EVENTS: u32 = 0;
+    /// Ring full: the event was dropped in the kernel.
+    pub const EXEC_RING_FULL: u32 = 1;
+    /// Block requests seen at issue.
+    pub const BLOCK_ISSUED: u32 = 2;
+    /// Block requests seen at completion with a matching issue record.
+    pub const BLOCK_COMPLETED: u32 = 3;
+    /// Completions without an issue record (issued before attach, or map full).
+    pub const BLOCK_UNMATCHED: u32 = 4;
+    /// In-flight map full at issue: that request is not timed.
+    pub const BLOCK_START_MAP_FULL: u32 = 5;
+    /// Aggregate map full: the request could not be counted.
+    pub const BLOCK_AGG_MAP_FULL: u32 = 6;
+    /// Sampled per-request events dropped because the ring was full.
+    pub const BLOCK_RING_FULL: u32 = 7;
+    /// Number of slots.
+    pub const COUNT: u32 = 8;
+}

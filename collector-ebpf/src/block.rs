@@ -1,0 +1,1 @@
+//! Block-layer probes (filled in by the storage issue).

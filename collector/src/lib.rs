@@ -1,0 +1,8 @@
+//! faultline's host agent.
+//!
+//! Data path: [`probes`] loads and attaches the embedded eBPF object and drains
+//! its rings and maps; later stages enrich, window and stream to the correlator.
+pub mod privilege;
+#[cfg(feature = "probes")]
+pub mod probes;
+pub mod tracefs;

@@ -1,0 +1,145 @@
+//! `faultline-collector`: the host agent.
+use std::{process::ExitCode, time::Duration};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use collector::probes::{exec::ExecRecord, ProbeOptions, Probes};
+use collector_common::stat;
+use tokio::time::{interval, MissedTickBehavior};
+
+/// faultline's host agent: eBPF probes on the kernel/driver boundary, windowed
+/// and streamed to the correlator.
+#[derive(Debug, Parser)]
+#[command(name = "faultline-collector", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Attach the probes and print what they see (the default).
+    Run(RunArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RunArgs {
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Window length in seconds for the periodic summary.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    window: f64,
+    /// Do not print one line per exec event.
+    #[arg(long)]
+    quiet: bool,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `collector=debug`.
+    #[arg(long, env = "FAULTLINE_LOG", default_value = "info")]
+    log: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let args = match &cli.command {
+        Some(Command::Run(a)) => a.clone(),
+        None => cli.run.clone(),
+    };
+    init_tracing(&args.log);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("faultline-collector: error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("faultline-collector: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // `try_init` also bridges the `log` records that aya-log emits.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    if !(args.window.is_finite() && args.window > 0.0) {
+        anyhow::bail!(
+            "--window must be a positive number of seconds, got {}",
+            args.window
+        );
+    }
+    let mut probes = Probes::load(&ProbeOptions::default())?;
+    for s in probes.status() {
+        println!("probe {s}");
+    }
+    let mut ring = probes.take_exec_ring()?;
+    let mut tick = interval(Duration::from_secs_f64(args.window));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick.tick().await;
+    let deadline = async {
+        match args.duration {
+            Some(s) if s.is_finite() && s >= 0.0 => {
+                tokio::time::sleep(Duration::from_secs_f64(s)).await;
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+
+    let mut batch: Vec<ExecRecord> = Vec::with_capacity(256);
+    let mut window_execs = 0u64;
+    let mut total_execs = 0u64;
+    let mut window_no = 0u64;
+    loop {
+        tokio::select! {
+            r = ring.recv_batch(&mut batch) => {
+                r.context("reading the exec ring")?;
+                window_execs += batch.len() as u64;
+                total_execs += batch.len() as u64;
+                if !args.quiet {
+                    for e in &batch {
+                        println!(
+                            "exec pid={} comm={} file={} cgroup={}",
+                            e.pid, e.comm, e.filename, e.cgroup_id
+                        );
+                    }
+                }
+                batch.clear();
+            }
+            _ = tick.tick() => {
+                window_no += 1;
+                let k = probes.kernel_stats()?;
+                println!(
+                    "window {window_no}: exec events={window_execs} total={total_execs} \
+                     kernel: exec_events={} exec_ring_full={}",
+                    k[stat::EXEC_EVENTS as usize],
+                    k[stat::EXEC_RING_FULL as usize],
+                );
+                window_execs = 0;
+            }
+            _ = &mut deadline => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+        }
+    }
+    println!("stopped after {window_no} windows, {total_execs} exec events");
+    Ok(())
+}

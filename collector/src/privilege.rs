@@ -1,0 +1,102 @@
+//! Privilege checks done before touching the kernel, so that a missing
+//! capability is one clear line instead of an opaque `EPERM` from `bpf(2)`.
+use std::fs;
+
+/// Linux capability numbers used by the collector.
+pub mod cap {
+    pub const SYS_ADMIN: u32 = 21;
+    pub const SYS_RESOURCE: u32 = 24;
+    pub const DAC_READ_SEARCH: u32 = 2;
+    pub const PERFMON: u32 = 38;
+    pub const BPF: u32 = 39;
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PrivilegeError {
+    #[error(
+        "missing capability {missing}: the collector needs CAP_BPF and CAP_PERFMON (or root) to \
+         load and attach eBPF probes; run it as root or grant them (e.g. systemd \
+         AmbientCapabilities=CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH)"
+    )]
+    MissingCapability { missing: String },
+    #[error(
+        "this kernel does not expose BTF (/sys/kernel/btf/vmlinux missing); faultline's probes \
+         need a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    )]
+    NoBtf,
+}
+
+/// Effective capability mask of this process (from `/proc/self/status`).
+pub fn effective_caps() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| parse_cap_eff(&s))
+        .unwrap_or(0)
+}
+
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// Checks that `caps` allow loading and attaching tracing programs.
+/// CAP_SYS_ADMIN implies both CAP_BPF and CAP_PERFMON.
+pub fn check_bpf_caps(caps: u64) -> Result<(), PrivilegeError> {
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    if has(cap::SYS_ADMIN) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [(cap::BPF, "CAP_BPF"), (cap::PERFMON, "CAP_PERFMON")]
+        .into_iter()
+        .filter(|(c, _)| !has(*c))
+        .map(|(_, n)| n)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(PrivilegeError::MissingCapability {
+            missing: missing.join(" and "),
+        })
+    }
+}
+
+/// Everything the probes need from the host, checked up front.
+pub fn check_host() -> Result<(), PrivilegeError> {
+    check_bpf_caps(effective_caps())?;
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(PrivilegeError::NoBtf);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_eff_parsing_and_checks() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        let caps = parse_cap_eff(status).unwrap();
+        assert_eq!(caps, 0x1ff_ffff_ffff);
+        assert_eq!(check_bpf_caps(caps), Ok(()));
+        // Only CAP_BPF: CAP_PERFMON missing.
+        let err = check_bpf_caps(1 << cap::BPF).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("missing capability CAP_PERFMON:"),
+            "{err}"
+        );
+        let err = check_bpf_caps(0).unwrap_err();
+        assert!(
+            err.to_string().contains("CAP_BPF and CAP_PERFMON:"),
+            "{err}"
+        );
+        assert_eq!(check_bpf_caps(1 << cap::SYS_ADMIN), Ok(()));
+        assert_eq!(
+            check_bpf_caps((1 << cap::BPF) | (1 << cap::PERFMON)),
+            Ok(())
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! Loading and attaching the embedded eBPF object.
+//!
+//! The probes are described by a declarative table ([`table::PROBES`]); each is
+//! optional unless marked required, and its outcome is recorded as a
+//! [`ProbeStatus`] so that the operator sees what is active and why not.
+pub mod exec;
+pub mod table;
+
+use std::fmt;
+
+use aya::{
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+    Ebpf, EbpfLoader,
+};
+use collector_common::stat;
+use tokio::io::unix::AsyncFd;
+
+use crate::{
+    privilege::{self, PrivilegeError},
+    tracefs::{Tracefs, TracefsError},
+};
+pub use table::{Attach, ProbeSpec, PROBES};
+
+/// The eBPF object built by `build.rs`, embedded in the binary.
+static PROBES_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/faultline-probes.o"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Privilege(#[from] PrivilegeError),
+    #[error(transparent)]
+    Tracefs(#[from] TracefsError),
+    #[error(
+        "this collector was built without its eBPF object (FAULTLINE_EBPF_STUB); rebuild with \
+         `cargo xtask build`"
+    )]
+    Stub,
+    #[error("loading the eBPF object failed: {0}; check `dmesg` and that the kernel has BPF, BTF and ring buffers (5.8+)")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("required probe {probe} failed: {reason}")]
+    Required { probe: &'static str, reason: String },
+    #[error("eBPF map {0} missing from the object")]
+    MissingMap(&'static str),
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("registering ring buffer {name} with the runtime: {source}")]
+    Poll {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Which probe families to enable.
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    pub exec: bool,
+    pub block: bool,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            exec: true,
+            block: true,
+        }
+    }
+}
+
+/// Outcome of one probe's attach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeState {
+    Attached,
+    /// Disabled in the configuration.
+    Disabled,
+    /// Not available on this host (the reason says what is missing); other probes keep working.
+    Inactive(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct ProbeStatus {
+    pub name: &'static str,
+    pub state: ProbeState,
+}
+
+impl fmt::Display for ProbeStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            ProbeState::Attached => write!(f, "{}: attached", self.name),
+            ProbeState::Disabled => write!(f, "{}: disabled by configuration", self.name),
+            ProbeState::Inactive(why) => write!(f, "{}: inactive: {why}", self.name),
+        }
+    }
+}
+
+/// The loaded object, its attached programs, and the per-probe outcomes.
+pub struct Probes {
+    ebpf: Ebpf,
+    status: Vec<ProbeStatus>,
+}
+
+impl Probes {
+    /// Checks privileges, loads the object with tracepoint field offsets read
+    /// from tracefs, attaches every enabled probe and starts forwarding the
+    /// probes' aya-log records to `tracing`.
+    pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
+        if PROBES_OBJECT.is_empty() {
+            return Err(ProbeError::Stub);
+        }
+        privilege::check_host()?;
+        let tracefs = Tracefs::system()?;
+        let globals = table::globals(&tracefs, opts)?;
+
+        let mut loader = EbpfLoader::new();
+        for (name, value) in &globals {
+            loader.override_global(name, value, true);
+        }
+        let mut ebpf = loader
+            .load(PROBES_OBJECT)
+            .map_err(|e| ProbeError::Load(Box::new(e)))?;
+        start_log_forwarding(&mut ebpf);
+
+        let mut status = Vec::with_capacity(PROBES.len());
+        for spec in PROBES {
+            let state = if !spec.enabled(opts) {
+                ProbeState::Disabled
+            } else {
+                match attach(&mut ebpf, &tracefs, spec) {
+                    Ok(()) => ProbeState::Attached,
+                    Err(reason) if spec.required => {
+                        return Err(ProbeError::Required {
+                            probe: spec.name,
+                            reason,
+                        })
+                    }
+                    Err(reason) => ProbeState::Inactive(reason),
+                }
+            };
+            match &state {
+                ProbeState::Attached => tracing::info!(probe = spec.name, "attached"),
+                ProbeState::Disabled => tracing::info!(probe = spec.name, "disabled"),
+                ProbeState::Inactive(why) => {
+                    tracing::warn!(probe = spec.name, reason = %why, "probe inactive")
+                }
+            }
+            metrics::gauge!("faultline_probe_attached", "probe" => spec.name).set(
+                if state == ProbeState::Attached {
+                    1.0
+                } else {
+                    0.0
+                },
+            );
+            status.push(ProbeStatus {
+                name: spec.name,
+                state,
+            });
+        }
+        Ok(Self { ebpf, status })
+    }
+
+    pub fn status(&self) -> &[ProbeStatus] {
+        &self.status
+    }
+
+    pub fn is_attached(&self, name: &str) -> bool {
+        self.status
+            .iter()
+            .any(|s| s.name == name && s.state == ProbeState::Attached)
+    }
+
+    /// Takes the exec event ring (once).
+    pub fn take_exec_ring(&mut self) -> Result<exec::ExecRing, ProbeError> {
+        let map = self
+            .ebpf
+            .take_map("EXEC_EVENTS")
+            .ok_or(ProbeError::MissingMap("EXEC_EVENTS"))?;
+        let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map {
+            name: "EXEC_EVENTS",
+            source,
+        })?;
+        // SAFETY: the RingBuf owns its map fd, which stays open and unchanged until
+        // the AsyncFd (and with it the RingBuf) is dropped.
+        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(|e| ProbeError::Poll {
+                name: "EXEC_EVENTS",
+                source: e.into_parts().1,
+            })?;
+        Ok(exec::ExecRing::new(fd))
+    }
+
+    /// In-kernel self-statistics summed over CPUs (indices in `collector_common::stat`).
+    pub fn kernel_stats(&self) -> Result<[u64; stat::COUNT as usize], ProbeError> {
+        let map = self
+            .ebpf
+            .map("STATS")
+            .ok_or(ProbeError::MissingMap("STATS"))?;
+        let arr =
+            PerCpuArray::<&MapData, u64>::try_from(map).map_err(|source| ProbeError::Map {
+                name: "STATS",
+                source,
+            })?;
+        let mut out = [0u64; stat::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let vals = arr.get(&(i as u32), 0).map_err(|source| ProbeError::Map {
+                name: "STATS",
+                source,
+            })?;
+            *slot = vals.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// Access to the loaded object for probe families that read maps.
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Result<(), String> {
+    match spec.attach {
+        Attach::Tracepoint { category, name } => {
+            if !tracefs.has_tracepoint(category, name) {
+                return Err(format!(
+                    "tracepoint {category}/{name} not found in {}/events (kernel lacks it)",
+                    tracefs.root().display()
+                ));
+            }
+            let prog: &mut TracePoint = ebpf
+                .program_mut(spec.program)
+                .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?
+                .try_into()
+                .map_err(|e| format!("program {}: {e}", spec.program))?;
+            prog.load()
+                .map_err(|e| format!("verifier rejected {}: {e:#}", spec.program))?;
+            prog.attach(category, name)
+                .map_err(|e| format!("attach to {category}/{name}: {e}"))?;
+            Ok(())
+        }
+    }
+}
+
+/// Forwards aya-log records from the probes to `log` (bridged into `tracing`).
+fn start_log_forwarding(ebpf: &mut Ebpf) {
+    let logger = match aya_log::EbpfLogger::init(ebpf) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "eBPF log forwarding unavailable");
+            return;
+        }
+    };
+    // SAFETY: the logger owns its ring fd for as long as the AsyncFd lives.
+    let mut logger =
+        match unsafe { AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE) } {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e.into_parts().1, "eBPF log forwarding unavailable");
+                return;
+            }
+        };
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = logger.readable_mut().await else {
+                return;
+            };
+            guard.clear_ready();
+            guard.get_inner_mut().flush();
+        }
+    });
+}

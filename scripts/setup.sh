@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian bookworm x86_64 machine (run as root).
+# Installs everything faultline needs to build and test: Debian packages,
+# the pinned nightly toolchain for the eBPF crate, and bpf-linker.
+# Fast (< 2 s) when everything is already present.
+set -euo pipefail
+
+EBPF_TOOLCHAIN="nightly-2026-05-19"
+BPF_LINKER_VERSION="0.13.0"
+LLVM_MAJOR="22"
+
+APT_PACKAGES=(
+  # bpf-linker links against the same LLVM major as the eBPF nightly.
+  "llvm-${LLVM_MAJOR}-dev" libzstd-dev zlib1g-dev
+  # prost/tonic code generation at build time.
+  protobuf-compiler
+  # rdma-sys (bindgen + pkg-config) and the verbs headers.
+  libibverbs-dev librdmacm-dev libclang-dev pkg-config
+  # stand-in C libraries for tests (fake libcuda, libnvidia-ml, verbs provider).
+  gcc libc6-dev make
+  # loop devices and block I/O workloads in tests.
+  util-linux e2fsprogs
+  # curl for /metrics checks.
+  curl ca-certificates
+)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+if [[ $(id -u) -ne 0 ]]; then
+  log "must run as root (it installs Debian packages); re-run with sudo"
+  exit 1
+fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v rustup >/dev/null; then
+  log "rustup not found: install Rust with rustup first (stable toolchain)"
+  exit 1
+fi
+
+# Stable components used by the README's test command and CI.
+installed_components=$(rustup component list --installed 2>/dev/null || true)
+for c in rustfmt clippy; do
+  if ! grep -q "^${c}" <<<"$installed_components"; then
+    log "adding stable component $c"
+    rustup component add "$c" >/dev/null
+  fi
+done
+
+# Pinned nightly + rust-src for the eBPF crate (build-std=core).
+if ! rustup run "$EBPF_TOOLCHAIN" rustc --version >/dev/null 2>&1 ||
+  ! rustup component list --toolchain "$EBPF_TOOLCHAIN" --installed 2>/dev/null | grep -q '^rust-src'; then
+  log "installing $EBPF_TOOLCHAIN with rust-src"
+  rustup toolchain install "$EBPF_TOOLCHAIN" --profile minimal --component rust-src >/dev/null
+fi
+
+# bpf-linker built against Debian's LLVM of the same major as the nightly.
+CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
+if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
+  log "building bpf-linker $BPF_LINKER_VERSION against LLVM $LLVM_MAJOR (~2 min)"
+  LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo +stable install --locked --quiet \
+    "bpf-linker@${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+
+# aya attaches tracepoints through tracefs.
+if [[ ! -e /sys/kernel/tracing/events ]]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || log "could not mount tracefs at /sys/kernel/tracing"
+fi
+log "ok"
