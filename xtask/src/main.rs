@@ -1,1 +1,106 @@
-fn main() {}
+//! `cargo xtask`: build and run helpers.
+//!
+//! - `cargo xtask build` builds the eBPF object (through `collector/build.rs`,
+//!   which embeds it) and the release binaries in one step.
+//! - `cargo xtask run [-- ARGS]` builds, then runs the collector on this host.
+//! - `cargo xtask test` runs every test of the workspace.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build the eBPF object and the release binaries (the object is embedded).
+    Build,
+    /// Build, then run the collector with the given arguments.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run every test of the workspace (root and a BPF-capable kernel needed
+    /// for the probe tests; under CI=true their absence fails the run).
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("spawning {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed: {status}");
+    }
+    Ok(())
+}
+
+fn build() -> Result<()> {
+    let mut c = cargo();
+    c.args(["build", "--release", "-p", "collector", "-p", "correlator"]);
+    run(c)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Build => build(),
+        Cmd::Run { args } => {
+            build()?;
+            let mut c = Command::new("target/release/faultline-collector");
+            c.args(args);
+            run(c)
+        }
+        Cmd::Test { args } => test(&args),
+    }
+}
+
+/// Runs `cargo test`, echoing its output, and ends with one summary line
+/// (`summary: N passed, M failed`) over all test binaries, so the last line
+/// says what ran even when the final binary (doc tests) has none.
+fn test(args: &[String]) -> Result<()> {
+    let mut c = cargo();
+    c.arg("test").args(args).stdout(Stdio::piped());
+    let mut child = c.spawn().context("spawning cargo test")?;
+    let stdout = child.stdout.take().context("cargo test stdout")?;
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    let mut out = std::io::stdout().lock();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test output")?;
+        writeln!(out, "{line}")?;
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            for part in rest.split(';') {
+                let mut words = part.split_whitespace().rev();
+                let (Some(what), Some(n)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let n: u64 = n.parse().unwrap_or(0);
+                match what {
+                    "passed" => passed += n,
+                    "failed" => failed += n,
+                    "ignored" => ignored += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    writeln!(out, "summary: {passed} passed, {failed} failed, {ignored} skipped")?;
+    if !status.success() {
+        bail!("cargo test failed: {status}");
+    }
+    Ok(())
+}
