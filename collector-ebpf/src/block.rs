@@ -1,1 +1,367 @@
-//! Block-layer probes (filled in by the storage issue).
+//! Block-layer probes: per (device, op, submitter cgroup) request count,
+//! bytes and a log2 latency histogram, aggregated in the kernel.
+//!
+//! Attach points (classic tracepoints, field offsets patched from tracefs):
+//! - `block:block_io_start` — `TP_PROTO(struct request *rq)`, called from
+//!   `blk_account_io_start()` in the submitting task: starts the clock and
+//!   records the submitter's cgroup/pid (kernel ≥ 6.5).
+//! - `block:block_io_done` — `TP_PROTO(struct request *rq)`, from
+//!   `blk_account_io_done()`: the request is counted exactly when the kernel
+//!   counts it in `/sys/block/<dev>/stat`.
+//! - `block:block_rq_complete` — `TP_PROTO(struct request *rq, blk_status_t
+//!   error, unsigned int nr_bytes)`: completed bytes (`nr_sector` × 512), as
+//!   `blk_account_io_completion()` adds them to the stat sectors.
+//! - `block:block_rq_issue` — `TP_PROTO(struct request *rq)`: the clock start
+//!   on kernels without `block_io_start` (mode [`MODE_RQ`]), and flush requests,
+//!   which the kernel accounts outside `blk_account_io_done()`.
+//!
+//! In-flight requests are keyed by (dev, sector, op): the classic tracepoints
+//! do not expose the request pointer.
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{map, tracepoint},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
+    Global,
+};
+use collector_common::{
+    block::{
+        lat_bucket, op, BlockKey, BlockRequestData, BlockStats, InflightKey, InflightVal,
+        LAT_BUCKETS,
+    },
+    stat, Event, EventHeader, EventKind,
+};
+
+use crate::stats::bump;
+
+/// Mode: start the clock at `block_io_start`, count at `block_io_done`.
+pub const MODE_IO: u32 = 0;
+/// Mode: start at `block_rq_issue`, count at `block_rq_complete` (older kernels).
+pub const MODE_RQ: u32 = 1;
+
+#[unsafe(no_mangle)]
+static BLOCK_MODE: Global<u32> = Global::new(MODE_IO);
+/// Emit one sampled per-request event every N completions per CPU; 0 = off.
+#[unsafe(no_mangle)]
+static BLOCK_SAMPLE_EVERY: Global<u32> = Global::new(0);
+// Offsets shared by block_rq_issue / block_io_start / block_io_done (same layout).
+#[unsafe(no_mangle)]
+static BLK_OFF_DEV: Global<u32> = Global::new(8);
+#[unsafe(no_mangle)]
+static BLK_OFF_SECTOR: Global<u32> = Global::new(16);
+#[unsafe(no_mangle)]
+static BLK_OFF_RWBS: Global<u32> = Global::new(34);
+// block_rq_complete has its own layout (no `bytes`, has `error`).
+#[unsafe(no_mangle)]
+static BLKC_OFF_DEV: Global<u32> = Global::new(8);
+#[unsafe(no_mangle)]
+static BLKC_OFF_SECTOR: Global<u32> = Global::new(16);
+#[unsafe(no_mangle)]
+static BLKC_OFF_NR_SECTOR: Global<u32> = Global::new(24);
+#[unsafe(no_mangle)]
+static BLKC_OFF_RWBS: Global<u32> = Global::new(34);
+
+/// Totals per (dev, op, cgroup) since attach.
+#[map(name = "BLOCK_AGG")]
+static BLOCK_AGG: HashMap<BlockKey, BlockStats> = HashMap::with_max_entries(16384, 0);
+
+/// Requests between start and done.
+#[map(name = "BLOCK_INFLIGHT")]
+static BLOCK_INFLIGHT: HashMap<InflightKey, InflightVal> = HashMap::with_max_entries(65536, 0);
+
+/// Timed requests in flight per device (started after attach, not yet done).
+#[map(name = "BLOCK_DEV_INFLIGHT")]
+static BLOCK_DEV_INFLIGHT: HashMap<u32, i64> = HashMap::with_max_entries(4096, 0);
+
+/// One all-zero `BlockStats`, the initial value for new keys (too large for the stack).
+#[map(name = "BLOCK_ZERO")]
+static BLOCK_ZERO: Array<BlockStats> = Array::with_max_entries(1, 0);
+
+#[map(name = "BLOCK_SAMPLE_CTR")]
+static BLOCK_SAMPLE_CTR: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Sampled per-request events for the timeline (off unless BLOCK_SAMPLE_EVERY > 0).
+#[map(name = "BLOCK_EVENTS")]
+static BLOCK_EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Decodes the tracepoint's `rwbs` string (see `blk_fill_rwbs()`): an optional
+/// leading `F` for REQ_PREFLUSH, then the op letter.
+#[inline(always)]
+fn decode_op(c0: u8, c1: u8) -> u32 {
+    let c = if c0 == b'F' {
+        match c1 {
+            b'W' | b'R' | b'D' | b'N' => c1,
+            _ => return op::FLUSH,
+        }
+    } else {
+        c0
+    };
+    match c {
+        b'R' => op::READ,
+        b'W' => op::WRITE,
+        b'D' => op::DISCARD,
+        _ => op::OTHER,
+    }
+}
+
+#[inline(always)]
+fn read_u32(ctx: &TracePointContext, off: u32) -> Result<u32, u32> {
+    // SAFETY: offset from the tracepoint's format; the helper checks the access.
+    unsafe { ctx.read_at::<u32>(off as usize) }.map_err(|_| 1u32)
+}
+
+#[inline(always)]
+fn read_u64(ctx: &TracePointContext, off: u32) -> Result<u64, u32> {
+    // SAFETY: as above.
+    unsafe { ctx.read_at::<u64>(off as usize) }.map_err(|_| 1u32)
+}
+
+#[inline(always)]
+fn read_rwbs(ctx: &TracePointContext, off: u32) -> Result<u32, u32> {
+    // SAFETY: as above.
+    let w = unsafe { ctx.read_at::<[u8; 2]>(off as usize) }.map_err(|_| 1u32)?;
+    Ok(decode_op(w[0], w[1]))
+}
+
+/// Starts the clock for a request (called in the submitter's context for
+/// `block_io_start`).
+#[inline(always)]
+fn start(ctx: &TracePointContext) -> Result<u32, u32> {
+    let dev = read_u32(ctx, BLK_OFF_DEV.load())?;
+    let op = read_rwbs(ctx, BLK_OFF_RWBS.load())?;
+    let sector = if op == op::FLUSH {
+        0
+    } else {
+        read_u64(ctx, BLK_OFF_SECTOR.load())?
+    };
+    let key = InflightKey { dev, op, sector };
+    let val = InflightVal {
+        issue_ns: unsafe { bpf_ktime_get_ns() },
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        _pad: 0,
+    };
+    bump(stat::BLOCK_ISSUED);
+    // A key already present means a previous request at the same sector was
+    // never completed (or completed unseen): the new one replaces it.
+    let was_present = BLOCK_INFLIGHT.get_ptr(&key).is_some();
+    if BLOCK_INFLIGHT.insert(&key, &val, 0).is_err() {
+        bump(stat::BLOCK_START_MAP_FULL);
+        return Ok(0);
+    }
+    if !was_present {
+        dev_inflight_add(dev, 1);
+    }
+    Ok(0)
+}
+
+#[inline(always)]
+fn dev_inflight_add(dev: u32, delta: i64) {
+    if BLOCK_DEV_INFLIGHT.get_ptr_mut(&dev).is_none() {
+        let _ = BLOCK_DEV_INFLIGHT.insert(&dev, &0i64, u64::from(BPF_NOEXIST));
+    }
+    if let Some(p) = BLOCK_DEV_INFLIGHT.get_ptr_mut(&dev) {
+        // SAFETY: map value pointer, valid for the program's duration.
+        unsafe { atomic_xadd::<i64, i64, { AtomicOrdering::Relaxed }>(p, delta) };
+    }
+}
+
+/// Returns the aggregate slot for `key`, creating it zeroed.
+#[inline(always)]
+fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
+    if let Some(p) = BLOCK_AGG.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let zero = BLOCK_ZERO.get_ptr(0)?;
+    // SAFETY: `zero` points into the map's value memory.
+    let _ = BLOCK_AGG.insert(key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+    BLOCK_AGG.get_ptr_mut(key)
+}
+
+#[inline(always)]
+fn add(p: *mut u64, v: u64) {
+    // SAFETY: `p` points into a map value, valid for the program's duration.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+/// Counts a finished request (and its latency when it was timed). `bytes`
+/// is added too when `Some` (mode RQ counts bytes and requests in one place).
+#[inline(always)]
+fn done(dev: u32, sector: u64, op: u32, bytes: Option<u64>) -> Result<u32, u32> {
+    let ikey = InflightKey { dev, op, sector };
+    // SAFETY: the value is copied out before the entry is removed.
+    let rec = unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied();
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (cgroup_id, latency) = match rec {
+        Some(r) => {
+            let _ = BLOCK_INFLIGHT.remove(&ikey);
+            dev_inflight_add(dev, -1);
+            (r.cgroup_id, Some(now.saturating_sub(r.issue_ns)))
+        }
+        None => {
+            bump(stat::BLOCK_UNMATCHED);
+            (0, None)
+        }
+    };
+    let key = BlockKey { dev, op, cgroup_id };
+    let Some(s) = agg_slot(&key) else {
+        bump(stat::BLOCK_AGG_MAP_FULL);
+        return Ok(0);
+    };
+    bump(stat::BLOCK_COMPLETED);
+    // SAFETY (all field pointers): `s` is a valid map value pointer.
+    unsafe {
+        add(&raw mut (*s).requests, 1);
+        if let Some(b) = bytes {
+            add(&raw mut (*s).bytes, b);
+        }
+        if let Some(lat) = latency {
+            add(&raw mut (*s).timed, 1);
+            add(&raw mut (*s).latency_sum_ns, lat);
+            if lat > (*s).latency_max_ns {
+                (*s).latency_max_ns = lat;
+            }
+            let b = lat_bucket(lat);
+            if b < LAT_BUCKETS {
+                add(&raw mut (*s).hist[b], 1);
+            }
+            maybe_sample(dev, op, sector, lat, bytes.unwrap_or(0), cgroup_id);
+        }
+    }
+    Ok(0)
+}
+
+#[inline(always)]
+fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id: u64) {
+    let every = BLOCK_SAMPLE_EVERY.load();
+    if every == 0 {
+        return;
+    }
+    let Some(c) = BLOCK_SAMPLE_CTR.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot.
+    unsafe {
+        *c += 1;
+        if *c < every {
+            return;
+        }
+        *c = 0;
+    }
+    let Some(mut entry) = BLOCK_EVENTS.reserve::<Event<BlockRequestData>>(0) else {
+        bump(stat::BLOCK_RING_FULL);
+        return;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let ev = entry.as_mut_ptr();
+    // SAFETY: exclusively owned reserved slot.
+    unsafe {
+        (*ev).header = EventHeader {
+            ts_ns: bpf_ktime_get_ns(),
+            cgroup_id,
+            pid: (pid_tgid >> 32) as u32,
+            tid: pid_tgid as u32,
+            kind: EventKind::BlockRequest as u32,
+            _pad: 0,
+        };
+        (*ev).data = BlockRequestData {
+            sector,
+            latency_ns: lat,
+            bytes: bytes as u32,
+            dev,
+            op,
+            _pad: 0,
+        };
+    }
+    entry.submit(0);
+}
+
+/// Bytes of a completion: the part of `blk_account_io_completion()`.
+#[inline(always)]
+fn add_bytes(dev: u32, sector: u64, op: u32, bytes: u64) -> Result<u32, u32> {
+    let ikey = InflightKey { dev, op, sector };
+    // SAFETY: value copied out immediately.
+    let cgroup_id = unsafe { BLOCK_INFLIGHT.get(&ikey) }.map_or(0, |r| r.cgroup_id);
+    let key = BlockKey { dev, op, cgroup_id };
+    let Some(s) = agg_slot(&key) else {
+        bump(stat::BLOCK_AGG_MAP_FULL);
+        return Ok(0);
+    };
+    // SAFETY: valid map value pointer.
+    unsafe { add(&raw mut (*s).bytes, bytes) };
+    Ok(0)
+}
+
+/// tracepoint `block:block_io_start` (mode IO): start the clock in the submitter.
+#[tracepoint(category = "block", name = "block_io_start")]
+pub fn block_io_start(ctx: TracePointContext) -> u32 {
+    match start(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// tracepoint `block:block_io_done` (mode IO): count the request.
+#[tracepoint(category = "block", name = "block_io_done")]
+pub fn block_io_done(ctx: TracePointContext) -> u32 {
+    let r = (|| {
+        let dev = read_u32(&ctx, BLK_OFF_DEV.load())?;
+        let op = read_rwbs(&ctx, BLK_OFF_RWBS.load())?;
+        let sector = if op == op::FLUSH {
+            0
+        } else {
+            read_u64(&ctx, BLK_OFF_SECTOR.load())?
+        };
+        done(dev, sector, op, None)
+    })();
+    match r {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// tracepoint `block:block_rq_issue`: the clock start in mode RQ, and for
+/// flush requests in mode IO (the kernel's flush request skips
+/// `blk_account_io_start()`, so `block_io_start` never sees it, while
+/// `block_io_done` does).
+#[tracepoint(category = "block", name = "block_rq_issue")]
+pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
+    let r = (|| {
+        if BLOCK_MODE.load() == MODE_IO {
+            let op = read_rwbs(&ctx, BLK_OFF_RWBS.load())?;
+            if op != op::FLUSH {
+                return Ok(0);
+            }
+        }
+        start(&ctx)
+    })();
+    match r {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// tracepoint `block:block_rq_complete`: completed bytes; in mode RQ (and for
+/// flushes) also the request count and latency.
+#[tracepoint(category = "block", name = "block_rq_complete")]
+pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
+    let r = (|| {
+        let dev = read_u32(&ctx, BLKC_OFF_DEV.load())?;
+        let sector = read_u64(&ctx, BLKC_OFF_SECTOR.load())?;
+        let nr_sector = read_u32(&ctx, BLKC_OFF_NR_SECTOR.load())?;
+        let op = read_rwbs(&ctx, BLKC_OFF_RWBS.load())?;
+        let bytes = u64::from(nr_sector) << 9;
+        // A flush request reports sector -1 here and 0 at issue: key flushes by 0.
+        let sector = if op == op::FLUSH { 0 } else { sector };
+        if BLOCK_MODE.load() == MODE_RQ {
+            done(dev, sector, op, Some(bytes))
+        } else if bytes > 0 {
+            add_bytes(dev, sector, op, bytes)
+        } else {
+            Ok(0)
+        }
+    })();
+    match r {
+        Ok(r) | Err(r) => r,
+    }
+}

@@ -5,6 +5,10 @@
 //! and embedded into the collector binary.
 #![no_std]
 #![no_main]
+// Atomic add without compare-and-swap (BPF_ATOMIC add), which core's atomics
+// do not expose for the BPF target.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod block;
 mod exec;

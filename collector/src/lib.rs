@@ -2,7 +2,9 @@
 //!
 //! Data path: [`probes`] loads and attaches the embedded eBPF object and drains
 //! its rings and maps; later stages enrich, window and stream to the correlator.
+pub mod http;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;
+pub mod storage;
 pub mod tracefs;

@@ -3,7 +3,11 @@ use std::{process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
-use collector::probes::{exec::ExecRecord, ProbeOptions, Probes};
+use collector::{
+    http::{self, Exposition},
+    probes::{exec::ExecRecord, ProbeOptions, Probes},
+    storage::{self, BlockWindow, Names},
+};
 use collector_common::stat;
 use tokio::time::{interval, MissedTickBehavior};
 
@@ -35,6 +39,12 @@ struct RunArgs {
     /// Do not print one line per exec event.
     #[arg(long)]
     quiet: bool,
+    /// Address of the Prometheus `/metrics`, `/healthz` and `/readyz` endpoint.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9477")]
+    metrics_addr: std::net::SocketAddr,
+    /// Disable the block I/O probes.
+    #[arg(long)]
+    no_block: bool,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `collector=debug`.
     #[arg(long, env = "FAULTLINE_LOG", default_value = "info")]
     log: String,
@@ -84,10 +94,39 @@ async fn run(args: RunArgs) -> Result<()> {
             args.window
         );
     }
-    let mut probes = Probes::load(&ProbeOptions::default())?;
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the Prometheus recorder")?;
+    let expo = Exposition::new(handle);
+    let bound = http::serve(args.metrics_addr, expo.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "binding the metrics endpoint on {}; choose another with --metrics-addr",
+                args.metrics_addr
+            )
+        })?;
+    println!("metrics on http://{bound}/metrics");
+
+    let opts = ProbeOptions {
+        block: !args.no_block,
+        ..ProbeOptions::default()
+    };
+    let mut probes = Probes::load(&opts)?;
     for s in probes.status() {
         println!("probe {s}");
     }
+    let block_on = probes.block_active();
+    let mut names = Names::system();
+    let mut block_prev = if block_on {
+        Some(probes.block_snapshot()?)
+    } else {
+        None
+    };
+    if let Some(snap) = &block_prev {
+        expo.set_section("block", storage::render_prometheus(snap, &mut names));
+    }
+    expo.set_ready(true);
     let mut ring = probes.take_exec_ring()?;
     let mut tick = interval(Duration::from_secs_f64(args.window));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -134,6 +173,16 @@ async fn run(args: RunArgs) -> Result<()> {
                     k[stat::EXEC_RING_FULL as usize],
                 );
                 window_execs = 0;
+                if let Some(prev) = block_prev.as_mut() {
+                    let cur = probes.block_snapshot()?;
+                    let win = BlockWindow::between(prev, &cur, &mut names);
+                    for line in win.lines() {
+                        println!("  {line}");
+                    }
+                    expo.set_section("block", storage::render_prometheus(&cur, &mut names));
+                    *prev = cur;
+                }
+                export_kernel_stats(&k);
             }
             _ = &mut deadline => break,
             _ = tokio::signal::ctrl_c() => break,
@@ -142,4 +191,46 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     println!("stopped after {window_no} windows, {total_execs} exec events");
     Ok(())
+}
+
+/// In-kernel drop and event counters as Prometheus counters (absolute values).
+fn export_kernel_stats(k: &[u64; stat::COUNT as usize]) {
+    let c = |name: &'static str, probe: &'static str, v: u64| {
+        metrics::counter!(name, "probe" => probe).absolute(v);
+    };
+    c(
+        "faultline_probe_kernel_events_total",
+        "exec",
+        k[stat::EXEC_EVENTS as usize],
+    );
+    c(
+        "faultline_ring_lost_total",
+        "exec",
+        k[stat::EXEC_RING_FULL as usize],
+    );
+    c(
+        "faultline_probe_kernel_events_total",
+        "block",
+        k[stat::BLOCK_COMPLETED as usize],
+    );
+    c(
+        "faultline_ring_lost_total",
+        "block_sampled",
+        k[stat::BLOCK_RING_FULL as usize],
+    );
+    c(
+        "faultline_block_unmatched_total",
+        "block",
+        k[stat::BLOCK_UNMATCHED as usize],
+    );
+    c(
+        "faultline_probe_map_full_total",
+        "block_inflight",
+        k[stat::BLOCK_START_MAP_FULL as usize],
+    );
+    c(
+        "faultline_probe_map_full_total",
+        "block_agg",
+        k[stat::BLOCK_AGG_MAP_FULL as usize],
+    );
 }

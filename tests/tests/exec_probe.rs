@@ -44,9 +44,14 @@ async fn exec_probe() {
     let opts = ProbeOptions {
         exec: true,
         block: false,
+        block_sample_every: 0,
     };
     let mut probes = Probes::load(&opts).expect("load and attach the probes");
-    assert!(probes.is_attached("exec"), "{:?}", probes.status());
+    assert!(
+        probes.is_attached("sched_process_exec"),
+        "{:?}",
+        probes.status()
+    );
     let mut ring = probes.take_exec_ring().expect("exec ring");
 
     const N: usize = 7;

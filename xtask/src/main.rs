@@ -98,7 +98,10 @@ fn test(args: &[String]) -> Result<()> {
         }
     }
     let status = child.wait().context("waiting for cargo test")?;
-    writeln!(out, "summary: {passed} passed, {failed} failed, {ignored} skipped")?;
+    writeln!(
+        out,
+        "summary: {passed} passed, {failed} failed, {ignored} skipped"
+    )?;
     if !status.success() {
         bail!("cargo test failed: {status}");
     }

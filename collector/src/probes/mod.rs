@@ -3,6 +3,7 @@
 //! The probes are described by a declarative table ([`table::PROBES`]); each is
 //! optional unless marked required, and its outcome is recorded as a
 //! [`ProbeStatus`] so that the operator sees what is active and why not.
+pub mod block;
 pub mod exec;
 pub mod table;
 
@@ -20,7 +21,7 @@ use crate::{
     privilege::{self, PrivilegeError},
     tracefs::{Tracefs, TracefsError},
 };
-pub use table::{Attach, ProbeSpec, PROBES};
+pub use table::{Attach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
 static PROBES_OBJECT: &[u8] =
@@ -62,6 +63,8 @@ pub enum ProbeError {
 pub struct ProbeOptions {
     pub exec: bool,
     pub block: bool,
+    /// Emit one sampled per-request block event every N completions per CPU (0 = off).
+    pub block_sample_every: u32,
 }
 
 impl Default for ProbeOptions {
@@ -69,6 +72,7 @@ impl Default for ProbeOptions {
         Self {
             exec: true,
             block: true,
+            block_sample_every: 0,
         }
     }
 }
@@ -103,6 +107,7 @@ impl fmt::Display for ProbeStatus {
 pub struct Probes {
     ebpf: Ebpf,
     status: Vec<ProbeStatus>,
+    block_mode: BlockMode,
 }
 
 impl Probes {
@@ -115,7 +120,8 @@ impl Probes {
         }
         privilege::check_host()?;
         let tracefs = Tracefs::system()?;
-        let globals = table::globals(&tracefs, opts)?;
+        let block_mode = BlockMode::detect(&tracefs);
+        let globals = table::globals(&tracefs, opts, block_mode)?;
 
         let mut loader = EbpfLoader::new();
         for (name, value) in &globals {
@@ -128,7 +134,7 @@ impl Probes {
 
         let mut status = Vec::with_capacity(PROBES.len());
         for spec in PROBES {
-            let state = if !spec.enabled(opts) {
+            let state = if !spec.enabled(opts, block_mode) {
                 ProbeState::Disabled
             } else {
                 match attach(&mut ebpf, &tracefs, spec) {
@@ -161,7 +167,30 @@ impl Probes {
                 state,
             });
         }
-        Ok(Self { ebpf, status })
+        Ok(Self {
+            ebpf,
+            status,
+            block_mode,
+        })
+    }
+
+    /// How the block probes time requests on this kernel.
+    pub fn block_mode(&self) -> BlockMode {
+        self.block_mode
+    }
+
+    /// Whether the block probes count requests (the counting tracepoints attached).
+    pub fn block_active(&self) -> bool {
+        match self.block_mode {
+            BlockMode::Io => {
+                self.is_attached("block_io_start")
+                    && self.is_attached("block_io_done")
+                    && self.is_attached("block_rq_complete")
+            }
+            BlockMode::Rq => {
+                self.is_attached("block_rq_issue") && self.is_attached("block_rq_complete")
+            }
+        }
     }
 
     pub fn status(&self) -> &[ProbeStatus] {

@@ -1,0 +1,58 @@
+//! Reading the block probes' in-kernel aggregates.
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap, MapData};
+use collector_common::block::{BlockKey, BlockStats};
+
+use super::{ProbeError, Probes};
+use crate::storage::BlockSnapshot;
+
+impl Probes {
+    /// Cumulative block totals per (dev, op, cgroup) and in-flight requests
+    /// per device, as the kernel holds them now.
+    pub fn block_snapshot(&self) -> Result<BlockSnapshot, ProbeError> {
+        let agg_map = self
+            .ebpf()
+            .map("BLOCK_AGG")
+            .ok_or(ProbeError::MissingMap("BLOCK_AGG"))?;
+        let agg =
+            HashMap::<&MapData, BlockKey, BlockStats>::try_from(agg_map).map_err(|source| {
+                ProbeError::Map {
+                    name: "BLOCK_AGG",
+                    source,
+                }
+            })?;
+        let mut stats = BTreeMap::new();
+        for entry in agg.iter() {
+            // An entry deleted between key and value lookup is skipped by the
+            // iterator; other errors are real.
+            let (k, v) = entry.map_err(|source| ProbeError::Map {
+                name: "BLOCK_AGG",
+                source,
+            })?;
+            stats.insert(k, v);
+        }
+        let inf_map = self
+            .ebpf()
+            .map("BLOCK_DEV_INFLIGHT")
+            .ok_or(ProbeError::MissingMap("BLOCK_DEV_INFLIGHT"))?;
+        let inf =
+            HashMap::<&MapData, u32, i64>::try_from(inf_map).map_err(|source| ProbeError::Map {
+                name: "BLOCK_DEV_INFLIGHT",
+                source,
+            })?;
+        let mut inflight = BTreeMap::new();
+        for entry in inf.iter() {
+            let (k, v) = entry.map_err(|source| ProbeError::Map {
+                name: "BLOCK_DEV_INFLIGHT",
+                source,
+            })?;
+            inflight.insert(k, v.max(0) as u64);
+        }
+        Ok(BlockSnapshot {
+            taken: std::time::Instant::now(),
+            stats,
+            inflight,
+        })
+    }
+}

@@ -1,0 +1,563 @@
+//! Block I/O windows: turning cumulative in-kernel aggregates into
+//! per-device/op/cgroup rates, bytes/s and latency percentiles, with device
+//! numbers and cgroup ids resolved to names. Pure (no aya): the simulator and
+//! tests use it with synthetic snapshots.
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+    fs,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use collector_common::block::{op, BlockKey, BlockStats, LAT_BUCKETS};
+
+/// Cumulative block totals as read from the kernel at `taken`.
+#[derive(Clone, Debug)]
+pub struct BlockSnapshot {
+    pub taken: Instant,
+    pub stats: BTreeMap<BlockKey, BlockStats>,
+    /// Timed requests in flight per device (`dev_t` as the tracepoints report it).
+    pub inflight: BTreeMap<u32, u64>,
+}
+
+impl BlockSnapshot {
+    pub fn empty(taken: Instant) -> Self {
+        Self {
+            taken,
+            stats: BTreeMap::new(),
+            inflight: BTreeMap::new(),
+        }
+    }
+
+    /// Totals for one device and op, summed over cgroups.
+    pub fn device_op_total(&self, dev: u32, op: u32) -> BlockStats {
+        let mut t = BlockStats::ZERO;
+        for (k, v) in &self.stats {
+            if k.dev == dev && k.op == op {
+                accumulate(&mut t, v);
+            }
+        }
+        t
+    }
+}
+
+/// Label value of an op class; `None` for ops outside read/write/flush/discard.
+pub fn op_name(o: u32) -> Option<&'static str> {
+    match o {
+        op::READ => Some("read"),
+        op::WRITE => Some("write"),
+        op::FLUSH => Some("flush"),
+        op::DISCARD => Some("discard"),
+        _ => None,
+    }
+}
+
+/// Splits the kernel-internal `dev_t` of the block tracepoints (`major << 20 | minor`).
+pub fn dev_major_minor(dev: u32) -> (u32, u32) {
+    (dev >> 20, dev & 0xf_ffff)
+}
+
+/// Builds the kernel-internal `dev_t` from major and minor numbers.
+pub fn make_dev(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xf_ffff)
+}
+
+pub fn accumulate(into: &mut BlockStats, v: &BlockStats) {
+    into.requests += v.requests;
+    into.bytes += v.bytes;
+    into.latency_sum_ns += v.latency_sum_ns;
+    into.latency_max_ns = into.latency_max_ns.max(v.latency_max_ns);
+    into.timed += v.timed;
+    for (a, b) in into.hist.iter_mut().zip(v.hist.iter()) {
+        *a += b;
+    }
+}
+
+/// `cur - prev`, never negative. A key whose counters went down (the map was
+/// recreated by a collector restart) is treated as new: the window gets `cur`.
+pub fn delta(prev: Option<&BlockStats>, cur: &BlockStats) -> BlockStats {
+    let Some(p) = prev else { return *cur };
+    if cur.requests < p.requests || cur.timed < p.timed || cur.bytes < p.bytes {
+        return *cur;
+    }
+    let mut d = BlockStats {
+        requests: cur.requests - p.requests,
+        bytes: cur.bytes - p.bytes,
+        latency_sum_ns: cur.latency_sum_ns.saturating_sub(p.latency_sum_ns),
+        latency_max_ns: 0,
+        timed: cur.timed - p.timed,
+        hist: [0; LAT_BUCKETS],
+    };
+    for (i, h) in d.hist.iter_mut().enumerate() {
+        *h = cur.hist[i].saturating_sub(p.hist[i]);
+    }
+    // The kernel keeps a running max. If it rose in this window it is this
+    // window's max; otherwise bound it by the highest non-empty bucket.
+    d.latency_max_ns = if cur.latency_max_ns > p.latency_max_ns {
+        cur.latency_max_ns
+    } else {
+        d.hist
+            .iter()
+            .rposition(|&c| c > 0)
+            .map_or(0, |b| bucket_upper_ns(b).min(cur.latency_max_ns))
+    };
+    d
+}
+
+/// Lower bound (inclusive) of log2 bucket `b`, ns.
+pub fn bucket_lower_ns(b: usize) -> u64 {
+    if b == 0 {
+        0
+    } else {
+        1u64 << b
+    }
+}
+
+/// Upper bound (exclusive) of log2 bucket `b`, ns.
+pub fn bucket_upper_ns(b: usize) -> u64 {
+    1u64 << (b + 1).min(63)
+}
+
+/// Quantile `q` (0..=1) of a log2 histogram, interpolated linearly inside the
+/// bucket that holds it. `None` when the histogram is empty.
+pub fn quantile_ns(hist: &[u64; LAT_BUCKETS], q: f64) -> Option<f64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
+    let mut seen = 0u64;
+    for (b, &c) in hist.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        if (seen + c) as f64 >= rank {
+            let lo = bucket_lower_ns(b) as f64;
+            let hi = bucket_upper_ns(b) as f64;
+            let frac = (rank - seen as f64) / c as f64;
+            return Some(lo + (hi - lo) * frac);
+        }
+        seen += c;
+    }
+    None
+}
+
+/// One row of a block window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockRow {
+    pub device: String,
+    pub op: &'static str,
+    /// cgroup path of the submitter (`/` root, `?` unknown).
+    pub cgroup: String,
+    pub requests: u64,
+    pub bytes: u64,
+    pub iops: f64,
+    pub bytes_per_sec: f64,
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    pub max_s: Option<f64>,
+    pub mean_s: Option<f64>,
+}
+
+/// A window of block activity between two snapshots.
+#[derive(Clone, Debug, Default)]
+pub struct BlockWindow {
+    pub seconds: f64,
+    pub rows: Vec<BlockRow>,
+    /// In-flight (queue depth) per device at the window's end.
+    pub inflight: Vec<(String, u64)>,
+    /// Requests of ops outside read/write/flush/discard, per device.
+    pub unclassified: Vec<(String, u64)>,
+}
+
+impl BlockWindow {
+    /// Rows with activity between `prev` and `cur`, sorted by device, op, cgroup.
+    pub fn between(prev: &BlockSnapshot, cur: &BlockSnapshot, names: &mut Names) -> Self {
+        let seconds = cur
+            .taken
+            .saturating_duration_since(prev.taken)
+            .as_secs_f64()
+            .max(1e-9);
+        let mut rows = Vec::new();
+        let mut unclassified: BTreeMap<String, u64> = BTreeMap::new();
+        for (k, v) in &cur.stats {
+            let d = delta(prev.stats.get(k), v);
+            if d.requests == 0 && d.bytes == 0 {
+                continue;
+            }
+            let device = names.device(k.dev);
+            let Some(op) = op_name(k.op) else {
+                *unclassified.entry(device).or_default() += d.requests;
+                continue;
+            };
+            let to_s = |ns: f64| ns / 1e9;
+            // Interpolation inside a log2 bucket can overshoot the true max;
+            // the max is exact (or the tighter bound), so quantiles never exceed it.
+            let max_ns = d.latency_max_ns as f64;
+            let q = |p: f64| quantile_ns(&d.hist, p).map(|v| to_s(v.min(max_ns)));
+            rows.push(BlockRow {
+                cgroup: names.cgroup(k.cgroup_id),
+                device,
+                op,
+                requests: d.requests,
+                bytes: d.bytes,
+                iops: d.requests as f64 / seconds,
+                bytes_per_sec: d.bytes as f64 / seconds,
+                p50_s: q(0.50),
+                p99_s: q(0.99),
+                max_s: (d.timed > 0).then(|| to_s(d.latency_max_ns as f64)),
+                mean_s: (d.timed > 0).then(|| to_s(d.latency_sum_ns as f64 / d.timed as f64)),
+            });
+        }
+        rows.sort_by(|a, b| (&a.device, a.op, &a.cgroup).cmp(&(&b.device, b.op, &b.cgroup)));
+        let inflight = cur
+            .inflight
+            .iter()
+            .map(|(d, n)| (names.device(*d), *n))
+            .collect();
+        Self {
+            seconds,
+            rows,
+            inflight,
+            unclassified: unclassified.into_iter().collect(),
+        }
+    }
+
+    /// Human-readable lines for the collector's console output.
+    pub fn lines(&self) -> Vec<String> {
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |s| format!("{:.3}", s * 1e3));
+        self.rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "block {dev} {op} cgroup={cg} iops={iops:.1} bytes/s={bps:.0} \
+                     p50={p50}ms p99={p99}ms max={max}ms",
+                    dev = r.device,
+                    op = r.op,
+                    cg = r.cgroup,
+                    iops = r.iops,
+                    bps = r.bytes_per_sec,
+                    p50 = ms(r.p50_s),
+                    p99 = ms(r.p99_s),
+                    max = ms(r.max_s),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Resolves device numbers and cgroup ids to names, with bounded caches.
+#[derive(Debug)]
+pub struct Names {
+    sysfs_root: PathBuf,
+    cgroup_root: PathBuf,
+    devices: HashMap<u32, String>,
+    cgroups: HashMap<u64, String>,
+    /// cgroup ids not found at the last scan, so a miss does not rescan every window.
+    cgroup_misses: HashMap<u64, Instant>,
+}
+
+/// Cache bounds: past these the cache is cleared and refilled on demand.
+const MAX_DEVICES: usize = 4096;
+const MAX_CGROUPS: usize = 16384;
+
+impl Names {
+    pub fn new(sysfs_root: impl Into<PathBuf>, cgroup_root: impl Into<PathBuf>) -> Self {
+        Self {
+            sysfs_root: sysfs_root.into(),
+            cgroup_root: cgroup_root.into(),
+            devices: HashMap::new(),
+            cgroups: HashMap::new(),
+            cgroup_misses: HashMap::new(),
+        }
+    }
+
+    pub fn system() -> Self {
+        Self::new("/sys", "/sys/fs/cgroup")
+    }
+
+    /// Kernel name of a block device (`loop3`, `nvme0n1`) from
+    /// `<sysfs>/dev/block/MAJ:MIN`; `MAJ:MIN` when it cannot be resolved.
+    pub fn device(&mut self, dev: u32) -> String {
+        if let Some(n) = self.devices.get(&dev) {
+            return n.clone();
+        }
+        let (ma, mi) = dev_major_minor(dev);
+        let link = self.sysfs_root.join(format!("dev/block/{ma}:{mi}"));
+        let name = fs::read_link(&link)
+            .ok()
+            .and_then(|t| t.file_name().map(|f| f.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| format!("{ma}:{mi}"));
+        if self.devices.len() >= MAX_DEVICES {
+            self.devices.clear();
+        }
+        self.devices.insert(dev, name.clone());
+        name
+    }
+
+    /// cgroup v2 path (relative to the cgroup root, starting with `/`) of a
+    /// cgroup id; `?` when unknown (0, or the cgroup is gone).
+    pub fn cgroup(&mut self, id: u64) -> String {
+        if id == 0 {
+            return "?".into();
+        }
+        if let Some(p) = self.cgroups.get(&id) {
+            return p.clone();
+        }
+        let recently_missed = self
+            .cgroup_misses
+            .get(&id)
+            .is_some_and(|t| t.elapsed().as_secs() < 30);
+        if !recently_missed {
+            self.rescan_cgroups();
+            if let Some(p) = self.cgroups.get(&id) {
+                return p.clone();
+            }
+            if self.cgroup_misses.len() >= MAX_CGROUPS {
+                self.cgroup_misses.clear();
+            }
+            self.cgroup_misses.insert(id, Instant::now());
+        }
+        "?".into()
+    }
+
+    fn rescan_cgroups(&mut self) {
+        self.cgroups.clear();
+        let root = self.cgroup_root.clone();
+        walk_cgroups(&root, &root, &mut self.cgroups, 0);
+    }
+}
+
+fn walk_cgroups(root: &Path, dir: &Path, out: &mut HashMap<u64, String>, depth: usize) {
+    if depth > 32 || out.len() >= MAX_CGROUPS {
+        return;
+    }
+    let Ok(meta) = fs::metadata(dir) else { return };
+    let rel = dir.strip_prefix(root).unwrap_or(Path::new(""));
+    out.insert(meta.ino(), format!("/{}", rel.display()));
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            walk_cgroups(root, &e.path(), out, depth + 1);
+        }
+    }
+}
+
+/// Prometheus text for the block metrics, summed over cgroups:
+/// `faultline_block_requests_total{device,op}`, `faultline_block_bytes_total{device,op}`,
+/// `faultline_block_latency_seconds{device,op}` (histogram with log2 buckets)
+/// and `faultline_block_inflight{device}`.
+pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
+    let mut by: BTreeMap<(String, &'static str), BlockStats> = BTreeMap::new();
+    for (k, v) in &snap.stats {
+        let Some(op) = op_name(k.op) else { continue };
+        let e = by
+            .entry((names.device(k.dev), op))
+            .or_insert(BlockStats::ZERO);
+        accumulate(e, v);
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# HELP faultline_block_requests_total Completed block requests.\n\
+         # TYPE faultline_block_requests_total counter"
+    );
+    for ((d, o), v) in &by {
+        let _ = writeln!(
+            s,
+            "faultline_block_requests_total{{device=\"{d}\",op=\"{o}\"}} {}",
+            v.requests
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP faultline_block_bytes_total Completed block bytes.\n\
+         # TYPE faultline_block_bytes_total counter"
+    );
+    for ((d, o), v) in &by {
+        let _ = writeln!(
+            s,
+            "faultline_block_bytes_total{{device=\"{d}\",op=\"{o}\"}} {}",
+            v.bytes
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP faultline_block_latency_seconds Block request latency, submit to completion.\n\
+         # TYPE faultline_block_latency_seconds histogram"
+    );
+    for ((d, o), v) in &by {
+        let mut cum = 0u64;
+        for (b, c) in v.hist.iter().enumerate() {
+            cum += c;
+            if b + 1 == LAT_BUCKETS {
+                break;
+            }
+            let le = bucket_upper_ns(b) as f64 / 1e9;
+            let _ = writeln!(
+                s,
+                "faultline_block_latency_seconds_bucket{{device=\"{d}\",op=\"{o}\",le=\"{le:e}\"}} {cum}"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "faultline_block_latency_seconds_bucket{{device=\"{d}\",op=\"{o}\",le=\"+Inf\"}} {}\n\
+             faultline_block_latency_seconds_sum{{device=\"{d}\",op=\"{o}\"}} {}\n\
+             faultline_block_latency_seconds_count{{device=\"{d}\",op=\"{o}\"}} {}",
+            v.timed,
+            v.latency_sum_ns as f64 / 1e9,
+            v.timed
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP faultline_block_inflight Timed block requests in flight.\n\
+         # TYPE faultline_block_inflight gauge"
+    );
+    let mut inflight: BTreeMap<String, u64> = BTreeMap::new();
+    for (dev, n) in &snap.inflight {
+        *inflight.entry(names.device(*dev)).or_default() += n;
+    }
+    for (d, n) in &inflight {
+        let _ = writeln!(s, "faultline_block_inflight{{device=\"{d}\"}} {n}");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(requests: u64, bytes: u64, lats_ns: &[u64]) -> BlockStats {
+        let mut s = BlockStats::ZERO;
+        s.requests = requests;
+        s.bytes = bytes;
+        for &l in lats_ns {
+            s.timed += 1;
+            s.latency_sum_ns += l;
+            s.latency_max_ns = s.latency_max_ns.max(l);
+            s.hist[collector_common::block::lat_bucket(l)] += 1;
+        }
+        s
+    }
+
+    #[test]
+    fn delta_subtracts_and_treats_a_decrease_as_restart() {
+        let a = stats(10, 4096 * 10, &[1000; 10]);
+        let b = stats(
+            15,
+            4096 * 15,
+            &[
+                1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 3000, 3000, 3000, 3000,
+                3000,
+            ],
+        );
+        let d = delta(Some(&a), &b);
+        assert_eq!((d.requests, d.bytes, d.timed), (5, 4096 * 5, 5));
+        assert_eq!(d.hist[collector_common::block::lat_bucket(3000)], 5);
+        assert_eq!(d.hist[collector_common::block::lat_bucket(1000)], 0);
+        assert_eq!(d.latency_max_ns, 3000, "running max rose: exact");
+        // Counters went down: the map was recreated, the window is `cur`.
+        let restarted = stats(2, 8192, &[500, 700]);
+        assert_eq!(delta(Some(&b), &restarted), restarted);
+        assert_eq!(delta(None, &restarted), restarted);
+    }
+
+    #[test]
+    fn delta_max_bounded_by_bucket_when_running_max_did_not_move() {
+        let a = stats(1, 0, &[1_000_000]);
+        let mut b = a;
+        b.requests += 2;
+        b.timed += 2;
+        b.hist[collector_common::block::lat_bucket(2000)] += 2;
+        let d = delta(Some(&a), &b);
+        // 2000 ns lies in [1024, 2048): bound 2048, below the running max.
+        assert_eq!(d.latency_max_ns, 2048);
+    }
+
+    #[test]
+    fn quantiles_interpolate_within_log2_buckets() {
+        let mut h = [0u64; LAT_BUCKETS];
+        assert_eq!(quantile_ns(&h, 0.5), None);
+        h[10] = 100; // [1024, 2048)
+        let p50 = quantile_ns(&h, 0.5).unwrap();
+        assert!((p50 - 1536.0).abs() < 1e-9, "{p50}");
+        h[20] = 1; // one slow request in [1 MiB ns, 2 MiB ns)
+        let p99 = quantile_ns(&h, 0.99).unwrap();
+        assert!((1024.0..2048.0).contains(&p99), "{p99}");
+        let p100 = quantile_ns(&h, 1.0).unwrap();
+        assert_eq!(p100, 2097152.0);
+    }
+
+    #[test]
+    fn names_resolve_from_a_fake_sysfs_and_fall_back_to_numbers() {
+        let root = std::env::temp_dir().join(format!("faultline-names-{}", std::process::id()));
+        let devblock = root.join("sys/dev/block");
+        fs::create_dir_all(&devblock).unwrap();
+        fs::create_dir_all(root.join("sys/devices/virtual/block/loop3")).unwrap();
+        std::os::unix::fs::symlink("../../devices/virtual/block/loop3", devblock.join("7:3"))
+            .unwrap();
+        let cg = root.join("cg");
+        fs::create_dir_all(cg.join("system.slice/slurmstepd.scope/job_42")).unwrap();
+        let job_ino = fs::metadata(cg.join("system.slice/slurmstepd.scope/job_42"))
+            .unwrap()
+            .ino();
+        let mut n = Names::new(root.join("sys"), &cg);
+        assert_eq!(n.device(make_dev(7, 3)), "loop3");
+        assert_eq!(n.device(make_dev(259, 1)), "259:1");
+        assert_eq!(n.cgroup(job_ino), "/system.slice/slurmstepd.scope/job_42");
+        assert_eq!(n.cgroup(0), "?");
+        assert_eq!(n.cgroup(u64::MAX), "?");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn window_rows_and_prometheus_text() {
+        let t0 = Instant::now();
+        let dev = make_dev(7, 3);
+        let key = |op, cg| BlockKey {
+            dev,
+            op,
+            cgroup_id: cg,
+        };
+        let mut a = BlockSnapshot::empty(t0);
+        a.stats
+            .insert(key(op::READ, 0), stats(4, 4 * 4096, &[1000; 4]));
+        let mut b = BlockSnapshot::empty(t0 + std::time::Duration::from_secs(2));
+        b.stats
+            .insert(key(op::READ, 0), stats(14, 14 * 4096, &[1000; 14]));
+        b.stats
+            .insert(key(op::WRITE, 0), stats(3, 3 * 8192, &[5000; 3]));
+        b.stats.insert(key(op::OTHER, 0), stats(2, 0, &[]));
+        b.inflight.insert(dev, 2);
+        let mut names = Names::new("/nonexistent", "/nonexistent");
+        let w = BlockWindow::between(&a, &b, &mut names);
+        assert_eq!(w.rows.len(), 2);
+        let r = &w.rows[0];
+        assert_eq!(
+            (r.device.as_str(), r.op, r.requests, r.bytes),
+            ("7:3", "read", 10, 40960)
+        );
+        assert!((r.iops - 5.0).abs() < 1e-9);
+        assert!((r.bytes_per_sec - 20480.0).abs() < 1e-9);
+        assert!(r.p99_s.unwrap() <= r.max_s.unwrap());
+        assert_eq!(w.unclassified, vec![("7:3".to_string(), 2)]);
+        assert_eq!(w.inflight, vec![("7:3".to_string(), 2)]);
+
+        let text = render_prometheus(&b, &mut names);
+        assert!(text.contains("faultline_block_requests_total{device=\"7:3\",op=\"read\"} 14\n"));
+        assert!(text.contains("faultline_block_bytes_total{device=\"7:3\",op=\"write\"} 24576\n"));
+        assert!(
+            text.contains("faultline_block_latency_seconds_count{device=\"7:3\",op=\"write\"} 3\n")
+        );
+        assert!(text.contains(
+            "faultline_block_latency_seconds_bucket{device=\"7:3\",op=\"read\",le=\"+Inf\"} 14\n"
+        ));
+        assert!(text.contains("faultline_block_inflight{device=\"7:3\"} 2\n"));
+        // 1000 ns is in bucket 9 = [512, 1024): le = 1.024e-6 s holds all 14.
+        assert!(text.contains("faultline_block_latency_seconds_bucket{device=\"7:3\",op=\"read\",le=\"1.024e-6\"} 14\n"), "{text}");
+        assert!(!text.contains("op=\"other\""));
+    }
+}

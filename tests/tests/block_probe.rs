@@ -1,0 +1,103 @@
+//! Block probes against real I/O on a loop device: faultline's counts and
+//! bytes per op must equal the kernel's own accounting in
+//! `/sys/block/loopN/stat` over the same interval.
+use collector::{
+    probes::{ProbeOptions, Probes},
+    storage::{make_dev, quantile_ns, BlockWindow, Names},
+};
+use collector_common::block::op;
+
+#[test]
+fn block_counts_and_bytes_equal_the_kernels_accounting() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("block_probe") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
+        let (ma, mi) = lo.major_minor().expect("major:minor");
+        let dev = make_dev(ma, mi);
+
+        let opts = ProbeOptions {
+            exec: false,
+            block: true,
+            block_sample_every: 0,
+        };
+        let probes = Probes::load(&opts).expect("load probes");
+        assert!(probes.block_active(), "{:?}", probes.status());
+
+        let k_before = lo.stat().unwrap();
+        let f_before = probes.block_snapshot().unwrap();
+        let issued = tests::direct_io_workload(&lo.path, 40, 4096, 24, 16384, 10, 3).unwrap();
+        let k = lo.stat().unwrap().since(&k_before);
+        let f_after = probes.block_snapshot().unwrap();
+        eprintln!("issued {issued:?}\nkernel {k:?}");
+
+        let f = |o: u32| {
+            let a = f_after.device_op_total(dev, o);
+            let b = f_before.device_op_total(dev, o);
+            collector::storage::delta(Some(&b), &a)
+        };
+        let (r, w, fl, d) = (f(op::READ), f(op::WRITE), f(op::FLUSH), f(op::DISCARD));
+        eprintln!(
+            "faultline read {}/{} write {}/{} flush {}/{} discard {}/{}",
+            r.requests, r.bytes, w.requests, w.bytes, fl.requests, fl.bytes, d.requests, d.bytes
+        );
+        assert_eq!(r.requests, k.read_ios, "read requests");
+        assert_eq!(r.bytes, k.read_sectors * 512, "read bytes");
+        assert_eq!(w.requests, k.write_ios, "write requests");
+        assert_eq!(w.bytes, k.write_sectors * 512, "write bytes");
+        assert_eq!(fl.requests, k.flush_ios, "flush requests");
+        assert_eq!(d.requests, k.discard_ios, "discard requests");
+        assert_eq!(d.bytes, k.discard_sectors * 512, "discard bytes");
+        // And the kernel saw what the workload did (no merges with this stride).
+        assert_eq!(k.read_ios, issued.reads);
+        // Each fsync sends an empty REQ_PREFLUSH write, which the kernel counts
+        // as a write (0 bytes) and turns into one flush request.
+        assert_eq!(k.write_ios, issued.writes + issued.flushes);
+        assert_eq!(k.flush_ios, issued.flushes);
+        assert_eq!(k.discard_ios, issued.discards);
+        assert_eq!(k.discard_sectors * 512, issued.discard_bytes);
+        assert_eq!(k.read_sectors * 512, issued.read_bytes);
+        assert_eq!(k.write_sectors * 512, issued.write_bytes);
+
+        assert_eq!(fl.timed, fl.requests, "flush requests timed from issue");
+        for (name, s) in [("read", &r), ("write", &w)] {
+            assert_eq!(s.timed, s.requests, "{name}: every request timed");
+            let p50 = quantile_ns(&s.hist, 0.5).unwrap();
+            let max = s.latency_max_ns as f64;
+            assert!(p50 > 0.0, "{name}: p50 {p50}");
+            assert!(max > 0.0 && max < 10e9, "{name} max {max}");
+            let mean = s.latency_sum_ns as f64 / s.timed as f64;
+            assert!(mean > 0.0 && mean <= max, "{name}: mean {mean} max {max}");
+        }
+
+        // The window view over the same interval names the device and the
+        // test's own cgroup as submitter.
+        let mut names = Names::system();
+        let win = BlockWindow::between(&f_before, &f_after, &mut names);
+        let own = tests::own_cgroup_id().unwrap();
+        let own_path = names.cgroup(own);
+        let rows: Vec<_> = win.rows.iter().filter(|r| r.device == lo.name).collect();
+        assert!(!rows.is_empty(), "{win:?}");
+        let reads: u64 = rows
+            .iter()
+            .filter(|r| r.op == "read")
+            .map(|r| r.requests)
+            .sum();
+        assert_eq!(reads, k.read_ios);
+        let ours = rows
+            .iter()
+            .find(|r| r.op == "write" && r.cgroup == own_path)
+            .expect("writes attributed to the test's cgroup");
+        assert_eq!(ours.requests, issued.writes + issued.flushes);
+        for row in &rows {
+            if matches!(row.op, "read" | "write") {
+                let (p50, p99, max) = (row.p50_s.unwrap(), row.p99_s.unwrap(), row.max_s.unwrap());
+                assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{row:?}");
+            }
+        }
+        assert!(ours.iops > 0.0 && ours.bytes_per_sec > 0.0, "{ours:?}");
+        assert_eq!(ours.bytes, issued.write_bytes);
+    });
+}
