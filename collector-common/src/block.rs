@@ -77,10 +77,12 @@ const _: () = assert!(core::mem::size_of::<InflightKey>() == 16);
 pub struct InflightVal {
     pub issue_ns: u64,
     pub cgroup_id: u64,
+    /// Bytes completed so far (`block_rq_complete`), moved into the aggregate at done.
+    pub bytes: u64,
     pub pid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<InflightVal>() == 24);
+const _: () = assert!(core::mem::size_of::<InflightVal>() == 32);
 
 /// Sampled per-request record for the timeline (optional stream).
 #[repr(C)]

@@ -72,10 +72,6 @@ static BLOCK_AGG: HashMap<BlockKey, BlockStats> = HashMap::with_max_entries(1638
 #[map(name = "BLOCK_INFLIGHT")]
 static BLOCK_INFLIGHT: HashMap<InflightKey, InflightVal> = HashMap::with_max_entries(65536, 0);
 
-/// Timed requests in flight per device (started after attach, not yet done).
-#[map(name = "BLOCK_DEV_INFLIGHT")]
-static BLOCK_DEV_INFLIGHT: HashMap<u32, i64> = HashMap::with_max_entries(4096, 0);
-
 /// One all-zero `BlockStats`, the initial value for new keys (too large for the stack).
 #[map(name = "BLOCK_ZERO")]
 static BLOCK_ZERO: Array<BlockStats> = Array::with_max_entries(1, 0);
@@ -141,32 +137,26 @@ fn start(ctx: &TracePointContext) -> Result<u32, u32> {
     let val = InflightVal {
         issue_ns: unsafe { bpf_ktime_get_ns() },
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        bytes: 0,
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         _pad: 0,
     };
     bump(stat::BLOCK_ISSUED);
-    // A key already present means a previous request at the same sector was
-    // never completed (or completed unseen): the new one replaces it.
-    let was_present = BLOCK_INFLIGHT.get_ptr(&key).is_some();
-    if BLOCK_INFLIGHT.insert(&key, &val, 0).is_err() {
-        bump(stat::BLOCK_START_MAP_FULL);
+    if BLOCK_INFLIGHT
+        .insert(&key, &val, u64::from(BPF_NOEXIST))
+        .is_ok()
+    {
         return Ok(0);
     }
-    if !was_present {
-        dev_inflight_add(dev, 1);
+    // Present already: a previous request at this sector was never seen to
+    // complete and the new one replaces it; or the map is full.
+    if let Some(p) = BLOCK_INFLIGHT.get_ptr_mut(&key) {
+        // SAFETY: map value pointer, valid for the program's duration.
+        unsafe { *p = val };
+    } else {
+        bump(stat::BLOCK_START_MAP_FULL);
     }
     Ok(0)
-}
-
-#[inline(always)]
-fn dev_inflight_add(dev: u32, delta: i64) {
-    if BLOCK_DEV_INFLIGHT.get_ptr_mut(&dev).is_none() {
-        let _ = BLOCK_DEV_INFLIGHT.insert(&dev, &0i64, u64::from(BPF_NOEXIST));
-    }
-    if let Some(p) = BLOCK_DEV_INFLIGHT.get_ptr_mut(&dev) {
-        // SAFETY: map value pointer, valid for the program's duration.
-        unsafe { atomic_xadd::<i64, i64, { AtomicOrdering::Relaxed }>(p, delta) };
-    }
 }
 
 /// Returns the aggregate slot for `key`, creating it zeroed.
@@ -195,15 +185,14 @@ fn done(dev: u32, sector: u64, op: u32, bytes: Option<u64>) -> Result<u32, u32> 
     // SAFETY: the value is copied out before the entry is removed.
     let rec = unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied();
     let now = unsafe { bpf_ktime_get_ns() };
-    let (cgroup_id, latency) = match rec {
+    let (cgroup_id, latency, rec_bytes) = match rec {
         Some(r) => {
             let _ = BLOCK_INFLIGHT.remove(&ikey);
-            dev_inflight_add(dev, -1);
-            (r.cgroup_id, Some(now.saturating_sub(r.issue_ns)))
+            (r.cgroup_id, Some(now.saturating_sub(r.issue_ns)), r.bytes)
         }
         None => {
             bump(stat::BLOCK_UNMATCHED);
-            (0, None)
+            (0, None, 0)
         }
     };
     let key = BlockKey { dev, op, cgroup_id };
@@ -215,7 +204,8 @@ fn done(dev: u32, sector: u64, op: u32, bytes: Option<u64>) -> Result<u32, u32> 
     // SAFETY (all field pointers): `s` is a valid map value pointer.
     unsafe {
         add(&raw mut (*s).requests, 1);
-        if let Some(b) = bytes {
+        let b = bytes.unwrap_or(0) + rec_bytes;
+        if b > 0 {
             add(&raw mut (*s).bytes, b);
         }
         if let Some(lat) = latency {
@@ -279,13 +269,22 @@ fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id:
     entry.submit(0);
 }
 
-/// Bytes of a completion: the part of `blk_account_io_completion()`.
+/// Bytes of a completion (what `blk_account_io_completion()` adds to the
+/// stat sectors): kept in the in-flight record and counted at done. Without a
+/// record (request started before attach) they go straight to the aggregate.
 #[inline(always)]
 fn add_bytes(dev: u32, sector: u64, op: u32, bytes: u64) -> Result<u32, u32> {
     let ikey = InflightKey { dev, op, sector };
-    // SAFETY: value copied out immediately.
-    let cgroup_id = unsafe { BLOCK_INFLIGHT.get(&ikey) }.map_or(0, |r| r.cgroup_id);
-    let key = BlockKey { dev, op, cgroup_id };
+    if let Some(r) = BLOCK_INFLIGHT.get_ptr_mut(&ikey) {
+        // SAFETY: valid map value pointer; one request completes on one CPU.
+        unsafe { (*r).bytes += bytes };
+        return Ok(0);
+    }
+    let key = BlockKey {
+        dev,
+        op,
+        cgroup_id: 0,
+    };
     let Some(s) = agg_slot(&key) else {
         bump(stat::BLOCK_AGG_MAP_FULL);
         return Ok(0);

@@ -80,9 +80,15 @@ pub struct LoopDevice {
 }
 
 impl LoopDevice {
-    /// Creates a `size`-byte sparse backing file and attaches it with `losetup`.
+    /// Creates a `size`-byte sparse backing file in the temp dir and attaches
+    /// it with `losetup`.
     pub fn new(size: u64) -> io::Result<Self> {
-        let backing = std::env::temp_dir().join(format!(
+        Self::new_in(&std::env::temp_dir(), size)
+    }
+
+    /// As [`LoopDevice::new`], with the backing file in `dir`.
+    pub fn new_in(dir: &std::path::Path, size: u64) -> io::Result<Self> {
+        let backing = dir.join(format!(
             "faultline-loop-{}-{}.img",
             std::process::id(),
             std::time::SystemTime::now()

@@ -28,6 +28,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run the benchmarks (tables on stdout, JSON in bench/). Needs root.
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -65,6 +70,19 @@ fn main() -> Result<()> {
             run(c)
         }
         Cmd::Test { args } => test(&args),
+        Cmd::Bench { args } => {
+            let mut c = cargo();
+            c.args(["build", "--release", "-p", "bench"]);
+            run(c)?;
+            let which: Vec<String> = if args.is_empty() {
+                vec!["block".into()]
+            } else {
+                args
+            };
+            let mut c = Command::new("target/release/faultline-bench");
+            c.args(which);
+            run(c)
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 
 use aya::maps::{HashMap, MapData};
-use collector_common::block::{BlockKey, BlockStats};
+use collector_common::block::{BlockKey, BlockStats, InflightKey, InflightVal};
 
 use super::{ProbeError, Probes};
 use crate::storage::BlockSnapshot;
@@ -32,22 +32,25 @@ impl Probes {
             })?;
             stats.insert(k, v);
         }
+        // In-flight depth per device: the requests between start and done.
         let inf_map = self
             .ebpf()
-            .map("BLOCK_DEV_INFLIGHT")
-            .ok_or(ProbeError::MissingMap("BLOCK_DEV_INFLIGHT"))?;
+            .map("BLOCK_INFLIGHT")
+            .ok_or(ProbeError::MissingMap("BLOCK_INFLIGHT"))?;
         let inf =
-            HashMap::<&MapData, u32, i64>::try_from(inf_map).map_err(|source| ProbeError::Map {
-                name: "BLOCK_DEV_INFLIGHT",
+            HashMap::<&MapData, InflightKey, InflightVal>::try_from(inf_map).map_err(|source| {
+                ProbeError::Map {
+                    name: "BLOCK_INFLIGHT",
+                    source,
+                }
+            })?;
+        let mut inflight: BTreeMap<u32, u64> = BTreeMap::new();
+        for key in inf.keys() {
+            let k = key.map_err(|source| ProbeError::Map {
+                name: "BLOCK_INFLIGHT",
                 source,
             })?;
-        let mut inflight = BTreeMap::new();
-        for entry in inf.iter() {
-            let (k, v) = entry.map_err(|source| ProbeError::Map {
-                name: "BLOCK_DEV_INFLIGHT",
-                source,
-            })?;
-            inflight.insert(k, v.max(0) as u64);
+            *inflight.entry(k.dev).or_default() += 1;
         }
         Ok(BlockSnapshot {
             taken: std::time::Instant::now(),

@@ -245,6 +245,30 @@ impl Probes {
         Ok(out)
     }
 
+    /// Kernel run statistics per attached program: (program, invocations,
+    /// total ns), from `/proc/self/fdinfo`. The counters only move while
+    /// BPF run-time stats are enabled ([`enable_run_stats`]).
+    pub fn program_run_stats(&self) -> Vec<(String, u64, u64)> {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        let mut out = Vec::new();
+        for (name, prog) in self.ebpf.programs() {
+            let Ok(fd) = prog.fd() else { continue };
+            let raw = fd.as_fd().as_raw_fd();
+            let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")) else {
+                continue;
+            };
+            let field = |k: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            out.push((name.to_string(), field("run_cnt:"), field("run_time_ns:")));
+        }
+        out.sort();
+        out
+    }
+
     /// Access to the loaded object for probe families that read maps.
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
@@ -253,6 +277,14 @@ impl Probes {
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
     }
+}
+
+/// Turns on the kernel's BPF run-time accounting (`BPF_ENABLE_STATS`) for as
+/// long as the returned fd lives. It costs two clock reads per program run, so
+/// only benchmarks use it.
+pub fn enable_run_stats() -> std::io::Result<std::os::fd::OwnedFd> {
+    aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Result<(), String> {

@@ -1,0 +1,49 @@
+//! `faultline-bench`: benchmarks that print a table and write a JSON result.
+//! Every figure is a ratio measured side by side in one run (alternating
+//! rounds), because absolute numbers on shared machines are noise.
+mod block;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "faultline-bench")]
+struct Cli {
+    /// Directory for the JSON results.
+    #[arg(long, default_value = "bench")]
+    out_dir: PathBuf,
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Debug, Subcommand)]
+enum Which {
+    /// Block probes' cost: 4 KiB direct random-read IOPS on a loop device
+    /// with and without the probes attached.
+    Block(block::Args),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    std::fs::create_dir_all(&cli.out_dir)?;
+    match cli.which {
+        Which::Block(a) => block::run(&a, &cli.out_dir),
+    }
+}
+
+/// Median of a non-empty slice.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
