@@ -115,9 +115,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut with = Vec::new();
     let mut counted = 0u64;
     let opts = ProbeOptions {
-        exec: true,
-        block: true,
-        block_sample_every: 0,
+        cuda: false,
+        ..ProbeOptions::default()
     };
     // ABBA order: even rounds measure without first, odd rounds with first,
     // so slow drifts of the machine cancel out in the paired ratios.

@@ -7,6 +7,7 @@
 #![no_std]
 
 pub mod block;
+pub mod cuda;
 pub mod exec;
 
 /// Header common to every event written into a ring buffer.
@@ -33,6 +34,7 @@ const _: () = assert!(core::mem::size_of::<EventHeader>() == 32);
 pub enum EventKind {
     Exec = 1,
     BlockRequest = 2,
+    Cuda = 3,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -41,6 +43,7 @@ impl TryFrom<u32> for EventKind {
         match v {
             1 => Ok(Self::Exec),
             2 => Ok(Self::BlockRequest),
+            3 => Ok(Self::Cuda),
             other => Err(other),
         }
     }
@@ -73,6 +76,20 @@ pub mod stat {
     pub const BLOCK_AGG_MAP_FULL: u32 = 6;
     /// Sampled per-request events dropped because the ring was full.
     pub const BLOCK_RING_FULL: u32 = 7;
+    /// CUDA calls counted (all kinds, launches included).
+    pub const CUDA_CALLS: u32 = 8;
+    /// CUDA aggregate map full: a call could not be counted.
+    pub const CUDA_AGG_MAP_FULL: u32 = 9;
+    /// A return probe found no entry record (entry before attach, or map full).
+    pub const CUDA_UNMATCHED_RETURN: u32 = 10;
+    /// Per-event stream: dropped by the rate limit.
+    pub const CUDA_EVENTS_RATE_LIMITED: u32 = 11;
+    /// Per-event stream: dropped because the ring was full.
+    pub const CUDA_RING_FULL: u32 = 12;
+    /// Per-event stream: events written.
+    pub const CUDA_EVENTS: u32 = 13;
+    /// Kernel names captured.
+    pub const CUDA_NAMES: u32 = 14;
     /// Number of slots.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 15;
 }

@@ -172,7 +172,7 @@ fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
 }
 
 #[inline(always)]
-fn add(p: *mut u64, v: u64) {
+pub(crate) fn add(p: *mut u64, v: u64) {
     // SAFETY: `p` points into a map value, valid for the program's duration.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }

@@ -11,6 +11,7 @@
 #![allow(internal_features)]
 
 mod block;
+mod cuda;
 mod exec;
 mod stats;
 

@@ -2,6 +2,8 @@
 //!
 //! Data path: [`probes`] loads and attaches the embedded eBPF object and drains
 //! its rings and maps; later stages enrich, window and stream to the correlator.
+pub mod cuda;
+pub mod cuda_lib;
 pub mod http;
 pub mod privilege;
 #[cfg(feature = "probes")]

@@ -45,6 +45,12 @@ struct RunArgs {
     /// Disable the block I/O probes.
     #[arg(long)]
     no_block: bool,
+    /// Disable the CUDA driver-API probes.
+    #[arg(long)]
+    no_cuda: bool,
+    /// Path of libcuda.so.1 (default: ld.so cache, running processes, usual paths).
+    #[arg(long, value_name = "PATH")]
+    cuda_library: Option<std::path::PathBuf>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `collector=debug`.
     #[arg(long, env = "FAULTLINE_LOG", default_value = "info")]
     log: String,
@@ -108,10 +114,12 @@ async fn run(args: RunArgs) -> Result<()> {
         })?;
     println!("metrics on http://{bound}/metrics");
 
-    let opts = ProbeOptions {
+    let mut opts = ProbeOptions {
         block: !args.no_block,
+        cuda: !args.no_cuda,
         ..ProbeOptions::default()
     };
+    opts.cuda_search.configured = args.cuda_library.clone();
     let mut probes = Probes::load(&opts)?;
     for s in probes.status() {
         println!("probe {s}");
@@ -120,6 +128,11 @@ async fn run(args: RunArgs) -> Result<()> {
     let mut names = Names::system();
     let mut block_prev = if block_on {
         Some(probes.block_snapshot()?)
+    } else {
+        None
+    };
+    let mut cuda_prev = if probes.cuda_library().is_some() {
+        Some(probes.cuda_snapshot()?)
     } else {
         None
     };
@@ -180,6 +193,14 @@ async fn run(args: RunArgs) -> Result<()> {
                         println!("  {line}");
                     }
                     expo.set_section("block", storage::render_prometheus(&cur, &mut names));
+                    *prev = cur;
+                }
+                if let Some(prev) = cuda_prev.as_mut() {
+                    let cur = probes.cuda_snapshot()?;
+                    for line in collector::cuda::window_lines(prev, &cur) {
+                        println!("  {line}");
+                    }
+                    expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
                     *prev = cur;
                 }
                 export_kernel_stats(&k);

@@ -307,3 +307,21 @@ pub fn direct_io_workload(
     }
     Ok(issued)
 }
+
+/// Directory of the C stand-ins built by `tests/build.rs`.
+pub const STANDINS_DIR: &str = env!("FAULTLINE_STANDINS_DIR");
+
+/// The stand-in `libcuda.so.1` (ordinary function entries, like the real driver).
+pub fn fake_libcuda() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("plain/libcuda.so.1")
+}
+
+/// The stand-in `libcuda.so.1` whose entries start with a 5-byte nop.
+pub fn fake_libcuda_nop5() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("nop5/libcuda.so.1")
+}
+
+/// The `cuda_workload` program.
+pub fn cuda_workload() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("cuda_workload")
+}

@@ -21,7 +21,8 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
         let opts = ProbeOptions {
             exec: false,
             block: true,
-            block_sample_every: 0,
+            cuda: false,
+            ..ProbeOptions::default()
         };
         let probes = Probes::load(&opts).expect("load probes");
         assert!(probes.block_active(), "{:?}", probes.status());

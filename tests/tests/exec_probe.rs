@@ -44,7 +44,8 @@ async fn exec_probe() {
     let opts = ProbeOptions {
         exec: true,
         block: false,
-        block_sample_every: 0,
+        cuda: false,
+        ..ProbeOptions::default()
     };
     let mut probes = Probes::load(&opts).expect("load and attach the probes");
     assert!(

@@ -1,12 +1,8 @@
 //! Draining `sched_process_exec` events from their ring buffer.
-use std::io;
-
-use aya::maps::{MapData, RingBuf};
 use collector_common::{
     exec::{ExecEvent, COMM_LEN},
     EventKind,
 };
-use tokio::io::unix::AsyncFd;
 
 /// One exec as seen by the probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,49 +50,13 @@ fn cstr(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-/// The exec ring, registered with tokio: readiness comes from epoll on the
-/// ring's fd, so draining never busy-polls.
-pub struct ExecRing {
-    fd: AsyncFd<RingBuf<MapData>>,
-    malformed: u64,
-}
-
-impl ExecRing {
-    pub(super) fn new(fd: AsyncFd<RingBuf<MapData>>) -> Self {
-        Self { fd, malformed: 0 }
-    }
-
-    /// Waits until at least one event is available, then appends everything
-    /// in the ring to `out`.
-    pub async fn recv_batch(&mut self, out: &mut Vec<ExecRecord>) -> io::Result<()> {
-        loop {
-            let mut guard = self.fd.readable_mut().await?;
-            // Clear first, then drain: an event committed after the drain
-            // re-arms readiness instead of being missed.
-            guard.clear_ready();
-            let ring = guard.get_inner_mut();
-            let before = out.len();
-            while let Some(item) = ring.next() {
-                match ExecRecord::parse(&item) {
-                    Some(r) => out.push(r),
-                    None => {
-                        self.malformed += 1;
-                        metrics::counter!("faultline_ring_malformed_total", "ring" => "exec")
-                            .increment(1);
-                    }
-                }
-            }
-            let n = out.len() - before;
-            if n > 0 {
-                metrics::counter!("faultline_probe_events_total", "probe" => "exec")
-                    .increment(n as u64);
-                return Ok(());
-            }
-        }
-    }
-
-    /// Ring items that could not be decoded.
-    pub fn malformed(&self) -> u64 {
-        self.malformed
+impl super::ring::Decode for ExecRecord {
+    const RING: &'static str = "EXEC_EVENTS";
+    const LABEL: &'static str = "exec";
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        Self::parse(bytes)
     }
 }
+
+/// The exec event ring.
+pub type ExecRing = super::ring::EventRing<ExecRecord>;

@@ -4,14 +4,19 @@
 //! optional unless marked required, and its outcome is recorded as a
 //! [`ProbeStatus`] so that the operator sees what is active and why not.
 pub mod block;
+pub mod cuda;
 pub mod exec;
+pub mod ring;
 pub mod table;
 
 use std::fmt;
 
 use aya::{
-    maps::{MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    maps::{MapData, PerCpuArray},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        TracePoint, UProbe,
+    },
     Ebpf, EbpfLoader,
 };
 use collector_common::stat;
@@ -65,6 +70,11 @@ pub struct ProbeOptions {
     pub block: bool,
     /// Emit one sampled per-request block event every N completions per CPU (0 = off).
     pub block_sample_every: u32,
+    pub cuda: bool,
+    /// Where to find `libcuda.so.1`.
+    pub cuda_search: crate::cuda_lib::Search,
+    /// CUDA per-event stream budget, events per second per CPU (0 = aggregates only).
+    pub cuda_events_per_sec: u32,
 }
 
 impl Default for ProbeOptions {
@@ -73,6 +83,9 @@ impl Default for ProbeOptions {
             exec: true,
             block: true,
             block_sample_every: 0,
+            cuda: true,
+            cuda_search: crate::cuda_lib::Search::default(),
+            cuda_events_per_sec: 0,
         }
     }
 }
@@ -108,6 +121,7 @@ pub struct Probes {
     ebpf: Ebpf,
     status: Vec<ProbeStatus>,
     block_mode: BlockMode,
+    cuda_library: Option<std::path::PathBuf>,
 }
 
 impl Probes {
@@ -127,6 +141,7 @@ impl Probes {
         for (name, value) in &globals {
             loader.override_global(name, value, true);
         }
+        loader.override_global("CUDA_EVENTS_PER_SEC", &opts.cuda_events_per_sec, true);
         let mut ebpf = loader
             .load(PROBES_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
@@ -167,11 +182,26 @@ impl Probes {
                 state,
             });
         }
+        let cuda_library = if opts.cuda {
+            attach_cuda(&mut ebpf, opts, &mut status)
+        } else {
+            status.push(ProbeStatus {
+                name: "cuda",
+                state: ProbeState::Disabled,
+            });
+            None
+        };
         Ok(Self {
             ebpf,
             status,
             block_mode,
+            cuda_library,
         })
+    }
+
+    /// The CUDA driver library the uprobes are attached to, if any.
+    pub fn cuda_library(&self) -> Option<&std::path::Path> {
+        self.cuda_library.as_deref()
     }
 
     /// How the block probes time requests on this kernel.
@@ -205,22 +235,7 @@ impl Probes {
 
     /// Takes the exec event ring (once).
     pub fn take_exec_ring(&mut self) -> Result<exec::ExecRing, ProbeError> {
-        let map = self
-            .ebpf
-            .take_map("EXEC_EVENTS")
-            .ok_or(ProbeError::MissingMap("EXEC_EVENTS"))?;
-        let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map {
-            name: "EXEC_EVENTS",
-            source,
-        })?;
-        // SAFETY: the RingBuf owns its map fd, which stays open and unchanged until
-        // the AsyncFd (and with it the RingBuf) is dropped.
-        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .map_err(|e| ProbeError::Poll {
-                name: "EXEC_EVENTS",
-                source: e.into_parts().1,
-            })?;
-        Ok(exec::ExecRing::new(fd))
+        self.take_ring()
     }
 
     /// In-kernel self-statistics summed over CPUs (indices in `collector_common::stat`).
@@ -308,6 +323,91 @@ fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Result<(), St
             Ok(())
         }
     }
+}
+
+/// Attaches the CUDA uprobes to the discovered library. Every outcome is
+/// recorded in `status`; nothing here stops the collector.
+fn attach_cuda(
+    ebpf: &mut Ebpf,
+    opts: &ProbeOptions,
+    status: &mut Vec<ProbeStatus>,
+) -> Option<std::path::PathBuf> {
+    let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("{e}");
+            status.push(ProbeStatus {
+                name: "cuda",
+                state: ProbeState::Inactive(e.to_string()),
+            });
+            return None;
+        }
+    };
+    let mut loaded: Vec<&'static str> = Vec::new();
+    let mut attached = 0usize;
+    for spec in table::CUDA_PROBES {
+        let mut outcome = Ok(());
+        for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
+            let Some(prog_name) = prog_name else { continue };
+            let r = (|| -> Result<(), String> {
+                let prog: &mut UProbe = ebpf
+                    .program_mut(prog_name)
+                    .ok_or_else(|| format!("program {prog_name} missing from the eBPF object"))?
+                    .try_into()
+                    .map_err(|e| format!("program {prog_name}: {e}"))?;
+                if !loaded.contains(&prog_name) {
+                    prog.load()
+                        .map_err(|e| format!("verifier rejected {prog_name}: {e:#}"))?;
+                    loaded.push(prog_name);
+                }
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::Symbol(spec.symbol),
+                    cookie: Some(spec.cookie),
+                };
+                prog.attach(point, &lib, UProbeScope::AllProcesses)
+                    .map_err(|e| {
+                        format!(
+                            "{} {} in {}: {e}",
+                            if is_ret { "uretprobe" } else { "uprobe" },
+                            spec.symbol,
+                            lib.display()
+                        )
+                    })?;
+                Ok(())
+            })();
+            if r.is_err() {
+                outcome = r;
+                break;
+            }
+        }
+        let state = match outcome {
+            Ok(()) => {
+                attached += 1;
+                ProbeState::Attached
+            }
+            Err(why) => ProbeState::Inactive(why),
+        };
+        metrics::gauge!("faultline_probe_attached", "probe" => spec.symbol).set(
+            if state == ProbeState::Attached {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        if let ProbeState::Inactive(why) = &state {
+            if spec.core {
+                tracing::warn!(symbol = spec.symbol, reason = %why, "CUDA probe inactive");
+            } else {
+                tracing::info!(symbol = spec.symbol, reason = %why, "optional CUDA probe inactive");
+            }
+        }
+        status.push(ProbeStatus {
+            name: spec.symbol,
+            state,
+        });
+    }
+    tracing::info!(library = %lib.display(), attached, of = table::CUDA_PROBES.len(), "CUDA probes");
+    (attached > 0).then_some(lib)
 }
 
 /// Forwards aya-log records from the probes to `log` (bridged into `tracing`).

@@ -169,3 +169,172 @@ pub fn globals(
     }
     Ok(out)
 }
+
+/// One CUDA driver symbol: the entry program, the optional return program,
+/// and the attach cookie the programs read (`call::*`, or a variant selector).
+#[derive(Clone, Copy, Debug)]
+pub struct UprobeSpec {
+    pub symbol: &'static str,
+    pub entry: &'static str,
+    pub ret: Option<&'static str>,
+    pub cookie: u64,
+    /// Present in every driver the collector supports; a missing optional
+    /// symbol (newer API) is reported but expected on older drivers.
+    pub core: bool,
+}
+
+const fn up(
+    symbol: &'static str,
+    entry: &'static str,
+    ret: Option<&'static str>,
+    cookie: u64,
+    core: bool,
+) -> UprobeSpec {
+    UprobeSpec {
+        symbol,
+        entry,
+        ret,
+        cookie,
+        core,
+    }
+}
+
+use collector_common::cuda::call;
+
+/// The CUDA driver-API probes (see `collector-ebpf/src/cuda.rs` for prototypes).
+pub const CUDA_PROBES: &[UprobeSpec] = &[
+    up(
+        "cuLaunchKernel",
+        "cuda_launch",
+        None,
+        call::LAUNCH_KERNEL as u64,
+        true,
+    ),
+    up(
+        "cuLaunchCooperativeKernel",
+        "cuda_launch",
+        None,
+        call::LAUNCH_COOPERATIVE as u64,
+        true,
+    ),
+    up(
+        "cuLaunchKernelEx",
+        "cuda_launch_ex",
+        None,
+        call::LAUNCH_KERNEL_EX as u64,
+        false,
+    ),
+    up(
+        "cuGraphLaunch",
+        "cuda_enter",
+        None,
+        call::GRAPH_LAUNCH as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyHtoD_v2",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_HTOD as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyDtoH_v2",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_DTOH as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyAsync",
+        "cuda_enter",
+        None,
+        call::MEMCPY_ASYNC as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyHtoDAsync_v2",
+        "cuda_enter",
+        None,
+        call::MEMCPY_HTOD_ASYNC as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyDtoHAsync_v2",
+        "cuda_enter",
+        None,
+        call::MEMCPY_DTOH_ASYNC as u64,
+        true,
+    ),
+    up(
+        "cuStreamSynchronize",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::STREAM_SYNC as u64,
+        true,
+    ),
+    up(
+        "cuCtxSynchronize",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::CTX_SYNC as u64,
+        true,
+    ),
+    up(
+        "cuEventSynchronize",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::EVENT_SYNC as u64,
+        true,
+    ),
+    up(
+        "cuMemAlloc_v2",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEM_ALLOC as u64,
+        true,
+    ),
+    up(
+        "cuMemFree_v2",
+        "cuda_enter",
+        None,
+        call::MEM_FREE as u64,
+        true,
+    ),
+    up(
+        "cuModuleGetFunction",
+        "cuda_name_enter",
+        Some("cuda_name_return"),
+        0,
+        true,
+    ),
+    up(
+        "cuLibraryGetKernel",
+        "cuda_name_enter",
+        Some("cuda_name_return"),
+        1,
+        false,
+    ),
+    up(
+        "cuKernelGetFunction",
+        "cuda_kernel_func_enter",
+        Some("cuda_kernel_func_return"),
+        0,
+        false,
+    ),
+    up(
+        "cuDevicePrimaryCtxRetain",
+        "cuda_ctx_retain_enter",
+        Some("cuda_ctx_return"),
+        0,
+        true,
+    ),
+    up(
+        "cuCtxCreate_v2",
+        "cuda_ctx_create_enter",
+        Some("cuda_ctx_return"),
+        1,
+        true,
+    ),
+    up("cuCtxSetCurrent", "cuda_ctx_set_current", None, 0, true),
+];

@@ -1,0 +1,191 @@
+//! CUDA driver-API probe types: in-kernel aggregates per (pid, device,
+//! kernel) and per (pid, device, call kind), names per `CUfunction`, and the
+//! optional per-event stream.
+use crate::block::LAT_BUCKETS;
+
+/// Call kinds (the attach cookie of each uprobe and `CallKey::kind`).
+pub mod call {
+    pub const LAUNCH_KERNEL: u32 = 0;
+    pub const LAUNCH_KERNEL_EX: u32 = 1;
+    pub const LAUNCH_COOPERATIVE: u32 = 2;
+    pub const GRAPH_LAUNCH: u32 = 3;
+    pub const MEMCPY_HTOD: u32 = 4;
+    pub const MEMCPY_DTOH: u32 = 5;
+    pub const MEMCPY_ASYNC: u32 = 6;
+    pub const MEMCPY_HTOD_ASYNC: u32 = 7;
+    pub const MEMCPY_DTOH_ASYNC: u32 = 8;
+    pub const STREAM_SYNC: u32 = 9;
+    pub const CTX_SYNC: u32 = 10;
+    pub const EVENT_SYNC: u32 = 11;
+    pub const MEM_ALLOC: u32 = 12;
+    pub const MEM_FREE: u32 = 13;
+    pub const COUNT: u32 = 14;
+
+    /// Label value of a call kind.
+    pub fn name(kind: u32) -> &'static str {
+        match kind {
+            LAUNCH_KERNEL => "cuLaunchKernel",
+            LAUNCH_KERNEL_EX => "cuLaunchKernelEx",
+            LAUNCH_COOPERATIVE => "cuLaunchCooperativeKernel",
+            GRAPH_LAUNCH => "cuGraphLaunch",
+            MEMCPY_HTOD => "cuMemcpyHtoD",
+            MEMCPY_DTOH => "cuMemcpyDtoH",
+            MEMCPY_ASYNC => "cuMemcpyAsync",
+            MEMCPY_HTOD_ASYNC => "cuMemcpyHtoDAsync",
+            MEMCPY_DTOH_ASYNC => "cuMemcpyDtoHAsync",
+            STREAM_SYNC => "cuStreamSynchronize",
+            CTX_SYNC => "cuCtxSynchronize",
+            EVENT_SYNC => "cuEventSynchronize",
+            MEM_ALLOC => "cuMemAlloc",
+            MEM_FREE => "cuMemFree",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Device index when the thread's current context is unknown.
+pub const UNKNOWN_DEVICE: i32 = -1;
+
+/// Bytes of a kernel name kept (NUL-terminated, truncated).
+pub const NAME_LEN: usize = 128;
+
+/// Per-process handle key (`CUfunction`, `CUkernel`, `CUcontext` are
+/// pointers, meaningful only within one process).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HandleKey {
+    pub pid: u32,
+    pub _pad: u32,
+    pub handle: u64,
+}
+const _: () = assert!(core::mem::size_of::<HandleKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KernelName {
+    pub name: [u8; NAME_LEN],
+}
+const _: () = assert!(core::mem::size_of::<KernelName>() == NAME_LEN);
+
+/// Launch aggregate key: which process launched which kernel on which device.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaunchKey {
+    pub pid: u32,
+    pub device: i32,
+    /// `CUfunction` handle.
+    pub func: u64,
+}
+const _: () = assert!(core::mem::size_of::<LaunchKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchStats {
+    /// All launches of this function (any of the three entry points).
+    pub launches: u64,
+    /// Of which through `cuLaunchKernelEx`.
+    pub launches_ex: u64,
+    /// Of which through `cuLaunchCooperativeKernel`.
+    pub launches_cooperative: u64,
+    /// Sum over launches of gridDimX·Y·Z.
+    pub blocks: u64,
+    /// Sum over launches of grid × blockDimX·Y·Z.
+    pub threads: u64,
+    /// Sum over launches of sharedMemBytes.
+    pub shared_mem_bytes: u64,
+    /// Dimensions of the latest launch.
+    pub last_grid: [u32; 3],
+    pub last_block: [u32; 3],
+}
+const _: () = assert!(core::mem::size_of::<LaunchStats>() == 48 + 24);
+
+/// Call aggregate key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallKey {
+    pub pid: u32,
+    pub device: i32,
+    /// One of [`call`].
+    pub kind: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<CallKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallStats {
+    pub calls: u64,
+    /// Calls that returned a non-zero `CUresult` (only for probed returns).
+    pub errors: u64,
+    /// Bytes copied or allocated.
+    pub bytes: u64,
+    /// Entry→return time of the blocking calls, ns.
+    pub dur_sum_ns: u64,
+    pub dur_max_ns: u64,
+    /// Calls with a measured duration (the histogram's total).
+    pub timed: u64,
+    /// Last non-zero `CUresult`.
+    pub last_error: u32,
+    pub _pad: u32,
+    pub hist: [u64; LAT_BUCKETS],
+}
+const _: () = assert!(core::mem::size_of::<CallStats>() == 8 * (7 + LAT_BUCKETS));
+
+impl CallStats {
+    pub const ZERO: Self = Self {
+        calls: 0,
+        errors: 0,
+        bytes: 0,
+        dur_sum_ns: 0,
+        dur_max_ns: 0,
+        timed: 0,
+        last_error: 0,
+        _pad: 0,
+        hist: [0; LAT_BUCKETS],
+    };
+}
+
+/// Entry state of a call in progress, per thread, until its return probe.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InCall {
+    pub start_ns: u64,
+    pub a0: u64,
+    pub a1: u64,
+    pub bytes: u64,
+    pub kind: u32,
+    pub device: i32,
+}
+const _: () = assert!(core::mem::size_of::<InCall>() == 40);
+
+/// Optional per-event stream record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaEventData {
+    pub kind: u32,
+    pub device: i32,
+    /// `CUfunction` for launches, otherwise 0.
+    pub func: u64,
+    pub stream: u64,
+    pub bytes: u64,
+    /// Entry→return ns for blocking calls, 0 otherwise.
+    pub dur_ns: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    /// `CUresult` for probed returns, 0 otherwise.
+    pub result: u32,
+}
+const _: () = assert!(core::mem::size_of::<CudaEventData>() == 40 + 32);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all): `#[repr(C)]`, no implicit padding (sizes asserted), any bit pattern valid.
+    unsafe impl aya::Pod for super::HandleKey {}
+    unsafe impl aya::Pod for super::KernelName {}
+    unsafe impl aya::Pod for super::LaunchKey {}
+    unsafe impl aya::Pod for super::LaunchStats {}
+    unsafe impl aya::Pod for super::CallKey {}
+    unsafe impl aya::Pod for super::CallStats {}
+    unsafe impl aya::Pod for super::InCall {}
+}

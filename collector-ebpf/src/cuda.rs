@@ -1,0 +1,657 @@
+//! CUDA driver-API uprobes on `libcuda.so.1`.
+//!
+//! Each uprobe is attached with a cookie (`bpf_get_attach_cookie`) naming the
+//! call kind (`collector_common::cuda::call`), so one program serves every
+//! function of the same shape. Hooked symbols and their C prototypes:
+//!
+//! - `CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
+//!   blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes, CUstream hStream,
+//!   void **kernelParams, void **extra)` and `cuLaunchCooperativeKernel` (same
+//!   leading arguments, no `extra`) → [`cuda_launch`]. On x86-64 the 7th..9th
+//!   arguments are on the stack: `[sp+8]` blockDimZ, `[sp+16]` sharedMemBytes,
+//!   `[sp+24]` hStream.
+//! - `CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+//!   void **kernelParams, void **extra)` → [`cuda_launch_ex`].
+//! - `cuGraphLaunch(CUgraphExec, CUstream)`, `cuMemcpyAsync(CUdeviceptr dst,
+//!   CUdeviceptr src, size_t ByteCount, CUstream)`, `cuMemcpyHtoDAsync_v2(CUdeviceptr,
+//!   const void *, size_t, CUstream)`, `cuMemcpyDtoHAsync_v2(void *, CUdeviceptr,
+//!   size_t, CUstream)`, `cuMemFree_v2(CUdeviceptr)` → [`cuda_enter`], counted at entry.
+//! - `cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t)`, `cuMemcpyDtoH_v2(void *,
+//!   CUdeviceptr, size_t)`, `cuStreamSynchronize(CUstream)`, `cuCtxSynchronize(void)`,
+//!   `cuEventSynchronize(CUevent)`, `cuMemAlloc_v2(CUdeviceptr *, size_t)` →
+//!   [`cuda_enter`] + [`cuda_return`]: duration and `CUresult`.
+//! - `cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)` and
+//!   `cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)` →
+//!   [`cuda_name_enter`] + [`cuda_name_return`]: the name, once per handle.
+//! - `cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)` →
+//!   [`cuda_kernel_func_enter`] + [`cuda_kernel_func_return`]: a `CUkernel`'s name
+//!   becomes its `CUfunction`'s.
+//! - `cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)` and
+//!   `cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)` →
+//!   [`cuda_ctx_retain_enter`] / [`cuda_ctx_create_enter`] + [`cuda_ctx_return`]:
+//!   context → device.
+//! - `cuCtxSetCurrent(CUcontext ctx)` → [`cuda_ctx_set_current`]: thread → device.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_pid_tgid,
+        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::{map, uprobe, uretprobe},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext},
+    EbpfContext, Global,
+};
+use collector_common::{
+    block::{lat_bucket, LAT_BUCKETS},
+    cuda::{
+        call, CallKey, CallStats, CudaEventData, HandleKey, InCall, KernelName, LaunchKey,
+        LaunchStats, NAME_LEN, UNKNOWN_DEVICE,
+    },
+    stat, Event, EventHeader, EventKind,
+};
+
+use crate::{block::add, stats::bump};
+
+/// Per-event stream budget: events per second per CPU; 0 = stream off.
+#[unsafe(no_mangle)]
+static CUDA_EVENTS_PER_SEC: Global<u32> = Global::new(0);
+
+#[map(name = "CUDA_LAUNCH_AGG")]
+static CUDA_LAUNCH_AGG: HashMap<LaunchKey, LaunchStats> = HashMap::with_max_entries(32768, 0);
+
+#[map(name = "CUDA_CALL_AGG")]
+static CUDA_CALL_AGG: HashMap<CallKey, CallStats> = HashMap::with_max_entries(16384, 0);
+
+#[map(name = "CUDA_CALL_ZERO")]
+static CUDA_CALL_ZERO: aya_ebpf::maps::Array<CallStats> =
+    aya_ebpf::maps::Array::with_max_entries(1, 0);
+
+/// `CUfunction` → kernel name, per process.
+#[map(name = "CUDA_FUNC_NAMES")]
+static CUDA_FUNC_NAMES: LruHashMap<HandleKey, KernelName> = LruHashMap::with_max_entries(65536, 0);
+
+/// `CUkernel` → kernel name, per process (library API).
+#[map(name = "CUDA_KERNEL_NAMES")]
+static CUDA_KERNEL_NAMES: LruHashMap<HandleKey, KernelName> =
+    LruHashMap::with_max_entries(16384, 0);
+
+/// `CUcontext` → device ordinal, per process.
+#[map(name = "CUDA_CTX_DEVICE")]
+static CUDA_CTX_DEVICE: LruHashMap<HandleKey, i32> = LruHashMap::with_max_entries(16384, 0);
+
+/// Thread id → device ordinal of its current context.
+#[map(name = "CUDA_THREAD_DEVICE")]
+static CUDA_THREAD_DEVICE: LruHashMap<u32, i32> = LruHashMap::with_max_entries(65536, 0);
+
+/// Calls between entry and return: key `[pid_tgid, slot]`.
+#[map(name = "CUDA_IN_CALL")]
+static CUDA_IN_CALL: HashMap<[u64; 2], InCall> = HashMap::with_max_entries(65536, 0);
+
+/// Scratch for names (too large for the BPF stack).
+#[map(name = "CUDA_NAME_SCRATCH")]
+static CUDA_NAME_SCRATCH: PerCpuArray<KernelName> = PerCpuArray::with_max_entries(1, 0);
+
+/// Rate limiter state per CPU: `[window start ns, events in window]`.
+#[map(name = "CUDA_RATE")]
+static CUDA_RATE: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Optional per-event stream.
+#[map(name = "CUDA_EVENTS")]
+static CUDA_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+const SLOT_CALL: u64 = 0;
+const SLOT_NAME: u64 = 1;
+const SLOT_CTX: u64 = 2;
+const SLOT_KFUNC: u64 = 3;
+
+#[inline(always)]
+fn cookie(ctx: &impl EbpfContext) -> u64 {
+    // SAFETY: valid program context.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+}
+
+#[inline(always)]
+fn current_device(tid: u32) -> i32 {
+    // SAFETY: the value is copied out immediately.
+    unsafe { CUDA_THREAD_DEVICE.get(&tid) }
+        .copied()
+        .unwrap_or(UNKNOWN_DEVICE)
+}
+
+#[inline(always)]
+fn is_blocking(kind: u32) -> bool {
+    matches!(
+        kind,
+        call::MEMCPY_HTOD
+            | call::MEMCPY_DTOH
+            | call::STREAM_SYNC
+            | call::CTX_SYNC
+            | call::EVENT_SYNC
+            | call::MEM_ALLOC
+    )
+}
+
+#[inline(always)]
+fn call_slot(key: &CallKey) -> Option<*mut CallStats> {
+    if let Some(p) = CUDA_CALL_AGG.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let zero = CUDA_CALL_ZERO.get_ptr(0)?;
+    // SAFETY: `zero` points into map value memory.
+    let _ = CUDA_CALL_AGG.insert(key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+    CUDA_CALL_AGG.get_ptr_mut(key)
+}
+
+/// Counts one call; `dur`/`result` only for probed returns.
+#[inline(always)]
+fn count_call(pid: u32, device: i32, kind: u32, bytes: u64, dur: Option<u64>, result: u32) {
+    let key = CallKey {
+        pid,
+        device,
+        kind,
+        _pad: 0,
+    };
+    let Some(s) = call_slot(&key) else {
+        bump(stat::CUDA_AGG_MAP_FULL);
+        return;
+    };
+    bump(stat::CUDA_CALLS);
+    // SAFETY: valid map value pointer for the program's duration.
+    unsafe {
+        add(&raw mut (*s).calls, 1);
+        if bytes > 0 {
+            add(&raw mut (*s).bytes, bytes);
+        }
+        if result != 0 {
+            add(&raw mut (*s).errors, 1);
+            (*s).last_error = result;
+        }
+        if let Some(d) = dur {
+            add(&raw mut (*s).timed, 1);
+            add(&raw mut (*s).dur_sum_ns, d);
+            if d > (*s).dur_max_ns {
+                (*s).dur_max_ns = d;
+            }
+            let b = lat_bucket(d);
+            if b < LAT_BUCKETS {
+                add(&raw mut (*s).hist[b], 1);
+            }
+        }
+    }
+}
+
+/// Per-CPU token budget for the optional event stream.
+#[inline(always)]
+fn stream_allowed(now: u64) -> bool {
+    let per_sec = CUDA_EVENTS_PER_SEC.load();
+    if per_sec == 0 {
+        return false;
+    }
+    let Some(r) = CUDA_RATE.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: per-CPU slot.
+    unsafe {
+        if now.saturating_sub((*r)[0]) >= 1_000_000_000 {
+            (*r)[0] = now;
+            (*r)[1] = 0;
+        }
+        if (*r)[1] >= u64::from(per_sec) {
+            bump(stat::CUDA_EVENTS_RATE_LIMITED);
+            return false;
+        }
+        (*r)[1] += 1;
+    }
+    true
+}
+
+#[inline(always)]
+fn emit(pid_tgid: u64, now: u64, data: &CudaEventData) {
+    if !stream_allowed(now) {
+        return;
+    }
+    let Some(mut entry) = CUDA_EVENTS.reserve::<Event<CudaEventData>>(0) else {
+        bump(stat::CUDA_RING_FULL);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: exclusively owned reserved slot.
+    unsafe {
+        (*ev).header = EventHeader {
+            ts_ns: now,
+            cgroup_id: bpf_get_current_cgroup_id(),
+            pid: (pid_tgid >> 32) as u32,
+            tid: pid_tgid as u32,
+            kind: EventKind::Cuda as u32,
+            _pad: 0,
+        };
+        (*ev).data = *data;
+    }
+    entry.submit(0);
+    bump(stat::CUDA_EVENTS);
+}
+
+#[inline(always)]
+fn record_launch(
+    pid_tgid: u64,
+    kind: u32,
+    func: u64,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shmem: u32,
+    stream: u64,
+) {
+    let pid = (pid_tgid >> 32) as u32;
+    let device = current_device(pid_tgid as u32);
+    let key = LaunchKey { pid, device, func };
+    if CUDA_LAUNCH_AGG.get_ptr_mut(&key).is_none() {
+        let zero = LaunchStats::default();
+        let _ = CUDA_LAUNCH_AGG.insert(&key, &zero, u64::from(BPF_NOEXIST));
+    }
+    let Some(s) = CUDA_LAUNCH_AGG.get_ptr_mut(&key) else {
+        bump(stat::CUDA_AGG_MAP_FULL);
+        return;
+    };
+    bump(stat::CUDA_CALLS);
+    let blocks = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
+    let threads = blocks * u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+    // SAFETY: valid map value pointer.
+    unsafe {
+        add(&raw mut (*s).launches, 1);
+        if kind == call::LAUNCH_KERNEL_EX {
+            add(&raw mut (*s).launches_ex, 1);
+        } else if kind == call::LAUNCH_COOPERATIVE {
+            add(&raw mut (*s).launches_cooperative, 1);
+        }
+        add(&raw mut (*s).blocks, blocks);
+        add(&raw mut (*s).threads, threads);
+        if shmem > 0 {
+            add(&raw mut (*s).shared_mem_bytes, u64::from(shmem));
+        }
+        (*s).last_grid = grid;
+        (*s).last_block = block;
+    }
+    if CUDA_EVENTS_PER_SEC.load() != 0 {
+        let now = unsafe { bpf_ktime_get_ns() };
+        emit(
+            pid_tgid,
+            now,
+            &CudaEventData {
+                kind,
+                device,
+                func,
+                stream,
+                bytes: 0,
+                dur_ns: 0,
+                grid,
+                block,
+                shared_mem_bytes: shmem,
+                result: 0,
+            },
+        );
+    }
+}
+
+/// uprobe: `cuLaunchKernel` / `cuLaunchCooperativeKernel` (cookie = kind).
+#[uprobe]
+pub fn cuda_launch(ctx: ProbeContext) -> u32 {
+    let kind = cookie(&ctx) as u32;
+    let func: u64 = ctx.arg(0).unwrap_or(0);
+    let gx: u64 = ctx.arg(1).unwrap_or(0);
+    let gy: u64 = ctx.arg(2).unwrap_or(0);
+    let gz: u64 = ctx.arg(3).unwrap_or(0);
+    let bx: u64 = ctx.arg(4).unwrap_or(0);
+    let by: u64 = ctx.arg(5).unwrap_or(0);
+    // SAFETY: regs is the probe's pt_regs.
+    let sp = unsafe { (*ctx.regs).rsp };
+    // Stack arguments occupy 8-byte slots above the return address.
+    let bz = unsafe { bpf_probe_read_user((sp + 8) as *const u32) }.unwrap_or(0);
+    let shmem = unsafe { bpf_probe_read_user((sp + 16) as *const u32) }.unwrap_or(0);
+    let stream = unsafe { bpf_probe_read_user((sp + 24) as *const u64) }.unwrap_or(0);
+    record_launch(
+        bpf_get_current_pid_tgid(),
+        kind,
+        func,
+        [gx as u32, gy as u32, gz as u32],
+        [bx as u32, by as u32, bz],
+        shmem,
+        stream,
+    );
+    0
+}
+
+/// `CUlaunchConfig` prefix (cuda.h): seven `unsigned int`s, then `CUstream hStream`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LaunchConfig {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem_bytes: u32,
+    _pad: u32,
+    stream: u64,
+}
+
+/// uprobe: `cuLaunchKernelEx`.
+#[uprobe]
+pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
+    let cfg_ptr: u64 = ctx.arg(0).unwrap_or(0);
+    let func: u64 = ctx.arg(1).unwrap_or(0);
+    // SAFETY: user pointer read through the helper, which checks it.
+    let cfg = unsafe { bpf_probe_read_user(cfg_ptr as *const LaunchConfig) };
+    let Ok(cfg) = cfg else { return 0 };
+    record_launch(
+        bpf_get_current_pid_tgid(),
+        call::LAUNCH_KERNEL_EX,
+        func,
+        cfg.grid,
+        cfg.block,
+        cfg.shared_mem_bytes,
+        cfg.stream,
+    );
+    0
+}
+
+#[inline(always)]
+fn call_bytes(ctx: &ProbeContext, kind: u32) -> u64 {
+    match kind {
+        call::MEMCPY_HTOD
+        | call::MEMCPY_DTOH
+        | call::MEMCPY_ASYNC
+        | call::MEMCPY_HTOD_ASYNC
+        | call::MEMCPY_DTOH_ASYNC => ctx.arg(2).unwrap_or(0),
+        call::MEM_ALLOC => ctx.arg(1).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// uprobe: graph launch, copies, synchronisation, alloc/free (cookie = kind).
+#[uprobe]
+pub fn cuda_enter(ctx: ProbeContext) -> u32 {
+    let kind = cookie(&ctx) as u32;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let device = current_device(pid_tgid as u32);
+    let bytes = call_bytes(&ctx, kind);
+    if is_blocking(kind) {
+        let rec = InCall {
+            start_ns: unsafe { bpf_ktime_get_ns() },
+            a0: 0,
+            a1: 0,
+            bytes,
+            kind,
+            device,
+        };
+        if CUDA_IN_CALL
+            .insert(&[pid_tgid, SLOT_CALL], &rec, 0)
+            .is_err()
+        {
+            // Cannot time it: count it now without a duration.
+            count_call((pid_tgid >> 32) as u32, device, kind, bytes, None, 0);
+        }
+        return 0;
+    }
+    count_call((pid_tgid >> 32) as u32, device, kind, bytes, None, 0);
+    if CUDA_EVENTS_PER_SEC.load() != 0 {
+        let stream: u64 = match kind {
+            call::GRAPH_LAUNCH => ctx.arg(1).unwrap_or(0),
+            call::MEMCPY_ASYNC | call::MEMCPY_HTOD_ASYNC | call::MEMCPY_DTOH_ASYNC => {
+                ctx.arg(3).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        let now = unsafe { bpf_ktime_get_ns() };
+        emit(
+            pid_tgid,
+            now,
+            &CudaEventData {
+                kind,
+                device,
+                func: 0,
+                stream,
+                bytes,
+                dur_ns: 0,
+                grid: [0; 3],
+                block: [0; 3],
+                shared_mem_bytes: 0,
+                result: 0,
+            },
+        );
+    }
+    0
+}
+
+/// uretprobe: the blocking calls of [`cuda_enter`] (cookie = kind).
+#[uretprobe]
+pub fn cuda_return(ctx: RetProbeContext) -> u32 {
+    let kind = cookie(&ctx) as u32;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = [pid_tgid, SLOT_CALL];
+    // SAFETY: copied out before removal.
+    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+        bump(stat::CUDA_UNMATCHED_RETURN);
+        return 0;
+    };
+    let _ = CUDA_IN_CALL.remove(&key);
+    if rec.kind != kind {
+        bump(stat::CUDA_UNMATCHED_RETURN);
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let rc: u64 = ctx.ret();
+    let rc = rc as u32;
+    let dur = now.saturating_sub(rec.start_ns);
+    count_call(
+        (pid_tgid >> 32) as u32,
+        rec.device,
+        kind,
+        rec.bytes,
+        Some(dur),
+        rc,
+    );
+    if CUDA_EVENTS_PER_SEC.load() != 0 {
+        emit(
+            pid_tgid,
+            now,
+            &CudaEventData {
+                kind,
+                device: rec.device,
+                func: 0,
+                stream: 0,
+                bytes: rec.bytes,
+                dur_ns: dur,
+                grid: [0; 3],
+                block: [0; 3],
+                shared_mem_bytes: 0,
+                result: rc,
+            },
+        );
+    }
+    0
+}
+
+/// uprobe: `cuModuleGetFunction` (cookie 0) / `cuLibraryGetKernel` (cookie 1):
+/// remember the out-pointer and the name pointer until return.
+#[uprobe]
+pub fn cuda_name_enter(ctx: ProbeContext) -> u32 {
+    let rec = InCall {
+        start_ns: 0,
+        a0: ctx.arg(0).unwrap_or(0),
+        a1: ctx.arg(2).unwrap_or(0),
+        bytes: 0,
+        kind: cookie(&ctx) as u32,
+        device: 0,
+    };
+    let _ = CUDA_IN_CALL.insert(&[bpf_get_current_pid_tgid(), SLOT_NAME], &rec, 0);
+    0
+}
+
+/// uretprobe: on success, store name under the handle the call wrote.
+#[uretprobe]
+pub fn cuda_name_return(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = [pid_tgid, SLOT_NAME];
+    // SAFETY: copied out before removal.
+    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+        return 0;
+    };
+    let _ = CUDA_IN_CALL.remove(&key);
+    let rc: u64 = ctx.ret();
+    if rc as u32 != 0 {
+        return 0;
+    }
+    // SAFETY: user pointers read through the checked helpers.
+    let Ok(handle) = (unsafe { bpf_probe_read_user(rec.a0 as *const u64) }) else {
+        return 0;
+    };
+    let Some(buf) = CUDA_NAME_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU scratch slot.
+    let name = unsafe { &mut *buf };
+    name.name[0] = 0;
+    let dst: &mut [u8; NAME_LEN] = &mut name.name;
+    if unsafe { bpf_probe_read_user_str_bytes(rec.a1 as *const u8, dst) }.is_err() {
+        return 0;
+    }
+    let hk = HandleKey {
+        pid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        handle,
+    };
+    let map = if rec.kind == 1 {
+        &CUDA_KERNEL_NAMES
+    } else {
+        &CUDA_FUNC_NAMES
+    };
+    if map.insert(&hk, &*name, 0).is_ok() {
+        bump(stat::CUDA_NAMES);
+    }
+    0
+}
+
+/// uprobe: `cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)`.
+#[uprobe]
+pub fn cuda_kernel_func_enter(ctx: ProbeContext) -> u32 {
+    let rec = InCall {
+        start_ns: 0,
+        a0: ctx.arg(0).unwrap_or(0),
+        a1: ctx.arg(1).unwrap_or(0),
+        bytes: 0,
+        kind: 0,
+        device: 0,
+    };
+    let _ = CUDA_IN_CALL.insert(&[bpf_get_current_pid_tgid(), SLOT_KFUNC], &rec, 0);
+    0
+}
+
+/// uretprobe: the `CUkernel`'s name becomes the `CUfunction`'s.
+#[uretprobe]
+pub fn cuda_kernel_func_return(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = [pid_tgid, SLOT_KFUNC];
+    // SAFETY: copied out before removal.
+    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+        return 0;
+    };
+    let _ = CUDA_IN_CALL.remove(&key);
+    let rc: u64 = ctx.ret();
+    if rc as u32 != 0 {
+        return 0;
+    }
+    let pid = (pid_tgid >> 32) as u32;
+    let Ok(func) = (unsafe { bpf_probe_read_user(rec.a0 as *const u64) }) else {
+        return 0;
+    };
+    let kk = HandleKey {
+        pid,
+        _pad: 0,
+        handle: rec.a1,
+    };
+    let Some(name) = CUDA_KERNEL_NAMES.get_ptr(&kk) else {
+        return 0;
+    };
+    let fk = HandleKey {
+        pid,
+        _pad: 0,
+        handle: func,
+    };
+    // SAFETY: `name` points into map value memory.
+    if CUDA_FUNC_NAMES.insert(&fk, unsafe { &*name }, 0).is_ok() {
+        bump(stat::CUDA_NAMES);
+    }
+    0
+}
+
+#[inline(always)]
+fn ctx_enter(pctx: u64, dev: u64, kind: u32) -> u32 {
+    let rec = InCall {
+        start_ns: 0,
+        a0: pctx,
+        a1: dev,
+        bytes: 0,
+        kind,
+        device: dev as i32,
+    };
+    let _ = CUDA_IN_CALL.insert(&[bpf_get_current_pid_tgid(), SLOT_CTX], &rec, 0);
+    0
+}
+
+/// uprobe: `cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)`.
+#[uprobe]
+pub fn cuda_ctx_retain_enter(ctx: ProbeContext) -> u32 {
+    ctx_enter(ctx.arg(0).unwrap_or(0), ctx.arg(1).unwrap_or(0), 0)
+}
+
+/// uprobe: `cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)`; the
+/// new context also becomes the thread's current one.
+#[uprobe]
+pub fn cuda_ctx_create_enter(ctx: ProbeContext) -> u32 {
+    ctx_enter(ctx.arg(0).unwrap_or(0), ctx.arg(2).unwrap_or(0), 1)
+}
+
+/// uretprobe: both context calls: record context → device.
+#[uretprobe]
+pub fn cuda_ctx_return(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = [pid_tgid, SLOT_CTX];
+    // SAFETY: copied out before removal.
+    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+        return 0;
+    };
+    let _ = CUDA_IN_CALL.remove(&key);
+    let rc: u64 = ctx.ret();
+    if rc as u32 != 0 {
+        return 0;
+    }
+    let Ok(cuctx) = (unsafe { bpf_probe_read_user(rec.a0 as *const u64) }) else {
+        return 0;
+    };
+    let hk = HandleKey {
+        pid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        handle: cuctx,
+    };
+    let _ = CUDA_CTX_DEVICE.insert(&hk, &rec.device, 0);
+    if rec.kind == 1 {
+        let _ = CUDA_THREAD_DEVICE.insert(&(pid_tgid as u32), &rec.device, 0);
+    }
+    0
+}
+
+/// uprobe: `cuCtxSetCurrent(CUcontext ctx)`.
+#[uprobe]
+pub fn cuda_ctx_set_current(ctx: ProbeContext) -> u32 {
+    let cuctx: u64 = ctx.arg(0).unwrap_or(0);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let hk = HandleKey {
+        pid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        handle: cuctx,
+    };
+    // SAFETY: copied out immediately.
+    let dev = unsafe { CUDA_CTX_DEVICE.get(&hk) }
+        .copied()
+        .unwrap_or(UNKNOWN_DEVICE);
+    let _ = CUDA_THREAD_DEVICE.insert(&(pid_tgid as u32), &dev, 0);
+    0
+}

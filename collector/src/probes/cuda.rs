@@ -1,0 +1,87 @@
+//! Reading the CUDA probes' in-kernel aggregates and kernel names.
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap, MapData};
+use collector_common::cuda::{CallKey, CallStats, HandleKey, KernelName, LaunchKey, LaunchStats};
+
+use super::{ProbeError, Probes};
+use crate::cuda::CudaSnapshot;
+
+fn map<'a, K: aya::Pod, V: aya::Pod>(
+    p: &'a Probes,
+    name: &'static str,
+) -> Result<HashMap<&'a MapData, K, V>, ProbeError> {
+    let m = p.ebpf().map(name).ok_or(ProbeError::MissingMap(name))?;
+    HashMap::try_from(m).map_err(|source| ProbeError::Map { name, source })
+}
+
+impl Probes {
+    /// Cumulative CUDA aggregates, with each launched function's name joined
+    /// from the name map (`None` when its `cuModuleGetFunction` was not seen).
+    pub fn cuda_snapshot(&self) -> Result<CudaSnapshot, ProbeError> {
+        let launches_map = map::<LaunchKey, LaunchStats>(self, "CUDA_LAUNCH_AGG")?;
+        let calls_map = map::<CallKey, CallStats>(self, "CUDA_CALL_AGG")?;
+        let names_map = map::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES")?;
+        let err = |name| move |source| ProbeError::Map { name, source };
+        let mut launches = BTreeMap::new();
+        let mut names = BTreeMap::new();
+        for e in launches_map.iter() {
+            let (k, v) = e.map_err(err("CUDA_LAUNCH_AGG"))?;
+            let hk = HandleKey {
+                pid: k.pid,
+                _pad: 0,
+                handle: k.func,
+            };
+            if let Ok(n) = names_map.get(&hk, 0) {
+                names.insert((k.pid, k.func), crate::cuda::name_str(&n.name));
+            }
+            launches.insert(k, v);
+        }
+        let mut calls = BTreeMap::new();
+        for e in calls_map.iter() {
+            let (k, v) = e.map_err(err("CUDA_CALL_AGG"))?;
+            calls.insert(k, v);
+        }
+        Ok(CudaSnapshot {
+            taken: std::time::Instant::now(),
+            launches,
+            calls,
+            names,
+        })
+    }
+}
+
+/// One record of the optional CUDA per-event stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaEvent {
+    pub ts_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub cgroup_id: u64,
+    pub data: collector_common::cuda::CudaEventData,
+}
+
+impl super::ring::Decode for CudaEvent {
+    const RING: &'static str = "CUDA_EVENTS";
+    const LABEL: &'static str = "cuda";
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        type Ev = collector_common::Event<collector_common::cuda::CudaEventData>;
+        if bytes.len() < size_of::<Ev>() {
+            return None;
+        }
+        // SAFETY: length checked; plain old data; unaligned read.
+        let ev: Ev = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        if collector_common::EventKind::try_from(ev.header.kind)
+            != Ok(collector_common::EventKind::Cuda)
+        {
+            return None;
+        }
+        Some(Self {
+            ts_ns: ev.header.ts_ns,
+            pid: ev.header.pid,
+            tid: ev.header.tid,
+            cgroup_id: ev.header.cgroup_id,
+            data: ev.data,
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! Draining event ring buffers without busy polling: each ring's fd is
+//! registered with tokio (epoll), and a batch is read whenever it is readable.
+use std::{io, marker::PhantomData};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+use super::{ProbeError, Probes};
+
+/// A record type carried by one ring.
+pub trait Decode: Sized {
+    /// Map name of the ring in the eBPF object.
+    const RING: &'static str;
+    /// `probe` label of this ring's metrics.
+    const LABEL: &'static str;
+    /// Decodes one ring item; `None` for a short or mistagged record.
+    fn decode(bytes: &[u8]) -> Option<Self>;
+}
+
+/// One ring buffer, registered with the runtime.
+pub struct EventRing<R> {
+    fd: AsyncFd<RingBuf<MapData>>,
+    malformed: u64,
+    _record: PhantomData<R>,
+}
+
+impl<R: Decode> EventRing<R> {
+    /// Waits until at least one event is available, then appends everything
+    /// in the ring to `out`.
+    pub async fn recv_batch(&mut self, out: &mut Vec<R>) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.readable_mut().await?;
+            // Clear first, then drain: an event committed after the drain
+            // re-arms readiness instead of being missed.
+            guard.clear_ready();
+            let ring = guard.get_inner_mut();
+            let before = out.len();
+            while let Some(item) = ring.next() {
+                match R::decode(&item) {
+                    Some(r) => out.push(r),
+                    None => {
+                        self.malformed += 1;
+                        metrics::counter!("faultline_ring_malformed_total", "probe" => R::LABEL)
+                            .increment(1);
+                    }
+                }
+            }
+            let n = out.len() - before;
+            if n > 0 {
+                metrics::counter!("faultline_probe_events_total", "probe" => R::LABEL)
+                    .increment(n as u64);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Appends what is in the ring now, without waiting.
+    pub fn drain_now(&mut self, out: &mut Vec<R>) {
+        let ring = self.fd.get_mut();
+        while let Some(item) = ring.next() {
+            match R::decode(&item) {
+                Some(r) => out.push(r),
+                None => self.malformed += 1,
+            }
+        }
+    }
+
+    /// Ring items that could not be decoded.
+    pub fn malformed(&self) -> u64 {
+        self.malformed
+    }
+}
+
+impl Probes {
+    /// Takes the ring that carries `R` (once).
+    pub fn take_ring<R: Decode>(&mut self) -> Result<EventRing<R>, ProbeError> {
+        let map = self
+            .ebpf_mut()
+            .take_map(R::RING)
+            .ok_or(ProbeError::MissingMap(R::RING))?;
+        let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map {
+            name: R::RING,
+            source,
+        })?;
+        // SAFETY: the RingBuf owns its map fd, which stays open and unchanged
+        // until the AsyncFd (and with it the RingBuf) is dropped.
+        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(|e| ProbeError::Poll {
+                name: R::RING,
+                source: e.into_parts().1,
+            })?;
+        Ok(EventRing {
+            fd,
+            malformed: 0,
+            _record: PhantomData,
+        })
+    }
+}

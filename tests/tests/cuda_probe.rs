@@ -1,0 +1,241 @@
+//! CUDA driver-API uprobes against the stand-in `libcuda.so.1` and a workload
+//! that loads it with dlopen(), started after the probes were attached.
+//! Counts, names, bytes and devices must be exact; durations within tolerance.
+use std::{path::PathBuf, process::Command};
+
+use collector::{
+    cuda_lib::Search,
+    probes::{ProbeOptions, ProbeState, Probes},
+};
+use collector_common::{cuda::call, stat};
+
+fn opts(lib: Option<PathBuf>) -> ProbeOptions {
+    ProbeOptions {
+        exec: false,
+        block: false,
+        block_sample_every: 0,
+        cuda: true,
+        cuda_search: Search {
+            configured: lib,
+            ld_cache: false,
+            proc_root: None,
+            usual: vec![],
+        },
+        cuda_events_per_sec: 0,
+    }
+}
+
+fn run_workload(sync_us: u32, tokens: &[&str]) -> u32 {
+    let out = Command::new(tests::cuda_workload())
+        .arg(tests::fake_libcuda())
+        .args(tokens)
+        .env("FAKE_CUDA_SYNC_US", sync_us.to_string())
+        .output()
+        .expect("run cuda_workload");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "workload failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ready "))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("workload prints its pid");
+    assert!(stdout.contains("done"));
+    pid
+}
+
+#[test]
+fn cuda_probes_count_exactly_what_the_workload_did() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("cuda_probe") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
+        let inactive: Vec<_> = probes
+            .status()
+            .iter()
+            .filter(|s| s.name.starts_with("cu") && s.state != ProbeState::Attached)
+            .collect();
+        assert!(inactive.is_empty(), "every CUDA symbol attached: {inactive:?}");
+        assert!(probes.cuda_library().is_some());
+
+        const SYNC_US: u32 = 20_000;
+        let pid = run_workload(
+            SYNC_US,
+            &[
+                "device:2",
+                "func:gemm_kernel",
+                "launch:50:4,2,1:128,1,1:1024",
+                "func:softmax",
+                "launch:7:1,1,1:32,1,1:0",
+                "libkernel:lib_attention",
+                "launchex:3:8,1,1:64,2,1:512",
+                "coop:2:2,2,2:8,8,1:0",
+                "graph:4",
+                "htod:4096:3",
+                "dtoh:65536:2",
+                "memcpyasync:100:5",
+                "htodasync:300:2",
+                "dtohasync:700:1",
+                "streamsync:3",
+                "ctxsync:2",
+                "eventsync:1",
+                "create:5",
+                "func:after_create",
+                "launch:11:1,1,1:1,1,1:0",
+            ],
+        );
+        // A second process on another device: per-process separation.
+        let pid2 = run_workload(0, &["device:7", "func:gemm_kernel", "launch:9:1,1,1:1,1,1:0"]);
+        assert_ne!(pid, pid2);
+
+        let snap = probes.cuda_snapshot().expect("snapshot");
+        let by_name = snap.launches_by_name(pid);
+        let names: Vec<&String> = by_name.keys().collect();
+        assert_eq!(names, ["after_create", "gemm_kernel", "lib_attention", "softmax"]);
+        let g = &by_name["gemm_kernel"];
+        assert_eq!(g.launches, 50);
+        assert_eq!(g.blocks, 50 * 8);
+        assert_eq!(g.threads, 50 * 8 * 128);
+        assert_eq!(g.shared_mem_bytes, 50 * 1024);
+        assert_eq!((g.last_grid, g.last_block), ([4, 2, 1], [128, 1, 1]));
+        assert_eq!(by_name["softmax"].launches, 7);
+        let a = &by_name["lib_attention"];
+        assert_eq!((a.launches, a.launches_ex, a.launches_cooperative), (5, 3, 2));
+        assert_eq!(a.shared_mem_bytes, 3 * 512);
+        assert_eq!(a.threads, 3 * 8 * 128 + 2 * 8 * 64);
+        assert_eq!(by_name["after_create"].launches, 11);
+
+        // Devices: primary context of device 2, then cuCtxCreate on device 5.
+        for (k, v) in snap.launches.iter().filter(|(k, _)| k.pid == pid) {
+            let name = snap.kernel_name(k);
+            let want = if name == "after_create" { 5 } else { 2 };
+            assert_eq!(k.device, want, "{name}: {v:?}");
+        }
+        let other = snap.launches_by_name(pid2);
+        assert_eq!(other.len(), 1);
+        assert_eq!(other["gemm_kernel"].launches, 9);
+        assert!(snap.launches.keys().filter(|k| k.pid == pid2).all(|k| k.device == 7));
+
+        let c = |kind| snap.call_total(pid, kind);
+        assert_eq!(c(call::GRAPH_LAUNCH).calls, 4);
+        for (kind, calls, bytes) in [
+            (call::MEMCPY_HTOD, 3, 3 * 4096),
+            (call::MEMCPY_DTOH, 2, 2 * 65536),
+            (call::MEMCPY_ASYNC, 5, 500),
+            (call::MEMCPY_HTOD_ASYNC, 2, 600),
+            (call::MEMCPY_DTOH_ASYNC, 1, 700),
+            // Each copy token allocates two buffers of its size, then frees them.
+            (call::MEM_ALLOC, 10, 2 * (4096 + 65536 + 100 + 300 + 700)),
+            (call::MEM_FREE, 10, 0),
+        ] {
+            let s = c(kind);
+            assert_eq!((s.calls, s.bytes, s.errors), (calls, bytes, 0), "{}", call::name(kind));
+        }
+        for kind in [call::MEMCPY_HTOD, call::MEMCPY_DTOH, call::MEM_ALLOC] {
+            assert_eq!(c(kind).timed, c(kind).calls, "{} timed", call::name(kind));
+        }
+        for (kind, n) in [(call::STREAM_SYNC, 3), (call::CTX_SYNC, 2), (call::EVENT_SYNC, 1)] {
+            let s = c(kind);
+            assert_eq!((s.calls, s.timed, s.errors), (n, n, 0), "{}", call::name(kind));
+            let want = u64::from(SYNC_US) * 1000;
+            // Each call sleeps SYNC_US; allow 150 ms of scheduling slack per call.
+            assert!(s.dur_sum_ns >= n * want, "{}: {}", call::name(kind), s.dur_sum_ns);
+            assert!(s.dur_sum_ns < n * (want + 150_000_000), "{}: {}", call::name(kind), s.dur_sum_ns);
+            assert!(s.dur_max_ns >= want && s.dur_max_ns < want + 150_000_000);
+        }
+        let k = probes.kernel_stats().unwrap();
+        assert_eq!(k[stat::CUDA_AGG_MAP_FULL as usize], 0);
+        assert_eq!(k[stat::CUDA_UNMATCHED_RETURN as usize], 0);
+        // gemm_kernel twice (two processes), softmax, lib_attention as CUkernel
+        // and as CUfunction, after_create.
+        assert_eq!(k[stat::CUDA_NAMES as usize], 6);
+
+        let text = collector::cuda::render_prometheus(&snap);
+        let line = format!("faultline_cuda_kernel_launches_total{{pid=\"{pid}\",gpu=\"2\",kernel=\"gemm_kernel\"}} 50\n");
+        assert!(text.contains(&line), "{text}");
+    });
+}
+
+#[test]
+fn missing_libcuda_is_reported_and_other_probes_keep_working() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("cuda_missing") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let mut o = opts(None);
+        o.exec = true;
+        o.cuda_search.usual = vec![PathBuf::from("/nonexistent/libcuda.so.1")];
+        let probes = Probes::load(&o).expect("load without libcuda");
+        assert!(probes.is_attached("sched_process_exec"));
+        let cuda = probes
+            .status()
+            .iter()
+            .find(|s| s.name == "cuda")
+            .expect("cuda status");
+        let ProbeState::Inactive(why) = &cuda.state else {
+            panic!("{cuda:?}")
+        };
+        assert!(
+            why.starts_with("CUDA probes inactive: libcuda.so.1 not found (looked in")
+                && why.contains("/nonexistent/libcuda.so.1"),
+            "{why}"
+        );
+        assert!(probes.cuda_library().is_none());
+    });
+}
+
+#[test]
+fn per_event_stream_is_rate_limited_and_every_drop_counted() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("cuda_stream") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        const PER_SEC: u32 = 20;
+        let mut o = opts(Some(tests::fake_libcuda()));
+        o.cuda_events_per_sec = PER_SEC;
+        let mut probes = Probes::load(&o).expect("load probes");
+        let mut ring = probes
+            .take_ring::<collector::probes::cuda::CudaEvent>()
+            .expect("cuda ring");
+        let before = probes.kernel_stats().unwrap();
+        let pid = run_workload(0, &["device:1", "func:k", "launch:100:2,1,1:64,1,1:0"]);
+        let after = probes.kernel_stats().unwrap();
+        let mut events = Vec::new();
+        ring.drain_now(&mut events);
+        let d = |i: u32| after[i as usize] - before[i as usize];
+        let ours: Vec<_> = events.iter().filter(|e| e.pid == pid).collect();
+        assert_eq!(
+            ours.len(),
+            events.len(),
+            "only the workload uses the stand-in"
+        );
+        assert_eq!(ours.len() as u64, d(stat::CUDA_EVENTS));
+        assert_eq!(d(stat::CUDA_RING_FULL), 0);
+        // Every launch is either streamed or counted as rate-limited.
+        assert_eq!(
+            d(stat::CUDA_EVENTS) + d(stat::CUDA_EVENTS_RATE_LIMITED),
+            100
+        );
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        assert!(ours.len() as u64 >= u64::from(PER_SEC), "{}", ours.len());
+        assert!(
+            ours.len() as u64 <= u64::from(PER_SEC) * ncpu,
+            "{}",
+            ours.len()
+        );
+        for e in &ours {
+            assert_eq!(e.data.kind, call::LAUNCH_KERNEL);
+            assert_eq!(e.data.device, 1);
+            assert_eq!((e.data.grid, e.data.block), ([2, 1, 1], [64, 1, 1]));
+            assert_ne!(e.data.func, 0);
+        }
+        assert!(ours.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+    });
+}
