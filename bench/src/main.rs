@@ -2,6 +2,7 @@
 //! Every figure is a ratio measured side by side in one run (alternating
 //! rounds), because absolute numbers on shared machines are noise.
 mod block;
+mod uprobe;
 
 use std::path::PathBuf;
 
@@ -23,6 +24,8 @@ enum Which {
     /// Block probes' cost: 4 KiB direct random-read IOPS on a loop device
     /// with and without the probes attached.
     Block(block::Args),
+    /// Uprobe cost per cuLaunchKernel call: none / empty uprobe / faultline.
+    Uprobe(uprobe::Args),
 }
 
 fn main() -> Result<()> {
@@ -30,6 +33,7 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&cli.out_dir)?;
     match cli.which {
         Which::Block(a) => block::run(&a, &cli.out_dir),
+        Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
     }
 }
 

@@ -74,14 +74,17 @@ fn main() -> Result<()> {
             let mut c = cargo();
             c.args(["build", "--release", "-p", "bench"]);
             run(c)?;
-            let which: Vec<String> = if args.is_empty() {
-                vec!["block".into()]
+            let which: Vec<Vec<String>> = if args.is_empty() {
+                vec![vec!["uprobe".into()], vec!["block".into()]]
             } else {
-                args
+                vec![args]
             };
-            let mut c = Command::new("target/release/faultline-bench");
-            c.args(which);
-            run(c)
+            for w in which {
+                let mut c = Command::new("target/release/faultline-bench");
+                c.args(w);
+                run(c)?;
+            }
+            Ok(())
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Reading the CUDA probes' in-kernel aggregates and kernel names.
 use std::collections::BTreeMap;
 
-use aya::maps::{HashMap, MapData};
+use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use collector_common::cuda::{CallKey, CallStats, HandleKey, KernelName, LaunchKey, LaunchStats};
 
 use super::{ProbeError, Probes};
@@ -15,18 +15,51 @@ fn map<'a, K: aya::Pod, V: aya::Pod>(
     HashMap::try_from(m).map_err(|source| ProbeError::Map { name, source })
 }
 
+/// Sums one key's per-CPU launch totals. `last_*` come from the CPU with the
+/// most launches (the latest launch is not ordered across CPUs).
+fn sum_launch_stats<'a>(vals: impl Iterator<Item = &'a LaunchStats>) -> LaunchStats {
+    let mut t = LaunchStats::default();
+    let mut best = 0;
+    for v in vals {
+        t.launches += v.launches;
+        t.launches_ex += v.launches_ex;
+        t.launches_cooperative += v.launches_cooperative;
+        t.blocks += v.blocks;
+        t.threads += v.threads;
+        t.shared_mem_bytes += v.shared_mem_bytes;
+        if v.launches > best {
+            best = v.launches;
+            t.last_grid = v.last_grid;
+            t.last_block = v.last_block;
+        }
+    }
+    t
+}
+
 impl Probes {
     /// Cumulative CUDA aggregates, with each launched function's name joined
     /// from the name map (`None` when its `cuModuleGetFunction` was not seen).
     pub fn cuda_snapshot(&self) -> Result<CudaSnapshot, ProbeError> {
-        let launches_map = map::<LaunchKey, LaunchStats>(self, "CUDA_LAUNCH_AGG")?;
+        let launches_map = {
+            let m = self
+                .ebpf()
+                .map("CUDA_LAUNCH_AGG")
+                .ok_or(ProbeError::MissingMap("CUDA_LAUNCH_AGG"))?;
+            PerCpuHashMap::<&MapData, LaunchKey, LaunchStats>::try_from(m).map_err(|source| {
+                ProbeError::Map {
+                    name: "CUDA_LAUNCH_AGG",
+                    source,
+                }
+            })?
+        };
         let calls_map = map::<CallKey, CallStats>(self, "CUDA_CALL_AGG")?;
         let names_map = map::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES")?;
         let err = |name| move |source| ProbeError::Map { name, source };
         let mut launches = BTreeMap::new();
         let mut names = BTreeMap::new();
         for e in launches_map.iter() {
-            let (k, v) = e.map_err(err("CUDA_LAUNCH_AGG"))?;
+            let (k, per_cpu) = e.map_err(err("CUDA_LAUNCH_AGG"))?;
+            let v = sum_launch_stats(per_cpu.iter());
             let hk = HandleKey {
                 pid: k.pid,
                 _pad: 0,

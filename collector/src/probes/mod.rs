@@ -438,3 +438,37 @@ fn start_log_forwarding(ebpf: &mut Ebpf) {
         }
     });
 }
+
+/// A loaded object with only the do-nothing uprobe attached to one symbol:
+/// the baseline for the uprobe benchmarks.
+pub struct EmptyUprobe {
+    _ebpf: Ebpf,
+}
+
+impl EmptyUprobe {
+    pub fn attach(lib: &std::path::Path, symbol: &str) -> Result<Self, ProbeError> {
+        if PROBES_OBJECT.is_empty() {
+            return Err(ProbeError::Stub);
+        }
+        privilege::check_host()?;
+        let mut ebpf = EbpfLoader::new()
+            .load(PROBES_OBJECT)
+            .map_err(|e| ProbeError::Load(Box::new(e)))?;
+        let r = (|| -> Result<(), String> {
+            let prog: &mut UProbe = ebpf
+                .program_mut("bench_empty_uprobe")
+                .ok_or("program bench_empty_uprobe missing")?
+                .try_into()
+                .map_err(|e| format!("{e}"))?;
+            prog.load().map_err(|e| format!("{e:#}"))?;
+            prog.attach(symbol, lib, UProbeScope::AllProcesses)
+                .map_err(|e| format!("{e}"))?;
+            Ok(())
+        })();
+        r.map_err(|reason| ProbeError::Required {
+            probe: "bench_empty_uprobe",
+            reason,
+        })?;
+        Ok(Self { _ebpf: ebpf })
+    }
+}

@@ -1,0 +1,206 @@
+//! Uprobe cost: ns per `cuLaunchKernel` call on the stand-in driver with no
+//! probe, with an empty uprobe, and with faultline's probes, for both the
+//! plain stand-in (ordinary function entry, like the real driver: the kernel
+//! traps with int3) and the nop5 stand-in (5-byte-nop entry: the kernel's
+//! optimised uprobe path). Rounds alternate between configurations.
+use std::{
+    ffi::CString,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{bail, Context as _, Result};
+use collector::probes::{EmptyUprobe, ProbeOptions, Probes};
+use serde::Serialize;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Calls per measurement.
+    #[arg(long, default_value_t = 100_000)]
+    calls: u64,
+    /// Rounds per configuration.
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
+}
+
+type LaunchFn = unsafe extern "C" fn(
+    *mut libc::c_void,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    *mut libc::c_void,
+    *mut *mut libc::c_void,
+    *mut *mut libc::c_void,
+) -> i32;
+
+struct Lib {
+    handle: *mut libc::c_void,
+    launch: LaunchFn,
+}
+
+impl Lib {
+    fn open(path: &Path) -> Result<Self> {
+        let c = CString::new(path.as_os_str().as_encoded_bytes())?;
+        // SAFETY: valid C string; RTLD_NOW|RTLD_LOCAL.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            bail!("dlopen {} failed", path.display());
+        }
+        // SAFETY: valid handle and symbol name.
+        let sym = unsafe { libc::dlsym(handle, c"cuLaunchKernel".as_ptr()) };
+        if sym.is_null() {
+            bail!("cuLaunchKernel not in {}", path.display());
+        }
+        // SAFETY: the stand-in exports cuLaunchKernel with this C signature.
+        let launch: LaunchFn = unsafe { std::mem::transmute::<*mut libc::c_void, LaunchFn>(sym) };
+        Ok(Self { handle, launch })
+    }
+
+    /// ns per call over `n` calls.
+    fn measure(&self, n: u64) -> f64 {
+        let f = 0x1000 as *mut libc::c_void;
+        let t0 = Instant::now();
+        for i in 0..n {
+            // SAFETY: the stand-in only inspects the scalar arguments.
+            let r = unsafe {
+                (self.launch)(
+                    std::hint::black_box(f),
+                    1 + (i & 1) as u32,
+                    1,
+                    1,
+                    128,
+                    1,
+                    1,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            std::hint::black_box(r);
+        }
+        t0.elapsed().as_nanos() as f64 / n as f64
+    }
+}
+
+impl Drop for Lib {
+    fn drop(&mut self) {
+        // SAFETY: handle from dlopen.
+        unsafe { libc::dlclose(self.handle) };
+    }
+}
+
+#[derive(Serialize)]
+struct Variant {
+    library: String,
+    entry: &'static str,
+    no_probe_ns: Vec<f64>,
+    empty_uprobe_ns: Vec<f64>,
+    faultline_ns: Vec<f64>,
+    median_no_probe_ns: f64,
+    median_empty_uprobe_ns: f64,
+    median_faultline_ns: f64,
+    ratio_faultline_over_empty: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    benchmark: &'static str,
+    calls_per_measurement: u64,
+    rounds: u32,
+    target_ratio_max: f64,
+    variants: Vec<Variant>,
+}
+
+fn variant(lib_path: &Path, entry: &'static str, a: &Args) -> Result<Variant> {
+    let lib = Lib::open(lib_path)?;
+    let opts = ProbeOptions {
+        exec: false,
+        block: false,
+        cuda: true,
+        cuda_search: collector::cuda_lib::Search {
+            configured: Some(lib_path.to_path_buf()),
+            ld_cache: false,
+            proc_root: None,
+            usual: vec![],
+        },
+        ..ProbeOptions::default()
+    };
+    let (mut none, mut empty, mut full) = (Vec::new(), Vec::new(), Vec::new());
+    lib.measure(a.calls / 10); // warm-up
+    for _ in 0..a.rounds {
+        none.push(lib.measure(a.calls));
+        {
+            let _e = EmptyUprobe::attach(lib_path, "cuLaunchKernel")?;
+            empty.push(lib.measure(a.calls));
+        }
+        {
+            let p = Probes::load(&opts)?;
+            if !p.is_attached("cuLaunchKernel") {
+                bail!("cuLaunchKernel probe not attached: {:?}", p.status());
+            }
+            full.push(lib.measure(a.calls));
+        }
+    }
+    let (mn, me, mf) = (
+        crate::median(&none),
+        crate::median(&empty),
+        crate::median(&full),
+    );
+    Ok(Variant {
+        library: lib_path.display().to_string(),
+        entry,
+        no_probe_ns: none,
+        empty_uprobe_ns: empty,
+        faultline_ns: full,
+        median_no_probe_ns: mn,
+        median_empty_uprobe_ns: me,
+        median_faultline_ns: mf,
+        ratio_faultline_over_empty: if me > 0.0 { mf / me } else { 0.0 },
+    })
+}
+
+pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _g = rt.enter();
+    let plain: PathBuf = tests::fake_libcuda();
+    let nop5: PathBuf = tests::fake_libcuda_nop5();
+    let variants = vec![
+        variant(&plain, "ordinary (int3 trap, like the real driver)", a)
+            .context("plain stand-in")?,
+        variant(&nop5, "5-byte nop (optimised uprobe)", a).context("nop5 stand-in")?,
+    ];
+    println!(
+        "uprobe cost: ns per cuLaunchKernel call, {} calls × {} rounds, medians",
+        a.calls, a.rounds
+    );
+    println!("| entry | no probe | empty uprobe | faultline | faultline / empty |");
+    println!("|---|---|---|---|---|");
+    for v in &variants {
+        println!(
+            "| {} | {:.1} | {:.0} | {:.0} | {:.3} |",
+            v.entry,
+            v.median_no_probe_ns,
+            v.median_empty_uprobe_ns,
+            v.median_faultline_ns,
+            v.ratio_faultline_over_empty
+        );
+    }
+    let report = Report {
+        benchmark: "cuda_uprobe_cost",
+        calls_per_measurement: a.calls,
+        rounds: a.rounds,
+        target_ratio_max: 1.15,
+        variants,
+    };
+    let path = out_dir.join("uprobe.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
