@@ -5,6 +5,7 @@
 pub mod cuda;
 pub mod cuda_lib;
 pub mod http;
+pub mod ib;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;

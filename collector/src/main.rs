@@ -16,6 +16,10 @@ use tokio::time::{interval, MissedTickBehavior};
 #[derive(Debug, Parser)]
 #[command(name = "faultline-collector", version)]
 struct Cli {
+    /// Print one snapshot (InfiniBand ports) in Prometheus text format and exit.
+    /// Needs no privileges.
+    #[arg(long)]
+    once: bool,
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
@@ -51,6 +55,9 @@ struct RunArgs {
     /// Path of libcuda.so.1 (default: ld.so cache, running processes, usual paths).
     #[arg(long, value_name = "PATH")]
     cuda_library: Option<std::path::PathBuf>,
+    /// Directory that holds `class/infiniband` (and `dev/block`).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: std::path::PathBuf,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `collector=debug`.
     #[arg(long, env = "FAULTLINE_LOG", default_value = "info")]
     log: String,
@@ -63,6 +70,21 @@ fn main() -> ExitCode {
         None => cli.run.clone(),
     };
     init_tracing(&args.log);
+    if cli.once {
+        return match collector::ib::read_ports(&args.sysfs_root) {
+            Ok(ports) => {
+                print!("{}", collector::ib::prom::render(&ports, None));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "faultline-collector: error: reading {}/class/infiniband: {e}",
+                    args.sysfs_root.display()
+                );
+                ExitCode::FAILURE
+            }
+        };
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -125,7 +147,9 @@ async fn run(args: RunArgs) -> Result<()> {
         println!("probe {s}");
     }
     let block_on = probes.block_active();
-    let mut names = Names::system();
+    let mut names = Names::new(&args.sysfs_root, "/sys/fs/cgroup");
+    let mut ib = collector::ib::RateTracker::new();
+    let host = hostname();
     let mut block_prev = if block_on {
         Some(probes.block_snapshot()?)
     } else {
@@ -195,6 +219,25 @@ async fn run(args: RunArgs) -> Result<()> {
                     expo.set_section("block", storage::render_prometheus(&cur, &mut names));
                     *prev = cur;
                 }
+                match collector::ib::read_ports(&args.sysfs_root) {
+                    Ok(ports) => {
+                        for p in &ports {
+                            for (file, err) in &p.read_errors {
+                                metrics::counter!("faultline_sysfs_read_errors_total", "file" => file.clone()).increment(1);
+                                tracing::debug!(port = %p.entity(&host), file, err, "sysfs read error");
+                            }
+                        }
+                        let text = collector::ib::prom::render(&ports, Some(&ib));
+                        for r in ib.update(ports) {
+                            print_ib_window(&host, &r);
+                        }
+                        expo.set_section("ib", text);
+                    }
+                    Err(e) => {
+                        metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
+                        tracing::warn!(error = %e, "reading InfiniBand sysfs");
+                    }
+                }
                 if let Some(prev) = cuda_prev.as_mut() {
                     let cur = probes.cuda_snapshot()?;
                     for line in collector::cuda::window_lines(prev, &cur) {
@@ -254,4 +297,54 @@ fn export_kernel_stats(k: &[u64; stat::COUNT as usize]) {
         "block_agg",
         k[stat::BLOCK_AGG_MAP_FULL as usize],
     );
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// One console line per port with traffic, errors or a state change.
+fn print_ib_window(host: &str, r: &collector::ib::PortRates) {
+    use collector::ib::rates::CounterChange;
+    let rx = r.bytes_per_sec("port_rcv_data").unwrap_or(0.0);
+    let tx = r.bytes_per_sec("port_xmit_data").unwrap_or(0.0);
+    let errors: Vec<String> = r
+        .counters
+        .iter()
+        .filter(|(f, _)| !f.contains("data") && !f.contains("packets") && *f != "port_xmit_wait")
+        .filter_map(|(f, c)| match c {
+            CounterChange::Delta { delta, .. } if *delta > 0 => Some(format!("{f}+{delta}")),
+            CounterChange::Reset { .. } => Some(format!("{f}:reset")),
+            CounterChange::Saturated => Some(format!("{f}:saturated")),
+            _ => None,
+        })
+        .collect();
+    let hw: u64 = r
+        .hw_counters
+        .values()
+        .filter_map(CounterChange::delta)
+        .sum();
+    if rx == 0.0 && tx == 0.0 && errors.is_empty() && r.state_change.is_none() && hw == 0 {
+        return;
+    }
+    let mut line = format!(
+        "  ib {host}/{}/{} rx={rx:.0}B/s tx={tx:.0}B/s",
+        r.device, r.port
+    );
+    if !errors.is_empty() {
+        line.push_str(&format!(" errors=[{}]", errors.join(" ")));
+    }
+    if let Some(ber) = r.symbol_error_ratio {
+        line.push_str(&format!(" symbol_error_ratio={ber:.2e}"));
+    }
+    if let Some((a, b)) = r.state_change {
+        line.push_str(&format!(
+            " state {}→{}",
+            collector::ib::counters::state_name(a),
+            collector::ib::counters::state_name(b)
+        ));
+    }
+    println!("{line}");
 }

@@ -1,0 +1,198 @@
+//! Reading one snapshot of every port under `<root>/class/infiniband`.
+use std::{
+    collections::BTreeMap,
+    fs, io,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+/// One port as read from sysfs. Files that were missing or unreadable are
+/// absent here and listed in `read_errors`.
+#[derive(Clone, Debug)]
+pub struct PortSnapshot {
+    pub device: String,
+    pub port: u32,
+    pub taken: Instant,
+    /// `state` id (4 = ACTIVE).
+    pub state: Option<u32>,
+    /// `phys_state` id (5 = LinkUp).
+    pub phys_state: Option<u32>,
+    /// Signalling rate in bytes/s, from `rate` ("100 Gb/sec (4X EDR)").
+    pub rate_bytes_per_sec: Option<u64>,
+    /// The `rate` file as written.
+    pub rate_text: Option<String>,
+    pub link_layer: Option<String>,
+    pub lid: Option<u32>,
+    /// Raw values of `counters/*`.
+    pub counters: BTreeMap<String, u64>,
+    /// Raw values of `hw_counters/*`.
+    pub hw_counters: BTreeMap<String, u64>,
+    /// (file, error) for every file that could not be read or parsed.
+    pub read_errors: Vec<(String, String)>,
+}
+
+impl PortSnapshot {
+    /// Entity name of this port on `host`: `<host>/<hca>/<port>`.
+    pub fn entity(&self, host: &str) -> String {
+        format!("{host}/{}/{}", self.device, self.port)
+    }
+}
+
+/// Reads every port of every device. A missing `class/infiniband` means no
+/// RDMA devices (empty result), not an error.
+pub fn read_ports(sysfs_root: &Path) -> io::Result<Vec<PortSnapshot>> {
+    let class = sysfs_root.join("class/infiniband");
+    let rd = match fs::read_dir(&class) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut devices: Vec<(String, PathBuf)> = rd
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .collect();
+    devices.sort();
+    let mut out = Vec::new();
+    for (dev, path) in devices {
+        let Ok(ports) = fs::read_dir(path.join("ports")) else {
+            continue;
+        };
+        let mut nums: Vec<(u32, PathBuf)> = ports
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+                Some((n, e.path()))
+            })
+            .collect();
+        nums.sort();
+        for (n, p) in nums {
+            out.push(read_port(&dev, n, &p));
+        }
+    }
+    Ok(out)
+}
+
+fn read_port(device: &str, port: u32, dir: &Path) -> PortSnapshot {
+    let mut errors = Vec::new();
+    let mut text = |name: &str| -> Option<String> {
+        match fs::read_to_string(dir.join(name)) {
+            Ok(s) => Some(s.trim().to_string()),
+            Err(e) => {
+                errors.push((name.to_string(), e.to_string()));
+                None
+            }
+        }
+    };
+    let state = text("state").and_then(|s| parse_id(&s));
+    let phys_state = text("phys_state").and_then(|s| parse_id(&s));
+    let rate_text = text("rate");
+    let link_layer = text("link_layer");
+    let lid = text("lid").and_then(|s| parse_lid(&s));
+    let rate_bytes_per_sec = rate_text.as_deref().and_then(parse_rate);
+    let counters = read_counter_dir(&dir.join("counters"), "counters", &mut errors);
+    let hw_counters = read_counter_dir(&dir.join("hw_counters"), "hw_counters", &mut errors);
+    PortSnapshot {
+        device: device.to_string(),
+        port,
+        taken: Instant::now(),
+        state,
+        phys_state,
+        rate_bytes_per_sec,
+        rate_text,
+        link_layer,
+        lid,
+        counters,
+        hw_counters,
+        read_errors: errors,
+    }
+}
+
+/// Reads every regular file of a counter directory. A missing directory is
+/// normal (rxe has no `counters/`, old drivers no `hw_counters/`).
+fn read_counter_dir(
+    dir: &Path,
+    label: &str,
+    errors: &mut Vec<(String, String)>,
+) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        match fs::read_to_string(e.path()) {
+            Ok(s) => match parse_counter(&s) {
+                Some(v) => {
+                    out.insert(name, v);
+                }
+                None => errors.push((
+                    format!("{label}/{name}"),
+                    format!("not a counter: {:?}", s.trim()),
+                )),
+            },
+            Err(err) => errors.push((format!("{label}/{name}"), err.to_string())),
+        }
+    }
+    out
+}
+
+/// "4: ACTIVE" → 4.
+pub fn parse_id(s: &str) -> Option<u32> {
+    s.split(':').next()?.trim().parse().ok()
+}
+
+/// "0x1a" or "26" → 26.
+pub fn parse_lid(s: &str) -> Option<u32> {
+    let s = s.trim();
+    match s.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// A counter file: a decimal (sometimes hex `0x..`) integer.
+pub fn parse_counter(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// "100 Gb/sec (4X EDR)" → 12_500_000_000 bytes/s; "2.5 Gb/sec (1X SDR)" too.
+pub fn parse_rate(s: &str) -> Option<u64> {
+    let mut it = s.split_whitespace();
+    let value: f64 = it.next()?.parse().ok()?;
+    let unit = it.next()?;
+    let mult = match unit {
+        "Gb/sec" => 1e9,
+        "Mb/sec" => 1e6,
+        "Tb/sec" => 1e12,
+        _ => return None,
+    };
+    Some((value * mult / 8.0).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sysfs_values() {
+        assert_eq!(parse_id("4: ACTIVE"), Some(4));
+        assert_eq!(parse_id("5: LinkUp"), Some(5));
+        assert_eq!(parse_id("garbage"), None);
+        assert_eq!(parse_lid("0x1a"), Some(26));
+        assert_eq!(parse_lid("7"), Some(7));
+        assert_eq!(parse_rate("100 Gb/sec (4X EDR)"), Some(12_500_000_000));
+        assert_eq!(parse_rate("2.5 Gb/sec (1X SDR)"), Some(312_500_000));
+        assert_eq!(parse_rate("10 Mb/sec"), Some(1_250_000));
+        assert_eq!(parse_rate("fast"), None);
+        assert_eq!(parse_counter("18446744073709551615\n"), Some(u64::MAX));
+        assert_eq!(parse_counter("0x10"), Some(16));
+        assert_eq!(parse_counter("-1"), None);
+    }
+}
