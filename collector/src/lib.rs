@@ -9,5 +9,6 @@ pub mod ib;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;
+pub mod rdma;
 pub mod storage;
 pub mod tracefs;

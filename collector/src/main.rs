@@ -149,6 +149,26 @@ async fn run(args: RunArgs) -> Result<()> {
     let block_on = probes.block_active();
     let mut names = Names::new(&args.sysfs_root, "/sys/fs/cgroup");
     let mut ib = collector::ib::RateTracker::new();
+    let (rdma_tx, rdma_rx) = std::sync::mpsc::channel();
+    match collector::rdma::Verbs::load() {
+        Ok(v) => {
+            let v = std::sync::Arc::new(v);
+            let ports = v.ports(8);
+            if ports.is_empty() {
+                println!("rdma: libibverbs loaded, no RDMA devices on this host");
+            }
+            for p in &ports {
+                println!(
+                    "rdma: {}/{} state={} phys_state={} lid={} mtu_enum={} width={} speed={} link_layer={}",
+                    p.device, p.port, p.state, p.phys_state, p.lid, p.active_mtu, p.active_width,
+                    p.active_speed, p.link_layer
+                );
+            }
+            let n = v.listen_async_events(rdma_tx);
+            tracing::info!(devices = n, "listening for RDMA async events");
+        }
+        Err(e) => println!("{e}"),
+    }
     let host = hostname();
     let mut block_prev = if block_on {
         Some(probes.block_snapshot()?)
@@ -218,6 +238,10 @@ async fn run(args: RunArgs) -> Result<()> {
                     }
                     expo.set_section("block", storage::render_prometheus(&cur, &mut names));
                     *prev = cur;
+                }
+                while let Ok(ev) = rdma_rx.try_recv() {
+                    metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
+                    println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
                 }
                 match collector::ib::read_ports(&args.sysfs_root) {
                     Ok(ports) => {
