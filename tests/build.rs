@@ -56,5 +56,32 @@ fn main() {
         wl_src.to_str().expect("utf-8"),
         "-ldl",
     ]);
+    let verbs = out.join("libfakeverbs.so.1");
+    let verbs_src = src.join("fake_verbs.c");
+    cc(&[
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fPIC",
+        "-shared",
+        "-Wl,-soname,libfakeverbs.so.1",
+        "-o",
+        verbs.to_str().expect("utf-8"),
+        verbs_src.to_str().expect("utf-8"),
+    ]);
+    let vw = out.join("verbs_workload");
+    let vw_src = src.join("verbs_workload.c");
+    cc(&[
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-o",
+        vw.to_str().expect("utf-8"),
+        vw_src.to_str().expect("utf-8"),
+        "-ldl",
+    ]);
     println!("cargo:rustc-env=FAULTLINE_STANDINS_DIR={}", out.display());
 }

@@ -116,6 +116,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut counted = 0u64;
     let opts = ProbeOptions {
         cuda: false,
+        verbs: false,
         ..ProbeOptions::default()
     };
     // ABBA order: even rounds measure without first, odd rounds with first,

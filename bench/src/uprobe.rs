@@ -122,6 +122,7 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args) -> Result<Variant> {
         exec: false,
         block: false,
         cuda: true,
+        verbs: false,
         cuda_search: collector::cuda_lib::Search {
             configured: Some(lib_path.to_path_buf()),
             ld_cache: false,

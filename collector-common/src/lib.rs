@@ -9,6 +9,7 @@
 pub mod block;
 pub mod cuda;
 pub mod exec;
+pub mod verbs;
 
 /// Header common to every event written into a ring buffer.
 #[repr(C)]
@@ -90,6 +91,12 @@ pub mod stat {
     pub const CUDA_EVENTS: u32 = 13;
     /// Kernel names captured.
     pub const CUDA_NAMES: u32 = 14;
+    /// Work completions decoded.
+    pub const VERBS_WC: u32 = 15;
+    /// Completions returned beyond the per-poll decode bound (not decoded).
+    pub const VERBS_WC_UNDECODED: u32 = 16;
+    /// Verbs aggregate map full.
+    pub const VERBS_MAP_FULL: u32 = 17;
     /// Number of slots.
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 18;
 }

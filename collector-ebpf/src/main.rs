@@ -14,6 +14,7 @@ mod block;
 mod cuda;
 mod exec;
 mod stats;
+mod verbs;
 
 #[cfg(not(test))]
 #[panic_handler]

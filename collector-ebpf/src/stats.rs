@@ -14,3 +14,11 @@ pub fn bump(index: u32) {
         unsafe { *p += 1 };
     }
 }
+
+#[inline(always)]
+pub fn bump_by(index: u32, n: u64) {
+    if let Some(p) = STATS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
+        unsafe { *p += n };
+    }
+}

@@ -78,14 +78,24 @@ pub fn discover(s: &Search) -> Result<PathBuf, CudaLibError> {
 }
 
 fn from_ld_cache() -> Option<PathBuf> {
+    find_in_ld_cache(SONAME)
+}
+
+/// Looks `soname` up in the ld.so cache (`ldconfig -p`).
+pub fn find_in_ld_cache(soname: &str) -> Option<PathBuf> {
     let out = Command::new("ldconfig").arg("-p").output().ok()?;
-    parse_ld_cache(&String::from_utf8_lossy(&out.stdout))
+    parse_ld_cache_for(&String::from_utf8_lossy(&out.stdout), soname)
 }
 
 /// Picks the x86-64 `libcuda.so.1` from `ldconfig -p` output.
 pub fn parse_ld_cache(text: &str) -> Option<PathBuf> {
+    parse_ld_cache_for(text, SONAME)
+}
+
+/// Picks the x86-64 `soname` from `ldconfig -p` output.
+pub fn parse_ld_cache_for(text: &str, soname: &str) -> Option<PathBuf> {
     text.lines()
-        .filter(|l| l.trim_start().starts_with(&format!("{SONAME} ")))
+        .filter(|l| l.trim_start().starts_with(&format!("{soname} ")))
         .filter(|l| !l.contains("(libc6)") || l.contains("x86-64"))
         .filter_map(|l| l.split("=>").nth(1))
         .map(|p| PathBuf::from(p.trim()))

@@ -55,6 +55,17 @@ struct RunArgs {
     /// Path of libcuda.so.1 (default: ld.so cache, running processes, usual paths).
     #[arg(long, value_name = "PATH")]
     cuda_library: Option<std::path::PathBuf>,
+    /// Disable the verbs (RDMA) probes.
+    #[arg(long)]
+    no_verbs: bool,
+    /// libibverbs for the control-path probes (default: ld.so cache).
+    #[arg(long, value_name = "PATH")]
+    verbs_library: Option<std::path::PathBuf>,
+    /// Provider data-path functions as `PATH:POLL_CQ:POST_SEND:POST_RECV`, each
+    /// a symbol or a `0x` file offset (default: resolved through the ops table
+    /// of a context on the first RDMA device).
+    #[arg(long, value_name = "SPEC", value_parser = parse_provider)]
+    verbs_provider: Option<collector::probes::ProviderTarget>,
     /// Directory that holds `class/infiniband` (and `dev/block`).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: std::path::PathBuf,
@@ -142,6 +153,9 @@ async fn run(args: RunArgs) -> Result<()> {
         ..ProbeOptions::default()
     };
     opts.cuda_search.configured = args.cuda_library.clone();
+    opts.verbs = !args.no_verbs;
+    opts.verbs_library = args.verbs_library.clone();
+    opts.verbs_provider = args.verbs_provider.clone();
     let mut probes = Probes::load(&opts)?;
     for s in probes.status() {
         println!("probe {s}");
@@ -174,6 +188,14 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(probes.block_snapshot()?)
     } else {
         None
+    };
+    let verbs_on = probes.status().iter().any(|s| {
+        s.name.starts_with("verbs:") && s.state == collector::probes::ProbeState::Attached
+    });
+    let mut verbs_prev = if verbs_on {
+        probes.verbs_snapshot()?
+    } else {
+        collector::probes::verbs::VerbsSnapshot::default()
     };
     let mut cuda_prev = if probes.cuda_library().is_some() {
         Some(probes.cuda_snapshot()?)
@@ -261,6 +283,14 @@ async fn run(args: RunArgs) -> Result<()> {
                         metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
                         tracing::warn!(error = %e, "reading InfiniBand sysfs");
                     }
+                }
+                if verbs_on {
+                    let cur = probes.verbs_snapshot()?;
+                    for line in verbs_window_lines(&verbs_prev, &cur) {
+                        println!("  {line}");
+                    }
+                    expo.set_section("verbs", cur.render_prometheus());
+                    verbs_prev = cur;
                 }
                 if let Some(prev) = cuda_prev.as_mut() {
                     let cur = probes.cuda_snapshot()?;
@@ -371,4 +401,65 @@ fn print_ib_window(host: &str, r: &collector::ib::PortRates) {
         ));
     }
     println!("{line}");
+}
+
+fn parse_provider(s: &str) -> Result<collector::probes::ProviderTarget, String> {
+    use collector::probes::CodeLoc;
+    let parts: Vec<&str> = s.rsplitn(4, ':').collect();
+    let [recv, send, poll, path] = parts.as_slice() else {
+        return Err("expected PATH:POLL_CQ:POST_SEND:POST_RECV".into());
+    };
+    let loc = |v: &str| -> Result<CodeLoc, String> {
+        if v.is_empty() {
+            return Err("empty symbol or offset".into());
+        }
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16)
+                .map(CodeLoc::Offset)
+                .map_err(|e| format!("bad offset {v}: {e}")),
+            None => Ok(CodeLoc::Symbol(v.to_string())),
+        }
+    };
+    Ok(collector::probes::ProviderTarget {
+        path: std::path::PathBuf::from(path),
+        poll_cq: loc(poll)?,
+        post_send: loc(send)?,
+        post_recv: loc(recv)?,
+    })
+}
+
+/// Completions by status and QP transitions that happened in the window.
+fn verbs_window_lines(
+    prev: &collector::probes::verbs::VerbsSnapshot,
+    cur: &collector::probes::verbs::VerbsSnapshot,
+) -> Vec<String> {
+    use collector_common::verbs::{qp_state_name, wc_status_name};
+    let mut out = Vec::new();
+    for (k, v) in &cur.completions {
+        let n = v.completions
+            - prev
+                .completions
+                .get(k)
+                .map_or(0, |p| p.completions.min(v.completions));
+        if n > 0 {
+            out.push(format!(
+                "verbs pid={} qp={} {}={n}",
+                k.pid,
+                k.qp_num,
+                wc_status_name(k.status)
+            ));
+        }
+    }
+    for (k, v) in &cur.qp_states {
+        let n = v - prev.qp_states.get(k).copied().unwrap_or(0).min(*v);
+        if n > 0 {
+            out.push(format!(
+                "verbs pid={} qp={} -> {} ×{n}",
+                k.pid,
+                k.qp_num,
+                qp_state_name(k.state)
+            ));
+        }
+    }
+    out
 }

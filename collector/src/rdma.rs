@@ -360,3 +360,93 @@ mod tests {
         assert!(v.ports(2).is_empty());
     }
 }
+
+/// Where a provider data-path function lives: a file and an offset in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeLocation {
+    pub path: std::path::PathBuf,
+    pub file_offset: u64,
+}
+
+/// Maps a code address of this process to (file, file offset) through
+/// `/proc/self/maps` (the text of `maps` is passed in for testing).
+pub fn locate_address(maps: &str, addr: u64) -> Option<CodeLocation> {
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_ino), Some(path)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(off)) = (
+            u64::from_str_radix(a, 16),
+            u64::from_str_radix(b, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        if (start..end).contains(&addr) && path.starts_with('/') {
+            return Some(CodeLocation {
+                path: path.into(),
+                file_offset: addr - start + off,
+            });
+        }
+    }
+    None
+}
+
+impl Verbs {
+    /// Resolves the provider's `poll_cq`, `post_send` and `post_recv` through
+    /// the ops table of a context opened on the first device (providers such
+    /// as rxe export no symbols). Needs an RDMA device.
+    pub fn data_path_locations(&self) -> Result<[(&'static str, CodeLocation); 3], String> {
+        self.with_devices(|devs| {
+            let &d = devs.first().ok_or("no RDMA device to open a context on")?;
+            // SAFETY: device pointer from the list.
+            let ctx = unsafe { (self.open_device)(d) };
+            if ctx.is_null() {
+                return Err("ibv_open_device failed".to_string());
+            }
+            // SAFETY: open context; the ops table is part of struct ibv_context.
+            let ops = unsafe { &(*ctx).ops };
+            let addrs = [
+                ("poll_cq", ops.poll_cq.map(|f| f as usize as u64)),
+                ("post_send", ops.post_send.map(|f| f as usize as u64)),
+                ("post_recv", ops.post_recv.map(|f| f as usize as u64)),
+            ];
+            let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string());
+            // SAFETY: context opened above.
+            unsafe { (self.close_device)(ctx) };
+            let maps = maps?;
+            let find = |(name, a): (&'static str, Option<u64>)| -> Result<(&'static str, CodeLocation), String> {
+                let a = a.ok_or_else(|| format!("provider has no {name} in its ops table"))?;
+                locate_address(&maps, a)
+                    .map(|l| (name, l))
+                    .ok_or_else(|| format!("{name} at {a:#x} is not in a mapped file"))
+            };
+            Ok([find(addrs[0])?, find(addrs[1])?, find(addrs[2])?])
+        })
+    }
+}
+
+#[cfg(test)]
+mod locate_tests {
+    use super::*;
+
+    #[test]
+    fn address_to_file_offset() {
+        let maps = "\
+7f1000000000-7f1000010000 r--p 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+7f1000010000-7f1000020000 r-xp 00010000 08:01 42 /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+7ffd00000000-7ffd00001000 rw-p 00000000 00:00 0 [stack]
+";
+        let l = locate_address(maps, 0x7f1000010123).unwrap();
+        assert_eq!(l.file_offset, 0x10123);
+        assert!(l.path.ends_with("librxe-rdmav34.so"));
+        assert_eq!(locate_address(maps, 0x7ffd00000010), None);
+        assert_eq!(locate_address(maps, 0x1), None);
+    }
+}

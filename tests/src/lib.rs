@@ -416,3 +416,13 @@ impl Drop for FakeIb {
         let _ = fs::remove_dir_all(&self.root);
     }
 }
+
+/// The stand-in libibverbs + provider (`libfakeverbs.so.1`).
+pub fn fake_verbs() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("libfakeverbs.so.1")
+}
+
+/// The `verbs_workload` program.
+pub fn verbs_workload() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("verbs_workload")
+}

@@ -22,6 +22,7 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
             exec: false,
             block: true,
             cuda: false,
+            verbs: false,
             ..ProbeOptions::default()
         };
         let probes = Probes::load(&opts).expect("load probes");

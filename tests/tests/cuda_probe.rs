@@ -22,6 +22,8 @@ fn opts(lib: Option<PathBuf>) -> ProbeOptions {
             usual: vec![],
         },
         cuda_events_per_sec: 0,
+        verbs: false,
+        ..ProbeOptions::default()
     }
 }
 

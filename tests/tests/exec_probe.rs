@@ -45,6 +45,7 @@ async fn exec_probe() {
         exec: true,
         block: false,
         cuda: false,
+        verbs: false,
         ..ProbeOptions::default()
     };
     let mut probes = Probes::load(&opts).expect("load and attach the probes");

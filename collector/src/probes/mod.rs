@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod exec;
 pub mod ring;
 pub mod table;
+pub mod verbs;
 
 use std::fmt;
 
@@ -75,6 +76,28 @@ pub struct ProbeOptions {
     pub cuda_search: crate::cuda_lib::Search,
     /// CUDA per-event stream budget, events per second per CPU (0 = aggregates only).
     pub cuda_events_per_sec: u32,
+    pub verbs: bool,
+    /// libibverbs for the control-path probes (default: ld.so cache, usual path).
+    pub verbs_library: Option<std::path::PathBuf>,
+    /// The provider's data-path functions; `None` resolves them through the
+    /// ops table of a context on the first RDMA device.
+    pub verbs_provider: Option<ProviderTarget>,
+}
+
+/// Where a provider function is: by symbol, or at a file offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CodeLoc {
+    Symbol(String),
+    Offset(u64),
+}
+
+/// The provider library and its data-path functions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderTarget {
+    pub path: std::path::PathBuf,
+    pub poll_cq: CodeLoc,
+    pub post_send: CodeLoc,
+    pub post_recv: CodeLoc,
 }
 
 impl Default for ProbeOptions {
@@ -86,6 +109,9 @@ impl Default for ProbeOptions {
             cuda: true,
             cuda_search: crate::cuda_lib::Search::default(),
             cuda_events_per_sec: 0,
+            verbs: true,
+            verbs_library: None,
+            verbs_provider: None,
         }
     }
 }
@@ -191,6 +217,14 @@ impl Probes {
             });
             None
         };
+        if opts.verbs {
+            attach_verbs(&mut ebpf, opts, &mut status);
+        } else {
+            status.push(ProbeStatus {
+                name: "verbs",
+                state: ProbeState::Disabled,
+            });
+        }
         Ok(Self {
             ebpf,
             status,
@@ -349,32 +383,22 @@ fn attach_cuda(
         let mut outcome = Ok(());
         for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
             let Some(prog_name) = prog_name else { continue };
-            let r = (|| -> Result<(), String> {
-                let prog: &mut UProbe = ebpf
-                    .program_mut(prog_name)
-                    .ok_or_else(|| format!("program {prog_name} missing from the eBPF object"))?
-                    .try_into()
-                    .map_err(|e| format!("program {prog_name}: {e}"))?;
-                if !loaded.contains(&prog_name) {
-                    prog.load()
-                        .map_err(|e| format!("verifier rejected {prog_name}: {e:#}"))?;
-                    loaded.push(prog_name);
-                }
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::Symbol(spec.symbol),
-                    cookie: Some(spec.cookie),
-                };
-                prog.attach(point, &lib, UProbeScope::AllProcesses)
-                    .map_err(|e| {
-                        format!(
-                            "{} {} in {}: {e}",
-                            if is_ret { "uretprobe" } else { "uprobe" },
-                            spec.symbol,
-                            lib.display()
-                        )
-                    })?;
-                Ok(())
-            })();
+            let r = attach_one(
+                ebpf,
+                &mut loaded,
+                prog_name,
+                UProbeAttachLocation::Symbol(spec.symbol),
+                spec.cookie,
+                &lib,
+            )
+            .map_err(|e| {
+                format!(
+                    "{} {} in {}: {e}",
+                    if is_ret { "uretprobe" } else { "uprobe" },
+                    spec.symbol,
+                    lib.display()
+                )
+            });
             if r.is_err() {
                 outcome = r;
                 break;
@@ -408,6 +432,156 @@ fn attach_cuda(
     }
     tracing::info!(library = %lib.display(), attached, of = table::CUDA_PROBES.len(), "CUDA probes");
     (attached > 0).then_some(lib)
+}
+
+/// Loads `prog` once and attaches it at `loc` in `target` for all processes.
+fn attach_one(
+    ebpf: &mut Ebpf,
+    loaded: &mut Vec<&'static str>,
+    prog: &'static str,
+    loc: UProbeAttachLocation<'_>,
+    cookie: u64,
+    target: &std::path::Path,
+) -> Result<(), String> {
+    let p: &mut UProbe = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing from the eBPF object"))?
+        .try_into()
+        .map_err(|e| format!("program {prog}: {e}"))?;
+    if !loaded.contains(&prog) {
+        p.load()
+            .map_err(|e| format!("verifier rejected {prog}: {e:#}"))?;
+        loaded.push(prog);
+    }
+    let point = UProbeAttachPoint {
+        location: loc,
+        cookie: Some(cookie),
+    };
+    p.attach(point, target, UProbeScope::AllProcesses)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Attaches the verbs probes: control path on libibverbs' exports, data path
+/// on the provider (configured, or resolved through an opened context's ops
+/// table). Every outcome goes into `status`; nothing here is fatal.
+fn attach_verbs(ebpf: &mut Ebpf, opts: &ProbeOptions, status: &mut Vec<ProbeStatus>) {
+    let mut loaded = Vec::new();
+    let record = |status: &mut Vec<ProbeStatus>, name: &'static str, r: Result<(), String>| {
+        let state = match r {
+            Ok(()) => ProbeState::Attached,
+            Err(why) => {
+                tracing::warn!(probe = name, reason = %why, "verbs probe inactive");
+                ProbeState::Inactive(why)
+            }
+        };
+        metrics::gauge!("faultline_probe_attached", "probe" => name).set(
+            if state == ProbeState::Attached {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        status.push(ProbeStatus { name, state });
+    };
+    let lib = opts.verbs_library.clone().or_else(|| {
+        crate::cuda_lib::find_in_ld_cache("libibverbs.so.1").or_else(|| {
+            let p = std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
+            p.is_file().then_some(p)
+        })
+    });
+    match &lib {
+        Some(lib) if lib.is_file() => {
+            let r = attach_one(
+                ebpf,
+                &mut loaded,
+                "verbs_modify_qp",
+                UProbeAttachLocation::Symbol("ibv_modify_qp"),
+                0,
+                lib,
+            );
+            record(status, "verbs:ibv_modify_qp", r);
+            let r = attach_one(
+                ebpf,
+                &mut loaded,
+                "verbs_async_enter",
+                UProbeAttachLocation::Symbol("ibv_get_async_event"),
+                0,
+                lib,
+            )
+            .and_then(|()| {
+                attach_one(
+                    ebpf,
+                    &mut loaded,
+                    "verbs_async_return",
+                    UProbeAttachLocation::Symbol("ibv_get_async_event"),
+                    0,
+                    lib,
+                )
+            });
+            record(status, "verbs:ibv_get_async_event", r);
+        }
+        other => {
+            let why = match other {
+                Some(p) => format!("verbs.library {} does not exist", p.display()),
+                None => "libibverbs.so.1 not found (ld.so cache, /usr/lib/x86_64-linux-gnu); set verbs.library".into(),
+            };
+            record(
+                status,
+                "verbs:control",
+                Err(format!("verbs control-path probes inactive: {why}")),
+            );
+        }
+    }
+    let targets: Result<Vec<(&'static str, std::path::PathBuf, CodeLoc)>, String> = match &opts.verbs_provider {
+        Some(t) => Ok(vec![
+            ("poll_cq", t.path.clone(), t.poll_cq.clone()),
+            ("post_send", t.path.clone(), t.post_send.clone()),
+            ("post_recv", t.path.clone(), t.post_recv.clone()),
+        ]),
+        None => crate::rdma::Verbs::load()
+            .map_err(|e| e.to_string())
+            .and_then(|v| v.data_path_locations())
+            .map(|locs| {
+                locs.into_iter()
+                    .map(|(n, l)| (n, l.path, CodeLoc::Offset(l.file_offset)))
+                    .collect()
+            })
+            .map_err(|e| format!("verbs data-path probes inactive: {e}; set verbs.provider with its poll_cq/post_send/post_recv symbols or offsets")),
+    };
+    match targets {
+        Ok(targets) => {
+            for (op, path, loc) in targets {
+                let l = match &loc {
+                    CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
+                    CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
+                };
+                let r = match op {
+                    "poll_cq" => attach_one(ebpf, &mut loaded, "verbs_poll_enter", l, 0, &path)
+                        .and_then(|()| {
+                            let l = match &loc {
+                                CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
+                                CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
+                            };
+                            attach_one(ebpf, &mut loaded, "verbs_poll_return", l, 0, &path)
+                        }),
+                    "post_send" => attach_one(ebpf, &mut loaded, "verbs_post", l, 0, &path),
+                    _ => attach_one(ebpf, &mut loaded, "verbs_post", l, 1, &path),
+                };
+                let name = match op {
+                    "poll_cq" => "verbs:poll_cq",
+                    "post_send" => "verbs:post_send",
+                    _ => "verbs:post_recv",
+                };
+                record(
+                    status,
+                    name,
+                    r.map_err(|e| format!("{op} in {}: {e}", path.display())),
+                );
+            }
+        }
+        Err(why) => record(status, "verbs:data_path", Err(why)),
+    }
 }
 
 /// Forwards aya-log records from the probes to `log` (bridged into `tracing`).

@@ -1,0 +1,130 @@
+//! Verbs (RDMA user-space data path) probe types.
+
+/// Work completions per (pid, QP, status).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WcKey {
+    pub pid: u32,
+    pub qp_num: u32,
+    /// `enum ibv_wc_status` value as the provider wrote it.
+    pub status: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<WcKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WcStats {
+    pub completions: u64,
+    /// Sum of `byte_len` (meaningful for receive completions).
+    pub bytes: u64,
+}
+
+/// Posted work requests per (pid, QP, direction).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PostKey {
+    pub pid: u32,
+    pub qp_num: u32,
+    /// 0 = send, 1 = receive.
+    pub dir: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<PostKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PostStats {
+    /// `post_send`/`post_recv` calls.
+    pub calls: u64,
+    /// Work requests in the chained lists.
+    pub wrs: u64,
+    /// Sum of the scatter/gather lengths.
+    pub bytes: u64,
+    /// Calls whose list was longer than the probe walks (counted, not summed).
+    pub truncated: u64,
+}
+
+/// `ibv_modify_qp` transitions per (pid, QP, target state).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpStateKey {
+    pub pid: u32,
+    pub qp_num: u32,
+    /// `enum ibv_qp_state` (6 = IBV_QPS_ERR).
+    pub state: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<QpStateKey>() == 16);
+
+/// `ibv_get_async_event` results per (pid, event type).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AsyncKey {
+    pub pid: u32,
+    pub event_type: u32,
+}
+const _: () = assert!(core::mem::size_of::<AsyncKey>() == 8);
+
+/// Most completions decoded per `poll_cq` return (the verifier needs a bound).
+pub const MAX_WC_PER_POLL: u32 = 32;
+/// Most work requests walked per `post_send`/`post_recv` call.
+pub const MAX_WR_PER_POST: u32 = 16;
+/// Most scatter/gather entries summed per work request.
+pub const MAX_SGE_PER_WR: u32 = 4;
+
+/// `enum ibv_wc_status` names (libibverbs `ibv_wc_status_str`).
+pub fn wc_status_name(s: u32) -> &'static str {
+    match s {
+        0 => "IBV_WC_SUCCESS",
+        1 => "IBV_WC_LOC_LEN_ERR",
+        2 => "IBV_WC_LOC_QP_OP_ERR",
+        3 => "IBV_WC_LOC_EEC_OP_ERR",
+        4 => "IBV_WC_LOC_PROT_ERR",
+        5 => "IBV_WC_WR_FLUSH_ERR",
+        6 => "IBV_WC_MW_BIND_ERR",
+        7 => "IBV_WC_BAD_RESP_ERR",
+        8 => "IBV_WC_LOC_ACCESS_ERR",
+        9 => "IBV_WC_REM_INV_REQ_ERR",
+        10 => "IBV_WC_REM_ACCESS_ERR",
+        11 => "IBV_WC_REM_OP_ERR",
+        12 => "IBV_WC_RETRY_EXC_ERR",
+        13 => "IBV_WC_RNR_RETRY_EXC_ERR",
+        14 => "IBV_WC_LOC_RDD_VIOL_ERR",
+        15 => "IBV_WC_REM_INV_RD_REQ_ERR",
+        16 => "IBV_WC_REM_ABORT_ERR",
+        17 => "IBV_WC_INV_EECN_ERR",
+        18 => "IBV_WC_INV_EEC_STATE_ERR",
+        19 => "IBV_WC_FATAL_ERR",
+        20 => "IBV_WC_RESP_TIMEOUT_ERR",
+        21 => "IBV_WC_GENERAL_ERR",
+        22 => "IBV_WC_TM_ERR",
+        23 => "IBV_WC_TM_RNDV_INCOMPLETE",
+        _ => "IBV_WC_UNKNOWN",
+    }
+}
+
+/// `enum ibv_qp_state` names.
+pub fn qp_state_name(s: u32) -> &'static str {
+    match s {
+        0 => "RESET",
+        1 => "INIT",
+        2 => "RTR",
+        3 => "RTS",
+        4 => "SQD",
+        5 => "SQE",
+        6 => "ERR",
+        _ => "UNKNOWN",
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all): `#[repr(C)]`, no implicit padding (sizes asserted), any bit pattern valid.
+    unsafe impl aya::Pod for super::WcKey {}
+    unsafe impl aya::Pod for super::WcStats {}
+    unsafe impl aya::Pod for super::PostKey {}
+    unsafe impl aya::Pod for super::PostStats {}
+    unsafe impl aya::Pod for super::QpStateKey {}
+    unsafe impl aya::Pod for super::AsyncKey {}
+}
