@@ -6,6 +6,7 @@ pub mod cuda;
 pub mod cuda_lib;
 pub mod http;
 pub mod ib;
+pub mod nvml;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;

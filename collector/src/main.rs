@@ -55,6 +55,12 @@ struct RunArgs {
     /// Path of libcuda.so.1 (default: ld.so cache, running processes, usual paths).
     #[arg(long, value_name = "PATH")]
     cuda_library: Option<std::path::PathBuf>,
+    /// Disable NVML sampling.
+    #[arg(long)]
+    no_nvml: bool,
+    /// Path of libnvidia-ml.so.1 (default: the system's, through the dynamic loader).
+    #[arg(long, value_name = "PATH")]
+    nvml_library: Option<std::path::PathBuf>,
     /// Disable the verbs (RDMA) probes.
     #[arg(long)]
     no_verbs: bool,
@@ -163,6 +169,10 @@ async fn run(args: RunArgs) -> Result<()> {
     let block_on = probes.block_active();
     let mut names = Names::new(&args.sysfs_root, "/sys/fs/cgroup");
     let mut ib = collector::ib::RateTracker::new();
+    // Prime the port counters now, so the first window shows what changed since start.
+    if let Ok(ports) = collector::ib::read_ports(&args.sysfs_root) {
+        let _ = ib.update(ports);
+    }
     let (rdma_tx, rdma_rx) = std::sync::mpsc::channel();
     match collector::rdma::Verbs::load() {
         Ok(v) => {
@@ -197,6 +207,30 @@ async fn run(args: RunArgs) -> Result<()> {
     } else {
         collector::probes::verbs::VerbsSnapshot::default()
     };
+    let (gpu_tx, gpu_rx) = std::sync::mpsc::channel();
+    let mut nvml_src = None;
+    let mut _nvml_events = None;
+    if !args.no_nvml {
+        match collector::nvml::NvmlSource::open(args.nvml_library.as_deref()) {
+            Ok(src) => {
+                for g in src.gpus() {
+                    println!(
+                        "gpu {}: {} {} pci={}",
+                        g.index, g.uuid, g.name, g.pci_bus_id
+                    );
+                }
+                match collector::nvml::spawn_event_listener(args.nvml_library.clone(), gpu_tx) {
+                    Ok(l) => _nvml_events = Some(l),
+                    Err(e) => println!("{e}"),
+                }
+                nvml_src = Some(src);
+            }
+            Err(e) => println!("{e}"),
+        }
+    }
+    let mut gpu_samples: Vec<collector::nvml::GpuSample> = Vec::new();
+    let mut xid_counts: std::collections::BTreeMap<(u32, u64), u64> =
+        std::collections::BTreeMap::new();
     let mut cuda_prev = if probes.cuda_library().is_some() {
         Some(probes.cuda_snapshot()?)
     } else {
@@ -292,10 +326,56 @@ async fn run(args: RunArgs) -> Result<()> {
                     expo.set_section("verbs", cur.render_prometheus());
                     verbs_prev = cur;
                 }
+                if let Some(src) = nvml_src.as_mut() {
+                    let (samples, events) = src.sample();
+                    for e in events {
+                        println!("  gpu event {host}/gpu{} {} LOST (fell off the bus)", e.index, e.uuid);
+                    }
+                    for s in &samples {
+                        if let Some(mask) = s.throttle {
+                            let names: Vec<&str> = collector::nvml::throttle_names(mask)
+                                .into_iter()
+                                .filter(|n| *n != "idle")
+                                .collect();
+                            if !names.is_empty() {
+                                println!(
+                                    "  gpu {host}/gpu{} throttle={} temp={:?}C sm_clock={:?}MHz",
+                                    s.index,
+                                    names.join(","),
+                                    s.temp_c,
+                                    s.sm_clock_mhz
+                                );
+                            }
+                        }
+                    }
+                    gpu_samples = samples;
+                }
+                while let Ok(e) = gpu_rx.try_recv() {
+                    if let collector::nvml::GpuEventKind::Xid { code, meaning } = &e.kind {
+                        *xid_counts.entry((e.index, *code)).or_default() += 1;
+                        println!("  gpu event {host}/gpu{} {} XID {code}: {meaning}", e.index, e.uuid);
+                    } else {
+                        println!("  gpu event {host}/gpu{} {} {:?}", e.index, e.uuid, e.kind);
+                    }
+                }
+                if let Some(src) = nvml_src.as_ref() {
+                    expo.set_section(
+                        "gpu",
+                        collector::nvml::render_prometheus(src.gpus(), &gpu_samples, &xid_counts),
+                    );
+                }
                 if let Some(prev) = cuda_prev.as_mut() {
                     let cur = probes.cuda_snapshot()?;
+                    let gpus = nvml_src.as_ref().map(|s| s.gpus().to_vec()).unwrap_or_default();
                     for line in collector::cuda::window_lines(prev, &cur) {
-                        println!("  {line}");
+                        let dev = line
+                            .split_whitespace()
+                            .find_map(|w| w.strip_prefix("gpu="))
+                            .and_then(|d| d.parse::<i32>().ok());
+                        match dev.and_then(|d| collector::nvml::describe_gpu(d, &gpus, &gpu_samples)) {
+                            Some(g) => println!("  {line} [{g}]"),
+                            None => println!("  {line}"),
+                        }
                     }
                     expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
                     *prev = cur;

@@ -426,3 +426,8 @@ pub fn fake_verbs() -> PathBuf {
 pub fn verbs_workload() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("verbs_workload")
 }
+
+/// The stand-in `libnvidia-ml.so.1` (scenario from `FAKE_NVML_SCENARIO`).
+pub fn fake_nvml() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("nvml/libnvidia-ml.so.1")
+}

@@ -93,6 +93,11 @@ fn main() -> Result<()> {
 /// (`summary: N passed, M failed`) over all test binaries, so the last line
 /// says what ran even when the final binary (doc tests) has none.
 fn test(args: &[String]) -> Result<()> {
+    // Some workspace tests run the shipped binaries from target/debug: build
+    // them first so they are never stale.
+    let mut b = cargo();
+    b.args(["build", "--bins"]);
+    run(b)?;
     let mut c = cargo();
     c.arg("test").args(args).stdout(Stdio::piped());
     let mut child = c.spawn().context("spawning cargo test")?;

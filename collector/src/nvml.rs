@@ -1,0 +1,704 @@
+//! NVML enrichment through nvml-wrapper: per-GPU samples every window
+//! (power, temperatures, clocks, throttle reasons, utilisation, memory, ECC,
+//! PCIe, NVLink errors, energy), XID and ECC events from NVML's event API in a
+//! dedicated blocking thread, and the joins that put GPU state next to the
+//! CUDA probe data (device ordinal → UUID; process → GPUs from its maps).
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    sync::mpsc,
+    time::SystemTime,
+};
+
+use nvml_wrapper::{
+    bitmasks::event::EventTypes,
+    enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor},
+    enum_wrappers::nv_link::ErrorCounter,
+    error::NvmlError,
+    Nvml,
+};
+
+/// Default library name (the system's, through the dynamic loader).
+pub const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlSourceError {
+    #[error("NVML inactive: cannot load {lib} ({reason}); GPU enrichment off (set nvml.library if the driver is elsewhere)")]
+    Load { lib: String, reason: String },
+    #[error("NVML inactive: {0}")]
+    Query(String),
+}
+
+/// Static identity of one GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub pci_bus_id: String,
+    pub minor: Option<u32>,
+}
+
+/// One window's reading of one GPU; `None` for fields the GPU does not
+/// support (logged once) or that failed this time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub lost: bool,
+    pub power_w: Option<f64>,
+    pub power_limit_w: Option<f64>,
+    pub temp_c: Option<u32>,
+    pub memory_temp_c: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
+    pub sm_clock_max_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub mem_clock_max_mhz: Option<u32>,
+    /// Raw clock event (throttle) reasons mask.
+    pub throttle: Option<u64>,
+    pub util_gpu_pct: Option<u32>,
+    pub util_mem_pct: Option<u32>,
+    pub mem_used_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    pub ecc_sbe_volatile: Option<u64>,
+    pub ecc_dbe_volatile: Option<u64>,
+    pub pcie_replay: Option<u64>,
+    pub pcie_tx_bytes_per_sec: Option<u64>,
+    pub pcie_rx_bytes_per_sec: Option<u64>,
+    pub nvlink_errors: Option<u64>,
+    pub energy_mj: Option<u64>,
+}
+
+/// Named clock event (throttle) reasons, in NVML's bit order.
+pub const THROTTLE_FLAGS: &[(u64, &str)] = &[
+    (0x1, "idle"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+];
+
+/// Names of the reasons set in `mask`.
+pub fn throttle_names(mask: u64) -> Vec<&'static str> {
+    THROTTLE_FLAGS
+        .iter()
+        .filter(|(b, _)| mask & b != 0)
+        .map(|(_, n)| *n)
+        .collect()
+}
+
+/// Short meaning of common XID codes (NVIDIA's XID catalogue).
+pub fn xid_meaning(code: u64) -> &'static str {
+    match code {
+        13 => "graphics engine exception",
+        31 => "GPU memory page fault",
+        43 => "GPU stopped processing",
+        45 => "preemptive cleanup after a previous error",
+        48 => "double-bit ECC error",
+        61 | 62 => "internal micro-controller halt",
+        63 => "ECC page retirement or row remapping recorded",
+        64 => "ECC page retirement or row remapping failed",
+        74 => "NVLink error",
+        79 => "GPU has fallen off the bus",
+        92 => "high single-bit ECC error rate",
+        94 => "contained ECC error",
+        95 => "uncontained ECC error",
+        119 | 120 => "GSP error or timeout",
+        _ => "see NVIDIA's XID catalogue",
+    }
+}
+
+/// A discrete GPU event for the timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuEventKind {
+    Xid {
+        code: u64,
+        meaning: &'static str,
+    },
+    DoubleBitEcc,
+    SingleBitEcc,
+    /// The GPU fell off the bus (`NVML_ERROR_GPU_IS_LOST`).
+    Lost,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuEvent {
+    pub index: u32,
+    pub uuid: String,
+    pub at: SystemTime,
+    pub kind: GpuEventKind,
+}
+
+/// The per-window sampler.
+pub struct NvmlSource {
+    nvml: Nvml,
+    lib: PathBuf,
+    gpus: Vec<GpuInfo>,
+    /// (gpu, field) found unsupported: not queried again.
+    unsupported: BTreeSet<(u32, &'static str)>,
+    lost: BTreeSet<u32>,
+}
+
+fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
+    Nvml::builder()
+        .lib_path(lib.as_os_str())
+        .init()
+        .map_err(|e| NvmlSourceError::Load {
+            lib: lib.display().to_string(),
+            reason: e.to_string(),
+        })
+}
+
+impl NvmlSource {
+    /// Loads NVML from `lib` (default: the system library) and reads the GPUs' identities.
+    pub fn open(lib: Option<&Path>) -> Result<Self, NvmlSourceError> {
+        let lib = lib.map_or_else(|| PathBuf::from(DEFAULT_LIB), Path::to_path_buf);
+        let nvml = load(&lib)?;
+        let n = nvml
+            .device_count()
+            .map_err(|e| NvmlSourceError::Query(format!("device count: {e}")))?;
+        let mut gpus = Vec::new();
+        for index in 0..n {
+            let Ok(d) = nvml.device_by_index(index) else {
+                continue;
+            };
+            gpus.push(GpuInfo {
+                index,
+                uuid: d.uuid().unwrap_or_else(|_| format!("unknown-{index}")),
+                name: d.name().unwrap_or_default(),
+                pci_bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+                minor: d.minor_number().ok(),
+            });
+        }
+        Ok(Self {
+            nvml,
+            lib,
+            gpus,
+            unsupported: BTreeSet::new(),
+            lost: BTreeSet::new(),
+        })
+    }
+
+    pub fn gpus(&self) -> &[GpuInfo] {
+        &self.gpus
+    }
+
+    pub fn library(&self) -> &Path {
+        &self.lib
+    }
+
+    /// Fields recorded as unsupported, per GPU.
+    pub fn unsupported(&self) -> &BTreeSet<(u32, &'static str)> {
+        &self.unsupported
+    }
+
+    /// Samples every GPU. A GPU that falls off the bus yields one `Lost`
+    /// event (and `lost: true` samples from then on), never an error.
+    pub fn sample(&mut self) -> (Vec<GpuSample>, Vec<GpuEvent>) {
+        let mut samples = Vec::with_capacity(self.gpus.len());
+        let mut events = Vec::new();
+        for g in &self.gpus {
+            let mut s = GpuSample {
+                index: g.index,
+                ..GpuSample::default()
+            };
+            if self.lost.contains(&g.index) {
+                s.lost = true;
+                samples.push(s);
+                continue;
+            }
+            let Ok(d) = self.nvml.device_by_index(g.index) else {
+                samples.push(s);
+                continue;
+            };
+            let mut lost = false;
+            let unsupported = &mut self.unsupported;
+            let mut get = |field: &'static str,
+                           f: &dyn Fn() -> Result<u64, NvmlError>|
+             -> Option<u64> {
+                if lost || unsupported.contains(&(g.index, field)) {
+                    return None;
+                }
+                match f() {
+                    Ok(v) => Some(v),
+                    Err(NvmlError::GpuLost) => {
+                        lost = true;
+                        None
+                    }
+                    Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
+                        tracing::info!(gpu = g.index, field, reason = %e, "NVML field unsupported; not queried again");
+                        metrics::counter!("faultline_nvml_unsupported_fields_total").increment(1);
+                        unsupported.insert((g.index, field));
+                        None
+                    }
+                    Err(e) => {
+                        metrics::counter!("faultline_nvml_read_errors_total", "field" => field)
+                            .increment(1);
+                        tracing::debug!(gpu = g.index, field, error = %e, "NVML read failed");
+                        None
+                    }
+                }
+            };
+            s.power_w =
+                get("power", &|| d.power_usage().map(u64::from)).map(|mw| mw as f64 / 1000.0);
+            s.power_limit_w = get("power_limit", &|| d.enforced_power_limit().map(u64::from))
+                .map(|mw| mw as f64 / 1000.0);
+            s.temp_c = get("temperature", &|| {
+                d.temperature(TemperatureSensor::Gpu).map(u64::from)
+            })
+            .map(|v| v as u32);
+            // Memory temperature needs NVML field values (NVML_FI_DEV_MEMORY_TEMP),
+            // which nvml-wrapper's safe API does not cover here: not collected.
+            s.memory_temp_c = None;
+            s.sm_clock_mhz =
+                get("sm_clock", &|| d.clock_info(Clock::SM).map(u64::from)).map(|v| v as u32);
+            s.sm_clock_max_mhz = get("sm_clock_max", &|| {
+                d.max_clock_info(Clock::SM).map(u64::from)
+            })
+            .map(|v| v as u32);
+            s.mem_clock_mhz =
+                get("mem_clock", &|| d.clock_info(Clock::Memory).map(u64::from)).map(|v| v as u32);
+            s.mem_clock_max_mhz = get("mem_clock_max", &|| {
+                d.max_clock_info(Clock::Memory).map(u64::from)
+            })
+            .map(|v| v as u32);
+            s.throttle = get("throttle_reasons", &|| {
+                d.current_throttle_reasons().map(|r| r.bits())
+            });
+            s.util_gpu_pct = get("utilization_gpu", &|| {
+                d.utilization_rates().map(|u| u64::from(u.gpu))
+            })
+            .map(|v| v as u32);
+            s.util_mem_pct = get("utilization_memory", &|| {
+                d.utilization_rates().map(|u| u64::from(u.memory))
+            })
+            .map(|v| v as u32);
+            s.mem_total_bytes = get("memory_total", &|| d.memory_info().map(|m| m.total));
+            s.mem_used_bytes = get("memory_used", &|| {
+                d.memory_info().map(|m| m.total.saturating_sub(m.free))
+            });
+            s.ecc_sbe_volatile = get("ecc_sbe", &|| {
+                d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+            });
+            s.ecc_dbe_volatile = get("ecc_dbe", &|| {
+                d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            });
+            s.pcie_replay = get("pcie_replay", &|| d.pcie_replay_counter().map(u64::from));
+            s.pcie_tx_bytes_per_sec = get("pcie_tx", &|| {
+                d.pcie_throughput(PcieUtilCounter::Send)
+                    .map(|k| u64::from(k) * 1024)
+            });
+            s.pcie_rx_bytes_per_sec = get("pcie_rx", &|| {
+                d.pcie_throughput(PcieUtilCounter::Receive)
+                    .map(|k| u64::from(k) * 1024)
+            });
+            s.nvlink_errors = get("nvlink_errors", &|| {
+                d.link_wrapper_for(0).error_counter(ErrorCounter::DlReplay)
+            });
+            s.energy_mj = get("energy", &|| d.total_energy_consumption());
+            if lost {
+                self.lost.insert(g.index);
+                s = GpuSample {
+                    index: g.index,
+                    lost: true,
+                    ..GpuSample::default()
+                };
+                tracing::warn!(gpu = g.index, uuid = %g.uuid, "GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)");
+                events.push(GpuEvent {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    at: SystemTime::now(),
+                    kind: GpuEventKind::Lost,
+                });
+            }
+            samples.push(s);
+        }
+        (samples, events)
+    }
+}
+
+/// Waits on NVML's event API in a dedicated thread (it blocks), forwarding
+/// XID and ECC events. The thread owns its own NVML handle; it ends when the
+/// receiver is dropped.
+pub fn spawn_event_listener(
+    lib: Option<PathBuf>,
+    tx: mpsc::Sender<GpuEvent>,
+) -> Result<EventListener, NvmlSourceError> {
+    let lib = lib.unwrap_or_else(|| PathBuf::from(DEFAULT_LIB));
+    let nvml = load(&lib)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("nvml-events".into())
+        .spawn(move || listen(nvml, tx, &flag))
+        .map_err(|e| NvmlSourceError::Query(format!("spawning the event thread: {e}")))?;
+    Ok(EventListener {
+        stop,
+        handle: Some(handle),
+    })
+}
+
+/// The running event thread; dropping it stops the thread within one wait
+/// timeout (1 s) and joins it.
+pub struct EventListener {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EventListener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn listen(nvml: Nvml, tx: mpsc::Sender<GpuEvent>, stop: &std::sync::atomic::AtomicBool) {
+    let Ok(n) = nvml.device_count() else { return };
+    let Ok(mut set) = nvml.create_event_set() else {
+        tracing::warn!("NVML event set unavailable: no XID events");
+        return;
+    };
+    let mut uuids = BTreeMap::new();
+    for i in 0..n {
+        let Ok(d) = nvml.device_by_index(i) else {
+            continue;
+        };
+        let uuid = d.uuid().unwrap_or_default();
+        let wanted = EventTypes::CRITICAL_XID_ERROR
+            | EventTypes::DOUBLE_BIT_ECC_ERROR
+            | EventTypes::SINGLE_BIT_ECC_ERROR;
+        let types = d
+            .supported_event_types()
+            .map(|s| s & wanted)
+            .unwrap_or(wanted);
+        set = match d.register_events(types, set) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(gpu = i, error = %e.error, "NVML event registration failed: no XID events");
+                return;
+            }
+        };
+        uuids.insert(uuid.clone(), i);
+    }
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match set.wait(1000) {
+            Ok(ev) => {
+                let uuid = ev.device.uuid().unwrap_or_default();
+                let index = uuids.get(&uuid).copied().unwrap_or(u32::MAX);
+                let kind = if ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+                    let code = match ev.event_data {
+                        Some(nvml_wrapper::enums::event::XidError::Value(v)) => v,
+                        _ => 0,
+                    };
+                    GpuEventKind::Xid {
+                        code,
+                        meaning: xid_meaning(code),
+                    }
+                } else if ev.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+                    GpuEventKind::DoubleBitEcc
+                } else {
+                    GpuEventKind::SingleBitEcc
+                };
+                let e = GpuEvent {
+                    index,
+                    uuid,
+                    at: SystemTime::now(),
+                    kind,
+                };
+                if tx.send(e).is_err() {
+                    return;
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "NVML event wait failed; XID listener stopped");
+                return;
+            }
+        }
+    }
+}
+
+/// GPU minor numbers a process has open, from `/dev/nvidia<N>` in its maps.
+pub fn gpus_of_pid(proc_root: &Path, pid: u32) -> BTreeSet<u32> {
+    let Ok(maps) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")) else {
+        return BTreeSet::new();
+    };
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter_map(|p| p.strip_prefix("/dev/nvidia"))
+        .filter_map(|n| n.parse::<u32>().ok())
+        .collect()
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Prometheus text (dcgm-exporter-like fields, `faultline_gpu_` prefix).
+pub fn render_prometheus(
+    gpus: &[GpuInfo],
+    samples: &[GpuSample],
+    xids: &BTreeMap<(u32, u64), u64>,
+) -> String {
+    let mut fams: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
+    let mut add =
+        |name: &'static str, help: &'static str, kind: &'static str, labels: String, v: String| {
+            fams.entry(name)
+                .or_insert((help, kind, Vec::new()))
+                .2
+                .push(format!("{name}{{{labels}}} {v}"));
+        };
+    for s in samples {
+        let Some(g) = gpus.iter().find(|g| g.index == s.index) else {
+            continue;
+        };
+        let l = format!(
+            "gpu=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\"",
+            g.index,
+            esc(&g.uuid),
+            esc(&g.pci_bus_id)
+        );
+        add(
+            "faultline_gpu_lost",
+            "1 when NVML reports the GPU fell off the bus",
+            "gauge",
+            l.clone(),
+            u8::from(s.lost).to_string(),
+        );
+        let f = |v: Option<f64>| v.map(|x| format!("{x}"));
+        let u = |v: Option<u32>| v.map(|x| x.to_string());
+        let q = |v: Option<u64>| v.map(|x| x.to_string());
+        for (name, help, kind, v) in [
+            (
+                "faultline_gpu_power_watts",
+                "Power draw",
+                "gauge",
+                f(s.power_w),
+            ),
+            (
+                "faultline_gpu_power_limit_watts",
+                "Enforced power limit",
+                "gauge",
+                f(s.power_limit_w),
+            ),
+            (
+                "faultline_gpu_temperature_celsius",
+                "GPU temperature",
+                "gauge",
+                u(s.temp_c),
+            ),
+            (
+                "faultline_gpu_sm_clock_mhz",
+                "SM clock",
+                "gauge",
+                u(s.sm_clock_mhz),
+            ),
+            (
+                "faultline_gpu_sm_clock_max_mhz",
+                "Maximum SM clock",
+                "gauge",
+                u(s.sm_clock_max_mhz),
+            ),
+            (
+                "faultline_gpu_memory_clock_mhz",
+                "Memory clock",
+                "gauge",
+                u(s.mem_clock_mhz),
+            ),
+            (
+                "faultline_gpu_memory_clock_max_mhz",
+                "Maximum memory clock",
+                "gauge",
+                u(s.mem_clock_max_mhz),
+            ),
+            (
+                "faultline_gpu_utilization_percent",
+                "GPU utilisation",
+                "gauge",
+                u(s.util_gpu_pct),
+            ),
+            (
+                "faultline_gpu_memory_utilization_percent",
+                "Memory controller utilisation",
+                "gauge",
+                u(s.util_mem_pct),
+            ),
+            (
+                "faultline_gpu_memory_used_bytes",
+                "Framebuffer memory used",
+                "gauge",
+                q(s.mem_used_bytes),
+            ),
+            (
+                "faultline_gpu_memory_total_bytes",
+                "Framebuffer memory total",
+                "gauge",
+                q(s.mem_total_bytes),
+            ),
+            (
+                "faultline_gpu_ecc_sbe_volatile_total",
+                "Volatile single-bit (corrected) ECC errors",
+                "counter",
+                q(s.ecc_sbe_volatile),
+            ),
+            (
+                "faultline_gpu_ecc_dbe_volatile_total",
+                "Volatile double-bit (uncorrected) ECC errors",
+                "counter",
+                q(s.ecc_dbe_volatile),
+            ),
+            (
+                "faultline_gpu_pcie_replay_total",
+                "PCIe replay counter",
+                "counter",
+                q(s.pcie_replay),
+            ),
+            (
+                "faultline_gpu_pcie_tx_bytes_per_second",
+                "PCIe transmit throughput",
+                "gauge",
+                q(s.pcie_tx_bytes_per_sec),
+            ),
+            (
+                "faultline_gpu_pcie_rx_bytes_per_second",
+                "PCIe receive throughput",
+                "gauge",
+                q(s.pcie_rx_bytes_per_sec),
+            ),
+            (
+                "faultline_gpu_nvlink_replay_errors_total",
+                "NVLink data-link replay errors (link 0)",
+                "counter",
+                q(s.nvlink_errors),
+            ),
+            (
+                "faultline_gpu_energy_joules_total",
+                "Energy consumed since driver load",
+                "counter",
+                s.energy_mj.map(|m| format!("{}", m as f64 / 1000.0)),
+            ),
+        ] {
+            if let Some(v) = v {
+                add(name, help, kind, l.clone(), v);
+            }
+        }
+        if let Some(mask) = s.throttle {
+            for (bit, reason) in THROTTLE_FLAGS {
+                add(
+                    "faultline_gpu_throttle_reason",
+                    "1 when this clock event (throttle) reason is active",
+                    "gauge",
+                    format!("{l},reason=\"{reason}\""),
+                    u8::from(mask & bit != 0).to_string(),
+                );
+            }
+        }
+    }
+    for ((gpu, code), n) in xids {
+        let g = gpus.iter().find(|g| g.index == *gpu);
+        let l = format!(
+            "gpu=\"{gpu}\",uuid=\"{}\",pci_bus_id=\"{}\",xid=\"{code}\"",
+            esc(g.map_or("", |g| g.uuid.as_str())),
+            esc(g.map_or("", |g| g.pci_bus_id.as_str()))
+        );
+        add(
+            "faultline_gpu_xid_errors_total",
+            "XID errors reported by NVML events",
+            "counter",
+            l,
+            n.to_string(),
+        );
+    }
+    let mut out = String::new();
+    for (name, (help, kind, samples)) in fams {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in samples {
+            out.push_str(&s);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The GPU state joined onto CUDA data for a CUDA device ordinal (CUDA
+/// ordinals follow NVML indices unless `CUDA_VISIBLE_DEVICES` remaps them).
+pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Option<String> {
+    let idx = u32::try_from(device).ok()?;
+    let g = gpus.iter().find(|g| g.index == idx)?;
+    let mut out = format!("uuid={}", g.uuid);
+    if let Some(s) = samples.iter().find(|s| s.index == idx) {
+        if s.lost {
+            out.push_str(" LOST");
+            return Some(out);
+        }
+        if let Some(t) = s.temp_c {
+            let _ = write!(out, " temp={t}C");
+        }
+        if let Some(p) = s.power_w {
+            let _ = write!(out, " power={p:.0}W");
+        }
+        if let (Some(c), Some(m)) = (s.sm_clock_mhz, s.sm_clock_max_mhz) {
+            let _ = write!(out, " sm_clock={c}/{m}MHz");
+        }
+        if let Some(mask) = s.throttle {
+            let names: Vec<&str> = throttle_names(mask)
+                .into_iter()
+                .filter(|n| *n != "idle")
+                .collect();
+            if !names.is_empty() {
+                let _ = write!(out, " throttle={}", names.join(","));
+            }
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_flags_decode() {
+        assert_eq!(
+            throttle_names(0x44),
+            ["sw_power_cap", "hw_thermal_slowdown"]
+        );
+        assert_eq!(throttle_names(0), Vec::<&str>::new());
+        assert_eq!(
+            throttle_names(0x1 | 0x80),
+            ["idle", "hw_power_brake_slowdown"]
+        );
+        assert_eq!(xid_meaning(79), "GPU has fallen off the bus");
+    }
+
+    #[test]
+    fn pid_gpu_set_from_maps() {
+        let d = std::env::temp_dir().join(format!("faultline-nvmaps-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("77")).unwrap();
+        std::fs::write(
+            d.join("77/maps"),
+            "7f00-7f10 rw-s 00000000 00:05 1 /dev/nvidia3\n7f10-7f20 rw-s 0 00:05 2 /dev/nvidiactl\n7f20-7f30 rw-s 0 00:05 3 /dev/nvidia5\n7f30-7f40 rw-s 0 00:05 3 /dev/nvidia3\n",
+        )
+        .unwrap();
+        assert_eq!(gpus_of_pid(&d, 77), BTreeSet::from([3, 5]));
+        assert!(gpus_of_pid(&d, 78).is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn missing_library_is_one_line() {
+        let Err(e) = NvmlSource::open(Some(Path::new("/nonexistent/libnvidia-ml.so.1"))) else {
+            panic!("loaded a nonexistent NVML")
+        };
+        let e = e.to_string();
+        assert!(
+            e.starts_with("NVML inactive: cannot load /nonexistent/libnvidia-ml.so.1"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+    }
+}
