@@ -75,16 +75,18 @@ pub async fn serve(addr: SocketAddr, expo: Exposition) -> std::io::Result<Socket
             };
             let expo = expo.clone();
             tokio::spawn(async move {
-                let mut buf = [0u8; 2048];
-                let n = match tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    sock.read(&mut buf),
-                )
-                .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
+                // Read until the end of the request head (or 8 KiB, or 5 s):
+                // clients may send the request line in several segments.
+                let mut buf = vec![0u8; 8192];
+                let mut n = 0;
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+                while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tokio::time::timeout_at(deadline, sock.read(&mut buf[n..])).await {
+                        Ok(Ok(0)) | Err(_) => break,
+                        Ok(Ok(k)) => n += k,
+                        Ok(Err(_)) => return,
+                    }
+                }
                 let req = String::from_utf8_lossy(&buf[..n]);
                 let path = req
                     .lines()
@@ -115,4 +117,51 @@ pub async fn serve(addr: SocketAddr, expo: Exposition) -> std::io::Result<Socket
         }
     });
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    use super::*;
+
+    #[tokio::test]
+    async fn answers_requests_sent_in_pieces_and_routes() {
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .build_recorder()
+            .handle();
+        let expo = Exposition::new(handle);
+        expo.set_section("x", "faultline_test_metric 42\n".into());
+        let addr = serve("127.0.0.1:0".parse().unwrap(), expo.clone())
+            .await
+            .unwrap();
+
+        let get = |path: &'static str, pieces: bool| async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            if pieces {
+                for part in ["GET ", path, " HTTP/1.1\r\n", "Host: x\r\n", "\r\n"] {
+                    s.write_all(part.as_bytes()).await.unwrap();
+                    s.flush().await.unwrap();
+                }
+            } else {
+                s.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+                    .await
+                    .unwrap();
+            }
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let m = get("/metrics", true).await;
+        assert!(m.starts_with("HTTP/1.1 200 OK\r\n"), "{m}");
+        assert!(m.ends_with("faultline_test_metric 42\n"), "{m}");
+        assert!(get("/readyz", false).await.starts_with("HTTP/1.1 503"));
+        expo.set_ready(true);
+        assert!(get("/readyz", true).await.starts_with("HTTP/1.1 200"));
+        assert!(get("/healthz", false).await.ends_with("ok\n"));
+        assert!(get("/other", false).await.starts_with("HTTP/1.1 404"));
+    }
 }

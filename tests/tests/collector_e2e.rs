@@ -19,8 +19,9 @@ fn collector_bin() -> std::path::PathBuf {
 }
 
 fn http_get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect to /metrics");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap_or_else(|e| panic!("send to {addr}: {e}"));
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");
     out
@@ -59,10 +60,24 @@ fn collector_joins_cuda_launches_with_gpu_state_and_serves_metrics() {
         .env("FAKE_NVML_SCENARIO", &scenario)
         .env("FAKE_NVML_GPUS", "2")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start the collector");
     let stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let errlog = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let errlog2 = errlog.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                return;
+            }
+            if let Ok(mut l) = errlog2.lock() {
+                l.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+    });
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -138,6 +153,12 @@ fn collector_joins_cuda_launches_with_gpu_state_and_serves_metrics() {
     );
     assert!(ibl.contains("symbol_error+5"), "{ibl}");
 
+    if let Ok(Some(st)) = child.try_wait() {
+        panic!(
+            "collector exited early ({st}); stderr: {}",
+            errlog.lock().map(|l| l.clone()).unwrap_or_default()
+        );
+    }
     let health = http_get(&addr, "/healthz");
     assert!(
         health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"),
