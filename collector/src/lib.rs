@@ -2,10 +2,12 @@
 //!
 //! Data path: [`probes`] loads and attaches the embedded eBPF object and drains
 //! its rings and maps; later stages enrich, window and stream to the correlator.
+pub mod config;
 pub mod cuda;
 pub mod cuda_lib;
 pub mod http;
 pub mod ib;
+pub mod identity;
 pub mod nvml;
 pub mod privilege;
 #[cfg(feature = "probes")]

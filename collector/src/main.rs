@@ -4,6 +4,7 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use collector::{
+    config::{ConfigError, FileConfig},
     http::{self, Exposition},
     probes::{exec::ExecRecord, ProbeOptions, Probes},
     storage::{self, BlockWindow, Names},
@@ -30,65 +31,140 @@ struct Cli {
 enum Command {
     /// Attach the probes and print what they see (the default).
     Run(RunArgs),
+    /// Check the configuration (file and flags), print the effective settings
+    /// as TOML and exit: 0 when valid, 2 with one line naming the problem.
+    CheckConfig(RunArgs),
 }
 
+/// Flags override the configuration file (`--config`), which overrides the
+/// defaults; `docs/config.md` documents every key.
 #[derive(Debug, Clone, clap::Args)]
 struct RunArgs {
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE", env = "FAULTLINE_CONFIG")]
+    config: Option<std::path::PathBuf>,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// Window length in seconds for the periodic summary.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
-    window: f64,
-    /// Do not print one line per exec event.
+    /// Window length in seconds [collector.window_secs, default 1].
+    #[arg(long, value_name = "SECONDS")]
+    window: Option<f64>,
+    /// Do not print one line per exec event [collector.quiet].
     #[arg(long)]
     quiet: bool,
-    /// Address of the Prometheus `/metrics`, `/healthz` and `/readyz` endpoint.
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9477")]
-    metrics_addr: std::net::SocketAddr,
-    /// Disable the block I/O probes.
+    /// Prometheus `/metrics`, `/healthz`, `/readyz` address [collector.metrics_addr, default 127.0.0.1:9477].
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Disable the block I/O probes [block.enabled].
     #[arg(long)]
     no_block: bool,
-    /// Disable the CUDA driver-API probes.
+    /// Disable the CUDA driver-API probes [cuda.enabled].
     #[arg(long)]
     no_cuda: bool,
-    /// Path of libcuda.so.1 (default: ld.so cache, running processes, usual paths).
+    /// Path of libcuda.so.1 [cuda.library] (default: ld.so cache, running processes, usual paths).
     #[arg(long, value_name = "PATH")]
     cuda_library: Option<std::path::PathBuf>,
-    /// Disable NVML sampling.
+    /// Disable NVML sampling [nvml.enabled].
     #[arg(long)]
     no_nvml: bool,
-    /// Path of libnvidia-ml.so.1 (default: the system's, through the dynamic loader).
+    /// Path of libnvidia-ml.so.1 [nvml.library] (default: the system's).
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<std::path::PathBuf>,
-    /// Disable the verbs (RDMA) probes.
+    /// Disable the verbs (RDMA) probes [verbs.enabled].
     #[arg(long)]
     no_verbs: bool,
-    /// libibverbs for the control-path probes (default: ld.so cache).
+    /// libibverbs for the control-path probes [verbs.library] (default: ld.so cache).
     #[arg(long, value_name = "PATH")]
     verbs_library: Option<std::path::PathBuf>,
     /// Provider data-path functions as `PATH:POLL_CQ:POST_SEND:POST_RECV`, each
-    /// a symbol or a `0x` file offset (default: resolved through the ops table
-    /// of a context on the first RDMA device).
+    /// a symbol or a `0x` file offset [verbs.provider] (default: resolved through
+    /// the ops table of a context on the first RDMA device).
     #[arg(long, value_name = "SPEC", value_parser = parse_provider)]
     verbs_provider: Option<collector::probes::ProviderTarget>,
-    /// Directory that holds `class/infiniband` (and `dev/block`).
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    sysfs_root: std::path::PathBuf,
-    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `collector=debug`.
-    #[arg(long, env = "FAULTLINE_LOG", default_value = "info")]
-    log: String,
+    /// Directory that holds `class/infiniband` and `dev/block` [collector.sysfs_root, default /sys].
+    #[arg(long, value_name = "DIR")]
+    sysfs_root: Option<std::path::PathBuf>,
+    /// procfs for process attribution [collector.proc_root, default /proc].
+    #[arg(long, value_name = "DIR")]
+    proc_root: Option<std::path::PathBuf>,
+    /// Log filter, tracing EnvFilter syntax [collector.log, default info].
+    #[arg(long, env = "FAULTLINE_LOG")]
+    log: Option<String>,
+}
+
+/// Defaults → file → flags.
+fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
+    let mut c = match &args.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    if let Some(w) = args.window {
+        c.collector.window_secs = w;
+    }
+    if let Some(a) = args.metrics_addr {
+        c.collector.metrics_addr = a.to_string();
+    }
+    if let Some(p) = &args.sysfs_root {
+        c.collector.sysfs_root = p.clone();
+    }
+    if let Some(p) = &args.proc_root {
+        c.collector.proc_root = p.clone();
+    }
+    if let Some(l) = &args.log {
+        c.collector.log = l.clone();
+    }
+    c.collector.quiet |= args.quiet;
+    c.block.enabled &= !args.no_block;
+    c.cuda.enabled &= !args.no_cuda;
+    c.nvml.enabled &= !args.no_nvml;
+    c.verbs.enabled &= !args.no_verbs;
+    if args.cuda_library.is_some() {
+        c.cuda.library = args.cuda_library.clone();
+    }
+    if args.nvml_library.is_some() {
+        c.nvml.library = args.nvml_library.clone();
+    }
+    if args.verbs_library.is_some() {
+        c.verbs.library = args.verbs_library.clone();
+    }
+    if let Some(t) = &args.verbs_provider {
+        let loc = |l: &collector::probes::CodeLoc| match l {
+            collector::probes::CodeLoc::Symbol(s) => s.clone(),
+            collector::probes::CodeLoc::Offset(o) => format!("0x{o:x}"),
+        };
+        c.verbs.provider = Some(collector::config::ProviderSection {
+            path: t.path.clone(),
+            poll_cq: loc(&t.poll_cq),
+            post_send: loc(&t.post_send),
+            post_recv: loc(&t.post_recv),
+        });
+    }
+    c.validate()?;
+    Ok(c)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let args = match &cli.command {
-        Some(Command::Run(a)) => a.clone(),
-        None => cli.run.clone(),
+    let (args, check) = match &cli.command {
+        Some(Command::Run(a)) => (a.clone(), false),
+        Some(Command::CheckConfig(a)) => (a.clone(), true),
+        None => (cli.run.clone(), false),
     };
-    init_tracing(&args.log);
+    let cfg = match settings(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("faultline-collector: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if check {
+        print!("{}", cfg.to_toml());
+        println!("# config ok");
+        return ExitCode::SUCCESS;
+    }
+    init_tracing(&cfg.collector.log);
     if cli.once {
-        return match collector::ib::read_ports(&args.sysfs_root) {
+        return match collector::ib::read_ports(&cfg.collector.sysfs_root) {
             Ok(ports) => {
                 print!("{}", collector::ib::prom::render(&ports, None));
                 ExitCode::SUCCESS
@@ -96,7 +172,7 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!(
                     "faultline-collector: error: reading {}/class/infiniband: {e}",
-                    args.sysfs_root.display()
+                    cfg.collector.sysfs_root.display()
                 );
                 ExitCode::FAILURE
             }
@@ -113,7 +189,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(args)) {
+    match rt.block_on(run(args, cfg)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("faultline-collector: error: {e:#}");
@@ -132,45 +208,49 @@ fn init_tracing(filter: &str) {
         .try_init();
 }
 
-async fn run(args: RunArgs) -> Result<()> {
-    if !(args.window.is_finite() && args.window > 0.0) {
-        anyhow::bail!(
-            "--window must be a positive number of seconds, got {}",
-            args.window
-        );
-    }
+async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
+    let metrics_addr: std::net::SocketAddr = cfg
+        .collector
+        .metrics_addr
+        .parse()
+        .context("collector.metrics_addr")?;
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .context("installing the Prometheus recorder")?;
     let expo = Exposition::new(handle);
-    let bound = http::serve(args.metrics_addr, expo.clone())
+    let bound = http::serve(metrics_addr, expo.clone())
         .await
         .with_context(|| {
             format!(
-                "binding the metrics endpoint on {}; choose another with --metrics-addr",
-                args.metrics_addr
+                "binding the metrics endpoint on {metrics_addr}; choose another with --metrics-addr"
             )
         })?;
     println!("metrics on http://{bound}/metrics");
 
     let mut opts = ProbeOptions {
-        block: !args.no_block,
-        cuda: !args.no_cuda,
+        block: cfg.block.enabled,
+        block_sample_every: cfg.block.sample_every,
+        cuda: cfg.cuda.enabled,
+        cuda_events_per_sec: cfg.cuda.events_per_sec,
+        verbs: cfg.verbs.enabled,
+        verbs_library: cfg.verbs.library.clone(),
+        verbs_provider: match &cfg.verbs.provider {
+            Some(p) => Some(p.target().map_err(anyhow::Error::msg)?),
+            None => None,
+        },
         ..ProbeOptions::default()
     };
-    opts.cuda_search.configured = args.cuda_library.clone();
-    opts.verbs = !args.no_verbs;
-    opts.verbs_library = args.verbs_library.clone();
-    opts.verbs_provider = args.verbs_provider.clone();
+    opts.cuda_search.configured = cfg.cuda.library.clone();
     let mut probes = Probes::load(&opts)?;
     for s in probes.status() {
         println!("probe {s}");
     }
     let block_on = probes.block_active();
-    let mut names = Names::new(&args.sysfs_root, "/sys/fs/cgroup");
+    let mut names = Names::new(&cfg.collector.sysfs_root, "/sys/fs/cgroup");
+    let mut ids = collector::identity::IdentityCache::new(&cfg.collector.proc_root, 4096);
     let mut ib = collector::ib::RateTracker::new();
     // Prime the port counters now, so the first window shows what changed since start.
-    if let Ok(ports) = collector::ib::read_ports(&args.sysfs_root) {
+    if let Ok(ports) = collector::ib::read_ports(&cfg.collector.sysfs_root) {
         let _ = ib.update(ports);
     }
     let (rdma_tx, rdma_rx) = std::sync::mpsc::channel();
@@ -210,8 +290,8 @@ async fn run(args: RunArgs) -> Result<()> {
     let (gpu_tx, gpu_rx) = std::sync::mpsc::channel();
     let mut nvml_src = None;
     let mut _nvml_events = None;
-    if !args.no_nvml {
-        match collector::nvml::NvmlSource::open(args.nvml_library.as_deref()) {
+    if cfg.nvml.enabled {
+        match collector::nvml::NvmlSource::open(cfg.nvml.library.as_deref()) {
             Ok(src) => {
                 for g in src.gpus() {
                     println!(
@@ -219,7 +299,7 @@ async fn run(args: RunArgs) -> Result<()> {
                         g.index, g.uuid, g.name, g.pci_bus_id
                     );
                 }
-                match collector::nvml::spawn_event_listener(args.nvml_library.clone(), gpu_tx) {
+                match collector::nvml::spawn_event_listener(cfg.nvml.library.clone(), gpu_tx) {
                     Ok(l) => _nvml_events = Some(l),
                     Err(e) => println!("{e}"),
                 }
@@ -241,7 +321,7 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     expo.set_ready(true);
     let mut ring = probes.take_exec_ring()?;
-    let mut tick = interval(Duration::from_secs_f64(args.window));
+    let mut tick = interval(Duration::from_secs_f64(cfg.collector.window_secs));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tick.tick().await;
     let deadline = async {
@@ -261,12 +341,19 @@ async fn run(args: RunArgs) -> Result<()> {
     let mut total_execs = 0u64;
     let mut window_no = 0u64;
     loop {
+        // A signal or the deadline still closes the current window, so the last
+        // partial window is reported before the probes detach.
+        let mut last = false;
         tokio::select! {
             r = ring.recv_batch(&mut batch) => {
                 r.context("reading the exec ring")?;
                 window_execs += batch.len() as u64;
+                for e in &batch {
+                    // Exec changes a process's identity: re-read it on next use.
+                    ids.invalidate(e.pid);
+                }
                 total_execs += batch.len() as u64;
-                if !args.quiet {
+                if !cfg.collector.quiet {
                     for e in &batch {
                         println!(
                             "exec pid={} comm={} file={} cgroup={}",
@@ -275,116 +362,135 @@ async fn run(args: RunArgs) -> Result<()> {
                     }
                 }
                 batch.clear();
+                continue;
             }
-            _ = tick.tick() => {
-                window_no += 1;
-                let k = probes.kernel_stats()?;
+            _ = tick.tick() => {}
+            _ = &mut deadline => last = true,
+            _ = tokio::signal::ctrl_c() => last = true,
+            _ = sigterm.recv() => last = true,
+        }
+        window_no += 1;
+        let k = probes.kernel_stats()?;
+        println!(
+            "window {window_no}: exec events={window_execs} total={total_execs} \
+             kernel: exec_events={} exec_ring_full={}",
+            k[stat::EXEC_EVENTS as usize],
+            k[stat::EXEC_RING_FULL as usize],
+        );
+        window_execs = 0;
+        if let Some(prev) = block_prev.as_mut() {
+            let cur = probes.block_snapshot()?;
+            let win = BlockWindow::between(prev, &cur, &mut names);
+            for line in win.lines() {
+                println!("  {line}");
+            }
+            expo.set_section("block", storage::render_prometheus(&cur, &mut names));
+            *prev = cur;
+        }
+        while let Ok(ev) = rdma_rx.try_recv() {
+            metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
+            println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
+        }
+        match collector::ib::read_ports(&cfg.collector.sysfs_root) {
+            Ok(ports) => {
+                for p in &ports {
+                    for (file, err) in &p.read_errors {
+                        metrics::counter!("faultline_sysfs_read_errors_total", "file" => file.clone()).increment(1);
+                        tracing::debug!(port = %p.entity(&host), file, err, "sysfs read error");
+                    }
+                }
+                let text = collector::ib::prom::render(&ports, Some(&ib));
+                for r in ib.update(ports) {
+                    print_ib_window(&host, &r);
+                }
+                expo.set_section("ib", text);
+            }
+            Err(e) => {
+                metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
+                tracing::warn!(error = %e, "reading InfiniBand sysfs");
+            }
+        }
+        if verbs_on {
+            let cur = probes.verbs_snapshot()?;
+            for line in verbs_window_lines(&verbs_prev, &cur) {
+                println!("  {line}");
+            }
+            expo.set_section("verbs", cur.render_prometheus());
+            verbs_prev = cur;
+        }
+        if let Some(src) = nvml_src.as_mut() {
+            let (samples, events) = src.sample();
+            for e in events {
                 println!(
-                    "window {window_no}: exec events={window_execs} total={total_execs} \
-                     kernel: exec_events={} exec_ring_full={}",
-                    k[stat::EXEC_EVENTS as usize],
-                    k[stat::EXEC_RING_FULL as usize],
+                    "  gpu event {host}/gpu{} {} LOST (fell off the bus)",
+                    e.index, e.uuid
                 );
-                window_execs = 0;
-                if let Some(prev) = block_prev.as_mut() {
-                    let cur = probes.block_snapshot()?;
-                    let win = BlockWindow::between(prev, &cur, &mut names);
-                    for line in win.lines() {
-                        println!("  {line}");
-                    }
-                    expo.set_section("block", storage::render_prometheus(&cur, &mut names));
-                    *prev = cur;
-                }
-                while let Ok(ev) = rdma_rx.try_recv() {
-                    metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
-                    println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
-                }
-                match collector::ib::read_ports(&args.sysfs_root) {
-                    Ok(ports) => {
-                        for p in &ports {
-                            for (file, err) in &p.read_errors {
-                                metrics::counter!("faultline_sysfs_read_errors_total", "file" => file.clone()).increment(1);
-                                tracing::debug!(port = %p.entity(&host), file, err, "sysfs read error");
-                            }
-                        }
-                        let text = collector::ib::prom::render(&ports, Some(&ib));
-                        for r in ib.update(ports) {
-                            print_ib_window(&host, &r);
-                        }
-                        expo.set_section("ib", text);
-                    }
-                    Err(e) => {
-                        metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
-                        tracing::warn!(error = %e, "reading InfiniBand sysfs");
-                    }
-                }
-                if verbs_on {
-                    let cur = probes.verbs_snapshot()?;
-                    for line in verbs_window_lines(&verbs_prev, &cur) {
-                        println!("  {line}");
-                    }
-                    expo.set_section("verbs", cur.render_prometheus());
-                    verbs_prev = cur;
-                }
-                if let Some(src) = nvml_src.as_mut() {
-                    let (samples, events) = src.sample();
-                    for e in events {
-                        println!("  gpu event {host}/gpu{} {} LOST (fell off the bus)", e.index, e.uuid);
-                    }
-                    for s in &samples {
-                        if let Some(mask) = s.throttle {
-                            let names: Vec<&str> = collector::nvml::throttle_names(mask)
-                                .into_iter()
-                                .filter(|n| *n != "idle")
-                                .collect();
-                            if !names.is_empty() {
-                                println!(
-                                    "  gpu {host}/gpu{} throttle={} temp={:?}C sm_clock={:?}MHz",
-                                    s.index,
-                                    names.join(","),
-                                    s.temp_c,
-                                    s.sm_clock_mhz
-                                );
-                            }
-                        }
-                    }
-                    gpu_samples = samples;
-                }
-                while let Ok(e) = gpu_rx.try_recv() {
-                    if let collector::nvml::GpuEventKind::Xid { code, meaning } = &e.kind {
-                        *xid_counts.entry((e.index, *code)).or_default() += 1;
-                        println!("  gpu event {host}/gpu{} {} XID {code}: {meaning}", e.index, e.uuid);
-                    } else {
-                        println!("  gpu event {host}/gpu{} {} {:?}", e.index, e.uuid, e.kind);
-                    }
-                }
-                if let Some(src) = nvml_src.as_ref() {
-                    expo.set_section(
-                        "gpu",
-                        collector::nvml::render_prometheus(src.gpus(), &gpu_samples, &xid_counts),
-                    );
-                }
-                if let Some(prev) = cuda_prev.as_mut() {
-                    let cur = probes.cuda_snapshot()?;
-                    let gpus = nvml_src.as_ref().map(|s| s.gpus().to_vec()).unwrap_or_default();
-                    for line in collector::cuda::window_lines(prev, &cur) {
-                        let dev = line
-                            .split_whitespace()
-                            .find_map(|w| w.strip_prefix("gpu="))
-                            .and_then(|d| d.parse::<i32>().ok());
-                        match dev.and_then(|d| collector::nvml::describe_gpu(d, &gpus, &gpu_samples)) {
-                            Some(g) => println!("  {line} [{g}]"),
-                            None => println!("  {line}"),
-                        }
-                    }
-                    expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
-                    *prev = cur;
-                }
-                export_kernel_stats(&k);
             }
-            _ = &mut deadline => break,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
+            for s in &samples {
+                if let Some(mask) = s.throttle {
+                    let names: Vec<&str> = collector::nvml::throttle_names(mask)
+                        .into_iter()
+                        .filter(|n| *n != "idle")
+                        .collect();
+                    if !names.is_empty() {
+                        println!(
+                            "  gpu {host}/gpu{} throttle={} temp={:?}C sm_clock={:?}MHz",
+                            s.index,
+                            names.join(","),
+                            s.temp_c,
+                            s.sm_clock_mhz
+                        );
+                    }
+                }
+            }
+            gpu_samples = samples;
+        }
+        while let Ok(e) = gpu_rx.try_recv() {
+            if let collector::nvml::GpuEventKind::Xid { code, meaning } = &e.kind {
+                *xid_counts.entry((e.index, *code)).or_default() += 1;
+                println!(
+                    "  gpu event {host}/gpu{} {} XID {code}: {meaning}",
+                    e.index, e.uuid
+                );
+            } else {
+                println!("  gpu event {host}/gpu{} {} {:?}", e.index, e.uuid, e.kind);
+            }
+        }
+        if let Some(src) = nvml_src.as_ref() {
+            expo.set_section(
+                "gpu",
+                collector::nvml::render_prometheus(src.gpus(), &gpu_samples, &xid_counts),
+            );
+        }
+        if let Some(prev) = cuda_prev.as_mut() {
+            let cur = probes.cuda_snapshot()?;
+            let gpus = nvml_src
+                .as_ref()
+                .map(|s| s.gpus().to_vec())
+                .unwrap_or_default();
+            for line in collector::cuda::window_lines(prev, &cur) {
+                let dev = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("gpu="))
+                    .and_then(|d| d.parse::<i32>().ok());
+                let who = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("pid="))
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .and_then(|p| ids.get(p))
+                    .map(|id| format!(" {{{}}}", id.describe()))
+                    .unwrap_or_default();
+                match dev.and_then(|d| collector::nvml::describe_gpu(d, &gpus, &gpu_samples)) {
+                    Some(g) => println!("  {line}{who} [{g}]"),
+                    None => println!("  {line}{who}"),
+                }
+            }
+            expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
+            *prev = cur;
+        }
+        export_kernel_stats(&k);
+        if last {
+            break;
         }
     }
     println!("stopped after {window_no} windows, {total_execs} exec events");

@@ -40,7 +40,7 @@ fn unprivileged_run_names_the_missing_capabilities() {
 }
 
 #[test]
-fn bad_flag_values_exit_2_or_1_with_one_line() {
+fn bad_flag_values_exit_2_with_one_line() {
     let out = Command::new(BIN).arg("--no-such-flag").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -51,9 +51,90 @@ fn bad_flag_values_exit_2_or_1_with_one_line() {
 
     let out = Command::new(BIN).args(["--window", "0"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "faultline-collector: error: --window must be a positive number of seconds, got 0"
+        "faultline-collector: config error: collector.window_secs: must be a number of seconds in (0, 3600], got 0"
     );
+}
+
+fn write_config(name: &str, text: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("faultline-cli-{}-{name}.toml", std::process::id()));
+    std::fs::write(&p, text).expect("write config");
+    p
+}
+
+#[test]
+fn config_file_errors_are_one_line_with_exit_2() {
+    let p = write_config(
+        "unknown",
+        "[collector]\nwindow_secs = 2\n\n[cuda]\nlibary = \"/x\"\n",
+    );
+    let out = Command::new(BIN).arg("--config").arg(&p).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "faultline-collector: config error: {} line 5: unknown field `libary`",
+            p.display()
+        )),
+        "{stderr}"
+    );
+    let p2 = write_config("badaddr", "[collector]\nmetrics_addr = \"nowhere\"\n");
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&p2)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("collector.metrics_addr: \"nowhere\" is not HOST:PORT"));
+    let out = Command::new(BIN)
+        .args(["--config", "/nonexistent/faultline.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with(
+        "faultline-collector: config error: cannot read /nonexistent/faultline.toml:"
+    ));
+    let _ = std::fs::remove_file(p);
+    let _ = std::fs::remove_file(p2);
+}
+
+#[test]
+fn check_config_prints_the_effective_settings_flags_over_file() {
+    let p = write_config("ok", "[collector]\nwindow_secs = 2.5\nmetrics_addr = \"127.0.0.1:9600\"\n[cuda]\nevents_per_sec = 50\n");
+    let out = Command::new(BIN)
+        .args([
+            "check-config",
+            "--metrics-addr",
+            "127.0.0.1:9700",
+            "--no-nvml",
+            "--config",
+        ])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "window_secs = 2.5",
+        "metrics_addr = \"127.0.0.1:9700\"",
+        "events_per_sec = 50",
+        "# config ok",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing {line:?} in\n{stdout}"
+        );
+    }
+    let nvml = stdout.split("[nvml]").nth(1).expect("nvml section");
+    assert!(nvml.contains("enabled = false"), "{stdout}");
+    let _ = std::fs::remove_file(p);
 }

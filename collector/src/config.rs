@@ -1,0 +1,311 @@
+//! The collector's configuration file (TOML) and its resolution with
+//! command-line flags: defaults → file → flags. Unknown keys are rejected with
+//! their name and line. Every key is documented in `docs/config.md`.
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::probes::{CodeLoc, ProviderTarget};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("config error: cannot read {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("config error: {path} line {line}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        message: String,
+    },
+    #[error("config error: {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    pub collector: CollectorSection,
+    pub block: BlockSection,
+    pub cuda: CudaSection,
+    pub verbs: VerbsSection,
+    pub nvml: NvmlSection,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectorSection {
+    /// Window length, seconds.
+    pub window_secs: f64,
+    /// Prometheus endpoint address.
+    pub metrics_addr: String,
+    /// Directory holding `class/infiniband` and `dev/block`.
+    pub sysfs_root: PathBuf,
+    /// procfs, for process attribution.
+    pub proc_root: PathBuf,
+    /// Log filter (tracing EnvFilter syntax).
+    pub log: String,
+    /// Do not print one line per exec event.
+    pub quiet: bool,
+}
+
+impl Default for CollectorSection {
+    fn default() -> Self {
+        Self {
+            window_secs: 1.0,
+            metrics_addr: "127.0.0.1:9477".into(),
+            sysfs_root: "/sys".into(),
+            proc_root: "/proc".into(),
+            log: "info".into(),
+            quiet: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BlockSection {
+    pub enabled: bool,
+    /// One sampled per-request event every N completions per CPU (0 = off).
+    pub sample_every: u32,
+}
+
+impl Default for BlockSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sample_every: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaSection {
+    pub enabled: bool,
+    /// Path of libcuda.so.1; unset = discover.
+    pub library: Option<PathBuf>,
+    /// Per-event stream budget, events/s per CPU (0 = aggregates only).
+    pub events_per_sec: u32,
+}
+
+impl Default for CudaSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            library: None,
+            events_per_sec: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerbsSection {
+    pub enabled: bool,
+    pub library: Option<PathBuf>,
+    pub provider: Option<ProviderSection>,
+}
+
+impl Default for VerbsSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            library: None,
+            provider: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSection {
+    pub path: PathBuf,
+    /// Symbol name or `0x` file offset.
+    pub poll_cq: String,
+    pub post_send: String,
+    pub post_recv: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NvmlSection {
+    pub enabled: bool,
+    pub library: Option<PathBuf>,
+}
+
+impl Default for NvmlSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            library: None,
+        }
+    }
+}
+
+/// Parses a symbol-or-offset location.
+pub fn parse_loc(v: &str) -> Result<CodeLoc, String> {
+    if v.is_empty() {
+        return Err("empty symbol or offset".into());
+    }
+    match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16)
+            .map(CodeLoc::Offset)
+            .map_err(|e| format!("bad offset {v}: {e}")),
+        None => Ok(CodeLoc::Symbol(v.to_string())),
+    }
+}
+
+impl ProviderSection {
+    pub fn target(&self) -> Result<ProviderTarget, String> {
+        Ok(ProviderTarget {
+            path: self.path.clone(),
+            poll_cq: parse_loc(&self.poll_cq)?,
+            post_send: parse_loc(&self.post_send)?,
+            post_recv: parse_loc(&self.post_recv)?,
+        })
+    }
+}
+
+impl FileConfig {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let cfg: Self = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| {
+                text[..s.start.min(text.len())].matches('\n').count() + 1
+            });
+            ConfigError::Parse {
+                path: origin.to_string(),
+                line,
+                message: e.message().trim().replace('\n', " "),
+            }
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let w = self.collector.window_secs;
+        if !(w.is_finite() && w > 0.0 && w <= 3600.0) {
+            return Err(ConfigError::Invalid {
+                key: "collector.window_secs",
+                message: format!("must be a number of seconds in (0, 3600], got {w}"),
+            });
+        }
+        self.collector
+            .metrics_addr
+            .parse::<SocketAddr>()
+            .map_err(|e| ConfigError::Invalid {
+                key: "collector.metrics_addr",
+                message: format!("{:?} is not HOST:PORT ({e})", self.collector.metrics_addr),
+            })?;
+        if tracing_subscriber::EnvFilter::try_new(&self.collector.log).is_err() {
+            return Err(ConfigError::Invalid {
+                key: "collector.log",
+                message: format!("{:?} is not a valid log filter", self.collector.log),
+            });
+        }
+        if let Some(p) = &self.verbs.provider {
+            p.target().map_err(|message| ConfigError::Invalid {
+                key: "verbs.provider",
+                message,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML (for `check-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_a_full_file() {
+        let c = FileConfig::parse("", "x").unwrap();
+        assert_eq!(c, FileConfig::default());
+        assert_eq!(c.collector.metrics_addr, "127.0.0.1:9477");
+        let c = FileConfig::parse(
+            r#"
+[collector]
+window_secs = 0.5
+metrics_addr = "0.0.0.0:9500"
+[block]
+sample_every = 100
+[cuda]
+library = "/opt/nvidia/libcuda.so.1"
+events_per_sec = 1000
+[verbs]
+provider = { path = "/usr/lib/libmlx5.so.1", poll_cq = "0x1a2b", post_send = "mlx5_post_send", post_recv = "mlx5_post_recv" }
+[nvml]
+enabled = false
+"#,
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.collector.window_secs, 0.5);
+        assert_eq!(c.block.sample_every, 100);
+        assert!(!c.nvml.enabled);
+        let t = c.verbs.provider.unwrap().target().unwrap();
+        assert_eq!(t.poll_cq, CodeLoc::Offset(0x1a2b));
+        assert_eq!(t.post_send, CodeLoc::Symbol("mlx5_post_send".into()));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key_on_one_line() {
+        let e = FileConfig::parse(
+            "[cuda]\nenabled = true\nlibary = \"/x\"\n",
+            "/etc/faultline.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("config error: /etc/faultline.toml line 3: unknown field `libary`"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        let e = FileConfig::parse("[gpu]\n", "f").unwrap_err().to_string();
+        assert!(e.contains("unknown field `gpu`"), "{e}");
+        let e = FileConfig::parse("[collector]\nwindow_secs = 0\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "config error: collector.window_secs: must be a number of seconds in (0, 3600], got 0"
+        );
+        let e = FileConfig::parse("[collector]\nmetrics_addr = \"localhost\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config error: collector.metrics_addr: \"localhost\" is not HOST:PORT"),
+            "{e}"
+        );
+        let e = FileConfig::parse("[collector]\nwindow_secs = \"fast\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config error: f line 2: invalid type: string \"fast\", expected f64"),
+            "{e}"
+        );
+        let e = FileConfig::parse("[verbs]\nprovider = { path = \"/p\", poll_cq = \"0xZZ\", post_send = \"a\", post_recv = \"b\" }\n", "f").unwrap_err().to_string();
+        assert!(
+            e.starts_with("config error: verbs.provider: bad offset 0xZZ"),
+            "{e}"
+        );
+    }
+}
