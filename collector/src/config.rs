@@ -32,6 +32,28 @@ pub struct FileConfig {
     pub cuda: CudaSection,
     pub verbs: VerbsSection,
     pub nvml: NvmlSection,
+    pub stream: StreamSection,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamSection {
+    /// Correlator URL (`http://HOST:PORT`); unset = do not stream.
+    pub endpoint: Option<String>,
+    /// Directory of the on-disk spool.
+    pub spool_dir: PathBuf,
+    /// Spool bound in bytes; past it the oldest windows are dropped (counted).
+    pub spool_max_bytes: u64,
+}
+
+impl Default for StreamSection {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            spool_dir: "/var/lib/faultline/spool".into(),
+            spool_max_bytes: 64 << 20,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -214,6 +236,20 @@ impl FileConfig {
             return Err(ConfigError::Invalid {
                 key: "collector.log",
                 message: format!("{:?} is not a valid log filter", self.collector.log),
+            });
+        }
+        if let Some(e) = &self.stream.endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(ConfigError::Invalid {
+                    key: "stream.endpoint",
+                    message: format!("{e:?} must be a URL like http://127.0.0.1:50051"),
+                });
+            }
+        }
+        if self.stream.spool_max_bytes < 4096 {
+            return Err(ConfigError::Invalid {
+                key: "stream.spool_max_bytes",
+                message: format!("must be at least 4096, got {}", self.stream.spool_max_bytes),
             });
         }
         if let Some(p) = &self.verbs.provider {

@@ -14,4 +14,6 @@ pub mod privilege;
 pub mod probes;
 pub mod rdma;
 pub mod storage;
+pub mod stream;
 pub mod tracefs;
+pub mod window;

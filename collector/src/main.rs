@@ -87,6 +87,15 @@ struct RunArgs {
     /// procfs for process attribution [collector.proc_root, default /proc].
     #[arg(long, value_name = "DIR")]
     proc_root: Option<std::path::PathBuf>,
+    /// Stream windows to this correlator, e.g. http://127.0.0.1:50051 [stream.endpoint].
+    #[arg(long, value_name = "URL")]
+    correlator: Option<String>,
+    /// Spool directory [stream.spool_dir, default /var/lib/faultline/spool].
+    #[arg(long, value_name = "DIR")]
+    spool_dir: Option<std::path::PathBuf>,
+    /// Spool bound in bytes [stream.spool_max_bytes, default 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    spool_max_bytes: Option<u64>,
     /// Log filter, tracing EnvFilter syntax [collector.log, default info].
     #[arg(long, env = "FAULTLINE_LOG")]
     log: Option<String>,
@@ -114,6 +123,15 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
         c.collector.log = l.clone();
     }
     c.collector.quiet |= args.quiet;
+    if args.correlator.is_some() {
+        c.stream.endpoint = args.correlator.clone();
+    }
+    if let Some(d) = &args.spool_dir {
+        c.stream.spool_dir = d.clone();
+    }
+    if let Some(b) = args.spool_max_bytes {
+        c.stream.spool_max_bytes = b;
+    }
     c.block.enabled &= !args.no_block;
     c.cuda.enabled &= !args.no_cuda;
     c.nvml.enabled &= !args.no_nvml;
@@ -337,6 +355,48 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
         .context("installing the SIGTERM handler")?;
 
     let mut batch: Vec<ExecRecord> = Vec::with_capacity(256);
+    let identity = collector::identity::HostIdentity::read(
+        std::path::Path::new("/proc"),
+        std::path::Path::new("/etc"),
+    );
+    let origin = proto::v1::Origin {
+        hostname: if identity.hostname.is_empty() {
+            host.clone()
+        } else {
+            identity.hostname.clone()
+        },
+        machine_id: identity.machine_id.clone(),
+        boot_id: identity.boot_id.clone(),
+        instance: format!(
+            "{:020}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+            std::process::id()
+        ),
+    };
+    let mut window_start = std::time::SystemTime::now();
+    let (win_tx, sender) = match &cfg.stream.endpoint {
+        Some(endpoint) => {
+            let (tx, rx) = tokio::sync::mpsc::channel(1024);
+            let sc = collector::stream::SenderConfig {
+                endpoint: endpoint.clone(),
+                spool_dir: cfg.stream.spool_dir.clone(),
+                spool_max_bytes: cfg.stream.spool_max_bytes,
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(10),
+                resume_every: Duration::from_secs(1),
+            };
+            let (h, stats) = collector::stream::spawn(sc, rx, Duration::from_secs(3))
+                .with_context(|| format!("opening the spool {}", cfg.stream.spool_dir.display()))?;
+            println!(
+                "streaming to {endpoint} (spool {})",
+                cfg.stream.spool_dir.display()
+            );
+            (Some(tx), Some((h, stats)))
+        }
+        None => (None, None),
+    };
     let mut window_execs = 0u64;
     let mut total_execs = 0u64;
     let mut window_no = 0u64;
@@ -370,9 +430,18 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             _ = sigterm.recv() => last = true,
         }
         window_no += 1;
+        let now = std::time::SystemTime::now();
+        let mut wire = proto::v1::Window {
+            origin: Some(origin.clone()),
+            seq: window_no,
+            start_unix_ms: collector::window::unix_ms(window_start),
+            end_unix_ms: collector::window::unix_ms(now),
+            ..Default::default()
+        };
+        window_start = now;
         let k = probes.kernel_stats()?;
         println!(
-            "window {window_no}: exec events={window_execs} total={total_execs} \
+            "window {window_no}: seq={window_no} exec events={window_execs} total={total_execs} \
              kernel: exec_events={} exec_ring_full={}",
             k[stat::EXEC_EVENTS as usize],
             k[stat::EXEC_RING_FULL as usize],
@@ -384,12 +453,20 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             for line in win.lines() {
                 println!("  {line}");
             }
+            wire.block = collector::window::block(&win);
             expo.set_section("block", storage::render_prometheus(&cur, &mut names));
             *prev = cur;
         }
         while let Ok(ev) = rdma_rx.try_recv() {
             metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
             println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
+            wire.events.push(proto::v1::Event {
+                unix_ms: collector::window::unix_ms(now),
+                kind: "rdma_async".into(),
+                entity: format!("{host}/{}/{}", ev.device, ev.port),
+                detail: ev.name.into(),
+                code: i64::from(ev.event_type),
+            });
         }
         match collector::ib::read_ports(&cfg.collector.sysfs_root) {
             Ok(ports) => {
@@ -400,8 +477,22 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     }
                 }
                 let text = collector::ib::prom::render(&ports, Some(&ib));
+                wire.ib_ports = collector::window::ib_ports(&ports);
                 for r in ib.update(ports) {
                     print_ib_window(&host, &r);
+                    if let Some((a, b)) = r.state_change {
+                        wire.events.push(proto::v1::Event {
+                            unix_ms: collector::window::unix_ms(now),
+                            kind: "ib_state".into(),
+                            entity: format!("{host}/{}/{}", r.device, r.port),
+                            detail: format!(
+                                "{}->{}",
+                                collector::ib::counters::state_name(a),
+                                collector::ib::counters::state_name(b)
+                            ),
+                            code: i64::from(b),
+                        });
+                    }
                 }
                 expo.set_section("ib", text);
             }
@@ -415,6 +506,7 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             for line in verbs_window_lines(&verbs_prev, &cur) {
                 println!("  {line}");
             }
+            wire.verbs = collector::window::verbs(&verbs_prev, &cur, &mut ids);
             expo.set_section("verbs", cur.render_prometheus());
             verbs_prev = cur;
         }
@@ -425,6 +517,13 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     "  gpu event {host}/gpu{} {} LOST (fell off the bus)",
                     e.index, e.uuid
                 );
+                wire.events.push(proto::v1::Event {
+                    unix_ms: collector::window::unix_ms(now),
+                    kind: "gpu_lost".into(),
+                    entity: format!("{host}/gpu{}", e.index),
+                    detail: e.uuid.clone(),
+                    code: 0,
+                });
             }
             for s in &samples {
                 if let Some(mask) = s.throttle {
@@ -443,11 +542,22 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     }
                 }
             }
+            wire.gpus = collector::window::gpus(src.gpus(), &samples);
             gpu_samples = samples;
         }
         while let Ok(e) = gpu_rx.try_recv() {
             if let collector::nvml::GpuEventKind::Xid { code, meaning } = &e.kind {
                 *xid_counts.entry((e.index, *code)).or_default() += 1;
+                wire.events.push(proto::v1::Event {
+                    unix_ms: e
+                        .at
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as i64),
+                    kind: "gpu_xid".into(),
+                    entity: format!("{host}/gpu{}", e.index),
+                    detail: format!("{}: {meaning}", e.uuid),
+                    code: *code as i64,
+                });
                 println!(
                     "  gpu event {host}/gpu{} {} XID {code}: {meaning}",
                     e.index, e.uuid
@@ -486,14 +596,28 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                 }
             }
             expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
+            wire.cuda = collector::window::cuda(prev, &cur, &mut ids);
             *prev = cur;
         }
         export_kernel_stats(&k);
+        if let Some(tx) = &win_tx {
+            if tx.try_send(wire).is_err() {
+                metrics::counter!("faultline_windows_dropped_total", "reason" => "queue_full")
+                    .increment(1);
+                tracing::warn!("sender queue full: window dropped");
+            }
+        }
         if last {
             break;
         }
     }
     println!("stopped after {window_no} windows, {total_execs} exec events");
+    drop(win_tx);
+    if let Some((h, stats)) = sender {
+        // The sender delivers what it can within its drain time; the rest stays spooled.
+        let _ = h.await;
+        println!("{}", stats.summary());
+    }
     Ok(())
 }
 

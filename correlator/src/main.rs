@@ -3,11 +3,9 @@ use std::{net::SocketAddr, process::ExitCode};
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
-use proto::v1::{
-    ingest_server::{Ingest, IngestServer},
-    Ack, Heartbeat,
-};
-use tonic::{Request, Response, Status, Streaming};
+use proto::v1::ingest_server::IngestServer;
+
+mod ingest;
 
 /// faultline's correlator.
 #[derive(Debug, Parser)]
@@ -25,23 +23,11 @@ enum Command {
         /// service to the network; the log says so.
         #[arg(long, default_value = "127.0.0.1:50051")]
         listen: SocketAddr,
+        /// Append every accepted window to this JSON-lines ingest log; on
+        /// start the log restores each collector's last sequence number.
+        #[arg(long, value_name = "FILE")]
+        record: Option<std::path::PathBuf>,
     },
-}
-
-#[derive(Default)]
-struct IngestService;
-
-#[tonic::async_trait]
-impl Ingest for IngestService {
-    async fn stream(&self, req: Request<Streaming<Heartbeat>>) -> Result<Response<Ack>, Status> {
-        let mut s = req.into_inner();
-        let mut n = 0u64;
-        while let Some(hb) = s.message().await? {
-            tracing::debug!(host = %hb.host, seq = hb.seq, "heartbeat");
-            n += 1;
-        }
-        Ok(Response::new(Ack { received: n }))
-    }
 }
 
 fn main() -> ExitCode {
@@ -68,18 +54,31 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve { listen, record } => {
+            let state = match &record {
+                Some(p) => ingest::IngestState::with_log(p)?,
+                None => ingest::IngestState::default(),
+            };
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
             tracing::info!(%listen, "serving");
             tonic::transport::Server::builder()
-                .add_service(IngestServer::new(IngestService))
+                .add_service(
+                    IngestServer::new(ingest::IngestService { state: state.clone() })
+                        .max_decoding_message_size(16 << 20),
+                )
                 .serve_with_shutdown(listen, async {
-                    let _ = tokio::signal::ctrl_c().await;
+                    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                    }
                 })
                 .await
                 .with_context(|| format!("serving on {listen}"))?;
+            let (accepted, duplicates, missing) = state.counters();
+            tracing::info!(accepted, duplicates, missing, "stopped");
         }
     }
     Ok(())

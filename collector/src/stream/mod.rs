@@ -1,0 +1,12 @@
+//! Streaming windows to the correlator: every window first goes to a bounded
+//! on-disk spool, and a sender task streams the spool in order over gRPC
+//! (client streaming), reconnecting with capped exponential backoff and
+//! jitter. After each (re)connect the correlator's `Resume` says what it
+//! already has, so the spool is pruned and resent from there; the correlator
+//! drops duplicates by sequence number. When the spool is full the oldest
+//! windows are dropped and counted (the next window carries the count).
+pub mod sender;
+pub mod spool;
+
+pub use sender::{spawn, SenderConfig, SenderStats};
+pub use spool::Spool;

@@ -1,0 +1,140 @@
+//! Building the wire `Window` from one window of every source.
+use std::collections::BTreeMap;
+
+use collector_common::{cuda::call, verbs::wc_status_name};
+use proto::v1 as pb;
+
+use crate::{
+    cuda::CudaSnapshot, ib::PortSnapshot, identity::IdentityCache, nvml,
+    probes::verbs::VerbsSnapshot, storage::BlockWindow,
+};
+
+pub fn ib_ports(ports: &[PortSnapshot]) -> Vec<pb::IbPort> {
+    ports
+        .iter()
+        .map(|p| pb::IbPort {
+            hca: p.device.clone(),
+            port: p.port,
+            state: p.state.unwrap_or(0),
+            phys_state: p.phys_state.unwrap_or(0),
+            rate_bytes_per_sec: p.rate_bytes_per_sec.unwrap_or(0),
+            counters: p.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            hw_counters: p.hw_counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            link_layer: p.link_layer.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+pub fn gpus(info: &[nvml::GpuInfo], samples: &[nvml::GpuSample]) -> Vec<pb::GpuSample> {
+    samples
+        .iter()
+        .map(|s| {
+            let g = info.iter().find(|g| g.index == s.index);
+            pb::GpuSample {
+                index: s.index,
+                uuid: g.map(|g| g.uuid.clone()).unwrap_or_default(),
+                pci_bus_id: g.map(|g| g.pci_bus_id.clone()).unwrap_or_default(),
+                lost: s.lost,
+                power_w: s.power_w,
+                power_limit_w: s.power_limit_w,
+                temp_c: s.temp_c,
+                sm_clock_mhz: s.sm_clock_mhz,
+                sm_clock_max_mhz: s.sm_clock_max_mhz,
+                throttle_reasons: s.throttle,
+                ecc_sbe_volatile: s.ecc_sbe_volatile,
+                ecc_dbe_volatile: s.ecc_dbe_volatile,
+                util_gpu_pct: s.util_gpu_pct,
+            }
+        })
+        .collect()
+}
+
+pub fn block(w: &BlockWindow) -> Vec<pb::BlockStat> {
+    w.rows
+        .iter()
+        .map(|r| pb::BlockStat {
+            device: r.device.clone(),
+            op: r.op.to_string(),
+            job: r.cgroup.clone(),
+            requests: r.requests,
+            bytes: r.bytes,
+            latency_sum_ns: r.mean_s.map_or(0, |m| (m * 1e9 * r.requests as f64) as u64),
+            latency_max_ns: r.max_s.map_or(0, |m| (m * 1e9) as u64),
+            hist: Vec::new(),
+        })
+        .collect()
+}
+
+/// Per (pid, device) CUDA activity between two snapshots.
+pub fn cuda(prev: &CudaSnapshot, cur: &CudaSnapshot, ids: &mut IdentityCache) -> Vec<pb::CudaProc> {
+    let mut by: BTreeMap<(u32, i32), pb::CudaProc> = BTreeMap::new();
+    for (k, v) in &cur.launches {
+        let n = v
+            .launches
+            .saturating_sub(prev.launches.get(k).map_or(0, |p| p.launches));
+        if n > 0 {
+            by.entry((k.pid, k.device)).or_default().launches += n;
+        }
+    }
+    for (k, v) in &cur.calls {
+        let p = prev.calls.get(k);
+        let calls = v.calls.saturating_sub(p.map_or(0, |p| p.calls));
+        if calls == 0 {
+            continue;
+        }
+        let e = by.entry((k.pid, k.device)).or_default();
+        e.errors += v.errors.saturating_sub(p.map_or(0, |p| p.errors));
+        match k.kind {
+            call::STREAM_SYNC | call::CTX_SYNC | call::EVENT_SYNC => {
+                e.sync_calls += calls;
+                e.sync_wait_ns += v.dur_sum_ns.saturating_sub(p.map_or(0, |p| p.dur_sum_ns));
+            }
+            call::MEMCPY_HTOD
+            | call::MEMCPY_DTOH
+            | call::MEMCPY_ASYNC
+            | call::MEMCPY_HTOD_ASYNC
+            | call::MEMCPY_DTOH_ASYNC => {
+                e.copy_bytes += v.bytes.saturating_sub(p.map_or(0, |p| p.bytes));
+            }
+            _ => {}
+        }
+    }
+    by.into_iter()
+        .map(|((pid, device), mut c)| {
+            c.pid = pid;
+            c.device = device;
+            if let Some(id) = ids.get(pid) {
+                c.job = id.job().unwrap_or_default();
+                c.rank = id.rank();
+            }
+            c
+        })
+        .collect()
+}
+
+pub fn verbs(
+    prev: &VerbsSnapshot,
+    cur: &VerbsSnapshot,
+    ids: &mut IdentityCache,
+) -> Vec<pb::VerbsCompletions> {
+    cur.completions
+        .iter()
+        .filter_map(|(k, v)| {
+            let n = v
+                .completions
+                .saturating_sub(prev.completions.get(k).map_or(0, |p| p.completions));
+            (n > 0).then(|| pb::VerbsCompletions {
+                pid: k.pid,
+                qp: k.qp_num,
+                status: wc_status_name(k.status).to_string(),
+                count: n,
+                job: ids.get(k.pid).and_then(|i| i.job()).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+pub fn unix_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
