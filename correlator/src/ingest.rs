@@ -159,6 +159,8 @@ impl IngestState {
 /// The tonic service.
 pub struct IngestService {
     pub state: IngestState,
+    /// Accepted windows go to the engine (bounded: a slow engine slows ingest).
+    pub engine: Option<tokio::sync::mpsc::Sender<Window>>,
 }
 
 #[tonic::async_trait]
@@ -182,6 +184,11 @@ impl Ingest for IngestService {
         while let Some(w) = s.message().await? {
             if self.state.accept(&w)? {
                 accepted += 1;
+                if let Some(tx) = &self.engine {
+                    if tx.send(w.clone()).await.is_err() {
+                        return Err(Status::unavailable("correlator engine stopped"));
+                    }
+                }
             } else {
                 duplicates += 1;
             }

@@ -5,7 +5,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use proto::v1::ingest_server::IngestServer;
 
-mod ingest;
+use correlator::ingest;
 
 /// faultline's correlator.
 #[derive(Debug, Parser)]
@@ -28,6 +28,14 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         record: Option<std::path::PathBuf>,
     },
+    /// Replay windows (JSON lines, docs/replay.md) through the detectors and
+    /// print candidate updates as JSON lines.
+    Replay {
+        file: std::path::PathBuf,
+        /// Count and skip invalid lines instead of stopping at the first.
+        #[arg(long)]
+        skip_invalid: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,7 +55,13 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("faultline-correlator: error: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<correlator::replay::ReplayError>()
+                .is_some_and(|r| matches!(r, correlator::replay::ReplayError::Invalid { .. }))
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -59,15 +73,30 @@ async fn run(cli: Cli) -> Result<()> {
                 Some(p) => ingest::IngestState::with_log(p)?,
                 None => ingest::IngestState::default(),
             };
+            let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
+            let (utx, _) = tokio::sync::broadcast::channel(4096);
+            let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let _engine = correlator::subscribe::spawn_engine(
+                correlator::engine::Engine::default(),
+                wrx,
+                utx.clone(),
+                open.clone(),
+            );
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
             tracing::info!(%listen, "serving");
             tonic::transport::Server::builder()
                 .add_service(
-                    IngestServer::new(ingest::IngestService { state: state.clone() })
-                        .max_decoding_message_size(16 << 20),
+                    IngestServer::new(ingest::IngestService {
+                        state: state.clone(),
+                        engine: Some(wtx),
+                    })
+                    .max_decoding_message_size(16 << 20),
                 )
+                .add_service(proto::v1::candidates_server::CandidatesServer::new(
+                    correlator::subscribe::CandidatesService { updates: utx, open },
+                ))
                 .serve_with_shutdown(listen, async {
                     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
                     tokio::select! {
@@ -79,6 +108,16 @@ async fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("serving on {listen}"))?;
             let (accepted, duplicates, missing) = state.counters();
             tracing::info!(accepted, duplicates, missing, "stopped");
+        }
+        Command::Replay { file, skip_invalid } => {
+            let mut engine = correlator::engine::Engine::default();
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            let stats = correlator::replay::replay(&file, &mut engine, skip_invalid, &mut out)?;
+            eprintln!(
+                "replayed {} windows: {} updates, {} duplicates, {} invalid lines skipped",
+                stats.windows, stats.updates, stats.duplicates, stats.skipped_invalid
+            );
         }
     }
     Ok(())

@@ -1,0 +1,251 @@
+//! InfiniBand link detectors: `ib_link_degraded` (error counters rising
+//! relative to traffic and to the fabric's other ports), `ib_link_down`
+//! (a port that was active is not), `ib_link_flapping` (repeated down/up).
+//!
+//! Confounders handled here: counter resets (a counter going down makes that
+//! window unknown, never a negative or huge rate), collector restarts (entity
+//! state is keyed by port name, counters continue), cluster-wide shifts (a port
+//! must stand out from the fabric's median by a robust margin), job ends
+//! (no traffic, no errors: nothing), one-off single errors (a minimum count
+//! for consecutive windows).
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use proto::v1::Window;
+
+use super::{incidents::Finding, mad, median};
+
+/// Error counters in `counters/` (IBA PortCounters).
+pub const ERROR_COUNTERS: &[&str] = &[
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "local_link_integrity_errors",
+    "port_rcv_remote_physical_errors",
+    "excessive_buffer_overrun_errors",
+];
+
+/// Retransmit/timeout counters in `hw_counters/` (mlx5 and rxe names).
+pub const HW_ERROR_COUNTERS: &[&str] = &[
+    "local_ack_timeout_err",
+    "retry_exceeded_err",
+    "rnr_nak_retry_err",
+    "packet_seq_err",
+    "out_of_sequence",
+    "duplicate_request",
+    "rcvd_seq_err",
+    "completer_retry_err",
+];
+
+/// Minimum errors per window for a port to count as erroring (one-off single
+/// errors are normal on large fabrics).
+pub const MIN_ERRORS: u64 = 3;
+/// A port's error rate must exceed the fabric median by this many MADs …
+pub const MAD_FACTOR: f64 = 6.0;
+/// … and by this factor.
+pub const RATIO_FACTOR: f64 = 10.0;
+/// Floor of the error rate (errors per GB) below which nothing is anomalous.
+pub const RATE_FLOOR: f64 = 0.5;
+/// Down transitions within `FLAP_WINDOWS` windows that make a link flapping.
+pub const FLAP_TRANSITIONS: usize = 3;
+pub const FLAP_WINDOWS: usize = 30;
+
+/// A port with errors this window: (entity, errors, errors/GB, counters that moved).
+type Erroring = (String, u64, f64, Vec<(String, u64)>);
+
+#[derive(Debug, Default)]
+struct PortState {
+    counters: BTreeMap<String, u64>,
+    hw: BTreeMap<String, u64>,
+    state: Option<u32>,
+    /// Latest error rate (errors per GB of traffic), `None` when unknown.
+    rate: Option<f64>,
+    last_errors: u64,
+    /// Consecutive erroring windows.
+    streak: u32,
+    /// Window indexes of ACTIVE→not-ACTIVE transitions (bounded).
+    downs: VecDeque<u64>,
+    windows: u64,
+    resets: u64,
+}
+
+/// All ports of the fabric.
+#[derive(Debug, Default)]
+pub struct IbDetector {
+    ports: HashMap<String, PortState>,
+    by_host: HashMap<String, Vec<String>>,
+}
+
+fn delta_sum(
+    prev: &BTreeMap<String, u64>,
+    cur: &std::collections::HashMap<String, u64>,
+    names: &[&str],
+) -> Option<(u64, Vec<(String, u64)>)> {
+    let mut total = 0u64;
+    let mut moved = Vec::new();
+    for n in names {
+        let (Some(&c), Some(&p)) = (cur.get(*n), prev.get(*n)) else {
+            continue;
+        };
+        if c < p {
+            return None; // reset: this window is unknown
+        }
+        if c > p {
+            moved.push(((*n).to_string(), c - p));
+        }
+        total += c - p;
+    }
+    Some((total, moved))
+}
+
+impl IbDetector {
+    /// Entities (ports) known on a host.
+    pub fn entities_of(&self, host: &str) -> Vec<String> {
+        self.by_host.get(host).cloned().unwrap_or_default()
+    }
+
+    /// Updates the host's ports from a window and returns findings for them.
+    pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
+        let mut evidence_errors: Vec<Erroring> = Vec::new();
+        let mut findings = Vec::new();
+        let mut names = Vec::new();
+        for p in &w.ib_ports {
+            let entity = format!("{host}/{}/{}", p.hca, p.port);
+            names.push(entity.clone());
+            let st = self.ports.entry(entity.clone()).or_default();
+            st.windows += 1;
+            let first = st.counters.is_empty() && st.hw.is_empty();
+            // Link state.
+            if let Some(prev) = st.state {
+                if prev == 4 && p.state != 4 {
+                    st.downs.push_back(st.windows);
+                    findings.push(Finding::new("ib_link_down", &entity, 0.95)
+                        .with_evidence(format!("state ACTIVE -> {} (phys_state {})", state_name(p.state), p.phys_state))
+                        .with_jobs(jobs)
+                        .with_runbook(format!("check the cable and switch port of {} port {}: `ibstat {} {}`, `mlxlink -d {} -p {}`, switch logs", p.hca, p.port, p.hca, p.port, p.hca, p.port)));
+                }
+            }
+            if p.state != 4 && st.state.is_some_and(|s| s != 4) && !st.downs.is_empty() {
+                // still down: keep the incident alive
+                findings.push(
+                    Finding::new("ib_link_down", &entity, 0.95)
+                        .with_evidence(format!("state {} since window", state_name(p.state)))
+                        .with_jobs(jobs),
+                );
+            }
+            while st
+                .downs
+                .front()
+                .is_some_and(|&d| st.windows - d > FLAP_WINDOWS as u64)
+            {
+                st.downs.pop_front();
+            }
+            if st.downs.len() >= FLAP_TRANSITIONS {
+                findings.push(
+                    Finding::new("ib_link_flapping", &entity, 0.9)
+                        .with_evidence(format!("{} down transitions in the last {FLAP_WINDOWS} windows", st.downs.len()))
+                        .with_jobs(jobs)
+                        .with_runbook(format!("a flapping link usually means a bad cable or transceiver: `mlxlink -d {} -p {} -m`, replace the cable", p.hca, p.port)),
+                );
+            }
+            st.state = Some(p.state);
+            // Error counters relative to traffic.
+            if !first {
+                let errs = delta_sum(&st.counters, &p.counters, ERROR_COUNTERS);
+                let hw = delta_sum(&st.hw, &p.hw_counters, HW_ERROR_COUNTERS);
+                let traffic = delta_sum(
+                    &st.counters,
+                    &p.counters,
+                    &["port_rcv_data", "port_xmit_data"],
+                );
+                match (errs, hw, traffic) {
+                    (Some((e, mut moved)), Some((h, hmoved)), Some((t, _))) => {
+                        moved.extend(hmoved);
+                        let total = e + h;
+                        let gb = (t as f64 * 4.0) / 1e9;
+                        // Without counters/ traffic (rxe), use packets from hw_counters.
+                        let gb = if gb > 0.0 {
+                            gb
+                        } else {
+                            delta_sum(&st.hw, &p.hw_counters, &["sent_pkts", "rcvd_pkts"])
+                                .map_or(0.0, |(pk, _)| pk as f64 * 4096.0 / 1e9)
+                        };
+                        let rate = total as f64 / gb.max(0.001);
+                        st.rate = Some(rate);
+                        st.last_errors = total;
+                        if total >= MIN_ERRORS {
+                            st.streak += 1;
+                            evidence_errors.push((entity.clone(), total, rate, moved));
+                        } else {
+                            st.streak = 0;
+                        }
+                    }
+                    _ => {
+                        st.resets += 1;
+                        st.rate = None;
+                        st.streak = 0;
+                    }
+                }
+            }
+            st.counters = p.counters.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            st.hw = p.hw_counters.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        }
+        if !names.is_empty() {
+            self.by_host.insert(host.to_string(), names);
+        }
+        // Peer comparison over the latest rate of every port of the fabric.
+        if !evidence_errors.is_empty() {
+            let rates: Vec<f64> = self.ports.values().filter_map(|s| s.rate).collect();
+            let m = median(&rates);
+            let d = mad(&rates, m);
+            let threshold = (m + MAD_FACTOR * d).max(m * RATIO_FACTOR).max(RATE_FLOOR);
+            for (entity, total, rate, moved) in evidence_errors {
+                let streak = self.ports.get(&entity).map_or(0, |s| s.streak);
+                if rate <= threshold || streak < 2 {
+                    continue;
+                }
+                let ratio = if m > 0.0 { rate / m } else { f64::INFINITY };
+                let confidence = (0.6
+                    + 0.1 * (rate / threshold).log10().max(0.0)
+                    + 0.05 * f64::from(streak.min(4)))
+                .min(0.99);
+                let mut ev: Vec<String> = moved
+                    .iter()
+                    .map(|(n, v)| format!("{n} +{v} this window"))
+                    .collect();
+                ev.push(if ratio.is_finite() {
+                    format!("{rate:.1} errors/GB, {ratio:.0}x the fabric median ({m:.2}/GB over {} ports)", rates.len())
+                } else {
+                    format!("{rate:.1} errors/GB while the fabric median is 0 ({} ports)", rates.len())
+                });
+                ev.push(format!(
+                    "{total} errors/window for {streak} consecutive windows"
+                ));
+                let (hca, port) = entity
+                    .rsplit_once('/')
+                    .and_then(|(a, p)| {
+                        a.rsplit_once('/')
+                            .map(|(_, h)| (h.to_string(), p.to_string()))
+                    })
+                    .unwrap_or_default();
+                findings.push(
+                    Finding::new("ib_link_degraded", &entity, confidence)
+                        .with_evidence_list(ev)
+                        .with_jobs(jobs)
+                        .with_runbook(format!("link error rate rising: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")),
+                );
+            }
+        }
+        findings
+    }
+}
+
+fn state_name(s: u32) -> &'static str {
+    match s {
+        1 => "DOWN",
+        2 => "INIT",
+        3 => "ARMED",
+        4 => "ACTIVE",
+        5 => "ACTIVE_DEFER",
+        _ => "UNKNOWN",
+    }
+}

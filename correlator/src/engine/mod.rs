@@ -1,0 +1,81 @@
+//! The detection engine: windows in, candidate updates out. Pure and
+//! synchronous, so the live service and `replay` run the same code.
+//!
+//! Per-entity state is bounded (a few recent values per port); peers are
+//! compared with robust statistics (median and MAD of the latest error rate
+//! of every port of the fabric); an incident manager turns detector evidence
+//! into one incident per (kind, entity) episode.
+pub mod ib;
+pub mod incidents;
+
+use proto::v1::{CandidateUpdate, Window};
+
+pub use incidents::{Finding, IncidentManager, Tuning};
+
+/// The engine: detectors plus the incident manager.
+#[derive(Debug, Default)]
+pub struct Engine {
+    pub ib: ib::IbDetector,
+    pub incidents: IncidentManager,
+}
+
+impl Engine {
+    pub fn new(tuning: Tuning) -> Self {
+        Self {
+            ib: ib::IbDetector::default(),
+            incidents: IncidentManager::new(tuning),
+        }
+    }
+
+    /// Processes one accepted window; returns the candidate updates it causes.
+    pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
+        let host = w
+            .origin
+            .as_ref()
+            .map_or_else(String::new, |o| o.hostname.clone());
+        let jobs = jobs_of(w);
+        let findings = self.ib.observe(&host, w, &jobs);
+        self.incidents
+            .apply(w.end_unix_ms, &host, self.ib.entities_of(&host), findings)
+    }
+
+    /// Open incidents, highest confidence first.
+    pub fn open(&self) -> Vec<CandidateUpdate> {
+        self.incidents.open()
+    }
+}
+
+/// Jobs active on the window's host (from CUDA and verbs attribution).
+fn jobs_of(w: &Window) -> Vec<String> {
+    let mut j: Vec<String> = w
+        .cuda
+        .iter()
+        .map(|c| c.job.clone())
+        .chain(w.verbs.iter().map(|v| v.job.clone()))
+        .filter(|j| !j.is_empty())
+        .collect();
+    j.sort();
+    j.dedup();
+    j
+}
+
+/// Median of a slice (sorted copy); 0 for empty.
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Median absolute deviation around `m`.
+pub fn mad(v: &[f64], m: f64) -> f64 {
+    let d: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    median(&d)
+}

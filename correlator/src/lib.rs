@@ -1,0 +1,6 @@
+//! faultline's correlator: ingest (`ingest`), detection and incidents
+//! (`engine`), subscriptions (`subscribe`) and replay (`replay`).
+pub mod engine;
+pub mod ingest;
+pub mod replay;
+pub mod subscribe;

@@ -1,0 +1,284 @@
+//! Scripted fabric scenarios through the engine: each IB detector fires on
+//! its fault with the right entity within 2 windows of onset, and the
+//! confounders (single errors, counter reset, collector restart,
+//! cluster-wide shift, job end) raise nothing.
+use std::collections::HashMap;
+
+use correlator::engine::Engine;
+use proto::v1::{CandidateUpdate, IbPort, Origin, Window};
+
+const HOSTS: usize = 16;
+const PORTS: [&str; 2] = ["mlx5_0", "mlx5_1"];
+/// 4-byte words per direction per window (1 GB).
+const WORDS: u64 = 250_000_000;
+
+struct Fabric {
+    counters: HashMap<(usize, usize), HashMap<String, u64>>,
+    state: HashMap<(usize, usize), u32>,
+    seq: HashMap<usize, u64>,
+    instance: HashMap<usize, String>,
+    t: i64,
+}
+
+impl Fabric {
+    fn new() -> Self {
+        let mut f = Self {
+            counters: HashMap::new(),
+            state: HashMap::new(),
+            seq: HashMap::new(),
+            instance: HashMap::new(),
+            t: 1_800_000_000_000,
+        };
+        for h in 0..HOSTS {
+            f.instance.insert(h, format!("i{h}-a"));
+            for p in 0..PORTS.len() {
+                let c = f.counters.entry((h, p)).or_default();
+                for n in [
+                    "port_rcv_data",
+                    "port_xmit_data",
+                    "symbol_error",
+                    "link_error_recovery",
+                    "port_rcv_errors",
+                    "link_downed",
+                ] {
+                    c.insert(n.into(), 1000);
+                }
+                f.state.insert((h, p), 4);
+            }
+        }
+        f
+    }
+
+    fn add(&mut self, h: usize, p: usize, counter: &str, v: u64) {
+        *self
+            .counters
+            .get_mut(&(h, p))
+            .expect("port")
+            .entry(counter.into())
+            .or_default() += v;
+    }
+
+    /// One window of every host with normal traffic unless `traffic` is false.
+    fn tick(&mut self, e: &mut Engine, traffic: bool) -> Vec<CandidateUpdate> {
+        self.t += 1000;
+        let mut out = Vec::new();
+        for h in 0..HOSTS {
+            if traffic {
+                for p in 0..PORTS.len() {
+                    self.add(h, p, "port_rcv_data", WORDS);
+                    self.add(h, p, "port_xmit_data", WORDS);
+                }
+            }
+            let seq = self.seq.entry(h).or_insert(0);
+            *seq += 1;
+            let w = Window {
+                origin: Some(Origin {
+                    hostname: format!("h{h:02}"),
+                    boot_id: "b".into(),
+                    instance: self.instance[&h].clone(),
+                    ..Origin::default()
+                }),
+                seq: *seq,
+                end_unix_ms: self.t,
+                ib_ports: (0..PORTS.len())
+                    .map(|p| IbPort {
+                        hca: PORTS[p].into(),
+                        port: 1,
+                        state: self.state[&(h, p)],
+                        phys_state: if self.state[&(h, p)] == 4 { 5 } else { 3 },
+                        counters: self.counters[&(h, p)].clone(),
+                        ..IbPort::default()
+                    })
+                    .collect(),
+                ..Window::default()
+            };
+            out.extend(e.ingest(&w));
+        }
+        out
+    }
+}
+
+fn opened(u: &[CandidateUpdate]) -> Vec<(String, String)> {
+    u.iter()
+        .filter(|u| u.state == "opened")
+        .map(|u| (u.kind.clone(), u.entity.clone()))
+        .collect()
+}
+
+#[test]
+fn degrading_link_is_one_incident_on_the_right_port_within_two_windows() {
+    let mut f = Fabric::new();
+    let mut e = Engine::default();
+    let mut all = Vec::new();
+    for _ in 0..10 {
+        all.extend(f.tick(&mut e, true));
+    }
+    assert!(all.is_empty(), "healthy fabric: {all:?}");
+    let onset = 10;
+    let mut opened_at = None;
+    for w in onset..onset + 20 {
+        // Bit errors ramp up on one link.
+        f.add(3, 1, "symbol_error", 20 + 5 * (w - onset) as u64);
+        f.add(3, 1, "link_error_recovery", 1);
+        let u = f.tick(&mut e, true);
+        if opened_at.is_none() && !opened(&u).is_empty() {
+            opened_at = Some(w);
+        }
+        all.extend(u);
+    }
+    assert_eq!(
+        opened(&all),
+        [("ib_link_degraded".to_string(), "h03/mlx5_1/1".to_string())],
+        "exactly one incident: {all:#?}"
+    );
+    let at = opened_at.expect("opened");
+    assert!(at - onset <= 1, "opened {} windows after onset", at - onset);
+    let first = all
+        .iter()
+        .find(|u| u.state == "opened")
+        .expect("opened update");
+    assert!(
+        first
+            .evidence
+            .iter()
+            .any(|e| e.starts_with("symbol_error +")),
+        "{:?}",
+        first.evidence
+    );
+    assert!(
+        first
+            .evidence
+            .iter()
+            .any(|e| e.contains("fabric median is 0")),
+        "{:?}",
+        first.evidence
+    );
+    assert!(
+        first.runbook.contains("mlxlink -d mlx5_1 -p 1"),
+        "{}",
+        first.runbook
+    );
+    assert!(first.confidence >= 0.6);
+    let id = first.incident_id.clone();
+    assert!(
+        all.iter().all(|u| u.incident_id == id),
+        "one identity for the whole episode"
+    );
+    // The fault stops: the incident resolves after the quiet period.
+    let mut after = Vec::new();
+    for _ in 0..8 {
+        after.extend(f.tick(&mut e, true));
+    }
+    assert_eq!(
+        after.iter().filter(|u| u.state == "resolved").count(),
+        1,
+        "{after:#?}"
+    );
+    assert!(e.open().is_empty());
+}
+
+#[test]
+fn confounders_raise_nothing() {
+    let mut f = Fabric::new();
+    let mut e = Engine::default();
+    let mut all = Vec::new();
+    for w in 0..40usize {
+        // Isolated single errors all over the fabric.
+        f.add(w % HOSTS, w % 2, "symbol_error", 1 + (w % 2) as u64);
+        // A one-off burst on one port in one window.
+        if w == 5 {
+            f.add(7, 0, "symbol_error", 9);
+        }
+        // Counter reset on one port (driver reload).
+        if w == 12 {
+            for v in f.counters.get_mut(&(4, 0)).expect("port").values_mut() {
+                *v = 0;
+            }
+        }
+        // Collector restart on one host: new instance, sequence from 1.
+        if w == 18 {
+            f.instance.insert(9, "i9-b".into());
+            f.seq.insert(9, 0);
+        }
+        // Cluster-wide: every link sees the same error rate (e.g. a fabric-wide event).
+        if (25..30).contains(&w) {
+            for h in 0..HOSTS {
+                for p in 0..2 {
+                    f.add(h, p, "symbol_error", 15);
+                }
+            }
+        }
+        // Job end: no traffic at all for a while.
+        let traffic = !(32..36).contains(&w);
+        all.extend(f.tick(&mut e, traffic));
+    }
+    assert!(all.is_empty(), "no incident for confounders: {all:#?}");
+}
+
+#[test]
+fn link_down_opens_at_once_and_resolves_when_back() {
+    let mut f = Fabric::new();
+    let mut e = Engine::default();
+    for _ in 0..5 {
+        assert!(f.tick(&mut e, true).is_empty());
+    }
+    f.state.insert((2, 0), 1);
+    f.add(2, 0, "link_downed", 1);
+    let u = f.tick(&mut e, true);
+    assert_eq!(
+        opened(&u),
+        [("ib_link_down".to_string(), "h02/mlx5_0/1".to_string())]
+    );
+    assert!(
+        u[0].evidence[0].starts_with("state ACTIVE -> DOWN"),
+        "{:?}",
+        u[0].evidence
+    );
+    f.tick(&mut e, true);
+    f.state.insert((2, 0), 4);
+    let mut rest = Vec::new();
+    for _ in 0..8 {
+        rest.extend(f.tick(&mut e, true));
+    }
+    assert!(opened(&rest).is_empty(), "{rest:#?}");
+    assert_eq!(
+        rest.iter()
+            .filter(|u| u.state == "resolved" && u.kind == "ib_link_down")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn flapping_link_is_one_flapping_incident_absorbing_the_downs() {
+    let mut f = Fabric::new();
+    let mut e = Engine::default();
+    for _ in 0..3 {
+        f.tick(&mut e, true);
+    }
+    let mut all = Vec::new();
+    for w in 0..12 {
+        f.state.insert((6, 1), if w % 2 == 0 { 1 } else { 4 });
+        all.extend(f.tick(&mut e, true));
+    }
+    let kinds = opened(&all);
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|(k, _)| k == "ib_link_flapping")
+            .count(),
+        1,
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().all(|(_, ent)| ent == "h06/mlx5_1/1"),
+        "{kinds:?}"
+    );
+    let open = e.open();
+    assert_eq!(
+        open.len(),
+        1,
+        "only the flapping incident stays open: {open:#?}"
+    );
+    assert_eq!(open[0].kind, "ib_link_flapping");
+}
