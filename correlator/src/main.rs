@@ -28,6 +28,27 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         record: Option<std::path::PathBuf>,
     },
+    /// Subscribe to a running correlator and print candidate updates live.
+    Subscribe {
+        /// Correlator URL.
+        #[arg(long, default_value = "http://127.0.0.1:50051")]
+        endpoint: String,
+        /// Only these kinds (repeatable), e.g. ib_link_degraded.
+        #[arg(long = "kind")]
+        kinds: Vec<String>,
+        /// Only entities of this host.
+        #[arg(long, default_value = "")]
+        host: String,
+        /// Only incidents affecting this job.
+        #[arg(long, default_value = "")]
+        job: String,
+        /// Only candidates at least this confident (resolutions always pass).
+        #[arg(long, default_value_t = 0.0)]
+        min_confidence: f64,
+        /// One JSON object per line instead of human-readable lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Replay windows (JSON lines, docs/replay.md) through the detectors and
     /// print candidate updates as JSON lines.
     Replay {
@@ -108,6 +129,50 @@ async fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("serving on {listen}"))?;
             let (accepted, duplicates, missing) = state.counters();
             tracing::info!(accepted, duplicates, missing, "stopped");
+        }
+        Command::Subscribe {
+            endpoint,
+            kinds,
+            host,
+            job,
+            min_confidence,
+            json,
+        } => {
+            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
+                .with_context(|| format!("bad endpoint {endpoint}"))?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to the correlator at {endpoint}"))?;
+            let mut client = proto::v1::candidates_client::CandidatesClient::new(channel);
+            let mut stream = client
+                .subscribe(proto::v1::SubscribeRequest {
+                    kinds,
+                    host,
+                    job,
+                    min_confidence,
+                })
+                .await
+                .context("subscribe")?
+                .into_inner();
+            eprintln!("subscribed to {endpoint}");
+            while let Some(u) = stream.message().await.context("candidate stream")? {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "ts": u.ts_unix_ms, "incident_id": u.incident_id, "state": u.state,
+                            "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
+                            "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
+                        })
+                    );
+                } else {
+                    println!(
+                        "{} {} {} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
+                        u.state.to_uppercase(), u.kind, u.entity, u.confidence,
+                        u.affected_jobs.join(","), u.incident_id, u.evidence.join("; "), u.runbook
+                    );
+                }
+            }
         }
         Command::Replay { file, skip_invalid } => {
             let mut engine = correlator::engine::Engine::default();

@@ -1,0 +1,156 @@
+//! The live path over real gRPC on loopback: a collector streams windows from
+//! a (fake) InfiniBand fabric to the correlator, one link starts taking
+//! errors, and a subscriber prints the `ib_link_degraded` candidate.
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+fn bin(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .expect("exe")
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("target dir")
+        .join(name)
+}
+
+fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("live_demo") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let url = format!("http://127.0.0.1:{port}");
+    let ib = tests::FakeIb::new("live");
+    for hca in 0..4 {
+        for p in 1..=2 {
+            ib.active_port(&format!("mlx5_{hca}"), p);
+        }
+    }
+    let spool = std::env::temp_dir().join(format!("faultline-live-spool-{}", std::process::id()));
+    let mut corr = Command::new(bin("faultline-correlator"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("correlator");
+    // The subscriber retries until the correlator listens.
+    let start = Instant::now();
+    let mut sub = loop {
+        let mut s = Command::new(bin("faultline-correlator"))
+            .args([
+                "subscribe",
+                "--endpoint",
+                &url,
+                "--kind",
+                "ib_link_degraded",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("subscriber");
+        let err = s.stderr.take().expect("stderr");
+        let first = BufReader::new(err).lines().next();
+        if matches!(&first, Some(Ok(l)) if l.starts_with("subscribed to")) {
+            break s;
+        }
+        let _ = s.wait();
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "correlator never accepted a subscriber"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let sub_lines = lines_of(&mut sub);
+    let mut col = Command::new(bin("faultline-collector"))
+        .args([
+            "--window",
+            "0.2",
+            "--duration",
+            "60",
+            "--quiet",
+            "--no-cuda",
+            "--no-verbs",
+            "--no-nvml",
+            "--no-block",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0", "--correlator", &url])
+        .arg("--spool-dir")
+        .arg(&spool)
+        .arg("--sysfs-root")
+        .arg(ib.root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("collector");
+    let col_lines = lines_of(&mut col);
+    let wait_window = |n: u64| loop {
+        let l = col_lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("collector output");
+        if let Some(k) = l
+            .strip_prefix("window ")
+            .and_then(|r| r.split(':').next())
+            .and_then(|k| k.parse::<u64>().ok())
+        {
+            if k >= n {
+                return;
+            }
+        }
+    };
+    // Healthy traffic for a few windows, then errors on one link.
+    let mut words = 0u64;
+    for w in 1..=30u64 {
+        words += 50_000_000;
+        for hca in 0..4 {
+            for p in 1..=2 {
+                let dev = format!("mlx5_{hca}");
+                ib.counter(&dev, p, "port_rcv_data", words);
+                ib.counter(&dev, p, "port_xmit_data", words);
+            }
+        }
+        if w > 5 {
+            ib.counter("mlx5_2", 1, "symbol_error", (w - 5) * 40);
+        }
+        wait_window(w + 1);
+        if let Ok(l) = sub_lines.try_recv() {
+            if l.starts_with("OPENED ib_link_degraded") {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                assert!(l.contains(&format!("{}/mlx5_2/1", host.trim())), "{l}");
+                let _ = col.kill();
+                let _ = corr.kill();
+                let _ = sub.kill();
+                let _ = col.wait();
+                let _ = corr.wait();
+                let _ = sub.wait();
+                let _ = std::fs::remove_dir_all(&spool);
+                return;
+            }
+        }
+    }
+    let _ = col.kill();
+    let _ = corr.kill();
+    let _ = sub.kill();
+    panic!("the subscriber never printed the incident");
+}
