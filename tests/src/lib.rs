@@ -431,3 +431,13 @@ pub fn verbs_workload() -> PathBuf {
 pub fn fake_nvml() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("nvml/libnvidia-ml.so.1")
 }
+
+/// A child process killed and reaped when dropped (also when a test panics).
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -49,15 +49,17 @@ fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
         }
     }
     let spool = std::env::temp_dir().join(format!("faultline-live-spool-{}", std::process::id()));
-    let mut corr = Command::new(bin("faultline-correlator"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("correlator");
+    let _corr = tests::KillOnDrop(
+        Command::new(bin("faultline-correlator"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("correlator"),
+    );
     // The subscriber retries until the correlator listens.
     let start = Instant::now();
-    let mut sub = loop {
+    let mut sub = tests::KillOnDrop(loop {
         let mut s = Command::new(bin("faultline-correlator"))
             .args([
                 "subscribe",
@@ -81,30 +83,32 @@ fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
             "correlator never accepted a subscriber"
         );
         std::thread::sleep(Duration::from_millis(100));
-    };
-    let sub_lines = lines_of(&mut sub);
-    let mut col = Command::new(bin("faultline-collector"))
-        .args([
-            "--window",
-            "0.2",
-            "--duration",
-            "60",
-            "--quiet",
-            "--no-cuda",
-            "--no-verbs",
-            "--no-nvml",
-            "--no-block",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0", "--correlator", &url])
-        .arg("--spool-dir")
-        .arg(&spool)
-        .arg("--sysfs-root")
-        .arg(ib.root())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("collector");
-    let col_lines = lines_of(&mut col);
+    });
+    let sub_lines = lines_of(&mut sub.0);
+    let mut col = tests::KillOnDrop(
+        Command::new(bin("faultline-collector"))
+            .args([
+                "--window",
+                "0.2",
+                "--duration",
+                "60",
+                "--quiet",
+                "--no-cuda",
+                "--no-verbs",
+                "--no-nvml",
+                "--no-block",
+            ])
+            .args(["--metrics-addr", "127.0.0.1:0", "--correlator", &url])
+            .arg("--spool-dir")
+            .arg(&spool)
+            .arg("--sysfs-root")
+            .arg(ib.root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("collector"),
+    );
+    let col_lines = lines_of(&mut col.0);
     let wait_window = |n: u64| loop {
         let l = col_lines
             .recv_timeout(Duration::from_secs(20))
@@ -138,19 +142,10 @@ fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
             if l.starts_with("OPENED ib_link_degraded") {
                 let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
                 assert!(l.contains(&format!("{}/mlx5_2/1", host.trim())), "{l}");
-                let _ = col.kill();
-                let _ = corr.kill();
-                let _ = sub.kill();
-                let _ = col.wait();
-                let _ = corr.wait();
-                let _ = sub.wait();
                 let _ = std::fs::remove_dir_all(&spool);
                 return;
             }
         }
     }
-    let _ = col.kill();
-    let _ = corr.kill();
-    let _ = sub.kill();
     panic!("the subscriber never printed the incident");
 }
