@@ -249,9 +249,21 @@ impl NvmlSource {
                 d.temperature(TemperatureSensor::Gpu).map(u64::from)
             })
             .map(|v| v as u32);
-            // Memory temperature needs NVML field values (NVML_FI_DEV_MEMORY_TEMP),
-            // which nvml-wrapper's safe API does not cover here: not collected.
-            s.memory_temp_c = None;
+            s.memory_temp_c = get("memory_temperature", &|| {
+                // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
+                let v = d.field_values_for(&[nvml_wrapper::structs::device::FieldId(82)])?;
+                match v.into_iter().next() {
+                    Some(Ok(sample)) => match sample.value? {
+                        nvml_wrapper::enums::device::SampleValue::U32(t) => Ok(u64::from(t)),
+                        nvml_wrapper::enums::device::SampleValue::U64(t) => Ok(t),
+                        nvml_wrapper::enums::device::SampleValue::I64(t) => Ok(t.max(0) as u64),
+                        nvml_wrapper::enums::device::SampleValue::F64(t) => Ok(t.max(0.0) as u64),
+                    },
+                    Some(Err(e)) => Err(e),
+                    None => Err(NvmlError::NotSupported),
+                }
+            })
+            .map(|v| v as u32);
             s.sm_clock_mhz =
                 get("sm_clock", &|| d.clock_info(Clock::SM).map(u64::from)).map(|v| v as u32);
             s.sm_clock_max_mhz = get("sm_clock_max", &|| {

@@ -10,7 +10,8 @@
  * (volatile counts), replay, xid (an XID event at that time), lost=1 (the GPU
  * falls off the bus: every call on it returns NVML_ERROR_GPU_IS_LOST).
  * Values hold until changed. FAKE_NVML_GPUS sets the GPU count (default 8).
- * NVLink and field-value queries return NVML_ERROR_NOT_SUPPORTED.
+ * mem_temp (C) is served through nvmlDeviceGetFieldValues (NVML_FI_DEV_MEMORY_TEMP);
+ * other field values and NVLink queries return NVML_ERROR_NOT_SUPPORTED.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +208,36 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned link, int 
     CHECK(d);
     return NVML_ERROR_NOT_SUPPORTED;
 }
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    union { double dVal; unsigned uiVal; unsigned long long ullVal; } value;
+} nvmlFieldValue_t;
+#define NVML_FI_DEV_MEMORY_TEMP 82
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *v) {
+    CHECK(d);
+    if (count < 0 || (count > 0 && !v)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < count; i++) {
+        v[i].timestamp = (long long)(now() * 1e6);
+        v[i].latencyUsec = 0;
+        if (v[i].fieldId == NVML_FI_DEV_MEMORY_TEMP) {
+            v[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            v[i].value.uiVal = (unsigned)val(d->index, "mem_temp", 50);
+            v[i].nvmlReturn = NVML_SUCCESS;
+        } else {
+            v[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned len) {
+    if (!version || len < 10) return NVML_ERROR_INVALID_ARGUMENT;
+    snprintf(version, len, "550.54.15");
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *t) { CHECK(d); *t = XID_EVENT | 3ULL; return NVML_SUCCESS; }
 
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {

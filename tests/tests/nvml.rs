@@ -11,7 +11,7 @@ use collector::nvml::{self, GpuEventKind, NvmlSource};
 
 const SCENARIO: &str = "\
 # t gpu key=value...
-0 gpu=1 temp=60 sm_clock=1980 power_mw=300000
+0 gpu=1 temp=60 sm_clock=1980 power_mw=300000 mem_temp=71
 0.3 gpu=1 temp=93 sm_clock=1200 throttle=0x40 power_mw=350000
 0.2 gpu=2 xid=79
 0.4 gpu=3 lost=1
@@ -53,6 +53,12 @@ fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
     assert_eq!(g1.power_limit_w, Some(700.0));
     assert_eq!(g1.mem_total_bytes, Some(85_899_345_920));
     assert_eq!(g1.nvlink_errors, None);
+    assert_eq!(
+        g1.memory_temp_c,
+        Some(71),
+        "HBM temperature through NVML field values"
+    );
+    assert_eq!(first[0].memory_temp_c, Some(50));
     let unsupported = src.unsupported().clone();
     assert_eq!(
         unsupported
