@@ -111,13 +111,15 @@ impl IncidentManager {
         }
     }
 
-    /// Applies one host window's findings. Incidents of `entities` (the
-    /// host's entities) without a finding this window age toward resolution.
+    /// Applies one host window's findings. Incidents of the host's entities
+    /// (and of `evaluated`, e.g. `<job>/<rank>` reported by it) without a
+    /// finding this window age toward resolution; a lost node that reports
+    /// again is resolved at once.
     pub fn apply(
         &mut self,
         ts: i64,
         host: &str,
-        _entities: Vec<String>,
+        evaluated: Vec<String>,
         findings: Vec<Finding>,
     ) -> Vec<CandidateUpdate> {
         let mut out = Vec::new();
@@ -180,8 +182,14 @@ impl IncidentManager {
         }
         let prefix = format!("{host}/");
         let mut resolved = Vec::new();
+        if !seen.contains(&("node_lost", host.to_string())) {
+            if let Some(i) = self.open.remove(&("node_lost", host.to_string())) {
+                out.push(Self::update(ts, "resolved", &i));
+            }
+        }
         for (key, i) in self.open.iter_mut() {
-            if seen.contains(key) || !(i.entity == host || i.entity.starts_with(&prefix)) {
+            let owned = i.entity.starts_with(&prefix) || evaluated.contains(&i.entity);
+            if seen.contains(key) || !owned || key.0 == "node_lost" {
                 continue;
             }
             i.quiet += 1;

@@ -5,8 +5,12 @@
 //! compared with robust statistics (median and MAD of the latest error rate
 //! of every port of the fabric); an incident manager turns detector evidence
 //! into one incident per (kind, entity) episode.
+pub mod gpu;
 pub mod ib;
 pub mod incidents;
+pub mod node;
+pub mod storage;
+pub mod straggler;
 
 use proto::v1::{CandidateUpdate, Window};
 
@@ -16,14 +20,18 @@ pub use incidents::{Finding, IncidentManager, Tuning};
 #[derive(Debug, Default)]
 pub struct Engine {
     pub ib: ib::IbDetector,
+    pub gpu: gpu::GpuDetector,
+    pub storage: storage::StorageDetector,
+    pub node: node::NodeDetector,
+    pub straggler: straggler::StragglerDetector,
     pub incidents: IncidentManager,
 }
 
 impl Engine {
     pub fn new(tuning: Tuning) -> Self {
         Self {
-            ib: ib::IbDetector::default(),
             incidents: IncidentManager::new(tuning),
+            ..Self::default()
         }
     }
 
@@ -34,9 +42,34 @@ impl Engine {
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
         let jobs = jobs_of(w);
-        let findings = self.ib.observe(&host, w, &jobs);
+        let mut findings = self.ib.observe(&host, w, &jobs);
+        findings.extend(self.gpu.observe(&host, w, &jobs));
+        findings.extend(self.storage.observe(&host, w, &jobs));
+        findings.extend(self.node.observe(&host, w));
+        let (slow, evaluated) = self.straggler.observe(&host, w);
+        for s in slow {
+            // A root cause on the rank's GPU or link absorbs the symptom.
+            let gpu_entity = format!("{}/gpu{}", s.host, s.device);
+            let cause = findings.iter_mut().find(|f| {
+                (f.entity == gpu_entity
+                    && (f.kind == "gpu_thermal_throttle" || f.kind == "gpu_power_throttle"))
+                    || (f.kind == "ib_link_degraded"
+                        && f.entity.starts_with(&format!("{}/", s.host))
+                        && (s.hca.is_empty() || f.entity.contains(&format!("/{}/", s.hca))))
+            });
+            match cause {
+                Some(f) => {
+                    f.evidence.push(format!("explains {}", s.describe()));
+                    f.confidence = (f.confidence + 0.05).min(0.99);
+                    if !f.jobs.contains(&s.job) {
+                        f.jobs.push(s.job.clone());
+                    }
+                }
+                None => findings.push(s.finding()),
+            }
+        }
         self.incidents
-            .apply(w.end_unix_ms, &host, self.ib.entities_of(&host), findings)
+            .apply(w.end_unix_ms, &host, evaluated, findings)
     }
 
     /// Open incidents, highest confidence first.
@@ -45,13 +78,14 @@ impl Engine {
     }
 }
 
-/// Jobs active on the window's host (from CUDA and verbs attribution).
+/// Jobs active on the window's host (from CUDA, verbs and step attribution).
 fn jobs_of(w: &Window) -> Vec<String> {
     let mut j: Vec<String> = w
         .cuda
         .iter()
         .map(|c| c.job.clone())
         .chain(w.verbs.iter().map(|v| v.job.clone()))
+        .chain(w.steps.iter().map(|s| s.job.clone()))
         .filter(|j| !j.is_empty())
         .collect();
     j.sort();

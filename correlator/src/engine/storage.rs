@@ -1,0 +1,72 @@
+//! `storage_latency`: a block device whose mean request latency is far above
+//! its peers' (all devices of the cluster with traffic in their latest window)
+//! for consecutive windows — checkpoint stalls, a failing disk, a slow target.
+use std::collections::HashMap;
+
+use proto::v1::Window;
+
+use super::{incidents::Finding, mad, median};
+
+/// Requests per window below which latency is not judged.
+pub const MIN_REQUESTS: u64 = 10;
+/// Latency floor (seconds): slower than this can be anomalous.
+pub const FLOOR_S: f64 = 0.005;
+pub const RATIO: f64 = 5.0;
+pub const MADS: f64 = 6.0;
+
+#[derive(Debug, Default)]
+struct DevState {
+    mean_s: Option<f64>,
+    streak: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct StorageDetector {
+    devs: HashMap<String, DevState>,
+}
+
+impl StorageDetector {
+    pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
+        // Per device: sum over ops and jobs.
+        let mut per: HashMap<String, (u64, u64, u64, u64)> = HashMap::new();
+        for b in &w.block {
+            let e = per.entry(b.device.clone()).or_default();
+            e.0 += b.requests;
+            e.1 += b.latency_sum_ns;
+            e.2 = e.2.max(b.latency_max_ns);
+            e.3 += b.bytes;
+        }
+        let mut candidates = Vec::new();
+        for (dev, (req, sum, max, bytes)) in per {
+            let entity = format!("{host}/{dev}");
+            let st = self.devs.entry(entity.clone()).or_default();
+            if req < MIN_REQUESTS {
+                st.mean_s = None;
+                st.streak = 0;
+                continue;
+            }
+            let mean = sum as f64 / req as f64 / 1e9;
+            st.mean_s = Some(mean);
+            candidates.push((entity, mean, req, max, bytes));
+        }
+        let means: Vec<f64> = self.devs.values().filter_map(|s| s.mean_s).collect();
+        let m = median(&means);
+        let d = mad(&means, m);
+        let threshold = (m * RATIO).max(m + MADS * d).max(FLOOR_S);
+        let mut out = Vec::new();
+        for (entity, mean, req, max, bytes) in candidates {
+            let st = self.devs.get_mut(&entity).expect("inserted above");
+            st.streak = if mean > threshold { st.streak + 1 } else { 0 };
+            if st.streak >= 2 {
+                out.push(
+                    Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
+                        .with_evidence(format!("mean latency {:.1} ms ({:.0}x the median {:.2} ms of {} devices)", mean * 1e3, if m > 0.0 { mean / m } else { f64::INFINITY }, m * 1e3, means.len()))
+                        .with_evidence(format!("{req} requests, {bytes} bytes, max {:.1} ms this window", max as f64 / 1e6))
+                        .with_jobs(jobs)
+                        .with_runbook(format!("slow storage on {entity}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)")),
+                );
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,309 @@
+//! GPU, storage, node and straggler detectors on a scripted 8-node cluster
+//! (2 GPUs and one NVMe each, one data-parallel job with a rank per GPU):
+//! each fault raises exactly its incident on the right entity within 2
+//! windows of onset; root causes absorb stragglers; confounders raise nothing.
+use correlator::engine::Engine;
+use proto::v1::{BlockStat, CandidateUpdate, Event, GpuSample, Origin, StepTime, Window};
+
+const HOSTS: usize = 8;
+const GPUS: usize = 2;
+
+#[derive(Clone)]
+struct Gpu {
+    temp: u32,
+    clock: u32,
+    throttle: u64,
+    power: f64,
+    sbe: u64,
+    dbe: u64,
+    lost: bool,
+}
+
+struct Cluster {
+    gpus: Vec<Vec<Gpu>>,
+    disk_latency_ms: Vec<f64>,
+    step_s: Vec<f64>,
+    silent: Vec<bool>,
+    xid: Option<(usize, usize, i64)>,
+    seq: Vec<u64>,
+    t: i64,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        Self {
+            gpus: vec![
+                vec![
+                    Gpu {
+                        temp: 60,
+                        clock: 1980,
+                        throttle: 0,
+                        power: 400.0,
+                        sbe: 0,
+                        dbe: 0,
+                        lost: false
+                    };
+                    GPUS
+                ];
+                HOSTS
+            ],
+            disk_latency_ms: vec![0.5; HOSTS],
+            step_s: vec![1.0; HOSTS * GPUS],
+            silent: vec![false; HOSTS],
+            xid: None,
+            seq: vec![0; HOSTS],
+            t: 1_800_000_000_000,
+        }
+    }
+
+    fn tick(&mut self, e: &mut Engine) -> Vec<CandidateUpdate> {
+        self.t += 1000;
+        let mut out = Vec::new();
+        for h in 0..HOSTS {
+            if self.silent[h] {
+                continue;
+            }
+            self.seq[h] += 1;
+            let gpus = (0..GPUS)
+                .map(|g| {
+                    let s = &self.gpus[h][g];
+                    GpuSample {
+                        index: g as u32,
+                        uuid: format!("GPU-{h}-{g}"),
+                        lost: s.lost,
+                        power_w: Some(s.power),
+                        power_limit_w: Some(700.0),
+                        temp_c: Some(s.temp),
+                        sm_clock_mhz: Some(s.clock),
+                        sm_clock_max_mhz: Some(1980),
+                        throttle_reasons: Some(s.throttle),
+                        ecc_sbe_volatile: Some(s.sbe),
+                        ecc_dbe_volatile: Some(s.dbe),
+                        ..GpuSample::default()
+                    }
+                })
+                .collect();
+            let lat = (self.disk_latency_ms[h] * 1e6) as u64;
+            let mut events = Vec::new();
+            if let Some((xh, xg, code)) = self.xid.take_if(|(xh, _, _)| *xh == h) {
+                events.push(Event {
+                    unix_ms: self.t,
+                    kind: "gpu_xid".into(),
+                    entity: format!("h{xh}/gpu{xg}"),
+                    detail: format!("GPU-{xh}-{xg}"),
+                    code,
+                });
+            }
+            let w = Window {
+                origin: Some(Origin {
+                    hostname: format!("h{h}"),
+                    boot_id: "b".into(),
+                    instance: format!("h{h}-1"),
+                    ..Origin::default()
+                }),
+                seq: self.seq[h],
+                start_unix_ms: self.t - 1000,
+                end_unix_ms: self.t,
+                gpus,
+                block: vec![BlockStat {
+                    device: "nvme0n1".into(),
+                    op: "write".into(),
+                    requests: 200,
+                    bytes: 200 << 20,
+                    latency_sum_ns: 200 * lat,
+                    latency_max_ns: lat * 2,
+                    ..BlockStat::default()
+                }],
+                steps: (0..GPUS)
+                    .map(|g| StepTime {
+                        job: "job7".into(),
+                        rank: (h * GPUS + g) as u32,
+                        seconds: self.step_s[h * GPUS + g],
+                        device: g as i32,
+                        hca: format!("mlx5_{g}"),
+                    })
+                    .collect(),
+                events,
+                ..Window::default()
+            };
+            out.extend(e.ingest(&w));
+        }
+        out
+    }
+
+    fn run(&mut self, e: &mut Engine, n: usize) -> Vec<CandidateUpdate> {
+        (0..n).flat_map(|_| self.tick(e)).collect()
+    }
+}
+
+fn opened(u: &[CandidateUpdate]) -> Vec<(String, String)> {
+    u.iter()
+        .filter(|u| u.state == "opened")
+        .map(|u| (u.kind.clone(), u.entity.clone()))
+        .collect()
+}
+
+fn one(u: &[CandidateUpdate], kind: &str, entity: &str) {
+    assert_eq!(
+        opened(u),
+        [(kind.to_string(), entity.to_string())],
+        "{u:#?}"
+    );
+}
+
+fn warm() -> (Cluster, Engine) {
+    let mut c = Cluster::new();
+    let mut e = Engine::default();
+    let u = c.run(&mut e, 5);
+    assert!(u.is_empty(), "healthy cluster: {u:#?}");
+    (c, e)
+}
+
+#[test]
+fn thermal_throttle_opens_on_the_gpu_and_absorbs_the_straggler() {
+    let (mut c, mut e) = warm();
+    c.gpus[5][1] = Gpu {
+        temp: 92,
+        clock: 1100,
+        throttle: 0x40,
+        ..c.gpus[5][1].clone()
+    };
+    c.step_s[5 * GPUS + 1] = 1.6; // its rank slows the job
+    let u1 = c.tick(&mut e);
+    let u2 = c.tick(&mut e);
+    let all: Vec<_> = u1.iter().chain(&u2).cloned().collect();
+    one(&all, "gpu_thermal_throttle", "h5/gpu1");
+    let rest = c.run(&mut e, 4);
+    let all: Vec<_> = all.into_iter().chain(rest).collect();
+    assert!(
+        opened(&all).iter().all(|(k, _)| k != "straggler"),
+        "the straggler is a symptom: {all:#?}"
+    );
+    let ev: Vec<&String> = all.iter().flat_map(|u| &u.evidence).collect();
+    assert!(
+        ev.iter()
+            .any(|e| e.starts_with("explains job job7 rank 11")),
+        "{ev:?}"
+    );
+    assert!(all
+        .iter()
+        .any(|u| u.affected_jobs.contains(&"job7".to_string())));
+}
+
+#[test]
+fn power_throttle_xid_and_ecc() {
+    let (mut c, mut e) = warm();
+    c.gpus[2][0] = Gpu {
+        throttle: 0x4,
+        clock: 1500,
+        power: 699.0,
+        ..c.gpus[2][0].clone()
+    };
+    let u = c.run(&mut e, 2);
+    one(&u, "gpu_power_throttle", "h2/gpu0");
+
+    let (mut c, mut e) = warm();
+    c.xid = Some((3, 1, 79));
+    let u = c.tick(&mut e);
+    one(&u, "gpu_xid", "h3/gpu1");
+    assert!(
+        u[0].evidence[0].starts_with("XID 79"),
+        "{:?}",
+        u[0].evidence
+    );
+
+    let (mut c, mut e) = warm();
+    c.gpus[6][0].dbe = 2;
+    let u = c.tick(&mut e);
+    one(&u, "gpu_ecc", "h6/gpu0");
+
+    let (mut c, mut e) = warm();
+    c.gpus[1][1].lost = true;
+    let u = c.tick(&mut e);
+    one(&u, "gpu_xid", "h1/gpu1");
+}
+
+#[test]
+fn storage_stall_opens_on_the_device() {
+    let (mut c, mut e) = warm();
+    c.disk_latency_ms[4] = 40.0;
+    let u = c.run(&mut e, 2);
+    one(&u, "storage_latency", "h4/nvme0n1");
+    c.disk_latency_ms[4] = 0.5;
+    let u = c.run(&mut e, 6);
+    assert_eq!(
+        u.iter().filter(|u| u.state == "resolved").count(),
+        1,
+        "{u:#?}"
+    );
+}
+
+#[test]
+fn node_lost_after_three_windows_and_resolved_when_back() {
+    let (mut c, mut e) = warm();
+    c.silent[7] = true;
+    let u = c.run(&mut e, 2);
+    assert!(
+        opened(&u).is_empty(),
+        "two missing windows are not a lost node: {u:#?}"
+    );
+    let u = c.run(&mut e, 2);
+    one(&u, "node_lost", "h7");
+    c.silent[7] = false;
+    let u = c.tick(&mut e);
+    assert!(
+        u.iter()
+            .any(|u| u.state == "resolved" && u.kind == "node_lost"),
+        "{u:#?}"
+    );
+}
+
+#[test]
+fn unexplained_straggler_says_so() {
+    let (mut c, mut e) = warm();
+    c.step_s[3] = 1.8;
+    let u = c.run(&mut e, 2);
+    one(&u, "straggler", "job7/3");
+    assert!(
+        u[0].evidence
+            .iter()
+            .any(|e| e
+                .starts_with("no GPU throttling, link degradation or storage stall found on h1")),
+        "{:?}",
+        u[0].evidence
+    );
+}
+
+#[test]
+fn gpu_and_job_confounders_raise_nothing() {
+    let (mut c, mut e) = warm();
+    let mut all = Vec::new();
+    // Idle GPUs report the idle reason with low clocks.
+    c.gpus[0][0] = Gpu {
+        throttle: 0x1,
+        clock: 210,
+        ..c.gpus[0][0].clone()
+    };
+    // A thermal flag without a clock drop (boost headroom lost, not a slowdown).
+    c.gpus[1][0] = Gpu {
+        throttle: 0x40,
+        clock: 1950,
+        temp: 84,
+        ..c.gpus[1][0].clone()
+    };
+    // A few correctable ECC errors once.
+    c.gpus[2][1].sbe = 3;
+    all.extend(c.run(&mut e, 3));
+    // The whole job slows down alike (e.g. a bigger batch): no straggler.
+    c.step_s = vec![2.5; HOSTS * GPUS];
+    all.extend(c.run(&mut e, 3));
+    // All disks slow alike (shared filesystem under load): not one device's fault.
+    c.disk_latency_ms = vec![30.0; HOSTS];
+    all.extend(c.run(&mut e, 3));
+    // A collector restart: one missing window.
+    c.silent[4] = true;
+    all.extend(c.run(&mut e, 1));
+    c.silent[4] = false;
+    all.extend(c.run(&mut e, 3));
+    assert!(all.is_empty(), "{all:#?}");
+}
