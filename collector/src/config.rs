@@ -44,6 +44,8 @@ pub struct StreamSection {
     pub spool_dir: PathBuf,
     /// Spool bound in bytes; past it the oldest windows are dropped (counted).
     pub spool_max_bytes: u64,
+    /// Also append every window to this file as JSON lines (the replay format).
+    pub record: Option<PathBuf>,
 }
 
 impl Default for StreamSection {
@@ -52,6 +54,7 @@ impl Default for StreamSection {
             endpoint: None,
             spool_dir: "/var/lib/faultline/spool".into(),
             spool_max_bytes: 64 << 20,
+            record: None,
         }
     }
 }

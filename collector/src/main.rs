@@ -96,6 +96,10 @@ struct RunArgs {
     /// Spool bound in bytes [stream.spool_max_bytes, default 64 MiB].
     #[arg(long, value_name = "BYTES")]
     spool_max_bytes: Option<u64>,
+    /// Also write every window to FILE as JSON lines, the correlator's replay
+    /// format [stream.record].
+    #[arg(long, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
     /// Log filter, tracing EnvFilter syntax [collector.log, default info].
     #[arg(long, env = "FAULTLINE_LOG")]
     log: Option<String>,
@@ -131,6 +135,9 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     }
     if let Some(b) = args.spool_max_bytes {
         c.stream.spool_max_bytes = b;
+    }
+    if args.record.is_some() {
+        c.stream.record = args.record.clone();
     }
     c.block.enabled &= !args.no_block;
     c.cuda.enabled &= !args.no_cuda;
@@ -397,6 +404,16 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
         }
         None => (None, None),
     };
+    let mut recorder = match &cfg.stream.record {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("opening the record file {}", p.display()))?,
+        )),
+        None => None,
+    };
     let mut window_execs = 0u64;
     let mut total_execs = 0u64;
     let mut window_no = 0u64;
@@ -600,6 +617,13 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             *prev = cur;
         }
         export_kernel_stats(&k);
+        if let Some(r) = recorder.as_mut() {
+            use std::io::Write as _;
+            let line = serde_json::to_string(&wire).context("encoding the window as JSON")?;
+            writeln!(r, "{line}")
+                .and_then(|()| r.flush())
+                .context("writing the record file")?;
+        }
         if let Some(tx) = &win_tx {
             if tx.try_send(wire).is_err() {
                 metrics::counter!("faultline_windows_dropped_total", "reason" => "queue_full")

@@ -161,6 +161,10 @@ pub struct IngestService {
     pub state: IngestState,
     /// Accepted windows go to the engine (bounded: a slow engine slows ingest).
     pub engine: Option<tokio::sync::mpsc::Sender<Window>>,
+    /// Per-stream limit, windows per second (token bucket with one second of
+    /// burst); a stream over it ends with `RESOURCE_EXHAUSTED`, others are
+    /// unaffected. 0 = unlimited.
+    pub max_windows_per_sec: u32,
 }
 
 #[tonic::async_trait]
@@ -181,7 +185,22 @@ impl Ingest for IngestService {
     ) -> Result<Response<StreamSummary>, Status> {
         let mut s = req.into_inner();
         let (mut accepted, mut duplicates, mut last) = (0, 0, 0);
+        let rate = f64::from(self.max_windows_per_sec);
+        let mut tokens = rate;
+        let mut refilled = std::time::Instant::now();
         while let Some(w) = s.message().await? {
+            if rate > 0.0 {
+                let now = std::time::Instant::now();
+                tokens = (tokens + now.duration_since(refilled).as_secs_f64() * rate).min(rate);
+                refilled = now;
+                if tokens < 1.0 {
+                    return Err(Status::resource_exhausted(format!(
+                        "stream exceeds {} windows/s; reconnect and resume",
+                        self.max_windows_per_sec
+                    )));
+                }
+                tokens -= 1.0;
+            }
             if self.state.accept(&w)? {
                 accepted += 1;
                 if let Some(tx) = &self.engine {

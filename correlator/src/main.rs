@@ -27,6 +27,14 @@ enum Command {
         /// start the log restores each collector's last sequence number.
         #[arg(long, value_name = "FILE")]
         record: Option<std::path::PathBuf>,
+        /// Per-stream limit in windows per second (0 = unlimited); a stream
+        /// over it is ended with RESOURCE_EXHAUSTED and the collector resumes.
+        #[arg(long, default_value_t = 1000)]
+        max_windows_per_sec: u32,
+        /// Fabric topology: lines `LINK ENDPOINT [ENDPOINT]` with endpoints
+        /// `<host>/<hca>/<port>`; both ends of a link become one entity.
+        #[arg(long, value_name = "FILE")]
+        topology: Option<std::path::PathBuf>,
     },
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
@@ -89,7 +97,26 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve { listen, record } => {
+        Command::Serve {
+            listen,
+            record,
+            max_windows_per_sec,
+            topology,
+        } => {
+            let engine = match &topology {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("reading the topology {}", p.display()))?;
+                    let map = correlator::engine::ib::parse_topology(&text)
+                        .map_err(|e| anyhow::anyhow!("topology {}: {e}", p.display()))?;
+                    tracing::info!(links = map.len(), "fabric topology loaded");
+                    correlator::engine::Engine {
+                        ib: correlator::engine::ib::IbDetector::with_topology(map),
+                        ..correlator::engine::Engine::default()
+                    }
+                }
+                None => correlator::engine::Engine::default(),
+            };
             let state = match &record {
                 Some(p) => ingest::IngestState::with_log(p)?,
                 None => ingest::IngestState::default(),
@@ -97,12 +124,8 @@ async fn run(cli: Cli) -> Result<()> {
             let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
             let (utx, _) = tokio::sync::broadcast::channel(4096);
             let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let _engine = correlator::subscribe::spawn_engine(
-                correlator::engine::Engine::default(),
-                wrx,
-                utx.clone(),
-                open.clone(),
-            );
+            let _engine =
+                correlator::subscribe::spawn_engine(engine, wrx, utx.clone(), open.clone());
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
@@ -112,6 +135,7 @@ async fn run(cli: Cli) -> Result<()> {
                     IngestServer::new(ingest::IngestService {
                         state: state.clone(),
                         engine: Some(wtx),
+                        max_windows_per_sec,
                     })
                     .max_decoding_message_size(16 << 20),
                 )

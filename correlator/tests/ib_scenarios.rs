@@ -282,3 +282,44 @@ fn flapping_link_is_one_flapping_incident_absorbing_the_downs() {
     );
     assert_eq!(open[0].kind, "ib_link_flapping");
 }
+
+#[test]
+fn topology_makes_both_ends_of_a_link_one_incident() {
+    let topo = correlator::engine::ib::parse_topology(
+        "# link  endpoint  endpoint\nleaf2-p7 h03/mlx5_1/1 h04/mlx5_1/1\n",
+    )
+    .expect("topology");
+    let mut e = Engine {
+        ib: correlator::engine::ib::IbDetector::with_topology(topo),
+        ..Engine::default()
+    };
+    let mut f = Fabric::new();
+    for _ in 0..5 {
+        assert!(f.tick(&mut e, true).is_empty());
+    }
+    let mut all = Vec::new();
+    for _ in 0..4 {
+        f.add(3, 1, "symbol_error", 40);
+        f.add(4, 1, "symbol_error", 35);
+        all.extend(f.tick(&mut e, true));
+    }
+    assert_eq!(
+        opened(&all),
+        [("ib_link_degraded".to_string(), "leaf2-p7".to_string())],
+        "{all:#?}"
+    );
+    let ev: Vec<&String> = all.iter().flat_map(|u| &u.evidence).collect();
+    assert!(
+        ev.iter().any(|e| *e == "reported by h03/mlx5_1/1")
+            && ev.iter().any(|e| *e == "reported by h04/mlx5_1/1"),
+        "{ev:?}"
+    );
+    assert!(
+        correlator::engine::ib::parse_topology("x h1/mlx5_0/1\ny h1/mlx5_0/1\n")
+            .unwrap_err()
+            .contains("already belongs to link x")
+    );
+    assert!(correlator::engine::ib::parse_topology("x h1\n")
+        .unwrap_err()
+        .contains("is not <host>/<hca>/<port>"));
+}

@@ -73,6 +73,47 @@ struct PortState {
 pub struct IbDetector {
     ports: HashMap<String, PortState>,
     by_host: HashMap<String, Vec<String>>,
+    /// Port entity → link name, from the fabric topology: both ends of a
+    /// link report under one entity.
+    topology: HashMap<String, String>,
+}
+
+/// Parses a topology file: one link per line, `LINK ENDPOINT [ENDPOINT]`,
+/// endpoints as `<host>/<hca>/<port>`; `#` comments.
+pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
+    let mut map = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let link = parts
+            .next()
+            .ok_or_else(|| format!("line {}: empty", i + 1))?;
+        let ends: Vec<&str> = parts.collect();
+        if ends.is_empty() || ends.len() > 2 {
+            return Err(format!(
+                "line {}: expected `LINK ENDPOINT [ENDPOINT]`, got {line:?}",
+                i + 1
+            ));
+        }
+        for e in ends {
+            if e.split('/').count() != 3 {
+                return Err(format!(
+                    "line {}: endpoint {e:?} is not <host>/<hca>/<port>",
+                    i + 1
+                ));
+            }
+            if let Some(prev) = map.insert(e.to_string(), link.to_string()) {
+                return Err(format!(
+                    "line {}: endpoint {e} already belongs to link {prev}",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(map)
 }
 
 fn delta_sum(
@@ -98,9 +139,33 @@ fn delta_sum(
 }
 
 impl IbDetector {
+    pub fn with_topology(topology: HashMap<String, String>) -> Self {
+        Self {
+            topology,
+            ..Self::default()
+        }
+    }
+
     /// Entities (ports) known on a host.
     pub fn entities_of(&self, host: &str) -> Vec<String> {
         self.by_host.get(host).cloned().unwrap_or_default()
+    }
+
+    /// The entity a port reports under: its link name when the topology
+    /// knows it, else the port itself.
+    pub fn entity_of(&self, port: &str) -> String {
+        self.topology
+            .get(port)
+            .cloned()
+            .unwrap_or_else(|| port.to_string())
+    }
+
+    /// Link names (from the topology) of a host's ports.
+    pub fn links_of(&self, host: &str) -> Vec<String> {
+        self.entities_of(host)
+            .iter()
+            .filter_map(|p| self.topology.get(p).cloned())
+            .collect()
     }
 
     /// Updates the host's ports from a window and returns findings for them.
@@ -233,6 +298,12 @@ impl IbDetector {
                         .with_jobs(jobs)
                         .with_runbook(format!("link error rate rising: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")),
                 );
+            }
+        }
+        for f in &mut findings {
+            if let Some(link) = self.topology.get(&f.entity) {
+                f.evidence.push(format!("reported by {}", f.entity));
+                f.entity = link.clone();
             }
         }
         findings

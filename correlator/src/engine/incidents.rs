@@ -147,9 +147,27 @@ impl IncidentManager {
                             }
                         }
                     }
-                    if changed {
-                        i.confidence = f.confidence;
-                        i.evidence = f.evidence;
+                    // A new reporter of the same fault (the other end of a
+                    // link) is new evidence even at the same confidence.
+                    let reporters: Vec<String> = i
+                        .evidence
+                        .iter()
+                        .filter(|e| e.starts_with("reported by "))
+                        .cloned()
+                        .collect();
+                    let new_reporter = f
+                        .evidence
+                        .iter()
+                        .any(|e| e.starts_with("reported by ") && !reporters.contains(e));
+                    if changed || new_reporter {
+                        i.confidence = i.confidence.max(f.confidence);
+                        let mut ev = f.evidence;
+                        for r in reporters {
+                            if !ev.contains(&r) {
+                                ev.push(r);
+                            }
+                        }
+                        i.evidence = ev;
                         out.push(Self::update(ts, "updated", i));
                     }
                 }

@@ -68,6 +68,8 @@ impl Engine {
                 None => findings.push(s.finding()),
             }
         }
+        let mut evaluated = evaluated;
+        evaluated.extend(self.ib.links_of(&host));
         self.incidents
             .apply(w.end_unix_ms, &host, evaluated, findings)
     }

@@ -1,0 +1,87 @@
+//! The ingest service over real gRPC on loopback: a stream over the per-stream
+//! rate limit is ended with RESOURCE_EXHAUSTED while another collector's
+//! stream is unaffected; a malformed window gets INVALID_ARGUMENT.
+use correlator::ingest::{IngestService, IngestState};
+use proto::v1::{ingest_client::IngestClient, ingest_server::IngestServer, Origin, Window};
+use tokio_stream::wrappers::ReceiverStream;
+
+fn window(host: &str, seq: u64) -> Window {
+    Window {
+        origin: Some(Origin {
+            hostname: host.into(),
+            boot_id: "b".into(),
+            instance: format!("{host}-1"),
+            ..Origin::default()
+        }),
+        seq,
+        ..Window::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_and_bad_input_only_affect_their_own_stream() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = IngestState::default();
+    let svc = IngestService {
+        state: state.clone(),
+        engine: None,
+        max_windows_per_sec: 20,
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IngestServer::new(svc))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let chan = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+
+    // A well-behaved collector streaming slowly, concurrently.
+    let mut polite = IngestClient::new(chan.clone());
+    let (ptx, prx) = tokio::sync::mpsc::channel(8);
+    let polite_call = tokio::spawn(async move { polite.stream(ReceiverStream::new(prx)).await });
+    let polite_feed = tokio::spawn(async move {
+        for seq in 1..=5 {
+            ptx.send(window("calm", seq)).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+
+    // A flood: 200 windows at once against a 20/s limit.
+    let mut flood = IngestClient::new(chan.clone());
+    let windows: Vec<Window> = (1..=200).map(|s| window("loud", s)).collect();
+    let err = flood
+        .stream(tokio_stream::iter(windows))
+        .await
+        .expect_err("rate limited");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
+    assert!(err.message().contains("exceeds 20 windows/s"), "{err}");
+
+    polite_feed.await.unwrap();
+    let summary = polite_call
+        .await
+        .unwrap()
+        .expect("the polite stream is unaffected")
+        .into_inner();
+    assert_eq!((summary.accepted, summary.last_seq), (5, 5));
+    let got = state.last_seq(&window("loud", 1).origin.unwrap());
+    assert!(
+        (20..=25).contains(&got),
+        "the flood got its burst through: {got}"
+    );
+
+    // Malformed: no origin.
+    let mut bad = IngestClient::new(chan);
+    let err = bad
+        .stream(tokio_stream::iter(vec![Window {
+            seq: 1,
+            ..Window::default()
+        }]))
+        .await
+        .expect_err("invalid");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(err.message(), "window without origin");
+}
