@@ -323,3 +323,77 @@ fn topology_makes_both_ends_of_a_link_one_incident() {
         .unwrap_err()
         .contains("is not <host>/<hca>/<port>"));
 }
+
+#[test]
+fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
+    // One host with one port: no peers to compare with.
+    let mut e = Engine::default();
+    let mut counters: std::collections::HashMap<String, u64> = [
+        ("port_rcv_data", 0u64),
+        ("port_xmit_data", 0),
+        ("symbol_error", 0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut all = Vec::new();
+    for seq in 1..=12u64 {
+        *counters.get_mut("port_rcv_data").unwrap() += WORDS;
+        *counters.get_mut("port_xmit_data").unwrap() += WORDS;
+        if seq == 4 {
+            *counters.get_mut("symbol_error").unwrap() += 1; // a single error in the baseline
+        }
+        if seq >= 9 {
+            *counters.get_mut("symbol_error").unwrap() += 30;
+        }
+        let w = Window {
+            origin: Some(Origin {
+                hostname: "solo".into(),
+                instance: "s1".into(),
+                ..Origin::default()
+            }),
+            seq,
+            end_unix_ms: 1_800_000_000_000 + seq as i64 * 1000,
+            ib_ports: vec![IbPort {
+                hca: "mlx5_0".into(),
+                port: 1,
+                state: 4,
+                phys_state: 5,
+                counters: counters.clone(),
+                ..IbPort::default()
+            }],
+            verbs: if seq >= 9 {
+                vec![proto::v1::VerbsCompletions {
+                    pid: 7,
+                    qp: 77,
+                    status: "IBV_WC_RETRY_EXC_ERR".into(),
+                    count: 4,
+                    job: "j1".into(),
+                }]
+            } else {
+                vec![]
+            },
+            ..Window::default()
+        };
+        all.extend(e.ingest(&w));
+    }
+    assert_eq!(
+        opened(&all),
+        [("ib_link_degraded".to_string(), "solo/mlx5_0/1".to_string())],
+        "{all:#?}"
+    );
+    let o = all.iter().find(|u| u.state == "opened").unwrap();
+    assert!(
+        o.evidence.iter().any(|e| e.starts_with("own baseline")),
+        "{:?}",
+        o.evidence
+    );
+    assert!(
+        o.evidence
+            .iter()
+            .any(|e| e == "4 verbs work completions in error on this host this window"),
+        "{:?}",
+        o.evidence
+    );
+    assert_eq!(o.affected_jobs, ["j1"]);
+}

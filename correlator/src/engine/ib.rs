@@ -66,7 +66,14 @@ struct PortState {
     downs: VecDeque<u64>,
     windows: u64,
     resets: u64,
+    /// Own history: EWMA of the error rate over healthy windows.
+    baseline: Option<f64>,
 }
+
+/// EWMA weight of the newest window in a port's own baseline.
+pub const BASELINE_ALPHA: f64 = 0.1;
+/// With fewer peers than this, a port is judged against its own history.
+pub const MIN_PEERS: usize = 4;
 
 /// All ports of the fabric.
 #[derive(Debug, Default)]
@@ -236,6 +243,12 @@ impl IbDetector {
                         };
                         let rate = total as f64 / gb.max(0.001);
                         st.rate = Some(rate);
+                        if total < MIN_ERRORS {
+                            st.baseline = Some(
+                                st.baseline
+                                    .map_or(rate, |b| b + BASELINE_ALPHA * (rate - b)),
+                            );
+                        }
                         st.last_errors = total;
                         if total >= MIN_ERRORS {
                             st.streak += 1;
@@ -262,17 +275,36 @@ impl IbDetector {
             let rates: Vec<f64> = self.ports.values().filter_map(|s| s.rate).collect();
             let m = median(&rates);
             let d = mad(&rates, m);
-            let threshold = (m + MAD_FACTOR * d).max(m * RATIO_FACTOR).max(RATE_FLOOR);
+            let peer_threshold = (m + MAD_FACTOR * d).max(m * RATIO_FACTOR).max(RATE_FLOOR);
+            // Verbs completions in error on this host confirm a link problem.
+            let verbs_errors: u64 = w
+                .verbs
+                .iter()
+                .filter(|v| v.status != "IBV_WC_SUCCESS")
+                .map(|v| v.count)
+                .sum();
             for (entity, total, rate, moved) in evidence_errors {
-                let streak = self.ports.get(&entity).map_or(0, |s| s.streak);
+                let (streak, baseline) = self
+                    .ports
+                    .get(&entity)
+                    .map_or((0, None), |s| (s.streak, s.baseline));
+                // Against peers when there are enough, else against the port's own history.
+                let threshold = if rates.len() >= MIN_PEERS {
+                    peer_threshold
+                } else {
+                    baseline.map_or(RATE_FLOOR, |b| (b * RATIO_FACTOR).max(RATE_FLOOR))
+                };
                 if rate <= threshold || streak < 2 {
                     continue;
                 }
+
                 let ratio = if m > 0.0 { rate / m } else { f64::INFINITY };
+                let confirmed = if verbs_errors > 0 { 0.05 } else { 0.0 };
                 let confidence = (0.6
                     + 0.1 * (rate / threshold).log10().max(0.0)
-                    + 0.05 * f64::from(streak.min(4)))
-                .min(0.99);
+                    + 0.05 * f64::from(streak.min(4))
+                    + confirmed)
+                    .min(0.99);
                 let mut ev: Vec<String> = moved
                     .iter()
                     .map(|(n, v)| format!("{n} +{v} this window"))
@@ -285,6 +317,14 @@ impl IbDetector {
                 ev.push(format!(
                     "{total} errors/window for {streak} consecutive windows"
                 ));
+                if let Some(b) = baseline {
+                    ev.push(format!("own baseline {b:.2} errors/GB"));
+                }
+                if verbs_errors > 0 {
+                    ev.push(format!(
+                        "{verbs_errors} verbs work completions in error on this host this window"
+                    ));
+                }
                 let (hca, port) = entity
                     .rsplit_once('/')
                     .and_then(|(a, p)| {

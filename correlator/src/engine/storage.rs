@@ -18,7 +18,12 @@ pub const MADS: f64 = 6.0;
 struct DevState {
     mean_s: Option<f64>,
     streak: u32,
+    /// Own history: EWMA of the mean latency over normal windows.
+    baseline_s: Option<f64>,
 }
+
+/// With fewer devices than this, a device is judged against its own history.
+pub const MIN_PEERS: usize = 4;
 
 #[derive(Debug, Default)]
 pub struct StorageDetector {
@@ -52,11 +57,22 @@ impl StorageDetector {
         let means: Vec<f64> = self.devs.values().filter_map(|s| s.mean_s).collect();
         let m = median(&means);
         let d = mad(&means, m);
-        let threshold = (m * RATIO).max(m + MADS * d).max(FLOOR_S);
+        let peer_threshold = (m * RATIO).max(m + MADS * d).max(FLOOR_S);
+        let few_peers = means.len() < MIN_PEERS;
         let mut out = Vec::new();
         for (entity, mean, req, max, bytes) in candidates {
-            let st = self.devs.get_mut(&entity).expect("inserted above");
+            let Some(st) = self.devs.get_mut(&entity) else {
+                continue;
+            };
+            let threshold = if few_peers {
+                st.baseline_s.map_or(FLOOR_S, |b| (b * RATIO).max(FLOOR_S))
+            } else {
+                peer_threshold
+            };
             st.streak = if mean > threshold { st.streak + 1 } else { 0 };
+            if st.streak == 0 {
+                st.baseline_s = Some(st.baseline_s.map_or(mean, |b| b + 0.1 * (mean - b)));
+            }
             if st.streak >= 2 {
                 out.push(
                     Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
