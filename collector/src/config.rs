@@ -8,6 +8,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "probes")]
 use crate::probes::{CodeLoc, ProviderTarget};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -171,6 +172,7 @@ impl Default for NvmlSection {
 }
 
 /// Parses a symbol-or-offset location.
+#[cfg(feature = "probes")]
 pub fn parse_loc(v: &str) -> Result<CodeLoc, String> {
     if v.is_empty() {
         return Err("empty symbol or offset".into());
@@ -183,6 +185,7 @@ pub fn parse_loc(v: &str) -> Result<CodeLoc, String> {
     }
 }
 
+#[cfg(feature = "probes")]
 impl ProviderSection {
     pub fn target(&self) -> Result<ProviderTarget, String> {
         Ok(ProviderTarget {
@@ -255,6 +258,7 @@ impl FileConfig {
                 message: format!("must be at least 4096, got {}", self.stream.spool_max_bytes),
             });
         }
+        #[cfg(feature = "probes")]
         if let Some(p) = &self.verbs.provider {
             p.target().map_err(|message| ConfigError::Invalid {
                 key: "verbs.provider",

@@ -8,10 +8,12 @@ pub mod cuda_lib;
 pub mod http;
 pub mod ib;
 pub mod identity;
+#[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;
+#[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod storage;
 pub mod stream;

@@ -1,13 +1,16 @@
 //! Building the wire `Window` from one window of every source.
 use std::collections::BTreeMap;
 
-use collector_common::{cuda::call, verbs::wc_status_name};
+use collector_common::cuda::call;
+#[cfg(feature = "probes")]
+use collector_common::verbs::wc_status_name;
 use proto::v1 as pb;
 
-use crate::{
-    cuda::CudaSnapshot, ib::PortSnapshot, identity::IdentityCache, nvml,
-    probes::verbs::VerbsSnapshot, storage::BlockWindow,
-};
+#[cfg(feature = "nvml")]
+use crate::nvml;
+#[cfg(feature = "probes")]
+use crate::probes::verbs::VerbsSnapshot;
+use crate::{cuda::CudaSnapshot, ib::PortSnapshot, identity::IdentityCache, storage::BlockWindow};
 
 pub fn ib_ports(ports: &[PortSnapshot]) -> Vec<pb::IbPort> {
     ports
@@ -25,6 +28,7 @@ pub fn ib_ports(ports: &[PortSnapshot]) -> Vec<pb::IbPort> {
         .collect()
 }
 
+#[cfg(feature = "nvml")]
 pub fn gpus(info: &[nvml::GpuInfo], samples: &[nvml::GpuSample]) -> Vec<pb::GpuSample> {
     samples
         .iter()
@@ -112,6 +116,7 @@ pub fn cuda(prev: &CudaSnapshot, cur: &CudaSnapshot, ids: &mut IdentityCache) ->
         .collect()
 }
 
+#[cfg(feature = "probes")]
 pub fn verbs(
     prev: &VerbsSnapshot,
     cur: &VerbsSnapshot,

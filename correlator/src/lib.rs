@@ -3,4 +3,5 @@
 pub mod engine;
 pub mod ingest;
 pub mod replay;
+pub mod sim;
 pub mod subscribe;

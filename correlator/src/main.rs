@@ -36,6 +36,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         topology: Option<std::path::PathBuf>,
     },
+    /// Run a simulated cluster (collectors' streaming code, this correlator, a
+    /// subscriber) with injected faults, printing candidates live.
+    Sim(correlator::sim::SimArgs),
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
         /// Correlator URL.
@@ -197,6 +200,9 @@ async fn run(cli: Cli) -> Result<()> {
                     );
                 }
             }
+        }
+        Command::Sim(args) => {
+            correlator::sim::run(args).await?;
         }
         Command::Replay { file, skip_invalid } => {
             let mut engine = correlator::engine::Engine::default();

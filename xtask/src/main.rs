@@ -23,8 +23,13 @@ struct Cli {
 enum Cmd {
     /// Build the eBPF object and the release binaries (the object is embedded).
     Build,
-    /// Build, then run the collector with the given arguments.
+    /// Build, then run the embedded default: a simulated 32-node cluster with
+    /// an injected degrading InfiniBand link, streaming to the correlator, with
+    /// a subscriber printing candidates (`faultline-correlator sim ARGS`). With
+    /// `--host`, run the collector on this host instead (`faultline-collector ARGS`).
     Run {
+        #[arg(long)]
+        host: bool,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -63,10 +68,20 @@ fn build() -> Result<()> {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Build => build(),
-        Cmd::Run { args } => {
+        Cmd::Run { host, args } => {
             build()?;
-            let mut c = Command::new("target/release/faultline-collector");
-            c.args(args);
+            if host {
+                let mut c = Command::new("target/release/faultline-collector");
+                c.args(args);
+                return run(c);
+            }
+            let mut c = Command::new("target/release/faultline-correlator");
+            c.arg("sim");
+            if args.is_empty() {
+                c.args(["--inject", "ib-link-degrade", "--duration", "40"]);
+            } else {
+                c.args(args);
+            }
             run(c)
         }
         Cmd::Test { args } => test(&args),
