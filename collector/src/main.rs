@@ -493,7 +493,7 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                         tracing::debug!(port = %p.entity(&host), file, err, "sysfs read error");
                     }
                 }
-                let text = collector::ib::prom::render(&ports, Some(&ib));
+                expo.set_section("ib", collector::ib::prom::render(&ports, Some(&ib)));
                 wire.ib_ports = collector::window::ib_ports(&ports);
                 for r in ib.update(ports) {
                     print_ib_window(&host, &r);
@@ -511,7 +511,6 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                         });
                     }
                 }
-                expo.set_section("ib", text);
             }
             Err(e) => {
                 metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
@@ -591,6 +590,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
         }
         if let Some(prev) = cuda_prev.as_mut() {
             let cur = probes.cuda_snapshot()?;
+            // Export first, print after: whoever reads the console line can scrape it.
+            expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
             let gpus = nvml_src
                 .as_ref()
                 .map(|s| s.gpus().to_vec())
@@ -612,7 +613,6 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     None => println!("  {line}{who}"),
                 }
             }
-            expo.set_section("cuda", collector::cuda::render_prometheus(&cur));
             wire.cuda = collector::window::cuda(prev, &cur, &mut ids);
             *prev = cur;
         }

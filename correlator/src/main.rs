@@ -39,6 +39,9 @@ enum Command {
     /// Run a simulated cluster (collectors' streaming code, this correlator, a
     /// subscriber) with injected faults, printing candidates live.
     Sim(correlator::sim::SimArgs),
+    /// Detection accuracy over many seeded simulated scenarios: prints a table
+    /// and writes JSON (precision, recall, latency, incidents per fault).
+    BenchDetect(correlator::sim::detect::DetectArgs),
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
         /// Correlator URL.
@@ -201,6 +204,7 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
+        Command::BenchDetect(args) => correlator::sim::detect::run(&args)?,
         Command::Sim(args) => {
             correlator::sim::run(args).await?;
         }

@@ -38,6 +38,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Detection accuracy over seeded simulated scenarios (bench/detect.json).
+    BenchDetect {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -85,6 +90,14 @@ fn main() -> Result<()> {
             run(c)
         }
         Cmd::Test { args } => test(&args),
+        Cmd::BenchDetect { args } => {
+            let mut c = cargo();
+            c.args(["build", "--release", "-p", "correlator"]);
+            run(c)?;
+            let mut c = Command::new("target/release/faultline-correlator");
+            c.arg("bench-detect").args(args);
+            run(c)
+        }
         Cmd::Bench { args } => {
             let mut c = cargo();
             c.args(["build", "--release", "-p", "bench"]);

@@ -83,6 +83,9 @@ pub struct IbDetector {
     /// Port entity → link name, from the fabric topology: both ends of a
     /// link report under one entity.
     topology: HashMap<String, String>,
+    /// Peer summary (window end, median, MAD, ports) computed once per window
+    /// time slot, not once per host: O(ports) per slot.
+    peers: Option<(i64, f64, f64, usize)>,
 }
 
 /// Parses a topology file: one link per line, `LINK ENDPOINT [ENDPOINT]`,
@@ -272,9 +275,16 @@ impl IbDetector {
         }
         // Peer comparison over the latest rate of every port of the fabric.
         if !evidence_errors.is_empty() {
-            let rates: Vec<f64> = self.ports.values().filter_map(|s| s.rate).collect();
-            let m = median(&rates);
-            let d = mad(&rates, m);
+            let (m, d, n_rates) = match self.peers {
+                Some((ts, m, d, n)) if ts == w.end_unix_ms => (m, d, n),
+                _ => {
+                    let rates: Vec<f64> = self.ports.values().filter_map(|s| s.rate).collect();
+                    let m = median(&rates);
+                    let d = mad(&rates, m);
+                    self.peers = Some((w.end_unix_ms, m, d, rates.len()));
+                    (m, d, rates.len())
+                }
+            };
             let peer_threshold = (m + MAD_FACTOR * d).max(m * RATIO_FACTOR).max(RATE_FLOOR);
             // Verbs completions in error on this host confirm a link problem.
             let verbs_errors: u64 = w
@@ -289,7 +299,7 @@ impl IbDetector {
                     .get(&entity)
                     .map_or((0, None), |s| (s.streak, s.baseline));
                 // Against peers when there are enough, else against the port's own history.
-                let threshold = if rates.len() >= MIN_PEERS {
+                let threshold = if n_rates >= MIN_PEERS {
                     peer_threshold
                 } else {
                     baseline.map_or(RATE_FLOOR, |b| (b * RATIO_FACTOR).max(RATE_FLOOR))
@@ -310,9 +320,9 @@ impl IbDetector {
                     .map(|(n, v)| format!("{n} +{v} this window"))
                     .collect();
                 ev.push(if ratio.is_finite() {
-                    format!("{rate:.1} errors/GB, {ratio:.0}x the fabric median ({m:.2}/GB over {} ports)", rates.len())
+                    format!("{rate:.1} errors/GB, {ratio:.0}x the fabric median ({m:.2}/GB over {} ports)", n_rates)
                 } else {
-                    format!("{rate:.1} errors/GB while the fabric median is 0 ({} ports)", rates.len())
+                    format!("{rate:.1} errors/GB while the fabric median is 0 ({} ports)", n_rates)
                 });
                 ev.push(format!(
                     "{total} errors/window for {streak} consecutive windows"

@@ -28,15 +28,17 @@ impl NodeDetector {
         let len = (w.end_unix_ms - w.start_unix_ms).clamp(100, 60_000);
         let len = if w.start_unix_ms == 0 { 1000 } else { len };
         self.last.insert(host.to_string(), (w.end_unix_ms, len));
+        self.arrived.insert(host.to_string(), self.now);
+        // Advance the clock and check at most once per 100 ms of event time
+        // (O(hosts) work per step, not per window).
+        if w.end_unix_ms - self.checked_at < 100 {
+            return Vec::new();
+        }
+        self.checked_at = w.end_unix_ms;
         let mut ends: Vec<i64> = self.last.values().map(|(e, _)| *e).collect();
         ends.sort_unstable();
         self.now = self.now.max(ends[ends.len() / 2]);
         self.arrived.insert(host.to_string(), self.now);
-        // Check at most once per 100 ms of event time.
-        if self.now - self.checked_at < 100 {
-            return Vec::new();
-        }
-        self.checked_at = self.now;
         let mut out = Vec::new();
         for (h, &(_, len)) in &self.last {
             let Some(&arrived) = self.arrived.get(h) else {

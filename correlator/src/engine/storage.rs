@@ -28,6 +28,8 @@ pub const MIN_PEERS: usize = 4;
 #[derive(Debug, Default)]
 pub struct StorageDetector {
     devs: HashMap<String, DevState>,
+    /// Peer summary (window end, median, MAD, devices), once per time slot.
+    peers: Option<(i64, f64, f64, usize)>,
 }
 
 impl StorageDetector {
@@ -54,11 +56,18 @@ impl StorageDetector {
             st.mean_s = Some(mean);
             candidates.push((entity, mean, req, max, bytes));
         }
-        let means: Vec<f64> = self.devs.values().filter_map(|s| s.mean_s).collect();
-        let m = median(&means);
-        let d = mad(&means, m);
+        let (m, d, n_means) = match self.peers {
+            Some((ts, m, d, n)) if ts == w.end_unix_ms => (m, d, n),
+            _ => {
+                let means: Vec<f64> = self.devs.values().filter_map(|s| s.mean_s).collect();
+                let m = median(&means);
+                let d = mad(&means, m);
+                self.peers = Some((w.end_unix_ms, m, d, means.len()));
+                (m, d, means.len())
+            }
+        };
         let peer_threshold = (m * RATIO).max(m + MADS * d).max(FLOOR_S);
-        let few_peers = means.len() < MIN_PEERS;
+        let few_peers = n_means < MIN_PEERS;
         let mut out = Vec::new();
         for (entity, mean, req, max, bytes) in candidates {
             let Some(st) = self.devs.get_mut(&entity) else {
@@ -76,7 +85,7 @@ impl StorageDetector {
             if st.streak >= 2 {
                 out.push(
                     Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
-                        .with_evidence(format!("mean latency {:.1} ms ({:.0}x the median {:.2} ms of {} devices)", mean * 1e3, if m > 0.0 { mean / m } else { f64::INFINITY }, m * 1e3, means.len()))
+                        .with_evidence(format!("mean latency {:.1} ms ({:.0}x the median {:.2} ms of {} devices)", mean * 1e3, if m > 0.0 { mean / m } else { f64::INFINITY }, m * 1e3, n_means))
                         .with_evidence(format!("{req} requests, {bytes} bytes, max {:.1} ms this window", max as f64 / 1e6))
                         .with_jobs(jobs)
                         .with_runbook(format!("slow storage on {entity}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)")),

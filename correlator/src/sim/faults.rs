@@ -56,7 +56,11 @@ impl Fault {
             Kind::NodeLoss => "node_lost",
             _ => return None,
         };
-        Some((k, target_name(c, &self.target)))
+        let entity = match (&self.kind, &self.target) {
+            (Kind::StorageStall, Target::Node(n)) => format!("{}/nvme0n1", c.node_name(*n)),
+            _ => target_name(c, &self.target),
+        };
+        Some((k, entity))
     }
 }
 

@@ -9,6 +9,7 @@
 //! compute time scaled by what slows it (throttled GPU, degraded link, slow
 //! storage); the job's step time is the slowest rank's.
 pub mod cluster;
+pub mod detect;
 pub mod faults;
 
 use std::{path::PathBuf, time::Duration};
