@@ -13,6 +13,7 @@ fn args(inject: &[&str]) -> SimArgs {
         onset: 8.0,
         json: true,
         record: None,
+        scenario: None,
     }
 }
 
@@ -87,4 +88,41 @@ async fn bad_injections_are_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown node \"n999\""), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_file_with_onsets() {
+    let dir = std::env::temp_dir().join(format!("faultline-scn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("s.txt");
+    std::fs::write(
+        &f,
+        "# two faults at different times\ngpu-thermal@n003/gpu1 at=4\nstorage-stall@n010 at=12\n",
+    )
+    .unwrap();
+    let mut a = args(&[]);
+    a.scenario = Some(f.clone());
+    a.duration = 20.0;
+    let seen = run(a).await.expect("sim runs");
+    let opened: Vec<(i64, String, String)> = seen
+        .iter()
+        .filter(|u| u.state == "opened")
+        .map(|u| (u.ts_unix_ms, u.kind.clone(), u.entity.clone()))
+        .collect();
+    assert_eq!(opened.len(), 2, "{opened:?}");
+    let thermal = opened
+        .iter()
+        .find(|o| o.1 == "gpu_thermal_throttle" && o.2 == "n003/gpu1")
+        .expect("thermal");
+    let storage = opened
+        .iter()
+        .find(|o| o.1 == "storage_latency" && o.2 == "n010/nvme0n1")
+        .expect("storage");
+    assert!(thermal.0 < storage.0, "onsets respected: {opened:?}");
+    std::fs::write(&f, "gpu-thermal@n003/gpu1 at=soon\n").unwrap();
+    let mut a = args(&[]);
+    a.scenario = Some(f.clone());
+    let e = format!("{:#}", run(a).await.unwrap_err());
+    assert!(e.contains("scenario line 1: expected `at=SECONDS`"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

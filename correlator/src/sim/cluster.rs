@@ -120,9 +120,10 @@ impl Cluster {
     /// Advances one window to simulated second `t`, applying active faults.
     pub fn advance(&mut self, t: f64, faults: &[Fault], onset: f64) {
         self.t_ms += 1000;
-        let active = t >= onset;
-        let since = (t - onset).max(0.0) as u64;
-        self.job_running = !(active && faults.iter().any(|f| f.kind == Kind::JobEnd) && since < 15);
+        self.job_running = !faults.iter().any(|f| {
+            let o = f.onset.unwrap_or(onset);
+            f.kind == Kind::JobEnd && t >= o && ((t - o) as u64) < 15
+        });
         for i in 0..self.nodes.len() {
             let traffic = if self.job_running {
                 WORDS
@@ -148,10 +149,12 @@ impl Cluster {
                 self.nodes[n].step[g] = 1.0 + 0.03 * (j - 0.5);
             }
         }
-        if !active {
-            return;
-        }
         for f in faults {
+            let o = f.onset.unwrap_or(onset);
+            if t < o {
+                continue;
+            }
+            let since = (t - o) as u64;
             match (&f.kind, &f.target) {
                 (Kind::IbLinkDegrade, Target::Port { node, hca }) => {
                     // Bit-error rate ramping over minutes.

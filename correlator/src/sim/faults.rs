@@ -35,6 +35,8 @@ pub struct Fault {
     pub kind: Kind,
     pub target: Target,
     pub name: String,
+    /// Simulated second at which this fault starts (`None`: the run's `--onset`).
+    pub onset: Option<f64>,
 }
 
 impl Fault {
@@ -155,7 +157,40 @@ pub fn parse_all(specs: &[String], c: &Cluster, seed: u64) -> Result<Vec<Fault>>
             None => default,
         };
         let name = format!("{k}@{}", target_name(c, &target));
-        out.push(Fault { kind, target, name });
+        out.push(Fault {
+            kind,
+            target,
+            name,
+            onset: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a scenario file: one fault per line, `KIND[@ENTITY] [at=SECONDS]`,
+/// `#` comments. Errors name the line.
+pub fn parse_scenario(text: &str, c: &Cluster, seed: u64) -> Result<Vec<Fault>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let spec = parts.next().unwrap_or_default().to_string();
+        let mut onset = None;
+        for p in parts {
+            match p.strip_prefix("at=").map(str::parse::<f64>) {
+                Some(Ok(v)) if v >= 0.0 => onset = Some(v),
+                _ => bail!("scenario line {}: expected `at=SECONDS`, got {p:?}", i + 1),
+            }
+        }
+        let mut f = parse_all(&[spec], c, seed.wrapping_add(i as u64))
+            .map_err(|e| anyhow::anyhow!("scenario line {}: {e}", i + 1))?;
+        for x in &mut f {
+            x.onset = onset;
+        }
+        out.extend(f);
     }
     Ok(out)
 }

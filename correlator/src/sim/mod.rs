@@ -35,6 +35,10 @@ pub struct SimArgs {
     /// `n017/mlx5_2/1`, `n003/gpu5`, `n009`; chosen by the seed when omitted.
     #[arg(long, value_name = "KIND[@ENTITY]")]
     pub inject: Vec<String>,
+    /// Scenario file: one fault per line, `KIND[@ENTITY] [at=SECONDS]`
+    /// (added to `--inject`).
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
     /// Seed for entity choice and noise (runs are reproducible).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -66,7 +70,15 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
         "--speed and --duration must be positive"
     );
     let mut cluster = cluster::Cluster::new(args.nodes, args.seed);
-    let faults = faults::parse_all(&args.inject, &cluster, args.seed)?;
+    let mut faults = faults::parse_all(&args.inject, &cluster, args.seed)?;
+    if let Some(p) = &args.scenario {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("reading the scenario {}", p.display()))?;
+        faults.extend(
+            faults::parse_scenario(&text, &cluster, args.seed)
+                .with_context(|| format!("scenario {}", p.display()))?,
+        );
+    }
 
     // The correlator, in process, on a loopback port.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
