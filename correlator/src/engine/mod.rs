@@ -53,6 +53,8 @@ impl Engine {
             let cause = findings.iter_mut().find(|f| {
                 (f.entity == gpu_entity
                     && (f.kind == "gpu_thermal_throttle" || f.kind == "gpu_power_throttle"))
+                    || (f.kind == "storage_latency"
+                        && f.entity.starts_with(&format!("{}/", s.host)))
                     || (f.kind == "ib_link_degraded"
                         && f.entity.starts_with(&format!("{}/", s.host))
                         && (s.hca.is_empty() || f.entity.contains(&format!("/{}/", s.hca))))

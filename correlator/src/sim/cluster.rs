@@ -45,7 +45,12 @@ pub struct Cluster {
     rng: u64,
     t_ms: i64,
     job_running: bool,
+    /// The job's step time per window: the slowest rank's (data parallel).
+    pub job_steps: Vec<f64>,
 }
+
+/// Nodes per leaf switch of the two-level fat tree.
+pub const NODES_PER_LEAF: usize = 16;
 
 impl Cluster {
     pub fn new(n: usize, seed: u64) -> Self {
@@ -93,6 +98,7 @@ impl Cluster {
             rng: seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1,
             t_ms: 1_800_000_000_000,
             job_running: true,
+            job_steps: Vec::new(),
         }
     }
 
@@ -205,7 +211,15 @@ impl Cluster {
                 (Kind::EccDbe, Target::Gpu { node, gpu }) if since == 0 => {
                     self.nodes[*node].gpus[*gpu].dbe += 1
                 }
-                (Kind::StorageStall, Target::Node(n)) => self.nodes[*n].disk_ms = 60.0,
+                (Kind::StorageStall, Target::Node(n)) => {
+                    self.nodes[*n].disk_ms = 60.0;
+                    // Checkpoint windows: the node's ranks wait for their writes.
+                    if since.is_multiple_of(5) {
+                        for s in &mut self.nodes[*n].step {
+                            *s *= 1.3;
+                        }
+                    }
+                }
                 (Kind::NodeLoss, Target::Node(n)) => self.nodes[*n].up = false,
                 (Kind::CounterReset, Target::Port { node, hca }) if since == 0 => {
                     for v in self.nodes[*node].ports[*hca].counters.values_mut() {
@@ -238,6 +252,24 @@ impl Cluster {
                 _ => {}
             }
         }
+    }
+
+    /// Closes the window: the job's step time is its slowest rank's.
+    pub fn finish_step(&mut self) {
+        if self.job_running {
+            let worst = self
+                .nodes
+                .iter()
+                .filter(|n| n.up)
+                .flat_map(|n| n.step.iter().copied())
+                .fold(0.0, f64::max);
+            self.job_steps.push(worst);
+        }
+    }
+
+    /// Leaf switch of a node in the two-level fat tree.
+    pub fn leaf_of(&self, n: usize) -> usize {
+        n / NODES_PER_LEAF
     }
 
     /// Node `n`'s window `k`, or `None` while the node is down.

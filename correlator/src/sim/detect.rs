@@ -94,6 +94,7 @@ fn scenario(
                 }
             }
         }
+        c.finish_step();
     }
     Ok((opened, expected))
 }

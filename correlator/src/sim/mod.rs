@@ -211,6 +211,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
             // Bounded: a stuck sender drops (and the sender counts) rather than blocking the clock.
             let _ = sender.0.try_send(w);
         }
+        cluster.finish_step();
         next += tick;
         tokio::time::sleep_until(next).await;
     }
@@ -226,6 +227,17 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     let seen = printer.await.unwrap_or_default();
     let _ = std::fs::remove_dir_all(&spool_root);
     if !json {
+        let steps = &cluster.job_steps;
+        let before: Vec<f64> = steps.iter().take(args.onset as usize).copied().collect();
+        let base = crate::engine::median(&before);
+        let worst = steps.iter().copied().fold(0.0, f64::max);
+        if base > 0.0 {
+            println!(
+                "job step time (slowest rank): {base:.2} s before the faults, worst {worst:.2} s ({:+.0}%); {} leaf switches",
+                100.0 * (worst / base - 1.0),
+                args.nodes.div_ceil(cluster::NODES_PER_LEAF)
+            );
+        }
         let (accepted, duplicates, missing) = state.counters();
         println!("done: {windows} windows per node, {accepted} accepted by the correlator ({duplicates} duplicates, {missing} missing), {delivered} confirmed to collectors");
     }
