@@ -2,6 +2,9 @@
 //! Every figure is a ratio measured side by side in one run (alternating
 //! rounds), because absolute numbers on shared machines are noise.
 mod block;
+mod footprint;
+mod ingest;
+mod procstat;
 mod uprobe;
 
 use std::path::PathBuf;
@@ -26,6 +29,10 @@ enum Which {
     Block(block::Args),
     /// Uprobe cost per cuLaunchKernel call: none / empty uprobe / faultline.
     Uprobe(uprobe::Args),
+    /// CPU and RSS of the collector on a simulated 8-GPU, 8-HCA host.
+    Footprint(footprint::Args),
+    /// Correlator ingest throughput and scaling over gRPC on loopback.
+    Ingest(ingest::Args),
 }
 
 fn main() -> Result<()> {
@@ -34,6 +41,8 @@ fn main() -> Result<()> {
     match cli.which {
         Which::Block(a) => block::run(&a, &cli.out_dir),
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
+        Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
+        Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
     }
 }
 

@@ -100,10 +100,24 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { args } => {
             let mut c = cargo();
-            c.args(["build", "--release", "-p", "bench"]);
+            c.args([
+                "build",
+                "--release",
+                "-p",
+                "bench",
+                "-p",
+                "collector",
+                "-p",
+                "correlator",
+            ]);
             run(c)?;
             let which: Vec<Vec<String>> = if args.is_empty() {
-                vec![vec!["uprobe".into()], vec!["block".into()]]
+                vec![
+                    vec!["uprobe".into()],
+                    vec!["block".into()],
+                    vec!["footprint".into()],
+                    vec!["ingest".into()],
+                ]
             } else {
                 vec![args]
             };

@@ -1,0 +1,172 @@
+//! Correlator ingest and scaling: many simulated collectors stream windows of
+//! ~200 series each over real gRPC on loopback to a `faultline-correlator
+//! serve` process; its CPU time and RSS come from /proc. Samples per second
+//! per core = samples / correlator CPU seconds.
+use std::{path::Path, process::Command, time::Instant};
+
+use anyhow::{Context as _, Result};
+use proto::v1::{ingest_client::IngestClient, GpuSample, IbPort, Origin, Window};
+use serde_json::json;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Cluster sizes (collectors) to measure.
+    #[arg(long, value_delimiter = ',', default_value = "64,256,1024,4096")]
+    sizes: Vec<usize>,
+    /// Windows per collector.
+    #[arg(long, default_value_t = 5)]
+    windows: u64,
+}
+
+const COUNTERS: &[&str] = &[
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "unicast_xmit_packets",
+    "unicast_rcv_packets",
+    "multicast_xmit_packets",
+    "multicast_rcv_packets",
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "port_xmit_wait",
+];
+
+/// One window: 8 ports × 20 counters + 8 GPUs × 5 fields = 200 samples.
+fn window(node: usize, seq: u64) -> Window {
+    Window {
+        origin: Some(Origin {
+            hostname: format!("n{node:04}"),
+            boot_id: "b".into(),
+            instance: format!("n{node}-bench"),
+            machine_id: String::new(),
+        }),
+        seq,
+        start_unix_ms: 1_800_000_000_000 + (seq as i64 - 1) * 1000,
+        end_unix_ms: 1_800_000_000_000 + seq as i64 * 1000,
+        ib_ports: (0..8)
+            .map(|p| IbPort {
+                hca: format!("mlx5_{p}"),
+                port: 1,
+                state: 4,
+                phys_state: 5,
+                counters: COUNTERS
+                    .iter()
+                    .map(|c| ((*c).to_string(), seq * 1_000_000))
+                    .collect(),
+                ..IbPort::default()
+            })
+            .collect(),
+        gpus: (0..8)
+            .map(|g| GpuSample {
+                index: g,
+                uuid: format!("GPU-{node}-{g}"),
+                temp_c: Some(60),
+                sm_clock_mhz: Some(1980),
+                sm_clock_max_mhz: Some(1980),
+                throttle_reasons: Some(0),
+                power_w: Some(500.0),
+                ..GpuSample::default()
+            })
+            .collect(),
+        ..Window::default()
+    }
+}
+const SAMPLES_PER_WINDOW: u64 = 8 * 20 + 8 * 5;
+
+pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let bin = std::env::current_exe()?.with_file_name("faultline-correlator");
+    let mut rows = Vec::new();
+    println!("correlator ingest over gRPC on loopback: {} windows per collector, {SAMPLES_PER_WINDOW} samples per window", a.windows);
+    println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &n in &a.sizes {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut child = tests::KillOnDrop(
+            Command::new(&bin)
+                .args([
+                    "serve",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--max-windows-per-sec",
+                    "0",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {}", bin.display()))?,
+        );
+        let pid = child.0.id();
+        let url = format!("http://127.0.0.1:{port}");
+        let windows = a.windows;
+        let (wall, rss) = rt.block_on(async {
+            let chan = loop {
+                match tonic::transport::Endpoint::from_shared(url.clone())?
+                    .connect()
+                    .await
+                {
+                    Ok(c) => break c,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                }
+            };
+            let c0 = crate::procstat::cpu_seconds(pid).unwrap_or(0.0);
+            let t0 = Instant::now();
+            let mut tasks = Vec::new();
+            // Bounded concurrency: 64 streams at a time.
+            let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+            for node in 0..n {
+                let mut client = IngestClient::new(chan.clone());
+                let permit = sem.clone().acquire_owned().await?;
+                tasks.push(tokio::spawn(async move {
+                    let ws: Vec<Window> = (1..=windows).map(|s| window(node, s)).collect();
+                    let r = client.stream(tokio_stream::iter(ws)).await;
+                    drop(permit);
+                    r
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            let _ = c0;
+            anyhow::Ok((wall, crate::procstat::rss_bytes(pid).unwrap_or(0)))
+        })?;
+        let cpu = crate::procstat::cpu_seconds(pid).unwrap_or(0.0);
+        let _ = child.0.kill();
+        let samples = n as u64 * windows * SAMPLES_PER_WINDOW;
+        let per_core = samples as f64 / cpu.max(1e-3);
+        let entities = n * (8 + 8 + 1);
+        println!(
+            "| {n} | {} | {samples} | {wall:.2} | {cpu:.2} | {per_core:.0} | {:.1} | {:.1} |",
+            n as u64 * windows,
+            rss as f64 / (1 << 20) as f64,
+            rss as f64 / 1024.0 / entities as f64
+        );
+        rows.push(json!({"collectors": n, "windows": n as u64 * windows, "samples": samples, "wall_seconds": wall,
+            "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities}));
+    }
+    let path = out_dir.join("ingest.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(
+            &json!({"benchmark": "correlator_ingest_scaling", "samples_per_window": SAMPLES_PER_WINDOW, "windows_per_collector": a.windows, "rows": rows, "note": "correlator CPU includes process start-up; RSS measured after ingest"}),
+        )?,
+    )?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
