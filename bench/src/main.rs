@@ -5,6 +5,7 @@ mod block;
 mod footprint;
 mod ingest;
 mod procstat;
+mod ring;
 mod uprobe;
 
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ enum Which {
     Footprint(footprint::Args),
     /// Correlator ingest throughput and scaling over gRPC on loopback.
     Ingest(ingest::Args),
+    /// Ring-buffer drain rate from a synthetic eBPF producer.
+    Ring(ring::Args),
 }
 
 fn main() -> Result<()> {
@@ -43,6 +46,7 @@ fn main() -> Result<()> {
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
         Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
         Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
+        Which::Ring(a) => ring::run(&a, &cli.out_dir),
     }
 }
 

@@ -97,6 +97,10 @@ pub mod stat {
     pub const VERBS_WC_UNDECODED: u32 = 16;
     /// Verbs aggregate map full.
     pub const VERBS_MAP_FULL: u32 = 17;
+    /// Ring-drain benchmark: records written by the synthetic producer.
+    pub const BENCH_EVENTS: u32 = 18;
+    /// Ring-drain benchmark: records lost to a full ring.
+    pub const BENCH_RING_FULL: u32 = 19;
     /// Number of slots.
-    pub const COUNT: u32 = 18;
+    pub const COUNT: u32 = 20;
 }

@@ -10,6 +10,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod bench;
 mod block;
 mod cuda;
 mod exec;

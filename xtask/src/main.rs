@@ -115,6 +115,7 @@ fn main() -> Result<()> {
                 vec![
                     vec!["uprobe".into()],
                     vec!["block".into()],
+                    vec!["ring".into()],
                     vec!["footprint".into()],
                     vec!["ingest".into()],
                 ]

@@ -74,8 +74,14 @@ impl<R: Decode> EventRing<R> {
 impl Probes {
     /// Takes the ring that carries `R` (once).
     pub fn take_ring<R: Decode>(&mut self) -> Result<EventRing<R>, ProbeError> {
-        let map = self
-            .ebpf_mut()
+        EventRing::from_ebpf(self.ebpf_mut())
+    }
+}
+
+impl<R: Decode> EventRing<R> {
+    /// Takes `R::RING` out of a loaded object and registers it with tokio.
+    pub fn from_ebpf(ebpf: &mut aya::Ebpf) -> Result<Self, ProbeError> {
+        let map = ebpf
             .take_map(R::RING)
             .ok_or(ProbeError::MissingMap(R::RING))?;
         let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map {
@@ -89,7 +95,7 @@ impl Probes {
                 name: R::RING,
                 source: e.into_parts().1,
             })?;
-        Ok(EventRing {
+        Ok(Self {
             fd,
             malformed: 0,
             _record: PhantomData,

@@ -1,0 +1,46 @@
+//! Synthetic producer for the ring-buffer drain benchmark (never attached by
+//! the collector itself).
+//!
+//! tracepoint `syscalls:sys_enter_getppid`: when the calling process is the
+//! benchmark's (`BENCH_TGID`), writes `BENCH_BATCH` 32-byte records into
+//! `BENCH_RING`; a full ring is counted in `STATS[BENCH_RING_FULL]`.
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{map, tracepoint},
+    maps::RingBuf,
+    programs::TracePointContext,
+    Global,
+};
+use collector_common::stat;
+
+use crate::stats::{bump, bump_by};
+
+#[unsafe(no_mangle)]
+static BENCH_TGID: Global<u32> = Global::new(0);
+
+/// Records per getppid() call.
+const BENCH_BATCH: u64 = 64;
+
+#[map(name = "BENCH_RING")]
+static BENCH_RING: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+#[tracepoint(category = "syscalls", name = "sys_enter_getppid")]
+pub fn bench_ring_producer(_ctx: TracePointContext) -> u32 {
+    if (bpf_get_current_pid_tgid() >> 32) as u32 != BENCH_TGID.load() {
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let mut written = 0u64;
+    for i in 0..BENCH_BATCH {
+        match BENCH_RING.reserve::<[u64; 4]>(0) {
+            Some(mut e) => {
+                e.write([now, i, 0, 0]);
+                e.submit(0);
+                written += 1;
+            }
+            None => bump(stat::BENCH_RING_FULL),
+        }
+    }
+    bump_by(stat::BENCH_EVENTS, written);
+    0
+}
