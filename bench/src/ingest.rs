@@ -43,6 +43,11 @@ const COUNTERS: &[&str] = &[
 
 /// One window: 8 ports × 20 counters + 8 GPUs × 5 fields = 200 samples.
 fn window(node: usize, seq: u64) -> Window {
+    window_with(node, seq, false)
+}
+
+/// As [`window`], with GPU 0 thermally throttled when `hot`.
+fn window_with(node: usize, seq: u64, hot: bool) -> Window {
     Window {
         origin: Some(Origin {
             hostname: format!("n{node:04}"),
@@ -67,15 +72,18 @@ fn window(node: usize, seq: u64) -> Window {
             })
             .collect(),
         gpus: (0..8)
-            .map(|g| GpuSample {
-                index: g,
-                uuid: format!("GPU-{node}-{g}"),
-                temp_c: Some(60),
-                sm_clock_mhz: Some(1980),
-                sm_clock_max_mhz: Some(1980),
-                throttle_reasons: Some(0),
-                power_w: Some(500.0),
-                ..GpuSample::default()
+            .map(|g| {
+                let throttled = hot && g == 0;
+                GpuSample {
+                    index: g,
+                    uuid: format!("GPU-{node}-{g}"),
+                    temp_c: Some(if throttled { 92 } else { 60 }),
+                    sm_clock_mhz: Some(if throttled { 1100 } else { 1980 }),
+                    sm_clock_max_mhz: Some(1980),
+                    throttle_reasons: Some(if throttled { 0x40 } else { 0 }),
+                    power_w: Some(500.0),
+                    ..GpuSample::default()
+                }
             })
             .collect(),
         ..Window::default()
@@ -91,8 +99,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let bin = std::env::current_exe()?.with_file_name("faultline-correlator");
     let mut rows = Vec::new();
     println!("correlator ingest over gRPC on loopback: {} windows per collector, {SAMPLES_PER_WINDOW} samples per window", a.windows);
-    println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity | window close → candidate (s) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for &n in &a.sizes {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -114,7 +122,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         let pid = child.0.id();
         let url = format!("http://127.0.0.1:{port}");
         let windows = a.windows;
-        let (wall, rss) = rt.block_on(async {
+        let (wall, cpu, rss, latency) = rt.block_on(async {
             let chan = loop {
                 match tonic::transport::Endpoint::from_shared(url.clone())?
                     .connect()
@@ -143,22 +151,67 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 t.await??;
             }
             let wall = t0.elapsed().as_secs_f64();
-            let _ = c0;
-            anyhow::Ok((wall, crate::procstat::rss_bytes(pid).unwrap_or(0)))
+            // CPU of the throughput part only (the latency rounds come after).
+            let cpu = crate::procstat::cpu_seconds(pid).unwrap_or(0.0) - c0;
+            let rss = crate::procstat::rss_bytes(pid).unwrap_or(0);
+            // Latency: two more rounds in which node 0's GPU 0 throttles; time
+            // from the start of the second round (its windows closing) to the
+            // subscriber's `opened` update.
+            let mut sub = proto::v1::candidates_client::CandidatesClient::new(chan.clone())
+                .subscribe(proto::v1::SubscribeRequest::default())
+                .await?
+                .into_inner();
+            let mut latency = None;
+            for round in 1..=2u64 {
+                let t_round = Instant::now();
+                let mut tasks = Vec::new();
+                for node in 0..n {
+                    let mut client = IngestClient::new(chan.clone());
+                    let permit = sem.clone().acquire_owned().await?;
+                    tasks.push(tokio::spawn(async move {
+                        let r = client
+                            .stream(tokio_stream::iter(vec![window_with(
+                                node,
+                                windows + round,
+                                node == 0,
+                            )]))
+                            .await;
+                        drop(permit);
+                        r
+                    }));
+                }
+                for t in tasks {
+                    t.await??;
+                }
+                if round == 2 {
+                    let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+                        while let Ok(Some(u)) = sub.message().await {
+                            if u.state == "opened" && u.kind == "gpu_thermal_throttle" {
+                                return Some(t_round.elapsed().as_secs_f64());
+                            }
+                        }
+                        None
+                    })
+                    .await;
+                    latency = got.ok().flatten();
+                }
+            }
+            anyhow::Ok((wall, cpu, rss, latency))
         })?;
-        let cpu = crate::procstat::cpu_seconds(pid).unwrap_or(0.0);
         let _ = child.0.kill();
         let samples = n as u64 * windows * SAMPLES_PER_WINDOW;
         let per_core = samples as f64 / cpu.max(1e-3);
         let entities = n * (8 + 8 + 1);
         println!(
-            "| {n} | {} | {samples} | {wall:.2} | {cpu:.2} | {per_core:.0} | {:.1} | {:.1} |",
+            "| {n} | {} | {samples} | {wall:.2} | {cpu:.2} | {per_core:.0} | {:.1} | {:.1} | {} |",
             n as u64 * windows,
             rss as f64 / (1 << 20) as f64,
-            rss as f64 / 1024.0 / entities as f64
+            rss as f64 / 1024.0 / entities as f64,
+            latency.map_or_else(|| "-".to_string(), |l| format!("{l:.3}"))
         );
         rows.push(json!({"collectors": n, "windows": n as u64 * windows, "samples": samples, "wall_seconds": wall,
-            "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities}));
+            "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities,
+            "window_close_to_candidate_seconds": latency}));
     }
     let path = out_dir.join("ingest.json");
     std::fs::write(
