@@ -127,6 +127,22 @@ fn main() -> Result<()> {
                 c.args(w);
                 run(c)?;
             }
+            // One combined result file next to the per-benchmark ones.
+            let mut all = String::from("{\n");
+            let mut first = true;
+            for name in ["uprobe", "block", "ring", "footprint", "ingest", "detect"] {
+                let Ok(text) = std::fs::read_to_string(format!("bench/{name}.json")) else {
+                    continue;
+                };
+                if !first {
+                    all.push_str(",\n");
+                }
+                first = false;
+                all.push_str(&format!("\"{name}\": {}", text.trim()));
+            }
+            all.push_str("\n}\n");
+            std::fs::write("bench/results.json", all).context("writing bench/results.json")?;
+            println!("wrote bench/results.json");
             Ok(())
         }
     }
