@@ -738,22 +738,11 @@ fn print_ib_window(host: &str, r: &collector::ib::PortRates) {
 }
 
 fn parse_provider(s: &str) -> Result<collector::probes::ProviderTarget, String> {
-    use collector::probes::CodeLoc;
     let parts: Vec<&str> = s.rsplitn(4, ':').collect();
     let [recv, send, poll, path] = parts.as_slice() else {
         return Err("expected PATH:POLL_CQ:POST_SEND:POST_RECV".into());
     };
-    let loc = |v: &str| -> Result<CodeLoc, String> {
-        if v.is_empty() {
-            return Err("empty symbol or offset".into());
-        }
-        match v.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16)
-                .map(CodeLoc::Offset)
-                .map_err(|e| format!("bad offset {v}: {e}")),
-            None => Ok(CodeLoc::Symbol(v.to_string())),
-        }
-    };
+    let loc = collector::config::parse_loc;
     Ok(collector::probes::ProviderTarget {
         path: std::path::PathBuf::from(path),
         poll_cq: loc(poll)?,

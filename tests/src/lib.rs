@@ -441,3 +441,14 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A binary of the workspace from the target directory of this test run
+/// (`cargo xtask test` builds them first).
+pub fn bin(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .expect("test executable path")
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("target directory")
+        .join(name)
+}

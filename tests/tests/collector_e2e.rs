@@ -10,12 +10,7 @@ use std::{
 };
 
 fn collector_bin() -> std::path::PathBuf {
-    std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir")
-        .join("faultline-collector")
+    tests::bin("faultline-collector")
 }
 
 fn http_get(addr: &str, path: &str) -> String {

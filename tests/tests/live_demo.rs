@@ -3,20 +3,12 @@
 //! errors, and a subscriber prints the `ib_link_degraded` candidate.
 use std::{
     io::{BufRead, BufReader},
-    path::PathBuf,
     process::{Command, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
 };
 
-fn bin(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir")
-        .join(name)
-}
+use tests::bin;
 
 fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
     let out = child.stdout.take().expect("stdout");

@@ -2,14 +2,7 @@
 //! correlator replays the recording.
 use std::process::Command;
 
-fn bin(name: &str) -> std::path::PathBuf {
-    std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir")
-        .join(name)
-}
+use tests::bin;
 
 #[test]
 fn recorded_windows_replay_through_the_correlator() {

@@ -11,14 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-fn bin(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir")
-        .join(name)
-}
+use tests::bin;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

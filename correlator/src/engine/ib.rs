@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use proto::v1::Window;
 
+use collector::ib::counters::state_name;
+
 use super::{incidents::Finding, mad, median};
 
 /// Error counters in `counters/` (IBA PortCounters).
@@ -357,16 +359,5 @@ impl IbDetector {
             }
         }
         findings
-    }
-}
-
-fn state_name(s: u32) -> &'static str {
-    match s {
-        1 => "DOWN",
-        2 => "INIT",
-        3 => "ARMED",
-        4 => "ACTIVE",
-        5 => "ACTIVE_DEFER",
-        _ => "UNKNOWN",
     }
 }
