@@ -274,24 +274,7 @@ impl Probes {
 
     /// In-kernel self-statistics summed over CPUs (indices in `collector_common::stat`).
     pub fn kernel_stats(&self) -> Result<[u64; stat::COUNT as usize], ProbeError> {
-        let map = self
-            .ebpf
-            .map("STATS")
-            .ok_or(ProbeError::MissingMap("STATS"))?;
-        let arr =
-            PerCpuArray::<&MapData, u64>::try_from(map).map_err(|source| ProbeError::Map {
-                name: "STATS",
-                source,
-            })?;
-        let mut out = [0u64; stat::COUNT as usize];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let vals = arr.get(&(i as u32), 0).map_err(|source| ProbeError::Map {
-                name: "STATS",
-                source,
-            })?;
-            *slot = vals.iter().sum();
-        }
-        Ok(out)
+        read_stats(&self.ebpf)
     }
 
     /// Kernel run statistics per attached program: (program, invocations,
@@ -326,6 +309,21 @@ impl Probes {
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
     }
+}
+
+/// The per-CPU `STATS` array of a loaded object, summed over CPUs.
+fn read_stats(ebpf: &Ebpf) -> Result<[u64; stat::COUNT as usize], ProbeError> {
+    let err = |source| ProbeError::Map {
+        name: "STATS",
+        source,
+    };
+    let map = ebpf.map("STATS").ok_or(ProbeError::MissingMap("STATS"))?;
+    let arr = PerCpuArray::<&MapData, u64>::try_from(map).map_err(err)?;
+    let mut out = [0u64; stat::COUNT as usize];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = arr.get(&(i as u32), 0).map_err(err)?.iter().sum();
+    }
+    Ok(out)
 }
 
 /// Turns on the kernel's BPF run-time accounting (`BPF_ENABLE_STATS`) for as
@@ -628,18 +626,15 @@ impl EmptyUprobe {
         let mut ebpf = EbpfLoader::new()
             .load(PROBES_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
-        let r = (|| -> Result<(), String> {
-            let prog: &mut UProbe = ebpf
-                .program_mut("bench_empty_uprobe")
-                .ok_or("program bench_empty_uprobe missing")?
-                .try_into()
-                .map_err(|e| format!("{e}"))?;
-            prog.load().map_err(|e| format!("{e:#}"))?;
-            prog.attach(symbol, lib, UProbeScope::AllProcesses)
-                .map_err(|e| format!("{e}"))?;
-            Ok(())
-        })();
-        r.map_err(|reason| ProbeError::Required {
+        attach_one(
+            &mut ebpf,
+            &mut Vec::new(),
+            "bench_empty_uprobe",
+            UProbeAttachLocation::Symbol(symbol),
+            0,
+            lib,
+        )
+        .map_err(|reason| ProbeError::Required {
             probe: "bench_empty_uprobe",
             reason,
         })?;
@@ -701,36 +696,16 @@ impl BenchProducer {
             probe: "bench_ring_producer",
             reason,
         })?;
-        let mut p = Self { ebpf };
-        let ring = p.take_ring::<BenchRecord>()?;
-        Ok((p, ring))
-    }
-
-    fn take_ring<R: ring::Decode>(&mut self) -> Result<ring::EventRing<R>, ProbeError> {
-        ring::EventRing::from_ebpf(&mut self.ebpf)
+        let ring = ring::EventRing::from_ebpf(&mut ebpf)?;
+        Ok((Self { ebpf }, ring))
     }
 
     /// (written, lost to a full ring) as counted in the kernel.
     pub fn counts(&self) -> Result<(u64, u64), ProbeError> {
-        let map = self
-            .ebpf
-            .map("STATS")
-            .ok_or(ProbeError::MissingMap("STATS"))?;
-        let arr =
-            PerCpuArray::<&MapData, u64>::try_from(map).map_err(|source| ProbeError::Map {
-                name: "STATS",
-                source,
-            })?;
-        let get = |i: u32| -> Result<u64, ProbeError> {
-            Ok(arr
-                .get(&i, 0)
-                .map_err(|source| ProbeError::Map {
-                    name: "STATS",
-                    source,
-                })?
-                .iter()
-                .sum())
-        };
-        Ok((get(stat::BENCH_EVENTS)?, get(stat::BENCH_RING_FULL)?))
+        let k = read_stats(&self.ebpf)?;
+        Ok((
+            k[stat::BENCH_EVENTS as usize],
+            k[stat::BENCH_RING_FULL as usize],
+        ))
     }
 }
