@@ -645,46 +645,77 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
     Ok(())
 }
 
-/// In-kernel drop and event counters as Prometheus counters (absolute values).
-fn export_kernel_stats(k: &[u64; stat::COUNT as usize]) {
-    let c = |name: &'static str, probe: &'static str, v: u64| {
-        metrics::counter!(name, "probe" => probe).absolute(v);
-    };
-    c(
+/// In-kernel counters exported as Prometheus counters: (metric, `probe` label, `STATS` slot).
+const KERNEL_COUNTERS: &[(&str, &str, u32)] = &[
+    (
         "faultline_probe_kernel_events_total",
         "exec",
-        k[stat::EXEC_EVENTS as usize],
-    );
-    c(
-        "faultline_ring_lost_total",
-        "exec",
-        k[stat::EXEC_RING_FULL as usize],
-    );
-    c(
+        stat::EXEC_EVENTS,
+    ),
+    ("faultline_ring_lost_total", "exec", stat::EXEC_RING_FULL),
+    (
         "faultline_probe_kernel_events_total",
         "block",
-        k[stat::BLOCK_COMPLETED as usize],
-    );
-    c(
+        stat::BLOCK_COMPLETED,
+    ),
+    (
         "faultline_ring_lost_total",
         "block_sampled",
-        k[stat::BLOCK_RING_FULL as usize],
-    );
-    c(
+        stat::BLOCK_RING_FULL,
+    ),
+    (
         "faultline_block_unmatched_total",
         "block",
-        k[stat::BLOCK_UNMATCHED as usize],
-    );
-    c(
+        stat::BLOCK_UNMATCHED,
+    ),
+    (
         "faultline_probe_map_full_total",
         "block_inflight",
-        k[stat::BLOCK_START_MAP_FULL as usize],
-    );
-    c(
+        stat::BLOCK_START_MAP_FULL,
+    ),
+    (
         "faultline_probe_map_full_total",
         "block_agg",
-        k[stat::BLOCK_AGG_MAP_FULL as usize],
-    );
+        stat::BLOCK_AGG_MAP_FULL,
+    ),
+    (
+        "faultline_probe_kernel_events_total",
+        "cuda",
+        stat::CUDA_CALLS,
+    ),
+    ("faultline_ring_lost_total", "cuda", stat::CUDA_RING_FULL),
+    (
+        "faultline_probe_rate_limited_total",
+        "cuda",
+        stat::CUDA_EVENTS_RATE_LIMITED,
+    ),
+    (
+        "faultline_probe_map_full_total",
+        "cuda_agg",
+        stat::CUDA_AGG_MAP_FULL,
+    ),
+    (
+        "faultline_cuda_unmatched_returns_total",
+        "cuda",
+        stat::CUDA_UNMATCHED_RETURN,
+    ),
+    (
+        "faultline_probe_kernel_events_total",
+        "verbs",
+        stat::VERBS_WC,
+    ),
+    (
+        "faultline_probe_map_full_total",
+        "verbs",
+        stat::VERBS_MAP_FULL,
+    ),
+];
+
+/// In-kernel drop and event counters as Prometheus counters (absolute values).
+fn export_kernel_stats(k: &[u64; stat::COUNT as usize]) {
+    for &(name, probe, slot) in KERNEL_COUNTERS {
+        metrics::counter!(name, "probe" => probe).absolute(k[slot as usize]);
+    }
 }
 
 fn hostname() -> String {
