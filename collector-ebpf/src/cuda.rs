@@ -108,6 +108,16 @@ const SLOT_NAME: u64 = 1;
 const SLOT_CTX: u64 = 2;
 const SLOT_KFUNC: u64 = 3;
 
+/// The entry record of this thread's call in `slot`, removed from the map.
+#[inline(always)]
+fn take_in_call(pid_tgid: u64, slot: u64) -> Option<InCall> {
+    let key = [pid_tgid, slot];
+    // SAFETY: the value is copied out before the entry is removed.
+    let rec = unsafe { CUDA_IN_CALL.get(&key) }.copied()?;
+    let _ = CUDA_IN_CALL.remove(&key);
+    Some(rec)
+}
+
 #[inline(always)]
 fn cookie(ctx: &impl EbpfContext) -> u64 {
     // SAFETY: valid program context.
@@ -427,13 +437,10 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
 pub fn cuda_return(ctx: RetProbeContext) -> u32 {
     let kind = cookie(&ctx) as u32;
     let pid_tgid = bpf_get_current_pid_tgid();
-    let key = [pid_tgid, SLOT_CALL];
-    // SAFETY: copied out before removal.
-    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+    let Some(rec) = take_in_call(pid_tgid, SLOT_CALL) else {
         bump(stat::CUDA_UNMATCHED_RETURN);
         return 0;
     };
-    let _ = CUDA_IN_CALL.remove(&key);
     if rec.kind != kind {
         bump(stat::CUDA_UNMATCHED_RETURN);
         return 0;
@@ -491,12 +498,9 @@ pub fn cuda_name_enter(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn cuda_name_return(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let key = [pid_tgid, SLOT_NAME];
-    // SAFETY: copied out before removal.
-    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+    let Some(rec) = take_in_call(pid_tgid, SLOT_NAME) else {
         return 0;
     };
-    let _ = CUDA_IN_CALL.remove(&key);
     let rc: u64 = ctx.ret();
     if rc as u32 != 0 {
         return 0;
@@ -550,12 +554,9 @@ pub fn cuda_kernel_func_enter(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn cuda_kernel_func_return(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let key = [pid_tgid, SLOT_KFUNC];
-    // SAFETY: copied out before removal.
-    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+    let Some(rec) = take_in_call(pid_tgid, SLOT_KFUNC) else {
         return 0;
     };
-    let _ = CUDA_IN_CALL.remove(&key);
     let rc: u64 = ctx.ret();
     if rc as u32 != 0 {
         return 0;
@@ -615,12 +616,9 @@ pub fn cuda_ctx_create_enter(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn cuda_ctx_return(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let key = [pid_tgid, SLOT_CTX];
-    // SAFETY: copied out before removal.
-    let Some(rec) = (unsafe { CUDA_IN_CALL.get(&key) }).copied() else {
+    let Some(rec) = take_in_call(pid_tgid, SLOT_CTX) else {
         return 0;
     };
-    let _ = CUDA_IN_CALL.remove(&key);
     let rc: u64 = ctx.ret();
     if rc as u32 != 0 {
         return 0;
