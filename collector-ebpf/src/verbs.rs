@@ -21,7 +21,7 @@
 //!   → [`verbs_async_enter`] + [`verbs_async_return`]: `event->event_type` (offset 8).
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
     macros::{map, uprobe, uretprobe},
     maps::HashMap,
     programs::{ProbeContext, RetProbeContext},
@@ -151,30 +151,61 @@ pub fn verbs_post(ctx: ProbeContext) -> u32 {
     // SAFETY: valid program context.
     let dir = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let qp: u64 = ctx.arg(0).unwrap_or(0);
-    let mut wr: u64 = ctx.arg(1).unwrap_or(0);
+    let wr: u64 = ctx.arg(1).unwrap_or(0);
     // SAFETY: user pointer read through the checked helper.
     let qp_num = unsafe { bpf_probe_read_user((qp + 52) as *const u32) }.unwrap_or(0);
     let mut wrs = 0u64;
     let mut bytes = 0u64;
+    let mut next: u64 = wr;
+    let mut sge_cut = false;
+    // One read of each work request's head and one of its first
+    // MAX_SGE_PER_WR scatter/gather entries (a bounded variable-size read into
+    // a zeroed buffer, summed without branches): few verifier states per
+    // iteration, so older kernels (6.1) accept the program.
     for _ in 0..MAX_WR_PER_POST {
-        if wr == 0 {
+        if next == 0 {
             break;
         }
-        // SAFETY: as above.
-        let Ok(h) = (unsafe { bpf_probe_read_user(wr as *const WrHead) }) else {
+        // SAFETY: user pointer read through the checked helper.
+        let Ok(h) = (unsafe { bpf_probe_read_user(next as *const WrHead) }) else {
+            next = 0;
             break;
         };
         wrs += 1;
-        for j in 0..MAX_SGE_PER_WR {
-            if j as i32 >= h.num_sge {
-                break;
-            }
-            let sge_len = h.sg_list + u64::from(j) * 16 + 8;
-            // SAFETY: as above.
-            bytes += u64::from(unsafe { bpf_probe_read_user(sge_len as *const u32) }.unwrap_or(0));
+        let n = if h.num_sge <= 0 { 0 } else { h.num_sge as u32 };
+        sge_cut |= n > MAX_SGE_PER_WR;
+        let n = if n > MAX_SGE_PER_WR {
+            MAX_SGE_PER_WR
+        } else {
+            n
+        };
+        let mut sge = core::mem::MaybeUninit::<[u64; 2 * MAX_SGE_PER_WR as usize]>::uninit();
+        let words = sge.as_mut_ptr().cast::<u64>();
+        // Zeroed word by word: volatile stores are not turned into a memset
+        // call, whose byte loop the verifier would walk for every request.
+        for i in 0..2 * MAX_SGE_PER_WR as usize {
+            // SAFETY: in bounds of the buffer.
+            unsafe { core::ptr::write_volatile(words.add(i), 0) };
         }
-        wr = h.next;
+        // SAFETY: `n * 16` is at most the buffer's size; on failure the helper
+        // zeroes the buffer.
+        unsafe {
+            generated::bpf_probe_read_user(
+                words.cast(),
+                n * 16,
+                h.sg_list as *const core::ffi::c_void,
+            );
+        }
+        // Each entry is {addr: u64, length: u32, lkey: u32}: the length is the
+        // low half of the second word.
+        for i in 0..MAX_SGE_PER_WR as usize {
+            // SAFETY: every word was written above.
+            bytes += unsafe { core::ptr::read_volatile(words.add(2 * i + 1)) } & 0xffff_ffff;
+        }
+        next = h.next;
     }
+    // Work requests (or scatter/gather entries) left unread.
+    let truncated = next != 0 || sge_cut;
     let k = PostKey {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         qp_num,
@@ -193,7 +224,7 @@ pub fn verbs_post(ctx: ProbeContext) -> u32 {
         add(&raw mut (*s).calls, 1);
         add(&raw mut (*s).wrs, wrs);
         add(&raw mut (*s).bytes, bytes);
-        if wr != 0 {
+        if truncated {
             add(&raw mut (*s).truncated, 1);
         }
     }

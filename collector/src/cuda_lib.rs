@@ -87,6 +87,31 @@ pub fn find_in_ld_cache(soname: &str) -> Option<PathBuf> {
     parse_ld_cache_for(&String::from_utf8_lossy(&out.stdout), soname)
 }
 
+/// Directories the dynamic loader searches by default on x86-64 Linux
+/// (Debian/Ubuntu multiarch first, then Fedora/RHEL, then the plain ones).
+pub const SYSTEM_LIB_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/lib64",
+    "/usr/lib",
+    "/lib",
+];
+
+/// Finds `soname` as programs would bind to it: the ld.so cache, else the
+/// loader's default directories (hosts and minimal images without
+/// `ldconfig` or its cache).
+pub fn find_system_library(soname: &str) -> Option<PathBuf> {
+    find_in_ld_cache(soname).or_else(|| find_in_dirs(SYSTEM_LIB_DIRS, soname))
+}
+
+/// First `dir/soname` that is a file.
+pub fn find_in_dirs(dirs: &[&str], soname: &str) -> Option<PathBuf> {
+    dirs.iter()
+        .map(|d| Path::new(d).join(soname))
+        .find(|p| p.is_file())
+}
+
 /// Picks the x86-64 `libcuda.so.1` from `ldconfig -p` output.
 pub fn parse_ld_cache(text: &str) -> Option<PathBuf> {
     parse_ld_cache_for(text, SONAME)
@@ -139,6 +164,24 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn system_library_falls_back_to_the_first_directory_holding_it() {
+        let a = tmp("dir-a");
+        let b = tmp("dir-b");
+        fs::write(b.join("libibverbs.so.1"), b"x").unwrap();
+        let dirs = [a.to_str().unwrap(), b.to_str().unwrap()];
+        assert_eq!(
+            find_in_dirs(&dirs, "libibverbs.so.1"),
+            Some(b.join("libibverbs.so.1"))
+        );
+        fs::write(a.join("libibverbs.so.1"), b"x").unwrap();
+        assert_eq!(
+            find_in_dirs(&dirs, "libibverbs.so.1"),
+            Some(a.join("libibverbs.so.1"))
+        );
+        assert_eq!(find_in_dirs(&dirs, "libnothing.so.9"), None);
     }
 
     #[test]

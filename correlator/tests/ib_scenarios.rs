@@ -384,7 +384,9 @@ fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
     );
     let o = all.iter().find(|u| u.state == "opened").unwrap();
     assert!(
-        o.evidence.iter().any(|e| e.starts_with("own baseline")),
+        o.evidence
+            .iter()
+            .any(|e| e.contains("x this port's own baseline")),
         "{:?}",
         o.evidence
     );
@@ -396,4 +398,90 @@ fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
         o.evidence
     );
     assert_eq!(o.affected_jobs, ["j1"]);
+}
+
+/// A RoCE port (rxe names, no `counters/`) whose healthy error rate is not
+/// zero: retransmits every window. Judged against its own history it must
+/// not be flagged while the baseline is learnt or while it stays at that
+/// rate; a tenfold-plus rise opens one incident within 2 windows, and the
+/// incident resolves once the rate is back.
+#[test]
+fn roce_port_with_noisy_baseline_is_judged_against_its_learnt_history() {
+    let mut e = Engine::default();
+    let mut hw: std::collections::HashMap<String, u64> = [
+        ("sent_pkts", 0u64),
+        ("rcvd_pkts", 0),
+        ("completer_retry_err", 0),
+        ("rcvd_seq_err", 0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut all = Vec::new();
+    let mut opened_at = None;
+    for seq in 1..=40u64 {
+        let faulty = (16..24).contains(&seq);
+        // Healthy: 60k packets and 5–9 retries a window; faulty: a tenth of
+        // the traffic and 40 retries.
+        let (pkts, retries) = if faulty {
+            (6_000, 40)
+        } else {
+            (60_000, 5 + seq % 5)
+        };
+        *hw.get_mut("sent_pkts").unwrap() += pkts;
+        *hw.get_mut("rcvd_pkts").unwrap() += pkts / 50;
+        *hw.get_mut("completer_retry_err").unwrap() += retries;
+        *hw.get_mut("rcvd_seq_err").unwrap() += retries / 2;
+        let w = Window {
+            origin: Some(Origin {
+                hostname: "guest".into(),
+                instance: "g1".into(),
+                ..Origin::default()
+            }),
+            seq,
+            end_unix_ms: 1_800_000_000_000 + seq as i64 * 2000,
+            ib_ports: vec![IbPort {
+                hca: "rxe0".into(),
+                port: 1,
+                state: 4,
+                phys_state: 5,
+                hw_counters: hw.clone(),
+                link_layer: "Ethernet".into(),
+                ..IbPort::default()
+            }],
+            ..Window::default()
+        };
+        let ups = e.ingest(&w);
+        if opened_at.is_none() && ups.iter().any(|u| u.state == "opened") {
+            opened_at = Some(seq);
+        }
+        all.extend(ups);
+    }
+    assert_eq!(
+        opened(&all),
+        [("ib_link_degraded".to_string(), "guest/rxe0/1".to_string())],
+        "{all:#?}"
+    );
+    assert!(
+        opened_at.is_some_and(|s| (16..=17).contains(&s)),
+        "opened at {opened_at:?}"
+    );
+    let o = all.iter().find(|u| u.state == "opened").unwrap();
+    assert!(
+        o.evidence
+            .iter()
+            .any(|e| e.starts_with("completer_retry_err +40")),
+        "{:?}",
+        o.evidence
+    );
+    assert!(
+        o.evidence
+            .iter()
+            .any(|e| e.contains("x this port's own baseline")),
+        "{:?}",
+        o.evidence
+    );
+    let resolved: Vec<_> = all.iter().filter(|u| u.state == "resolved").collect();
+    assert_eq!(resolved.len(), 1, "{all:#?}");
+    assert_eq!(resolved[0].incident_id, o.incident_id);
 }

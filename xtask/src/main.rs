@@ -4,6 +4,7 @@
 //!   which embeds it) and the release binaries in one step.
 //! - `cargo xtask run [-- ARGS]` builds, then runs the collector on this host.
 //! - `cargo xtask test` runs every test of the workspace.
+//! - `cargo xtask rdma-vm` runs the real-RDMA scenario in a soft-RoCE guest.
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
@@ -11,6 +12,8 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
+
+mod rdma_vm;
 
 #[derive(Debug, Parser)]
 #[command(name = "xtask")]
@@ -43,6 +46,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Real RDMA end to end: boot a QEMU guest with Debian's kernel and
+    /// soft-RoCE (rdma_rxe), run perftest traffic, packet loss, a link flap and
+    /// a killed peer under faultline's collector and correlator, and check what
+    /// they saw (pass/fail table, guest log and JSON in target/rdma-vm/).
+    RdmaVm(rdma_vm::Args),
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -90,6 +98,7 @@ fn main() -> Result<()> {
             run(c)
         }
         Cmd::Test { args } => test(&args),
+        Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::BenchDetect { args } => {
             let mut c = cargo();
             c.args(["build", "--release", "-p", "correlator"]);

@@ -482,12 +482,10 @@ fn attach_verbs(ebpf: &mut Ebpf, opts: &ProbeOptions, status: &mut Vec<ProbeStat
         );
         status.push(ProbeStatus { name, state });
     };
-    let lib = opts.verbs_library.clone().or_else(|| {
-        crate::cuda_lib::find_in_ld_cache("libibverbs.so.1").or_else(|| {
-            let p = std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
-            p.is_file().then_some(p)
-        })
-    });
+    let lib = opts
+        .verbs_library
+        .clone()
+        .or_else(|| crate::cuda_lib::find_system_library("libibverbs.so.1"));
     match &lib {
         Some(lib) if lib.is_file() => {
             let r = attach_one(
@@ -522,7 +520,10 @@ fn attach_verbs(ebpf: &mut Ebpf, opts: &ProbeOptions, status: &mut Vec<ProbeStat
         other => {
             let why = match other {
                 Some(p) => format!("verbs.library {} does not exist", p.display()),
-                None => "libibverbs.so.1 not found (ld.so cache, /usr/lib/x86_64-linux-gnu); set verbs.library".into(),
+                None => format!(
+                    "libibverbs.so.1 not found (ld.so cache, {}); set verbs.library",
+                    crate::cuda_lib::SYSTEM_LIB_DIRS.join(", ")
+                ),
             };
             record(
                 status,

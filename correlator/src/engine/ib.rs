@@ -31,6 +31,7 @@ pub const HW_ERROR_COUNTERS: &[&str] = &[
     "local_ack_timeout_err",
     "retry_exceeded_err",
     "rnr_nak_retry_err",
+    "out_of_seq_request",
     "packet_seq_err",
     "out_of_sequence",
     "duplicate_request",
@@ -68,14 +69,21 @@ struct PortState {
     downs: VecDeque<u64>,
     windows: u64,
     resets: u64,
-    /// Own history: EWMA of the error rate over healthy windows.
+    /// Own history: EWMA of the error rate over windows with traffic that
+    /// did not stand out from it.
     baseline: Option<f64>,
+    /// Windows that fed `baseline`.
+    history: u32,
 }
 
 /// EWMA weight of the newest window in a port's own baseline.
 pub const BASELINE_ALPHA: f64 = 0.1;
 /// With fewer peers than this, a port is judged against its own history.
 pub const MIN_PEERS: usize = 4;
+/// Windows with traffic a port's own baseline needs before the port is
+/// judged against it (a link whose healthy error rate is not zero, such as
+/// RoCE with occasional retransmits, must not be flagged while it is learnt).
+pub const WARMUP_WINDOWS: u32 = 3;
 
 /// All ports of the fabric.
 #[derive(Debug, Default)]
@@ -126,6 +134,11 @@ pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
         }
     }
     Ok(map)
+}
+
+/// Error rate above which a port stands out from its own baseline `b`.
+fn own_threshold(b: f64) -> f64 {
+    (b * RATIO_FACTOR).max(RATE_FLOOR)
 }
 
 fn delta_sum(
@@ -248,11 +261,16 @@ impl IbDetector {
                         };
                         let rate = total as f64 / gb.max(0.001);
                         st.rate = Some(rate);
-                        if total < MIN_ERRORS {
+                        // Own history learns from windows with traffic that do not
+                        // stand out from it (all of them while warming up).
+                        let stands_out = total >= MIN_ERRORS
+                            && rate > st.baseline.map_or(RATE_FLOOR, own_threshold);
+                        if gb > 0.0 && (st.history < WARMUP_WINDOWS || !stands_out) {
                             st.baseline = Some(
                                 st.baseline
                                     .map_or(rate, |b| b + BASELINE_ALPHA * (rate - b)),
                             );
+                            st.history = st.history.saturating_add(1);
                         }
                         st.last_errors = total;
                         if total >= MIN_ERRORS {
@@ -296,15 +314,19 @@ impl IbDetector {
                 .map(|v| v.count)
                 .sum();
             for (entity, total, rate, moved) in evidence_errors {
-                let (streak, baseline) = self
+                let (streak, baseline, history) = self
                     .ports
                     .get(&entity)
-                    .map_or((0, None), |s| (s.streak, s.baseline));
-                // Against peers when there are enough, else against the port's own history.
-                let threshold = if n_rates >= MIN_PEERS {
+                    .map_or((0, None, 0), |s| (s.streak, s.baseline, s.history));
+                // Against peers when there are enough, else against the port's own
+                // history once it has one.
+                let by_peers = n_rates >= MIN_PEERS;
+                let threshold = if by_peers {
                     peer_threshold
+                } else if history < WARMUP_WINDOWS {
+                    continue;
                 } else {
-                    baseline.map_or(RATE_FLOOR, |b| (b * RATIO_FACTOR).max(RATE_FLOOR))
+                    baseline.map_or(RATE_FLOOR, own_threshold)
                 };
                 if rate <= threshold || streak < 2 {
                     continue;
@@ -321,7 +343,14 @@ impl IbDetector {
                     .iter()
                     .map(|(n, v)| format!("{n} +{v} this window"))
                     .collect();
-                ev.push(if ratio.is_finite() {
+                ev.push(if !by_peers {
+                    let b = baseline.unwrap_or(0.0);
+                    if b > 0.0 {
+                        format!("{rate:.1} errors/GB, {:.0}x this port's own baseline ({b:.2}/GB over {history} windows); {n_rates} ports are too few to compare with peers", rate / b)
+                    } else {
+                        format!("{rate:.1} errors/GB while this port's own baseline is 0 ({history} windows); {n_rates} ports are too few to compare with peers")
+                    }
+                } else if ratio.is_finite() {
                     format!("{rate:.1} errors/GB, {ratio:.0}x the fabric median ({m:.2}/GB over {} ports)", n_rates)
                 } else {
                     format!("{rate:.1} errors/GB while the fabric median is 0 ({} ports)", n_rates)
@@ -329,7 +358,7 @@ impl IbDetector {
                 ev.push(format!(
                     "{total} errors/window for {streak} consecutive windows"
                 ));
-                if let Some(b) = baseline {
+                if let (true, Some(b)) = (by_peers, baseline) {
                     ev.push(format!("own baseline {b:.2} errors/GB"));
                 }
                 if verbs_errors > 0 {
