@@ -122,6 +122,8 @@ pub enum ProbeState {
     Attached,
     /// Disabled in the configuration.
     Disabled,
+    /// Not needed on this kernel: another probe does its job (the reason says which).
+    Unused(&'static str),
     /// Not available on this host (the reason says what is missing); other probes keep working.
     Inactive(String),
 }
@@ -137,6 +139,7 @@ impl fmt::Display for ProbeStatus {
         match &self.state {
             ProbeState::Attached => write!(f, "{}: attached", self.name),
             ProbeState::Disabled => write!(f, "{}: disabled by configuration", self.name),
+            ProbeState::Unused(why) => write!(f, "{}: not used: {why}", self.name),
             ProbeState::Inactive(why) => write!(f, "{}: inactive: {why}", self.name),
         }
     }
@@ -175,7 +178,9 @@ impl Probes {
 
         let mut status = Vec::with_capacity(PROBES.len());
         for spec in PROBES {
-            let state = if !spec.enabled(opts, block_mode) {
+            let state = if let Some(why) = spec.unused_in(block_mode) {
+                ProbeState::Unused(why)
+            } else if !spec.enabled(opts, block_mode) {
                 ProbeState::Disabled
             } else {
                 match attach(&mut ebpf, &tracefs, spec) {
@@ -192,6 +197,7 @@ impl Probes {
             match &state {
                 ProbeState::Attached => tracing::info!(probe = spec.name, "attached"),
                 ProbeState::Disabled => tracing::info!(probe = spec.name, "disabled"),
+                ProbeState::Unused(why) => tracing::info!(probe = spec.name, why, "not used"),
                 ProbeState::Inactive(why) => {
                     tracing::warn!(probe = spec.name, reason = %why, "probe inactive")
                 }

@@ -40,6 +40,19 @@ impl ProbeSpec {
         };
         family && self.only_in.is_none_or(|m| m == mode)
     }
+
+    /// Why this probe is not used in `mode` (another pair times block I/O).
+    pub fn unused_in(&self, mode: BlockMode) -> Option<&'static str> {
+        match (self.only_in, mode) {
+            (Some(BlockMode::Io), BlockMode::Rq) => Some(
+                "this kernel has no block_io_start/block_io_done (before 6.5); block_rq_issue/block_rq_complete time block I/O",
+            ),
+            (Some(BlockMode::Rq), BlockMode::Io) => {
+                Some("block_io_start/block_io_done time block I/O on this kernel")
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How the block probes time requests, chosen from the tracepoints the kernel has.
