@@ -478,7 +478,7 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
             println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
             wire.events.push(proto::v1::Event {
-                unix_ms: collector::window::unix_ms(now),
+                unix_ms: collector::window::unix_ms(ev.at),
                 kind: "rdma_async".into(),
                 entity: format!("{host}/{}/{}", ev.device, ev.port),
                 detail: ev.name.into(),

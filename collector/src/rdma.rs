@@ -76,6 +76,8 @@ pub struct AsyncEvent {
     /// Port number for port events, otherwise 0.
     pub port: u32,
     pub name: &'static str,
+    /// When the listener received it.
+    pub at: std::time::SystemTime,
 }
 
 /// Names of `enum ibv_event_type`.
@@ -300,6 +302,7 @@ impl Verbs {
                                 event_type: t,
                                 port,
                                 name: event_name(t),
+                                at: std::time::SystemTime::now(),
                             };
                             if tx.send(e).is_err() {
                                 return;

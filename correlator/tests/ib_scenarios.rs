@@ -324,18 +324,52 @@ fn topology_makes_both_ends_of_a_link_one_incident() {
         .contains("is not <host>/<hca>/<port>"));
 }
 
+/// Asserts that the only incident opened is `ib_link_degraded` on `entity`
+/// and returns its opening update.
+fn only_degraded<'a>(all: &'a [CandidateUpdate], entity: &str) -> &'a CandidateUpdate {
+    assert_eq!(
+        opened(all),
+        [("ib_link_degraded".to_string(), entity.to_string())],
+        "{all:#?}"
+    );
+    all.iter().find(|u| u.state == "opened").unwrap()
+}
+
+/// Asserts that some evidence line of `u` satisfies `pred`.
+fn assert_evidence(u: &CandidateUpdate, pred: impl Fn(&str) -> bool) {
+    assert!(u.evidence.iter().any(|e| pred(e)), "{:?}", u.evidence);
+}
+
+/// Counters named `names`, all at 0.
+fn zeroed(names: &[&str]) -> std::collections::HashMap<String, u64> {
+    names.iter().map(|k| (k.to_string(), 0)).collect()
+}
+
+/// A window of a host with one port in state ACTIVE.
+fn one_port_window(host: &str, seq: u64, period_ms: i64, port: IbPort) -> Window {
+    Window {
+        origin: Some(Origin {
+            hostname: host.into(),
+            instance: format!("{host}-1"),
+            ..Origin::default()
+        }),
+        seq,
+        end_unix_ms: 1_800_000_000_000 + seq as i64 * period_ms,
+        ib_ports: vec![IbPort {
+            port: 1,
+            state: 4,
+            phys_state: 5,
+            ..port
+        }],
+        ..Window::default()
+    }
+}
+
 #[test]
 fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
     // One host with one port: no peers to compare with.
     let mut e = Engine::default();
-    let mut counters: std::collections::HashMap<String, u64> = [
-        ("port_rcv_data", 0u64),
-        ("port_xmit_data", 0),
-        ("symbol_error", 0),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut counters = zeroed(&["port_rcv_data", "port_xmit_data", "symbol_error"]);
     let mut all = Vec::new();
     for seq in 1..=12u64 {
         *counters.get_mut("port_rcv_data").unwrap() += WORDS;
@@ -346,22 +380,12 @@ fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
         if seq >= 9 {
             *counters.get_mut("symbol_error").unwrap() += 30;
         }
+        let port = IbPort {
+            hca: "mlx5_0".into(),
+            counters: counters.clone(),
+            ..IbPort::default()
+        };
         let w = Window {
-            origin: Some(Origin {
-                hostname: "solo".into(),
-                instance: "s1".into(),
-                ..Origin::default()
-            }),
-            seq,
-            end_unix_ms: 1_800_000_000_000 + seq as i64 * 1000,
-            ib_ports: vec![IbPort {
-                hca: "mlx5_0".into(),
-                port: 1,
-                state: 4,
-                phys_state: 5,
-                counters: counters.clone(),
-                ..IbPort::default()
-            }],
             verbs: if seq >= 9 {
                 vec![proto::v1::VerbsCompletions {
                     pid: 7,
@@ -373,30 +397,15 @@ fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
             } else {
                 vec![]
             },
-            ..Window::default()
+            ..one_port_window("solo", seq, 1000, port)
         };
         all.extend(e.ingest(&w));
     }
-    assert_eq!(
-        opened(&all),
-        [("ib_link_degraded".to_string(), "solo/mlx5_0/1".to_string())],
-        "{all:#?}"
-    );
-    let o = all.iter().find(|u| u.state == "opened").unwrap();
-    assert!(
-        o.evidence
-            .iter()
-            .any(|e| e.contains("x this port's own baseline")),
-        "{:?}",
-        o.evidence
-    );
-    assert!(
-        o.evidence
-            .iter()
-            .any(|e| e == "4 verbs work completions in error on this host this window"),
-        "{:?}",
-        o.evidence
-    );
+    let o = only_degraded(&all, "solo/mlx5_0/1");
+    assert_evidence(o, |e| e.contains("x this port's own baseline"));
+    assert_evidence(o, |e| {
+        e == "4 verbs work completions in error on this host this window"
+    });
     assert_eq!(o.affected_jobs, ["j1"]);
 }
 
@@ -408,15 +417,12 @@ fn small_fabric_uses_own_history_and_verbs_errors_confirm() {
 #[test]
 fn roce_port_with_noisy_baseline_is_judged_against_its_learnt_history() {
     let mut e = Engine::default();
-    let mut hw: std::collections::HashMap<String, u64> = [
-        ("sent_pkts", 0u64),
-        ("rcvd_pkts", 0),
-        ("completer_retry_err", 0),
-        ("rcvd_seq_err", 0),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut hw = zeroed(&[
+        "sent_pkts",
+        "rcvd_pkts",
+        "completer_retry_err",
+        "rcvd_seq_err",
+    ]);
     let mut all = Vec::new();
     let mut opened_at = None;
     for seq in 1..=40u64 {
@@ -432,55 +438,30 @@ fn roce_port_with_noisy_baseline_is_judged_against_its_learnt_history() {
         *hw.get_mut("rcvd_pkts").unwrap() += pkts / 50;
         *hw.get_mut("completer_retry_err").unwrap() += retries;
         *hw.get_mut("rcvd_seq_err").unwrap() += retries / 2;
-        let w = Window {
-            origin: Some(Origin {
-                hostname: "guest".into(),
-                instance: "g1".into(),
-                ..Origin::default()
-            }),
+        let w = one_port_window(
+            "guest",
             seq,
-            end_unix_ms: 1_800_000_000_000 + seq as i64 * 2000,
-            ib_ports: vec![IbPort {
+            2000,
+            IbPort {
                 hca: "rxe0".into(),
-                port: 1,
-                state: 4,
-                phys_state: 5,
                 hw_counters: hw.clone(),
                 link_layer: "Ethernet".into(),
                 ..IbPort::default()
-            }],
-            ..Window::default()
-        };
+            },
+        );
         let ups = e.ingest(&w);
         if opened_at.is_none() && ups.iter().any(|u| u.state == "opened") {
             opened_at = Some(seq);
         }
         all.extend(ups);
     }
-    assert_eq!(
-        opened(&all),
-        [("ib_link_degraded".to_string(), "guest/rxe0/1".to_string())],
-        "{all:#?}"
-    );
+    let o = only_degraded(&all, "guest/rxe0/1");
     assert!(
         opened_at.is_some_and(|s| (16..=17).contains(&s)),
         "opened at {opened_at:?}"
     );
-    let o = all.iter().find(|u| u.state == "opened").unwrap();
-    assert!(
-        o.evidence
-            .iter()
-            .any(|e| e.starts_with("completer_retry_err +40")),
-        "{:?}",
-        o.evidence
-    );
-    assert!(
-        o.evidence
-            .iter()
-            .any(|e| e.contains("x this port's own baseline")),
-        "{:?}",
-        o.evidence
-    );
+    assert_evidence(o, |e| e.starts_with("completer_retry_err +40"));
+    assert_evidence(o, |e| e.contains("x this port's own baseline"));
     let resolved: Vec<_> = all.iter().filter(|u| u.state == "resolved").collect();
     assert_eq!(resolved.len(), 1, "{all:#?}");
     assert_eq!(resolved[0].incident_id, o.incident_id);

@@ -267,7 +267,7 @@ pub fn judge(log: &str, window_s: u32) -> Report {
         "async_events",
         match (port_err, port_active) {
             (Some(e), Some(a)) => Ok(format!(
-                "{PORT}: IBV_EVENT_PORT_ERR {:.1} s after `ip link set veth0 down`, IBV_EVENT_PORT_ACTIVE {:.1} s after up (window-end stamps)",
+                "{PORT}: IBV_EVENT_PORT_ERR {:.1} s after `ip link set veth0 down`, IBV_EVENT_PORT_ACTIVE {:.1} s after up",
                 (e.0 - down) as f64 / 1000.0,
                 (a.0 - up) as f64 / 1000.0
             )),
