@@ -332,7 +332,9 @@ fn only_degraded<'a>(all: &'a [CandidateUpdate], entity: &str) -> &'a CandidateU
         [("ib_link_degraded".to_string(), entity.to_string())],
         "{all:#?}"
     );
-    all.iter().find(|u| u.state == "opened").unwrap()
+    all.iter()
+        .find(|u| u.state == "opened")
+        .expect("an opened update")
 }
 
 /// Asserts that some evidence line of `u` satisfies `pred`.
