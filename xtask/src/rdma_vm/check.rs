@@ -159,6 +159,13 @@ fn errors(d: &BTreeMap<String, u64>) -> u64 {
     RXE_ERROR_COUNTERS.iter().filter_map(|c| d.get(*c)).sum()
 }
 
+/// Errors per packet moved in a window (retries happen on a healthy
+/// emulated link too; what loss changes is their share of the traffic).
+fn error_rate(d: &BTreeMap<String, u64>) -> f64 {
+    let pkts = d.get("sent_pkts").copied().unwrap_or(0) + d.get("rcvd_pkts").copied().unwrap_or(0);
+    errors(d) as f64 / pkts.max(1) as f64
+}
+
 pub fn judge(log: &str, window_s: u32) -> Report {
     let mut r = Report::default();
     let win_ms = i64::from(window_s) * 1000;
@@ -449,17 +456,16 @@ fn incident(
     let healthy_max = rxe0
         .iter()
         .filter(|(e, _)| *e > t0 + win_ms && *e <= on)
-        .map(|(_, d)| errors(d))
-        .max()
-        .unwrap_or(0);
-    // Counters moved: the first window after the loss started whose error
-    // count exceeds every healthy window's.
+        .map(|(_, d)| error_rate(d))
+        .fold(0.0, f64::max);
+    // Counters moved: the first window after the loss started whose errors
+    // per packet exceed every healthy window's.
     let moved = rxe0
         .iter()
-        .find(|(e, d)| *e > on && errors(d) > healthy_max)
-        .map(|(e, d)| (*e, errors(d)))
+        .find(|(e, d)| *e > on && errors(d) > 0 && error_rate(d) > healthy_max)
+        .map(|(e, d)| (*e, errors(d), error_rate(d)))
         .ok_or_else(|| {
-            format!("rxe0's error counters never exceeded the healthy maximum {healthy_max}")
+            format!("rxe0's errors per packet never exceeded the healthy maximum {healthy_max:.2e}")
         })?;
     let degraded: Vec<&Value> = candidates
         .iter()
@@ -517,9 +523,10 @@ fn incident(
         ));
     }
     Ok(format!(
-        "counters moved in the window ending {:.1} s after netem loss started ({} errors vs healthy max {healthy_max}); incident {id} opened in window {lag_windows} with evidence {named:?}; resolved {:.1} s after the loss was removed",
+        "counters moved in the window ending {:.1} s after netem loss started ({} errors, {:.1e} per packet vs healthy max {healthy_max:.1e}); incident {id} opened in window {lag_windows} with evidence {named:?}; resolved {:.1} s after the loss was removed",
         (moved.0 - on) as f64 / 1000.0,
         moved.1,
+        moved.2,
         (resolved_ts - off) as f64 / 1000.0
     ))
 }
