@@ -80,7 +80,11 @@ pub struct InflightVal {
     /// Bytes completed so far (`block_rq_complete`), moved into the aggregate at done.
     pub bytes: u64,
     pub pid: u32,
-    pub _pad: u32,
+    /// Sectors not yet completed (from the start tracepoint's `nr_sector`;
+    /// 0 = unknown). A partial completion (`blk_update_request()` called for
+    /// part of the request, e.g. a short read that loop requeues) advances the
+    /// request's sector, so the record moves to the new sector with it.
+    pub left_sectors: u32,
 }
 const _: () = assert!(core::mem::size_of::<InflightVal>() == 32);
 

@@ -101,6 +101,9 @@ pub mod stat {
     pub const BENCH_EVENTS: u32 = 18;
     /// Ring-drain benchmark: records lost to a full ring.
     pub const BENCH_RING_FULL: u32 = 19;
+    /// Partial completions of timed block requests (the record followed the
+    /// request's advancing sector).
+    pub const BLOCK_PARTIAL: u32 = 20;
     /// Number of slots.
-    pub const COUNT: u32 = 20;
+    pub const COUNT: u32 = 21;
 }

@@ -54,6 +54,8 @@ static BLK_OFF_DEV: Global<u32> = Global::new(8);
 static BLK_OFF_SECTOR: Global<u32> = Global::new(16);
 #[unsafe(no_mangle)]
 static BLK_OFF_RWBS: Global<u32> = Global::new(34);
+#[unsafe(no_mangle)]
+static BLK_OFF_NR_SECTOR: Global<u32> = Global::new(24);
 // block_rq_complete has its own layout (no `bytes`, has `error`).
 #[unsafe(no_mangle)]
 static BLKC_OFF_DEV: Global<u32> = Global::new(8);
@@ -128,10 +130,13 @@ fn read_rwbs(ctx: &TracePointContext, off: u32) -> Result<u32, u32> {
 fn start(ctx: &TracePointContext) -> Result<u32, u32> {
     let dev = read_u32(ctx, BLK_OFF_DEV.load())?;
     let op = read_rwbs(ctx, BLK_OFF_RWBS.load())?;
-    let sector = if op == op::FLUSH {
-        0
+    let (sector, left_sectors) = if op == op::FLUSH {
+        (0, 0)
     } else {
-        read_u64(ctx, BLK_OFF_SECTOR.load())?
+        (
+            read_u64(ctx, BLK_OFF_SECTOR.load())?,
+            read_u32(ctx, BLK_OFF_NR_SECTOR.load()).unwrap_or(0),
+        )
     };
     let key = InflightKey { dev, op, sector };
     let val = InflightVal {
@@ -139,7 +144,7 @@ fn start(ctx: &TracePointContext) -> Result<u32, u32> {
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         bytes: 0,
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        _pad: 0,
+        left_sectors,
     };
     bump(stat::BLOCK_ISSUED);
     if BLOCK_INFLIGHT
@@ -269,6 +274,36 @@ fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id:
     entry.submit(0);
 }
 
+/// A partial completion of a timed request: adds its bytes to the record
+/// and moves the record to the sector the request continues at (where the
+/// next completion and `block_io_done` will report it). Returns whether the
+/// completion was partial.
+#[inline(always)]
+fn partial(dev: u32, sector: u64, op: u32, nr_sector: u32) -> bool {
+    let ikey = InflightKey { dev, op, sector };
+    // SAFETY: the value is copied out before the entry is moved.
+    let Some(mut r) = (unsafe { BLOCK_INFLIGHT.get(&ikey) }).copied() else {
+        return false;
+    };
+    if nr_sector == 0 || r.left_sectors <= nr_sector {
+        return false;
+    }
+    r.left_sectors -= nr_sector;
+    r.bytes += u64::from(nr_sector) << 9;
+    let next = InflightKey {
+        dev,
+        op,
+        sector: sector + u64::from(nr_sector),
+    };
+    if BLOCK_INFLIGHT.insert(&next, &r, 0).is_err() {
+        bump(stat::BLOCK_START_MAP_FULL);
+        return false;
+    }
+    let _ = BLOCK_INFLIGHT.remove(&ikey);
+    bump(stat::BLOCK_PARTIAL);
+    true
+}
+
 /// Bytes of a completion (what `blk_account_io_completion()` adds to the
 /// stat sectors): kept in the in-flight record and counted at done. Without a
 /// record (request started before attach) they go straight to the aggregate.
@@ -352,6 +387,9 @@ pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
         let bytes = u64::from(nr_sector) << 9;
         // A flush request reports sector -1 here and 0 at issue: key flushes by 0.
         let sector = if op == op::FLUSH { 0 } else { sector };
+        if op != op::FLUSH && partial(dev, sector, op, nr_sector) {
+            return Ok(0);
+        }
         if BLOCK_MODE.load() == MODE_RQ {
             done(dev, sector, op, Some(bytes))
         } else if bytes > 0 {

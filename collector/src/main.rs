@@ -669,6 +669,11 @@ const KERNEL_COUNTERS: &[(&str, &str, u32)] = &[
         stat::BLOCK_UNMATCHED,
     ),
     (
+        "faultline_block_partial_completions_total",
+        "block",
+        stat::BLOCK_PARTIAL,
+    ),
+    (
         "faultline_probe_map_full_total",
         "block_inflight",
         stat::BLOCK_START_MAP_FULL,

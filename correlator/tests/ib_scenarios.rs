@@ -468,3 +468,47 @@ fn roce_port_with_noisy_baseline_is_judged_against_its_learnt_history() {
     assert_eq!(resolved.len(), 1, "{all:#?}");
     assert_eq!(resolved[0].incident_id, o.incident_id);
 }
+
+/// A moderate fault (6–9x the port's noisy baseline) that lasts: the windows
+/// of the fault must not feed the baseline, so the incident stays open for
+/// as long as the fault lasts and resolves only after it.
+#[test]
+fn sustained_moderate_fault_stays_open_until_it_ends() {
+    let mut e = Engine::default();
+    let mut hw = zeroed(&["sent_pkts", "rcvd_pkts", "completer_retry_err"]);
+    let mut all = Vec::new();
+    let mut resolved_at = None;
+    for seq in 1..=50u64 {
+        let faulty = (12..36).contains(&seq);
+        // Healthy: ~0.1 retries per 1000 packets; faulty: 0.6–0.9.
+        let (pkts, retries) = if faulty {
+            (40_000, 24 + seq % 4 * 4)
+        } else {
+            (40_000, 3 + seq % 3)
+        };
+        *hw.get_mut("sent_pkts").unwrap() += pkts;
+        *hw.get_mut("completer_retry_err").unwrap() += retries;
+        let w = one_port_window(
+            "noisy",
+            seq,
+            2000,
+            IbPort {
+                hca: "rxe0".into(),
+                hw_counters: hw.clone(),
+                ..IbPort::default()
+            },
+        );
+        let ups = e.ingest(&w);
+        if ups.iter().any(|u| u.state == "resolved") {
+            resolved_at.get_or_insert(seq);
+        }
+        all.extend(ups);
+    }
+    let o = only_degraded(&all, "noisy/rxe0/1");
+    assert_evidence(o, |e| e.contains("x this port's own baseline"));
+    assert!(
+        resolved_at.is_some_and(|s| s >= 36),
+        "resolved at {resolved_at:?} (the fault lasts until window 35): {all:#?}"
+    );
+    assert_eq!(all.iter().filter(|u| u.state == "opened").count(), 1);
+}

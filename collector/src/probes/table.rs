@@ -154,9 +154,15 @@ pub fn globals(
         let dev = tracefs.field(issue.0, issue.1, "dev")?;
         let sector = tracefs.field(issue.0, issue.1, "sector")?;
         let rwbs = tracefs.field(issue.0, issue.1, "rwbs")?;
+        let nr_sector = tracefs.field(issue.0, issue.1, "nr_sector")?;
         if mode == BlockMode::Io {
             for name in ["block_io_start", "block_io_done"] {
-                for (field, want) in [("dev", dev), ("sector", sector), ("rwbs", rwbs)] {
+                for (field, want) in [
+                    ("dev", dev),
+                    ("sector", sector),
+                    ("rwbs", rwbs),
+                    ("nr_sector", nr_sector),
+                ] {
                     let got = tracefs.field("block", name, field)?;
                     if got != want {
                         return Err(TracefsError::MissingField {
@@ -171,6 +177,7 @@ pub fn globals(
         out.push(("BLK_OFF_DEV", dev.offset));
         out.push(("BLK_OFF_SECTOR", sector.offset));
         out.push(("BLK_OFF_RWBS", rwbs.offset));
+        out.push(("BLK_OFF_NR_SECTOR", nr_sector.offset));
         let c = ("block", "block_rq_complete");
         out.push(("BLKC_OFF_DEV", tracefs.field(c.0, c.1, "dev")?.offset));
         out.push(("BLKC_OFF_SECTOR", tracefs.field(c.0, c.1, "sector")?.offset));

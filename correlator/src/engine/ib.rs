@@ -80,6 +80,14 @@ struct PortState {
 pub const BASELINE_ALPHA: f64 = 0.1;
 /// With fewer peers than this, a port is judged against its own history.
 pub const MIN_PEERS: usize = 4;
+/// Against its own baseline, a port stands out above this multiple of it
+/// (lower than the peer factor: the baseline is the port's own, learnt
+/// from healthy windows only).
+pub const OWN_RATIO_FACTOR: f64 = 5.0;
+/// Windows within this multiple of the baseline feed it; higher ones are
+/// kept out even when they do not (yet) stand out, so that a moderate,
+/// sustained fault cannot raise the baseline it is judged against.
+pub const LEARN_BAND: f64 = 3.0;
 /// Windows with traffic a port's own baseline needs before the port is
 /// judged against it (a link whose healthy error rate is not zero, such as
 /// RoCE with occasional retransmits, must not be flagged while it is learnt).
@@ -138,7 +146,7 @@ pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
 
 /// Error rate above which a port stands out from its own baseline `b`.
 fn own_threshold(b: f64) -> f64 {
-    (b * RATIO_FACTOR).max(RATE_FLOOR)
+    (b * OWN_RATIO_FACTOR).max(RATE_FLOOR)
 }
 
 fn delta_sum(
@@ -261,11 +269,14 @@ impl IbDetector {
                         };
                         let rate = total as f64 / gb.max(0.001);
                         st.rate = Some(rate);
-                        // Own history learns from windows with traffic that do not
-                        // stand out from it (all of them while warming up).
-                        let stands_out = total >= MIN_ERRORS
-                            && rate > st.baseline.map_or(RATE_FLOOR, own_threshold);
-                        if gb > 0.0 && (st.history < WARMUP_WINDOWS || !stands_out) {
+                        // Own history learns from windows with traffic that stay
+                        // near it (all of them while warming up).
+                        let near = total < MIN_ERRORS
+                            || rate
+                                <= st
+                                    .baseline
+                                    .map_or(RATE_FLOOR, |b| (b * LEARN_BAND).max(RATE_FLOOR));
+                        if gb > 0.0 && (st.history < WARMUP_WINDOWS || near) {
                             st.baseline = Some(
                                 st.baseline
                                     .map_or(rate, |b| b + BASELINE_ALPHA * (rate - b)),
