@@ -69,21 +69,21 @@ struct PortState {
     downs: VecDeque<u64>,
     windows: u64,
     resets: u64,
-    /// Own history: EWMA of the error rate over windows with traffic that
+    /// Own history: median error rate of the last `BASELINE_WINDOWS` windows
+    /// with traffic that stayed near it (`recent`), robust to the bursts of a
+    /// noisy link and to a slow start.
     /// did not stand out from it.
     baseline: Option<f64>,
-    /// Windows that fed `baseline`.
+    /// Windows that fed `baseline` (all time).
     history: u32,
+    /// Rates of the latest windows that fed `baseline` (bounded).
+    recent: VecDeque<f64>,
 }
 
-/// EWMA weight of the newest window in a port's own baseline.
-pub const BASELINE_ALPHA: f64 = 0.1;
+/// Windows whose median is a port's own baseline.
+pub const BASELINE_WINDOWS: usize = 16;
 /// With fewer peers than this, a port is judged against its own history.
 pub const MIN_PEERS: usize = 4;
-/// Against its own baseline, a port stands out above this multiple of it
-/// (lower than the peer factor: the baseline is the port's own, learnt
-/// from healthy windows only).
-pub const OWN_RATIO_FACTOR: f64 = 5.0;
 /// Windows within this multiple of the baseline feed it; higher ones are
 /// kept out even when they do not (yet) stand out, so that a moderate,
 /// sustained fault cannot raise the baseline it is judged against.
@@ -146,7 +146,7 @@ pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
 
 /// Error rate above which a port stands out from its own baseline `b`.
 fn own_threshold(b: f64) -> f64 {
-    (b * OWN_RATIO_FACTOR).max(RATE_FLOOR)
+    (b * RATIO_FACTOR).max(RATE_FLOOR)
 }
 
 fn delta_sum(
@@ -277,10 +277,12 @@ impl IbDetector {
                                     .baseline
                                     .map_or(RATE_FLOOR, |b| (b * LEARN_BAND).max(RATE_FLOOR));
                         if gb > 0.0 && (st.history < WARMUP_WINDOWS || near) {
-                            st.baseline = Some(
-                                st.baseline
-                                    .map_or(rate, |b| b + BASELINE_ALPHA * (rate - b)),
-                            );
+                            if st.recent.len() == BASELINE_WINDOWS {
+                                st.recent.pop_front();
+                            }
+                            st.recent.push_back(rate);
+                            let v: Vec<f64> = st.recent.iter().copied().collect();
+                            st.baseline = Some(median(&v));
                             st.history = st.history.saturating_add(1);
                         }
                         st.last_errors = total;
