@@ -68,8 +68,12 @@ for i in all default veth0 veth1; do
 done
 $IP rule add pref 10 to 192.0.2.2 iif lo lookup 100
 $IP rule add pref 11 to 192.0.2.1 iif lo lookup 101
-$IP route add 192.0.2.2 dev veth0 src 192.0.2.1 table 100
-$IP route add 192.0.2.1 dev veth1 src 192.0.2.2 table 101
+# A link going down drops its static routes: called again after `link up`.
+wire_routes() {
+  $IP route replace 192.0.2.2 dev veth0 src 192.0.2.1 table 100
+  $IP route replace 192.0.2.1 dev veth1 src 192.0.2.2 table 101
+}
+wire_routes
 $IP rule del pref 0
 $IP rule add pref 1000 lookup local
 rdma link add rxe0 type rxe netdev veth0
@@ -129,6 +133,7 @@ $IP link set veth0 down
 sleep 4
 step "link up"
 $IP link set veth0 up
+wire_routes
 sleep 6
 
 # Phase 3: the server dies mid-transfer: the client's QP retries, then its
@@ -143,6 +148,9 @@ timeout 60 ib_write_bw -d rxe0 -R --source_ip 192.0.2.1 -D 30 --retry_count=2 -u
 CLI=$!
 echo "=== CLIENT_PID $CLI"
 sleep 5
+# Which device each QP is on (rdma_cm chooses it from the route).
+{ $IP route get 192.0.2.2; rdma resource show qp; rdma resource show cm_id; } > /tmp/qps.txt 2>&1
+section qps /tmp/qps.txt
 step "kill server"
 kill -9 $SRV
 wait $CLI

@@ -424,13 +424,17 @@ fn error_completions(log: &str, windows: &[Value]) -> Result<String, String> {
         .iter()
         .filter_map(|s| by_status.get(*s))
         .sum();
-    // rdma_cm may place the client on either device (it reports its GID).
-    let device = if client_log.contains("255:255:192:00:02:01") {
-        "rxe0"
-    } else {
-        "rxe1"
-    };
-    if errs > 0 {
+    // The client's QP must be on rxe0, so its traffic crossed veth0.
+    let qps = section(log, "qps").unwrap_or("");
+    let device = qps
+        .lines()
+        .find(|l| {
+            l.contains(&format!(" lqpn {qpn} ")) && l.contains(&format!(" pid {client_pid} "))
+        })
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|d| d.split('/').next())
+        .unwrap_or("unknown device");
+    if errs > 0 && device == "rxe0" {
         Ok(format!(
             "client pid {client_pid} QP {qpn:#x} ({device}) after its server was killed: {by_status:?}"
         ))
