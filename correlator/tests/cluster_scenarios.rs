@@ -307,3 +307,66 @@ fn gpu_and_job_confounders_raise_nothing() {
     all.extend(c.run(&mut e, 3));
     assert!(all.is_empty(), "{all:#?}");
 }
+
+/// One host with one disk (no peers): judged against its own history. A
+/// healthy disk with a 4x burst in one window raises nothing; a stall that
+/// lasts and wavers (two windows at 12x the baseline, one at 4x) is one
+/// incident that stays open until the stall ends, because its windows do not
+/// feed the baseline.
+#[test]
+fn lone_disk_is_judged_against_its_own_history() {
+    let mut e = Engine::default();
+    let mut all = Vec::new();
+    let mut resolved_at = None;
+    for seq in 1..=50u64 {
+        let base_ms = 2.0 + (seq % 3) as f64 * 0.2;
+        let lat_ms = match seq {
+            6 => base_ms * 4.0,
+            12..=35 if seq % 3 == 0 => base_ms * 4.0,
+            12..=35 => base_ms * 12.0,
+            _ => base_ms,
+        };
+        let lat = (lat_ms * 1e6) as u64;
+        let w = Window {
+            origin: Some(Origin {
+                hostname: "solo".into(),
+                instance: "solo-1".into(),
+                ..Origin::default()
+            }),
+            seq,
+            end_unix_ms: 1_800_000_000_000 + seq as i64 * 1000,
+            block: vec![BlockStat {
+                device: "sda".into(),
+                op: "write".into(),
+                requests: 200,
+                bytes: 200 << 20,
+                latency_sum_ns: 200 * lat,
+                latency_max_ns: 2 * lat,
+                ..BlockStat::default()
+            }],
+            ..Window::default()
+        };
+        let ups = e.ingest(&w);
+        if ups.iter().any(|u| u.state == "resolved") {
+            resolved_at.get_or_insert(seq);
+        }
+        all.extend(ups);
+    }
+    assert_eq!(
+        opened(&all),
+        [("storage_latency".to_string(), "solo/sda".to_string())],
+        "{all:#?}"
+    );
+    let o = all.iter().find(|u| u.state == "opened").expect("opened");
+    assert!(
+        o.evidence
+            .iter()
+            .any(|e| e.contains("x this device's own baseline")),
+        "{:?}",
+        o.evidence
+    );
+    assert!(
+        resolved_at.is_some_and(|s| s >= 36),
+        "resolved at {resolved_at:?}, the stall lasts until window 35"
+    );
+}

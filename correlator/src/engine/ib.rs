@@ -14,7 +14,7 @@ use proto::v1::Window;
 
 use collector::ib::counters::state_name;
 
-use super::{incidents::Finding, mad, median};
+use super::{baseline::OwnBaseline, incidents::Finding, mad, median};
 
 /// Error counters in `counters/` (IBA PortCounters).
 pub const ERROR_COUNTERS: &[&str] = &[
@@ -69,29 +69,12 @@ struct PortState {
     downs: VecDeque<u64>,
     windows: u64,
     resets: u64,
-    /// Own history: median error rate of the last `BASELINE_WINDOWS` windows
-    /// with traffic that stayed near it (`recent`), robust to the bursts of a
-    /// noisy link and to a slow start.
-    /// did not stand out from it.
-    baseline: Option<f64>,
-    /// Windows that fed `baseline` (all time).
-    history: u32,
-    /// Rates of the latest windows that fed `baseline` (bounded).
-    recent: VecDeque<f64>,
+    /// Own history: error rates of windows with traffic.
+    own: OwnBaseline,
 }
 
-/// Windows whose median is a port's own baseline.
-pub const BASELINE_WINDOWS: usize = 16;
 /// With fewer peers than this, a port is judged against its own history.
 pub const MIN_PEERS: usize = 4;
-/// Windows within this multiple of the baseline feed it; higher ones are
-/// kept out even when they do not (yet) stand out, so that a moderate,
-/// sustained fault cannot raise the baseline it is judged against.
-pub const LEARN_BAND: f64 = 3.0;
-/// Windows with traffic a port's own baseline needs before the port is
-/// judged against it (a link whose healthy error rate is not zero, such as
-/// RoCE with occasional retransmits, must not be flagged while it is learnt).
-pub const WARMUP_WINDOWS: u32 = 3;
 
 /// All ports of the fabric.
 #[derive(Debug, Default)]
@@ -142,11 +125,6 @@ pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
         }
     }
     Ok(map)
-}
-
-/// Error rate above which a port stands out from its own baseline `b`.
-fn own_threshold(b: f64) -> f64 {
-    (b * RATIO_FACTOR).max(RATE_FLOOR)
 }
 
 fn delta_sum(
@@ -271,19 +249,9 @@ impl IbDetector {
                         st.rate = Some(rate);
                         // Own history learns from windows with traffic that stay
                         // near it (all of them while warming up).
-                        let near = total < MIN_ERRORS
-                            || rate
-                                <= st
-                                    .baseline
-                                    .map_or(RATE_FLOOR, |b| (b * LEARN_BAND).max(RATE_FLOOR));
-                        if gb > 0.0 && (st.history < WARMUP_WINDOWS || near) {
-                            if st.recent.len() == BASELINE_WINDOWS {
-                                st.recent.pop_front();
-                            }
-                            st.recent.push_back(rate);
-                            let v: Vec<f64> = st.recent.iter().copied().collect();
-                            st.baseline = Some(median(&v));
-                            st.history = st.history.saturating_add(1);
+                        if gb > 0.0 {
+                            let near = total < MIN_ERRORS || st.own.near(rate, RATE_FLOOR);
+                            st.own.learn(rate, near);
                         }
                         st.last_errors = total;
                         if total >= MIN_ERRORS {
@@ -327,19 +295,19 @@ impl IbDetector {
                 .map(|v| v.count)
                 .sum();
             for (entity, total, rate, moved) in evidence_errors {
-                let (streak, baseline, history) = self
-                    .ports
-                    .get(&entity)
-                    .map_or((0, None, 0), |s| (s.streak, s.baseline, s.history));
+                let Some(st) = self.ports.get(&entity) else {
+                    continue;
+                };
+                let (streak, baseline, history) = (st.streak, st.own.value(), st.own.learnt());
                 // Against peers when there are enough, else against the port's own
                 // history once it has one.
                 let by_peers = n_rates >= MIN_PEERS;
                 let threshold = if by_peers {
                     peer_threshold
-                } else if history < WARMUP_WINDOWS {
+                } else if !st.own.warm() {
                     continue;
                 } else {
-                    baseline.map_or(RATE_FLOOR, own_threshold)
+                    st.own.threshold(RATIO_FACTOR, RATE_FLOOR)
                 };
                 if rate <= threshold || streak < 2 {
                     continue;

@@ -5,6 +5,7 @@
 //! compared with robust statistics (median and MAD of the latest error rate
 //! of every port of the fabric); an incident manager turns detector evidence
 //! into one incident per (kind, entity) episode.
+pub mod baseline;
 pub mod gpu;
 pub mod ib;
 pub mod incidents;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use proto::v1::Window;
 
-use super::{incidents::Finding, mad, median};
+use super::{baseline::OwnBaseline, incidents::Finding, mad, median};
 
 /// Requests per window below which latency is not judged.
 pub const MIN_REQUESTS: u64 = 10;
@@ -18,8 +18,8 @@ pub const MADS: f64 = 6.0;
 struct DevState {
     mean_s: Option<f64>,
     streak: u32,
-    /// Own history: EWMA of the mean latency over normal windows.
-    baseline_s: Option<f64>,
+    /// Own history: mean latencies of windows with enough requests.
+    own: OwnBaseline,
 }
 
 /// With fewer devices than this, a device is judged against its own history.
@@ -73,19 +73,39 @@ impl StorageDetector {
             let Some(st) = self.devs.get_mut(&entity) else {
                 continue;
             };
-            let threshold = if few_peers {
-                st.baseline_s.map_or(FLOOR_S, |b| (b * RATIO).max(FLOOR_S))
+            // Against peers when there are enough, else against the device's
+            // own history once it has one.
+            let threshold = if !few_peers {
+                Some(peer_threshold)
+            } else if st.own.warm() {
+                Some(st.own.threshold(RATIO, FLOOR_S))
             } else {
-                peer_threshold
+                None
             };
-            st.streak = if mean > threshold { st.streak + 1 } else { 0 };
-            if st.streak == 0 {
-                st.baseline_s = Some(st.baseline_s.map_or(mean, |b| b + 0.1 * (mean - b)));
-            }
+            st.streak = match threshold {
+                Some(t) if mean > t => st.streak + 1,
+                _ => 0,
+            };
+            let own = st.own.value();
+            let learnt = st.own.learnt();
+            let near = st.own.near(mean, FLOOR_S);
+            st.own.learn(mean, near);
             if st.streak >= 2 {
+                let compared = match (few_peers, own) {
+                    (true, Some(b)) if b > 0.0 => format!(
+                        "{:.0}x this device's own baseline {:.2} ms over {learnt} windows; {n_means} devices are too few to compare with peers",
+                        mean / b,
+                        b * 1e3
+                    ),
+                    _ => format!(
+                        "{:.0}x the median {:.2} ms of {n_means} devices",
+                        if m > 0.0 { mean / m } else { f64::INFINITY },
+                        m * 1e3
+                    ),
+                };
                 out.push(
                     Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
-                        .with_evidence(format!("mean latency {:.1} ms ({:.0}x the median {:.2} ms of {} devices)", mean * 1e3, if m > 0.0 { mean / m } else { f64::INFINITY }, m * 1e3, n_means))
+                        .with_evidence(format!("mean latency {:.1} ms ({compared})", mean * 1e3))
                         .with_evidence(format!("{req} requests, {bytes} bytes, max {:.1} ms this window", max as f64 / 1e6))
                         .with_jobs(jobs)
                         .with_runbook(format!("slow storage on {entity}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)")),
