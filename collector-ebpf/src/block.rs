@@ -182,17 +182,16 @@ pub(crate) fn add(p: *mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
-/// Counts a finished request (and its latency when it was timed). `bytes`
-/// is added too when `Some` (mode RQ counts bytes and requests in one place).
+/// Counts a finished request (and its latency when it was timed); `rec` is
+/// its in-flight record, looked up by the caller. `bytes` is added too when
+/// `Some` (mode RQ counts bytes and requests in one place).
 #[inline(always)]
-fn done(dev: u32, sector: u64, op: u32, bytes: Option<u64>) -> Result<u32, u32> {
-    let ikey = InflightKey { dev, op, sector };
-    // SAFETY: the value is copied out before the entry is removed.
-    let rec = unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied();
+fn done(ikey: &InflightKey, rec: Option<InflightVal>, bytes: Option<u64>) -> Result<u32, u32> {
+    let InflightKey { dev, op, sector } = *ikey;
     let now = unsafe { bpf_ktime_get_ns() };
     let (cgroup_id, latency, rec_bytes) = match rec {
         Some(r) => {
-            let _ = BLOCK_INFLIGHT.remove(&ikey);
+            let _ = BLOCK_INFLIGHT.remove(ikey);
             (r.cgroup_id, Some(now.saturating_sub(r.issue_ns)), r.bytes)
         }
         None => {
@@ -274,43 +273,39 @@ fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id:
     entry.submit(0);
 }
 
-/// A partial completion of a timed request: adds its bytes to the record
-/// and moves the record to the sector the request continues at (where the
-/// next completion and `block_io_done` will report it). Returns whether the
-/// completion was partial.
+/// A partial completion of the timed request `r` (at `ikey`): adds its
+/// bytes to the record and moves the record to the sector the request
+/// continues at (where the next completion and `block_io_done` will report
+/// it). Returns whether the completion was partial.
 #[inline(always)]
-fn partial(dev: u32, sector: u64, op: u32, nr_sector: u32) -> bool {
-    let ikey = InflightKey { dev, op, sector };
-    // SAFETY: the value is copied out before the entry is moved.
-    let Some(mut r) = (unsafe { BLOCK_INFLIGHT.get(&ikey) }).copied() else {
-        return false;
-    };
-    if nr_sector == 0 || r.left_sectors <= nr_sector {
+fn follow_partial(ikey: &InflightKey, r: *mut InflightVal, nr_sector: u32) -> bool {
+    // SAFETY: `r` is a valid map value pointer; copied before the entry moves.
+    let mut moved = unsafe { *r };
+    if nr_sector == 0 || moved.left_sectors <= nr_sector {
         return false;
     }
-    r.left_sectors -= nr_sector;
-    r.bytes += u64::from(nr_sector) << 9;
+    moved.left_sectors -= nr_sector;
+    moved.bytes += u64::from(nr_sector) << 9;
     let next = InflightKey {
-        dev,
-        op,
-        sector: sector + u64::from(nr_sector),
+        sector: ikey.sector + u64::from(nr_sector),
+        ..*ikey
     };
-    if BLOCK_INFLIGHT.insert(&next, &r, 0).is_err() {
+    if BLOCK_INFLIGHT.insert(&next, &moved, 0).is_err() {
         bump(stat::BLOCK_START_MAP_FULL);
         return false;
     }
-    let _ = BLOCK_INFLIGHT.remove(&ikey);
+    let _ = BLOCK_INFLIGHT.remove(ikey);
     bump(stat::BLOCK_PARTIAL);
     true
 }
 
 /// Bytes of a completion (what `blk_account_io_completion()` adds to the
-/// stat sectors): kept in the in-flight record and counted at done. Without a
-/// record (request started before attach) they go straight to the aggregate.
+/// stat sectors): kept in the in-flight record `rec` and counted at done.
+/// Without a record (request started before attach) they go straight to the
+/// aggregate.
 #[inline(always)]
-fn add_bytes(dev: u32, sector: u64, op: u32, bytes: u64) -> Result<u32, u32> {
-    let ikey = InflightKey { dev, op, sector };
-    if let Some(r) = BLOCK_INFLIGHT.get_ptr_mut(&ikey) {
+fn add_bytes(dev: u32, op: u32, rec: Option<*mut InflightVal>, bytes: u64) -> Result<u32, u32> {
+    if let Some(r) = rec {
         // SAFETY: valid map value pointer; one request completes on one CPU.
         unsafe { (*r).bytes += bytes };
         return Ok(0);
@@ -348,7 +343,10 @@ pub fn block_io_done(ctx: TracePointContext) -> u32 {
         } else {
             read_u64(&ctx, BLK_OFF_SECTOR.load())?
         };
-        done(dev, sector, op, None)
+        let ikey = InflightKey { dev, op, sector };
+        // SAFETY: the value is copied out before `done` removes the entry.
+        let rec = unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied();
+        done(&ikey, rec, None)
     })();
     match r {
         Ok(r) | Err(r) => r,
@@ -387,13 +385,18 @@ pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
         let bytes = u64::from(nr_sector) << 9;
         // A flush request reports sector -1 here and 0 at issue: key flushes by 0.
         let sector = if op == op::FLUSH { 0 } else { sector };
-        if op != op::FLUSH && partial(dev, sector, op, nr_sector) {
-            return Ok(0);
+        let ikey = InflightKey { dev, op, sector };
+        let rec = BLOCK_INFLIGHT.get_ptr_mut(&ikey);
+        if let Some(r) = rec {
+            if op != op::FLUSH && follow_partial(&ikey, r, nr_sector) {
+                return Ok(0);
+            }
         }
         if BLOCK_MODE.load() == MODE_RQ {
-            done(dev, sector, op, Some(bytes))
+            // SAFETY: valid map value pointer, copied before `done` removes it.
+            done(&ikey, rec.map(|r| unsafe { *r }), Some(bytes))
         } else if bytes > 0 {
-            add_bytes(dev, sector, op, bytes)
+            add_bytes(dev, op, rec, bytes)
         } else {
             Ok(0)
         }

@@ -180,7 +180,7 @@ impl Probes {
         for spec in PROBES {
             let state = if let Some(why) = spec.unused_in(block_mode) {
                 ProbeState::Unused(why)
-            } else if !spec.enabled(opts, block_mode) {
+            } else if !spec.enabled(opts) {
                 ProbeState::Disabled
             } else {
                 match attach(&mut ebpf, &tracefs, spec) {

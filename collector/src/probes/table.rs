@@ -33,12 +33,13 @@ pub struct ProbeSpec {
 }
 
 impl ProbeSpec {
-    pub fn enabled(&self, opts: &ProbeOptions, mode: BlockMode) -> bool {
-        let family = match self.family {
+    /// Enabled in the configuration (whether this kernel needs it is
+    /// [`Self::unused_in`]).
+    pub fn enabled(&self, opts: &ProbeOptions) -> bool {
+        match self.family {
             Family::Exec => opts.exec,
             Family::Block => opts.block,
-        };
-        family && self.only_in.is_none_or(|m| m == mode)
+        }
     }
 
     /// Why this probe is not used in `mode` (another pair times block I/O).
