@@ -100,24 +100,8 @@ pub fn kernel(dir: &Path) -> Result<Kernel> {
     fs::create_dir_all(&kdir)?;
     let abs = fs::canonicalize(&kdir)?;
     println!("rdma-vm: downloading {package}");
-    crate::run({
-        let mut c = Command::new("apt-get");
-        c.current_dir(&abs).args(["download", "-q", &package]);
-        c
-    })
-    .or_else(|_| {
-        crate::run({
-            let mut c = Command::new("apt-get");
-            c.args(["update", "-q"]);
-            c
-        })?;
-        crate::run({
-            let mut c = Command::new("apt-get");
-            c.current_dir(&abs).args(["download", "-q", &package]);
-            c
-        })
-    })
-    .context("downloading the guest kernel package")?;
+    super::apt_get(&["download", "-q", &package], &abs)
+        .context("downloading the guest kernel package")?;
     let deb = fs::read_dir(&abs)?
         .flatten()
         .map(|e| e.path())

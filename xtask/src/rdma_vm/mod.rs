@@ -67,9 +67,7 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     if let Some(path) = &args.check_log {
-        let log =
-            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let report = check::judge(&log.replace("\r\n", "\n"), args.window);
+        let report = judge_log(path, args.window)?;
         report.print();
         if !report.passed() {
             bail!("{} of {} checks failed", report.failed(), report.len());
@@ -105,9 +103,7 @@ pub fn run(args: &Args) -> Result<()> {
             true,
         )?;
         let guest_secs = boot.elapsed().as_secs_f64();
-        let log = fs::read_to_string(&log_path)
-            .with_context(|| format!("reading {}", log_path.display()))?;
-        let report = check::judge(&log.replace("\r\n", "\n"), args.window);
+        let report = judge_log(&log_path, args.window)?;
         report.print();
         println!(
             "rdma-vm: attempt {attempt}: guest {guest_secs:.0} s, {} of {} checks passed",
@@ -157,6 +153,13 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// Reads a guest console log and judges it.
+fn judge_log(path: &Path, window: u32) -> Result<check::Report> {
+    let log = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    // A console captured elsewhere may still end its lines with CR LF.
+    Ok(check::judge(&log.replace("\r\n", "\n"), window))
+}
+
 /// Installs the Debian packages that are missing (root needed only then).
 fn ensure_packages() -> Result<()> {
     let missing: Vec<&str> = PACKAGES
@@ -173,21 +176,28 @@ fn ensure_packages() -> Result<()> {
         return Ok(());
     }
     println!("rdma-vm: installing {}", missing.join(" "));
-    let mut c = Command::new("apt-get");
-    c.env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-q", "--no-install-recommends"])
-        .args(&missing);
-    if crate::run(c).is_err() {
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend(&missing);
+    apt_get(&args, Path::new("."))
+        .context("installing the soft-RoCE guest's packages (run as root)")
+}
+
+/// Runs `apt-get ARGS` in `dir`; when that fails (stale or missing package
+/// lists on a fresh machine), runs `apt-get update` and tries once more.
+pub(crate) fn apt_get(args: &[&str], dir: &Path) -> Result<()> {
+    let attempt = || {
+        let mut c = Command::new("apt-get");
+        c.env("DEBIAN_FRONTEND", "noninteractive")
+            .current_dir(dir)
+            .args(args);
+        crate::run(c)
+    };
+    attempt().or_else(|_| {
         let mut u = Command::new("apt-get");
         u.args(["update", "-q"]);
         crate::run(u)?;
-        let mut c = Command::new("apt-get");
-        c.env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing);
-        crate::run(c).context("installing the soft-RoCE guest's packages (run as root)")?;
-    }
-    Ok(())
+        attempt()
+    })
 }
 
 /// QEMU accelerator arguments for `name`.
