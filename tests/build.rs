@@ -1,8 +1,13 @@
 //! Builds the C stand-ins used by the tests and benchmarks with the system C
-//! compiler: the fake `libcuda.so.1` (plain, and with 5-byte-nop entries) and
-//! the `cuda_workload` program. Their paths reach the code through
+//! compiler: the fake `libcuda.so.1` (plain, and with 5-byte-nop entries),
+//! libibverbs provider and `libnvidia-ml.so.1`, and the `cuda_workload` and
+//! `verbs_workload` programs. Their paths reach the code through
 //! `FAULTLINE_STANDINS_DIR`.
-use std::{env, fs, path::PathBuf, process::Command};
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 fn cc(args: &[&str]) {
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -13,91 +18,62 @@ fn cc(args: &[&str]) {
     assert!(status.success(), "{cc} {args:?} failed");
 }
 
+/// Builds the shared library `out` (its soname is its file name) from `src`.
+fn shared_lib(src: &Path, out: &Path, extra: &[&str]) {
+    let soname = format!(
+        "-Wl,-soname,{}",
+        out.file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8 name")
+    );
+    let mut a = vec![
+        "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+    ];
+    a.extend(extra);
+    a.extend([
+        soname.as_str(),
+        "-o",
+        out.to_str().expect("utf-8"),
+        src.to_str().expect("utf-8"),
+    ]);
+    cc(&a);
+}
+
+/// Builds the program `out` from `src` (it loads libraries with dlopen).
+fn program(src: &Path, out: &Path) {
+    cc(&[
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-o",
+        out.to_str().expect("utf-8"),
+        src.to_str().expect("utf-8"),
+        "-ldl",
+    ]);
+}
+
 fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR")).join("standins");
     let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir")).join("standins");
     println!("cargo:rerun-if-changed={}", src.display());
-    for sub in ["plain", "nop5"] {
+    for sub in ["plain", "nop5", "nvml"] {
         fs::create_dir_all(out.join(sub)).expect("mkdir");
     }
-    let lib_src = src.join("fake_libcuda.c");
-    let lib_src = lib_src.to_str().expect("utf-8 path");
-    let common = [
-        "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-    ];
-    let plain = out.join("plain/libcuda.so.1");
-    let nop5 = out.join("nop5/libcuda.so.1");
-    let mut a: Vec<&str> = common.to_vec();
-    a.extend([
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        plain.to_str().expect("utf-8"),
-        lib_src,
-    ]);
-    cc(&a);
-    let mut a: Vec<&str> = common.to_vec();
-    a.extend([
-        "-DNOP5_ENTRY",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        nop5.to_str().expect("utf-8"),
-        lib_src,
-    ]);
-    cc(&a);
-    let wl = out.join("cuda_workload");
-    let wl_src = src.join("cuda_workload.c");
-    cc(&[
-        "-O2",
-        "-g",
-        "-Wall",
-        "-Werror",
-        "-o",
-        wl.to_str().expect("utf-8"),
-        wl_src.to_str().expect("utf-8"),
-        "-ldl",
-    ]);
-    let verbs = out.join("libfakeverbs.so.1");
-    let verbs_src = src.join("fake_verbs.c");
-    cc(&[
-        "-O2",
-        "-g",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-fPIC",
-        "-shared",
-        "-Wl,-soname,libfakeverbs.so.1",
-        "-o",
-        verbs.to_str().expect("utf-8"),
-        verbs_src.to_str().expect("utf-8"),
-    ]);
-    let vw = out.join("verbs_workload");
-    let vw_src = src.join("verbs_workload.c");
-    cc(&[
-        "-O2",
-        "-g",
-        "-Wall",
-        "-Werror",
-        "-o",
-        vw.to_str().expect("utf-8"),
-        vw_src.to_str().expect("utf-8"),
-        "-ldl",
-    ]);
-    let nvml = out.join("nvml/libnvidia-ml.so.1");
-    fs::create_dir_all(out.join("nvml")).expect("mkdir nvml");
-    let nvml_src = src.join("fake_nvml.c");
-    cc(&[
-        "-O2",
-        "-g",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-fPIC",
-        "-shared",
-        "-Wl,-soname,libnvidia-ml.so.1",
-        "-o",
-        nvml.to_str().expect("utf-8"),
-        nvml_src.to_str().expect("utf-8"),
-    ]);
+    let cuda = src.join("fake_libcuda.c");
+    shared_lib(&cuda, &out.join("plain/libcuda.so.1"), &[]);
+    shared_lib(&cuda, &out.join("nop5/libcuda.so.1"), &["-DNOP5_ENTRY"]);
+    program(&src.join("cuda_workload.c"), &out.join("cuda_workload"));
+    shared_lib(
+        &src.join("fake_verbs.c"),
+        &out.join("libfakeverbs.so.1"),
+        &[],
+    );
+    program(&src.join("verbs_workload.c"), &out.join("verbs_workload"));
+    shared_lib(
+        &src.join("fake_nvml.c"),
+        &out.join("nvml/libnvidia-ml.so.1"),
+        &[],
+    );
     println!("cargo:rustc-env=FAULTLINE_STANDINS_DIR={}", out.display());
 }

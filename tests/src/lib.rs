@@ -6,7 +6,8 @@
 use std::{
     fs, io,
     os::unix::fs::MetadataExt,
-    path::PathBuf,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
     sync::{Mutex, MutexGuard},
 };
 
@@ -451,4 +452,30 @@ pub fn bin(name: &str) -> PathBuf {
         .and_then(|p| p.parent())
         .expect("target directory")
         .join(name)
+}
+
+/// The collector reading only the sysfs tree at `sysfs` (probes and NVML
+/// off), closing a window every `window` seconds and streaming it to
+/// `correlator` through the spool `spool`; stdout piped, stderr discarded.
+pub fn streaming_collector(window: &str, correlator: &str, spool: &Path, sysfs: &Path) -> Command {
+    let mut c = Command::new(bin("faultline-collector"));
+    c.args([
+        "--window",
+        window,
+        "--duration",
+        "60",
+        "--quiet",
+        "--no-cuda",
+        "--no-verbs",
+        "--no-nvml",
+        "--no-block",
+    ])
+    .args(["--metrics-addr", "127.0.0.1:0", "--correlator", correlator])
+    .arg("--spool-dir")
+    .arg(spool)
+    .arg("--sysfs-root")
+    .arg(sysfs)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    c
 }

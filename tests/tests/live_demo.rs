@@ -78,25 +78,7 @@ fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
     });
     let sub_lines = lines_of(&mut sub.0);
     let mut col = tests::KillOnDrop(
-        Command::new(bin("faultline-collector"))
-            .args([
-                "--window",
-                "0.2",
-                "--duration",
-                "60",
-                "--quiet",
-                "--no-cuda",
-                "--no-verbs",
-                "--no-nvml",
-                "--no-block",
-            ])
-            .args(["--metrics-addr", "127.0.0.1:0", "--correlator", &url])
-            .arg("--spool-dir")
-            .arg(&spool)
-            .arg("--sysfs-root")
-            .arg(ib.root())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+        tests::streaming_collector("0.2", &url, &spool, ib.root())
             .spawn()
             .expect("collector"),
     );

@@ -59,31 +59,9 @@ struct Collector {
 
 impl Collector {
     fn start(port: u16, spool: &Path, spool_max: u64, sysfs: &Path) -> Self {
-        let mut child = Command::new(bin("faultline-collector"))
-            .args([
-                "--window",
-                "0.1",
-                "--duration",
-                "60",
-                "--quiet",
-                "--no-cuda",
-                "--no-verbs",
-                "--no-nvml",
-                "--no-block",
-            ])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--correlator",
-                &format!("http://127.0.0.1:{port}"),
-            ])
-            .arg("--spool-dir")
-            .arg(spool)
+        let url = format!("http://127.0.0.1:{port}");
+        let mut child = tests::streaming_collector("0.1", &url, spool, sysfs)
             .args(["--spool-max-bytes", &spool_max.to_string()])
-            .arg("--sysfs-root")
-            .arg(sysfs)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .spawn()
             .expect("start the collector");
         let out = child.stdout.take().expect("stdout");
