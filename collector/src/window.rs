@@ -65,6 +65,7 @@ pub fn block(w: &BlockWindow) -> Vec<pb::BlockStat> {
             latency_sum_ns: r.mean_s.map_or(0, |m| (m * 1e9 * r.requests as f64) as u64),
             latency_max_ns: r.max_s.map_or(0, |m| (m * 1e9) as u64),
             hist: Vec::new(),
+            device_class: String::new(),
         })
         .collect()
 }

@@ -6,10 +6,12 @@
 //! of every port of the fabric); an incident manager turns detector evidence
 //! into one incident per (kind, entity) episode.
 pub mod baseline;
+pub mod config;
 pub mod gpu;
 pub mod ib;
 pub mod incidents;
 pub mod node;
+pub mod stats;
 pub mod storage;
 pub mod straggler;
 

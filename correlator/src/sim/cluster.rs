@@ -354,6 +354,7 @@ impl Cluster {
                 latency_sum_ns: 400 * lat,
                 latency_max_ns: 3 * lat,
                 hist: Vec::new(),
+                device_class: String::new(),
             }],
             cuda: if running {
                 (0..GPUS)

@@ -1,0 +1,279 @@
+//! Every detection threshold, with its unit and default, as the `[detect]`
+//! part of the correlator's config file (`faultline-correlator serve
+//! --config FILE`). `docs/detection.md` gives the anchor of each default.
+//!
+//! Defaults come from physics and public operating points (IBTA's BER
+//! limit, NVIDIA UFM/ibdiagnet practice, NVMe/SSD/HDD latency classes), not
+//! from what makes the simulator pass.
+use serde::{Deserialize, Serialize};
+
+/// All detector settings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DetectConfig {
+    pub ib: IbConfig,
+    pub storage: StorageConfig,
+    pub incidents: IncidentConfig,
+}
+
+/// InfiniBand/RoCE link judgement.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct IbConfig {
+    /// Reference bit error rate (errors per bit signalled) a healthy port is
+    /// assumed not to exceed; the floor of the fabric baseline.
+    pub reference_ber: f64,
+    /// Absolute alarm line (errors per bit): a port significantly above it is
+    /// degraded even when the whole fabric is that bad.
+    pub alarm_ber: f64,
+    /// Seconds of history the BER and retry tests sum over (at least one
+    /// window, whatever the window length).
+    pub horizon_s: f64,
+    /// One-sided Poisson tail probability below which a port's errors are
+    /// significant (per port, per window, per test).
+    pub significance: f64,
+    /// Tail probability below which an already degraded port stays degraded
+    /// (hysteresis: looser than `significance`).
+    pub clear_significance: f64,
+    /// Reference transport retries (hw_counters retransmit/timeout/sequence
+    /// errors) per packet sent and received.
+    pub retry_reference_per_packet: f64,
+    /// A port's own history (median of recent normal windows) times this is
+    /// its retry reference, for links that are noisy when healthy
+    /// (emulated RoCE).
+    pub own_history_factor: f64,
+    /// Ports with an estimate needed before the fabric's median is used as a
+    /// baseline.
+    pub min_peers: usize,
+    /// Downs of one port within this many seconds make it flapping.
+    pub flap_horizon_s: f64,
+    /// Downs (state transitions or `link_downed` increments) within
+    /// `flap_horizon_s` that make a port flapping.
+    pub flap_downs: usize,
+}
+
+impl Default for IbConfig {
+    fn default() -> Self {
+        Self {
+            reference_ber: 1e-14,
+            alarm_ber: 1e-12,
+            horizon_s: 60.0,
+            significance: 1e-9,
+            clear_significance: 1e-3,
+            retry_reference_per_packet: 1e-5,
+            own_history_factor: 10.0,
+            min_peers: 4,
+            flap_horizon_s: 600.0,
+            flap_downs: 2,
+        }
+    }
+}
+
+/// Latency floors of one device class, in milliseconds: below them nothing
+/// is slow, whatever its peers do.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClassFloor {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Block device latency judgement.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Requests per window below which a device's latency is not judged.
+    pub min_requests: u64,
+    /// A device is slow when its p50 or p99 is this many times its class
+    /// peers' median …
+    pub peer_ratio: f64,
+    /// … and this many times its own history (once it has one).
+    pub own_ratio: f64,
+    /// Devices of a class needed for a peer comparison; with fewer, a device
+    /// is judged against its own history only.
+    pub min_peers: usize,
+    /// Consecutive slow windows before an incident opens.
+    pub persist_windows: u32,
+    pub nvme: ClassFloor,
+    pub ssd: ClassFloor,
+    pub hdd: ClassFloor,
+    pub network: ClassFloor,
+    /// Loop, device-mapper, zram and unknown devices.
+    pub other: ClassFloor,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            min_requests: 10,
+            peer_ratio: 2.0,
+            own_ratio: 2.5,
+            min_peers: 4,
+            persist_windows: 2,
+            nvme: ClassFloor {
+                p50_ms: 0.2,
+                p99_ms: 2.0,
+            },
+            ssd: ClassFloor {
+                p50_ms: 0.5,
+                p99_ms: 5.0,
+            },
+            hdd: ClassFloor {
+                p50_ms: 10.0,
+                p99_ms: 100.0,
+            },
+            network: ClassFloor {
+                p50_ms: 2.0,
+                p99_ms: 50.0,
+            },
+            other: ClassFloor {
+                p50_ms: 1.0,
+                p99_ms: 20.0,
+            },
+        }
+    }
+}
+
+impl StorageConfig {
+    /// Floors of a wire device class ("nvme", "ssd", "hdd", "network", …).
+    pub fn floor(&self, class: &str) -> ClassFloor {
+        match class {
+            "nvme" => self.nvme,
+            "ssd" => self.ssd,
+            "hdd" => self.hdd,
+            "network" => self.network,
+            _ => self.other,
+        }
+    }
+}
+
+/// From findings to incidents.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct IncidentConfig {
+    /// Seconds without a finding before an incident resolves …
+    pub quiet_s: f64,
+    /// … and at least this many of the host's windows.
+    pub quiet_windows: u32,
+    /// Confidence change worth an `updated`.
+    pub update_delta: f64,
+}
+
+impl Default for IncidentConfig {
+    fn default() -> Self {
+        Self {
+            quiet_s: 30.0,
+            quiet_windows: 2,
+            update_delta: 0.05,
+        }
+    }
+}
+
+/// A setting outside its valid range.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("detect.{key} = {value}: {why}")]
+pub struct InvalidSetting {
+    pub key: &'static str,
+    pub value: String,
+    pub why: &'static str,
+}
+
+impl DetectConfig {
+    /// Checks every value's range; the first bad one is the error.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let prob = |key: &'static str, v: f64| {
+            if v > 0.0 && v < 1.0 {
+                Ok(())
+            } else {
+                Err(InvalidSetting {
+                    key,
+                    value: v.to_string(),
+                    why: "must be a probability strictly between 0 and 1",
+                })
+            }
+        };
+        let pos = |key: &'static str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(InvalidSetting {
+                    key,
+                    value: v.to_string(),
+                    why: "must be a positive number",
+                })
+            }
+        };
+        let ib = &self.ib;
+        prob("ib.reference_ber", ib.reference_ber)?;
+        prob("ib.alarm_ber", ib.alarm_ber)?;
+        if ib.alarm_ber < ib.reference_ber {
+            return Err(InvalidSetting {
+                key: "ib.alarm_ber",
+                value: ib.alarm_ber.to_string(),
+                why: "must not be below ib.reference_ber",
+            });
+        }
+        pos("ib.horizon_s", ib.horizon_s)?;
+        prob("ib.significance", ib.significance)?;
+        prob("ib.clear_significance", ib.clear_significance)?;
+        if ib.clear_significance < ib.significance {
+            return Err(InvalidSetting {
+                key: "ib.clear_significance",
+                value: ib.clear_significance.to_string(),
+                why: "must not be stricter (smaller) than ib.significance",
+            });
+        }
+        prob("ib.retry_reference_per_packet", ib.retry_reference_per_packet)?;
+        pos("ib.own_history_factor", ib.own_history_factor)?;
+        pos("ib.flap_horizon_s", ib.flap_horizon_s)?;
+        if ib.flap_downs < 2 {
+            return Err(InvalidSetting {
+                key: "ib.flap_downs",
+                value: ib.flap_downs.to_string(),
+                why: "must be at least 2 (one down is ib_link_down)",
+            });
+        }
+        let st = &self.storage;
+        pos("storage.peer_ratio", st.peer_ratio)?;
+        pos("storage.own_ratio", st.own_ratio)?;
+        if st.persist_windows == 0 {
+            return Err(InvalidSetting {
+                key: "storage.persist_windows",
+                value: "0".into(),
+                why: "must be at least 1",
+            });
+        }
+        for (key, f) in [
+            ("storage.nvme", st.nvme),
+            ("storage.ssd", st.ssd),
+            ("storage.hdd", st.hdd),
+            ("storage.network", st.network),
+            ("storage.other", st.other),
+        ] {
+            pos(key, f.p50_ms)?;
+            pos(key, f.p99_ms)?;
+        }
+        pos("incidents.quiet_s", self.incidents.quiet_s)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_named() {
+        DetectConfig::default().validate().unwrap();
+        let mut c = DetectConfig::default();
+        c.ib.alarm_ber = 1e-16;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "ib.alarm_ber");
+        let mut c = DetectConfig::default();
+        c.ib.significance = 0.0;
+        assert_eq!(c.validate().unwrap_err().key, "ib.significance");
+        let mut c = DetectConfig::default();
+        c.ib.flap_downs = 1;
+        assert_eq!(c.validate().unwrap_err().key, "ib.flap_downs");
+    }
+}
