@@ -148,11 +148,17 @@ pub fn quantile_ns(hist: &[u64; LAT_BUCKETS], q: f64) -> Option<f64> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockRow {
     pub device: String,
+    /// Latency class of the device (see [`Names::device_class`]).
+    pub device_class: &'static str,
     pub op: &'static str,
     /// cgroup path of the submitter (`/` root, `?` unknown).
     pub cgroup: String,
     pub requests: u64,
     pub bytes: u64,
+    /// Requests whose issue was seen, so whose latency is known (≤ `requests`).
+    pub timed: u64,
+    /// log2 latency histogram of the window's timed requests (sums to `timed`).
+    pub hist: [u64; LAT_BUCKETS],
     pub iops: f64,
     pub bytes_per_sec: f64,
     pub p50_s: Option<f64>,
@@ -199,10 +205,13 @@ impl BlockWindow {
             let q = |p: f64| quantile_ns(&d.hist, p).map(|v| to_s(v.min(max_ns)));
             rows.push(BlockRow {
                 cgroup: names.cgroup(k.cgroup_id),
+                device_class: names.device_class(k.dev),
                 device,
                 op,
                 requests: d.requests,
                 bytes: d.bytes,
+                timed: d.timed,
+                hist: d.hist,
                 iops: d.requests as f64 / seconds,
                 bytes_per_sec: d.bytes as f64 / seconds,
                 p50_s: q(0.50),
@@ -253,7 +262,7 @@ impl BlockWindow {
 pub struct Names {
     sysfs_root: PathBuf,
     cgroup_root: PathBuf,
-    devices: HashMap<u32, String>,
+    devices: HashMap<u32, Device>,
     cgroups: HashMap<u64, String>,
     /// cgroup ids not found at the last scan, so a miss does not rescan every window.
     cgroup_misses: HashMap<u64, Instant>,
@@ -281,20 +290,24 @@ impl Names {
     /// Kernel name of a block device (`loop3`, `nvme0n1`) from
     /// `<sysfs>/dev/block/MAJ:MIN`; `MAJ:MIN` when it cannot be resolved.
     pub fn device(&mut self, dev: u32) -> String {
-        if let Some(n) = self.devices.get(&dev) {
-            return n.clone();
-        }
-        let (ma, mi) = dev_major_minor(dev);
-        let link = self.sysfs_root.join(format!("dev/block/{ma}:{mi}"));
-        let name = fs::read_link(&link)
-            .ok()
-            .and_then(|t| t.file_name().map(|f| f.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| format!("{ma}:{mi}"));
-        if self.devices.len() >= MAX_DEVICES {
+        self.resolve(dev).name.clone()
+    }
+
+    /// Latency class of a block device: `nvme`, `hdd`, `ssd`, `network`,
+    /// `virtual`, or `""` when sysfs does not tell. A partition takes the
+    /// class of its disk.
+    pub fn device_class(&mut self, dev: u32) -> &'static str {
+        self.resolve(dev).class
+    }
+
+    fn resolve(&mut self, dev: u32) -> &Device {
+        if self.devices.len() >= MAX_DEVICES && !self.devices.contains_key(&dev) {
             self.devices.clear();
         }
-        self.devices.insert(dev, name.clone());
-        name
+        let root = &self.sysfs_root;
+        self.devices
+            .entry(dev)
+            .or_insert_with(|| Device::read(root, dev))
     }
 
     /// cgroup v2 path (relative to the cgroup root, starting with `/`) of a
@@ -327,6 +340,74 @@ impl Names {
         self.cgroups.clear();
         let root = self.cgroup_root.clone();
         walk_cgroups(&root, &root, &mut self.cgroups, 0);
+    }
+}
+
+/// A block device as sysfs describes it.
+#[derive(Debug)]
+struct Device {
+    name: String,
+    class: &'static str,
+}
+
+impl Device {
+    /// Follows `<sysfs>/dev/block/MAJ:MIN` to the device's directory (e.g.
+    /// `../../devices/pci…/nvme0n1/nvme0n1p1`). A partition's directory has a
+    /// `partition` file and no `queue/`; its parent is the disk's.
+    fn read(sysfs_root: &Path, dev: u32) -> Self {
+        let (ma, mi) = dev_major_minor(dev);
+        let link = sysfs_root.join(format!("dev/block/{ma}:{mi}"));
+        let resolved = fs::read_link(&link).ok().and_then(|target| {
+            let name = target.file_name()?.to_string_lossy().into_owned();
+            let dir = link.parent()?.join(&target);
+            let disk_dir = if dir.join("partition").exists() {
+                dir.parent()?.to_path_buf()
+            } else {
+                dir
+            };
+            let disk = disk_dir.file_name()?.to_string_lossy().into_owned();
+            let rotational = fs::read_to_string(disk_dir.join("queue/rotational"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u8>().ok());
+            Some(Self {
+                name,
+                class: device_class(&disk, &target, rotational),
+            })
+        });
+        resolved.unwrap_or_else(|| Self {
+            name: format!("{ma}:{mi}"),
+            class: "",
+        })
+    }
+}
+
+/// Latency class from the disk's kernel name, its sysfs path and
+/// `queue/rotational`. Names decide first: loop devices, for one, report
+/// whatever rotational their backing file's device has.
+fn device_class(disk: &str, path: &Path, rotational: Option<u8>) -> &'static str {
+    const NETWORK: [&str; 2] = ["nbd", "rbd"];
+    const VIRTUAL: [&str; 5] = ["loop", "dm-", "md", "zram", "ram"];
+    let named = |prefixes: &[&str]| prefixes.iter().any(|p| disk.starts_with(p));
+    // iSCSI disks sit under their session (`…/host2/session1/target2:0:0/…`);
+    // Ceph RBD devices on the `rbd` bus (`…/devices/rbd/0/block/rbd0`).
+    let network_path = path.components().any(|c| {
+        let c = c.as_os_str().to_string_lossy();
+        c == "rbd"
+            || c.strip_prefix("session")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if disk.starts_with("nvme") {
+        "nvme"
+    } else if named(&NETWORK) || network_path {
+        "network"
+    } else if named(&VIRTUAL) {
+        "virtual"
+    } else {
+        match rotational {
+            Some(1) => "hdd",
+            Some(0) => "ssd",
+            _ => "",
+        }
     }
 }
 
@@ -513,6 +594,111 @@ mod tests {
         fs::remove_dir_all(&root).unwrap();
     }
 
+    /// Adds a device at `<sys>/devices/<path>` and its `dev/block/MAJ:MIN`
+    /// link. `queue` is the disk's `queue/rotational`, `"part"` for a
+    /// partition (a `partition` file, no `queue/`), `""` for neither.
+    fn fake_device(sys: &Path, dev: u32, path: &str, queue: &str) {
+        let dir = sys.join("devices").join(path);
+        fs::create_dir_all(&dir).unwrap();
+        match queue {
+            "part" => fs::write(dir.join("partition"), "1\n").unwrap(),
+            "" => {}
+            r => {
+                fs::create_dir_all(dir.join("queue")).unwrap();
+                fs::write(dir.join("queue/rotational"), format!("{r}\n")).unwrap();
+            }
+        }
+        let (ma, mi) = dev_major_minor(dev);
+        let link = sys.join(format!("dev/block/{ma}:{mi}"));
+        std::os::unix::fs::symlink(format!("../../devices/{path}"), link).unwrap();
+    }
+
+    #[test]
+    fn device_classes_from_a_fake_sysfs() {
+        let root = std::env::temp_dir().join(format!("faultline-class-{}", std::process::id()));
+        let sys = root.join("sys");
+        fs::create_dir_all(sys.join("dev/block")).unwrap();
+        let cases = [
+            ("pci0000:00/0000:00:1d.0/nvme/nvme0/nvme0n1", "0", "nvme"),
+            (
+                "pci0000:00/0000:00:1d.0/nvme/nvme0/nvme0n1/nvme0n1p1",
+                "part",
+                "nvme",
+            ),
+            (
+                "pci0000:00/ata1/host0/target0:0:0/0:0:0:0/block/sda",
+                "1",
+                "hdd",
+            ),
+            // The partition has no queue/: its class is its disk's.
+            (
+                "pci0000:00/ata1/host0/target0:0:0/0:0:0:0/block/sda/sda1",
+                "part",
+                "hdd",
+            ),
+            (
+                "pci0000:00/ata2/host1/target1:0:0/1:0:0:0/block/sdb",
+                "0",
+                "ssd",
+            ),
+            (
+                "pci0000:00/ata2/host1/target1:0:0/1:0:0:0/block/sdb/sdb2",
+                "part",
+                "ssd",
+            ),
+            // iSCSI: a spinning sd disk behind a session is network storage.
+            (
+                "platform/host3/session1/target3:0:0/3:0:0:0/block/sdc",
+                "1",
+                "network",
+            ),
+            ("virtual/block/nbd0", "0", "network"),
+            ("rbd/0/block/rbd0", "0", "network"),
+            // Names decide before rotational: this loop's backing disk spins.
+            ("virtual/block/loop3", "1", "virtual"),
+            ("virtual/block/loop4/loop4p1", "part", "virtual"),
+            ("virtual/block/dm-0", "0", "virtual"),
+            ("virtual/block/md0", "0", "virtual"),
+            ("virtual/block/zram0", "0", "virtual"),
+            ("virtual/block/ram0", "0", "virtual"),
+            // No readable queue/rotational and no telling name: unknown.
+            ("pci0000:00/0000:00:02.0/virtio1/block/vda", "", ""),
+        ];
+        for (i, (path, queue, _)) in cases.iter().enumerate() {
+            fake_device(&sys, make_dev(8, i as u32), path, queue);
+        }
+        let mut n = Names::new(&sys, "/nonexistent");
+        for (i, (path, _, class)) in cases.iter().enumerate() {
+            let dev = make_dev(8, i as u32);
+            let name = path.rsplit('/').next().unwrap();
+            assert_eq!(
+                (n.device(dev).as_str(), n.device_class(dev)),
+                (name, *class)
+            );
+        }
+        // No dev/block link: the number stands in for the name, class unknown.
+        let gone = make_dev(259, 9);
+        assert_eq!(
+            (n.device(gone).as_str(), n.device_class(gone)),
+            ("259:9", "")
+        );
+        // Classes are cached with the names: gone from sysfs, still known.
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(n.device_class(make_dev(8, 3)), "hdd");
+        let mut unreadable = Names::new("/nonexistent", "/nonexistent");
+        assert_eq!(unreadable.device_class(make_dev(8, 0)), "");
+    }
+
+    #[test]
+    fn device_cache_is_bounded() {
+        let mut n = Names::new("/nonexistent", "/nonexistent");
+        for mi in 0..(MAX_DEVICES as u32 + 10) {
+            assert_eq!(n.device_class(make_dev(8, mi)), "");
+        }
+        assert!(n.devices.len() <= MAX_DEVICES, "{}", n.devices.len());
+        assert_eq!(n.device(make_dev(8, 5)), "8:5");
+    }
+
     #[test]
     fn window_rows_and_prometheus_text() {
         let t0 = Instant::now();
@@ -543,6 +729,9 @@ mod tests {
         assert!((r.iops - 5.0).abs() < 1e-9);
         assert!((r.bytes_per_sec - 20480.0).abs() < 1e-9);
         assert!(r.p99_s.unwrap() <= r.max_s.unwrap());
+        assert_eq!((r.timed, r.device_class), (10, ""));
+        assert_eq!(r.hist[collector_common::block::lat_bucket(1000)], 10);
+        assert_eq!(r.hist.iter().sum::<u64>(), 10);
         assert_eq!(w.unclassified, vec![("7:3".to_string(), 2)]);
         assert_eq!(w.inflight, vec![("7:3".to_string(), 2)]);
 

@@ -64,10 +64,16 @@ pub fn block(w: &BlockWindow) -> Vec<pb::BlockStat> {
             bytes: r.bytes,
             latency_sum_ns: r.mean_s.map_or(0, |m| (m * 1e9 * r.requests as f64) as u64),
             latency_max_ns: r.max_s.map_or(0, |m| (m * 1e9) as u64),
-            hist: Vec::new(),
-            device_class: String::new(),
+            hist: trim_trailing_zeros(&r.hist).to_vec(),
+            device_class: r.device_class.to_string(),
         })
         .collect()
+}
+
+/// The histogram up to its last non-empty bucket (empty when all are zero).
+fn trim_trailing_zeros(hist: &[u64]) -> &[u64] {
+    let len = hist.iter().rposition(|&c| c > 0).map_or(0, |b| b + 1);
+    &hist[..len]
 }
 
 /// Per (pid, device) CUDA activity between two snapshots.
@@ -143,4 +149,52 @@ pub fn verbs(
 pub fn unix_ms(t: std::time::SystemTime) -> i64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use collector_common::block::{lat_bucket, op, BlockKey, BlockStats};
+
+    use super::*;
+    use crate::storage::{make_dev, BlockSnapshot, Names};
+
+    #[test]
+    fn block_rows_carry_the_timed_requests_histogram_trimmed() {
+        let key = BlockKey {
+            dev: make_dev(7, 3),
+            op: op::WRITE,
+            cgroup_id: 0,
+        };
+        // 10 requests, of which 6 were timed (issued before the probes
+        // attached, the other 4 have no latency).
+        let mut s = BlockStats::ZERO;
+        s.requests = 10;
+        s.bytes = 10 * 4096;
+        for l in [300, 900, 1_000, 1_500, 70_000, 2_000_000] {
+            s.timed += 1;
+            s.latency_sum_ns += l;
+            s.latency_max_ns = s.latency_max_ns.max(l);
+            s.hist[lat_bucket(l)] += 1;
+        }
+        let t0 = Instant::now();
+        let prev = BlockSnapshot::empty(t0);
+        let mut cur = BlockSnapshot::empty(t0 + Duration::from_secs(1));
+        cur.stats.insert(key, s);
+        let mut names = Names::new("/nonexistent", "/nonexistent");
+        let w = BlockWindow::between(&prev, &cur, &mut names);
+        let rows = block(&w);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.requests, w.rows[0].timed), (10, 6));
+        assert_eq!(r.hist.iter().sum::<u64>(), 6);
+        // 2 ms is in bucket 20 = [2^20, 2^21) ns: 21 buckets, the last non-empty.
+        assert_eq!(r.hist.len(), lat_bucket(2_000_000) + 1);
+        assert_eq!(r.hist.len(), 21);
+        assert_eq!(r.hist[lat_bucket(1_000)], 2);
+        assert_eq!(r.hist[..], w.rows[0].hist[..21]);
+        assert_eq!(r.device_class, "");
+        assert!(trim_trailing_zeros(&[0; 4]).is_empty());
+    }
 }

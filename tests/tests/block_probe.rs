@@ -1,6 +1,7 @@
 //! Block probes against real I/O on a loop device: faultline's counts and
 //! bytes per op must equal the kernel's own accounting in
-//! `/sys/block/loopN/stat` over the same interval.
+//! `/sys/block/loopN/stat` over the same interval, and its window rows must
+//! reach the wire with the device's class and latency histogram.
 use collector::{
     probes::{ProbeOptions, Probes},
     storage::{make_dev, quantile_ns, BlockWindow, Names},
@@ -101,5 +102,19 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
         }
         assert!(ours.iops > 0.0 && ours.bytes_per_sec > 0.0, "{ours:?}");
         assert_eq!(ours.bytes, issued.write_bytes);
+
+        // On the wire: a loop device is "virtual", and each row's histogram
+        // (trimmed of empty tail buckets) counts its timed requests, which
+        // here are all of them: every request was issued after the attach.
+        let wire = collector::window::block(&win);
+        let wire: Vec<_> = wire.iter().filter(|b| b.device == lo.name).collect();
+        assert_eq!(wire.len(), rows.len());
+        for (b, row) in wire.iter().zip(&rows) {
+            assert_eq!((b.op.as_str(), &b.job), (row.op, &row.cgroup));
+            assert_eq!(b.device_class, "virtual", "{b:?}");
+            assert_eq!(row.timed, b.requests, "{b:?}");
+            assert_eq!(b.hist.iter().sum::<u64>(), row.timed, "{b:?}");
+            assert_ne!(b.hist.last(), Some(&0), "{b:?}");
+        }
     });
 }
