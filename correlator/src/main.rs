@@ -35,7 +35,13 @@ enum Command {
         /// `<host>/<hca>/<port>`; both ends of a link become one entity.
         #[arg(long, value_name = "FILE")]
         topology: Option<std::path::PathBuf>,
+        /// Config file (TOML): detection thresholds under `[detect.ib]`,
+        /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md).
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
     },
+    /// Check a config file and print the effective settings (defaults filled in) as TOML.
+    CheckConfig { file: std::path::PathBuf },
     /// Run a simulated cluster (collectors' streaming code, this correlator, a
     /// subscriber) with injected faults, printing candidates live.
     Sim(correlator::sim::SimArgs),
@@ -70,7 +76,18 @@ enum Command {
         /// Count and skip invalid lines instead of stopping at the first.
         #[arg(long)]
         skip_invalid: bool,
+        /// Config file with detection thresholds, as for `serve`.
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
     },
+}
+
+/// Detection settings from `--config`, defaults without one.
+fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::DetectConfig> {
+    match path {
+        Some(p) => Ok(correlator::engine::config::load(p)?),
+        None => Ok(correlator::engine::DetectConfig::default()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -108,21 +125,21 @@ async fn run(cli: Cli) -> Result<()> {
             record,
             max_windows_per_sec,
             topology,
+            config,
         } => {
-            let engine = match &topology {
+            let cfg = detect_config(config.as_deref())?;
+            let map = match &topology {
                 Some(p) => {
                     let text = std::fs::read_to_string(p)
                         .with_context(|| format!("reading the topology {}", p.display()))?;
                     let map = correlator::engine::ib::parse_topology(&text)
                         .map_err(|e| anyhow::anyhow!("topology {}: {e}", p.display()))?;
                     tracing::info!(links = map.len(), "fabric topology loaded");
-                    correlator::engine::Engine {
-                        ib: correlator::engine::ib::IbDetector::with_topology(map),
-                        ..correlator::engine::Engine::default()
-                    }
+                    map
                 }
-                None => correlator::engine::Engine::default(),
+                None => std::collections::HashMap::new(),
             };
+            let engine = correlator::engine::Engine::new(&cfg, map);
             let state = match &record {
                 Some(p) => ingest::IngestState::with_log(p)?,
                 None => ingest::IngestState::default(),
@@ -208,8 +225,20 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Sim(args) => {
             correlator::sim::run(args).await?;
         }
-        Command::Replay { file, skip_invalid } => {
-            let mut engine = correlator::engine::Engine::default();
+        Command::CheckConfig { file } => {
+            let cfg = correlator::engine::config::load(&file)?;
+            let text = toml::to_string(&correlator::engine::config::FileConfig { detect: cfg })
+                .context("printing the settings")?;
+            println!("# {}: valid; effective settings\n{text}", file.display());
+        }
+        Command::Replay {
+            file,
+            skip_invalid,
+            config,
+        } => {
+            let cfg = detect_config(config.as_deref())?;
+            let mut engine =
+                correlator::engine::Engine::new(&cfg, std::collections::HashMap::new());
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             let stats = correlator::replay::replay(&file, &mut engine, skip_invalid, &mut out)?;

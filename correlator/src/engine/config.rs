@@ -223,7 +223,10 @@ impl DetectConfig {
                 why: "must not be stricter (smaller) than ib.significance",
             });
         }
-        prob("ib.retry_reference_per_packet", ib.retry_reference_per_packet)?;
+        prob(
+            "ib.retry_reference_per_packet",
+            ib.retry_reference_per_packet,
+        )?;
         pos("ib.own_history_factor", ib.own_history_factor)?;
         pos("ib.flap_horizon_s", ib.flap_horizon_s)?;
         if ib.flap_downs < 2 {
@@ -258,6 +261,54 @@ impl DetectConfig {
     }
 }
 
+/// The correlator's config file: `[detect.ib]`, `[detect.storage]` and
+/// `[detect.incidents]` tables; every key optional (defaults above).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    pub detect: DetectConfig,
+}
+
+/// Why the config file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config file {path}: {source}")]
+    Invalid {
+        path: String,
+        source: InvalidSetting,
+    },
+}
+
+/// Parses and validates a config file's text (`path` names it in errors).
+pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
+    let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_string(),
+        message: e.to_string(),
+    })?;
+    f.detect.validate().map_err(|source| ConfigError::Invalid {
+        path: path.to_string(),
+        source,
+    })?;
+    Ok(f.detect)
+}
+
+/// Reads, parses and validates a config file.
+pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    parse(&text, &shown)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +326,22 @@ mod tests {
         let mut c = DetectConfig::default();
         c.ib.flap_downs = 1;
         assert_eq!(c.validate().unwrap_err().key, "ib.flap_downs");
+    }
+
+    #[test]
+    fn file_sets_keys_and_names_mistakes() {
+        let c = parse(
+            "[detect.ib]\nreference_ber = 1e-15\n[detect.storage.nvme]\np50_ms = 0.3\np99_ms = 3.0\n",
+            "x.toml",
+        )
+        .unwrap();
+        assert_eq!(c.ib.reference_ber, 1e-15);
+        assert_eq!(c.ib.alarm_ber, 1e-12);
+        assert_eq!(c.storage.nvme.p50_ms, 0.3);
+        let e = parse("[detect.ib]\nreference_bear = 1e-15\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("reference_bear"), "{e}");
+        let e = parse("[detect.ib]\nsignificance = 2.0\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("detect.ib.significance = 2"), "{e}");
+        assert_eq!(parse("", "x.toml").unwrap(), DetectConfig::default());
     }
 }

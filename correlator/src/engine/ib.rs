@@ -1,22 +1,38 @@
-//! InfiniBand link detectors: `ib_link_degraded` (error counters rising
-//! relative to traffic and to the fabric's other ports), `ib_link_down`
-//! (a port that was active is not), `ib_link_flapping` (repeated down/up).
+//! InfiniBand/RoCE link detectors, in physical units.
 //!
-//! Confounders handled here: counter resets (a counter going down makes that
-//! window unknown, never a negative or huge rate), collector restarts (entity
-//! state is keyed by port name, counters continue), cluster-wide shifts (a port
-//! must stand out from the fabric's median by a robust margin), job ends
-//! (no traffic, no errors: nothing), one-off single errors (a minimum count
-//! for consecutive windows).
-use std::collections::{BTreeMap, HashMap, VecDeque};
+//! - `ib_link_degraded`: a port's bit error rate (errors ÷ bits signalled:
+//!   the link's rate × the time it was ACTIVE, idle or not, because physical
+//!   errors happen on idle links too) is significantly above a reference
+//!   BER, per counter family, by a Poisson test over the latest window and
+//!   over the last `horizon_s` seconds (however many windows that is). The
+//!   reference is the fabric's median BER, floored at `reference_ber` and
+//!   capped at the absolute alarm line `alarm_ber`. Transport retries
+//!   (`hw_counters`) are judged per packet against their own reference.
+//!   Once degraded, a port stays degraded while its errors stay significant
+//!   at the looser `clear_significance` (hysteresis), or while a counter it
+//!   was judged on is saturated.
+//! - `ib_link_down`: a port that was ACTIVE is not, or `link_downed` moved
+//!   while both samples saw ACTIVE (a down and up shorter than the window).
+//!   The incident stays open for `flap_horizon_s` after the down, so that a
+//!   second down turns it into …
+//! - `ib_link_flapping`: `flap_downs` downs within `flap_horizon_s`; the
+//!   incident manager turns the open `ib_link_down` incident into this kind
+//!   (same id).
+//!
+//! Counter semantics: a counter going down is a reset (that window of that
+//! counter is unknown, never a negative or huge count); a legacy counter at
+//! its maximum is saturated (its delta into the maximum is a lower bound,
+//! afterwards it is unknown, never "no errors"); windows with a down are
+//! left out of the BER (errors during link training are the down's symptom).
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use proto::v1::Window;
 
-use collector::ib::counters::state_name;
+use collector::ib::counters::{state_name, COUNTERS};
 
-use super::{baseline::OwnBaseline, incidents::Finding, mad, median};
+use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, stats};
 
-/// Error counters in `counters/` (IBA PortCounters).
+/// Physical-layer error counter families in `counters/` (IBA PortCounters).
 pub const ERROR_COUNTERS: &[&str] = &[
     "symbol_error",
     "link_error_recovery",
@@ -25,8 +41,10 @@ pub const ERROR_COUNTERS: &[&str] = &[
     "port_rcv_remote_physical_errors",
     "excessive_buffer_overrun_errors",
 ];
+const FAMILIES: usize = 6;
 
-/// Retransmit/timeout counters in `hw_counters/` (mlx5 and rxe names).
+/// Transport retransmit/timeout/sequence counters in `hw_counters/` (mlx5
+/// and rxe names), judged per packet.
 pub const HW_ERROR_COUNTERS: &[&str] = &[
     "local_ack_timeout_err",
     "retry_exceeded_err",
@@ -39,54 +57,127 @@ pub const HW_ERROR_COUNTERS: &[&str] = &[
     "completer_retry_err",
 ];
 
-/// Minimum errors per window for a port to count as erroring (one-off single
-/// errors are normal on large fabrics).
-pub const MIN_ERRORS: u64 = 3;
-/// A port's error rate must exceed the fabric median by this many MADs …
-pub const MAD_FACTOR: f64 = 6.0;
-/// … and by this factor.
-pub const RATIO_FACTOR: f64 = 10.0;
-/// Floor of the error rate (errors per GB) below which nothing is anomalous.
-pub const RATE_FLOOR: f64 = 0.5;
-/// Down transitions within `FLAP_WINDOWS` windows that make a link flapping.
-pub const FLAP_TRANSITIONS: usize = 3;
-pub const FLAP_WINDOWS: usize = 30;
+/// IBA port state ACTIVE.
+const ACTIVE: u32 = 4;
+/// Bound of a port's sample history (the horizon is in seconds; this caps
+/// it for very short windows).
+const MAX_SAMPLES: usize = 3600;
+/// Bound of a port's remembered downs.
+const MAX_DOWNS: usize = 64;
 
-/// A port with errors this window: (entity, errors, errors/GB, counters that moved).
-type Erroring = (String, u64, f64, Vec<(String, u64)>);
+/// Saturation value of a legacy counter (`2^bits - 1`), `None` for 64-bit.
+fn saturation(name: &str) -> Option<u64> {
+    COUNTERS
+        .iter()
+        .find(|c| c.file == name)
+        .filter(|c| c.bits < 64)
+        .map(|c| (1u64 << c.bits) - 1)
+}
+
+/// One window of one port, as the tests need it.
+#[derive(Clone, Debug, Default)]
+struct Sample {
+    secs: f64,
+    /// Bits signalled while ACTIVE (rate × seconds), 0 when unknown.
+    bits: f64,
+    /// Errors per physical family; `None` when unknown (reset, saturated,
+    /// missing).
+    errors: [Option<u64>; FAMILIES],
+    /// Transport retries and packets, when both are known.
+    retries: Option<(u64, u64)>,
+    /// Bytes sent and received, when known, and the link's rate.
+    bytes: Option<u64>,
+    rate_bytes: u64,
+}
 
 #[derive(Debug, Default)]
 struct PortState {
     counters: BTreeMap<String, u64>,
     hw: BTreeMap<String, u64>,
     state: Option<u32>,
-    /// Latest error rate (errors per GB of traffic), `None` when unknown.
-    rate: Option<f64>,
-    last_errors: u64,
-    /// Consecutive erroring windows.
-    streak: u32,
-    /// Window indexes of ACTIVE→not-ACTIVE transitions (bounded).
-    downs: VecDeque<u64>,
-    windows: u64,
+    last_end_ms: Option<i64>,
+    samples: VecDeque<Sample>,
+    /// Window ends of downs (state transitions and `link_downed` moves).
+    downs: VecDeque<i64>,
+    /// Counters seen at their maximum.
+    saturated: BTreeSet<String>,
+    /// Hysteresis: opened and not yet cleared.
+    degraded: bool,
+    /// Horizon BER estimate (max over families), for the fabric median.
+    ber: Option<f64>,
+    /// Horizon retries per packet, for the fabric median.
+    retry_ratio: Option<f64>,
+    /// Own history of retries per packet (windows with packets).
+    own_retry: OwnBaseline,
     resets: u64,
-    /// Own history: error rates of windows with traffic.
-    own: OwnBaseline,
 }
 
-/// With fewer peers than this, a port is judged against its own history.
-pub const MIN_PEERS: usize = 4;
+/// Sums of a port's samples over the horizon and over its latest window.
+#[derive(Debug, Default)]
+struct Sums {
+    /// Per family: (errors, bits) over the horizon, and the latest window's.
+    horizon: [(u64, f64); FAMILIES],
+    window: [(u64, f64); FAMILIES],
+    retries_h: (u64, u64),
+    retries_w: (u64, u64),
+    secs: f64,
+    window_secs: f64,
+}
+
+fn sums(samples: &VecDeque<Sample>) -> Sums {
+    let mut s = Sums::default();
+    let last = samples.len().saturating_sub(1);
+    for (i, x) in samples.iter().enumerate() {
+        s.secs += x.secs;
+        if i == last {
+            s.window_secs = x.secs;
+        }
+        for f in 0..FAMILIES {
+            if let (Some(e), true) = (x.errors[f], x.bits > 0.0) {
+                s.horizon[f].0 += e;
+                s.horizon[f].1 += x.bits;
+                if i == last {
+                    s.window[f] = (e, x.bits);
+                }
+            }
+        }
+        if let Some((r, p)) = x.retries {
+            s.retries_h.0 += r;
+            s.retries_h.1 += p;
+            if i == last {
+                s.retries_w = (r, p);
+            }
+        }
+    }
+    s
+}
+
+/// The link's rate over the horizon (bits per second) of family `f`, so
+/// that `bits / rate` is the seconds the family was known.
+fn reference_rate_bits(s: &Sums, f: usize) -> f64 {
+    let (_, bw) = s.window[f];
+    let secs = s.window_secs;
+    if bw > 0.0 && secs > 0.0 {
+        bw / secs
+    } else {
+        1.0
+    }
+}
+
+/// Fabric baselines computed once per time slot: (slot end, median BER,
+/// median retries per packet, ports with a BER, ports with a retry ratio).
+type Fabric = (i64, f64, f64, usize, usize);
 
 /// All ports of the fabric.
 #[derive(Debug, Default)]
 pub struct IbDetector {
+    cfg: IbConfig,
     ports: HashMap<String, PortState>,
     by_host: HashMap<String, Vec<String>>,
     /// Port entity → link name, from the fabric topology: both ends of a
     /// link report under one entity.
     topology: HashMap<String, String>,
-    /// Peer summary (window end, median, MAD, ports) computed once per window
-    /// time slot, not once per host: O(ports) per slot.
-    peers: Option<(i64, f64, f64, usize)>,
+    fabric: Option<Fabric>,
 }
 
 /// Parses a topology file: one link per line, `LINK ENDPOINT [ENDPOINT]`,
@@ -127,34 +218,76 @@ pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
     Ok(map)
 }
 
+/// Delta of one counter between snapshots: `None` when either side is
+/// missing or it went down (reset).
+fn delta(prev: &BTreeMap<String, u64>, cur: &HashMap<String, u64>, name: &str) -> Option<u64> {
+    let (c, p) = (cur.get(name)?, prev.get(name)?);
+    c.checked_sub(*p)
+}
+
+/// Sum of the deltas of `names` present on both sides; `None` on a reset
+/// of any of them or when none is present.
 fn delta_sum(
     prev: &BTreeMap<String, u64>,
-    cur: &std::collections::HashMap<String, u64>,
+    cur: &HashMap<String, u64>,
     names: &[&str],
-) -> Option<(u64, Vec<(String, u64)>)> {
-    let mut total = 0u64;
-    let mut moved = Vec::new();
+) -> Option<u64> {
+    let mut total = None;
     for n in names {
-        let (Some(&c), Some(&p)) = (cur.get(*n), prev.get(*n)) else {
-            continue;
-        };
-        if c < p {
-            return None; // reset: this window is unknown
+        if let (Some(c), Some(p)) = (cur.get(*n), prev.get(*n)) {
+            total = Some(total.unwrap_or(0) + c.checked_sub(*p)?);
         }
-        if c > p {
-            moved.push(((*n).to_string(), c - p));
-        }
-        total += c - p;
     }
-    Some((total, moved))
+    total
+}
+
+/// Median of `v` in place (O(n)); `None` for empty.
+fn median_of(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let n = v.len();
+    let (_, m, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *m;
+    if n % 2 == 1 {
+        return Some(hi);
+    }
+    let lo = v[..n / 2].iter().copied().fold(f64::MIN, f64::max);
+    Some((lo + hi) / 2.0)
+}
+
+/// `1.2e-12` style.
+fn sci(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else {
+        format!("{x:.1e}")
+    }
+}
+
+/// What one port's tests found this window.
+struct Verdict {
+    /// Smallest doubled tail probability over the tests, and the family
+    /// (or "transport retries") it came from.
+    p: f64,
+    source: String,
+    evidence: Vec<String>,
+    /// BER estimate of the most significant physical family.
+    ber: Option<f64>,
+    reference: f64,
 }
 
 impl IbDetector {
-    pub fn with_topology(topology: HashMap<String, String>) -> Self {
+    pub fn new(cfg: IbConfig, topology: HashMap<String, String>) -> Self {
         Self {
+            cfg,
             topology,
             ..Self::default()
         }
+    }
+
+    pub fn with_topology(topology: HashMap<String, String>) -> Self {
+        Self::new(IbConfig::default(), topology)
     }
 
     /// Entities (ports) known on a host.
@@ -179,93 +312,210 @@ impl IbDetector {
             .collect()
     }
 
+    /// Fabric medians, recomputed at most once per half window of event
+    /// time (hosts' window ends differ by their clocks): O(ports) per slot.
+    fn fabric(&mut self, end_ms: i64, len_ms: i64) -> Fabric {
+        if let Some(f) = self.fabric {
+            if (end_ms - f.0).abs() < (len_ms / 2).max(1) {
+                return f;
+            }
+        }
+        let mut bers: Vec<f64> = self.ports.values().filter_map(|s| s.ber).collect();
+        let mut retries: Vec<f64> = self.ports.values().filter_map(|s| s.retry_ratio).collect();
+        let f = (
+            end_ms,
+            median_of(&mut bers).unwrap_or(0.0),
+            median_of(&mut retries).unwrap_or(0.0),
+            bers.len(),
+            retries.len(),
+        );
+        self.fabric = Some(f);
+        f
+    }
+
     /// Updates the host's ports from a window and returns findings for them.
     pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
-        let mut evidence_errors: Vec<Erroring> = Vec::new();
+        let cfg = self.cfg.clone();
+        let len_ms = if w.start_unix_ms > 0 && w.end_unix_ms > w.start_unix_ms {
+            w.end_unix_ms - w.start_unix_ms
+        } else {
+            1000
+        };
         let mut findings = Vec::new();
         let mut names = Vec::new();
+        // Ports whose tests ran this window: judged after the fabric medians
+        // include this window's estimates.
+        let mut judged: Vec<(String, u32)> = Vec::new();
         for p in &w.ib_ports {
             let entity = format!("{host}/{}/{}", p.hca, p.port);
             names.push(entity.clone());
             let st = self.ports.entry(entity.clone()).or_default();
-            st.windows += 1;
             let first = st.counters.is_empty() && st.hw.is_empty();
-            // Link state.
-            if let Some(prev) = st.state {
-                if prev == 4 && p.state != 4 {
-                    st.downs.push_back(st.windows);
-                    findings.push(Finding::new("ib_link_down", &entity, 0.95)
-                        .with_evidence(format!("state ACTIVE -> {} (phys_state {})", state_name(p.state), p.phys_state))
-                        .with_jobs(jobs)
-                        .with_runbook(format!("check the cable and switch port of {} port {}: `ibstat {} {}`, `mlxlink -d {} -p {}`, switch logs", p.hca, p.port, p.hca, p.port, p.hca, p.port)));
+            let secs = match st.last_end_ms {
+                Some(prev) if w.end_unix_ms > prev => (w.end_unix_ms - prev) as f64 / 1000.0,
+                _ => len_ms as f64 / 1000.0,
+            }
+            .clamp(0.001, 3600.0);
+            st.last_end_ms = Some(w.end_unix_ms);
+
+            // Downs: a transition seen by state sampling, or link_downed
+            // moving (which also reveals downs shorter than the window).
+            let was_active = st.state == Some(ACTIVE);
+            let is_active = p.state == ACTIVE;
+            let transition = u64::from(was_active && !is_active);
+            let downed = if first {
+                0
+            } else {
+                delta(&st.counters, &p.counters, "link_downed").unwrap_or(0)
+            };
+            let downs = transition.max(downed.min(MAX_DOWNS as u64));
+            for _ in 0..downs {
+                if st.downs.len() == MAX_DOWNS {
+                    st.downs.pop_front();
                 }
+                st.downs.push_back(w.end_unix_ms);
             }
-            if p.state != 4 && st.state.is_some_and(|s| s != 4) && !st.downs.is_empty() {
-                // still down: keep the incident alive
-                findings.push(
-                    Finding::new("ib_link_down", &entity, 0.95)
-                        .with_evidence(format!("state {} since window", state_name(p.state)))
-                        .with_jobs(jobs),
-                );
-            }
+            let horizon_ms = (cfg.flap_horizon_s * 1000.0) as i64;
             while st
                 .downs
                 .front()
-                .is_some_and(|&d| st.windows - d > FLAP_WINDOWS as u64)
+                .is_some_and(|&d| w.end_unix_ms - d > horizon_ms)
             {
                 st.downs.pop_front();
             }
-            if st.downs.len() >= FLAP_TRANSITIONS {
+            let runbook_cable = format!("check the cable and switch port of {} port {}: `ibstat {} {}`, `mlxlink -d {} -p {}`, switch logs", p.hca, p.port, p.hca, p.port, p.hca, p.port);
+            let mut state_finding = false;
+            if st.downs.len() >= cfg.flap_downs {
+                state_finding = true;
                 findings.push(
                     Finding::new("ib_link_flapping", &entity, 0.9)
-                        .with_evidence(format!("{} down transitions in the last {FLAP_WINDOWS} windows", st.downs.len()))
+                        .with_evidence(format!(
+                            "{} downs in the last {:.0} s (link_downed and state sampling); state now {}",
+                            st.downs.len(), cfg.flap_horizon_s, state_name(p.state)
+                        ))
                         .with_jobs(jobs)
                         .with_runbook(format!("a flapping link usually means a bad cable or transceiver: `mlxlink -d {} -p {} -m`, replace the cable", p.hca, p.port)),
                 );
+            } else if !is_active && (transition > 0 || !st.downs.is_empty() || was_active) {
+                state_finding = true;
+                findings.push(
+                    Finding::new("ib_link_down", &entity, 0.95)
+                        .with_evidence(format!(
+                            "state {} (phys_state {}){}",
+                            state_name(p.state),
+                            p.phys_state,
+                            if transition > 0 { ", was ACTIVE" } else { "" }
+                        ))
+                        .with_jobs(jobs)
+                        .with_runbook(runbook_cable.clone()),
+                );
+            } else if !st.downs.is_empty() {
+                // Up again (or down and up within the window): the incident
+                // stays open through the flap horizon, so a second down is
+                // the same incident.
+                state_finding = true;
+                let evidence = if downs > 0 && is_active {
+                    format!("link_downed +{downed} while both samples saw ACTIVE: down and up within the window")
+                } else {
+                    format!(
+                        "ACTIVE again; {} down(s) in the last {:.0} s, watching for flaps",
+                        st.downs.len(),
+                        cfg.flap_horizon_s
+                    )
+                };
+                findings.push(
+                    Finding::new("ib_link_down", &entity, 0.7)
+                        .with_evidence(evidence)
+                        .with_jobs(jobs)
+                        .with_runbook(runbook_cable.clone()),
+                );
             }
             st.state = Some(p.state);
-            // Error counters relative to traffic.
+
             if !first {
-                let errs = delta_sum(&st.counters, &p.counters, ERROR_COUNTERS);
-                let hw = delta_sum(&st.hw, &p.hw_counters, HW_ERROR_COUNTERS);
-                let traffic = delta_sum(
+                let mut sample = Sample {
+                    secs,
+                    ..Sample::default()
+                };
+                // Bits signalled while ACTIVE: windows with a down are the
+                // down's, not the BER's.
+                let rate_bits = p.rate_bytes_per_sec as f64 * 8.0;
+                if downs == 0 && was_active && is_active && rate_bits > 0.0 {
+                    sample.bits = rate_bits * secs;
+                }
+                let mut reset = false;
+                for (f, name) in ERROR_COUNTERS.iter().enumerate() {
+                    let (Some(&c), Some(&prev)) = (p.counters.get(*name), st.counters.get(*name))
+                    else {
+                        continue;
+                    };
+                    let max = saturation(name);
+                    if c < prev {
+                        reset = true;
+                        st.saturated.remove(*name);
+                        continue;
+                    }
+                    if max == Some(c) {
+                        let newly = st.saturated.insert((*name).to_string());
+                        // Into the maximum: a lower bound, still evidence.
+                        // Stuck at it: unknown.
+                        if newly && c > prev {
+                            sample.errors[f] = Some(c - prev);
+                        }
+                        continue;
+                    }
+                    st.saturated.remove(*name);
+                    sample.errors[f] = Some(c - prev);
+                }
+                let retries = delta_sum(&st.hw, &p.hw_counters, HW_ERROR_COUNTERS);
+                let packets = delta_sum(
                     &st.counters,
                     &p.counters,
-                    &["port_rcv_data", "port_xmit_data"],
-                );
-                match (errs, hw, traffic) {
-                    (Some((e, mut moved)), Some((h, hmoved)), Some((t, _))) => {
-                        moved.extend(hmoved);
-                        let total = e + h;
-                        let gb = (t as f64 * 4.0) / 1e9;
-                        // Without counters/ traffic (rxe), use packets from hw_counters.
-                        let gb = if gb > 0.0 {
-                            gb
-                        } else {
-                            delta_sum(&st.hw, &p.hw_counters, &["sent_pkts", "rcvd_pkts"])
-                                .map_or(0.0, |(pk, _)| pk as f64 * 4096.0 / 1e9)
-                        };
-                        let rate = total as f64 / gb.max(0.001);
-                        st.rate = Some(rate);
-                        // Own history learns from windows with traffic that stay
-                        // near it (all of them while warming up).
-                        if gb > 0.0 {
-                            let near = total < MIN_ERRORS || st.own.near(rate, RATE_FLOOR);
-                            st.own.learn(rate, near);
-                        }
-                        st.last_errors = total;
-                        if total >= MIN_ERRORS {
-                            st.streak += 1;
-                            evidence_errors.push((entity.clone(), total, rate, moved));
-                        } else {
-                            st.streak = 0;
-                        }
+                    &["port_xmit_packets", "port_rcv_packets"],
+                )
+                .filter(|&n| n > 0)
+                .or_else(|| delta_sum(&st.hw, &p.hw_counters, &["sent_pkts", "rcvd_pkts"]));
+                match (retries, packets) {
+                    (Some(r), Some(pk)) if pk > 0 => sample.retries = Some((r, pk)),
+                    (None, _) if !p.hw_counters.is_empty() && !st.hw.is_empty() => reset = true,
+                    _ => {}
+                }
+                if reset {
+                    st.resets += 1;
+                }
+                // Traffic (data counters are in 4-byte words), for evidence.
+                sample.bytes = delta_sum(
+                    &st.counters,
+                    &p.counters,
+                    &["port_xmit_data", "port_rcv_data"],
+                )
+                .map(|words| words.saturating_mul(4));
+                sample.rate_bytes = p.rate_bytes_per_sec;
+                if st.samples.len() == MAX_SAMPLES {
+                    st.samples.pop_front();
+                }
+                st.samples.push_back(sample);
+                // Keep the shortest suffix that spans the horizon.
+                let mut total: f64 = st.samples.iter().map(|s| s.secs).sum();
+                while st.samples.len() > 1
+                    && st
+                        .samples
+                        .front()
+                        .is_some_and(|s| total - s.secs >= cfg.horizon_s)
+                {
+                    if let Some(s) = st.samples.pop_front() {
+                        total -= s.secs;
                     }
-                    _ => {
-                        st.resets += 1;
-                        st.rate = None;
-                        st.streak = 0;
-                    }
+                }
+                let s = sums(&st.samples);
+                st.ber = (0..FAMILIES)
+                    .filter(|&f| s.horizon[f].1 > 0.0)
+                    .map(|f| s.horizon[f].0 as f64 / s.horizon[f].1)
+                    .reduce(f64::max);
+                st.retry_ratio =
+                    (s.retries_h.1 > 0).then(|| s.retries_h.0 as f64 / s.retries_h.1 as f64);
+                if !state_finding {
+                    judged.push((entity.clone(), p.port));
                 }
             }
             st.counters = p.counters.iter().map(|(k, v)| (k.clone(), *v)).collect();
@@ -274,19 +524,8 @@ impl IbDetector {
         if !names.is_empty() {
             self.by_host.insert(host.to_string(), names);
         }
-        // Peer comparison over the latest rate of every port of the fabric.
-        if !evidence_errors.is_empty() {
-            let (m, d, n_rates) = match self.peers {
-                Some((ts, m, d, n)) if ts == w.end_unix_ms => (m, d, n),
-                _ => {
-                    let rates: Vec<f64> = self.ports.values().filter_map(|s| s.rate).collect();
-                    let m = median(&rates);
-                    let d = mad(&rates, m);
-                    self.peers = Some((w.end_unix_ms, m, d, rates.len()));
-                    (m, d, rates.len())
-                }
-            };
-            let peer_threshold = (m + MAD_FACTOR * d).max(m * RATIO_FACTOR).max(RATE_FLOOR);
+        if !judged.is_empty() {
+            let fabric = self.fabric(w.end_unix_ms, len_ms);
             // Verbs completions in error on this host confirm a link problem.
             let verbs_errors: u64 = w
                 .verbs
@@ -294,72 +533,10 @@ impl IbDetector {
                 .filter(|v| v.status != "IBV_WC_SUCCESS")
                 .map(|v| v.count)
                 .sum();
-            for (entity, total, rate, moved) in evidence_errors {
-                let Some(st) = self.ports.get(&entity) else {
-                    continue;
-                };
-                let (streak, baseline, history) = (st.streak, st.own.value(), st.own.learnt());
-                // Against peers when there are enough, else against the port's own
-                // history once it has one.
-                let by_peers = n_rates >= MIN_PEERS;
-                let threshold = if by_peers {
-                    peer_threshold
-                } else if !st.own.warm() {
-                    continue;
-                } else {
-                    st.own.threshold(RATIO_FACTOR, RATE_FLOOR)
-                };
-                if rate <= threshold || streak < 2 {
-                    continue;
+            for (entity, port) in judged {
+                if let Some(f) = self.judge(&entity, port, fabric, verbs_errors, jobs) {
+                    findings.push(f);
                 }
-
-                let ratio = if m > 0.0 { rate / m } else { f64::INFINITY };
-                let confirmed = if verbs_errors > 0 { 0.05 } else { 0.0 };
-                let confidence = (0.6
-                    + 0.1 * (rate / threshold).log10().max(0.0)
-                    + 0.05 * f64::from(streak.min(4))
-                    + confirmed)
-                    .min(0.99);
-                let mut ev: Vec<String> = moved
-                    .iter()
-                    .map(|(n, v)| format!("{n} +{v} this window"))
-                    .collect();
-                ev.push(if !by_peers {
-                    let b = baseline.unwrap_or(0.0);
-                    if b > 0.0 {
-                        format!("{rate:.1} errors/GB, {:.0}x this port's own baseline ({b:.2}/GB over {history} windows); {n_rates} ports are too few to compare with peers", rate / b)
-                    } else {
-                        format!("{rate:.1} errors/GB while this port's own baseline is 0 ({history} windows); {n_rates} ports are too few to compare with peers")
-                    }
-                } else if ratio.is_finite() {
-                    format!("{rate:.1} errors/GB, {ratio:.0}x the fabric median ({m:.2}/GB over {} ports)", n_rates)
-                } else {
-                    format!("{rate:.1} errors/GB while the fabric median is 0 ({} ports)", n_rates)
-                });
-                ev.push(format!(
-                    "{total} errors/window for {streak} consecutive windows"
-                ));
-                if let (true, Some(b)) = (by_peers, baseline) {
-                    ev.push(format!("own baseline {b:.2} errors/GB"));
-                }
-                if verbs_errors > 0 {
-                    ev.push(format!(
-                        "{verbs_errors} verbs work completions in error on this host this window"
-                    ));
-                }
-                let (hca, port) = entity
-                    .rsplit_once('/')
-                    .and_then(|(a, p)| {
-                        a.rsplit_once('/')
-                            .map(|(_, h)| (h.to_string(), p.to_string()))
-                    })
-                    .unwrap_or_default();
-                findings.push(
-                    Finding::new("ib_link_degraded", &entity, confidence)
-                        .with_evidence_list(ev)
-                        .with_jobs(jobs)
-                        .with_runbook(format!("link error rate rising: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")),
-                );
             }
         }
         for f in &mut findings {
@@ -369,5 +546,221 @@ impl IbDetector {
             }
         }
         findings
+    }
+
+    /// Runs a port's tests on its history; a finding when it is (or stays)
+    /// degraded.
+    fn judge(
+        &mut self,
+        entity: &str,
+        port: u32,
+        fabric: Fabric,
+        verbs_errors: u64,
+        jobs: &[String],
+    ) -> Option<Finding> {
+        let cfg = &self.cfg;
+        let st = self.ports.get_mut(entity)?;
+        let s = sums(&st.samples);
+        let (_, fabric_ber, fabric_retry, n_ber, n_retry) = fabric;
+        let by_peers_ber = n_ber >= cfg.min_peers;
+        let reference = if by_peers_ber {
+            fabric_ber.max(cfg.reference_ber)
+        } else {
+            cfg.reference_ber
+        }
+        .min(cfg.alarm_ber);
+        let mut best: Option<Verdict> = None;
+        let mut consider = |v: Verdict| {
+            if best.as_ref().is_none_or(|b| v.p < b.p) {
+                best = Some(v);
+            }
+        };
+        for (f, name) in ERROR_COUNTERS.iter().enumerate() {
+            let (kh, bh) = s.horizon[f];
+            let (kw, bw) = s.window[f];
+            if bh <= 0.0 {
+                continue;
+            }
+            let (p, _) = stats::scan_test(kw, reference * bw, kh, reference * bh, cfg.significance);
+            let ber = kh as f64 / bh;
+            let (lo, hi) = stats::poisson_interval(kh, 0.05);
+            consider(Verdict {
+                p,
+                source: (*name).to_string(),
+                evidence: vec![format!(
+                    "BER {} (95% interval {}–{}) from {name}: {kh} errors in {:.0} s at the link's rate; this window +{kw} (BER {})",
+                    sci(ber),
+                    sci(lo / bh),
+                    sci(hi / bh),
+                    bh / (reference_rate_bits(&s, f).max(1.0)),
+                    sci(if bw > 0.0 { kw as f64 / bw } else { 0.0 }),
+                )],
+                ber: Some(ber),
+                reference,
+            });
+        }
+        // Transport retries per packet: against the fabric, the port's own
+        // history (links noisy when healthy) and the configured reference.
+        let own_warm = st.own_retry.warm();
+        let by_peers_retry = n_retry >= cfg.min_peers;
+        if s.retries_w.1 > 0 && (by_peers_retry || own_warm) {
+            let mut retry_ref = cfg.retry_reference_per_packet;
+            let mut basis = format!("reference {}", sci(retry_ref));
+            if by_peers_retry && fabric_retry * cfg.own_history_factor > retry_ref {
+                retry_ref = fabric_retry * cfg.own_history_factor;
+                basis = format!(
+                    "{:.0}x the fabric median {} over {n_retry} ports",
+                    cfg.own_history_factor,
+                    sci(fabric_retry)
+                );
+            }
+            if let Some(b) = st.own_retry.value().filter(|_| own_warm) {
+                if b * cfg.own_history_factor > retry_ref {
+                    retry_ref = b * cfg.own_history_factor;
+                    basis = format!(
+                        "{:.0}x this port's own baseline {} over {} windows",
+                        cfg.own_history_factor,
+                        sci(b),
+                        st.own_retry.learnt()
+                    );
+                }
+            }
+            let (rw, pw) = s.retries_w;
+            let (rh, ph) = s.retries_h;
+            let (p, _) = stats::scan_test(
+                rw,
+                retry_ref * pw as f64,
+                rh,
+                retry_ref * ph as f64,
+                cfg.significance,
+            );
+            consider(Verdict {
+                p,
+                source: "transport retries".into(),
+                evidence: vec![format!(
+                    "transport retries {} per packet this window ({rw} in {pw} packets; {rh} in {ph} over {:.0} s) against {} per packet ({basis})",
+                    sci(rw as f64 / pw as f64),
+                    s.secs,
+                    sci(retry_ref)
+                )],
+                ber: None,
+                reference: retry_ref,
+            });
+        }
+        // Own retry history learns from this window when it was near it.
+        if let Some((r, pk)) = st.samples.back().and_then(|x| x.retries) {
+            let ratio = r as f64 / pk as f64;
+            let near = st.own_retry.near(ratio, cfg.retry_reference_per_packet);
+            st.own_retry.learn(ratio, near);
+        }
+        let saturated: Vec<String> = st
+            .saturated
+            .iter()
+            .filter(|n| ERROR_COUNTERS.contains(&n.as_str()))
+            .cloned()
+            .collect();
+        let verdict = best?;
+        let opens = verdict.p < cfg.significance;
+        let holds = st.degraded && (verdict.p < cfg.clear_significance || !saturated.is_empty());
+        if !(opens || holds) {
+            st.degraded = false;
+            return None;
+        }
+        st.degraded = true;
+        let ratio = verdict
+            .ber
+            .map_or(0.0, |b| (b / verdict.reference).max(1.0).log10());
+        let confidence = (0.6
+            + 0.1 * ratio.min(3.0)
+            + if verbs_errors > 0 { 0.05 } else { 0.0 }
+            + if opens { 0.05 } else { 0.0 })
+        .min(0.99);
+        let mut ev = verdict.evidence;
+        if verdict.ber.is_some() {
+            ev.push(format!(
+                "reference BER {} ({}), alarm line {}; tail probability {} vs significance {}",
+                sci(verdict.reference),
+                if by_peers_ber && fabric_ber > cfg.reference_ber {
+                    format!("fabric median over {n_ber} ports")
+                } else {
+                    format!(
+                        "floor; fabric median {} over {n_ber} ports",
+                        sci(fabric_ber)
+                    )
+                },
+                sci(cfg.alarm_ber),
+                sci(verdict.p),
+                sci(cfg.significance),
+            ));
+        } else {
+            ev.push(format!(
+                "tail probability {} vs significance {}",
+                sci(verdict.p),
+                sci(cfg.significance)
+            ));
+        }
+        if !opens {
+            ev.push(format!(
+                "still significant at {} (hysteresis), most in {}",
+                sci(cfg.clear_significance),
+                verdict.source
+            ));
+        }
+        let last = st.samples.back();
+        let moved: Vec<String> = ERROR_COUNTERS
+            .iter()
+            .enumerate()
+            .filter_map(|(f, n)| {
+                last.and_then(|x| x.errors[f])
+                    .filter(|&e| e > 0)
+                    .map(|e| format!("{n} +{e}"))
+            })
+            .collect();
+        if !moved.is_empty() {
+            ev.push(format!("moved this window: {}", moved.join(", ")));
+        }
+        for n in &saturated {
+            ev.push(format!(
+                "{n} saturated at {}: errors since are not counted (a lower bound, not zero); clear the counters (`perfquery -R`) to measure again",
+                saturation(n).unwrap_or(0)
+            ));
+        }
+        if let Some(x) = last {
+            if let Some(b) = x.bytes {
+                let per_s = b as f64 / x.secs;
+                let util = if x.rate_bytes > 0 {
+                    format!(
+                        " ({:.0}% of the link's {:.0} Gb/s each way)",
+                        50.0 * per_s / x.rate_bytes as f64,
+                        x.rate_bytes as f64 * 8e-9
+                    )
+                } else {
+                    String::new()
+                };
+                ev.push(format!(
+                    "traffic {:.2} GB/s sent + received this window{util}",
+                    per_s / 1e9
+                ));
+            }
+        }
+        if verbs_errors > 0 {
+            ev.push(format!(
+                "{verbs_errors} verbs work completions in error on this host this window"
+            ));
+        }
+        let hca = entity
+            .rsplit_once('/')
+            .and_then(|(a, _)| a.rsplit_once('/').map(|(_, h)| h.to_string()))
+            .unwrap_or_default();
+        let mut finding = Finding::new("ib_link_degraded", entity, confidence);
+        for n in &saturated {
+            finding = finding.with_mark(format!("saturated:{n}"));
+        }
+        Some(
+            finding
+                .with_evidence_list(ev)
+                .with_jobs(jobs)
+                .with_runbook(format!("link errors above the reference: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")),
+        )
     }
 }

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use proto::v1::CandidateUpdate;
 
+use super::config::IncidentConfig;
+
 /// Evidence of one detector for one entity in one window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finding {
@@ -13,6 +15,9 @@ pub struct Finding {
     pub evidence: Vec<String>,
     pub jobs: Vec<String>,
     pub runbook: String,
+    /// Facts that are news for an open incident even at the same
+    /// confidence (e.g. `saturated:symbol_error`): a new one is an `updated`.
+    pub marks: Vec<String>,
 }
 
 impl Finding {
@@ -24,7 +29,12 @@ impl Finding {
             evidence: Vec::new(),
             jobs: Vec::new(),
             runbook: String::new(),
+            marks: Vec::new(),
         }
+    }
+    pub fn with_mark(mut self, m: String) -> Self {
+        self.marks.push(m);
+        self
     }
     pub fn with_evidence(mut self, e: String) -> Self {
         self.evidence.push(e);
@@ -44,20 +54,15 @@ impl Finding {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-pub struct Tuning {
-    /// Windows of a host without a finding before its incident resolves.
-    pub quiet_windows: u32,
-    /// Confidence change that is worth an `updated`.
-    pub update_delta: f64,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Self {
-            quiet_windows: 5,
-            update_delta: 0.05,
-        }
+/// Kinds that are one fault at different stages share one incident per
+/// entity: a second down of a port turns its `ib_link_down` incident into
+/// `ib_link_flapping` (same id, an `updated`). Returns the family and the
+/// kind's rank within it (a higher rank replaces a lower one, never back).
+fn family(kind: &'static str) -> (&'static str, u8) {
+    match kind {
+        "ib_link_down" => ("ib_link_state", 0),
+        "ib_link_flapping" => ("ib_link_state", 1),
+        k => (k, 0),
     }
 }
 
@@ -70,12 +75,16 @@ struct Incident {
     evidence: Vec<String>,
     jobs: Vec<String>,
     runbook: String,
+    marks: Vec<String>,
+    /// The host's windows since the latest finding, and that finding's time.
     quiet: u32,
+    last_seen_ms: i64,
 }
 
 #[derive(Debug, Default)]
 pub struct IncidentManager {
-    tuning: Tuning,
+    cfg: IncidentConfig,
+    /// Open incidents by (family, entity).
     open: BTreeMap<(&'static str, String), Incident>,
     seq: u64,
 }
@@ -90,9 +99,9 @@ fn fnv(s: &str) -> u64 {
 }
 
 impl IncidentManager {
-    pub fn new(tuning: Tuning) -> Self {
+    pub fn new(cfg: IncidentConfig) -> Self {
         Self {
-            tuning,
+            cfg,
             ..Self::default()
         }
     }
@@ -113,8 +122,9 @@ impl IncidentManager {
 
     /// Applies one host window's findings. Incidents of the host's entities
     /// (and of `evaluated`, e.g. `<job>/<rank>` reported by it) without a
-    /// finding this window age toward resolution; a lost node that reports
-    /// again is resolved at once.
+    /// finding resolve after a quiet period (`quiet_s` of event time and at
+    /// least `quiet_windows` of the host's windows); a lost node that
+    /// reports again is resolved at once.
     pub fn apply(
         &mut self,
         ts: i64,
@@ -123,28 +133,28 @@ impl IncidentManager {
         findings: Vec<Finding>,
     ) -> Vec<CandidateUpdate> {
         let mut out = Vec::new();
-        // A flapping link subsumes its individual down episodes.
-        let flapping: Vec<String> = findings
-            .iter()
-            .filter(|f| f.kind == "ib_link_flapping")
-            .map(|f| f.entity.clone())
-            .collect();
         let mut seen = std::collections::BTreeSet::new();
         for f in findings {
-            if f.kind == "ib_link_down" && flapping.contains(&f.entity) {
-                continue;
-            }
-            let key = (f.kind, f.entity.clone());
+            let (fam, rank) = family(f.kind);
+            let key = (fam, f.entity.clone());
             seen.insert(key.clone());
             match self.open.get_mut(&key) {
                 Some(i) => {
                     i.quiet = 0;
-                    let changed = (f.confidence - i.confidence).abs() >= self.tuning.update_delta;
-                    if !f.jobs.is_empty() {
-                        for j in &f.jobs {
-                            if !i.jobs.contains(j) {
-                                i.jobs.push(j.clone());
-                            }
+                    i.last_seen_ms = i.last_seen_ms.max(ts);
+                    let escalated = rank > family(i.kind).1;
+                    if escalated {
+                        i.kind = f.kind;
+                        i.runbook = f.runbook.clone();
+                    } else if f.kind != i.kind {
+                        // A lower stage of the same fault (a flapping link
+                        // that is down right now) only keeps it open.
+                        continue;
+                    }
+                    let changed = (f.confidence - i.confidence).abs() >= self.cfg.update_delta;
+                    for j in &f.jobs {
+                        if !i.jobs.contains(j) {
+                            i.jobs.push(j.clone());
                         }
                     }
                     // A new reporter of the same fault (the other end of a
@@ -159,8 +169,19 @@ impl IncidentManager {
                         .evidence
                         .iter()
                         .any(|e| e.starts_with("reported by ") && !reporters.contains(e));
-                    if changed || new_reporter {
-                        i.confidence = i.confidence.max(f.confidence);
+                    let mut news = false;
+                    for m in &f.marks {
+                        if !i.marks.contains(m) {
+                            i.marks.push(m.clone());
+                            news = true;
+                        }
+                    }
+                    if changed || new_reporter || escalated || news {
+                        i.confidence = if escalated {
+                            f.confidence
+                        } else {
+                            i.confidence.max(f.confidence)
+                        };
                         let mut ev = f.evidence;
                         for r in reporters {
                             if !ev.contains(&r) {
@@ -185,17 +206,13 @@ impl IncidentManager {
                         evidence: f.evidence,
                         jobs: f.jobs,
                         runbook: f.runbook,
+                        marks: f.marks,
                         quiet: 0,
+                        last_seen_ms: ts,
                     };
                     out.push(Self::update(ts, "opened", &i));
                     self.open.insert(key, i);
                 }
-            }
-        }
-        // Flapping absorbs an open down incident on the same link.
-        for e in &flapping {
-            if let Some(i) = self.open.remove(&("ib_link_down", e.clone())) {
-                out.push(Self::update(ts, "resolved", &i));
             }
         }
         let prefix = format!("{host}/");
@@ -205,13 +222,14 @@ impl IncidentManager {
                 out.push(Self::update(ts, "resolved", &i));
             }
         }
+        let quiet_ms = (self.cfg.quiet_s * 1000.0) as i64;
         for (key, i) in self.open.iter_mut() {
             let owned = i.entity.starts_with(&prefix) || evaluated.contains(&i.entity);
             if seen.contains(key) || !owned || key.0 == "node_lost" {
                 continue;
             }
             i.quiet += 1;
-            if i.quiet >= self.tuning.quiet_windows {
+            if i.quiet >= self.cfg.quiet_windows && ts - i.last_seen_ms >= quiet_ms {
                 resolved.push(key.clone());
             }
         }

@@ -17,7 +17,8 @@ pub mod straggler;
 
 use proto::v1::{CandidateUpdate, Window};
 
-pub use incidents::{Finding, IncidentManager, Tuning};
+pub use config::DetectConfig;
+pub use incidents::{Finding, IncidentManager};
 
 /// The engine: detectors plus the incident manager.
 #[derive(Debug, Default)]
@@ -31,9 +32,13 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(tuning: Tuning) -> Self {
+    /// An engine with these settings and fabric topology (port entity →
+    /// link name; empty when unknown).
+    pub fn new(cfg: &DetectConfig, topology: std::collections::HashMap<String, String>) -> Self {
         Self {
-            incidents: IncidentManager::new(tuning),
+            ib: ib::IbDetector::new(cfg.ib.clone(), topology),
+            storage: storage::StorageDetector::new(cfg.storage.clone()),
+            incidents: IncidentManager::new(cfg.incidents.clone()),
             ..Self::default()
         }
     }

@@ -1,116 +1,258 @@
-//! `storage_latency`: a block device whose mean request latency is far above
-//! its peers' (all devices of the cluster with traffic in their latest window)
-//! for consecutive windows — checkpoint stalls, a failing disk, a slow target.
+//! `storage_latency`: a block device whose p50 or p99 request latency (from
+//! the window's log2 latency histogram) is far above the median of its
+//! class peers (NVMe with NVMe, HDD with HDD, …) and above its own history,
+//! and above its class's floor, for `persist_windows` consecutive windows —
+//! checkpoint stalls, a failing disk, a slow target. A fleet-wide slowdown
+//! moves the peers' median with it and raises nothing.
 use std::collections::HashMap;
 
+use collector::storage::quantile_ns;
+use collector_common::block::LAT_BUCKETS;
 use proto::v1::Window;
 
-use super::{baseline::OwnBaseline, incidents::Finding, mad, median};
-
-/// Requests per window below which latency is not judged.
-pub const MIN_REQUESTS: u64 = 10;
-/// Latency floor (seconds): slower than this can be anomalous.
-pub const FLOOR_S: f64 = 0.005;
-pub const RATIO: f64 = 5.0;
-pub const MADS: f64 = 6.0;
+use super::{baseline::OwnBaseline, config::StorageConfig, incidents::Finding};
 
 #[derive(Debug, Default)]
 struct DevState {
-    mean_s: Option<f64>,
+    class: String,
+    /// Latest window's quantiles (seconds), `None` below `min_requests`.
+    p50: Option<f64>,
+    p99: Option<f64>,
+    /// Window end of the latest quantiles: stale devices leave the peers.
+    at_ms: i64,
     streak: u32,
-    /// Own history: mean latencies of windows with enough requests.
-    own: OwnBaseline,
+    own_p50: OwnBaseline,
+    own_p99: OwnBaseline,
 }
 
-/// With fewer devices than this, a device is judged against its own history.
-pub const MIN_PEERS: usize = 4;
+/// Per class: (median p50, median p99, devices).
+type ClassPeers = HashMap<String, (f64, f64, usize)>;
 
 #[derive(Debug, Default)]
 pub struct StorageDetector {
+    cfg: StorageConfig,
     devs: HashMap<String, DevState>,
-    /// Peer summary (window end, median, MAD, devices), once per time slot.
-    peers: Option<(i64, f64, f64, usize)>,
+    /// Peer medians per class, recomputed once per half window of event time.
+    peers: Option<(i64, ClassPeers)>,
+}
+
+/// One device's window: requests, latency sum and max (ns), bytes,
+/// histogram, class.
+struct DevWindow {
+    requests: u64,
+    timed: u64,
+    sum_ns: u64,
+    max_ns: u64,
+    bytes: u64,
+    hist: [u64; LAT_BUCKETS],
+    class: String,
+}
+
+impl Default for DevWindow {
+    fn default() -> Self {
+        Self {
+            requests: 0,
+            timed: 0,
+            sum_ns: 0,
+            max_ns: 0,
+            bytes: 0,
+            hist: [0; LAT_BUCKETS],
+            class: String::new(),
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 impl StorageDetector {
+    pub fn new(cfg: StorageConfig) -> Self {
+        Self {
+            cfg,
+            ..Self::default()
+        }
+    }
+
+    fn class_peers(&mut self, end_ms: i64, len_ms: i64) -> ClassPeers {
+        if let Some((t, p)) = &self.peers {
+            if (end_ms - t).abs() < (len_ms / 2).max(1) {
+                return p.clone();
+            }
+        }
+        // Devices whose latest quantiles are recent (within 3 windows).
+        let fresh = end_ms - 3 * len_ms;
+        let mut by: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
+        for d in self.devs.values() {
+            if d.at_ms < fresh {
+                continue;
+            }
+            if let Some(p50) = d.p50 {
+                let e = by.entry(d.class.clone()).or_default();
+                e.0.push(p50);
+                if let Some(p99) = d.p99 {
+                    e.1.push(p99);
+                }
+            }
+        }
+        let peers: ClassPeers = by
+            .into_iter()
+            .map(|(c, (mut a, mut b))| {
+                let n = a.len();
+                (c, (median(&mut a), median(&mut b), n))
+            })
+            .collect();
+        self.peers = Some((end_ms, peers.clone()));
+        peers
+    }
+
     pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
+        let cfg = self.cfg.clone();
+        let len_ms = if w.start_unix_ms > 0 && w.end_unix_ms > w.start_unix_ms {
+            w.end_unix_ms - w.start_unix_ms
+        } else {
+            1000
+        };
         // Per device: sum over ops and jobs.
-        let mut per: HashMap<String, (u64, u64, u64, u64)> = HashMap::new();
+        let mut per: HashMap<&str, DevWindow> = HashMap::new();
         for b in &w.block {
-            let e = per.entry(b.device.clone()).or_default();
-            e.0 += b.requests;
-            e.1 += b.latency_sum_ns;
-            e.2 = e.2.max(b.latency_max_ns);
-            e.3 += b.bytes;
+            let e = per.entry(b.device.as_str()).or_default();
+            e.requests += b.requests;
+            e.sum_ns += b.latency_sum_ns;
+            e.max_ns = e.max_ns.max(b.latency_max_ns);
+            e.bytes += b.bytes;
+            for (i, c) in b.hist.iter().take(LAT_BUCKETS).enumerate() {
+                e.hist[i] += c;
+                e.timed += c;
+            }
+            if e.class.is_empty() {
+                e.class.clone_from(&b.device_class);
+            }
         }
         let mut candidates = Vec::new();
-        for (dev, (req, sum, max, bytes)) in per {
+        for (dev, d) in per {
             let entity = format!("{host}/{dev}");
             let st = self.devs.entry(entity.clone()).or_default();
-            if req < MIN_REQUESTS {
-                st.mean_s = None;
+            st.class.clone_from(&d.class);
+            st.at_ms = w.end_unix_ms;
+            if d.requests < cfg.min_requests {
+                st.p50 = None;
+                st.p99 = None;
                 st.streak = 0;
                 continue;
             }
-            let mean = sum as f64 / req as f64 / 1e9;
-            st.mean_s = Some(mean);
-            candidates.push((entity, mean, req, max, bytes));
+            let max_s = d.max_ns as f64 / 1e9;
+            // Quantiles from the histogram (never above the exact max);
+            // from an older collector without one, the mean stands for p50.
+            let (p50, p99) = if d.timed >= cfg.min_requests {
+                let q = |p: f64| quantile_ns(&d.hist, p).map(|v| (v / 1e9).min(max_s));
+                (q(0.5), q(0.99))
+            } else {
+                (Some(d.sum_ns as f64 / d.requests as f64 / 1e9), None)
+            };
+            st.p50 = p50;
+            st.p99 = p99;
+            candidates.push((entity, d));
         }
-        let (m, d, n_means) = match self.peers {
-            Some((ts, m, d, n)) if ts == w.end_unix_ms => (m, d, n),
-            _ => {
-                let means: Vec<f64> = self.devs.values().filter_map(|s| s.mean_s).collect();
-                let m = median(&means);
-                let d = mad(&means, m);
-                self.peers = Some((w.end_unix_ms, m, d, means.len()));
-                (m, d, means.len())
-            }
-        };
-        let peer_threshold = (m * RATIO).max(m + MADS * d).max(FLOOR_S);
-        let few_peers = n_means < MIN_PEERS;
+        let peers = self.class_peers(w.end_unix_ms, len_ms);
         let mut out = Vec::new();
-        for (entity, mean, req, max, bytes) in candidates {
+        for (entity, d) in candidates {
             let Some(st) = self.devs.get_mut(&entity) else {
                 continue;
             };
-            // Against peers when there are enough, else against the device's
-            // own history once it has one.
-            let threshold = if !few_peers {
-                Some(peer_threshold)
-            } else if st.own.warm() {
-                Some(st.own.threshold(RATIO, FLOOR_S))
-            } else {
-                None
-            };
-            st.streak = match threshold {
-                Some(t) if mean > t => st.streak + 1,
-                _ => 0,
-            };
-            let own = st.own.value();
-            let learnt = st.own.learnt();
-            let near = st.own.near(mean, FLOOR_S);
-            st.own.learn(mean, near);
-            if st.streak >= 2 {
-                let compared = match (few_peers, own) {
-                    (true, Some(b)) if b > 0.0 => format!(
-                        "{:.0}x this device's own baseline {:.2} ms over {learnt} windows; {n_means} devices are too few to compare with peers",
-                        mean / b,
-                        b * 1e3
-                    ),
-                    _ => format!(
-                        "{:.0}x the median {:.2} ms of {n_means} devices",
-                        if m > 0.0 { mean / m } else { f64::INFINITY },
-                        m * 1e3
-                    ),
+            let floor = cfg.floor(&st.class);
+            let (peer_p50, peer_p99, n_peers) =
+                peers.get(&st.class).copied().unwrap_or((0.0, 0.0, 0));
+            let by_peers = n_peers >= cfg.min_peers;
+            // One quantile's verdict: above its floor, above its peers (when
+            // there are enough) and above its own history (once it has one;
+            // with too few peers, the own history is required).
+            let judge = |x: Option<f64>, floor_ms: f64, peer: f64, own: &OwnBaseline| -> bool {
+                let Some(x) = x else { return false };
+                if x * 1e3 <= floor_ms {
+                    return false;
+                }
+                let above_peers = !by_peers || x > cfg.peer_ratio * peer;
+                let above_own = match own.value().filter(|_| own.warm()) {
+                    Some(b) => x > cfg.own_ratio * b,
+                    None => by_peers,
                 };
-                out.push(
-                    Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
-                        .with_evidence(format!("mean latency {:.1} ms ({compared})", mean * 1e3))
-                        .with_evidence(format!("{req} requests, {bytes} bytes, max {:.1} ms this window", max as f64 / 1e6))
-                        .with_jobs(jobs)
-                        .with_runbook(format!("slow storage on {entity}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)")),
-                );
+                above_peers && above_own
+            };
+            let slow50 = judge(st.p50, floor.p50_ms, peer_p50, &st.own_p50);
+            let slow99 = judge(st.p99, floor.p99_ms, peer_p99, &st.own_p99);
+            st.streak = if slow50 || slow99 { st.streak + 1 } else { 0 };
+            // Own history learns from windows near it.
+            let (own50, own99, learnt) =
+                (st.own_p50.value(), st.own_p99.value(), st.own_p50.learnt());
+            if let Some(x) = st.p50 {
+                let near = st.own_p50.near(x, floor.p50_ms / 1e3);
+                st.own_p50.learn(x, near);
             }
+            if let Some(x) = st.p99 {
+                let near = st.own_p99.near(x, floor.p99_ms / 1e3);
+                st.own_p99.learn(x, near);
+            }
+            if st.streak < cfg.persist_windows {
+                continue;
+            }
+            let ms =
+                |v: Option<f64>| v.map_or_else(|| "-".to_string(), |s| format!("{:.2}", s * 1e3));
+            let class = if st.class.is_empty() {
+                "unclassified"
+            } else {
+                st.class.as_str()
+            };
+            let x50 = st.p50.unwrap_or(0.0);
+            let mut ev = vec![format!(
+                "p50 {} ms, p99 {} ms ({class}); floors {} / {} ms",
+                ms(st.p50),
+                ms(st.p99),
+                floor.p50_ms,
+                floor.p99_ms
+            )];
+            if by_peers {
+                ev.push(format!(
+                    "{:.0}x the median p50 {} ms (p99 {} ms) of {n_peers} {class} devices",
+                    if peer_p50 > 0.0 {
+                        x50 / peer_p50
+                    } else {
+                        f64::INFINITY
+                    },
+                    ms(Some(peer_p50)),
+                    ms(Some(peer_p99))
+                ));
+            } else {
+                ev.push(format!("{n_peers} {class} devices are too few to compare with peers: judged against its own history"));
+            }
+            if let Some(b) = own50 {
+                ev.push(format!(
+                    "own history p50 {} ms, p99 {} ms over {learnt} windows",
+                    ms(Some(b)),
+                    ms(own99)
+                ));
+            }
+            ev.push(format!(
+                "{} requests, {} bytes, max {:.1} ms this window",
+                d.requests,
+                d.bytes,
+                d.max_ns as f64 / 1e6
+            ));
+            out.push(
+                Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
+                    .with_evidence_list(ev)
+                    .with_jobs(jobs)
+                    .with_runbook(format!("slow storage on {entity}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)")),
+            );
         }
         out
     }
