@@ -655,3 +655,28 @@ fn real_rxe_capture_flags_the_lossy_port_only_while_lossy() {
         .iter()
         .any(|u| u["kind"] == "ib_link_down" && u["entity"] == "rxe-guest/rxe0/1"));
 }
+
+#[test]
+fn a_port_back_from_a_down_is_still_judged_for_errors() {
+    let mut f = Fabric::new(8, 10.0);
+    let mut e = Engine::default();
+    f.run(&mut e, 3);
+    f.state.insert((6, 0), 1);
+    f.add(6, 0, "link_downed", 1);
+    let mut all = f.tick(&mut e);
+    f.state.insert((6, 0), 4);
+    all.extend(f.run(&mut e, 2));
+    // Back up, inside the flap horizon, and erroring at 1e-11.
+    for _ in 0..3 {
+        f.add(6, 0, "symbol_error", 40);
+        all.extend(f.tick(&mut e));
+    }
+    assert_eq!(
+        opened(&all),
+        [
+            ("ib_link_down".to_string(), "h06/mlx5_0/1".to_string()),
+            ("ib_link_degraded".to_string(), "h06/mlx5_0/1".to_string())
+        ],
+        "{all:#?}"
+    );
+}

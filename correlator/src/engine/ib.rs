@@ -384,9 +384,7 @@ impl IbDetector {
                 st.downs.pop_front();
             }
             let runbook_cable = format!("check the cable and switch port of {} port {}: `ibstat {} {}`, `mlxlink -d {} -p {}`, switch logs", p.hca, p.port, p.hca, p.port, p.hca, p.port);
-            let mut state_finding = false;
             if st.downs.len() >= cfg.flap_downs {
-                state_finding = true;
                 findings.push(
                     Finding::new("ib_link_flapping", &entity, 0.9)
                         .with_evidence(format!(
@@ -397,7 +395,6 @@ impl IbDetector {
                         .with_runbook(format!("a flapping link usually means a bad cable or transceiver: `mlxlink -d {} -p {} -m`, replace the cable", p.hca, p.port)),
                 );
             } else if !is_active && (transition > 0 || !st.downs.is_empty() || was_active) {
-                state_finding = true;
                 findings.push(
                     Finding::new("ib_link_down", &entity, 0.95)
                         .with_evidence(format!(
@@ -413,7 +410,6 @@ impl IbDetector {
                 // Up again (or down and up within the window): the incident
                 // stays open through the flap horizon, so a second down is
                 // the same incident.
-                state_finding = true;
                 let evidence = if downs > 0 && is_active {
                     format!("link_downed +{downed} while both samples saw ACTIVE: down and up within the window")
                 } else {
@@ -514,7 +510,9 @@ impl IbDetector {
                     .reduce(f64::max);
                 st.retry_ratio =
                     (s.retries_h.1 > 0).then(|| s.retries_h.0 as f64 / s.retries_h.1 as f64);
-                if !state_finding {
+                // A window with a down is the down's: its errors (link
+                // training) are a symptom, not a degradation.
+                if is_active && downs == 0 {
                     judged.push((entity.clone(), p.port));
                 }
             }
