@@ -479,12 +479,18 @@ impl IbDetector {
                 if reset {
                     st.resets += 1;
                 }
-                // Traffic (data counters are in 4-byte words), for evidence.
+                // Traffic (data counters are in 4-byte words), for evidence;
+                // unknown when a 32-bit legacy data counter (no extended
+                // counters on this HCA) stopped at its maximum.
+                let stuck = ["port_xmit_data", "port_rcv_data"]
+                    .iter()
+                    .any(|n| p.counters.get(*n) == Some(&u64::from(u32::MAX)));
                 sample.bytes = delta_sum(
                     &st.counters,
                     &p.counters,
                     &["port_xmit_data", "port_rcv_data"],
                 )
+                .filter(|_| !stuck)
                 .map(|words| words.saturating_mul(4));
                 sample.rate_bytes = p.rate_bytes_per_sec;
                 if st.samples.len() == MAX_SAMPLES {
