@@ -145,13 +145,19 @@ fn one_nvme_25x_slower_than_63_peers_opens_within_two_windows() {
     );
     let o = &second[0];
     assert!(
-        o.evidence.iter().any(|e| e.contains("(nvme)")) && o.evidence.iter().any(|e| e.contains("of 63 nvme devices") || e.contains("of 64 nvme devices")),
+        o.evidence.iter().any(|e| e.contains("(nvme)"))
+            && o.evidence
+                .iter()
+                .any(|e| e.contains("of 63 nvme devices") || e.contains("of 64 nvme devices")),
         "{:?}",
         o.evidence
     );
     // It stays one incident while slow.
     let more = f.run(&mut e, 20);
-    assert!(opened(&more).is_empty() && more.iter().all(|u| u.state != "resolved"), "{more:#?}");
+    assert!(
+        opened(&more).is_empty() && more.iter().all(|u| u.state != "resolved"),
+        "{more:#?}"
+    );
 }
 
 #[test]

@@ -96,7 +96,7 @@ struct PortState {
     hw: BTreeMap<String, u64>,
     state: Option<u32>,
     last_end_ms: Option<i64>,
-    samples: VecDeque<Sample>,
+    history: History,
     /// Window ends of downs (state transitions and `link_downed` moves).
     downs: VecDeque<i64>,
     /// Counters seen at their maximum.
@@ -124,32 +124,77 @@ struct Sums {
     window_secs: f64,
 }
 
-fn sums(samples: &VecDeque<Sample>) -> Sums {
-    let mut s = Sums::default();
-    let last = samples.len().saturating_sub(1);
-    for (i, x) in samples.iter().enumerate() {
-        s.secs += x.secs;
-        if i == last {
-            s.window_secs = x.secs;
-        }
+/// A port's samples over the horizon with their running totals, so each
+/// window costs O(families), not O(samples).
+#[derive(Debug, Default)]
+struct History {
+    samples: VecDeque<Sample>,
+    secs: f64,
+    errors: [(u64, f64); FAMILIES],
+    retries: (u64, u64),
+}
+
+impl History {
+    fn apply(&mut self, x: &Sample, sign: bool) {
+        let add = |a: u64, b: u64| if sign { a + b } else { a.saturating_sub(b) };
+        let addf = |a: f64, b: f64| if sign { a + b } else { (a - b).max(0.0) };
+        self.secs = addf(self.secs, x.secs);
         for f in 0..FAMILIES {
             if let (Some(e), true) = (x.errors[f], x.bits > 0.0) {
-                s.horizon[f].0 += e;
-                s.horizon[f].1 += x.bits;
-                if i == last {
-                    s.window[f] = (e, x.bits);
-                }
+                self.errors[f] = (add(self.errors[f].0, e), addf(self.errors[f].1, x.bits));
             }
         }
         if let Some((r, p)) = x.retries {
-            s.retries_h.0 += r;
-            s.retries_h.1 += p;
-            if i == last {
-                s.retries_w = (r, p);
+            self.retries = (add(self.retries.0, r), add(self.retries.1, p));
+        }
+    }
+
+    /// Appends a sample and drops the oldest ones beyond the horizon
+    /// (keeping the shortest suffix that spans it).
+    fn push(&mut self, x: Sample, horizon_s: f64) {
+        if self.samples.len() == MAX_SAMPLES {
+            if let Some(old) = self.samples.pop_front() {
+                self.apply(&old, false);
+            }
+        }
+        self.apply(&x, true);
+        self.samples.push_back(x);
+        while self.samples.len() > 1
+            && self
+                .samples
+                .front()
+                .is_some_and(|s| self.secs - s.secs >= horizon_s)
+        {
+            if let Some(old) = self.samples.pop_front() {
+                self.apply(&old, false);
             }
         }
     }
-    s
+
+    fn last(&self) -> Option<&Sample> {
+        self.samples.back()
+    }
+
+    fn sums(&self) -> Sums {
+        let mut s = Sums {
+            horizon: self.errors,
+            retries_h: self.retries,
+            secs: self.secs,
+            ..Sums::default()
+        };
+        if let Some(x) = self.last() {
+            s.window_secs = x.secs;
+            for f in 0..FAMILIES {
+                if let (Some(e), true) = (x.errors[f], x.bits > 0.0) {
+                    s.window[f] = (e, x.bits);
+                }
+            }
+            if let Some(r) = x.retries {
+                s.retries_w = r;
+            }
+        }
+        s
+    }
 }
 
 /// The link's rate over the horizon (bits per second) of family `f`, so
@@ -493,23 +538,8 @@ impl IbDetector {
                 .filter(|_| !stuck)
                 .map(|words| words.saturating_mul(4));
                 sample.rate_bytes = p.rate_bytes_per_sec;
-                if st.samples.len() == MAX_SAMPLES {
-                    st.samples.pop_front();
-                }
-                st.samples.push_back(sample);
-                // Keep the shortest suffix that spans the horizon.
-                let mut total: f64 = st.samples.iter().map(|s| s.secs).sum();
-                while st.samples.len() > 1
-                    && st
-                        .samples
-                        .front()
-                        .is_some_and(|s| total - s.secs >= cfg.horizon_s)
-                {
-                    if let Some(s) = st.samples.pop_front() {
-                        total -= s.secs;
-                    }
-                }
-                let s = sums(&st.samples);
+                st.history.push(sample, cfg.horizon_s);
+                let s = st.history.sums();
                 st.ber = (0..FAMILIES)
                     .filter(|&f| s.horizon[f].1 > 0.0)
                     .map(|f| s.horizon[f].0 as f64 / s.horizon[f].1)
@@ -564,7 +594,7 @@ impl IbDetector {
     ) -> Option<Finding> {
         let cfg = &self.cfg;
         let st = self.ports.get_mut(entity)?;
-        let s = sums(&st.samples);
+        let s = st.history.sums();
         let (_, fabric_ber, fabric_retry, n_ber, n_retry) = fabric;
         let by_peers_ber = n_ber >= cfg.min_peers;
         let reference = if by_peers_ber {
@@ -652,7 +682,7 @@ impl IbDetector {
             });
         }
         // Own retry history learns from this window when it was near it.
-        if let Some((r, pk)) = st.samples.back().and_then(|x| x.retries) {
+        if let Some((r, pk)) = st.history.last().and_then(|x| x.retries) {
             let ratio = r as f64 / pk as f64;
             let near = st.own_retry.near(ratio, cfg.retry_reference_per_packet);
             st.own_retry.learn(ratio, near);
@@ -710,7 +740,7 @@ impl IbDetector {
                 verdict.source
             ));
         }
-        let last = st.samples.back();
+        let last = st.history.last();
         let moved: Vec<String> = ERROR_COUNTERS
             .iter()
             .enumerate()
@@ -766,5 +796,49 @@ impl IbDetector {
                 .with_jobs(jobs)
                 .with_runbook(format!("link errors above the reference: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_totals_equal_a_recount_of_the_kept_samples() {
+        let mut h = History::default();
+        for i in 0..500u64 {
+            let mut x = Sample {
+                secs: 1.0 + (i % 3) as f64,
+                bits: if i % 7 == 0 { 0.0 } else { 4e11 },
+                retries: (i % 5 != 0).then_some((i % 4, 1000 + i)),
+                ..Sample::default()
+            };
+            x.errors[0] = (i % 11 != 0).then_some(i % 6);
+            x.errors[2] = Some(i % 2);
+            h.push(x, 60.0);
+            let kept = &h.samples;
+            let secs: f64 = kept.iter().map(|s| s.secs).sum();
+            assert!((h.secs - secs).abs() < 1e-9);
+            // The kept suffix spans the horizon and no shorter one does.
+            assert!(secs >= 60.0 || kept.len() as u64 == i + 1);
+            assert!(secs - kept[0].secs < 60.0);
+            for f in [0, 2] {
+                let e: u64 = kept
+                    .iter()
+                    .filter(|s| s.bits > 0.0)
+                    .filter_map(|s| s.errors[f])
+                    .sum();
+                assert_eq!(h.sums().horizon[f].0, e);
+            }
+            let r: u64 = kept.iter().filter_map(|s| s.retries).map(|r| r.0).sum();
+            assert_eq!(h.sums().retries_h.0, r);
+        }
+    }
+
+    #[test]
+    fn saturation_values_follow_the_counter_widths() {
+        assert_eq!(saturation("symbol_error"), Some(65_535));
+        assert_eq!(saturation("link_error_recovery"), Some(255));
+        assert_eq!(saturation("local_link_integrity_errors"), Some(15));
     }
 }
