@@ -12,8 +12,7 @@ fn args(inject: &[&str]) -> SimArgs {
         duration: 24.0,
         onset: 8.0,
         json: true,
-        record: None,
-        scenario: None,
+        ..SimArgs::default()
     }
 }
 
