@@ -44,8 +44,10 @@ pub struct DetectArgs {
     #[arg(long = "link-rate", value_enum, value_delimiter = ',', default_value = "hdr,ndr,xdr")]
     pub link_rates: Vec<LinkRate>,
     /// Cluster sizes (nodes). Runs at 1-second windows use the sizes below
-    /// 256 (their runs are 10-30x as many windows), sizes of 512 and more run
-    /// once per fault kind (at the longest window length).
+    /// 256 (their runs are 10-30x as many windows); sizes of 512 and more run
+    /// once for each of ib-link-degrade, ib-link-flap, storage-stall,
+    /// node-loss, single-errors, congestion and storage-fleet-slow, at the
+    /// longest window length.
     #[arg(long, value_delimiter = ',', default_value = "8,64,256,1024")]
     pub sizes: Vec<usize>,
     /// Seeds per (fault kind, window length, link rate) cell; each seed is
@@ -94,6 +96,17 @@ const CONFOUNDERS: &[&str] = &[
     "collector-restart",
     "congestion",
     "single-errors",
+    "storage-fleet-slow",
+];
+
+/// Kinds run at sizes of 512 nodes and more (one run each).
+const BIG_KINDS: &[&str] = &[
+    "ib-link-degrade",
+    "ib-link-flap",
+    "storage-stall",
+    "node-loss",
+    "single-errors",
+    "congestion",
     "storage-fleet-slow",
 ];
 
@@ -207,12 +220,7 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
 
 /// Three significant digits.
 fn sig3(x: f64) -> f64 {
-    if x == 0.0 {
-        return 0.0;
-    }
-    let e = x.abs().log10().floor() - 2.0;
-    let m = 10f64.powf(e);
-    (x / m).round() * m
+    format!("{x:.2e}").parse().unwrap_or(x)
 }
 
 /// Seconds a fault may take to become visible after its onset (run cap).
@@ -254,6 +262,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
     let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 512).collect();
     let longest = windows.iter().copied().fold(0.0, f64::max);
     let mut out = Vec::new();
+    let mut n_storage = 0usize;
     let mut push = |kind: &'static str,
                     confounder: bool,
                     w: f64,
@@ -264,7 +273,8 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
         let mut r = Rng::derive(seed, fnv(&format!("{kind}|{w}|{rate:?}|{nodes}|{noisy}")));
         let utilisation = (r.range(0.0, 0.9) * 100.0).round() / 100.0;
         let storage = if kind == "storage-stall" || kind == "storage-fleet-slow" {
-            StorageMix::ALL[seed as usize % StorageMix::ALL.len()]
+            n_storage += 1;
+            StorageMix::ALL[n_storage % StorageMix::ALL.len()]
         } else {
             StorageMix::ALL[r.below(StorageMix::ALL.len())]
         };
@@ -323,17 +333,15 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                 push(cf, true, w, rate, nodes, seed, false);
             }
         }
-        // The big clusters: one run per fault kind and one per confounder,
-        // at the longest window length only.
+        // The big clusters: one run of each kind whose judgement depends on
+        // the fleet (peers, baselines, the cluster clock), at the longest
+        // window length only.
         if w == longest && !a.quick {
             for &nodes in &big {
-                for (ki, kind) in FAULTS.iter().enumerate() {
-                    let rate = rates[ki % rates.len()];
-                    push(kind, false, w, rate, nodes, 1, ki % 2 == 1);
-                }
-                for (ci, cf) in CONFOUNDERS.iter().enumerate() {
-                    let rate = rates[ci % rates.len()];
-                    push(cf, true, w, rate, nodes, 1, false);
+                for (i, kind) in BIG_KINDS.iter().enumerate() {
+                    let rate = rates[i % rates.len()];
+                    let confounder = CONFOUNDERS.contains(kind);
+                    push(kind, confounder, w, rate, nodes, 1, !confounder && i % 2 == 1);
                 }
             }
         }
@@ -758,7 +766,8 @@ pub fn run(a: &DetectArgs) -> Result<()> {
             "seeds_per_cell": if a.quick { 1 } else { a.seeds },
             "fault_kinds": FAULTS, "confounders": CONFOUNDERS,
             "kinds_run": kinds_run,
-            "sizes_rule": "1 s windows run at sizes below 256 (when listed); sizes >= 512 run once per fault kind and confounder at the longest window length; other cells cycle through the sizes by seed",
+            "sizes_rule": "1 s windows run at sizes below 256 (when listed); sizes >= 512 run once per kind in big_kinds at the longest window length; other cells cycle through the sizes by seed",
+            "big_kinds": BIG_KINDS,
             "noisy_rule": "half the fault runs (alternating by seed and link rate) add single-errors (1% of ports get one symbol error per event, every 10-60 s)",
             "onset": "after a warm-up of max(10 windows, 120 s), at a window boundary",
             "run_length": "until the fault's visible window + max(20 windows, 300 s), or onset + visibility budget (ramp + 300 s for degrading links, period + 60 s for flaps) + that tail",

@@ -9,7 +9,7 @@
 //! spec.
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 
 use super::{cluster::Cluster, rng::Rng};
 
@@ -295,12 +295,12 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
     Ok(t)
 }
 
-fn parse_value(spec: &str, key: &str, v: &str) -> Result<f64> {
+fn parse_value(key: &str, v: &str) -> Result<f64> {
     let x: f64 = v
         .trim()
         .parse()
-        .map_err(|_| anyhow::anyhow!("{spec}: {key}={v:?} is not a number"))?;
-    anyhow::ensure!(x.is_finite(), "{spec}: {key}={v} is not finite");
+        .map_err(|_| anyhow::anyhow!("{key}={v:?} is not a number"))?;
+    anyhow::ensure!(x.is_finite(), "{key}={v} is not finite");
     Ok(x)
 }
 
@@ -316,26 +316,26 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
     };
     let Some((kname, keys)) = PARAMS.iter().find(|(n, _)| *n == k) else {
         bail!(
-            "unknown fault kind {k:?} in {spec:?} (kinds: {})",
+            "unknown fault kind {k:?} (kinds: {})",
             PARAMS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
         );
     };
     let mut given: BTreeMap<&str, f64> = BTreeMap::new();
     for kv in params.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((key, v)) = kv.split_once('=') else {
-            bail!("{spec}: expected KEY=VALUE, got {kv:?}");
+            bail!("expected KEY=VALUE, got {kv:?}");
         };
         let key = key.trim();
         if key != "at" && !keys.iter().any(|(n, _)| *n == key) {
             let mut known: Vec<&str> = keys.iter().map(|(n, _)| *n).collect();
             known.push("at");
             bail!(
-                "{spec}: unknown parameter {key:?} for {kname} (known: {})",
+                "unknown parameter {key:?} for {kname} (known: {})",
                 known.join(", ")
             );
         }
-        if given.insert(key, parse_value(spec, key, v)?).is_some() {
-            bail!("{spec}: parameter {key:?} given twice");
+        if given.insert(key, parse_value(key, v)?).is_some() {
+            bail!("parameter {key:?} given twice");
         }
     }
     let get = |key: &str| -> f64 {
@@ -349,7 +349,7 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
         if ok {
             Ok(())
         } else {
-            bail!("{spec}: {key}={} {why}", fmt_value(get(key)))
+            bail!("{key}={} {why}", fmt_value(get(key)))
         }
     };
     let kind = match *kname {
@@ -417,15 +417,15 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
     };
     let onset = match given.get("at") {
         Some(&v) if v >= 0.0 => Some(v),
-        Some(&v) => bail!("{spec}: at={v} must be ≥ 0 seconds"),
+        Some(&v) => bail!("at={v} must be ≥ 0 seconds"),
         None => None,
     };
     let want = wants(&kind);
     let target = match ent {
         Some(e) if want == Wants::Cluster => {
-            bail!("{spec}: {kname} affects the whole cluster and takes no entity (got {e:?})")
+            bail!("{kname} affects the whole cluster and takes no entity (got {e:?})")
         }
-        Some(e) => parse_target(c, e, want, rng).with_context(|| spec.to_string())?,
+        Some(e) => parse_target(c, e, want, rng)?,
         None => match want {
             Wants::Port => Target::Port {
                 node: rng.below(c.nodes()),
@@ -465,7 +465,7 @@ pub fn parse_all(specs: &[String], c: &Cluster, seed: u64) -> Result<Vec<Fault>>
     let mut rng = Rng::derive(seed, 0xfa17);
     specs
         .iter()
-        .map(|s| parse_one(s, c, &mut rng).with_context(|| format!("--inject {s:?}")))
+        .map(|s| parse_one(s, c, &mut rng).map_err(|e| anyhow::anyhow!("--inject {s:?}: {e:#}")))
         .collect()
 }
 
@@ -493,7 +493,7 @@ pub fn parse_scenario(text: &str, c: &Cluster, seed: u64) -> Result<Vec<Fault>> 
         }
         let mut rng = Rng::derive(seed, 0x5ce0_0000 + i as u64);
         let mut f = parse_one(&spec, c, &mut rng)
-            .map_err(|e| anyhow::anyhow!("scenario line {}: {e:#}", i + 1))?;
+            .map_err(|e| anyhow::anyhow!("scenario line {}: {spec:?}: {e:#}", i + 1))?;
         if onset.is_some() {
             if f.onset.is_some() {
                 bail!(
