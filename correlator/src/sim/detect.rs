@@ -280,7 +280,11 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
         };
         let mut inject = vec![format!("{kind}{}", draw_params(kind, w, &mut r))];
         if noisy {
-            inject.push(format!("single-errors{}", draw_params("single-errors", w, &mut r)));
+            // Background noise from the start, through the warm-up.
+            inject.push(format!(
+                "single-errors{},at=0",
+                draw_params("single-errors", w, &mut r)
+            ));
         }
         let onset_s = warmup_s(w);
         let max_windows = ((onset_s + visible_budget(&inject[0])) / w).ceil() as u64
@@ -409,13 +413,10 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
             }
         }
         c.finish_step();
-        let truth = &c.truth()[0];
-        let done_at = if s.confounder {
-            Some(truth.onset_window)
-        } else {
-            truth.visible_window
-        };
-        if done_at.is_some_and(|v| k >= v + tail) {
+        // Fault runs end `tail` windows after the fault became visible;
+        // confounder runs last until their effect is over and a tail more.
+        let visible = c.truth()[0].visible_window;
+        if !s.confounder && visible.is_some_and(|v| k >= v + tail) {
             break;
         }
     }
