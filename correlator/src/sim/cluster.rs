@@ -542,7 +542,10 @@ impl Cluster {
     /// A node's block devices: (name, class).
     pub fn devices(&self, n: usize) -> Vec<(String, &'static str)> {
         self.nodes.get(n).map_or_else(Vec::new, |x| {
-            x.devices.iter().map(|d| (d.name.clone(), d.class)).collect()
+            x.devices
+                .iter()
+                .map(|d| (d.name.clone(), d.class))
+                .collect()
         })
     }
 
@@ -986,11 +989,7 @@ impl Cluster {
                     util_gpu_pct: Some(if running { 97 } else { 0 }),
                 })
                 .collect(),
-            block: node
-                .devices
-                .iter()
-                .filter_map(|d| d.stat.clone())
-                .collect(),
+            block: node.devices.iter().filter_map(|d| d.stat.clone()).collect(),
             cuda: if running {
                 (0..GPUS)
                     .map(|g| CudaProc {

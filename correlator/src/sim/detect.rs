@@ -41,7 +41,12 @@ pub struct DetectArgs {
     #[arg(long = "window", value_delimiter = ',', default_value = "1,10,30")]
     pub windows: Vec<f64>,
     /// Link rates (hdr, ndr, xdr).
-    #[arg(long = "link-rate", value_enum, value_delimiter = ',', default_value = "hdr,ndr,xdr")]
+    #[arg(
+        long = "link-rate",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "hdr,ndr,xdr"
+    )]
     pub link_rates: Vec<LinkRate>,
     /// Cluster sizes (nodes). Runs at 1-second windows use the sizes below
     /// 256 (their runs are 10-30x as many windows); sizes of 512 and more run
@@ -249,14 +254,14 @@ fn visible_budget(inject: &str) -> f64 {
 
 fn grid(a: &DetectArgs) -> Vec<Scenario> {
     let (windows, rates, sizes, seeds) = if a.quick {
+        (a.windows.clone(), vec![LinkRate::Ndr], vec![8usize], 1u64)
+    } else {
         (
             a.windows.clone(),
-            vec![LinkRate::Ndr],
-            vec![8usize],
-            1u64,
+            a.link_rates.clone(),
+            a.sizes.clone(),
+            a.seeds,
         )
-    } else {
-        (a.windows.clone(), a.link_rates.clone(), a.sizes.clone(), a.seeds)
     };
     let small: Vec<usize> = sizes.iter().copied().filter(|&s| s < 512).collect();
     let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 512).collect();
@@ -287,9 +292,8 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
             ));
         }
         let onset_s = warmup_s(w);
-        let max_windows = ((onset_s + visible_budget(&inject[0])) / w).ceil() as u64
-            + 1
-            + tail_windows(w);
+        let max_windows =
+            ((onset_s + visible_budget(&inject[0])) / w).ceil() as u64 + 1 + tail_windows(w);
         out.push(Scenario {
             kind,
             confounder,
@@ -325,7 +329,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                     let nodes = sizes_w[i % sizes_w.len()];
                     i += 1;
                     // Half the runs noisy, alternating by seed and rate.
-                    let noisy = (seed as usize + ri) % 2 == 0;
+                    let noisy = (seed as usize + ri).is_multiple_of(2);
                     push(kind, false, w, rate, nodes, seed, noisy);
                 }
             }
@@ -345,7 +349,15 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                 for (i, kind) in BIG_KINDS.iter().enumerate() {
                     let rate = rates[i % rates.len()];
                     let confounder = CONFOUNDERS.contains(kind);
-                    push(kind, confounder, w, rate, nodes, 1, !confounder && i % 2 == 1);
+                    push(
+                        kind,
+                        confounder,
+                        w,
+                        rate,
+                        nodes,
+                        1,
+                        !confounder && i % 2 == 1,
+                    );
                 }
             }
         }
@@ -464,7 +476,7 @@ fn run_all(scenarios: &[Scenario], jobs: usize, progress: bool) -> Result<Vec<Ou
                 };
                 let r = run_one(&scenarios[idx]);
                 let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if progress && (d % 50 == 0 || d == scenarios.len()) {
+                if progress && (d.is_multiple_of(50) || d == scenarios.len()) {
                     eprintln!("bench-detect: {d}/{} scenarios", scenarios.len());
                 }
                 if let Ok(mut g) = results.lock() {
@@ -589,10 +601,15 @@ fn lat(v: &[i64], w: f64, plus: f64) -> String {
 pub fn run(a: &DetectArgs) -> Result<()> {
     anyhow::ensure!(!a.windows.is_empty(), "--window needs at least one length");
     anyhow::ensure!(
-        a.windows.iter().all(|w| w.is_finite() && (0.1..=60.0).contains(w)),
+        a.windows
+            .iter()
+            .all(|w| w.is_finite() && (0.1..=60.0).contains(w)),
         "--window lengths must be within 0.1..=60 seconds"
     );
-    anyhow::ensure!(!a.link_rates.is_empty(), "--link-rate needs at least one rate");
+    anyhow::ensure!(
+        !a.link_rates.is_empty(),
+        "--link-rate needs at least one rate"
+    );
     anyhow::ensure!(
         !a.sizes.is_empty() && a.sizes.iter().all(|&s| (2..=4096).contains(&s)),
         "--sizes must be within 2..=4096"
@@ -705,13 +722,19 @@ pub fn run(a: &DetectArgs) -> Result<()> {
     println!("| link fault | link rate | runs | detected | missed | false alarms |");
     println!("|---|---|---|---|---|---|");
     for ((k, r), c) in &by_rate {
-        println!("| {k} | {r} | {} | {} | {} | {} |", c.runs, c.tp, c.fn_, c.fa);
+        println!(
+            "| {k} | {r} | {} | {} | {} | {} |",
+            c.runs, c.tp, c.fn_, c.fa
+        );
     }
     println!();
     println!("| storage_latency | fleet | runs | detected | missed | false alarms |");
     println!("|---|---|---|---|---|---|");
     for (st, c) in &by_storage {
-        println!("| storage_latency | {st} | {} | {} | {} | {} |", c.runs, c.tp, c.fn_, c.fa);
+        println!(
+            "| storage_latency | {st} | {} | {} | {} | {} |",
+            c.runs, c.tp, c.fn_, c.fa
+        );
     }
     println!();
     let (tp, fn_) = (total.tp, total.fn_);
@@ -732,8 +755,10 @@ pub fn run(a: &DetectArgs) -> Result<()> {
     );
 
     let ib = DetectConfig::default().ib;
-    let kinds_json: BTreeMap<String, serde_json::Value> =
-        by_kind.iter().map(|(k, c)| (k.clone(), c.json(None))).collect();
+    let kinds_json: BTreeMap<String, serde_json::Value> = by_kind
+        .iter()
+        .map(|(k, c)| (k.clone(), c.json(None)))
+        .collect();
     let kw_json: Vec<serde_json::Value> = by_kind_w
         .iter()
         .map(|((k, wk), c)| {

@@ -18,21 +18,31 @@ use super::{cluster::Cluster, rng::Rng};
 pub enum Kind {
     /// Bit error rate ramping log-linearly from the port's base BER to `ber`
     /// over `ramp_s` seconds, then staying there.
-    IbLinkDegrade { ber: f64, ramp_s: f64 },
+    IbLinkDegrade {
+        ber: f64,
+        ramp_s: f64,
+    },
     /// The port goes DOWN and stays down.
     IbLinkDown,
     /// The port goes down every `period_s` seconds for `down_s` seconds.
-    IbLinkFlap { period_s: f64, down_s: f64 },
+    IbLinkFlap {
+        period_s: f64,
+        down_s: f64,
+    },
     GpuThermal,
     GpuPower,
     Xid,
     EccDbe,
     /// One block device `factor` times slower.
-    StorageStall { factor: f64 },
+    StorageStall {
+        factor: f64,
+    },
     NodeLoss,
     // Confounders: must raise nothing.
     /// The job ends; a next one starts `gap_s` seconds later.
-    JobEnd { gap_s: f64 },
+    JobEnd {
+        gap_s: f64,
+    },
     /// All counters of a port read 0 once (driver reload, `perfquery -R`).
     CounterReset,
     /// The node's collector restarts: a new instance, sequence from 1, one
@@ -41,12 +51,20 @@ pub enum Kind {
     /// Fabric congestion for `duration_s` seconds: `port_xmit_wait` and
     /// `port_xmit_discards` rise on `fraction` of the ports, no errors; step
     /// time up cluster-wide.
-    Congestion { fraction: f64, duration_s: f64 },
+    Congestion {
+        fraction: f64,
+        duration_s: f64,
+    },
     /// Events every `every_s` seconds on average, each giving `fraction` of
     /// all ports one symbol error.
-    SingleErrors { fraction: f64, every_s: f64 },
+    SingleErrors {
+        fraction: f64,
+        every_s: f64,
+    },
     /// Every block device of the fleet `factor` times slower at once.
-    StorageFleetSlow { factor: f64 },
+    StorageFleetSlow {
+        factor: f64,
+    },
 }
 
 /// Kind names with their parameter keys (besides `at`) and defaults.
@@ -134,10 +152,19 @@ impl Kind {
 /// What a fault targets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    Port { node: usize, hca: usize },
-    Gpu { node: usize, gpu: usize },
+    Port {
+        node: usize,
+        hca: usize,
+    },
+    Gpu {
+        node: usize,
+        gpu: usize,
+    },
     /// A block device: index into the node's devices.
-    Device { node: usize, dev: usize },
+    Device {
+        node: usize,
+        dev: usize,
+    },
     Node(usize),
     Cluster,
 }
@@ -272,14 +299,14 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
         },
         _ => bail!("bad entity {s:?}: use n017/mlx5_2/1, n017/gpu5, n017/nvme0n1 or n017"),
     };
-    let ok = match (&t, want) {
-        (Target::Port { .. }, Wants::Port)
-        | (Target::Gpu { .. }, Wants::Gpu)
-        | (Target::Device { .. }, Wants::Device)
-        | (Target::Node(_), Wants::Node) => true,
-        (_, Wants::Cluster) => true,
-        _ => false,
-    };
+    let ok = want == Wants::Cluster
+        || matches!(
+            (&t, want),
+            (Target::Port { .. }, Wants::Port)
+                | (Target::Gpu { .. }, Wants::Gpu)
+                | (Target::Device { .. }, Wants::Device)
+                | (Target::Node(_), Wants::Node)
+        );
     if !ok {
         bail!(
             "entity {s:?} does not fit this kind: it takes {}",
@@ -355,7 +382,11 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
     let kind = match *kname {
         "ib-link-degrade" => {
             let (ber, ramp) = (get("ber"), get("ramp"));
-            check("ber", ber > 0.0 && ber < 1e-3, "must be a bit error rate in (0, 1e-3)")?;
+            check(
+                "ber",
+                ber > 0.0 && ber < 1e-3,
+                "must be a bit error rate in (0, 1e-3)",
+            )?;
             check("ramp", ramp >= 0.0, "must be ≥ 0 seconds")?;
             Kind::IbLinkDegrade { ber, ramp_s: ramp }
         }
