@@ -55,9 +55,10 @@ pub struct DetectArgs {
     /// longest window length.
     #[arg(long, value_delimiter = ',', default_value = "8,64,256,1024")]
     pub sizes: Vec<usize>,
-    /// Seeds per (fault kind, window length, link rate) cell; each seed is
-    /// one scenario with freshly drawn parameters, cycling through the sizes.
-    #[arg(long, default_value_t = 2)]
+    /// Seeds per (fault kind, window length, link rate) cell and per
+    /// (confounder, window length); each seed is one scenario with freshly
+    /// drawn parameters, cycling through the sizes.
+    #[arg(long, default_value_t = 3)]
     pub seeds: u64,
     /// Tiny grid (8 nodes, one seed) for a smoke test.
     #[arg(long)]
@@ -76,7 +77,7 @@ impl Default for DetectArgs {
             windows: vec![1.0, 10.0, 30.0],
             link_rates: LinkRate::ALL.to_vec(),
             sizes: vec![8, 64, 256, 1024],
-            seeds: 2,
+            seeds: 3,
             quick: false,
             jobs: None,
             out: "bench/detect.json".into(),
@@ -267,7 +268,8 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
     let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 512).collect();
     let longest = windows.iter().copied().fold(0.0, f64::max);
     let mut out = Vec::new();
-    let mut n_storage = 0usize;
+    // Storage fleets cycle per kind so that each kind sees every fleet.
+    let mut n_storage: BTreeMap<&str, usize> = BTreeMap::new();
     let mut push = |kind: &'static str,
                     confounder: bool,
                     w: f64,
@@ -278,8 +280,9 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
         let mut r = Rng::derive(seed, fnv(&format!("{kind}|{w}|{rate:?}|{nodes}|{noisy}")));
         let utilisation = (r.range(0.0, 0.9) * 100.0).round() / 100.0;
         let storage = if kind == "storage-stall" || kind == "storage-fleet-slow" {
-            n_storage += 1;
-            StorageMix::ALL[n_storage % StorageMix::ALL.len()]
+            let n = n_storage.entry(kind).or_default();
+            *n += 1;
+            StorageMix::ALL[*n % StorageMix::ALL.len()]
         } else {
             StorageMix::ALL[r.below(StorageMix::ALL.len())]
         };
@@ -335,7 +338,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
             }
         }
         for (ci, cf) in CONFOUNDERS.iter().enumerate() {
-            for seed in 1..=seeds.min(2) {
+            for seed in 1..=seeds {
                 let rate = rates[(ci + seed as usize) % rates.len()];
                 let nodes = sizes_w[(ci + seed as usize) % sizes_w.len()];
                 push(cf, true, w, rate, nodes, seed, false);
@@ -796,7 +799,7 @@ pub fn run(a: &DetectArgs) -> Result<()> {
             "big_kinds": BIG_KINDS,
             "noisy_rule": "half the fault runs (alternating by seed and link rate) add single-errors (1% of ports get one symbol error per event, every 10-60 s)",
             "onset": "after a warm-up of max(10 windows, 120 s), at a window boundary",
-            "run_length": "until the fault's visible window + max(20 windows, 300 s), or onset + visibility budget (ramp + 300 s for degrading links, period + 60 s for flaps) + that tail",
+            "run_length": "fault runs: until the fault's visible window + max(20 windows, 300 s), at most onset + visibility budget (ramp + 300 s for degrading links, period + 60 s for flaps) + that tail; confounder runs: onset + the confounder's span (job-end gap, congestion duration) + that tail",
             "drawn": {
                 "utilisation": "uniform 0-0.9 per run",
                 "storage": "nvme/ssd/hdd/mixed: cycled by seed for storage-stall and storage-fleet-slow, drawn otherwise",
