@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod detect;
 pub mod faults;
+pub mod rng;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -23,20 +24,31 @@ use crate::{
     subscribe::{spawn_engine, CandidatesService},
 };
 
+pub use cluster::{ClusterSpec, LinkRate, StorageMix};
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
     /// Simulated nodes (8 GPUs and 8 HCA ports each).
     #[arg(long, default_value_t = 32)]
     pub nodes: usize,
-    /// Fault to inject, `KIND[@ENTITY]` (repeatable). Kinds: ib-link-degrade,
-    /// ib-link-down, ib-link-flap, gpu-thermal, gpu-power, xid, ecc-dbe,
-    /// storage-stall, node-loss; confounders: job-end, counter-reset,
-    /// collector-restart, congestion, single-errors. ENTITY like
-    /// `n017/mlx5_2/1`, `n003/gpu5`, `n009`; chosen by the seed when omitted.
-    #[arg(long, value_name = "KIND[@ENTITY]")]
+    /// Fault to inject (repeatable): `KIND[@ENTITY][:KEY=VALUE,...]`.
+    /// Faults and their keys (defaults): ib-link-degrade (ber=1e-10: target
+    /// bit error rate; ramp=0: seconds of log-linear ramp from the port's
+    /// base BER), ib-link-down, ib-link-flap (period=6, down=2: seconds
+    /// between downs and of each down), gpu-thermal, gpu-power, xid, ecc-dbe,
+    /// storage-stall (factor=20: slowdown of one device), node-loss.
+    /// Confounders, which must raise nothing: job-end (gap=120: seconds until
+    /// the next job), counter-reset, collector-restart, congestion
+    /// (fraction=0.3 of the ports, duration=300 s), single-errors
+    /// (fraction=0.01 of the ports get one symbol error, every=20 s on
+    /// average), storage-fleet-slow (factor=5). Every kind takes `at=SECONDS`
+    /// (onset; default `--onset`). ENTITY like `n017/mlx5_2/1`, `n003/gpu5`,
+    /// `n009/nvme0n1` or `n009`; chosen by the seed when omitted. Example:
+    /// `ib-link-degrade@n017/mlx5_2/1:ber=1e-9,ramp=600`.
+    #[arg(long, value_name = "KIND[@ENTITY][:KEY=VALUE,...]")]
     pub inject: Vec<String>,
-    /// Scenario file: one fault per line, `KIND[@ENTITY] [at=SECONDS]`
-    /// (added to `--inject`).
+    /// Scenario file: one fault per line, `KIND[@ENTITY][:KEY=VALUE,...]
+    /// [at=SECONDS]`, `#` comments (added to `--inject`).
     #[arg(long, value_name = "FILE")]
     pub scenario: Option<PathBuf>,
     /// Seed for entity choice and noise (runs are reproducible).
@@ -51,6 +63,20 @@ pub struct SimArgs {
     /// Simulated second at which the injected faults start.
     #[arg(long, default_value_t = 10.0)]
     pub onset: f64,
+    /// Window length in seconds (every collector's).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub window: f64,
+    /// InfiniBand link rate of every port: hdr (200 Gb/s), ndr (400 Gb/s),
+    /// xdr (800 Gb/s).
+    #[arg(long, value_enum, default_value_t = LinkRate::Ndr)]
+    pub link_rate: LinkRate,
+    /// Fraction of the link rate the job's traffic uses.
+    #[arg(long, value_name = "FRAC", default_value_t = 0.7)]
+    pub utilisation: f64,
+    /// Block devices of the nodes: nvme, ssd, hdd, or mixed (each node some
+    /// of them).
+    #[arg(long, value_enum, default_value_t = StorageMix::Nvme)]
+    pub storage: StorageMix,
     /// Print candidates as JSON lines.
     #[arg(long)]
     pub json: bool,
@@ -59,17 +85,48 @@ pub struct SimArgs {
     pub record: Option<PathBuf>,
 }
 
+impl Default for SimArgs {
+    fn default() -> Self {
+        Self {
+            nodes: 32,
+            inject: Vec::new(),
+            scenario: None,
+            seed: 1,
+            speed: 10.0,
+            duration: 60.0,
+            onset: 10.0,
+            window: 1.0,
+            link_rate: LinkRate::Ndr,
+            utilisation: 0.7,
+            storage: StorageMix::Nvme,
+            json: false,
+            record: None,
+        }
+    }
+}
+
+impl SimArgs {
+    pub fn spec(&self) -> ClusterSpec {
+        ClusterSpec {
+            nodes: self.nodes,
+            window_s: self.window,
+            link_rate: self.link_rate,
+            utilisation: self.utilisation,
+            storage: self.storage,
+            seed: self.seed,
+        }
+    }
+}
+
 /// Runs the simulation; returns the candidate updates seen by the subscriber.
 pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
-    anyhow::ensure!(
-        args.nodes >= 2 && args.nodes <= 4096,
-        "--nodes must be within 2..=4096"
-    );
+    let spec = args.spec();
+    spec.validate().context("bad cluster settings")?;
     anyhow::ensure!(
         args.speed > 0.0 && args.duration > 0.0,
         "--speed and --duration must be positive"
     );
-    let mut cluster = cluster::Cluster::new(args.nodes, args.seed);
+    let mut cluster = cluster::Cluster::new(spec);
     let mut faults = faults::parse_all(&args.inject, &cluster, args.seed)?;
     if let Some(p) = &args.scenario {
         let text = std::fs::read_to_string(p)
@@ -177,11 +234,15 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     };
     if !json {
         println!(
-            "simulating {} nodes ({} GPUs, {} HCA ports) for {} s at {}x; faults: {}",
+            "simulating {} nodes ({} GPUs, {} {} HCA ports, {} storage, utilisation {:.0}%) for {} s in {} s windows at {}x; faults: {}",
             args.nodes,
             args.nodes * 8,
             args.nodes * 8,
+            args.link_rate.name().to_uppercase(),
+            args.storage.name(),
+            100.0 * args.utilisation,
             args.duration,
+            args.window,
             args.speed,
             if faults.is_empty() {
                 "none".to_string()
@@ -194,14 +255,13 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
             }
         );
     }
-    let windows = args.duration.ceil() as u64;
-    let tick = Duration::from_secs_f64(1.0 / args.speed);
+    let windows = (args.duration / args.window).ceil() as u64;
+    let tick = Duration::from_secs_f64(args.window / args.speed);
     let mut next = tokio::time::Instant::now();
-    for k in 1..=windows {
-        let t = k as f64;
-        cluster.advance(t, &faults, args.onset);
+    for _ in 1..=windows {
+        cluster.advance(&faults, args.onset);
         for (n, sender) in senders.iter().enumerate() {
-            let Some(w) = cluster.window(n, k) else {
+            let Some(w) = cluster.window(n) else {
                 continue;
             };
             if let Some(r) = recorder.as_mut() {
@@ -228,7 +288,8 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     let _ = std::fs::remove_dir_all(&spool_root);
     if !json {
         let steps = &cluster.job_steps;
-        let before: Vec<f64> = steps.iter().take(args.onset as usize).copied().collect();
+        let before_onset = (args.onset / args.window).floor() as usize;
+        let before: Vec<f64> = steps.iter().take(before_onset).copied().collect();
         let base = crate::engine::median(&before);
         let worst = steps.iter().copied().fold(0.0, f64::max);
         if base > 0.0 {
