@@ -84,6 +84,9 @@ pub struct ClassFloor {
 pub struct StorageConfig {
     /// Requests per window below which a device's latency is not judged.
     pub min_requests: u64,
+    /// Timed requests per window below which its p99 is not judged (the
+    /// p99 of fewer requests is little more than their maximum).
+    pub min_requests_p99: u64,
     /// A device is slow when its p50 or p99 is this many times its class
     /// peers' median …
     pub peer_ratio: f64,
@@ -106,6 +109,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         Self {
             min_requests: 10,
+            min_requests_p99: 200,
             peer_ratio: 2.0,
             own_ratio: 2.5,
             min_peers: 4,

@@ -155,7 +155,7 @@ impl StorageDetector {
             // from an older collector without one, the mean stands for p50.
             let (p50, p99) = if d.timed >= cfg.min_requests {
                 let q = |p: f64| quantile_ns(&d.hist, p).map(|v| (v / 1e9).min(max_s));
-                (q(0.5), q(0.99))
+                (q(0.5), q(0.99).filter(|_| d.timed >= cfg.min_requests_p99))
             } else {
                 (Some(d.sum_ns as f64 / d.requests as f64 / 1e9), None)
             };

@@ -164,6 +164,8 @@ struct Seen {
     first_window: u64,
     /// Carries the expected (kind, entity) at some point.
     expected: bool,
+    /// The opening evidence, to say why a false alarm was raised.
+    evidence: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -420,6 +422,7 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                     entity: u.entity.clone(),
                     first_window: k,
                     expected: false,
+                    evidence: u.evidence.clone(),
                 });
                 if !inc.kinds.contains(&u.kind) {
                     inc.kinds.push(u.kind.clone());
