@@ -109,6 +109,8 @@ struct PortState {
     retry_ratio: Option<f64>,
     /// Own history of retries per packet (windows with packets).
     own_retry: OwnBaseline,
+    /// Transport retry counters that moved in the latest window.
+    moved_hw: Vec<(String, u64)>,
     resets: u64,
 }
 
@@ -509,6 +511,14 @@ impl IbDetector {
                     sample.errors[f] = Some(c - prev);
                 }
                 let retries = delta_sum(&st.hw, &p.hw_counters, HW_ERROR_COUNTERS);
+                st.moved_hw = HW_ERROR_COUNTERS
+                    .iter()
+                    .filter_map(|n| {
+                        delta(&st.hw, &p.hw_counters, n)
+                            .filter(|&d| d > 0)
+                            .map(|d| ((*n).to_string(), d))
+                    })
+                    .collect();
                 let packets = delta_sum(
                     &st.counters,
                     &p.counters,
@@ -741,17 +751,14 @@ impl IbDetector {
             ));
         }
         let last = st.history.last();
-        let moved: Vec<String> = ERROR_COUNTERS
-            .iter()
-            .enumerate()
-            .filter_map(|(f, n)| {
-                last.and_then(|x| x.errors[f])
-                    .filter(|&e| e > 0)
-                    .map(|e| format!("{n} +{e}"))
-            })
-            .collect();
-        if !moved.is_empty() {
-            ev.push(format!("moved this window: {}", moved.join(", ")));
+        // One line per counter that moved, `name +N this window`.
+        for (f, n) in ERROR_COUNTERS.iter().enumerate() {
+            if let Some(e) = last.and_then(|x| x.errors[f]).filter(|&e| e > 0) {
+                ev.push(format!("{n} +{e} this window"));
+            }
+        }
+        for (n, d) in &st.moved_hw {
+            ev.push(format!("{n} +{d} this window"));
         }
         for n in &saturated {
             ev.push(format!(
