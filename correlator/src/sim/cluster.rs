@@ -7,7 +7,7 @@
 //! InfiniBand ports: each port has a base bit error rate drawn log-uniform in
 //! [1e-16, 1e-14]; symbol errors per window are Poisson(BER × signalling
 //! rate × seconds up). Symbol errors corrupt packets (`port_rcv_errors` ~
-//! Poisson(errors × utilisation × 0.5)) and now and then force a link
+//! Binomial(errors, utilisation × 0.5): one error corrupts at most one packet) and now and then force a link
 //! recovery (`link_error_recovery` ~ Poisson(errors × 1e-4)). Counters have
 //! their IBA PortCounters widths and saturate (they do not wrap); traffic
 //! and `port_xmit_wait` are the 64-bit extended counters.
@@ -756,7 +756,8 @@ impl Cluster {
                 let sym = self.rng.poisson(p.base_ber * bits * w * up) + self.extra_sym[pi];
                 let cong = self.congested[pi];
                 let port_util = util * (1.0 - 0.3 * cong);
-                let rcv_err = self.rng.poisson(sym as f64 * port_util * 0.5);
+                // Each symbol error lands in at most one packet.
+                let rcv_err = self.rng.binomial(sym, (port_util * 0.5).min(1.0));
                 let ler = self.rng.poisson(sym as f64 * 1e-4);
                 p.add(SYM, sym);
                 p.add(RCV_ERR, rcv_err);
