@@ -30,7 +30,7 @@ use proto::v1::Window;
 
 use collector::ib::counters::{state_name, COUNTERS};
 
-use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, stats};
+use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, median, stats};
 
 /// Physical-layer error counter families in `counters/` (IBA PortCounters).
 pub const ERROR_COUNTERS: &[&str] = &[
@@ -288,21 +288,6 @@ fn delta_sum(
     total
 }
 
-/// Median of `v` in place (O(n)); `None` for empty.
-fn median_of(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let n = v.len();
-    let (_, m, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
-    let hi = *m;
-    if n % 2 == 1 {
-        return Some(hi);
-    }
-    let lo = v[..n / 2].iter().copied().fold(f64::MIN, f64::max);
-    Some((lo + hi) / 2.0)
-}
-
 /// `1.2e-12` style.
 fn sci(x: f64) -> String {
     if x == 0.0 {
@@ -367,12 +352,12 @@ impl IbDetector {
                 return f;
             }
         }
-        let mut bers: Vec<f64> = self.ports.values().filter_map(|s| s.ber).collect();
-        let mut retries: Vec<f64> = self.ports.values().filter_map(|s| s.retry_ratio).collect();
+        let bers: Vec<f64> = self.ports.values().filter_map(|s| s.ber).collect();
+        let retries: Vec<f64> = self.ports.values().filter_map(|s| s.retry_ratio).collect();
         let f = (
             end_ms,
-            median_of(&mut bers).unwrap_or(0.0),
-            median_of(&mut retries).unwrap_or(0.0),
+            median(&bers),
+            median(&retries),
             bers.len(),
             retries.len(),
         );

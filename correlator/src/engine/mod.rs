@@ -105,23 +105,18 @@ fn jobs_of(w: &Window) -> Vec<String> {
     j
 }
 
-/// Median of a slice (sorted copy); 0 for empty.
+/// Median of a slice (selection on a copy, O(n)); 0 for empty.
 pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
     let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
     let n = s.len();
+    let (below, m, _) = s.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *m;
     if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
+        return hi;
     }
-}
-
-/// Median absolute deviation around `m`.
-pub fn mad(v: &[f64], m: f64) -> f64 {
-    let d: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    median(&d)
+    let lo = below.iter().copied().fold(f64::MIN, f64::max);
+    (lo + hi) / 2.0
 }

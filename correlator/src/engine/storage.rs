@@ -10,7 +10,7 @@ use collector::storage::quantile_ns;
 use collector_common::block::LAT_BUCKETS;
 use proto::v1::Window;
 
-use super::{baseline::OwnBaseline, config::StorageConfig, incidents::Finding};
+use super::{baseline::OwnBaseline, config::StorageConfig, incidents::Finding, median};
 
 #[derive(Debug, Default)]
 struct DevState {
@@ -62,19 +62,6 @@ impl Default for DevWindow {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 impl StorageDetector {
     pub fn new(cfg: StorageConfig) -> Self {
         Self {
@@ -106,9 +93,9 @@ impl StorageDetector {
         }
         let peers: ClassPeers = by
             .into_iter()
-            .map(|(c, (mut a, mut b))| {
+            .map(|(c, (a, b))| {
                 let n = a.len();
-                (c, (median(&mut a), median(&mut b), n))
+                (c, (median(&a), median(&b), n))
             })
             .collect();
         self.peers = Some((end_ms, peers.clone()));
