@@ -177,6 +177,17 @@ impl History {
         self.samples.back()
     }
 
+    /// Forgets every sample but the latest: the rate changed there (the
+    /// errors stopped), and the horizon judges only the present regime.
+    fn restart(&mut self) {
+        let keep = self.samples.pop_back();
+        *self = History::default();
+        if let Some(x) = keep {
+            self.apply(&x, true);
+            self.samples.push_back(x);
+        }
+    }
+
     fn sums(&self) -> Sums {
         let mut s = Sums {
             horizon: self.errors,
@@ -307,6 +318,19 @@ struct Verdict {
     /// BER estimate of the most significant physical family.
     ber: Option<f64>,
     reference: f64,
+}
+
+/// Whether a rate has demonstrably stopped: the latest window's count is
+/// improbably low (below `alpha`) for the rate the horizon measured, so the
+/// horizon's evidence is history, not the link's present. A port whose
+/// errors stopped does not stay open for the horizon; a port with sparse
+/// errors (a few an hour) never looks stopped in one window.
+fn stopped(k_window: u64, exp_window: f64, k_horizon: u64, exp_horizon: f64, alpha: f64) -> bool {
+    if exp_horizon <= 0.0 || exp_window <= 0.0 {
+        return false;
+    }
+    let expected = k_horizon as f64 * exp_window / exp_horizon;
+    (k_window as f64) < expected && stats::poisson_cdf(k_window, expected) < alpha
 }
 
 impl IbDetector {
@@ -599,7 +623,16 @@ impl IbDetector {
         }
         .min(cfg.alarm_ber);
         let mut best: Option<Verdict> = None;
-        let mut consider = |v: Verdict| {
+        let mut gone = 0u32;
+        // Families whose errors stopped this window are left out (counted
+        // when their horizon still holds significant errors).
+        let mut consider = |v: Verdict, stop: bool| {
+            if stop {
+                if v.p < cfg.clear_significance {
+                    gone += 1;
+                }
+                return;
+            }
             if best.as_ref().is_none_or(|b| v.p < b.p) {
                 best = Some(v);
             }
@@ -626,7 +659,7 @@ impl IbDetector {
                 )],
                 ber: Some(ber),
                 reference,
-            });
+            }, stopped(kw, bw, kh, bh, cfg.clear_significance));
         }
         // Transport retries per packet: against the fabric, the port's own
         // history (links noisy when healthy) and the configured reference.
@@ -674,7 +707,7 @@ impl IbDetector {
                 )],
                 ber: None,
                 reference: retry_ref,
-            });
+            }, stopped(rw, pw as f64, rh, ph as f64, cfg.clear_significance));
         }
         // Own retry history learns from this window when it was near it.
         if let Some((r, pk)) = st.history.last().and_then(|x| x.retries) {
@@ -688,6 +721,11 @@ impl IbDetector {
             .filter(|n| ERROR_COUNTERS.contains(&n.as_str()))
             .cloned()
             .collect();
+        if best.as_ref().is_none_or(|b| b.p >= cfg.clear_significance) && gone > 0 {
+            // Every significant error family stopped: the horizon restarts
+            // here, so its past errors neither hold nor reopen the port.
+            st.history.restart();
+        }
         let verdict = best?;
         let opens = verdict.p < cfg.significance;
         let holds = st.degraded && (verdict.p < cfg.clear_significance || !saturated.is_empty());

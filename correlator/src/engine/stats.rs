@@ -102,6 +102,21 @@ pub fn poisson_sf(k: u64, lambda: f64) -> f64 {
     }
 }
 
+/// `P(X ≤ k)` for `X ~ Poisson(lambda)`: how surprising so few events are
+/// when `lambda` are expected (the test that a rate has dropped).
+pub fn poisson_cdf(k: u64, lambda: f64) -> f64 {
+    if lambda <= 0.0 {
+        return 1.0;
+    }
+    // P(X ≤ k) = Q(k + 1, λ), the regularised upper incomplete gamma.
+    let a = k as f64 + 1.0;
+    if lambda < a + 1.0 {
+        (1.0 - gamma_p(a, lambda)).clamp(0.0, 1.0)
+    } else {
+        gamma_q_cf(a, lambda, ln_gamma(a)).clamp(0.0, 1.0)
+    }
+}
+
 /// Exact two-sided `1 - alpha` confidence interval of a Poisson mean from
 /// an observed count `k` (Garwood): the means for which `k` sits at the
 /// `alpha/2` tails.
@@ -189,6 +204,25 @@ mod tests {
         assert!(got > first && got < first * 1.05, "{got} vs {first}");
         assert_eq!(poisson_sf(0, 5.0), 1.0);
         assert_eq!(poisson_sf(3, 0.0), 0.0);
+    }
+
+    #[test]
+    fn poisson_cdf_matches_direct_sums() {
+        for lambda in [0.3f64, 2.0, 8.75, 40.0, 190.0] {
+            let mut pmf = (-lambda).exp();
+            let mut cdf = 0.0;
+            for k in 0..60u64 {
+                cdf += pmf;
+                let got = poisson_cdf(k, lambda);
+                if cdf > 1e-280 {
+                    assert!(close(got, cdf, 1e-8), "k={k} λ={lambda}: {got} vs {cdf}");
+                }
+                pmf *= lambda / (k + 1) as f64;
+            }
+        }
+        // 0 events where 12 were expected: e^-12.
+        assert!(close(poisson_cdf(0, 12.0), (-12.0f64).exp(), 1e-9));
+        assert_eq!(poisson_cdf(5, 0.0), 1.0);
     }
 
     #[test]
