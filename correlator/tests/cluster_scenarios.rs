@@ -121,6 +121,7 @@ impl Cluster {
                         seconds: self.step_s[h * GPUS + g],
                         device: g as i32,
                         hca: format!("mlx5_{g}"),
+                        ..StepTime::default()
                     })
                     .collect(),
                 events,

@@ -204,3 +204,38 @@ fn collectors_without_a_histogram_are_judged_on_the_mean() {
         "{u:#?}"
     );
 }
+
+#[test]
+fn small_mixed_fleet_is_judged_by_own_history_net_of_the_fleet_shift() {
+    // 3 hosts × (NVMe, HDD): 3 devices per class, too few for class peers,
+    // so each device is judged against its own history. A load change that
+    // slows all six 5x is a common shift, not six faults …
+    let mut f = Fleet::new(3, &[NVME, HDD]);
+    let mut e = Engine::default();
+    let mut all = f.run(&mut e, 6);
+    for s in &mut f.slow {
+        for x in s.iter_mut() {
+            *x = 5.0;
+        }
+    }
+    all.extend(f.run(&mut e, 10));
+    assert!(opened(&all).is_empty(), "{all:#?}");
+    // … while one HDD 5x slower than its own history, alone, opens.
+    let mut f = Fleet::new(3, &[NVME, HDD]);
+    let mut e = Engine::default();
+    assert!(f.run(&mut e, 6).is_empty());
+    f.slow[1][1] = 5.0;
+    let u = f.run(&mut e, 3);
+    assert_eq!(
+        opened(&u),
+        [("storage_latency".to_string(), "s01/sdb".to_string())],
+        "{u:#?}"
+    );
+    assert!(
+        u[0].evidence
+            .iter()
+            .any(|l| l.contains("fleet-wide shift over 6 devices")),
+        "{:?}",
+        u[0].evidence
+    );
+}

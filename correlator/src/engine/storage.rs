@@ -28,12 +28,23 @@ struct DevState {
 /// Per class: (median p50, median p99, devices).
 type ClassPeers = HashMap<String, (f64, f64, usize)>;
 
+/// The yardsticks of one time slot: class peers, and the fleet's common
+/// shift — the median over every device (any class) of its latest p50 and
+/// p99 divided by its own history — with the devices it is taken over.
+#[derive(Clone, Debug, Default)]
+struct Peers {
+    by_class: ClassPeers,
+    shift50: f64,
+    shift99: f64,
+    n_shift: usize,
+}
+
 #[derive(Debug, Default)]
 pub struct StorageDetector {
     cfg: StorageConfig,
     devs: HashMap<String, DevState>,
     /// Peer medians per class, recomputed once per half window of event time.
-    peers: Option<(i64, ClassPeers)>,
+    peers: Option<(i64, Peers)>,
 }
 
 /// One device's window: requests, latency sum and max (ns), bytes,
@@ -70,7 +81,7 @@ impl StorageDetector {
         }
     }
 
-    fn class_peers(&mut self, end_ms: i64, len_ms: i64) -> ClassPeers {
+    fn class_peers(&mut self, end_ms: i64, len_ms: i64) -> Peers {
         if let Some((t, p)) = &self.peers {
             if (end_ms - t).abs() < (len_ms / 2).max(1) {
                 return p.clone();
@@ -79,9 +90,20 @@ impl StorageDetector {
         // Devices whose latest quantiles are recent (within 3 windows).
         let fresh = end_ms - 3 * len_ms;
         let mut by: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
+        let (mut r50, mut r99) = (Vec::new(), Vec::new());
         for d in self.devs.values() {
             if d.at_ms < fresh {
                 continue;
+            }
+            let ratio = |x: Option<f64>, own: &OwnBaseline| {
+                let b = own.value().filter(|b| own.warm() && *b > 0.0)?;
+                Some(x? / b)
+            };
+            if let Some(r) = ratio(d.p50, &d.own_p50) {
+                r50.push(r);
+            }
+            if let Some(r) = ratio(d.p99, &d.own_p99) {
+                r99.push(r);
             }
             if let Some(p50) = d.p50 {
                 let e = by.entry(d.class.clone()).or_default();
@@ -91,13 +113,18 @@ impl StorageDetector {
                 }
             }
         }
-        let peers: ClassPeers = by
-            .into_iter()
-            .map(|(c, (a, b))| {
-                let n = a.len();
-                (c, (median(&a), median(&b), n))
-            })
-            .collect();
+        let peers = Peers {
+            by_class: by
+                .into_iter()
+                .map(|(c, (a, b))| {
+                    let n = a.len();
+                    (c, (median(&a), median(&b), n))
+                })
+                .collect(),
+            shift50: median(&r50),
+            shift99: median(&r99),
+            n_shift: r50.len(),
+        };
         self.peers = Some((end_ms, peers.clone()));
         peers
     }
@@ -157,26 +184,36 @@ impl StorageDetector {
                 continue;
             };
             let floor = cfg.floor(&st.class);
-            let (peer_p50, peer_p99, n_peers) =
-                peers.get(&st.class).copied().unwrap_or((0.0, 0.0, 0));
+            let (peer_p50, peer_p99, n_peers) = peers
+                .by_class
+                .get(&st.class)
+                .copied()
+                .unwrap_or((0.0, 0.0, 0));
             let by_peers = n_peers >= cfg.min_peers;
+            // Too few class peers: the own history judges, scaled by the
+            // fleet's common shift when enough devices of any class have
+            // one (a load change slows every device; a fault slows one).
+            let by_fleet = !by_peers && peers.n_shift >= cfg.min_peers;
+            let shift = |s: f64| if by_fleet { s.max(1.0) } else { 1.0 };
+            let (shift50, shift99) = (shift(peers.shift50), shift(peers.shift99));
             // One quantile's verdict: above its floor, above its peers (when
             // there are enough) and above its own history (once it has one;
             // with too few peers, the own history is required).
-            let judge = |x: Option<f64>, floor_ms: f64, peer: f64, own: &OwnBaseline| -> bool {
-                let Some(x) = x else { return false };
-                if x * 1e3 <= floor_ms {
-                    return false;
-                }
-                let above_peers = !by_peers || x > cfg.peer_ratio * peer;
-                let above_own = match own.value().filter(|_| own.warm()) {
-                    Some(b) => x > cfg.own_ratio * b,
-                    None => by_peers,
+            let judge =
+                |x: Option<f64>, floor_ms: f64, peer: f64, own: &OwnBaseline, shift: f64| -> bool {
+                    let Some(x) = x else { return false };
+                    if x * 1e3 <= floor_ms {
+                        return false;
+                    }
+                    let above_peers = !by_peers || x > cfg.peer_ratio * peer;
+                    let above_own = match own.value().filter(|_| own.warm()) {
+                        Some(b) => x > cfg.own_ratio * b * shift,
+                        None => by_peers,
+                    };
+                    above_peers && above_own
                 };
-                above_peers && above_own
-            };
-            let slow50 = judge(st.p50, floor.p50_ms, peer_p50, &st.own_p50);
-            let slow99 = judge(st.p99, floor.p99_ms, peer_p99, &st.own_p99);
+            let slow50 = judge(st.p50, floor.p50_ms, peer_p50, &st.own_p50, shift50);
+            let slow99 = judge(st.p99, floor.p99_ms, peer_p99, &st.own_p99, shift99);
             st.streak = if slow50 || slow99 { st.streak + 1 } else { 0 };
             // Own history learns from windows near it.
             let (own50, own99, learnt) =
@@ -220,6 +257,12 @@ impl StorageDetector {
                 ));
             } else {
                 ev.push(format!("{n_peers} {class} devices are too few to compare with peers: judged against its own history"));
+                if by_fleet {
+                    ev.push(format!(
+                        "fleet-wide shift over {} devices: p50 {:.1}x, p99 {:.1}x their own history (this device's threshold scaled by it)",
+                        peers.n_shift, peers.shift50, peers.shift99
+                    ));
+                }
             }
             if let Some(b) = own50 {
                 ev.push(format!(

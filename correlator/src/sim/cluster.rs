@@ -953,6 +953,7 @@ impl Cluster {
                     seconds: node.step[g],
                     device: g as i32,
                     hca: format!("mlx5_{g}"),
+                    ..StepTime::default()
                 })
                 .collect()
         } else {
