@@ -66,6 +66,18 @@ fn family(kind: &'static str) -> (&'static str, u8) {
     }
 }
 
+/// The workload signal to check for each infrastructure kind (the workload
+/// kinds' own runbooks already walk every layer).
+fn workload_hint(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "ib_link_degraded" | "ib_link_down" | "ib_link_flapping" => "workload: the affected jobs' step time and NCCL bus bandwidth (`NCCL_DEBUG=INFO`; nccl-tests `all_reduce_perf` across this link), retransmits in the jobs' logs",
+        k if k.starts_with("gpu_") => "workload: step time of the rank on this GPU against its peers and the latency of models served from it; move the rank or replica off it",
+        "storage_latency" => "workload: checkpoint save duration and data-loader wait of the jobs that write or read here",
+        "node_lost" => "workload: the jobs with ranks on this host have stalled or restarted: their scheduler state (`squeue -w`, `kubectl get pods -o wide`) and last step time",
+        _ => return None,
+    })
+}
+
 #[derive(Clone, Debug)]
 struct Incident {
     id: String,
@@ -76,6 +88,8 @@ struct Incident {
     jobs: Vec<String>,
     runbook: String,
     marks: Vec<String>,
+    /// Workload symptoms it explains: symptom entity → (impact line, ratio).
+    symptoms: BTreeMap<String, (String, f64)>,
     /// The host's windows since the latest finding, and that finding's time.
     quiet: u32,
     last_seen_ms: i64,
@@ -114,9 +128,18 @@ impl IncidentManager {
             kind: i.kind.into(),
             entity: i.entity.clone(),
             confidence: (i.confidence * 1000.0).round() / 1000.0,
-            evidence: i.evidence.clone(),
+            evidence: i
+                .evidence
+                .iter()
+                .cloned()
+                .chain(i.symptoms.values().map(|(l, _)| format!("explains {l}")))
+                .collect(),
             affected_jobs: i.jobs.clone(),
-            runbook: i.runbook.clone(),
+            runbook: match workload_hint(i.kind) {
+                Some(h) if !i.runbook.is_empty() => format!("{}; {h}", i.runbook),
+                Some(h) => h.to_string(),
+                None => i.runbook.clone(),
+            },
         }
     }
 
@@ -207,6 +230,7 @@ impl IncidentManager {
                         jobs: f.jobs,
                         runbook: f.runbook,
                         marks: f.marks,
+                        symptoms: BTreeMap::new(),
                         quiet: 0,
                         last_seen_ms: ts,
                     };
@@ -239,6 +263,83 @@ impl IncidentManager {
             }
         }
         out
+    }
+
+    /// The open incident (its key) that `explains` accepts (kind, entity,
+    /// evidence), the most confident first.
+    pub fn find_cause(
+        &self,
+        explains: impl Fn(&str, &str, &[String]) -> bool,
+    ) -> Option<(&'static str, String)> {
+        self.open
+            .iter()
+            .filter(|(_, i)| explains(i.kind, &i.entity, &i.evidence))
+            .max_by(|a, b| a.1.confidence.total_cmp(&b.1.confidence))
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Attaches a workload symptom (`tag` its entity, `line` its measured
+    /// impact) and its job to an open incident: an `updated` when the
+    /// symptom is new there or its impact moved by `update_delta`.
+    pub fn attach(
+        &mut self,
+        key: &(&'static str, String),
+        ts: i64,
+        tag: &str,
+        line: String,
+        job: &str,
+        ratio: f64,
+    ) -> Option<CandidateUpdate> {
+        let delta = self.cfg.update_delta;
+        let i = self.open.get_mut(key)?;
+        let news = match i.symptoms.get(tag) {
+            Some((_, r)) => (ratio - r).abs() >= delta,
+            None => true,
+        };
+        if !job.is_empty() && !i.jobs.iter().any(|j| j == job) {
+            i.jobs.push(job.to_string());
+        }
+        if !news {
+            if let Some(s) = i.symptoms.get_mut(tag) {
+                s.0 = line;
+            }
+            return None;
+        }
+        i.symptoms.insert(tag.to_string(), (line, ratio));
+        i.confidence = (i.confidence + 0.05).min(0.99);
+        Some(Self::update(ts, "updated", i))
+    }
+
+    /// An open incident's kind and evidence.
+    pub fn evidence_of(&self, key: &(&'static str, String)) -> Option<(&'static str, &[String])> {
+        self.open.get(key).map(|i| (i.kind, i.evidence.as_slice()))
+    }
+
+    /// Whether an incident of `kind` on `entity` is open.
+    pub fn is_open(&self, kind: &'static str, entity: &str) -> bool {
+        self.open
+            .contains_key(&(family(kind).0, entity.to_string()))
+    }
+
+    /// Resolves an open symptom incident (`kind` on `entity`) because a
+    /// root cause now explains it: one fault, one incident.
+    pub fn supersede(
+        &mut self,
+        kind: &'static str,
+        entity: &str,
+        ts: i64,
+        by: &(&'static str, String),
+    ) -> Option<CandidateUpdate> {
+        let cause = self
+            .open
+            .get(by)
+            .map(|c| (c.id.clone(), c.kind, c.entity.clone()))?;
+        let mut i = self.open.remove(&(family(kind).0, entity.to_string()))?;
+        i.evidence.push(format!(
+            "explained by incident {} ({} on {}): followed there",
+            cause.0, cause.1, cause.2
+        ));
+        Some(Self::update(ts, "resolved", &i))
     }
 
     pub fn open(&self) -> Vec<CandidateUpdate> {

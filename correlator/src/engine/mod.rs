@@ -14,6 +14,7 @@ pub mod node;
 pub mod stats;
 pub mod storage;
 pub mod straggler;
+pub mod workload;
 
 use proto::v1::{CandidateUpdate, Window};
 
@@ -28,7 +29,10 @@ pub struct Engine {
     pub storage: storage::StorageDetector,
     pub node: node::NodeDetector,
     pub straggler: straggler::StragglerDetector,
+    pub workload: workload::WorkloadDetector,
     pub incidents: IncidentManager,
+    /// Seconds a workload symptom waits for a cause (`workload.explain_grace_s`).
+    explain_grace_ms: i64,
 }
 
 impl Engine {
@@ -38,7 +42,9 @@ impl Engine {
         Self {
             ib: ib::IbDetector::new(cfg.ib.clone(), topology),
             storage: storage::StorageDetector::new(cfg.storage.clone()),
+            workload: workload::WorkloadDetector::new(cfg.workload.clone()),
             incidents: IncidentManager::new(cfg.incidents.clone()),
+            explain_grace_ms: (cfg.workload.explain_grace_s * 1000.0) as i64,
             ..Self::default()
         }
     }
@@ -54,34 +60,67 @@ impl Engine {
         findings.extend(self.gpu.observe(&host, w, &jobs));
         findings.extend(self.storage.observe(&host, w, &jobs));
         findings.extend(self.node.observe(&host, w));
-        let (slow, evaluated) = self.straggler.observe(&host, w);
-        for s in slow {
-            // A root cause on the rank's GPU or link absorbs the symptom.
-            let gpu_entity = format!("{}/gpu{}", s.host, s.device);
-            let cause = findings.iter_mut().find(|f| {
-                (f.entity == gpu_entity
-                    && (f.kind == "gpu_thermal_throttle" || f.kind == "gpu_power_throttle"))
-                    || (f.kind == "storage_latency"
-                        && f.entity.starts_with(&format!("{}/", s.host)))
-                    || (f.kind == "ib_link_degraded"
-                        && f.entity.starts_with(&format!("{}/", s.host))
-                        && (s.hca.is_empty() || f.entity.contains(&format!("/{}/", s.hca))))
-            });
-            match cause {
-                Some(f) => {
-                    f.evidence.push(format!("explains {}", s.describe()));
-                    f.confidence = (f.confidence + 0.05).min(0.99);
-                    if !f.jobs.contains(&s.job) {
-                        f.jobs.push(s.job.clone());
-                    }
-                }
-                None => findings.push(s.finding()),
+        let (slow, mut evaluated) = self.straggler.observe(&host, w);
+        let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
+        symptoms.extend(self.workload.observe(&host, w));
+        evaluated.extend(jobs_of(w));
+        evaluated.extend(w.workload.iter().map(|s| {
+            let model = if s.model.is_empty() {
+                "(no model)"
+            } else {
+                s.model.as_str()
+            };
+            format!("{}/{model}", s.job)
+        }));
+        // A symptom on a GPU, link, device or host that a root cause sits on
+        // joins that incident; otherwise, after the grace, it is its own.
+        let mut joined = Vec::new();
+        for s in symptoms {
+            let in_window = findings
+                .iter()
+                .any(|f| s.explained_by(f.kind, &f.entity, &f.evidence));
+            let open = self
+                .incidents
+                .find_cause(|k, e, ev| s.explained_by(k, e, ev))
+                .is_some();
+            if in_window || open {
+                joined.push(s);
+            } else if s.kind == "straggler"
+                || w.end_unix_ms - s.since_ms >= self.explain_grace_ms
+                || self.incidents.is_open(s.kind, &s.entity)
+            {
+                findings.push(s.finding());
             }
         }
-        let mut evaluated = evaluated;
-        evaluated.extend(self.ib.links_of(&host));
-        self.incidents
-            .apply(w.end_unix_ms, &host, evaluated, findings)
+        let mut out = self
+            .incidents
+            .apply(w.end_unix_ms, &host, evaluated, findings);
+        for s in joined {
+            let Some(key) = self
+                .incidents
+                .find_cause(|k, e, ev| s.explained_by(k, e, ev))
+            else {
+                continue;
+            };
+            let line = self
+                .incidents
+                .evidence_of(&key)
+                .map(|(kind, ev)| format!("{}; {}", s.line, s.via(kind, &key.1, ev)))
+                .unwrap_or_else(|| s.line.clone());
+            out.extend(self.incidents.attach(
+                &key,
+                w.end_unix_ms,
+                &s.entity,
+                line,
+                &s.job,
+                s.ratio,
+            ));
+            out.extend(
+                self.incidents
+                    .supersede(s.kind, &s.entity, w.end_unix_ms, &key),
+            );
+        }
+        out
     }
 
     /// Open incidents, highest confidence first.

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 
 use proto::v1::Window;
 
-use super::{incidents::Finding, median};
+use super::{
+    median,
+    workload::{Place, Symptom},
+};
 
 /// Step time above this multiple of the job median makes a rank slow.
 pub const SLOW_FACTOR: f64 = 1.3;
@@ -114,11 +117,25 @@ impl Slow {
         )
     }
 
-    pub fn finding(&self) -> Finding {
-        Finding::new("straggler", &format!("{}/{}", self.job, self.rank), 0.6)
-            .with_evidence(self.describe())
-            .with_evidence(format!("no GPU throttling, link degradation or storage stall found on {} for this rank", self.host))
-            .with_jobs(std::slice::from_ref(&self.job))
-            .with_runbook(format!("profile rank {} on {}: data loader, CPU contention (`top -H`), NCCL debug (`NCCL_DEBUG=INFO`)", self.rank, self.host))
+    /// The slow rank as a workload symptom (its own placement only).
+    pub fn symptom(&self) -> Symptom {
+        Symptom {
+            kind: "straggler",
+            job: self.job.clone(),
+            entity: format!("{}/{}", self.job, self.rank),
+            line: self.describe(),
+            ratio: if self.median > 0.0 {
+                self.seconds / self.median
+            } else {
+                1.0
+            },
+            since_ms: 0,
+            places: vec![Place {
+                host: self.host.clone(),
+                rank: i32::try_from(self.rank).unwrap_or(i32::MAX),
+                device: self.device,
+                hca: self.hca.clone(),
+            }],
+        }
     }
 }
