@@ -148,12 +148,16 @@ impl IncidentManager {
     /// finding resolve after a quiet period (`quiet_s` of event time and at
     /// least `quiet_windows` of the host's windows); a lost node that
     /// reports again is resolved at once.
+    ///
+    /// Entities in `held` do not resolve in this call (a symptom incident
+    /// about to be superseded by its newly found cause).
     pub fn apply(
         &mut self,
         ts: i64,
         host: &str,
         evaluated: Vec<String>,
         findings: Vec<Finding>,
+        held: &[String],
     ) -> Vec<CandidateUpdate> {
         let mut out = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
@@ -249,7 +253,7 @@ impl IncidentManager {
         let quiet_ms = (self.cfg.quiet_s * 1000.0) as i64;
         for (key, i) in self.open.iter_mut() {
             let owned = i.entity.starts_with(&prefix) || evaluated.contains(&i.entity);
-            if seen.contains(key) || !owned || key.0 == "node_lost" {
+            if seen.contains(key) || !owned || key.0 == "node_lost" || held.contains(&i.entity) {
                 continue;
             }
             i.quiet += 1;

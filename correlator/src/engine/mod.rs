@@ -56,6 +56,10 @@ impl Engine {
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
         let jobs = jobs_of(w);
+        // The grace a symptom waits for a cause covers the infrastructure
+        // detectors' own persistence (two windows) and the slot in which the
+        // symptom is judged (the next window of the series): three windows.
+        let len_ms = (w.end_unix_ms - w.start_unix_ms).max(0);
         let mut findings = self.ib.observe(&host, w, &jobs);
         findings.extend(self.gpu.observe(&host, w, &jobs));
         findings.extend(self.storage.observe(&host, w, &jobs));
@@ -86,15 +90,16 @@ impl Engine {
             if in_window || open {
                 joined.push(s);
             } else if s.kind == "straggler"
-                || w.end_unix_ms - s.since_ms >= self.explain_grace_ms
+                || w.end_unix_ms - s.since_ms >= self.explain_grace_ms.max(3 * len_ms)
                 || self.incidents.is_open(s.kind, &s.entity)
             {
                 findings.push(s.finding());
             }
         }
+        let held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
         let mut out = self
             .incidents
-            .apply(w.end_unix_ms, &host, evaluated, findings);
+            .apply(w.end_unix_ms, &host, evaluated, findings, &held);
         for s in joined {
             let Some(key) = self
                 .incidents

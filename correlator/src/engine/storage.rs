@@ -205,7 +205,11 @@ impl StorageDetector {
                     if x * 1e3 <= floor_ms {
                         return false;
                     }
-                    let above_peers = !by_peers || x > cfg.peer_ratio * peer;
+                    // Without an own history yet, peers alone must show
+                    // twice the margin: healthy devices of one class differ
+                    // by up to ~2.5x (models, firmware, fill level).
+                    let margin = if own.warm() { 1.0 } else { 2.0 };
+                    let above_peers = !by_peers || x > margin * cfg.peer_ratio * peer;
                     let above_own = match own.value().filter(|_| own.warm()) {
                         Some(b) => x > cfg.own_ratio * b * shift,
                         None => by_peers,

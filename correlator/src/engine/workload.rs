@@ -160,6 +160,29 @@ impl Shift {
     }
 }
 
+/// One time slot of a series, pooled over the hosts that report it: the
+/// engine sees host windows one at a time, so a series is judged once per
+/// slot, when the first window of the next slot arrives.
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    start_ms: i64,
+    end_ms: i64,
+    /// Steps: the slowest rank's mean log step time and its count (a
+    /// synchronous job runs at its slowest rank's pace).
+    max_x: f64,
+    max_n: u64,
+    /// Latency: pooled sum and count over every replica.
+    sum: f64,
+    count: u64,
+}
+
+impl Slot {
+    fn same(&self, start_ms: i64, end_ms: i64) -> bool {
+        let half = ((self.end_ms - self.start_ms) / 2).max(1);
+        (end_ms - self.end_ms).abs() < half && (start_ms - self.start_ms).abs() < half
+    }
+}
+
 #[derive(Debug, Default)]
 struct JobPlaces {
     ranks: HashMap<(String, i32), (Place, i64)>,
@@ -168,8 +191,8 @@ struct JobPlaces {
 #[derive(Debug, Default)]
 pub struct WorkloadDetector {
     cfg: WorkloadConfig,
-    steps: HashMap<String, Shift>,
-    latency: HashMap<(String, String, String), Shift>,
+    steps: HashMap<String, (Shift, Option<Slot>)>,
+    latency: HashMap<(String, String, String), (Shift, Option<Slot>)>,
     places: HashMap<String, JobPlaces>,
     /// Series not tracked because a bound was reached.
     pub dropped: u64,
@@ -181,6 +204,33 @@ const LATENCY_SIGNALS: &[(&str, &str)] = &[
     ("tpot_seconds", "time per output token"),
     ("request_seconds", "request duration"),
 ];
+
+/// Adds a host's contribution to the series' open slot; returns the
+/// previous slot, complete, when this window starts a new one.
+fn pool(
+    slot: &mut Option<Slot>,
+    start_ms: i64,
+    end_ms: i64,
+    add: impl FnOnce(&mut Slot),
+) -> Option<Slot> {
+    let mut done = None;
+    match slot {
+        Some(s) if s.same(start_ms, end_ms) => {}
+        Some(s) if end_ms < s.end_ms => return None, // late: that slot is judged
+        _ => {
+            done = slot.take();
+            *slot = Some(Slot {
+                start_ms,
+                end_ms,
+                ..Slot::default()
+            });
+        }
+    }
+    if let Some(s) = slot.as_mut() {
+        add(s);
+    }
+    done
+}
 
 fn clock(ms: i64) -> String {
     let s = ms.div_euclid(1000).rem_euclid(86_400);
@@ -248,25 +298,41 @@ impl WorkloadDetector {
             self.place(&s.job, p, end);
         }
         let mut out = Vec::new();
-        // Step time per job: this host's ranks, weighted by steps.
+        // Step time per job: this host's slowest rank.
         let mut per_job: HashMap<&str, (f64, u64)> = HashMap::new();
         for s in &w.steps {
             if s.seconds <= 0.0 || !s.seconds.is_finite() {
                 continue;
             }
+            let x = s.seconds.ln();
             let n = u64::from(s.count.max(1));
-            let e = per_job.entry(s.job.as_str()).or_default();
-            e.0 += n as f64 * s.seconds.ln();
-            e.1 += n;
+            let e = per_job.entry(s.job.as_str()).or_insert((f64::MIN, 0));
+            if x > e.0 {
+                *e = (x, n);
+            }
         }
         let delta = (1.0 + cfg.min_slowdown).ln();
-        for (job, (sx, n)) in per_job {
+        for (job, (x, n)) in per_job {
             if !self.steps.contains_key(job) && self.steps.len() >= MAX_SERIES {
                 self.dropped += 1;
                 continue;
             }
-            let sh = self.steps.entry(job.to_string()).or_default();
-            let Some(c) = sh.observe(start, end, sx / n as f64, n, delta, &cfg) else {
+            let (sh, slot) = self.steps.entry(job.to_string()).or_default();
+            let done = pool(slot, start, end, |s| {
+                if x > s.max_x || s.max_n == 0 {
+                    s.max_x = x;
+                    s.max_n = n;
+                }
+            });
+            let Some(done) = done else { continue };
+            let Some(c) = sh.observe(
+                done.start_ms,
+                done.end_ms,
+                done.max_x,
+                done.max_n,
+                delta,
+                &cfg,
+            ) else {
                 continue;
             };
             out.push(Symptom {
@@ -287,7 +353,7 @@ impl WorkloadDetector {
                 places: self.places(job),
             });
         }
-        // Inference latency per (job, model, signal).
+        // Inference latency per (job, model, signal), pooled over replicas.
         let delta = (1.0 + cfg.min_latency_increase).ln();
         for s in &w.workload {
             let Some((_, what)) = LATENCY_SIGNALS.iter().find(|(n, _)| *n == s.signal) else {
@@ -301,9 +367,14 @@ impl WorkloadDetector {
                 self.dropped += 1;
                 continue;
             }
-            let sh = self.latency.entry(key).or_default();
-            let x = (s.sum / s.count as f64).ln();
-            let Some(c) = sh.observe(start, end, x, s.count, delta, &cfg) else {
+            let (sh, slot) = self.latency.entry(key).or_default();
+            let done = pool(slot, start, end, |p| {
+                p.sum += s.sum;
+                p.count += s.count;
+            });
+            let Some(done) = done else { continue };
+            let x = (done.sum / done.count.max(1) as f64).ln();
+            let Some(c) = sh.observe(done.start_ms, done.end_ms, x, done.count, delta, &cfg) else {
                 continue;
             };
             let model = if s.model.is_empty() {
@@ -337,8 +408,10 @@ impl WorkloadDetector {
     /// Drops series and placements not reported for `FORGET_MS`.
     fn forget(&mut self, now_ms: i64) {
         let old = now_ms - FORGET_MS;
-        self.steps.retain(|_, s| s.seen_ms >= old);
-        self.latency.retain(|_, s| s.seen_ms >= old);
+        self.steps
+            .retain(|_, (s, p)| s.seen_ms >= old || p.as_ref().is_some_and(|p| p.end_ms >= old));
+        self.latency
+            .retain(|_, (s, p)| s.seen_ms >= old || p.as_ref().is_some_and(|p| p.end_ms >= old));
         for jp in self.places.values_mut() {
             jp.ranks.retain(|_, (_, at)| *at >= old);
         }

@@ -32,6 +32,8 @@ use super::{
 use crate::engine::{config::DetectConfig, stats::scan_test};
 
 pub const GPUS: usize = 8;
+/// The simulated training job.
+pub const JOB: &str = "llm-pretrain";
 pub const HCAS: usize = 8;
 /// Nodes per leaf switch of the two-level fat tree.
 pub const NODES_PER_LEAF: usize = 16;
@@ -841,6 +843,11 @@ impl Cluster {
                     }
                 }
                 (Kind::NodeLoss, Target::Node(n)) => self.nodes[*n].up = false,
+                (&Kind::JobSlow { factor }, _) => {
+                    for node in &mut self.nodes {
+                        node.step.iter_mut().for_each(|s| *s *= factor);
+                    }
+                }
                 (Kind::CollectorRestart, Target::Node(n)) if in_window(o) => {
                     let node = &mut self.nodes[*n];
                     node.restarts += 1;
@@ -859,7 +866,7 @@ impl Cluster {
             }
         }
         // Block devices.
-        let job = if self.job_running { "llm-pretrain" } else { "" };
+        let job = if self.job_running { JOB } else { "" };
         for (node, slow) in self.nodes.iter_mut().zip(slow) {
             for (d, f) in node.devices.iter_mut().zip(slow) {
                 let n = self.rng.poisson(d.rate * w * io_scale);
@@ -915,6 +922,7 @@ impl Cluster {
     pub fn window(&mut self, n: usize) -> Option<Window> {
         let t = self.t0_ms + self.k as i64 * self.window_ms;
         let wms = self.window_ms;
+        let w_s = wms as f64 / 1000.0;
         let running = self.job_running;
         let rate = self.spec.link_rate;
         let node = &mut self.nodes[n];
@@ -948,7 +956,8 @@ impl Cluster {
         let steps = if running {
             (0..GPUS)
                 .map(|g| StepTime {
-                    job: "llm-pretrain".into(),
+                    job: JOB.into(),
+                    count: (w_s / node.step[g]).round().max(1.0) as u32,
                     rank: (n * GPUS + g) as u32,
                     seconds: node.step[g],
                     device: g as i32,
@@ -997,7 +1006,7 @@ impl Cluster {
                     .map(|g| CudaProc {
                         pid: 10_000 + g as u32,
                         device: g as i32,
-                        job: "llm-pretrain".into(),
+                        job: JOB.into(),
                         rank: Some((n * GPUS + g) as u32),
                         launches,
                         sync_calls: 10,

@@ -95,6 +95,7 @@ const FAULTS: &[&str] = &[
     "ecc-dbe",
     "storage-stall",
     "node-loss",
+    "job-slow",
 ];
 const CONFOUNDERS: &[&str] = &[
     "job-end",
@@ -187,6 +188,20 @@ struct Outcome {
     false_alarms: Vec<Seen>,
     /// True errors the fault added beyond the base BER (degrading links).
     excess_errors: u64,
+    /// The job's step time after the fault became visible over before the
+    /// onset (medians), when the job ran through both.
+    job_slowdown: Option<f64>,
+    /// The job's slowdown was attached (`explains job …`) to the fault's
+    /// incident / to another incident.
+    joined_right: bool,
+    joined_elsewhere: bool,
+    /// A `job_slowdown` incident was opened (and stayed open: not superseded).
+    own_job_slowdown: bool,
+    /// The job's worst sustained step time over its pre-onset median.
+    job_peak: f64,
+    /// Confounder runs that slowed the job: `job_slowdown` incidents raised
+    /// (true symptoms without an infrastructure fault, not false alarms).
+    symptom_incidents: u64,
     seconds: f64,
 }
 
@@ -222,6 +237,7 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
         ),
         "single-errors" => format!(":fraction=0.01,every={:.0}", r.range(10.0, 60.0)),
         "storage-fleet-slow" => ":factor=5".into(),
+        "job-slow" => format!(":factor={}", fmt_value(sig3(r.log_uniform(1.15, 2.0)))),
         _ => String::new(),
     }
 }
@@ -400,6 +416,8 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
     // incident id → what it carried.
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
     let mut detected = None;
+    let (mut joined_right, mut joined_elsewhere) = (false, false);
+    let mut job_slowdown_ids: BTreeSet<String> = BTreeSet::new();
     let tail = tail_windows(s.window_s);
     let mut k = 0;
     while k < s.max_windows {
@@ -415,6 +433,28 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                     .is_some_and(|(ek, ee)| u.kind == *ek && u.entity == *ee);
                 if hit && detected.is_none() {
                     detected = Some(k);
+                }
+                let explains_job = u
+                    .evidence
+                    .iter()
+                    .any(|l| l.starts_with(&format!("explains job {}", super::cluster::JOB)));
+                if explains_job && u.kind != "job_slowdown" {
+                    if hit {
+                        joined_right = true;
+                    } else {
+                        joined_elsewhere = true;
+                    }
+                }
+                if u.kind == "job_slowdown" {
+                    if u.state == "opened" {
+                        job_slowdown_ids.insert(u.incident_id.clone());
+                    } else if u.state == "resolved"
+                        && u.evidence
+                            .iter()
+                            .any(|l| l.starts_with("explained by incident"))
+                    {
+                        job_slowdown_ids.remove(&u.incident_id);
+                    }
                 }
                 let inc = seen.entry(u.incident_id.clone()).or_insert_with(|| Seen {
                     id: u.incident_id.clone(),
@@ -439,6 +479,39 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         }
     }
     let truth = c.truth()[0].clone();
+    let job_slowdown = {
+        let steps = &c.job_steps;
+        let on = truth.onset_window as usize;
+        let vis = truth.visible_window.map_or(on, |v| v as usize);
+        (on >= 3 && steps.len() > vis + 3).then(|| {
+            crate::engine::median(&steps[vis..]) / crate::engine::median(&steps[..on]).max(1e-9)
+        })
+    };
+    // The job's worst sustained step time (median over min_persist_s) over
+    // its pre-onset median: a confounder that really slowed the job
+    // (congestion) makes `job_slowdown` a true symptom, not a false alarm.
+    let wl = DetectConfig::default().workload;
+    let job_peak = {
+        let steps = &c.job_steps;
+        let on = (truth.onset_window as usize).min(steps.len());
+        let k = ((wl.min_persist_s / s.window_s).ceil() as usize).max(3);
+        let before = crate::engine::median(&steps[..on]).max(1e-9);
+        if on >= 3 {
+            steps[on..]
+                .windows(k)
+                .map(|x| crate::engine::median(x) / before)
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        }
+    };
+    let slowed = job_peak >= 1.0 + wl.min_slowdown;
+    let mut symptom_incidents = 0u64;
+    seen.retain(|_, i| {
+        let keep = !(slowed && s.confounder && i.kinds == ["job_slowdown"]);
+        symptom_incidents += u64::from(!keep);
+        keep
+    });
     let (incidents_on_fault, mut false_alarms): (Vec<Seen>, Vec<Seen>) =
         seen.into_values().partition(|i| i.expected);
     false_alarms.sort_by_key(|f| f.first_window);
@@ -460,6 +533,12 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         false_alarm_kinds,
         false_alarms,
         excess_errors: truth.excess_errors,
+        job_slowdown,
+        joined_right,
+        joined_elsewhere,
+        own_job_slowdown: !job_slowdown_ids.is_empty(),
+        job_peak,
+        symptom_incidents,
         seconds: started.elapsed().as_secs_f64(),
         scenario: s.clone(),
     })
@@ -523,12 +602,15 @@ struct Cell {
     from_visible: Vec<i64>,
     incidents: Vec<u64>,
     fa_kinds: BTreeMap<String, u64>,
+    /// Confounder runs: `job_slowdown` raised for a real slowdown.
+    symptoms: u64,
 }
 
 impl Cell {
     fn add(&mut self, o: &Outcome) {
         self.runs += 1;
         self.fa += o.false_alarm_count;
+        self.symptoms += o.symptom_incidents;
         for (k, n) in &o.false_alarm_kinds {
             *self.fa_kinds.entry(k.clone()).or_default() += n;
         }
@@ -709,11 +791,11 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         );
     }
     println!();
-    println!("| confounder | window | runs | false alarms | false alarm kinds |");
-    println!("|---|---|---|---|---|");
+    println!("| confounder | window | runs | false alarms | false alarm kinds | job_slowdown for a real slowdown (not false alarms) |");
+    println!("|---|---|---|---|---|---|");
     for ((k, wk), c) in &by_conf_w {
         println!(
-            "| {k} | {} s | {} | {} | {} |",
+            "| {k} | {} s | {} | {} | {} | {} |",
             fmt_value(*wk as f64 / 1000.0),
             c.runs,
             c.fa,
@@ -721,7 +803,8 @@ pub fn run(a: &DetectArgs) -> Result<()> {
                 .iter()
                 .map(|(k, n)| format!("{k} ×{n}"))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            c.symptoms
         );
     }
     println!();
@@ -742,6 +825,47 @@ pub fn run(a: &DetectArgs) -> Result<()> {
             c.runs, c.tp, c.fn_, c.fa
         );
     }
+    println!();
+    // Joining: fault runs (not job-slow) whose fault slowed the job by at
+    // least the configured min_slowdown, by fault kind.
+    let min_slow = 1.0 + DetectConfig::default().workload.min_slowdown;
+    let mut joins: BTreeMap<String, [u64; 5]> = BTreeMap::new();
+    for o in &outcomes {
+        let s = &o.scenario;
+        if s.confounder || s.kind == "job-slow" || o.detected_window.is_none() {
+            continue;
+        }
+        if !o.job_slowdown.is_some_and(|r| r >= min_slow) {
+            continue;
+        }
+        let e = joins.entry(s.kind.to_string()).or_default();
+        e[0] += 1;
+        e[1] += u64::from(o.joined_right);
+        e[2] += u64::from(o.joined_elsewhere);
+        e[3] += u64::from(!o.joined_right && !o.joined_elsewhere);
+        e[4] += u64::from(o.own_job_slowdown);
+    }
+    println!("| joining: fault | runs whose fault slowed the job ≥ {:.0} % | slowdown attached to the fault's incident | attached elsewhere | not attached | separate job_slowdown left open |", 100.0 * (min_slow - 1.0));
+    println!("|---|---|---|---|---|---|");
+    for (k, v) in &joins {
+        println!(
+            "| {k} | {} | {} | {} | {} | {} |",
+            v[0], v[1], v[2], v[3], v[4]
+        );
+    }
+    let jt: [u64; 5] = joins.values().fold([0; 5], |mut a, v| {
+        for i in 0..5 {
+            a[i] += v[i];
+        }
+        a
+    });
+    let joining_accuracy = (jt[0] > 0).then(|| jt[1] as f64 / jt[0] as f64);
+    println!(
+        "joining accuracy: {} ({} of {} slowdowns on the right root cause)",
+        optf(joining_accuracy),
+        jt[1],
+        jt[0]
+    );
     println!();
     let (tp, fn_) = (total.tp, total.fn_);
     let fa = total.fa;
@@ -777,7 +901,7 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         .collect();
     let conf_json: Vec<serde_json::Value> = by_conf_w
         .iter()
-        .map(|((k, wk), c)| json!({"confounder": k, "window_s": *wk as f64 / 1000.0, "runs": c.runs, "false_alarms": c.fa, "false_alarm_kinds": c.fa_kinds}))
+        .map(|((k, wk), c)| json!({"confounder": k, "window_s": *wk as f64 / 1000.0, "runs": c.runs, "false_alarms": c.fa, "false_alarm_kinds": c.fa_kinds, "job_slowdown_for_real_slowdown": c.symptoms}))
         .collect();
     let rate_json: Vec<serde_json::Value> = by_rate
         .iter()
@@ -813,6 +937,7 @@ pub fn run(a: &DetectArgs) -> Result<()> {
                 "congestion": "fraction uniform 0.1..0.6 of the ports, duration uniform 60..300 s",
                 "single-errors": "fraction 0.01, every uniform 10..60 s",
                 "storage-fleet-slow": "factor 5",
+                "job-slow": "factor log-uniform 1.15..2 on every rank's step time (no infrastructure cause)",
                 "port base BER": "log-uniform 1e-16..1e-14 per port",
                 "device medians": "nvme 0.08-0.2 ms, ssd 0.2-0.5 ms, hdd 4-9 ms (log-uniform), lognormal sigma 0.5, median jitter +-10 % per window, 30-80 requests/s",
             },
@@ -830,6 +955,11 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         "confounders_by_window": conf_json,
         "link_faults_by_rate": rate_json,
         "storage_stall_by_fleet": storage_json,
+        "joining": {
+            "accuracy": joining_accuracy,
+            "rule": "fault runs (job-slow excluded) that were detected and whose fault slowed the job's step time (median after visible over median before onset) by at least workload.min_slowdown; right = the fault's incident carried `explains job …`",
+            "by_fault": joins.iter().map(|(k, v)| json!({"fault": k, "runs": v[0], "attached_to_fault": v[1], "attached_elsewhere": v[2], "not_attached": v[3], "separate_job_slowdown_open": v[4]})).collect::<Vec<_>>(),
+        },
         "runs": outcomes,
         "note": "latency from onset in windows counts from the onset window (0: raised in it); in seconds it is to the end of the window in which the incident appeared. Latency from visible is signed (negative: the engine alarmed before the fault's excess errors were significant at the reference BER). False alarms are distinct incident ids that never carried the expected (kind, entity); in confounder-only runs every incident is one.",
     });

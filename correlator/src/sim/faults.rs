@@ -38,6 +38,11 @@ pub enum Kind {
         factor: f64,
     },
     NodeLoss,
+    /// The training job's every step `factor` times longer with no
+    /// infrastructure cause (input pipeline, a code change): `job_slowdown`.
+    JobSlow {
+        factor: f64,
+    },
     // Confounders: must raise nothing.
     /// The job ends; a next one starts `gap_s` seconds later.
     JobEnd {
@@ -78,6 +83,7 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("ecc-dbe", &[]),
     ("storage-stall", &[("factor", 20.0)]),
     ("node-loss", &[]),
+    ("job-slow", &[("factor", 1.3)]),
     ("job-end", &[("gap", 120.0)]),
     ("counter-reset", &[]),
     ("collector-restart", &[]),
@@ -99,6 +105,7 @@ impl Kind {
             Kind::EccDbe => "ecc-dbe",
             Kind::StorageStall { .. } => "storage-stall",
             Kind::NodeLoss => "node-loss",
+            Kind::JobSlow { .. } => "job-slow",
             Kind::JobEnd { .. } => "job-end",
             Kind::CounterReset => "counter-reset",
             Kind::CollectorRestart => "collector-restart",
@@ -113,7 +120,9 @@ impl Kind {
         match *self {
             Kind::IbLinkDegrade { ber, ramp_s } => vec![("ber", ber), ("ramp", ramp_s)],
             Kind::IbLinkFlap { period_s, down_s } => vec![("period", period_s), ("down", down_s)],
-            Kind::StorageStall { factor } | Kind::StorageFleetSlow { factor } => {
+            Kind::StorageStall { factor }
+            | Kind::StorageFleetSlow { factor }
+            | Kind::JobSlow { factor } => {
                 vec![("factor", factor)]
             }
             Kind::JobEnd { gap_s } => vec![("gap", gap_s)],
@@ -144,6 +153,7 @@ impl Kind {
             Kind::EccDbe => "gpu_ecc",
             Kind::StorageStall { .. } => "storage_latency",
             Kind::NodeLoss => "node_lost",
+            Kind::JobSlow { .. } => "job_slowdown",
             _ => return None,
         })
     }
@@ -167,6 +177,8 @@ pub enum Target {
     },
     Node(usize),
     Cluster,
+    /// The simulated training job.
+    Job,
 }
 
 #[derive(Clone, Debug)]
@@ -226,6 +238,7 @@ pub fn target_name(c: &Cluster, t: &Target) -> String {
         ),
         Target::Node(n) => c.node_name(*n),
         Target::Cluster => "cluster".into(),
+        Target::Job => super::cluster::JOB.into(),
     }
 }
 
@@ -237,6 +250,7 @@ enum Wants {
     Device,
     Node,
     Cluster,
+    Job,
 }
 
 fn wants(kind: &Kind) -> Wants {
@@ -252,6 +266,7 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::Congestion { .. }
         | Kind::SingleErrors { .. }
         | Kind::StorageFleetSlow { .. } => Wants::Cluster,
+        Kind::JobSlow { .. } => Wants::Job,
     }
 }
 
@@ -315,7 +330,7 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
                 Wants::Gpu => "a GPU like n017/gpu5",
                 Wants::Device => "a block device like n017/nvme0n1 (or a node)",
                 Wants::Node => "a node like n017",
-                Wants::Cluster => "no entity",
+                Wants::Cluster | Wants::Job => "no entity",
             }
         );
     }
@@ -414,6 +429,11 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
             Kind::StorageStall { factor: f }
         }
         "node-loss" => Kind::NodeLoss,
+        "job-slow" => {
+            let f = get("factor");
+            check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
+            Kind::JobSlow { factor: f }
+        }
         "job-end" => {
             let g = get("gap");
             check("gap", g >= 0.0, "must be ≥ 0 seconds")?;
@@ -456,6 +476,9 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
         Some(e) if want == Wants::Cluster => {
             bail!("{kname} affects the whole cluster and takes no entity (got {e:?})")
         }
+        Some(e) if want == Wants::Job => {
+            bail!("{kname} affects the training job and takes no entity (got {e:?})")
+        }
         Some(e) => parse_target(c, e, want, rng)?,
         None => match want {
             Wants::Port => Target::Port {
@@ -475,9 +498,10 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
             }
             Wants::Node => Target::Node(rng.below(c.nodes())),
             Wants::Cluster => Target::Cluster,
+            Wants::Job => Target::Job,
         },
     };
-    let name = if target == Target::Cluster {
+    let name = if target == Target::Cluster || target == Target::Job {
         kname.to_string()
     } else {
         format!("{kname}@{}", target_name(c, &target))
