@@ -34,6 +34,7 @@ pub struct FileConfig {
     pub verbs: VerbsSection,
     pub nvml: NvmlSection,
     pub stream: StreamSection,
+    pub otlp: crate::otlp::OtlpSection,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -258,6 +259,7 @@ impl FileConfig {
                 message: format!("must be at least 4096, got {}", self.stream.spool_max_bytes),
             });
         }
+        self.otlp.validate()?;
         #[cfg(feature = "probes")]
         if let Some(p) = &self.verbs.provider {
             p.target().map_err(|message| ConfigError::Invalid {
