@@ -183,3 +183,6 @@ mod receiver {
         }
     }
 }
+
+#[cfg(all(test, feature = "otlp"))]
+mod tests;
