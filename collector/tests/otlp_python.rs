@@ -65,7 +65,7 @@ async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let out = loop {
         tokio::select! {
-            r = &mut done => break r.unwrap().unwrap(),
+            r = &mut done => break r.expect("join").expect("waiting for the workload"),
             _ = tick.tick(), if windows => {
                 let (s, w) = rx.shared.take_window(|_| None);
                 nonempty += usize::from(!s.is_empty());

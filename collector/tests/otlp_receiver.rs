@@ -93,11 +93,11 @@ fn test_config() -> OtlpSection {
 
 /// One HTTP/1.1 request on a fresh connection: (status code, body).
 async fn http(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(head.as_bytes()).await.expect("write the head");
+    s.write_all(body).await.expect("write the body");
     let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
+    s.read_to_end(&mut out).await.expect("read the response");
     let text = String::from_utf8_lossy(&out);
     let code = text
         .split_whitespace()

@@ -184,5 +184,6 @@ mod receiver {
     }
 }
 
-#[cfg(all(test, feature = "otlp"))]
+#[cfg(test)]
+#[cfg(feature = "otlp")]
 mod tests;
