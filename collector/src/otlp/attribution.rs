@@ -13,7 +13,7 @@ use super::{
     decode::{Source, Target},
     names::Signal,
 };
-use crate::identity::ProcessIdentity;
+use crate::identity::{ProcessIdentity, Workload};
 
 /// Job, rank and placement of one source.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -57,8 +57,24 @@ pub fn hca_of(id: &ProcessIdentity) -> Option<String> {
     }
 }
 
+/// Whether the process the collector found under `process.pid` can be the
+/// source: a pid from another pid namespace (a container) names some other
+/// host process, so an identity that contradicts the source's pod or Slurm
+/// job is not used.
+pub fn consistent(src: &Source, id: &ProcessIdentity) -> bool {
+    let pod_ok = src.pod_uid.as_ref().is_none_or(
+        |uid| matches!(&id.workload, Workload::Kubernetes { pod_uid, .. } if pod_uid == uid),
+    );
+    let job_ok = src
+        .slurm_job
+        .as_ref()
+        .is_none_or(|j| id.job().as_ref() == Some(j));
+    pod_ok && job_ok
+}
+
 /// Where a source's samples land.
 pub fn place(src: &Source, id: Option<&ProcessIdentity>) -> Placement {
+    let id = id.filter(|id| consistent(src, id));
     let job = src
         .slurm_job
         .clone()

@@ -361,6 +361,36 @@ fn exponential_histograms_with_quantiles_and_a_scale_change() {
 }
 
 #[test]
+fn an_up_down_counter_is_a_level_and_a_delta_sum_is_taken_as_is() {
+    let s = shared();
+    let t = now_ns();
+    let sum = |v: f64, t_: AggregationTemporality, mono: bool| {
+        request(
+            vec![kv("service.name", "srv")],
+            vec![metric(
+                "faultline.inference.queue.depth",
+                "{request}",
+                Data::Sum(Sum {
+                    data_points: vec![number(v, t, vec![])],
+                    aggregation_temporality: t_ as i32,
+                    is_monotonic: mono,
+                }),
+            )],
+        )
+    };
+    s.export(&sum(7.0, AggregationTemporality::Cumulative, false), "test");
+    s.export(&sum(5.0, AggregationTemporality::Cumulative, false), "test");
+    s.export(&sum(4.0, AggregationTemporality::Delta, true), "test");
+    let (_, work) = take(&s);
+    assert_eq!(work.len(), 1);
+    assert_eq!((work[0].signal.as_str(), work[0].count), ("queue_depth", 3));
+    assert!(
+        close(work[0].sum, 16.0) && close(work[0].max, 7.0),
+        "{work:?}"
+    );
+}
+
+#[test]
 fn genai_grouping_by_model_and_provider_with_the_older_system_attribute() {
     let s = shared();
     let t = now_ns();
@@ -530,6 +560,15 @@ fn attribution_joins_the_process_identity_and_lets_attributes_win() {
         "test",
     );
     s.export(&mk(vec![kv("service.name", "svc")], vec![]), "test");
+    // pid 100 seen from a container's pid namespace: the identity found on
+    // the host names another pod, so it is not used.
+    s.export(
+        &mk(
+            vec![kv("process.pid", 100), kv("k8s.pod.uid", "uid-2")],
+            vec![],
+        ),
+        "test",
+    );
     let (steps, _) = s.take_window(|pid| (pid == 100).then(|| id.clone()));
     let got: Vec<_> = steps
         .iter()
@@ -542,6 +581,7 @@ fn attribution_joins_the_process_identity_and_lets_attributes_win() {
             ("992", 7, -1, "", 1),
             ("svc", 0, -1, "", 1),
             ("uid-1", 0, -1, "", 1),
+            ("uid-2", 0, -1, "", 1),
         ]
     );
 }
