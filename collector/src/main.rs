@@ -275,7 +275,6 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             )
         })?;
     println!("metrics on http://{bound}/metrics");
-    let otlp = start_otlp(&cfg.otlp).await;
 
     let mut opts = ProbeOptions {
         block: cfg.block.enabled,
@@ -295,6 +294,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
     for s in probes.status() {
         println!("probe {s}");
     }
+    // After the probes: a collector that cannot run says only why.
+    let otlp = start_otlp(&cfg.otlp).await;
     let block_on = probes.block_active();
     let mut names = Names::new(&cfg.collector.sysfs_root, "/sys/fs/cgroup");
     let mut ids = collector::identity::IdentityCache::new(&cfg.collector.proc_root, 4096);
