@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian bookworm x86_64 machine (run as root).
 # Installs everything faultline needs to build and test: Debian packages,
-# the pinned nightly toolchain for the eBPF crate, and bpf-linker.
+# the pinned nightly toolchain for the eBPF crate, bpf-linker, and the Python
+# OpenTelemetry SDK for the OTLP end-to-end test (a venv in the target dir).
 # Fast (< 2 s) when everything is already present.
 set -euo pipefail
 
 EBPF_TOOLCHAIN="nightly-2026-05-19"
 BPF_LINKER_VERSION="0.13.0"
 LLVM_MAJOR="22"
+# Python OpenTelemetry SDK for collector/tests/otlp_python.rs, in a venv under
+# the cargo target dir (where the test looks for it).
+OTEL_PY_PACKAGES=(
+  "opentelemetry-sdk==1.45.2"
+  "opentelemetry-exporter-otlp-proto-grpc==1.45.2"
+  "opentelemetry-exporter-otlp-proto-http==1.45.2"
+)
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OTEL_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/otlp-venv"
 
 APT_PACKAGES=(
   # bpf-linker links against the same LLVM major as the eBPF nightly.
@@ -22,6 +32,8 @@ APT_PACKAGES=(
   util-linux e2fsprogs
   # curl for /metrics checks.
   curl ca-certificates
+  # the OTLP end-to-end test's venv (Python OpenTelemetry SDK).
+  python3 python3-venv
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -71,6 +83,16 @@ if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSIO
   log "building bpf-linker $BPF_LINKER_VERSION against LLVM $LLVM_MAJOR (~2 min)"
   LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo +stable install --locked --quiet \
     "bpf-linker@${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+
+# Python OpenTelemetry SDK (pinned) for the OTLP end-to-end test; the stamp
+# file records what is installed, so a re-run is instant.
+otel_want="${OTEL_PY_PACKAGES[*]}"
+if [[ "$(cat "$OTEL_VENV/.faultline-stamp" 2>/dev/null)" != "$otel_want" ]]; then
+  log "installing the Python OpenTelemetry SDK into $OTEL_VENV"
+  python3 -m venv "$OTEL_VENV"
+  "$OTEL_VENV/bin/pip" install --quiet --disable-pip-version-check "${OTEL_PY_PACKAGES[@]}"
+  printf '%s' "$otel_want" >"$OTEL_VENV/.faultline-stamp"
 fi
 
 # aya attaches tracepoints through tracefs.

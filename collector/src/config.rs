@@ -34,6 +34,7 @@ pub struct FileConfig {
     pub verbs: VerbsSection,
     pub nvml: NvmlSection,
     pub stream: StreamSection,
+    pub otlp: crate::otlp::OtlpSection,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -258,6 +259,7 @@ impl FileConfig {
                 message: format!("must be at least 4096, got {}", self.stream.spool_max_bytes),
             });
         }
+        self.otlp.validate()?;
         #[cfg(feature = "probes")]
         if let Some(p) = &self.verbs.provider {
             p.target().map_err(|message| ConfigError::Invalid {
@@ -297,6 +299,12 @@ events_per_sec = 1000
 provider = { path = "/usr/lib/libmlx5.so.1", poll_cq = "0x1a2b", post_send = "mlx5_post_send", post_recv = "mlx5_post_recv" }
 [nvml]
 enabled = false
+[otlp]
+http_enabled = false
+grpc_addr = "0.0.0.0:14317"
+max_body_bytes = 1048576
+[otlp.names]
+"megatron.iteration_time_ms" = "step_seconds"
 "#,
             "f.toml",
         )
@@ -304,6 +312,10 @@ enabled = false
         assert_eq!(c.collector.window_secs, 0.5);
         assert_eq!(c.block.sample_every, 100);
         assert!(!c.nvml.enabled);
+        assert!(c.otlp.enabled && c.otlp.grpc_enabled && !c.otlp.http_enabled);
+        assert_eq!(c.otlp.grpc_addr, "0.0.0.0:14317");
+        assert_eq!(c.otlp.max_body_bytes, 1 << 20);
+        assert_eq!(c.otlp.names["megatron.iteration_time_ms"], "step_seconds");
         let t = c.verbs.provider.unwrap().target().unwrap();
         assert_eq!(t.poll_cq, CodeLoc::Offset(0x1a2b));
         assert_eq!(t.post_send, CodeLoc::Symbol("mlx5_post_send".into()));
@@ -343,6 +355,20 @@ enabled = false
             .to_string();
         assert!(
             e.starts_with("config error: f line 2: invalid type: string \"fast\", expected f64"),
+            "{e}"
+        );
+        let e = FileConfig::parse("[otlp]\ngrpc_addr = \"4317\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config error: otlp.grpc_addr: \"4317\" is not HOST:PORT"),
+            "{e}"
+        );
+        let e = FileConfig::parse("[otlp.names]\n\"my.step\" = \"steps\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config error: otlp.names: \"my.step\" maps to unknown signal \"steps\""),
             "{e}"
         );
         let e = FileConfig::parse("[verbs]\nprovider = { path = \"/p\", poll_cq = \"0xZZ\", post_send = \"a\", post_recv = \"b\" }\n", "f").unwrap_err().to_string();

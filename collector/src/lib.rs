@@ -10,6 +10,7 @@ pub mod ib;
 pub mod identity;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub mod otlp;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;

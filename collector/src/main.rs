@@ -100,6 +100,21 @@ struct RunArgs {
     /// format [stream.record].
     #[arg(long, value_name = "FILE")]
     record: Option<std::path::PathBuf>,
+    /// Disable the OTLP metrics receiver, gRPC and HTTP [otlp.enabled].
+    #[arg(long)]
+    no_otlp: bool,
+    /// Disable the OTLP gRPC receiver [otlp.grpc_enabled].
+    #[arg(long)]
+    no_otlp_grpc: bool,
+    /// Disable the OTLP HTTP/protobuf receiver [otlp.http_enabled].
+    #[arg(long)]
+    no_otlp_http: bool,
+    /// OTLP gRPC receiver address [otlp.grpc_addr, default 127.0.0.1:4317].
+    #[arg(long, value_name = "HOST:PORT")]
+    otlp_grpc_addr: Option<std::net::SocketAddr>,
+    /// OTLP HTTP/protobuf receiver address (`POST /v1/metrics`) [otlp.http_addr, default 127.0.0.1:4318].
+    #[arg(long, value_name = "HOST:PORT")]
+    otlp_http_addr: Option<std::net::SocketAddr>,
     /// Log filter, tracing EnvFilter syntax [collector.log, default info].
     #[arg(long, env = "FAULTLINE_LOG")]
     log: Option<String>,
@@ -143,6 +158,15 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     c.cuda.enabled &= !args.no_cuda;
     c.nvml.enabled &= !args.no_nvml;
     c.verbs.enabled &= !args.no_verbs;
+    c.otlp.enabled &= !args.no_otlp;
+    c.otlp.grpc_enabled &= !args.no_otlp_grpc;
+    c.otlp.http_enabled &= !args.no_otlp_http;
+    if let Some(a) = args.otlp_grpc_addr {
+        c.otlp.grpc_addr = a.to_string();
+    }
+    if let Some(a) = args.otlp_http_addr {
+        c.otlp.http_addr = a.to_string();
+    }
     if args.cuda_library.is_some() {
         c.cuda.library = args.cuda_library.clone();
     }
@@ -270,6 +294,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
     for s in probes.status() {
         println!("probe {s}");
     }
+    // After the probes: a collector that cannot run says only why.
+    let otlp = start_otlp(&cfg.otlp).await;
     let block_on = probes.block_active();
     let mut names = Names::new(&cfg.collector.sysfs_root, "/sys/fs/cgroup");
     let mut ids = collector::identity::IdentityCache::new(&cfg.collector.proc_root, 4096);
@@ -616,6 +642,17 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             wire.cuda = collector::window::cuda(prev, &cur, &mut ids);
             *prev = cur;
         }
+        if let Some(rx) = &otlp {
+            let (steps, workload) = rx.shared.take_window(|pid| ids.get(pid).cloned());
+            for s in &steps {
+                println!(
+                    "  steps job={} rank={} count={} mean={:.4}s max={:.4}s",
+                    s.job, s.rank, s.count, s.seconds, s.max_seconds
+                );
+            }
+            wire.steps = steps;
+            wire.workload = workload;
+        }
         export_kernel_stats(&k);
         if let Some(r) = recorder.as_mut() {
             use std::io::Write as _;
@@ -643,6 +680,30 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
         println!("{}", stats.summary());
     }
     Ok(())
+}
+
+/// Starts the OTLP receiver; a transport that cannot bind is reported like
+/// the other optional sources and the collector runs on without it.
+async fn start_otlp(cfg: &collector::otlp::OtlpSection) -> Option<collector::otlp::Receiver> {
+    if !cfg.enabled {
+        println!("otlp: disabled (otlp.enabled = false)");
+        return None;
+    }
+    let rx = collector::otlp::start(cfg).await;
+    for (name, state, path) in [("grpc", &rx.grpc, ""), ("http", &rx.http, "/v1/metrics")] {
+        match state {
+            Ok(Some(addr)) => {
+                tracing::info!(transport = name, addr = %addr, "OTLP metrics receiver listening");
+                println!("otlp: {name} receiver on {addr}{path}");
+            }
+            Ok(None) => println!("otlp: {name} receiver disabled"),
+            Err(e) => {
+                tracing::error!(transport = name, "{e}");
+                println!("otlp: {name} receiver not running: {e}");
+            }
+        }
+    }
+    Some(rx)
 }
 
 /// In-kernel counters exported as Prometheus counters: (metric, `probe` label, `STATS` slot).

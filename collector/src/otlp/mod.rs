@@ -1,0 +1,189 @@
+//! The OTLP metrics receiver: workload signals (training step times,
+//! checkpoint durations, throughput, GenAI inference latencies and tokens)
+//! pushed by the host's processes over OTLP gRPC (`:4317`) or HTTP/protobuf
+//! (`:4318`), both on loopback by default.
+//!
+//! Path: [`grpc`]/[`http`] receive → [`decode`] maps names to signals
+//! ([`names`]) and reads attribution attributes → [`aggregate`] turns
+//! cumulative series into deltas and aggregates per window (bounded, behind
+//! a short mutex) → the window loop takes the window and [`attribution`]
+//! joins it to jobs, ranks and placement. `docs/otlp.md` documents it.
+pub mod config;
+pub mod names;
+
+#[cfg(feature = "otlp")]
+pub mod aggregate;
+#[cfg(feature = "otlp")]
+pub mod attribution;
+#[cfg(feature = "otlp")]
+pub mod decode;
+#[cfg(feature = "otlp")]
+pub mod grpc;
+#[cfg(feature = "otlp")]
+pub mod http;
+
+pub use config::OtlpSection;
+
+#[cfg(feature = "otlp")]
+pub use receiver::*;
+
+#[cfg(feature = "otlp")]
+mod receiver {
+    use std::{net::SocketAddr, sync::Arc};
+
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+
+    use super::{
+        aggregate::{Aggregator, Limits},
+        config::OtlpSection,
+        decode::decode,
+        names::Names,
+    };
+    use crate::identity::ProcessIdentity;
+
+    /// What both transports share: the name mapping, the bounds and the aggregator.
+    pub struct Shared {
+        pub names: Names,
+        pub max_points_per_request: usize,
+        pub max_body_bytes: usize,
+        pub aggregator: Aggregator,
+    }
+
+    impl Shared {
+        pub fn new(cfg: &OtlpSection) -> Self {
+            Self {
+                names: Names::new(&cfg.names),
+                max_points_per_request: cfg.max_points_per_request,
+                max_body_bytes: cfg.max_body_bytes,
+                aggregator: Aggregator::new(Limits::new(cfg.max_series_per_window)),
+            }
+        }
+
+        /// Decodes and aggregates one request and counts what happened.
+        /// Points dropped by a bound are reported as OTLP partial success
+        /// (`rejected_data_points`); points of unknown metric names are
+        /// accepted and only counted (`faultline_otlp_ignored_points_total`).
+        pub fn export(
+            &self,
+            req: &ExportMetricsServiceRequest,
+            transport: &'static str,
+        ) -> ExportMetricsServiceResponse {
+            let d = decode(req, &self.names, self.max_points_per_request);
+            let mut dropped = d.dropped;
+            let ignored = d.ignored;
+            let ing = self.aggregator.ingest(d.points);
+            for (r, n) in ing.dropped {
+                match dropped.iter_mut().find(|(x, _)| *x == r) {
+                    Some((_, m)) => *m += n,
+                    None => dropped.push((r, n)),
+                }
+            }
+            metrics::counter!("faultline_otlp_accepted_points_total", "transport" => transport)
+                .increment(ing.accepted);
+            metrics::counter!("faultline_otlp_ignored_points_total", "transport" => transport)
+                .increment(ignored);
+            let mut rejected = 0u64;
+            let mut why = Vec::new();
+            for &(r, n) in &dropped {
+                metrics::counter!("faultline_otlp_dropped_total", "reason" => r).increment(n);
+                rejected += n;
+                why.push(format!("{r}={n}"));
+            }
+            if rejected > 0 {
+                tracing::debug!(transport, rejected, reasons = %why.join(","), "OTLP points dropped");
+            }
+            ExportMetricsServiceResponse {
+                partial_success: (rejected > 0).then(|| ExportMetricsPartialSuccess {
+                    rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
+                    error_message: format!("dropped data points: {}", why.join(", ")),
+                }),
+            }
+        }
+
+        /// The window's `steps` and `workload` (the aggregator's take, attributed).
+        pub fn take_window(
+            &self,
+            identity: impl FnMut(u32) -> Option<ProcessIdentity>,
+        ) -> (Vec<proto::v1::StepTime>, Vec<proto::v1::WorkloadSample>) {
+            let entries = self.aggregator.take();
+            let lost: u64 = entries.iter().map(|(_, a)| a.buckets_dropped).sum();
+            if lost > 0 {
+                metrics::counter!("faultline_otlp_dropped_total", "reason" => "bucket_cap")
+                    .increment(lost);
+            }
+            let cap = self.aggregator.limits().max_buckets_per_series;
+            super::attribution::resolve(entries, identity, cap)
+        }
+    }
+
+    /// A running receiver: aborting its tasks on drop.
+    pub struct Receiver {
+        pub shared: Arc<Shared>,
+        /// Bound gRPC address, or why it is not serving.
+        pub grpc: Result<Option<SocketAddr>, String>,
+        pub http: Result<Option<SocketAddr>, String>,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+    }
+
+    impl Drop for Receiver {
+        fn drop(&mut self) {
+            for t in &self.tasks {
+                t.abort();
+            }
+        }
+    }
+
+    /// Starts the enabled transports. A transport that cannot bind is
+    /// reported in its field (naming the config key) and the other still runs.
+    pub async fn start(cfg: &OtlpSection) -> Receiver {
+        let shared = Arc::new(Shared::new(cfg));
+        let mut tasks = Vec::new();
+        let bind = |enabled: bool, addr: &str, key: &str| -> Option<Result<SocketAddr, String>> {
+            if !(cfg.enabled && enabled) {
+                return None;
+            }
+            Some(
+                addr.parse::<SocketAddr>()
+                    .map_err(|e| format!("{key}: {addr:?}: {e}")),
+            )
+        };
+        let grpc = match bind(cfg.grpc_enabled, &cfg.grpc_addr, "otlp.grpc_addr") {
+            None => Ok(None),
+            Some(Err(e)) => Err(e),
+            Some(Ok(a)) => match super::grpc::serve(a, shared.clone()).await {
+                Ok((bound, t)) => {
+                    tasks.push(t);
+                    Ok(Some(bound))
+                }
+                Err(e) => Err(format!(
+                    "cannot bind the OTLP gRPC receiver on {a} ({e}); choose another address with otlp.grpc_addr / --otlp-grpc-addr or turn it off with otlp.grpc_enabled = false / --no-otlp-grpc"
+                )),
+            },
+        };
+        let http = match bind(cfg.http_enabled, &cfg.http_addr, "otlp.http_addr") {
+            None => Ok(None),
+            Some(Err(e)) => Err(e),
+            Some(Ok(a)) => match super::http::serve(a, shared.clone()).await {
+                Ok((bound, t)) => {
+                    tasks.push(t);
+                    Ok(Some(bound))
+                }
+                Err(e) => Err(format!(
+                    "cannot bind the OTLP HTTP receiver on {a} ({e}); choose another address with otlp.http_addr / --otlp-http-addr or turn it off with otlp.http_enabled = false / --no-otlp-http"
+                )),
+            },
+        };
+        Receiver {
+            shared,
+            grpc,
+            http,
+            tasks,
+        }
+    }
+}
+
+#[cfg(test)]
+#[cfg(feature = "otlp")]
+mod tests;

@@ -1,0 +1,202 @@
+//! End to end with the real Python OpenTelemetry SDK (`tests/otlp/workload.py`,
+//! installed by `scripts/setup.sh` into `<target dir>/otlp-venv`): a training
+//! loop over gRPC and a GenAI model server over HTTP/protobuf export to the
+//! receiver while the test takes windows as the collector's window loop does;
+//! the windows must add up to what the script says it recorded.
+//!
+//! Without the venv the test skips with a message, unless `CI` is set: then
+//! it fails. `FAULTLINE_OTLP_VENV` points at another venv.
+#![cfg(feature = "otlp")]
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use collector::otlp::{self, OtlpSection, Receiver};
+use proto::v1::{StepTime, WorkloadSample};
+
+fn python() -> Option<PathBuf> {
+    let venv = std::env::var_os("FAULTLINE_OTLP_VENV").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("target dir")
+                .join("otlp-venv")
+        },
+        PathBuf::from,
+    );
+    let py = venv.join("bin/python");
+    if py.exists() {
+        return Some(py);
+    }
+    let msg = format!(
+        "the OTLP end-to-end test needs the Python OpenTelemetry SDK in {}: run scripts/setup.sh (as root) with the same CARGO_TARGET_DIR",
+        venv.display()
+    );
+    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"));
+    if ci {
+        panic!("{msg}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    None
+}
+
+/// Runs the script against the receiver, taking a window every 100 ms while
+/// it runs (if `windows`) and once after it exited; returns its summary and
+/// every window's steps and workload.
+async fn run(
+    rx: &Receiver,
+    py: &PathBuf,
+    args: &[&str],
+    windows: bool,
+) -> (serde_json::Value, Vec<StepTime>, Vec<WorkloadSample>, usize) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/otlp/workload.py");
+    let child = Command::new(py)
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the Python workload");
+    let mut done = tokio::task::spawn_blocking(move || child.wait_with_output());
+    let (mut steps, mut work, mut nonempty) = (Vec::new(), Vec::new(), 0);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let out = loop {
+        tokio::select! {
+            r = &mut done => break r.expect("join").expect("waiting for the workload"),
+            _ = tick.tick(), if windows => {
+                let (s, w) = rx.shared.take_window(|_| None);
+                nonempty += usize::from(!s.is_empty());
+                steps.extend(s);
+                work.extend(w);
+            }
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "workload.py {args:?} failed: {stderr}"
+    );
+    // Every export succeeded: the SDK logs failures on stderr.
+    assert!(!stderr.contains("Failed to export"), "{stderr}");
+    let (s, w) = rx.shared.take_window(|_| None);
+    nonempty += usize::from(!s.is_empty());
+    steps.extend(s);
+    work.extend(w);
+    let summary = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("summary: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (summary, steps, work, nonempty)
+}
+
+fn near(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * b.abs()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_training_loop_and_model_server_over_grpc_and_http() {
+    let Some(py) = python() else { return };
+    let rx = otlp::start(&OtlpSection {
+        grpc_addr: "127.0.0.1:0".into(),
+        http_addr: "127.0.0.1:0".into(),
+        ..OtlpSection::default()
+    })
+    .await;
+    let grpc = rx.grpc.clone().unwrap().unwrap();
+    let http = rx.http.clone().unwrap().unwrap();
+
+    // Training loop, cumulative histograms over gRPC, windows taken while it runs.
+    let endpoint = grpc.to_string();
+    let args = ["train", "--protocol", "grpc", "--endpoint", &endpoint];
+    let (sum, steps, work, nonempty) = run(&rx, &py, &args, true).await;
+    assert!(
+        nonempty >= 2,
+        "steps spread over several windows: {steps:?}"
+    );
+    assert!(
+        steps.iter().all(|s| s.job == "4242" && s.rank == 3),
+        "{steps:?}"
+    );
+    let count: u32 = steps.iter().map(|s| s.count).sum();
+    assert_eq!(u64::from(count), sum["count"].as_u64().unwrap());
+    let mean = steps
+        .iter()
+        .map(|s| s.seconds * f64::from(s.count))
+        .sum::<f64>()
+        / f64::from(count);
+    assert!(
+        near(mean, sum["mean"].as_f64().unwrap(), 1e-9),
+        "{mean} vs {sum}"
+    );
+    let max = steps.iter().map(|s| s.max_seconds).fold(0.0, f64::max);
+    assert!(
+        near(max, sum["max"].as_f64().unwrap(), 1e-9),
+        "{max} vs {sum}"
+    );
+    // Checkpoints: 1500 ms → 1.5 s each.
+    let ck: Vec<_> = work
+        .iter()
+        .filter(|w| w.signal == "checkpoint_seconds")
+        .collect();
+    assert!(ck.iter().all(|w| w.job == "4242" && w.rank == 3), "{ck:?}");
+    assert!(ck
+        .iter()
+        .all(|w| w.pid as u64 == sum["pid"].as_u64().unwrap()));
+    let n: u64 = ck.iter().map(|w| w.count).sum();
+    assert_eq!(n, sum["checkpoints"].as_u64().unwrap());
+    assert!(near(
+        ck.iter().map(|w| w.sum).sum::<f64>(),
+        1.5 * n as f64,
+        1e-9
+    ));
+
+    // Model server, delta histograms over HTTP, one window at the end.
+    let endpoint = format!("http://{http}/v1/metrics");
+    let args = [
+        "serve",
+        "--protocol",
+        "http",
+        "--endpoint",
+        &endpoint,
+        "--steps",
+        "60",
+    ];
+    let (sum, _, work, _) = run(&rx, &py, &args, false).await;
+    for (model, m) in sum["models"].as_object().unwrap() {
+        let get = |signal: &str| {
+            let v: Vec<_> = work
+                .iter()
+                .filter(|w| w.signal == signal && &w.model == model)
+                .collect();
+            assert_eq!(v.len(), 1, "{signal} {model}: {work:?}");
+            v[0].clone()
+        };
+        let ttft = get("ttft_seconds");
+        assert_eq!(
+            (ttft.job.as_str(), ttft.rank, ttft.provider.as_str()),
+            ("faultline-e2e-serve", -1, "vllm")
+        );
+        assert_eq!(ttft.count, m["ttft_count"].as_u64().unwrap());
+        assert!(
+            near(ttft.sum, m["ttft_sum"].as_f64().unwrap(), 1e-9),
+            "{ttft:?}"
+        );
+        // Exponential buckets: the median within a few per cent.
+        assert!(
+            near(ttft.p50, m["ttft_p50"].as_f64().unwrap(), 0.05),
+            "{ttft:?} {m}"
+        );
+        let req = get("request_seconds");
+        assert!(
+            near(req.sum, m["request_sum"].as_f64().unwrap(), 1e-9),
+            "{req:?}"
+        );
+        assert!(req.p50 > 0.0 && req.p99 >= req.p50, "{req:?}");
+        let tok = get("tokens");
+        assert!(
+            near(tok.sum, m["tokens"].as_f64().unwrap(), 1e-12),
+            "{tok:?}"
+        );
+    }
+}

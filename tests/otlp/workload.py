@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""A training loop or a model server reporting through the OpenTelemetry SDK.
+
+Used by collector/tests/otlp_python.rs against faultline's OTLP receiver:
+it records deterministic values, exports them every 0.3 s over OTLP gRPC
+or HTTP/protobuf, shuts the SDK down (which flushes) and prints on stdout,
+as one JSON object, what it recorded, for the test to compare.
+
+  workload.py train --protocol grpc --endpoint 127.0.0.1:4317 --job 4242 --rank 3
+  workload.py serve --protocol http --endpoint http://127.0.0.1:4318/v1/metrics
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+
+STEP_BOUNDS = [0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
+
+
+def exporter(protocol, endpoint, **kw):
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint, insecure=True, **kw)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(endpoint=endpoint, **kw)
+
+
+def provider(args, resource, views=(), delta=False):
+    kw = {}
+    if delta:
+        kw["preferred_temporality"] = {Histogram: AggregationTemporality.DELTA}
+    reader = PeriodicExportingMetricReader(
+        exporter(args.protocol, args.endpoint, **kw), export_interval_millis=300
+    )
+    return MeterProvider(metric_readers=[reader], resource=resource, views=list(views))
+
+
+def train(args):
+    """Step durations (a cumulative histogram in seconds) of one rank."""
+    resource = Resource.create(
+        {
+            "service.name": "faultline-e2e-train",
+            "process.pid": os.getpid(),
+            "slurm.job.id": args.job,
+            "rank": args.rank,
+        }
+    )
+    mp = provider(args, resource)
+    steps = mp.get_meter("train_loop").create_histogram(
+        "faultline.train.step.duration",
+        unit="s",
+        explicit_bucket_boundaries_advisory=STEP_BOUNDS,
+    )
+    ckpt = mp.get_meter("train_loop").create_histogram(
+        "checkpoint.save.duration", unit="ms"
+    )
+    values = []
+    for i in range(args.steps):
+        v = 0.08 + 0.02 * (i % 7)
+        steps.record(v)
+        values.append(v)
+        if i % 20 == 19:
+            ckpt.record(1500.0)
+        # Spread the steps over several export intervals (cumulative → delta).
+        time.sleep(0.01)
+    mp.shutdown()
+    print(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "count": len(values),
+                "mean": statistics.fmean(values),
+                "max": max(values),
+                "checkpoints": args.steps // 20,
+            }
+        )
+    )
+
+
+def serve(args):
+    """GenAI server latencies per model (delta; TTFT as an exponential histogram)."""
+    resource = Resource.create(
+        {"service.name": "faultline-e2e-serve", "process.pid": os.getpid()}
+    )
+    views = [
+        View(
+            instrument_name="gen_ai.server.time_to_first_token",
+            aggregation=ExponentialBucketHistogramAggregation(),
+        )
+    ]
+    mp = provider(args, resource, views, delta=True)
+    meter = mp.get_meter("model_server")
+    ttft = meter.create_histogram("gen_ai.server.time_to_first_token", unit="s")
+    req = meter.create_histogram(
+        "gen_ai.server.request.duration",
+        unit="s",
+        explicit_bucket_boundaries_advisory=[0.5, 1.0, 2.0, 4.0, 8.0],
+    )
+    tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}")
+    out = {"pid": os.getpid(), "models": {}}
+    for model, base in [("llama-3-8b", 0.05), ("mixtral-8x7b", 0.2)]:
+        attrs = {"gen_ai.request.model": model, "gen_ai.provider.name": "vllm"}
+        firsts, durations, toks = [], [], 0
+        for i in range(args.steps):
+            t = base * (1 + (i % 10) / 10)
+            ttft.record(t, attrs)
+            d = t * 10
+            req.record(d, attrs)
+            tokens.record(100 + i, {**attrs, "gen_ai.token.type": "output"})
+            firsts.append(t)
+            durations.append(d)
+            toks += 100 + i
+            time.sleep(0.005)
+        out["models"][model] = {
+            "ttft_count": len(firsts),
+            "ttft_sum": sum(firsts),
+            "ttft_p50": statistics.median(firsts),
+            "request_sum": sum(durations),
+            "tokens": toks,
+        }
+    mp.shutdown()
+    print(json.dumps(out))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["train", "serve"])
+    p.add_argument("--protocol", choices=["grpc", "http"], required=True)
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--job", default="4242")
+    p.add_argument("--rank", type=int, default=3)
+    p.add_argument("--steps", type=int, default=100)
+    args = p.parse_args()
+    train(args) if args.mode == "train" else serve(args)
+
+
+if __name__ == "__main__":
+    main()
