@@ -8,6 +8,11 @@ as one JSON object, what it recorded, for the test to compare.
 
   workload.py train --protocol grpc --endpoint 127.0.0.1:4317 --job 4242 --rank 3
   workload.py serve --protocol http --endpoint http://127.0.0.1:4318/v1/metrics
+
+`loop` is a stand-in training loop in real time for the end-to-end tests
+(tests/tests/workload_e2e.rs): every step takes --step-s seconds, times the
+factor written in --slow-file while that file exists, and its measured
+duration is recorded; it runs until killed.
 """
 import argparse
 import json
@@ -88,6 +93,35 @@ def train(args):
     )
 
 
+def run_loop(args):
+    """Measured step durations of one rank, until killed."""
+    resource = Resource.create(
+        {
+            "service.name": "faultline-e2e-loop",
+            "process.pid": os.getpid(),
+            "slurm.job.id": args.job,
+            "rank": args.rank,
+        }
+    )
+    mp = provider(args, resource)
+    steps = mp.get_meter("train_loop").create_histogram(
+        "faultline.train.step.duration",
+        unit="s",
+        explicit_bucket_boundaries_advisory=STEP_BOUNDS,
+    )
+    print("loop started", flush=True)
+    while True:
+        factor = 1.0
+        try:
+            with open(args.slow_file) as f:
+                factor = float(f.read().strip() or "1")
+        except (OSError, ValueError):
+            pass
+        t0 = time.monotonic()
+        time.sleep(args.step_s * factor)
+        steps.record(time.monotonic() - t0)
+
+
 def serve(args):
     """GenAI server latencies per model (delta; TTFT as an exponential histogram)."""
     resource = Resource.create(
@@ -135,14 +169,16 @@ def serve(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["train", "serve"])
+    p.add_argument("mode", choices=["train", "serve", "loop"])
     p.add_argument("--protocol", choices=["grpc", "http"], required=True)
     p.add_argument("--endpoint", required=True)
     p.add_argument("--job", default="4242")
     p.add_argument("--rank", type=int, default=3)
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--step-s", type=float, default=0.1)
+    p.add_argument("--slow-file", default="")
     args = p.parse_args()
-    train(args) if args.mode == "train" else serve(args)
+    {"train": train, "serve": serve, "loop": run_loop}[args.mode](args)
 
 
 if __name__ == "__main__":

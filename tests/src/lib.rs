@@ -469,6 +469,7 @@ pub fn streaming_collector(window: &str, correlator: &str, spool: &Path, sysfs: 
         "--no-verbs",
         "--no-nvml",
         "--no-block",
+        "--no-otlp",
     ])
     .args(["--metrics-addr", "127.0.0.1:0", "--correlator", correlator])
     .arg("--spool-dir")

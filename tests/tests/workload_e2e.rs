@@ -1,0 +1,334 @@
+//! The workload layer end to end, every part real: a stand-in training loop
+//! (`tests/otlp/workload.py loop`, the Python OpenTelemetry SDK) reports its
+//! measured step times over OTLP/gRPC to the real collector, which also reads
+//! a (fake) InfiniBand sysfs tree and streams windows to the real correlator;
+//! a subscriber prints the incidents.
+//!
+//! - The loop slows by half while the HCA port it runs next to takes errors
+//!   at a BER far above the IBTA limit: one `ib_link_degraded` incident whose
+//!   evidence carries both the link's BER and the job's step-time regression
+//!   and whose affected jobs include the loop's Slurm job.
+//! - The loop slows with a healthy fabric: a `job_slowdown` incident with the
+//!   cross-layer runbook.
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use tests::{bin, KillOnDrop};
+
+fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+}
+
+/// The venv `scripts/setup.sh` installs the Python OpenTelemetry SDK into;
+/// `None` (with a loud message) when it is missing outside CI.
+fn python() -> Option<PathBuf> {
+    let target = bin("x")
+        .parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .expect("target dir");
+    let venv = std::env::var_os("FAULTLINE_OTLP_VENV")
+        .map_or_else(|| target.join("otlp-venv"), PathBuf::from);
+    let py = venv.join("bin/python");
+    if py.exists() {
+        return Some(py);
+    }
+    let msg = format!(
+        "the workload end-to-end test needs the Python OpenTelemetry SDK in {}: run scripts/setup.sh",
+        venv.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false")) {
+        panic!("{msg}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    None
+}
+
+struct Run {
+    ib: tests::FakeIb,
+    slow_file: PathBuf,
+    spool: PathBuf,
+    sub: mpsc::Receiver<String>,
+    col: mpsc::Receiver<String>,
+    _procs: Vec<KillOnDrop>,
+}
+
+impl Run {
+    fn start(tag: &str, py: &PathBuf) -> Self {
+        let ib = tests::FakeIb::new(tag);
+        for hca in 0..4 {
+            ib.active_port(&format!("mlx5_{hca}"), 1);
+        }
+        let dir = std::env::temp_dir().join(format!("faultline-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let slow_file = dir.join("slow");
+        let _ = std::fs::remove_file(&slow_file);
+        let spool = dir.join("spool");
+        // Thresholds for a short test (the defaults want 20 s of a change).
+        let cfg = dir.join("correlator.toml");
+        std::fs::write(
+            &cfg,
+            "[detect.workload]\nmin_persist_s = 3.0\nexplain_grace_s = 3.0\nwarm_observations = 20\n",
+        )
+        .expect("config");
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut procs = Vec::new();
+        procs.push(KillOnDrop(
+            Command::new(bin("faultline-correlator"))
+                .args([
+                    "serve",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--config",
+                ])
+                .arg(&cfg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("correlator"),
+        ));
+        let start = Instant::now();
+        let mut sub = loop {
+            let mut s = Command::new(bin("faultline-correlator"))
+                .args(["subscribe", "--endpoint", &url, "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("subscriber");
+            let err = s.stderr.take().expect("stderr");
+            let first = BufReader::new(err).lines().next();
+            if matches!(&first, Some(Ok(l)) if l.starts_with("subscribed to")) {
+                break s;
+            }
+            let _ = s.wait();
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "correlator never accepted a subscriber"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let sub_lines = lines_of(&mut sub);
+        procs.push(KillOnDrop(sub));
+        let otlp = free_port();
+        let mut col = Command::new(bin("faultline-collector"))
+            .args([
+                "--window",
+                "0.5",
+                "--duration",
+                "120",
+                "--quiet",
+                "--no-cuda",
+                "--no-verbs",
+                "--no-nvml",
+                "--no-block",
+                "--no-otlp-http",
+                "--otlp-grpc-addr",
+                &format!("127.0.0.1:{otlp}"),
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--correlator",
+                &url,
+            ])
+            .arg("--spool-dir")
+            .arg(&spool)
+            .arg("--sysfs-root")
+            .arg(ib.root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("collector");
+        let col_lines = lines_of(&mut col);
+        procs.push(KillOnDrop(col));
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("otlp/workload.py");
+        let mut lp = Command::new(py)
+            .arg(script)
+            .args([
+                "loop",
+                "--protocol",
+                "grpc",
+                "--endpoint",
+                &format!("127.0.0.1:{otlp}"),
+                "--job",
+                "4711",
+                "--rank",
+                "0",
+                "--step-s",
+                "0.1",
+                "--slow-file",
+            ])
+            .arg(&slow_file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python loop");
+        let loop_lines = lines_of(&mut lp);
+        procs.push(KillOnDrop(lp));
+        assert_eq!(
+            loop_lines.recv_timeout(Duration::from_secs(30)).as_deref(),
+            Ok("loop started"),
+            "the Python loop did not start"
+        );
+        Self {
+            ib,
+            slow_file,
+            spool,
+            sub: sub_lines,
+            col: col_lines,
+            _procs: procs,
+        }
+    }
+
+    /// Waits for the collector's window `n`; returns the window line.
+    fn window(&self, n: u64) -> String {
+        loop {
+            let l = self
+                .col
+                .recv_timeout(Duration::from_secs(20))
+                .expect("collector output");
+            if let Some(k) = l
+                .strip_prefix("window ")
+                .and_then(|r| r.split(':').next())
+                .and_then(|k| k.parse::<u64>().ok())
+            {
+                if k >= n {
+                    return l;
+                }
+            }
+        }
+    }
+
+    /// Incident updates printed so far.
+    fn updates(&self) -> Vec<serde_json::Value> {
+        self.sub
+            .try_iter()
+            .filter_map(|l| serde_json::from_str(&l).ok())
+            .collect()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.spool);
+    }
+}
+
+fn strs(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Advances the fake fabric by one 0.5 s window of traffic (and `errors`
+/// more symbol errors on mlx5_2).
+fn traffic(r: &Run, w: u64, errors: u64) {
+    let words = w * 500_000_000;
+    for hca in 0..4 {
+        let dev = format!("mlx5_{hca}");
+        r.ib.counter(&dev, 1, "port_rcv_data", words);
+        r.ib.counter(&dev, 1, "port_xmit_data", words);
+    }
+    if errors > 0 {
+        r.ib.counter("mlx5_2", 1, "symbol_error", errors);
+    }
+}
+
+#[test]
+fn a_slowed_training_loop_joins_the_degrading_link_under_one_incident() {
+    let Some(py) = python() else { return };
+    let r = Run::start("wl-link", &py);
+    let mut all = Vec::new();
+    let mut sym = 0;
+    for w in 1..=80u64 {
+        // 8 s healthy (the loop's own history), then the link and the loop
+        // degrade together.
+        if w == 16 {
+            std::fs::write(&r.slow_file, "1.5").expect("slow");
+        }
+        if w >= 16 {
+            sym += 40;
+        }
+        traffic(&r, w, sym);
+        r.window(w + 1);
+        all.extend(r.updates());
+        let joined = all.iter().find(|u| {
+            u["kind"] == "ib_link_degraded"
+                && strs(&u["evidence"])
+                    .iter()
+                    .any(|e| e.starts_with("explains job 4711 step time +"))
+        });
+        if let Some(u) = joined {
+            let ev = strs(&u["evidence"]);
+            assert!(ev.iter().any(|e| e.starts_with("BER ")), "{ev:?}");
+            assert!(
+                strs(&u["affected_jobs"]).contains(&"4711".to_string()),
+                "{u}"
+            );
+            assert!(
+                u["entity"]
+                    .as_str()
+                    .is_some_and(|e| e.ends_with("/mlx5_2/1")),
+                "{u}"
+            );
+            let opened: Vec<&serde_json::Value> =
+                all.iter().filter(|u| u["state"] == "opened").collect();
+            assert_eq!(opened.len(), 1, "one incident for the fault: {opened:#?}");
+            assert_eq!(opened[0]["incident_id"], u["incident_id"]);
+            return;
+        }
+    }
+    panic!("no ib_link_degraded incident carried the job's regression: {all:#?}");
+}
+
+#[test]
+fn a_slowed_training_loop_on_a_healthy_fabric_is_a_job_slowdown() {
+    let Some(py) = python() else { return };
+    let r = Run::start("wl-alone", &py);
+    let mut all = Vec::new();
+    for w in 1..=80u64 {
+        if w == 16 {
+            std::fs::write(&r.slow_file, "1.5").expect("slow");
+        }
+        traffic(&r, w, 0);
+        r.window(w + 1);
+        all.extend(r.updates());
+        if let Some(u) = all.iter().find(|u| u["state"] == "opened") {
+            assert_eq!(u["kind"], "job_slowdown", "{u}");
+            assert_eq!(u["entity"], "4711", "{u}");
+            let ev = strs(&u["evidence"]);
+            assert!(
+                ev.iter().any(|e| e.starts_with("job 4711 step time +")),
+                "{ev:?}"
+            );
+            let rb = u["runbook"].as_str().unwrap_or("");
+            for layer in ["1 workload", "2 GPU", "3 fabric", "4 storage", "5 external"] {
+                assert!(rb.contains(layer), "{layer}: {rb}");
+            }
+            return;
+        }
+    }
+    panic!("no job_slowdown: {all:#?}");
+}
