@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use collector::ib::PortSnapshot;
-use proto::v1::{BlockStat, CudaProc, Event, GpuSample, Origin, StepTime, Window};
+use proto::v1::{BlockStat, CudaProc, Event, GpuSample, Origin, StepTime, Window, WorkloadSample};
 use serde::Serialize;
 
 use super::{
@@ -34,6 +34,12 @@ use crate::engine::{config::DetectConfig, stats::scan_test};
 pub const GPUS: usize = 8;
 /// The simulated training job.
 pub const JOB: &str = "llm-pretrain";
+/// The simulated model server (on the last node's last GPU and HCA) and its model.
+pub const SERVE_JOB: &str = "chat-serve";
+pub const SERVE_MODEL: &str = "llama-3-70b";
+/// Its healthy mean time to first token (s) and requests per second.
+const SERVE_TTFT_S: f64 = 0.15;
+const SERVE_RPS: f64 = 20.0;
 pub const HCAS: usize = 8;
 /// Nodes per leaf switch of the two-level fat tree.
 pub const NODES_PER_LEAF: usize = 16;
@@ -292,12 +298,18 @@ pub struct Cluster {
     truth: Vec<Truth>,
     reference_ber: f64,
     horizon_s: f64,
+    /// `workload.min_persist_s`: when a workload symptom becomes visible.
+    persist_s: f64,
     significance: f64,
     // Per-port scratch (node * HCAS + hca), reused every window.
     up_frac: Vec<f64>,
     downs: Vec<u64>,
     extra_sym: Vec<u64>,
     congested: Vec<f64>,
+    /// The model server's latency factor this window, and its own random
+    /// stream (the cluster's streams stay as they were without it).
+    serve_factor: f64,
+    serve_rng: Rng,
 }
 
 /// ∫ (ber(t) − base) dt over [a, b) for a BER ramping log-linearly from
@@ -505,11 +517,14 @@ impl Cluster {
             truth: Vec::new(),
             reference_ber: ib.reference_ber,
             horizon_s: ib.horizon_s,
+            persist_s: DetectConfig::default().workload.min_persist_s,
             significance: ib.significance,
             up_frac: vec![1.0; ports],
             downs: vec![0; ports],
             extra_sym: vec![0; ports],
             congested: vec![0.0; ports],
+            serve_factor: 1.0,
+            serve_rng: Rng::derive(spec.seed, 0x5e7e),
             spec,
         }
     }
@@ -585,6 +600,11 @@ impl Cluster {
                     Kind::IbLinkDegrade { .. } => None,
                     Kind::IbLinkFlap { period_s, .. } => Some(self.window_of(o + period_s)),
                     Kind::NodeLoss => Some(ow + crate::engine::node::LOST_AFTER_WINDOWS as u64),
+                    // A workload symptom is one once it has lasted
+                    // `min_persist_s` (its definition, like a flap's second down).
+                    Kind::JobSlow { .. } | Kind::InferenceSlow { .. } => {
+                        Some(self.window_of(o + self.persist_s).saturating_sub(1).max(ow))
+                    }
                     ref k if k.is_confounder() => None,
                     _ => Some(ow),
                 };
@@ -638,6 +658,8 @@ impl Cluster {
                 *s = 1.0 + 0.03 * (self.rng.uniform() - 0.5);
             }
         }
+        self.serve_factor = 1.0;
+        let serve_node = self.nodes.len().saturating_sub(1);
         self.up_frac.iter_mut().for_each(|x| *x = 1.0);
         self.downs.iter_mut().for_each(|x| *x = 0);
         self.extra_sym.iter_mut().for_each(|x| *x = 0);
@@ -806,6 +828,9 @@ impl Cluster {
                     g.clock = 1200;
                     g.throttle = 0x40;
                     self.nodes[*node].step[*gpu] *= 1.5;
+                    if *node == serve_node && *gpu == GPUS - 1 {
+                        self.serve_factor *= 1.5;
+                    }
                 }
                 (Kind::GpuPower, Target::Gpu { node, gpu }) => {
                     let g = &mut self.nodes[*node].gpus[*gpu];
@@ -813,6 +838,9 @@ impl Cluster {
                     g.throttle = 0x4;
                     g.power = 699.0;
                     self.nodes[*node].step[*gpu] *= 1.35;
+                    if *node == serve_node && *gpu == GPUS - 1 {
+                        self.serve_factor *= 1.35;
+                    }
                 }
                 (Kind::Xid, Target::Gpu { node, gpu }) if in_window(o) => {
                     let name = self.nodes[*node].name.clone();
@@ -843,6 +871,7 @@ impl Cluster {
                     }
                 }
                 (Kind::NodeLoss, Target::Node(n)) => self.nodes[*n].up = false,
+                (&Kind::InferenceSlow { factor }, _) => self.serve_factor *= factor,
                 (&Kind::JobSlow { factor }, _) => {
                     for node in &mut self.nodes {
                         node.step.iter_mut().for_each(|s| *s *= factor);
@@ -969,6 +998,28 @@ impl Cluster {
             Vec::new()
         };
         let launches = (2400.0 * wms as f64 / 1000.0) as u64;
+        // The model server: requests of the window, each TTFT log-normal
+        // (σ 0.5) around the healthy mean times the fault's factor.
+        let workload = if n + 1 == self.nodes.len() {
+            let reqs = self.serve_rng.poisson(SERVE_RPS * w_s).max(1);
+            let noise = (0.5 * self.serve_rng.normal() / (reqs as f64).sqrt()).exp();
+            vec![WorkloadSample {
+                job: SERVE_JOB.into(),
+                rank: -1,
+                signal: "ttft_seconds".into(),
+                model: SERVE_MODEL.into(),
+                provider: "vllm".into(),
+                count: reqs,
+                sum: reqs as f64 * SERVE_TTFT_S * self.serve_factor * noise,
+                device: (GPUS - 1) as i32,
+                hca: format!("mlx5_{}", HCAS - 1),
+                pid: 20_000,
+                ..WorkloadSample::default()
+            }]
+        } else {
+            Vec::new()
+        };
+        let node = &mut self.nodes[n];
         Some(Window {
             origin: Some(Origin {
                 hostname: node.name.clone(),
@@ -1020,6 +1071,7 @@ impl Cluster {
             },
             events: std::mem::take(&mut node.events),
             steps,
+            workload,
             ..Window::default()
         })
     }

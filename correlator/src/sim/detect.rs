@@ -96,6 +96,7 @@ const FAULTS: &[&str] = &[
     "storage-stall",
     "node-loss",
     "job-slow",
+    "inference-slow",
 ];
 const CONFOUNDERS: &[&str] = &[
     "job-end",
@@ -238,6 +239,7 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
         "single-errors" => format!(":fraction=0.01,every={:.0}", r.range(10.0, 60.0)),
         "storage-fleet-slow" => ":factor=5".into(),
         "job-slow" => format!(":factor={}", fmt_value(sig3(r.log_uniform(1.15, 2.0)))),
+        "inference-slow" => format!(":factor={}", fmt_value(sig3(r.log_uniform(1.4, 3.0)))),
         _ => String::new(),
     }
 }
@@ -938,6 +940,7 @@ pub fn run(a: &DetectArgs) -> Result<()> {
                 "single-errors": "fraction 0.01, every uniform 10..60 s",
                 "storage-fleet-slow": "factor 5",
                 "job-slow": "factor log-uniform 1.15..2 on every rank's step time (no infrastructure cause)",
+                "inference-slow": "factor log-uniform 1.4..3 on the model server's time to first token (no infrastructure cause); the server (last node, GPU 7 / mlx5_7) serves 20 requests/s at 0.15 s mean TTFT, log-normal sigma 0.5",
                 "port base BER": "log-uniform 1e-16..1e-14 per port",
                 "device medians": "nvme 0.08-0.2 ms, ssd 0.2-0.5 ms, hdd 4-9 ms (log-uniform), lognormal sigma 0.5, median jitter +-10 % per window, 30-80 requests/s",
             },

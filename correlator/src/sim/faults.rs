@@ -43,6 +43,11 @@ pub enum Kind {
     JobSlow {
         factor: f64,
     },
+    /// The model server's time to first token `factor` times longer with no
+    /// infrastructure cause: `inference_latency`.
+    InferenceSlow {
+        factor: f64,
+    },
     // Confounders: must raise nothing.
     /// The job ends; a next one starts `gap_s` seconds later.
     JobEnd {
@@ -84,6 +89,7 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("storage-stall", &[("factor", 20.0)]),
     ("node-loss", &[]),
     ("job-slow", &[("factor", 1.3)]),
+    ("inference-slow", &[("factor", 1.6)]),
     ("job-end", &[("gap", 120.0)]),
     ("counter-reset", &[]),
     ("collector-restart", &[]),
@@ -106,6 +112,7 @@ impl Kind {
             Kind::StorageStall { .. } => "storage-stall",
             Kind::NodeLoss => "node-loss",
             Kind::JobSlow { .. } => "job-slow",
+            Kind::InferenceSlow { .. } => "inference-slow",
             Kind::JobEnd { .. } => "job-end",
             Kind::CounterReset => "counter-reset",
             Kind::CollectorRestart => "collector-restart",
@@ -122,7 +129,8 @@ impl Kind {
             Kind::IbLinkFlap { period_s, down_s } => vec![("period", period_s), ("down", down_s)],
             Kind::StorageStall { factor }
             | Kind::StorageFleetSlow { factor }
-            | Kind::JobSlow { factor } => {
+            | Kind::JobSlow { factor }
+            | Kind::InferenceSlow { factor } => {
                 vec![("factor", factor)]
             }
             Kind::JobEnd { gap_s } => vec![("gap", gap_s)],
@@ -154,6 +162,7 @@ impl Kind {
             Kind::StorageStall { .. } => "storage_latency",
             Kind::NodeLoss => "node_lost",
             Kind::JobSlow { .. } => "job_slowdown",
+            Kind::InferenceSlow { .. } => "inference_latency",
             _ => return None,
         })
     }
@@ -179,6 +188,8 @@ pub enum Target {
     Cluster,
     /// The simulated training job.
     Job,
+    /// The simulated model server's model.
+    Model,
 }
 
 #[derive(Clone, Debug)]
@@ -239,6 +250,11 @@ pub fn target_name(c: &Cluster, t: &Target) -> String {
         Target::Node(n) => c.node_name(*n),
         Target::Cluster => "cluster".into(),
         Target::Job => super::cluster::JOB.into(),
+        Target::Model => format!(
+            "{}/{}",
+            super::cluster::SERVE_JOB,
+            super::cluster::SERVE_MODEL
+        ),
     }
 }
 
@@ -251,6 +267,7 @@ enum Wants {
     Node,
     Cluster,
     Job,
+    Model,
 }
 
 fn wants(kind: &Kind) -> Wants {
@@ -267,6 +284,7 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::SingleErrors { .. }
         | Kind::StorageFleetSlow { .. } => Wants::Cluster,
         Kind::JobSlow { .. } => Wants::Job,
+        Kind::InferenceSlow { .. } => Wants::Model,
     }
 }
 
@@ -330,7 +348,7 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
                 Wants::Gpu => "a GPU like n017/gpu5",
                 Wants::Device => "a block device like n017/nvme0n1 (or a node)",
                 Wants::Node => "a node like n017",
-                Wants::Cluster | Wants::Job => "no entity",
+                Wants::Cluster | Wants::Job | Wants::Model => "no entity",
             }
         );
     }
@@ -429,6 +447,11 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
             Kind::StorageStall { factor: f }
         }
         "node-loss" => Kind::NodeLoss,
+        "inference-slow" => {
+            let f = get("factor");
+            check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
+            Kind::InferenceSlow { factor: f }
+        }
         "job-slow" => {
             let f = get("factor");
             check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
@@ -476,7 +499,7 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
         Some(e) if want == Wants::Cluster => {
             bail!("{kname} affects the whole cluster and takes no entity (got {e:?})")
         }
-        Some(e) if want == Wants::Job => {
+        Some(e) if want == Wants::Job || want == Wants::Model => {
             bail!("{kname} affects the training job and takes no entity (got {e:?})")
         }
         Some(e) => parse_target(c, e, want, rng)?,
@@ -499,9 +522,10 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
             Wants::Node => Target::Node(rng.below(c.nodes())),
             Wants::Cluster => Target::Cluster,
             Wants::Job => Target::Job,
+            Wants::Model => Target::Model,
         },
     };
-    let name = if target == Target::Cluster || target == Target::Job {
+    let name = if matches!(target, Target::Cluster | Target::Job | Target::Model) {
         kname.to_string()
     } else {
         format!("{kname}@{}", target_name(c, &target))

@@ -258,6 +258,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     let windows = (args.duration / args.window).ceil() as u64;
     let tick = Duration::from_secs_f64(args.window / args.speed);
     let mut next = tokio::time::Instant::now();
+    let mut queued = vec![0u64; senders.len()];
     for _ in 1..=windows {
         cluster.advance(&faults, args.onset);
         for (n, sender) in senders.iter().enumerate() {
@@ -268,8 +269,28 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
                 use std::io::Write as _;
                 writeln!(r, "{}", serde_json::to_string(&w)?)?;
             }
-            // Bounded: a stuck sender drops (and the sender counts) rather than blocking the clock.
-            let _ = sender.0.try_send(w);
+            // Event time is simulated, so a busy machine slows the wall
+            // clock instead of losing windows (which would look like lost
+            // nodes); a sender stuck for seconds drops (and counts) rather
+            // than stopping the simulation.
+            if tokio::time::timeout(Duration::from_secs(5), sender.0.send(w))
+                .await
+                .is_ok_and(|r| r.is_ok())
+            {
+                queued[n] += 1;
+            }
+        }
+        // Lockstep: every node's window is on its stream before the next
+        // slot, so a starved sender cannot fall windows behind its peers
+        // (the correlator would call it lost on the cluster's clock).
+        let waited = std::time::Instant::now();
+        while senders
+            .iter()
+            .zip(&queued)
+            .any(|(s, &q)| s.2.sent.load(std::sync::atomic::Ordering::Relaxed) < q)
+            && waited.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         cluster.finish_step();
         next += tick;
