@@ -43,11 +43,6 @@ impl OwnBaseline {
         x <= self.value.map_or(floor, |b| (b * BAND).max(floor))
     }
 
-    /// Above this an entity stands out from its own history.
-    pub fn threshold(&self, factor: f64, floor: f64) -> f64 {
-        self.value.map_or(floor, |b| (b * factor).max(floor))
-    }
-
     /// Feeds `x` while warming up, and afterwards when `normal`.
     pub fn learn(&mut self, x: f64, normal: bool) {
         if self.warm() && !normal {
@@ -95,7 +90,6 @@ mod tests {
             b.learn(20.0, true);
         }
         assert_eq!(b.value(), Some(20.0));
-        assert_eq!(b.threshold(10.0, 1.0), 200.0);
-        assert_eq!(OwnBaseline::default().threshold(10.0, 0.5), 0.5);
+        assert_eq!(OwnBaseline::default().value(), None);
     }
 }
