@@ -469,11 +469,15 @@ async fn closed_loop(
     mut ex: Vec<Exporter>,
     until: Instant,
 ) -> Result<(Stats, Vec<Exporter>)> {
-    let mut c = Client::connect(grpc, addr).await?;
     let mut st = Stats::default();
+    let n = ex.len();
+    if n == 0 {
+        return Ok((st, ex));
+    }
+    let mut c = Client::connect(grpc, addr).await?;
     let mut i = 0;
     while Instant::now() < until {
-        let e = &mut ex[i % ex.len()];
+        let e = &mut ex[i % n];
         i += 1;
         let req = e.next();
         let t = Instant::now();
@@ -674,7 +678,7 @@ fn take_cost(series: usize) -> Result<(usize, usize, f64, f64)> {
 
 /// A running collector and what it printed.
 struct Running {
-    child: tests::KillOnDrop,
+    child: ::tests::KillOnDrop,
     pid: u32,
     metrics: SocketAddr,
     grpc: Option<SocketAddr>,
@@ -712,7 +716,7 @@ fn start_collector(bin: &Path, with_otlp: bool) -> Result<Running> {
         .with_context(|| format!("starting {}", bin.display()))?;
     let out = child.stdout.take().context("stdout")?;
     let mut err = child.stderr.take().context("stderr")?;
-    let child = tests::KillOnDrop(child);
+    let child = ::tests::KillOnDrop(child);
     let pid = child.0.id();
     let step_lines = Arc::new(AtomicU64::new(0));
     let (tx, rx) = std::sync::mpsc::channel::<String>();
@@ -903,7 +907,7 @@ fn footprint(a: &Args, cl: &tokio::runtime::Runtime) -> Result<serde_json::Value
         mib(last.0) - mib(last.1)
     );
     println!(
-        "accepted points (faultline_otlp_accepted_points_total): {accepted} of {sent} sent; windows with step lines: {step_lines}"
+        "accepted points (faultline_otlp_accepted_points_total): {accepted} of {sent} sent; step-time lines in the windows (rank × window): {step_lines}"
     );
     drop((with.child, without.child));
     Ok(
@@ -968,4 +972,35 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     )?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_point_of_the_bench_requests_lands_in_the_window() {
+        let shared = otlp::Shared::new(&OtlpSection::default());
+        let mut ex = exporters(64, "t", now_ns());
+        assert_eq!(ex.len(), 16 + 2);
+        for _ in 0..2 {
+            for e in &mut ex {
+                let r = shared.export(&e.next(), "t");
+                assert_eq!(r.partial_success, None);
+            }
+        }
+        let (steps, work) = shared.take_window(|_| None);
+        // 16 ranks: 2 exports × 10 steps each.
+        assert_eq!(steps.len(), 16);
+        assert!(steps
+            .iter()
+            .all(|s| s.job.starts_with("1000") && s.count == 20));
+        // A throughput sample per rank; TTFT, request duration and tokens per
+        // model of each of the 2 servers.
+        let count = |sig: &str| work.iter().filter(|w| w.signal == sig).count();
+        assert_eq!(count("throughput"), 16);
+        for sig in ["ttft_seconds", "request_seconds", "tokens"] {
+            assert_eq!(count(sig), 2 * MODELS, "{sig}: {work:?}");
+        }
+    }
 }
