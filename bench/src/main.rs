@@ -4,6 +4,7 @@
 mod block;
 mod footprint;
 mod ingest;
+mod otlp;
 mod procstat;
 mod ring;
 mod uprobe;
@@ -36,6 +37,9 @@ enum Which {
     Ingest(ingest::Args),
     /// Ring-buffer drain rate from a synthetic eBPF producer.
     Ring(ring::Args),
+    /// OTLP receiver: points/s per core over gRPC and HTTP, window take cost,
+    /// and the collector's footprint with 8 ranks exporting at 1 Hz.
+    Otlp(otlp::Args),
 }
 
 fn main() -> Result<()> {
@@ -47,6 +51,7 @@ fn main() -> Result<()> {
         Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
         Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
         Which::Ring(a) => ring::run(&a, &cli.out_dir),
+        Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
     }
 }
 

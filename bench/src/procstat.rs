@@ -23,3 +23,32 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
         .ok()?;
     Some(kb * 1024)
 }
+
+/// CPU seconds of this process's threads whose name (`comm`) starts with
+/// `prefix` (threads that have exited are not counted).
+pub fn own_threads_cpu_seconds(prefix: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let hz = clock_ticks();
+    dir.filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.trim_end().starts_with(prefix))
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|s| ticks(&s))
+        .sum::<f64>()
+        / hz
+}
+
+/// utime + stime (clock ticks) of a `stat` line.
+fn ticks(stat: &str) -> Option<f64> {
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}

@@ -72,6 +72,14 @@ fn run(mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
+/// A release binary of the workspace (in `$CARGO_TARGET_DIR` when set).
+fn release_bin(name: &str) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| "target".into(), std::path::PathBuf::from)
+        .join("release")
+        .join(name)
+}
+
 fn build() -> Result<()> {
     let mut c = cargo();
     c.args(["build", "--release", "-p", "collector", "-p", "correlator"]);
@@ -127,19 +135,28 @@ fn main() -> Result<()> {
                     vec!["ring".into()],
                     vec!["footprint".into()],
                     vec!["ingest".into()],
+                    vec!["otlp".into()],
                 ]
             } else {
                 vec![args]
             };
             for w in which {
-                let mut c = Command::new("target/release/faultline-bench");
+                let mut c = Command::new(release_bin("faultline-bench"));
                 c.args(w);
                 run(c)?;
             }
             // One combined result file next to the per-benchmark ones.
             let mut all = String::from("{\n");
             let mut first = true;
-            for name in ["uprobe", "block", "ring", "footprint", "ingest", "detect"] {
+            for name in [
+                "uprobe",
+                "block",
+                "ring",
+                "footprint",
+                "ingest",
+                "otlp",
+                "detect",
+            ] {
                 let Ok(text) = std::fs::read_to_string(format!("bench/{name}.json")) else {
                     continue;
                 };
