@@ -10,6 +10,10 @@
 //!   and whose affected jobs include the loop's Slurm job.
 //! - The loop slows with a healthy fabric: a `job_slowdown` incident with the
 //!   cross-layer runbook.
+//!
+//! A stand-in model server (`workload.py serve`, GenAI latency histograms over
+//! OTLP/HTTP) reports to the same collector; its per-model time to first
+//! token must be in the windows the collector records.
 use std::{
     io::{BufRead, BufReader},
     path::PathBuf,
@@ -67,6 +71,8 @@ fn python() -> Option<PathBuf> {
 
 struct Run {
     ib: tests::FakeIb,
+    record: PathBuf,
+    otlp_http: u16,
     slow_file: PathBuf,
     spool: PathBuf,
     sub: mpsc::Receiver<String>,
@@ -132,6 +138,9 @@ impl Run {
         let sub_lines = lines_of(&mut sub);
         procs.push(KillOnDrop(sub));
         let otlp = free_port();
+        let otlp_http = free_port();
+        let record = dir.join("windows.jsonl");
+        let _ = std::fs::remove_file(&record);
         let mut col = Command::new(bin("faultline-collector"))
             .args([
                 "--window",
@@ -143,9 +152,10 @@ impl Run {
                 "--no-verbs",
                 "--no-nvml",
                 "--no-block",
-                "--no-otlp-http",
                 "--otlp-grpc-addr",
                 &format!("127.0.0.1:{otlp}"),
+                "--otlp-http-addr",
+                &format!("127.0.0.1:{otlp_http}"),
                 "--metrics-addr",
                 "127.0.0.1:0",
                 "--correlator",
@@ -155,6 +165,8 @@ impl Run {
             .arg(&spool)
             .arg("--sysfs-root")
             .arg(ib.root())
+            .arg("--record")
+            .arg(&record)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -192,6 +204,8 @@ impl Run {
         );
         Self {
             ib,
+            record,
+            otlp_http,
             slow_file,
             spool,
             sub: sub_lines,
@@ -260,6 +274,7 @@ fn traffic(r: &Run, w: u64, errors: u64) {
 fn a_slowed_training_loop_joins_the_degrading_link_under_one_incident() {
     let Some(py) = python() else { return };
     let r = Run::start("wl-link", &py);
+    let served = serve_once(&r, &py);
     let mut all = Vec::new();
     let mut sym = 0;
     for w in 1..=80u64 {
@@ -297,10 +312,64 @@ fn a_slowed_training_loop_joins_the_degrading_link_under_one_incident() {
                 all.iter().filter(|u| u["state"] == "opened").collect();
             assert_eq!(opened.len(), 1, "one incident for the fault: {opened:#?}");
             assert_eq!(opened[0]["incident_id"], u["incident_id"]);
+            // The model server's requests are in the recorded windows, per model.
+            let got = recorded_ttft(&r);
+            for model in ["llama-3-8b", "mixtral-8x7b"] {
+                assert_eq!(
+                    got.get(model).copied(),
+                    served["models"][model]["ttft_count"].as_u64(),
+                    "{model}: {got:?}"
+                );
+            }
             return;
         }
     }
     panic!("no ib_link_degraded incident carried the job's regression: {all:#?}");
+}
+
+/// Runs the stand-in model server once against the collector's OTLP/HTTP
+/// port; returns its summary (per model: requests, TTFT sum).
+fn serve_once(r: &Run, py: &PathBuf) -> serde_json::Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("otlp/workload.py");
+    let out = Command::new(py)
+        .arg(script)
+        .args([
+            "serve",
+            "--protocol",
+            "http",
+            "--endpoint",
+            &format!("http://127.0.0.1:{}/v1/metrics", r.otlp_http),
+            "--steps",
+            "40",
+        ])
+        .output()
+        .expect("model server");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("summary")
+}
+
+/// TTFT requests per model in the collector's recorded windows.
+fn recorded_ttft(r: &Run) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for l in std::fs::read_to_string(&r.record)
+        .unwrap_or_default()
+        .lines()
+    {
+        let Ok(w) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        for s in w["workload"].as_array().into_iter().flatten() {
+            if s["signal"] == "ttft_seconds" {
+                *m.entry(s["model"].as_str().unwrap_or("").to_string())
+                    .or_default() += s["count"].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    m
 }
 
 #[test]
