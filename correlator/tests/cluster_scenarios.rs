@@ -174,7 +174,8 @@ fn thermal_throttle_opens_on_the_gpu_and_absorbs_the_straggler() {
     let u2 = c.tick(&mut e);
     let all: Vec<_> = u1.iter().chain(&u2).cloned().collect();
     one(&all, "gpu_thermal_throttle", "h5/gpu1");
-    let rest = c.run(&mut e, 4);
+    // A rank is a straggler after 20 s slow (workload.min_persist_s).
+    let rest = c.run(&mut e, 25);
     let all: Vec<_> = all.into_iter().chain(rest).collect();
     assert!(
         opened(&all).iter().all(|(k, _)| k != "straggler"),
@@ -266,7 +267,10 @@ fn node_lost_after_three_windows_and_resolved_when_back() {
 fn unexplained_straggler_says_so() {
     let (mut c, mut e) = warm();
     c.step_s[3] = 1.8;
-    let u = c.run(&mut e, 2);
+    // 1 s windows: slow for 20 s of event time, not for 2 windows.
+    let early = c.run(&mut e, 18);
+    assert!(early.is_empty(), "{early:#?}");
+    let u = c.run(&mut e, 4);
     one(&u, "straggler", "job7/3");
     assert!(
         u[0].evidence

@@ -43,6 +43,7 @@ impl Engine {
             ib: ib::IbDetector::new(cfg.ib.clone(), topology),
             storage: storage::StorageDetector::new(cfg.storage.clone()),
             workload: workload::WorkloadDetector::new(cfg.workload.clone()),
+            straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
             incidents: IncidentManager::new(cfg.incidents.clone()),
             explain_grace_ms: (cfg.workload.explain_grace_s * 1000.0) as i64,
             ..Self::default()

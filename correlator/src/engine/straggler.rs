@@ -1,5 +1,5 @@
 //! `straggler`: one rank's step time far above its job's median for
-//! consecutive windows. When the rank's GPU throttles or its host's link
+//! `min_persist_s` of event time (whatever the window length). When the rank's GPU throttles or its host's link
 //! degrades, the straggler is evidence on that incident instead (a root cause
 //! absorbs its symptoms); otherwise the candidate says no cause was found.
 use std::collections::HashMap;
@@ -22,7 +22,8 @@ struct Rank {
     host: String,
     device: i32,
     hca: String,
-    streak: u32,
+    /// Start of the current slow run (event time).
+    slow_since: Option<i64>,
 }
 
 /// A slow rank: either a straggler finding or evidence for a cause.
@@ -37,12 +38,27 @@ pub struct Slow {
     pub median: f64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StragglerDetector {
     ranks: HashMap<(String, u32), Rank>,
+    /// How long a rank must stay slow (`workload.min_persist_s`).
+    persist_ms: i64,
+}
+
+impl Default for StragglerDetector {
+    fn default() -> Self {
+        Self::new(super::config::WorkloadConfig::default().min_persist_s)
+    }
 }
 
 impl StragglerDetector {
+    pub fn new(min_persist_s: f64) -> Self {
+        Self {
+            ranks: HashMap::new(),
+            persist_ms: (min_persist_s * 1000.0) as i64,
+        }
+    }
+
     /// Updates the ranks reported by this window; returns the slow ranks
     /// (after persistence) and the `<job>/<rank>` entities evaluated.
     pub fn observe(&mut self, host: &str, w: &Window) -> (Vec<Slow>, Vec<String>) {
@@ -53,7 +69,7 @@ impl StragglerDetector {
                 host: host.to_string(),
                 device: s.device,
                 hca: s.hca.clone(),
-                streak: 0,
+                slow_since: None,
             });
             r.seconds = s.seconds;
             r.host = host.to_string();
@@ -83,12 +99,14 @@ impl StragglerDetector {
                 let Some(r) = self.ranks.get_mut(&(job.clone(), s.rank)) else {
                     continue;
                 };
-                r.streak = if m > 0.0 && r.seconds > SLOW_FACTOR * m {
-                    r.streak + 1
+                r.slow_since = if m > 0.0 && r.seconds > SLOW_FACTOR * m {
+                    Some(r.slow_since.unwrap_or(w.start_unix_ms))
                 } else {
-                    0
+                    None
                 };
-                if r.streak >= 2 {
+                if r.slow_since
+                    .is_some_and(|t| w.end_unix_ms - t >= self.persist_ms)
+                {
                     slow.push(Slow {
                         job: job.clone(),
                         rank: s.rank,

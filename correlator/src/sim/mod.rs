@@ -280,16 +280,12 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
                 queued[n] += 1;
             }
         }
-        // Lockstep: every node's window is on its stream before the next
-        // slot, so a starved sender cannot fall windows behind its peers
-        // (the correlator would call it lost on the cluster's clock).
+        // Lockstep: every node's window is in the engine before the next
+        // slot, so a starved stream cannot fall windows behind its peers
+        // (the correlator would call that node lost on the cluster's clock).
+        let want: u64 = queued.iter().sum();
         let waited = std::time::Instant::now();
-        while senders
-            .iter()
-            .zip(&queued)
-            .any(|(s, &q)| s.2.sent.load(std::sync::atomic::Ordering::Relaxed) < q)
-            && waited.elapsed() < Duration::from_secs(5)
-        {
+        while state.counters().0 < want && waited.elapsed() < Duration::from_secs(5) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         cluster.finish_step();
