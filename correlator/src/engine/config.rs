@@ -334,17 +334,16 @@ pub struct FileConfig {
 /// Why the config file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read the config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    // The cause is in the message (not a `source`), so that a chain printer
+    // (`{:#}`) does not repeat it.
+    #[error("cannot read the config file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
-    #[error("config file {path}: {source}")]
+    #[error("config file {path}: {setting}")]
     Invalid {
         path: String,
-        source: InvalidSetting,
+        setting: InvalidSetting,
     },
 }
 
@@ -354,19 +353,21 @@ pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
         path: path.to_string(),
         message: e.to_string(),
     })?;
-    f.detect.validate().map_err(|source| ConfigError::Invalid {
-        path: path.to_string(),
-        source,
-    })?;
+    f.detect
+        .validate()
+        .map_err(|setting| ConfigError::Invalid {
+            path: path.to_string(),
+            setting,
+        })?;
     Ok(f.detect)
 }
 
 /// Reads, parses and validates a config file.
 pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: shown.clone(),
-        source,
+        error,
     })?;
     parse(&text, &shown)
 }
@@ -388,6 +389,26 @@ mod tests {
         let mut c = DetectConfig::default();
         c.ib.flap_downs = 1;
         assert_eq!(c.validate().unwrap_err().key, "ib.flap_downs");
+    }
+
+    #[test]
+    fn workload_keys_and_errors_said_once() {
+        let c = parse("[detect.workload]\nmin_slowdown = 0.2\n", "w.toml").unwrap();
+        assert_eq!(c.workload.min_slowdown, 0.2);
+        assert_eq!(c.workload.z, 5.0);
+        let e = parse("[detect.workload]\nz = -1\n", "w.toml").unwrap_err();
+        // A chain printer (`{:#}`) adds each source: the cause must be in
+        // the message only, or the operator reads it twice.
+        assert!(std::error::Error::source(&e).is_none());
+        assert_eq!(
+            e.to_string(),
+            "config file w.toml: detect.workload.z = -1: must be a positive number"
+        );
+        let e = load(std::path::Path::new("/nonexistent/faultline.toml")).unwrap_err();
+        assert!(std::error::Error::source(&e).is_none());
+        assert!(e
+            .to_string()
+            .starts_with("cannot read the config file /nonexistent/faultline.toml: "));
     }
 
     #[test]
