@@ -92,8 +92,21 @@ fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::D
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `RUST_LOG` when set; otherwise info, except for the simulator, whose
+    // output is its presentation (its embedded collectors' and the
+    // subscriber's info lines would repeat it once per node).
+    let default = if matches!(cli.command, Command::Sim(_)) {
+        "warn"
+    } else {
+        "info"
+    };
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
     let rt = match tokio::runtime::Runtime::new() {
