@@ -119,6 +119,19 @@ fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // `replay … | head`: the reader left; stop quietly, as Unix tools do.
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) || e
+                .downcast_ref::<correlator::replay::ReplayError>()
+                .is_some_and(|r| {
+                    matches!(r, correlator::replay::ReplayError::Io { error, .. }
+                        if error.kind() == std::io::ErrorKind::BrokenPipe)
+                });
+            if broken_pipe {
+                return ExitCode::SUCCESS;
+            }
             eprintln!("faultline-correlator: error: {e:#}");
             if e.downcast_ref::<correlator::replay::ReplayError>()
                 .is_some_and(|r| matches!(r, correlator::replay::ReplayError::Invalid { .. }))

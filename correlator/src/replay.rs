@@ -12,12 +12,10 @@ use crate::{engine::Engine, ingest::IngestState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("{file}: {source}")]
-    Io {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is in the message, not a `source`, so that a chain
+    // printer (`{:#}`) does not repeat it.
+    #[error("{file}: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file} line {line}: {message}")]
     Invalid {
         file: String,
@@ -63,16 +61,16 @@ pub fn replay(
     out: &mut impl Write,
 ) -> Result<ReplayStats, ReplayError> {
     let file = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|source| ReplayError::Io {
+    let f = std::fs::File::open(path).map_err(|error| ReplayError::Io {
         file: file.clone(),
-        source,
+        error,
     })?;
     let state = IngestState::default();
     let mut stats = ReplayStats::default();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|source| ReplayError::Io {
+        let line = line.map_err(|error| ReplayError::Io {
             file: file.clone(),
-            source,
+            error,
         })?;
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;
@@ -124,9 +122,9 @@ pub fn replay(
                 "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
                 "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
             });
-            writeln!(out, "{line}").map_err(|source| ReplayError::Io {
+            writeln!(out, "{line}").map_err(|error| ReplayError::Io {
                 file: "stdout".into(),
-                source,
+                error,
             })?;
         }
     }

@@ -97,3 +97,27 @@ fn malformed_lines_name_file_line_and_field_or_are_skipped_with_a_count() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_reader_that_leaves_stops_replay_quietly_and_errors_are_said_once() {
+    // `replay … | head`: the pipe's reader is gone before the first line.
+    let mut child = Command::new(BIN)
+        .arg("replay")
+        .arg(example())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run replay");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("replay exits");
+    assert!(out.status.success(), "{:?}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    // A missing file: the cause once, not twice.
+    let out = Command::new(BIN)
+        .args(["replay", "/nonexistent/windows.jsonl"])
+        .output()
+        .expect("run replay");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}
