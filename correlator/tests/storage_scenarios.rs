@@ -110,6 +110,11 @@ impl Fleet {
     fn run(&mut self, e: &mut Engine, n: usize) -> Vec<CandidateUpdate> {
         (0..n).flat_map(|_| self.tick(e)).collect()
     }
+
+    /// Every device of the fleet `factor` times slower.
+    fn slow_all(&mut self, factor: f64) {
+        self.slow.iter_mut().flatten().for_each(|x| *x = factor);
+    }
 }
 
 fn opened(u: &[CandidateUpdate]) -> Vec<(String, String)> {
@@ -181,11 +186,7 @@ fn fleet_wide_slowdown_and_healthy_spread_raise_nothing() {
     let mut f = Fleet::new(32, &[NVME, HDD]);
     let mut e = Engine::default();
     let mut all = f.run(&mut e, 6);
-    for s in &mut f.slow {
-        for x in s.iter_mut() {
-            *x = 5.0;
-        }
-    }
+    f.slow_all(5.0);
     all.extend(f.run(&mut e, 10));
     assert!(opened(&all).is_empty(), "{all:#?}");
 }
@@ -213,11 +214,7 @@ fn small_mixed_fleet_is_judged_by_own_history_net_of_the_fleet_shift() {
     let mut f = Fleet::new(3, &[NVME, HDD]);
     let mut e = Engine::default();
     let mut all = f.run(&mut e, 6);
-    for s in &mut f.slow {
-        for x in s.iter_mut() {
-            *x = 5.0;
-        }
-    }
+    f.slow_all(5.0);
     all.extend(f.run(&mut e, 10));
     assert!(opened(&all).is_empty(), "{all:#?}");
     // … while one HDD 5x slower than its own history, alone, opens.

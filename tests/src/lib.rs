@@ -21,7 +21,9 @@ pub fn kernel_lock() -> MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn in_ci() -> bool {
+/// Whether this run is CI (`CI` set to something other than empty, 0 or
+/// false): there, a missing prerequisite fails instead of skipping.
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
@@ -440,6 +442,50 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A child's stdout lines, read on a thread, as a channel (a test waits on
+/// them with a timeout instead of sleeping).
+pub fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let out = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// `faultline-correlator subscribe --endpoint URL ARGS…` once the
+/// correlator accepts it (retried for up to 20 s while it starts); stdout
+/// piped.
+pub fn subscriber(url: &str, args: &[&str]) -> std::process::Child {
+    use std::io::BufRead as _;
+    let start = std::time::Instant::now();
+    loop {
+        let mut s = Command::new(bin("faultline-correlator"))
+            .args(["subscribe", "--endpoint", url])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("subscriber");
+        let err = s.stderr.take().expect("stderr");
+        let first = io::BufReader::new(err).lines().next();
+        if matches!(&first, Some(Ok(l)) if l.starts_with("subscribed to")) {
+            return s;
+        }
+        let _ = s.wait();
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "correlator never accepted a subscriber"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 

@@ -2,26 +2,11 @@
 //! a (fake) InfiniBand fabric to the correlator, one link starts taking
 //! errors, and a subscriber prints the `ib_link_degraded` candidate.
 use std::{
-    io::{BufRead, BufReader},
     process::{Command, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use tests::bin;
-
-fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
-    let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
 
 #[test]
 fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
@@ -49,40 +34,14 @@ fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
             .spawn()
             .expect("correlator"),
     );
-    // The subscriber retries until the correlator listens.
-    let start = Instant::now();
-    let mut sub = tests::KillOnDrop(loop {
-        let mut s = Command::new(bin("faultline-correlator"))
-            .args([
-                "subscribe",
-                "--endpoint",
-                &url,
-                "--kind",
-                "ib_link_degraded",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("subscriber");
-        let err = s.stderr.take().expect("stderr");
-        let first = BufReader::new(err).lines().next();
-        if matches!(&first, Some(Ok(l)) if l.starts_with("subscribed to")) {
-            break s;
-        }
-        let _ = s.wait();
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "correlator never accepted a subscriber"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    });
-    let sub_lines = lines_of(&mut sub.0);
+    let mut sub = tests::KillOnDrop(tests::subscriber(&url, &["--kind", "ib_link_degraded"]));
+    let sub_lines = tests::lines_of(&mut sub.0);
     let mut col = tests::KillOnDrop(
         tests::streaming_collector("0.2", &url, &spool, ib.root())
             .spawn()
             .expect("collector"),
     );
-    let col_lines = lines_of(&mut col.0);
+    let col_lines = tests::lines_of(&mut col.0);
     let wait_window = |n: u64| loop {
         let l = col_lines
             .recv_timeout(Duration::from_secs(20))

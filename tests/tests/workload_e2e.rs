@@ -15,27 +15,13 @@
 //! OTLP/HTTP) reports to the same collector; its per-model time to first
 //! token must be in the windows the collector records.
 use std::{
-    io::{BufRead, BufReader},
     path::PathBuf,
     process::{Command, Stdio},
     sync::mpsc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use tests::{bin, KillOnDrop};
-
-fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
-    let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -62,7 +48,7 @@ fn python() -> Option<PathBuf> {
         "the workload end-to-end test needs the Python OpenTelemetry SDK in {}: run scripts/setup.sh",
         venv.display()
     );
-    if std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false")) {
+    if tests::in_ci() {
         panic!("{msg}");
     }
     eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
@@ -115,27 +101,8 @@ impl Run {
                 .spawn()
                 .expect("correlator"),
         ));
-        let start = Instant::now();
-        let mut sub = loop {
-            let mut s = Command::new(bin("faultline-correlator"))
-                .args(["subscribe", "--endpoint", &url, "--json"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("subscriber");
-            let err = s.stderr.take().expect("stderr");
-            let first = BufReader::new(err).lines().next();
-            if matches!(&first, Some(Ok(l)) if l.starts_with("subscribed to")) {
-                break s;
-            }
-            let _ = s.wait();
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "correlator never accepted a subscriber"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let sub_lines = lines_of(&mut sub);
+        let mut sub = tests::subscriber(&url, &["--json"]);
+        let sub_lines = tests::lines_of(&mut sub);
         procs.push(KillOnDrop(sub));
         let otlp = free_port();
         let otlp_http = free_port();
@@ -171,7 +138,7 @@ impl Run {
             .stderr(Stdio::null())
             .spawn()
             .expect("collector");
-        let col_lines = lines_of(&mut col);
+        let col_lines = tests::lines_of(&mut col);
         procs.push(KillOnDrop(col));
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("otlp/workload.py");
         let mut lp = Command::new(py)
@@ -195,7 +162,7 @@ impl Run {
             .stderr(Stdio::null())
             .spawn()
             .expect("python loop");
-        let loop_lines = lines_of(&mut lp);
+        let loop_lines = tests::lines_of(&mut lp);
         procs.push(KillOnDrop(lp));
         assert_eq!(
             loop_lines.recv_timeout(Duration::from_secs(30)).as_deref(),
