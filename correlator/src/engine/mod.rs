@@ -68,15 +68,12 @@ impl Engine {
         let (slow, mut evaluated) = self.straggler.observe(&host, w);
         let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
         symptoms.extend(self.workload.observe(&host, w));
-        evaluated.extend(jobs_of(w));
-        evaluated.extend(w.workload.iter().map(|s| {
-            let model = if s.model.is_empty() {
-                "(no model)"
-            } else {
-                s.model.as_str()
-            };
-            format!("{}/{model}", s.job)
-        }));
+        evaluated.extend(jobs.iter().cloned());
+        evaluated.extend(
+            w.workload
+                .iter()
+                .map(|s| workload::model_entity(&s.job, &s.model)),
+        );
         // A symptom on a GPU, link, device or host that a root cause sits on
         // joins that incident; otherwise, after the grace, it is its own.
         let mut joined = Vec::new();

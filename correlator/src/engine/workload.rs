@@ -205,6 +205,20 @@ const LATENCY_SIGNALS: &[(&str, &str)] = &[
     ("request_seconds", "request duration"),
 ];
 
+/// A model as shown in evidence (a sample may name none).
+fn model_name(model: &str) -> &str {
+    if model.is_empty() {
+        "(no model)"
+    } else {
+        model
+    }
+}
+
+/// The entity of a model server's latency incident: `<job>/<model>`.
+pub fn model_entity(job: &str, model: &str) -> String {
+    format!("{job}/{}", model_name(model))
+}
+
 /// Adds a host's contribution to the series' open slot; returns the
 /// previous slot, complete, when this window starts a new one.
 fn pool(
@@ -377,15 +391,11 @@ impl WorkloadDetector {
             let Some(c) = sh.observe(done.start_ms, done.end_ms, x, done.count, delta, &cfg) else {
                 continue;
             };
-            let model = if s.model.is_empty() {
-                "(no model)"
-            } else {
-                s.model.as_str()
-            };
+            let model = model_name(&s.model);
             out.push(Symptom {
                 kind: "inference_latency",
                 job: s.job.clone(),
-                entity: format!("{}/{model}", s.job),
+                entity: model_entity(&s.job, &s.model),
                 line: format!(
                     "{} {model} mean {what} +{:.0}% since {} ({:.1} ms vs {:.1} ms baseline over {} requests, z {:.1})",
                     s.job,
