@@ -51,11 +51,12 @@ def provider(args, resource, views=(), delta=False):
     return MeterProvider(metric_readers=[reader], resource=resource, views=list(views))
 
 
-def train(args):
-    """Step durations (a cumulative histogram in seconds) of one rank."""
+def rank_provider(args, service):
+    """A training rank's meter provider (job, rank and pid as resource
+    attributes) and its step-duration histogram (seconds)."""
     resource = Resource.create(
         {
-            "service.name": "faultline-e2e-train",
+            "service.name": service,
             "process.pid": os.getpid(),
             "slurm.job.id": args.job,
             "rank": args.rank,
@@ -67,6 +68,12 @@ def train(args):
         unit="s",
         explicit_bucket_boundaries_advisory=STEP_BOUNDS,
     )
+    return mp, steps
+
+
+def train(args):
+    """Step durations (a cumulative histogram in seconds) of one rank."""
+    mp, steps = rank_provider(args, "faultline-e2e-train")
     ckpt = mp.get_meter("train_loop").create_histogram(
         "checkpoint.save.duration", unit="ms"
     )
@@ -95,20 +102,7 @@ def train(args):
 
 def run_loop(args):
     """Measured step durations of one rank, until killed."""
-    resource = Resource.create(
-        {
-            "service.name": "faultline-e2e-loop",
-            "process.pid": os.getpid(),
-            "slurm.job.id": args.job,
-            "rank": args.rank,
-        }
-    )
-    mp = provider(args, resource)
-    steps = mp.get_meter("train_loop").create_histogram(
-        "faultline.train.step.duration",
-        unit="s",
-        explicit_bucket_boundaries_advisory=STEP_BOUNDS,
-    )
+    mp, steps = rank_provider(args, "faultline-e2e-loop")
     print("loop started", flush=True)
     while True:
         factor = 1.0
