@@ -201,10 +201,11 @@ impl ProviderSection {
 impl FileConfig {
     /// Reads and validates a file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
+        let text = crate::bounded_read::read_to_string(path, crate::bounded_read::CONFIG_MAX)
+            .map_err(|e| ConfigError::Read {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
         Self::parse(&text, &path.display().to_string())
     }
 
