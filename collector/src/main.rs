@@ -530,8 +530,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                             entity: format!("{host}/{}/{}", r.device, r.port),
                             detail: format!(
                                 "{}->{}",
-                                collector::ib::counters::state_name(a),
-                                collector::ib::counters::state_name(b)
+                                vocab::ib::state_name(a),
+                                vocab::ib::state_name(b)
                             ),
                             code: i64::from(b),
                         });
@@ -827,8 +827,8 @@ fn print_ib_window(host: &str, r: &collector::ib::PortRates) {
     if let Some((a, b)) = r.state_change {
         line.push_str(&format!(
             " state {}→{}",
-            collector::ib::counters::state_name(a),
-            collector::ib::counters::state_name(b)
+            vocab::ib::state_name(a),
+            vocab::ib::state_name(b)
         ));
     }
     println!("{line}");
