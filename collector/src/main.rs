@@ -505,8 +505,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
             wire.events.push(proto::v1::Event {
                 unix_ms: collector::window::unix_ms(ev.at),
-                kind: "rdma_async".into(),
-                entity: format!("{host}/{}/{}", ev.device, ev.port),
+                kind: vocab::EventKind::RdmaAsync.to_string(),
+                entity: vocab::entity::port(&host, &ev.device, ev.port),
                 detail: ev.name.into(),
                 code: i64::from(ev.event_type),
             });
@@ -526,8 +526,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     if let Some((a, b)) = r.state_change {
                         wire.events.push(proto::v1::Event {
                             unix_ms: collector::window::unix_ms(now),
-                            kind: "ib_state".into(),
-                            entity: format!("{host}/{}/{}", r.device, r.port),
+                            kind: vocab::EventKind::IbState.to_string(),
+                            entity: vocab::entity::port(&host, &r.device, r.port),
                             detail: format!(
                                 "{}->{}",
                                 vocab::ib::state_name(a),
@@ -561,8 +561,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                 );
                 wire.events.push(proto::v1::Event {
                     unix_ms: collector::window::unix_ms(now),
-                    kind: "gpu_lost".into(),
-                    entity: format!("{host}/gpu{}", e.index),
+                    kind: vocab::EventKind::GpuLost.to_string(),
+                    entity: vocab::entity::gpu(&host, e.index),
                     detail: e.uuid.clone(),
                     code: 0,
                 });
@@ -595,8 +595,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                         .at
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as i64),
-                    kind: "gpu_xid".into(),
-                    entity: format!("{host}/gpu{}", e.index),
+                    kind: vocab::EventKind::GpuXid.to_string(),
+                    entity: vocab::entity::gpu(&host, e.index),
                     detail: format!("{}: {meaning}", e.uuid),
                     code: *code as i64,
                 });

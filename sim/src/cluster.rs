@@ -848,7 +848,7 @@ impl Cluster {
                     let name = self.nodes[*node].name.clone();
                     self.nodes[*node].events.push(Event {
                         unix_ms: t_onset_ms(o),
-                        kind: "gpu_xid".into(),
+                        kind: vocab::EventKind::GpuXid.to_string(),
                         entity: format!("{name}/gpu{gpu}"),
                         detail: format!("GPU-{name}-{gpu}"),
                         code: 79,

@@ -447,10 +447,10 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                         joined_elsewhere = true;
                     }
                 }
-                if u.kind == "job_slowdown" {
+                if u.kind == vocab::IncidentKind::JobSlowdown.as_str() {
                     if u.state == "opened" {
                         job_slowdown_ids.insert(u.incident_id.clone());
-                    } else if u.state == "resolved"
+                    } else if u.state == vocab::UpdateState::Resolved.as_str()
                         && u.evidence
                             .iter()
                             .any(|l| l.starts_with("explained by incident"))

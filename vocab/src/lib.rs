@@ -7,5 +7,12 @@
 //! dependencies, so the eBPF-free parts of the tree (correlator, simulator,
 //! tests) use it without tonic/prost in scope for plain names and tables,
 //! and `proto` stays generated code only.
+pub mod entity;
 pub mod hist;
 pub mod ib;
+pub mod kind;
+pub mod state;
+pub mod time;
+
+pub use kind::{EventKind, IncidentKind};
+pub use state::UpdateState;

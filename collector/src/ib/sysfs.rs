@@ -34,7 +34,7 @@ pub struct PortSnapshot {
 impl PortSnapshot {
     /// Entity name of this port on `host`: `<host>/<hca>/<port>`.
     pub fn entity(&self, host: &str) -> String {
-        format!("{host}/{}/{}", self.device, self.port)
+        vocab::entity::port(host, &self.device, self.port)
     }
 }
 
