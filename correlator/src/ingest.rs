@@ -1,14 +1,17 @@
 //! The ingest service: collectors stream windows; each origin's sequence is
 //! tracked so duplicates (resends after a reconnect) are dropped and gaps
 //! (spool overflow) are counted. Accepted windows can be appended to an
-//! ingest log, which also restores the per-origin state after a restart.
+//! ingest log — whole windows, one JSON line each, the format `replay`
+//! reads — which also restores the per-origin state after a restart.
 use std::{
     collections::HashMap,
-    fs::{File, OpenOptions},
-    io::{BufRead, BufReader, Write},
+    fs::File,
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
+
+use proto::record::RecordLog;
 
 use proto::v1::{ingest_server::Ingest, Origin, ResumeReply, ResumeRequest, StreamSummary, Window};
 use tonic::{Request, Response, Status, Streaming};
@@ -25,13 +28,17 @@ pub struct Counters {
     pub accepted: u64,
     pub duplicates: u64,
     pub missing: u64,
+    /// Windows refused because the ingest log could not be written.
+    pub log_errors: u64,
 }
 
 #[derive(Default)]
 struct Inner {
     last_seq: HashMap<OriginKey, u64>,
     counters: Counters,
-    log: Option<File>,
+    log: Option<RecordLog>,
+    /// The last log write failed (logged once per episode).
+    log_failing: bool,
 }
 
 /// Shared ingest state.
@@ -52,8 +59,9 @@ pub enum IngestError {
 
 impl IngestState {
     /// With an ingest log at `path`: existing lines restore each origin's last
-    /// sequence (a truncated last line, from a crash, is ignored), and new
-    /// windows are appended.
+    /// sequence (a truncated last line, from a crash, is cut off), and new
+    /// windows are appended. Lines are windows in the replay format; lines
+    /// of the older summary format (`hostname`, `seq` at the top) are read too.
     pub fn with_log(path: &Path) -> Result<Self, IngestError> {
         let err = |source| IngestError::Log {
             path: path.to_path_buf(),
@@ -62,12 +70,13 @@ impl IngestState {
         let mut last_seq = HashMap::new();
         if path.exists() {
             let f = File::open(path).map_err(err)?;
-            for line in BufReader::new(f).lines() {
+            for line in BufReader::new(f).split(b'\n') {
                 let line = line.map_err(err)?;
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
                     continue;
                 };
-                let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                let o = v.get("origin").unwrap_or(&v);
+                let s = |k: &str| o.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
                 let seq = v
                     .get("seq")
                     .and_then(serde_json::Value::as_u64)
@@ -78,16 +87,13 @@ impl IngestState {
                 *e = (*e).max(seq);
             }
         }
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
+        let log = RecordLog::open(path).map_err(err)?;
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner {
                 last_seq,
                 counters: Counters::default(),
                 log: Some(log),
+                log_failing: false,
             })),
         })
     }
@@ -131,6 +137,24 @@ impl IngestState {
             g.counters.duplicates += 1;
             return Ok(false);
         }
+        if let Some(log) = g.log.as_mut() {
+            // Not logged = not accepted: the collector keeps the window
+            // spooled and resends it after its backoff.
+            if let Err(e) = log.append(w) {
+                g.counters.log_errors += 1;
+                if !g.log_failing {
+                    g.log_failing = true;
+                    tracing::error!(error = %e, "ingest log write failed; refusing windows until it works again (free space on its filesystem)");
+                }
+                return Err(Status::unavailable(format!(
+                    "correlator ingest log write failed ({e}); retry later"
+                )));
+            }
+            if g.log_failing {
+                g.log_failing = false;
+                tracing::info!("ingest log writable again");
+            }
+        }
         if w.seq > last + 1 {
             let missing = w.seq - last - 1;
             g.counters.missing += missing;
@@ -139,16 +163,6 @@ impl IngestState {
                 collector_dropped = w.dropped_before,
                 "windows missing from this collector"
             );
-        }
-        if let Some(f) = g.log.as_mut() {
-            let line = serde_json::json!({
-                "hostname": o.hostname, "boot_id": o.boot_id, "instance": o.instance,
-                "seq": w.seq, "end_unix_ms": w.end_unix_ms, "dropped_before": w.dropped_before,
-                "ib_ports": w.ib_ports.len(), "gpus": w.gpus.len(), "events": w.events.len(),
-            });
-            writeln!(f, "{line}")
-                .and_then(|()| f.flush())
-                .map_err(|e| Status::internal(format!("ingest log write failed: {e}")))?;
         }
         g.last_seq.insert(key(o), w.seq);
         g.counters.accepted += 1;

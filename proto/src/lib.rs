@@ -3,3 +3,5 @@
 pub mod v1 {
     tonic::include_proto!("faultline.v1");
 }
+
+pub mod record;
