@@ -13,6 +13,8 @@ use std::{
 use proto::v1::{ingest_server::Ingest, Origin, ResumeReply, ResumeRequest, StreamSummary, Window};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::Peer;
+
 /// Key of one collector run.
 pub type OriginKey = (String, String, String);
 
@@ -156,6 +158,18 @@ impl IngestState {
     }
 }
 
+/// Refuses a window or `Resume` for `host` from a peer bound to another host.
+fn check_identity(peer: &Peer, host: &str) -> Result<(), Status> {
+    if peer.may_speak_for(host) {
+        return Ok(());
+    }
+    metrics::counter!("faultline_ingest_rejected_total", "reason" => "identity").increment(1);
+    tracing::warn!(host, peer = %peer.describe(), "refused: the caller's certificate or token does not name this host");
+    Err(Status::permission_denied(format!(
+        "this client's certificate or token does not name host {host:?}; a collector may only send its own windows"
+    )))
+}
+
 /// The tonic service.
 pub struct IngestService {
     pub state: IngestState,
@@ -170,10 +184,12 @@ pub struct IngestService {
 #[tonic::async_trait]
 impl Ingest for IngestService {
     async fn resume(&self, req: Request<ResumeRequest>) -> Result<Response<ResumeReply>, Status> {
+        let peer = Peer::of(&req);
         let o = req
             .into_inner()
             .origin
             .ok_or_else(|| Status::invalid_argument("resume without origin"))?;
+        check_identity(&peer, &o.hostname)?;
         Ok(Response::new(ResumeReply {
             last_seq: self.state.last_seq(&o),
         }))
@@ -183,6 +199,9 @@ impl Ingest for IngestService {
         &self,
         req: Request<Streaming<Window>>,
     ) -> Result<Response<StreamSummary>, Status> {
+        let peer = Peer::of(&req);
+        // The host this stream has proven it may speak for (checked once).
+        let mut allowed_host: Option<String> = None;
         let mut s = req.into_inner();
         let (mut accepted, mut duplicates, mut last) = (0, 0, 0);
         let rate = f64::from(self.max_windows_per_sec);
@@ -200,6 +219,12 @@ impl Ingest for IngestService {
                     )));
                 }
                 tokens -= 1.0;
+            }
+            if let Some(o) = &w.origin {
+                if allowed_host.as_deref() != Some(o.hostname.as_str()) {
+                    check_identity(&peer, &o.hostname)?;
+                    allowed_host = Some(o.hostname.clone());
+                }
             }
             if self.state.accept(&w)? {
                 accepted += 1;

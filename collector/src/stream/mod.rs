@@ -7,6 +7,7 @@
 //! windows are dropped and counted (the next window carries the count).
 pub mod sender;
 pub mod spool;
+pub mod tls;
 
 pub use sender::{spawn, SenderConfig, SenderStats};
 pub use spool::Spool;

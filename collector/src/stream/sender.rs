@@ -11,7 +11,6 @@ use std::{
 use proto::v1::{ingest_client::IngestClient, ResumeRequest, Window};
 use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
 
 use super::Spool;
 
@@ -25,6 +24,8 @@ pub struct SenderConfig {
     pub backoff_max: Duration,
     /// How often to ask the correlator what it has (prunes the spool).
     pub resume_every: Duration,
+    /// TLS and token credentials for `endpoint` (none for `http://`).
+    pub auth: super::tls::ClientAuth,
 }
 
 /// Counters shared with the collector's main loop (and exported as metrics).
@@ -142,7 +143,10 @@ impl Sender {
 
     /// Asks the correlator what it has of every instance in the spool and
     /// removes those windows.
-    async fn resume(&mut self, client: &mut IngestClient<Channel>) -> Result<(), tonic::Status> {
+    async fn resume(
+        &mut self,
+        client: &mut IngestClient<super::tls::AuthChannel>,
+    ) -> Result<(), tonic::Status> {
         for inst in self.spool.instances() {
             let Some(name) = self
                 .spool
@@ -244,8 +248,8 @@ async fn run(
             return;
         }
         // Connect (keep spooling meanwhile).
-        let endpoint = match Endpoint::from_shared(s.cfg.endpoint.clone()) {
-            Ok(e) => e.connect_timeout(Duration::from_secs(2)),
+        let (endpoint, token) = match s.cfg.auth.endpoint(&s.cfg.endpoint) {
+            Ok((e, token)) => (e.connect_timeout(Duration::from_secs(2)), token),
             Err(e) => {
                 tracing::error!(endpoint = %s.cfg.endpoint, error = %e, "bad correlator endpoint; spooling only");
                 // Keep spooling until the input closes.
@@ -274,7 +278,7 @@ async fn run(
                 continue;
             }
         };
-        let mut client = IngestClient::new(chan);
+        let mut client = IngestClient::with_interceptor(chan, token);
         if let Err(e) = s.resume(&mut client).await {
             tracing::debug!(error = %e, "resume failed");
             continue;
