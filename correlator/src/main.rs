@@ -175,8 +175,8 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let engine = correlator::engine::Engine::new(&cfg, map);
             let state = match &record {
-                Some(p) => ingest::IngestState::with_log(p)?,
-                None => ingest::IngestState::default(),
+                Some(p) => ingest::IngestState::with_log(p, cfg.limits.ingest())?,
+                None => ingest::IngestState::new(cfg.limits.ingest()),
             };
             let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
             let (utx, _) = tokio::sync::broadcast::channel(4096);
@@ -214,7 +214,8 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .with_context(|| format!("serving on {listen}"))?;
             let (accepted, duplicates, missing) = state.counters();
-            tracing::info!(accepted, duplicates, missing, "stopped");
+            let rejected = format!("{:?}", state.rejected());
+            tracing::info!(accepted, duplicates, missing, rejected, "stopped");
         }
         Command::Subscribe {
             endpoint,

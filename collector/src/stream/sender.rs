@@ -163,6 +163,11 @@ impl Sender {
                 .resume(ResumeRequest { origin: w.origin })
                 .await?
                 .into_inner();
+            check_resume(
+                &inst,
+                reply.last_seq,
+                self.spool.names_after(None).as_slice(),
+            );
             let n = self.spool.remove_upto(&inst, reply.last_seq);
             self.in_flight.retain(|name| {
                 super::spool::parse_name(name).is_none_or(|(i, s)| i != inst || s > reply.last_seq)
@@ -224,6 +229,35 @@ impl Sender {
         }
         self.in_flight.clear();
     }
+}
+
+/// The correlator claims windows of `inst` beyond the newest one in the
+/// spool: it cannot have them (the spool keeps the newest windows), so
+/// someone else sent windows for this collector's origin or the correlator's
+/// state is wrong. Said loudly (error log, metric); returns whether so.
+fn check_resume(inst: &str, last_seq: u64, spool: &[String]) -> bool {
+    let newest = spool
+        .iter()
+        .filter_map(|n| super::spool::parse_name(n))
+        .filter(|(i, _)| i == inst)
+        .map(|(_, s)| s)
+        .max();
+    let Some(newest) = newest else {
+        return false;
+    };
+    if last_seq <= newest {
+        return false;
+    }
+    metrics::counter!("faultline_resume_inconsistent_total").increment(1);
+    tracing::error!(
+        instance = inst,
+        correlator_last_seq = last_seq,
+        newest_spooled = newest,
+        "RESUME INCONSISTENT: the correlator claims windows this collector never produced; \
+         another client may be sending windows for this host (use mTLS, docs/security.md) \
+         or the correlator's ingest log is damaged"
+    );
+    true
 }
 
 async fn run(
@@ -355,5 +389,21 @@ async fn run(
         if closing.is_some() && s.spool.is_empty() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::check_resume;
+
+    #[test]
+    fn a_resume_beyond_the_newest_spooled_window_is_inconsistent() {
+        let spool: Vec<String> = (5..=10).map(|s| format!("i1~{s:020}.win")).collect();
+        assert!(!check_resume("i1", 7, &spool));
+        assert!(!check_resume("i1", 10, &spool));
+        assert!(check_resume("i1", u64::MAX, &spool));
+        assert!(check_resume("i1", 11, &spool));
+        // Another instance's windows say nothing about i1.
+        assert!(!check_resume("i2", 99, &spool));
     }
 }
