@@ -2,6 +2,7 @@
 //!
 //! Data path: [`probes`] loads and attaches the embedded eBPF object and drains
 //! its rings and maps; later stages enrich, window and stream to the correlator.
+pub mod bounded_read;
 pub mod config;
 pub mod cuda;
 pub mod cuda_lib;

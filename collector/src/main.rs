@@ -44,8 +44,8 @@ struct RunArgs {
     #[arg(long, value_name = "FILE", env = "FAULTLINE_CONFIG")]
     config: Option<std::path::PathBuf>,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long, value_name = "SECONDS")]
-    duration: Option<f64>,
+    #[arg(long, value_name = "SECONDS", value_parser = collector::config::duration_arg)]
+    duration: Option<Duration>,
     /// Window length in seconds [collector.window_secs, default 1].
     #[arg(long, value_name = "SECONDS")]
     window: Option<f64>,
@@ -372,15 +372,13 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
     }
     expo.set_ready(true);
     let mut ring = probes.take_exec_ring()?;
-    let mut tick = interval(Duration::from_secs_f64(cfg.collector.window_secs));
+    let mut tick = interval(cfg.collector.window());
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tick.tick().await;
     let deadline = async {
         match args.duration {
-            Some(s) if s.is_finite() && s >= 0.0 => {
-                tokio::time::sleep(Duration::from_secs_f64(s)).await;
-            }
-            _ => std::future::pending::<()>().await,
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
         }
     };
     tokio::pin!(deadline);
@@ -436,13 +434,10 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
         None => (None, None),
     };
     let mut recorder = match &cfg.stream.record {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
+        Some(p) => Some(
+            proto::record::RecordLog::open(p)
                 .with_context(|| format!("opening the record file {}", p.display()))?,
-        )),
+        ),
         None => None,
     };
     let mut window_execs = 0u64;
@@ -510,8 +505,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
             wire.events.push(proto::v1::Event {
                 unix_ms: collector::window::unix_ms(ev.at),
-                kind: "rdma_async".into(),
-                entity: format!("{host}/{}/{}", ev.device, ev.port),
+                kind: vocab::EventKind::RdmaAsync.to_string(),
+                entity: vocab::entity::port(&host, &ev.device, ev.port),
                 detail: ev.name.into(),
                 code: i64::from(ev.event_type),
             });
@@ -531,12 +526,12 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     if let Some((a, b)) = r.state_change {
                         wire.events.push(proto::v1::Event {
                             unix_ms: collector::window::unix_ms(now),
-                            kind: "ib_state".into(),
-                            entity: format!("{host}/{}/{}", r.device, r.port),
+                            kind: vocab::EventKind::IbState.to_string(),
+                            entity: vocab::entity::port(&host, &r.device, r.port),
                             detail: format!(
                                 "{}->{}",
-                                collector::ib::counters::state_name(a),
-                                collector::ib::counters::state_name(b)
+                                vocab::ib::state_name(a),
+                                vocab::ib::state_name(b)
                             ),
                             code: i64::from(b),
                         });
@@ -566,8 +561,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                 );
                 wire.events.push(proto::v1::Event {
                     unix_ms: collector::window::unix_ms(now),
-                    kind: "gpu_lost".into(),
-                    entity: format!("{host}/gpu{}", e.index),
+                    kind: vocab::EventKind::GpuLost.to_string(),
+                    entity: vocab::entity::gpu(&host, e.index),
                     detail: e.uuid.clone(),
                     code: 0,
                 });
@@ -600,8 +595,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                         .at
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as i64),
-                    kind: "gpu_xid".into(),
-                    entity: format!("{host}/gpu{}", e.index),
+                    kind: vocab::EventKind::GpuXid.to_string(),
+                    entity: vocab::entity::gpu(&host, e.index),
                     detail: format!("{}: {meaning}", e.uuid),
                     code: *code as i64,
                 });
@@ -660,11 +655,11 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
         }
         export_kernel_stats(&k);
         if let Some(r) = recorder.as_mut() {
-            use std::io::Write as _;
-            let line = serde_json::to_string(&wire).context("encoding the window as JSON")?;
-            writeln!(r, "{line}")
-                .and_then(|()| r.flush())
-                .context("writing the record file")?;
+            // A full disk costs the recording, not the collector.
+            if let Err(e) = r.append(&wire) {
+                metrics::counter!("faultline_record_errors_total").increment(1);
+                tracing::warn!(error = %e, "cannot write the record file: window not recorded");
+            }
         }
         if let Some(tx) = &win_tx {
             if tx.try_send(wire).is_err() {
@@ -832,8 +827,8 @@ fn print_ib_window(host: &str, r: &collector::ib::PortRates) {
     if let Some((a, b)) = r.state_change {
         line.push_str(&format!(
             " state {}→{}",
-            collector::ib::counters::state_name(a),
-            collector::ib::counters::state_name(b)
+            vocab::ib::state_name(a),
+            vocab::ib::state_name(b)
         ));
     }
     println!("{line}");

@@ -54,7 +54,7 @@ fn bad_flag_values_exit_2_with_one_line() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "faultline-collector: config error: collector.window_secs: must be a number of seconds in (0, 3600], got 0"
+        "faultline-collector: config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got 0"
     );
 }
 
@@ -137,4 +137,41 @@ fn check_config_prints_the_effective_settings_flags_over_file() {
     let nvml = stdout.split("[nvml]").nth(1).expect("nvml section");
     assert!(nvml.contains("enabled = false"), "{stdout}");
     let _ = std::fs::remove_file(p);
+}
+
+/// Values that used to pass `check-config` and then panic or run forever
+/// (`Duration::from_secs_f64` on 1e-300, 1e20; NaN; an endpoint without a
+/// host): each is one line and exit 2, before anything starts.
+#[test]
+fn accepted_values_never_panic() {
+    for (args, want) in [
+        (
+            &["--window", "1e-300"][..],
+            "faultline-collector: config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got 1e-300",
+        ),
+        (
+            &["--duration", "1e20"][..],
+            "error: invalid value '1e20' for '--duration <SECONDS>': must be a number of seconds in [0, 315360000], got 1e20",
+        ),
+        (
+            &["--duration", "nan"][..],
+            "error: invalid value 'nan' for '--duration <SECONDS>': must be a number of seconds in [0, 315360000], got NaN",
+        ),
+        (
+            &["--correlator", "http://"][..],
+            "faultline-collector: config error: stream.endpoint: \"http://\" is not a URL",
+        ),
+    ] {
+        for check in [true, false] {
+            let mut c = Command::new(BIN);
+            if check {
+                c.arg("check-config");
+            }
+            let out = c.args(args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.starts_with(want), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+    }
 }

@@ -1,14 +1,17 @@
 //! The ingest service: collectors stream windows; each origin's sequence is
 //! tracked so duplicates (resends after a reconnect) are dropped and gaps
 //! (spool overflow) are counted. Accepted windows can be appended to an
-//! ingest log, which also restores the per-origin state after a restart.
+//! ingest log — whole windows, one JSON line each, the format `replay`
+//! reads — which also restores the per-origin state after a restart.
 use std::{
     collections::HashMap,
-    fs::{File, OpenOptions},
-    io::{BufRead, BufReader, Write},
+    fs::File,
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
+
+use proto::record::RecordLog;
 
 use proto::v1::{ingest_server::Ingest, Origin, ResumeReply, ResumeRequest, StreamSummary, Window};
 use tonic::{Request, Response, Status, Streaming};
@@ -25,6 +28,8 @@ pub struct Counters {
     /// Windows refused, by reason (`seq_jump`, `clock_future`, `clock_past`,
     /// `host_cap`, `rate`).
     pub rejected: std::collections::BTreeMap<&'static str, u64>,
+    /// Windows refused because the ingest log could not be written.
+    pub log_errors: u64,
 }
 
 /// Sequence numbers above this are never adopted (2^53: exact in JSON, and
@@ -84,7 +89,9 @@ struct Host {
 struct Inner {
     hosts: HashMap<String, Host>,
     counters: Counters,
-    log: Option<File>,
+    log: Option<RecordLog>,
+    /// The last log write failed (logged once per episode).
+    log_failing: bool,
     limits: IngestLimits,
     swept: std::time::Instant,
 }
@@ -134,6 +141,7 @@ impl IngestState {
                 hosts: HashMap::new(),
                 counters: Counters::default(),
                 log: None,
+                log_failing: false,
                 limits,
                 swept: std::time::Instant::now(),
             })),
@@ -141,9 +149,11 @@ impl IngestState {
     }
 
     /// With an ingest log at `path`: existing lines restore each origin's last
-    /// sequence (a truncated last line, from a crash, is ignored, and so is a
-    /// sequence above [`MAX_SEQ`], which no collector produces), and new
-    /// windows are appended.
+    /// sequence (a truncated last line, from a crash, is cut off, and a
+    /// sequence above [`MAX_SEQ`], which no collector produces, is ignored),
+    /// and new windows are appended. Lines are windows in the replay format;
+    /// lines of the older summary format (`hostname`, `seq` at the top) are
+    /// read too.
     pub fn with_log(path: &Path, limits: IngestLimits) -> Result<Self, IngestError> {
         let err = |source| IngestError::Log {
             path: path.to_path_buf(),
@@ -154,12 +164,13 @@ impl IngestState {
             let f = File::open(path).map_err(err)?;
             let mut g = state.lock();
             let mut poisoned = 0u64;
-            for line in BufReader::new(f).lines() {
+            for line in BufReader::new(f).split(b'\n') {
                 let line = line.map_err(err)?;
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
                     continue;
                 };
-                let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                let o = v.get("origin").unwrap_or(&v);
+                let s = |k: &str| o.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
                 let seq = v
                     .get("seq")
                     .and_then(serde_json::Value::as_u64)
@@ -177,11 +188,7 @@ impl IngestState {
                 );
             }
         }
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
+        let log = RecordLog::open(path).map_err(err)?;
         state.lock().log = Some(log);
         Ok(state)
     }
@@ -313,6 +320,24 @@ impl IngestState {
             g.counters.duplicates += 1;
             return Ok(false);
         }
+        if let Some(log) = g.log.as_mut() {
+            // Not logged = not accepted: the collector keeps the window
+            // spooled and resends it after its backoff.
+            if let Err(e) = log.append(w) {
+                g.counters.log_errors += 1;
+                if !g.log_failing {
+                    g.log_failing = true;
+                    tracing::error!(error = %e, "ingest log write failed; refusing windows until it works again (free space on its filesystem)");
+                }
+                return Err(Status::unavailable(format!(
+                    "correlator ingest log write failed ({e}); retry later"
+                )));
+            }
+            if g.log_failing {
+                g.log_failing = false;
+                tracing::info!("ingest log writable again");
+            }
+        }
         if w.seq > last + 1 {
             let missing = w.seq - last - 1;
             g.counters.missing = g.counters.missing.saturating_add(missing);
@@ -321,16 +346,6 @@ impl IngestState {
                 collector_dropped = w.dropped_before,
                 "windows missing from this collector"
             );
-        }
-        if let Some(f) = g.log.as_mut() {
-            let line = serde_json::json!({
-                "hostname": o.hostname, "boot_id": o.boot_id, "instance": o.instance,
-                "seq": w.seq, "end_unix_ms": w.end_unix_ms, "dropped_before": w.dropped_before,
-                "ib_ports": w.ib_ports.len(), "gpus": w.gpus.len(), "events": w.events.len(),
-            });
-            writeln!(f, "{line}")
-                .and_then(|()| f.flush())
-                .map_err(|e| Status::internal(format!("ingest log write failed: {e}")))?;
         }
         g.set_seq(&o.hostname, okey, w.seq, now);
         g.counters.accepted += 1;

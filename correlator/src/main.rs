@@ -46,12 +46,6 @@ enum Command {
     Certs(correlator::certs::CertsArgs),
     /// Check a config file and print the effective settings (defaults filled in) as TOML.
     CheckConfig { file: std::path::PathBuf },
-    /// Run a simulated cluster (collectors' streaming code, this correlator, a
-    /// subscriber) with injected faults, printing candidates live.
-    Sim(correlator::sim::SimArgs),
-    /// Detection accuracy over many seeded simulated scenarios: prints a table
-    /// and writes JSON (precision, recall, latency, incidents per fault).
-    BenchDetect(correlator::sim::detect::DetectArgs),
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
         /// Correlator URL.
@@ -73,7 +67,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        auth: collector::stream::tls::ClientAuth,
+        auth: proto::client_tls::ClientAuth,
     },
     /// Replay windows (JSON lines, docs/replay.md) through the detectors and
     /// print candidate updates as JSON lines.
@@ -98,23 +92,7 @@ fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::D
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `RUST_LOG` when set; otherwise info, except for the simulator, whose
-    // output is its presentation (its embedded collectors' and the
-    // subscriber's info lines would repeat it once per node).
-    let default = if matches!(cli.command, Command::Sim(_)) {
-        "warn"
-    } else {
-        "info"
-    };
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    correlator::logging::init("info");
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -269,10 +247,6 @@ async fn run(cli: Cli) -> Result<()> {
             for p in correlator::certs::write_pki(&args)? {
                 println!("{}", p.display());
             }
-        }
-        Command::BenchDetect(args) => correlator::sim::detect::run(&args)?,
-        Command::Sim(args) => {
-            correlator::sim::run(args).await?;
         }
         Command::CheckConfig { file } => {
             let cfg = correlator::engine::config::load(&file)?;

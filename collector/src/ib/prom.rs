@@ -3,7 +3,8 @@
 //! node_exporter lacks gets `faultline_infiniband_*` names of its own.
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use super::{counters, rates::RateTracker, sysfs::PortSnapshot};
+use super::{rates::RateTracker, sysfs::PortSnapshot};
+use vocab::ib as counters;
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\")

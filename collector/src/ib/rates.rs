@@ -4,7 +4,8 @@
 //! pinned at its maximum has stopped counting, so its rate is unknown.
 use std::collections::BTreeMap;
 
-use super::{counters, sysfs::PortSnapshot};
+use super::sysfs::PortSnapshot;
+use vocab::ib as counters;
 
 /// What one counter did in one window.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -34,7 +34,7 @@ pub struct PortSnapshot {
 impl PortSnapshot {
     /// Entity name of this port on `host`: `<host>/<hca>/<port>`.
     pub fn entity(&self, host: &str) -> String {
-        format!("{host}/{}/{}", self.device, self.port)
+        vocab::entity::port(host, &self.device, self.port)
     }
 }
 
@@ -75,7 +75,7 @@ pub fn read_ports(sysfs_root: &Path) -> io::Result<Vec<PortSnapshot>> {
 fn read_port(device: &str, port: u32, dir: &Path) -> PortSnapshot {
     let mut errors = Vec::new();
     let mut text = |name: &str| -> Option<String> {
-        match fs::read_to_string(dir.join(name)) {
+        match crate::bounded_read::read_to_string(&dir.join(name), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => Some(s.trim().to_string()),
             Err(e) => {
                 errors.push((name.to_string(), e.to_string()));
@@ -123,7 +123,7 @@ fn read_counter_dir(
         if !e.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        match fs::read_to_string(e.path()) {
+        match crate::bounded_read::read_to_string(&e.path(), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => match parse_counter(&s) {
                 Some(v) => {
                     out.insert(name, v);

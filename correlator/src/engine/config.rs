@@ -453,10 +453,33 @@ pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
     Ok(f.detect)
 }
 
+/// Largest config file read.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// A regular file of at most `max` bytes as text (`/dev/zero` or a FIFO
+/// given as the config is refused instead of read forever).
+fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read as _};
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Reads, parses and validates a config file.
 pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
         path: shown.clone(),
         error,
     })?;

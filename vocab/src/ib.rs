@@ -1,7 +1,8 @@
-//! What each standard port counter means: its Prometheus name (following
-//! node_exporter's infiniband collector, `faultline_` prefix), its width in
-//! the IB PortCounters attribute (legacy counters stop at their maximum
-//! instead of wrapping) and its unit.
+//! InfiniBand names both sides use: what each standard port counter means
+//! (its Prometheus name following node_exporter's infiniband collector,
+//! `faultline_` prefix, its width in the IB PortCounters attribute, where
+//! legacy counters stop at their maximum instead of wrapping, and its unit),
+//! and the IBA port state names.
 
 /// One known counter file in `counters/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

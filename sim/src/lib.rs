@@ -1,4 +1,4 @@
-//! `faultline-correlator sim`: a simulated cluster streaming real windows,
+//! `faultline-sim`: a simulated cluster streaming real windows,
 //! through the collector's real streaming code (spool, gRPC client stream,
 //! resume) and port-snapshot conversion, to a real correlator on loopback, with
 //! a subscriber printing the candidates live.
@@ -18,7 +18,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context as _, Result};
 use proto::v1::{candidates_client::CandidatesClient, SubscribeRequest};
 
-use crate::{
+use correlator::{
     engine::Engine,
     ingest::{IngestService, IngestState},
     subscribe::{spawn_engine, CandidatesService},
@@ -122,9 +122,17 @@ impl SimArgs {
 pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     let spec = args.spec();
     spec.validate().context("bad cluster settings")?;
+    // Ranges that keep `window / speed` a valid, non-zero tick and the
+    // number of windows finite.
     anyhow::ensure!(
-        args.speed > 0.0 && args.duration > 0.0,
-        "--speed and --duration must be positive"
+        (0.01..=10_000.0).contains(&args.speed),
+        "--speed must be within 0.01..=10000 simulated seconds per second, got {:e}",
+        args.speed
+    );
+    anyhow::ensure!(
+        args.duration > 0.0 && args.duration <= 1e7,
+        "--duration must be within (0, 1e7] simulated seconds, got {:e}",
+        args.duration
     );
     let mut cluster = cluster::Cluster::new(spec);
     let mut faults = faults::parse_all(&args.inject, &cluster, args.seed)?;
@@ -257,7 +265,8 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
         );
     }
     let windows = (args.duration / args.window).ceil() as u64;
-    let tick = Duration::from_secs_f64(args.window / args.speed);
+    let tick = Duration::try_from_secs_f64(args.window / args.speed)
+        .context("--window / --speed is not a valid tick")?;
     let mut next = tokio::time::Instant::now();
     let mut queued = vec![0u64; senders.len()];
     for _ in 1..=windows {
@@ -308,7 +317,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
         let steps = &cluster.job_steps;
         let before_onset = (args.onset / args.window).floor() as usize;
         let before: Vec<f64> = steps.iter().take(before_onset).copied().collect();
-        let base = crate::engine::median(&before);
+        let base = correlator::engine::median(&before);
         let worst = steps.iter().copied().fold(0.0, f64::max);
         if base > 0.0 {
             println!(
