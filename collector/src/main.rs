@@ -417,7 +417,12 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(10),
                 resume_every: Duration::from_secs(1),
+                auth: cfg.stream.auth(),
             };
+            // Unreadable credentials stop the collector here, not in the sender.
+            sc.auth
+                .endpoint(endpoint)
+                .with_context(|| format!("the correlator endpoint {endpoint}"))?;
             let (h, stats) = collector::stream::spawn(sc, rx, Duration::from_secs(3))
                 .with_context(|| format!("opening the spool {}", cfg.stream.spool_dir.display()))?;
             println!(

@@ -228,6 +228,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
                 backoff_min: Duration::from_millis(50),
                 backoff_max: Duration::from_secs(2),
                 resume_every: Duration::from_secs(1),
+                auth: collector::stream::tls::ClientAuth::default(),
             },
             rx,
             Duration::from_secs(3),
