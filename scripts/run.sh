@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: set up what is missing, build, and run the
 # embedded default: a simulated cluster with an injected degrading link.
-# Extra arguments go to `faultline-correlator sim`; `--host ARGS` runs the
+# Extra arguments go to `faultline-sim`; `--host ARGS` runs the
 # collector on this host instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -49,6 +49,27 @@ pub struct StreamSection {
     pub spool_max_bytes: u64,
     /// Also append every window to this file as JSON lines (the replay format).
     pub record: Option<PathBuf>,
+    /// CA certificate (PEM) of the correlator; required for `https://`.
+    pub tls_ca: Option<PathBuf>,
+    /// This host's client certificate (PEM) for mTLS; its DNS name must be
+    /// the hostname the collector reports.
+    pub tls_cert: Option<PathBuf>,
+    /// This host's private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// File with a bearer token (first line) for token-mode correlators.
+    pub token_file: Option<PathBuf>,
+}
+
+impl StreamSection {
+    /// The credentials for the correlator endpoint.
+    pub fn auth(&self) -> crate::stream::tls::ClientAuth {
+        crate::stream::tls::ClientAuth {
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            token_file: self.token_file.clone(),
+        }
+    }
 }
 
 impl Default for StreamSection {
@@ -58,6 +79,10 @@ impl Default for StreamSection {
             spool_dir: "/var/lib/faultline/spool".into(),
             spool_max_bytes: 64 << 20,
             record: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            token_file: None,
         }
     }
 }
@@ -321,6 +346,13 @@ impl FileConfig {
                 key: "stream.endpoint",
                 message: format!("{e:?} {why}; use a URL like http://127.0.0.1:50051"),
             })?;
+            self.stream
+                .auth()
+                .check(e)
+                .map_err(|err| ConfigError::Invalid {
+                    key: "stream.endpoint",
+                    message: err.to_string(),
+                })?;
         }
         if self.stream.spool_max_bytes < 4096 {
             return Err(ConfigError::Invalid {

@@ -417,7 +417,12 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(10),
                 resume_every: Duration::from_secs(1),
+                auth: cfg.stream.auth(),
             };
+            // Unreadable credentials stop the collector here, not in the sender.
+            sc.auth
+                .endpoint(endpoint)
+                .with_context(|| format!("the correlator endpoint {endpoint}"))?;
             let (h, stats) = collector::stream::spawn(sc, rx, Duration::from_secs(3))
                 .with_context(|| format!("opening the spool {}", cfg.stream.spool_dir.display()))?;
             println!(
@@ -500,8 +505,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
             println!("  rdma event {host}/{}/{} {}", ev.device, ev.port, ev.name);
             wire.events.push(proto::v1::Event {
                 unix_ms: collector::window::unix_ms(ev.at),
-                kind: "rdma_async".into(),
-                entity: format!("{host}/{}/{}", ev.device, ev.port),
+                kind: vocab::EventKind::RdmaAsync.to_string(),
+                entity: vocab::entity::port(&host, &ev.device, ev.port),
                 detail: ev.name.into(),
                 code: i64::from(ev.event_type),
             });
@@ -521,12 +526,12 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                     if let Some((a, b)) = r.state_change {
                         wire.events.push(proto::v1::Event {
                             unix_ms: collector::window::unix_ms(now),
-                            kind: "ib_state".into(),
-                            entity: format!("{host}/{}/{}", r.device, r.port),
+                            kind: vocab::EventKind::IbState.to_string(),
+                            entity: vocab::entity::port(&host, &r.device, r.port),
                             detail: format!(
                                 "{}->{}",
-                                collector::ib::counters::state_name(a),
-                                collector::ib::counters::state_name(b)
+                                vocab::ib::state_name(a),
+                                vocab::ib::state_name(b)
                             ),
                             code: i64::from(b),
                         });
@@ -556,8 +561,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                 );
                 wire.events.push(proto::v1::Event {
                     unix_ms: collector::window::unix_ms(now),
-                    kind: "gpu_lost".into(),
-                    entity: format!("{host}/gpu{}", e.index),
+                    kind: vocab::EventKind::GpuLost.to_string(),
+                    entity: vocab::entity::gpu(&host, e.index),
                     detail: e.uuid.clone(),
                     code: 0,
                 });
@@ -590,8 +595,8 @@ async fn run(args: RunArgs, cfg: FileConfig) -> Result<()> {
                         .at
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as i64),
-                    kind: "gpu_xid".into(),
-                    entity: format!("{host}/gpu{}", e.index),
+                    kind: vocab::EventKind::GpuXid.to_string(),
+                    entity: vocab::entity::gpu(&host, e.index),
                     detail: format!("{}: {meaning}", e.uuid),
                     code: *code as i64,
                 });
@@ -822,8 +827,8 @@ fn print_ib_window(host: &str, r: &collector::ib::PortRates) {
     if let Some((a, b)) = r.state_change {
         line.push_str(&format!(
             " state {}→{}",
-            collector::ib::counters::state_name(a),
-            collector::ib::counters::state_name(b)
+            vocab::ib::state_name(a),
+            vocab::ib::state_name(b)
         ));
     }
     println!("{line}");

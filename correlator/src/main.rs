@@ -39,15 +39,13 @@ enum Command {
         /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md).
         #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        security: correlator::auth::ServeSecurity,
     },
+    /// Write a test PKI for mTLS (CA, server and per-host client certificates).
+    Certs(correlator::certs::CertsArgs),
     /// Check a config file and print the effective settings (defaults filled in) as TOML.
     CheckConfig { file: std::path::PathBuf },
-    /// Run a simulated cluster (collectors' streaming code, this correlator, a
-    /// subscriber) with injected faults, printing candidates live.
-    Sim(correlator::sim::SimArgs),
-    /// Detection accuracy over many seeded simulated scenarios: prints a table
-    /// and writes JSON (precision, recall, latency, incidents per fault).
-    BenchDetect(correlator::sim::detect::DetectArgs),
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
         /// Correlator URL.
@@ -68,6 +66,8 @@ enum Command {
         /// One JSON object per line instead of human-readable lines.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        auth: proto::client_tls::ClientAuth,
     },
     /// Replay windows (JSON lines, docs/replay.md) through the detectors and
     /// print candidate updates as JSON lines.
@@ -92,23 +92,7 @@ fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::D
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `RUST_LOG` when set; otherwise info, except for the simulator, whose
-    // output is its presentation (its embedded collectors' and the
-    // subscriber's info lines would repeat it once per node).
-    let default = if matches!(cli.command, Command::Sim(_)) {
-        "warn"
-    } else {
-        "info"
-    };
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    correlator::logging::init("info");
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -152,7 +136,9 @@ async fn run(cli: Cli) -> Result<()> {
             max_windows_per_sec,
             topology,
             config,
+            security,
         } => {
+            let (tls, auth) = security.build()?;
             let cfg = detect_config(config.as_deref())?;
             let map = match &topology {
                 Some(p) => {
@@ -167,8 +153,8 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let engine = correlator::engine::Engine::new(&cfg, map);
             let state = match &record {
-                Some(p) => ingest::IngestState::with_log(p)?,
-                None => ingest::IngestState::default(),
+                Some(p) => ingest::IngestState::with_log(p, cfg.limits.ingest())?,
+                None => ingest::IngestState::new(cfg.limits.ingest()),
             };
             let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
             let (utx, _) = tokio::sync::broadcast::channel(4096);
@@ -178,8 +164,13 @@ async fn run(cli: Cli) -> Result<()> {
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
-            tracing::info!(%listen, "serving");
-            tonic::transport::Server::builder()
+            tracing::info!(%listen, tls = tls.is_some(), "serving");
+            let mut server = tonic::transport::Server::builder();
+            if let Some(tls) = tls {
+                server = server.tls_config(tls).context("TLS setup")?;
+            }
+            server
+                .layer(tonic::service::InterceptorLayer::new(auth))
                 .add_service(
                     IngestServer::new(ingest::IngestService {
                         state: state.clone(),
@@ -201,7 +192,8 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .with_context(|| format!("serving on {listen}"))?;
             let (accepted, duplicates, missing) = state.counters();
-            tracing::info!(accepted, duplicates, missing, "stopped");
+            let rejected = format!("{:?}", state.rejected());
+            tracing::info!(accepted, duplicates, missing, rejected, "stopped");
         }
         Command::Subscribe {
             endpoint,
@@ -210,13 +202,17 @@ async fn run(cli: Cli) -> Result<()> {
             job,
             min_confidence,
             json,
+            auth,
         } => {
-            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-                .with_context(|| format!("bad endpoint {endpoint}"))?
+            let (ep, token) = auth
+                .endpoint(&endpoint)
+                .with_context(|| format!("bad endpoint {endpoint}"))?;
+            let channel = ep
                 .connect()
                 .await
                 .with_context(|| format!("connecting to the correlator at {endpoint}"))?;
-            let mut client = proto::v1::candidates_client::CandidatesClient::new(channel);
+            let mut client =
+                proto::v1::candidates_client::CandidatesClient::with_interceptor(channel, token);
             let mut stream = client
                 .subscribe(proto::v1::SubscribeRequest {
                     kinds,
@@ -247,9 +243,10 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::BenchDetect(args) => correlator::sim::detect::run(&args)?,
-        Command::Sim(args) => {
-            correlator::sim::run(args).await?;
+        Command::Certs(args) => {
+            for p in correlator::certs::write_pki(&args)? {
+                println!("{}", p.display());
+            }
         }
         Command::CheckConfig { file } => {
             let cfg = correlator::engine::config::load(&file)?;

@@ -5,3 +5,6 @@ pub mod v1 {
 }
 
 pub mod record;
+
+#[cfg(feature = "client-tls")]
+pub mod client_tls;

@@ -23,6 +23,7 @@ pub fn correlator(port: u16, record: &Path) -> Child {
     Command::new(bin("faultline-correlator"))
         .args([
             "serve",
+            "--insecure",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--record",

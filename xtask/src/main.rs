@@ -29,7 +29,7 @@ enum Cmd {
     Build,
     /// Build, then run the embedded default: a simulated 32-node cluster with
     /// an injected degrading InfiniBand link, streaming to the correlator, with
-    /// a subscriber printing candidates (`faultline-correlator sim ARGS`). With
+    /// a subscriber printing candidates (`faultline-sim ARGS`). With
     /// `--host`, run the collector on this host instead (`faultline-collector ARGS`).
     Run {
         #[arg(long)]
@@ -91,7 +91,16 @@ fn release_bin(name: &str) -> std::path::PathBuf {
 
 fn build() -> Result<()> {
     let mut c = cargo();
-    c.args(["build", "--release", "-p", "collector", "-p", "correlator"]);
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "collector",
+        "-p",
+        "correlator",
+        "-p",
+        "sim",
+    ]);
     run(c)
 }
 
@@ -105,8 +114,7 @@ fn main() -> Result<()> {
                 c.args(args);
                 return run(c);
             }
-            let mut c = Command::new("target/release/faultline-correlator");
-            c.arg("sim");
+            let mut c = Command::new(release_bin("faultline-sim"));
             if args.is_empty() {
                 c.args(["--inject", "ib-link-degrade", "--duration", "40"]);
             } else {
@@ -119,9 +127,9 @@ fn main() -> Result<()> {
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::BenchDetect { args } => {
             let mut c = cargo();
-            c.args(["build", "--release", "-p", "correlator"]);
+            c.args(["build", "--release", "-p", "sim"]);
             run(c)?;
-            let mut c = Command::new("target/release/faultline-correlator");
+            let mut c = Command::new(release_bin("faultline-sim"));
             c.arg("bench-detect").args(args);
             run(c)
         }

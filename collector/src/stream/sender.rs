@@ -8,10 +8,11 @@ use std::{
     time::Duration,
 };
 
+use super::tls::{AuthChannel, BearerToken};
 use proto::v1::{ingest_client::IngestClient, ResumeRequest, Window};
 use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use super::Spool;
 
@@ -25,6 +26,8 @@ pub struct SenderConfig {
     pub backoff_max: Duration,
     /// How often to ask the correlator what it has (prunes the spool).
     pub resume_every: Duration,
+    /// TLS and token credentials for `endpoint` (none for `http://`).
+    pub auth: super::tls::ClientAuth,
 }
 
 /// Counters shared with the collector's main loop (and exported as metrics).
@@ -219,7 +222,7 @@ impl Sender {
 
     /// `Resume` for one origin, bounded in time.
     async fn ask(
-        client: &mut IngestClient<Channel>,
+        client: &mut IngestClient<AuthChannel>,
         origin: proto::v1::Origin,
     ) -> Result<u64, tonic::Status> {
         let call = client.resume(ResumeRequest {
@@ -235,13 +238,17 @@ impl Sender {
 
     /// Asks the correlator what it has of every instance in the spool and
     /// removes those windows. Returns how many were confirmed.
-    async fn resume(&mut self, client: &mut IngestClient<Channel>) -> Result<u64, tonic::Status> {
+    async fn resume(
+        &mut self,
+        client: &mut IngestClient<AuthChannel>,
+    ) -> Result<u64, tonic::Status> {
         let mut confirmed = 0u64;
         for inst in self.spool.instances() {
             let Some(origin) = self.spool.origin(&inst).cloned() else {
                 continue;
             };
             let last_seq = Self::ask(client, origin).await?;
+            check_resume(&inst, last_seq, self.spool.names_after(None).as_slice());
             let n = self.spool.remove_upto(&inst, last_seq) as u64;
             self.in_flight.retain(|name| {
                 super::spool::parse_name(name).is_none_or(|(i, s)| i != inst || s > last_seq)
@@ -289,7 +296,7 @@ impl Sender {
     /// One connection: connect, resume, stream the spool until the stream
     /// ends or the drain time is over.
     async fn session(&mut self) -> Session {
-        let endpoint = match endpoint(&self.cfg) {
+        let (endpoint, token) = match endpoint(&self.cfg) {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!(endpoint = %self.cfg.endpoint, error = %e, "bad correlator endpoint; spooling only");
@@ -307,7 +314,7 @@ impl Sender {
                 return Session::Failed;
             }
         };
-        let mut client = IngestClient::new(chan);
+        let mut client = IngestClient::with_interceptor(chan, token);
         let mut delivered = match self.resume(&mut client).await {
             Ok(n) => n,
             Err(e) => {
@@ -333,7 +340,11 @@ impl Sender {
 
     /// Streams the spool on one call; returns true when the drain time ended
     /// it. Confirmed windows are added to `delivered`.
-    async fn stream(&mut self, client: &mut IngestClient<Channel>, delivered: &mut u64) -> bool {
+    async fn stream(
+        &mut self,
+        client: &mut IngestClient<AuthChannel>,
+        delivered: &mut u64,
+    ) -> bool {
         let (tx, req_rx) = mpsc::channel::<Window>(64);
         let mut stream_client = client.clone();
         let mut call =
@@ -393,7 +404,7 @@ impl Sender {
     /// Stream over: learn what arrived; `done` passes through.
     async fn finish(
         &mut self,
-        client: &mut IngestClient<Channel>,
+        client: &mut IngestClient<AuthChannel>,
         delivered: &mut u64,
         done: bool,
     ) -> bool {
@@ -405,9 +416,39 @@ impl Sender {
     }
 }
 
-/// The correlator's endpoint from the configuration.
-fn endpoint(cfg: &SenderConfig) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(cfg.endpoint.clone())?.connect_timeout(Duration::from_secs(2)))
+/// The correlator's endpoint (TLS per `cfg.auth`) and bearer token.
+fn endpoint(cfg: &SenderConfig) -> Result<(Endpoint, BearerToken), super::tls::TlsError> {
+    let (e, token) = cfg.auth.endpoint(&cfg.endpoint)?;
+    Ok((e.connect_timeout(Duration::from_secs(2)), token))
+}
+
+/// The correlator claims windows of `inst` beyond the newest one in the
+/// spool: it cannot have them (the spool keeps the newest windows), so
+/// someone else sent windows for this collector's origin or the correlator's
+/// state is wrong. Said loudly (error log, metric); returns whether so.
+fn check_resume(inst: &str, last_seq: u64, spool: &[String]) -> bool {
+    let newest = spool
+        .iter()
+        .filter_map(|n| super::spool::parse_name(n))
+        .filter(|(i, _)| i == inst)
+        .map(|(_, s)| s)
+        .max();
+    let Some(newest) = newest else {
+        return false;
+    };
+    if last_seq <= newest {
+        return false;
+    }
+    metrics::counter!("faultline_resume_inconsistent_total").increment(1);
+    tracing::error!(
+        instance = inst,
+        correlator_last_seq = last_seq,
+        newest_spooled = newest,
+        "RESUME INCONSISTENT: the correlator claims windows this collector never produced; \
+         another client may be sending windows for this host (use mTLS, docs/security.md) \
+         or the correlator's ingest log is damaged"
+    );
+    true
 }
 
 async fn run(
@@ -478,5 +519,21 @@ mod tests {
         assert!(draws.iter().any(|d| d.as_secs_f64() < 0.5));
         b.reset();
         assert_eq!(b.cap(), Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::check_resume;
+
+    #[test]
+    fn a_resume_beyond_the_newest_spooled_window_is_inconsistent() {
+        let spool: Vec<String> = (5..=10).map(|s| format!("i1~{s:020}.win")).collect();
+        assert!(!check_resume("i1", 7, &spool));
+        assert!(!check_resume("i1", 10, &spool));
+        assert!(check_resume("i1", u64::MAX, &spool));
+        assert!(check_resume("i1", 11, &spool));
+        // Another instance's windows say nothing about i1.
+        assert!(!check_resume("i2", 99, &spool));
     }
 }

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use proto::v1::Window;
 
-use collector::ib::counters::{state_name, COUNTERS};
+use vocab::ib::{state_name, COUNTERS};
 
 use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, median, stats};
 

@@ -4,12 +4,12 @@
 //! simulator's physics (error counts per window from the BER, counter
 //! saturation, flaps shorter than a window, latency histograms, ground-truth
 //! visibility) and a `bench-detect --quick` run.
-use correlator::sim::{
+use proto::v1::Window;
+use sim::{
     cluster::{Cluster, ClusterSpec, LinkRate, StorageMix},
     detect::DetectArgs,
     faults, run, SimArgs,
 };
-use proto::v1::Window;
 
 fn args(inject: &[&str]) -> SimArgs {
     SimArgs {
@@ -439,7 +439,7 @@ fn bench_detect_quick_writes_json() {
         out: out.clone(),
         ..DetectArgs::default()
     };
-    correlator::sim::detect::run(&a).expect("bench runs");
+    sim::detect::run(&a).expect("bench runs");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("json written")).expect("json");
     let runs = v["runs"].as_array().expect("runs");

@@ -4,9 +4,8 @@
 use std::process::Command;
 
 fn sim(rust_log: Option<&str>) -> (String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_faultline-correlator"));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_faultline-sim"));
     c.args([
-        "sim",
         "--nodes",
         "8",
         "--duration",

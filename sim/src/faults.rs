@@ -241,7 +241,7 @@ impl Fault {
 pub fn target_name(c: &Cluster, t: &Target) -> String {
     match t {
         Target::Port { node, hca } => format!("{}/mlx5_{hca}/1", c.node_name(*node)),
-        Target::Gpu { node, gpu } => format!("{}/gpu{gpu}", c.node_name(*node)),
+        Target::Gpu { node, gpu } => vocab::entity::gpu(&c.node_name(*node), *gpu),
         Target::Device { node, dev } => format!(
             "{}/{}",
             c.node_name(*node),

@@ -29,7 +29,7 @@ use super::{
     faults::{Fault, Kind, Target},
     rng::{norm_cdf, norm_quantile, Rng},
 };
-use crate::engine::{config::DetectConfig, stats::scan_test};
+use correlator::engine::{config::DetectConfig, stats::scan_test};
 
 pub const GPUS: usize = 8;
 /// The simulated training job.
@@ -599,7 +599,9 @@ impl Cluster {
                 let visible = match f.kind {
                     Kind::IbLinkDegrade { .. } => None,
                     Kind::IbLinkFlap { period_s, .. } => Some(self.window_of(o + period_s)),
-                    Kind::NodeLoss => Some(ow + crate::engine::node::LOST_AFTER_WINDOWS as u64),
+                    Kind::NodeLoss => {
+                        Some(ow + correlator::engine::node::LOST_AFTER_WINDOWS as u64)
+                    }
                     // A workload symptom is one once it has lasted
                     // `min_persist_s` (its definition, like a flap's second down).
                     Kind::JobSlow { .. } | Kind::InferenceSlow { .. } => {
@@ -846,7 +848,7 @@ impl Cluster {
                     let name = self.nodes[*node].name.clone();
                     self.nodes[*node].events.push(Event {
                         unix_ms: t_onset_ms(o),
-                        kind: "gpu_xid".into(),
+                        kind: vocab::EventKind::GpuXid.to_string(),
                         entity: format!("{name}/gpu{gpu}"),
                         detail: format!("GPU-{name}-{gpu}"),
                         code: 79,
@@ -979,6 +981,9 @@ impl Cluster {
                     .map(|((name, _), v)| ((*name).to_string(), v))
                     .collect::<BTreeMap<_, _>>(),
                 hw_counters: BTreeMap::new(),
+                counters_ext: BTreeMap::new(),
+                unavailable: Vec::new(),
+                hca: collector::ib::sysfs::HcaInfo::default(),
                 read_errors: Vec::new(),
             })
             .collect();

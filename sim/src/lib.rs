@@ -1,4 +1,4 @@
-//! `faultline-correlator sim`: a simulated cluster streaming real windows,
+//! `faultline-sim`: a simulated cluster streaming real windows,
 //! through the collector's real streaming code (spool, gRPC client stream,
 //! resume) and port-snapshot conversion, to a real correlator on loopback, with
 //! a subscriber printing the candidates live.
@@ -18,7 +18,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context as _, Result};
 use proto::v1::{candidates_client::CandidatesClient, SubscribeRequest};
 
-use crate::{
+use correlator::{
     engine::Engine,
     ingest::{IngestService, IngestState},
     subscribe::{spawn_engine, CandidatesService},
@@ -228,6 +228,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
                 backoff_min: Duration::from_millis(50),
                 backoff_max: Duration::from_secs(2),
                 resume_every: Duration::from_secs(1),
+                auth: collector::stream::tls::ClientAuth::default(),
             },
             rx,
             Duration::from_secs(3),
@@ -316,7 +317,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
         let steps = &cluster.job_steps;
         let before_onset = (args.onset / args.window).floor() as usize;
         let before: Vec<f64> = steps.iter().take(before_onset).copied().collect();
-        let base = crate::engine::median(&before);
+        let base = correlator::engine::median(&before);
         let worst = steps.iter().copied().fold(0.0, f64::max);
         if base > 0.0 {
             println!(

@@ -1,4 +1,4 @@
-//! `faultline-correlator bench-detect`: detection accuracy of the engine on
+//! `faultline-sim bench-detect`: detection accuracy of the engine on
 //! seeded simulated scenarios that vary what real fleets vary — window
 //! length, link rate, utilisation, cluster size, storage classes — with fault
 //! parameters drawn from physical ranges (target BER and ramp time of a
@@ -33,7 +33,7 @@ use super::{
     faults::{self, fmt_value},
     rng::Rng,
 };
-use crate::engine::{config::DetectConfig, Engine};
+use correlator::engine::{config::DetectConfig, Engine};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DetectArgs {
@@ -447,10 +447,10 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                         joined_elsewhere = true;
                     }
                 }
-                if u.kind == "job_slowdown" {
+                if u.kind == vocab::IncidentKind::JobSlowdown.as_str() {
                     if u.state == "opened" {
                         job_slowdown_ids.insert(u.incident_id.clone());
-                    } else if u.state == "resolved"
+                    } else if u.state == vocab::UpdateState::Resolved.as_str()
                         && u.evidence
                             .iter()
                             .any(|l| l.starts_with("explained by incident"))
@@ -486,7 +486,8 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         let on = truth.onset_window as usize;
         let vis = truth.visible_window.map_or(on, |v| v as usize);
         (on >= 3 && steps.len() > vis + 3).then(|| {
-            crate::engine::median(&steps[vis..]) / crate::engine::median(&steps[..on]).max(1e-9)
+            correlator::engine::median(&steps[vis..])
+                / correlator::engine::median(&steps[..on]).max(1e-9)
         })
     };
     // The job's worst sustained step time (median over min_persist_s) over
@@ -497,11 +498,11 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         let steps = &c.job_steps;
         let on = (truth.onset_window as usize).min(steps.len());
         let k = ((wl.min_persist_s / s.window_s).ceil() as usize).max(3);
-        let before = crate::engine::median(&steps[..on]).max(1e-9);
+        let before = correlator::engine::median(&steps[..on]).max(1e-9);
         if on >= 3 {
             steps[on..]
                 .windows(k)
-                .map(|x| crate::engine::median(x) / before)
+                .map(|x| correlator::engine::median(x) / before)
                 .fold(0.0, f64::max)
         } else {
             0.0
