@@ -396,17 +396,6 @@ fn full_disk_under_the_spool_counts_and_keeps_going() {
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
-fn spool_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// The correlator's ingest log fills its filesystem (64 KiB tmpfs): windows
 /// are refused, not half-written; the collector backs off instead of
 /// reconnecting thousands of times; after the filesystem grows every window
