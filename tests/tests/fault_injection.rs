@@ -82,6 +82,56 @@ impl Drop for Tmpfs {
     }
 }
 
+/// One case's setup: the kernel lock (the collector attaches probes), a
+/// fresh directory, a fake sysfs tree with `ports` ports, a free port; `None`
+/// when BPF is unavailable (locally; CI fails instead).
+struct Setup {
+    _k: std::sync::MutexGuard<'static, ()>,
+    dir: PathBuf,
+    ib: tests::FakeIb,
+    port: u16,
+}
+
+fn setup(tag: &str, ports: u32) -> Option<Setup> {
+    let k = tests::kernel_lock();
+    if !tests::require_bpf(tag) {
+        return None;
+    }
+    Some(Setup {
+        _k: k,
+        dir: tmp(tag),
+        ib: sysfs(tag, ports),
+        port: free_port(),
+    })
+}
+
+/// How a case ended.
+struct End {
+    final_seq: u64,
+    summary: String,
+    took: Duration,
+    /// Sequence numbers the correlator recorded, in order.
+    seqs: Vec<u64>,
+    /// 1 when SIGTERM was not honoured in time.
+    wedges: u64,
+}
+
+/// SIGTERM to the collector; once the correlator recorded its last window,
+/// the correlator is stopped.
+fn end(col: Collector, mut corr: std::process::Child, record: &Path) -> End {
+    let (final_seq, summary, took) = col.stop();
+    wait_recorded(record, final_seq);
+    let _ = corr.kill();
+    let _ = corr.wait();
+    End {
+        final_seq,
+        summary,
+        took,
+        seqs: recorded(record),
+        wedges: u64::from(took > STOP_BOUND),
+    }
+}
+
 fn sysfs(tag: &str, ports: u32) -> tests::FakeIb {
     let ib = tests::FakeIb::new(tag);
     for p in 1..=ports {
@@ -108,11 +158,9 @@ fn spool_files(dir: &Path, suffix: &str) -> Vec<String> {
 /// ignored SIGTERM: both are quarantined, delivery goes on, SIGTERM works.
 #[test]
 fn damaged_spool_files_are_quarantined_and_delivery_continues() {
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("fault_damaged_spool") {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-damaged", 1) else {
         return;
-    }
-    let dir = tmp("fi-damaged");
+    };
     let spool = dir.join("spool");
     std::fs::create_dir_all(&spool).expect("spool dir");
     let old = "00000000000000000001-1";
@@ -125,18 +173,17 @@ fn damaged_spool_files_are_quarantined_and_delivery_continues() {
     )
     .expect("truncated");
     let record = dir.join("ingest.jsonl");
-    let ib = sysfs("fi-damaged", 1);
-    let port = free_port();
-    let mut corr = correlator(port, &record);
+    let corr = correlator(port, &record);
     let mut col = Collector::start(port, &spool, 64 << 20, ib.root());
     col.wait_seq(10);
     wait_recorded(&record, 10);
-    let (final_seq, summary, took) = col.stop();
-    wait_recorded(&record, final_seq);
-    let _ = corr.kill();
-    let _ = corr.wait();
-    let seqs = recorded(&record);
-    let wedges = u64::from(took > STOP_BOUND);
+    let End {
+        final_seq,
+        summary,
+        took,
+        seqs,
+        wedges,
+    } = end(col, corr, &record);
     row(
         "empty + truncated spool file",
         final_seq,
@@ -171,15 +218,11 @@ fn proto_window(instance: &str, seq: u64) -> proto::v1::Window {
 /// collector keeps producing: every window arrives exactly once, in order.
 #[test]
 fn correlator_killed_at_random_points_loses_nothing() {
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("fault_kill_correlator") {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-killcorr", 1) else {
         return;
-    }
+    };
     let mut rng = Rng::new("kill -9 correlator");
-    let dir = tmp("fi-killcorr");
     let record = dir.join("ingest.jsonl");
-    let ib = sysfs("fi-killcorr", 1);
-    let port = free_port();
     let mut corr = correlator(port, &record);
     let mut col = Collector::start(port, &dir.join("spool"), 64 << 20, ib.root());
     for _ in 0..3 {
@@ -189,12 +232,13 @@ fn correlator_killed_at_random_points_loses_nothing() {
         col.wait_seq(col.last_seq + rng.range(1, 6));
         corr = correlator(port, &record);
     }
-    let (final_seq, summary, took) = col.stop();
-    wait_recorded(&record, final_seq);
-    let _ = corr.kill();
-    let _ = corr.wait();
-    let seqs = recorded(&record);
-    let wedges = u64::from(took > STOP_BOUND);
+    let End {
+        final_seq,
+        summary,
+        took,
+        seqs,
+        wedges,
+    } = end(col, corr, &record);
     row(
         "kill -9 correlator ×3 (random points)",
         final_seq,
@@ -216,17 +260,13 @@ fn correlator_killed_at_random_points_loses_nothing() {
 /// spool yet; those are counted separately.
 #[test]
 fn collector_killed_at_random_points_delivers_its_spool() {
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("fault_kill_collector") {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-killcol", 1) else {
         return;
-    }
+    };
     let mut rng = Rng::new("kill -9 collector");
-    let dir = tmp("fi-killcol");
     let record = dir.join("ingest.jsonl");
     let spool = dir.join("spool");
-    let ib = sysfs("fi-killcol", 1);
-    let port = free_port();
-    let mut corr = correlator(port, &record);
+    let corr = correlator(port, &record);
     // Instances in start order and the highest seq each reached the spool.
     let mut closed = 0u64;
     let mut spooled: Vec<u64> = Vec::new();
@@ -251,11 +291,14 @@ fn collector_killed_at_random_points_delivers_its_spool() {
     }
     let mut col = Collector::start(port, &spool, 64 << 20, ib.root());
     col.wait_seq(5);
-    let (final_seq, summary, took) = col.stop();
-    wait_recorded_instances(&record, spooled.len() + 1);
-    wait_recorded(&record, final_seq);
-    let _ = corr.kill();
-    let _ = corr.wait();
+    // The restarted collectors stream their predecessors' windows first.
+    let End {
+        final_seq,
+        summary,
+        took,
+        wedges,
+        ..
+    } = end(col, corr, &record);
     closed += final_seq;
     let mut by_inst: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for (i, s) in recorded_windows(&record) {
@@ -279,7 +322,6 @@ fn collector_killed_at_random_points_delivers_its_spool() {
         );
     }
     let unspooled = closed - accepted;
-    let wedges = u64::from(took > STOP_BOUND);
     row(
         "kill -9 collector ×3 (random points, restart on the same spool)",
         closed,
@@ -299,44 +341,18 @@ fn collector_killed_at_random_points_delivers_its_spool() {
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
-fn wait_recorded_instances(record: &Path, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut insts: Vec<String> = recorded_windows(record)
-            .into_iter()
-            .map(|(i, _)| i)
-            .collect();
-        insts.dedup();
-        insts.sort();
-        insts.dedup();
-        if insts.len() >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} instances recorded",
-            insts.len()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The spool's filesystem fills up (64 KiB tmpfs) while the correlator is
 /// down: the collector runs on, counts every window it could not write, leaves
 /// no temporary files; once the correlator is back and space frees, the
 /// spooled windows are delivered and accepted + dropped = produced.
 #[test]
 fn full_disk_under_the_spool_counts_and_keeps_going() {
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("fault_full_spool") {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-fullspool", 8) else {
         return;
-    }
-    let dir = tmp("fi-fullspool");
+    };
     let spool = dir.join("spool");
     let fs = Tmpfs::mount(&spool, "64k");
     let record = dir.join("ingest.jsonl");
-    let ib = sysfs("fi-fullspool", 8);
-    let port = free_port();
     let mut col = Collector::start_window("0.05", port, &spool, 64 << 20, ib.root());
     // Until the disk is full (the number of spool files stops growing; a
     // tmpfs charges a page per file) and then some.
@@ -356,19 +372,20 @@ fn full_disk_under_the_spool_counts_and_keeps_going() {
     }
     col.wait_seq(col.last_seq + 20);
     let tmp_left = spool_files(&spool, ".tmp");
-    let mut corr = correlator(port, &record);
+    let corr = correlator(port, &record);
     col.wait_seq(col.last_seq + 20);
     fs.resize("8m");
     col.wait_seq(col.last_seq + 10);
-    let (final_seq, summary, took) = col.stop();
-    wait_recorded(&record, final_seq);
-    let _ = corr.kill();
-    let _ = corr.wait();
-    let seqs = recorded(&record);
+    let End {
+        final_seq,
+        summary,
+        took,
+        seqs,
+        wedges,
+    } = end(col, corr, &record);
     let dropped = summary_field(&summary, "dropped");
     let accepted = seqs.len() as u64;
     let lost = final_seq.saturating_sub(accepted + dropped);
-    let wedges = u64::from(took > STOP_BOUND);
     row(
         "full disk under the spool (64 KiB tmpfs)",
         final_seq,
@@ -402,17 +419,13 @@ fn full_disk_under_the_spool_counts_and_keeps_going() {
 /// is recorded exactly once.
 #[test]
 fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("fault_full_record") {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-fullrec", 8) else {
         return;
-    }
-    let dir = tmp("fi-fullrec");
+    };
     let logdir = dir.join("log");
     let fs = Tmpfs::mount(&logdir, "64k");
     let record = logdir.join("ingest.jsonl");
-    let ib = sysfs("fi-fullrec", 8);
-    let port = free_port();
-    let mut corr = correlator(port, &record);
+    let corr = correlator(port, &record);
     let mut col = Collector::start_window("0.05", port, &dir.join("spool"), 64 << 20, ib.root());
     let started = Instant::now();
     // Wait until the log stops growing: the disk is full.
@@ -436,13 +449,14 @@ fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
     let during = recorded(&record).len();
     fs.resize("16m");
     col.wait_seq(col.last_seq + 10);
-    let (final_seq, summary, took) = col.stop();
-    wait_recorded(&record, final_seq);
-    let _ = corr.kill();
-    let _ = corr.wait();
-    let seqs = recorded(&record); // panics on a half-written line
+    let End {
+        final_seq,
+        summary,
+        took,
+        seqs,
+        wedges,
+    } = end(col, corr, &record);
     let connects = summary_field(&summary, "connects");
-    let wedges = u64::from(took > STOP_BOUND);
     row(
         "full disk under the correlator's --record (64 KiB tmpfs)",
         final_seq,
@@ -465,15 +479,11 @@ fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
 #[test]
 fn half_open_and_slow_clients_do_not_wedge_delivery() {
     use std::io::Write as _;
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("fault_half_open") {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-halfopen", 1) else {
         return;
-    }
-    let dir = tmp("fi-halfopen");
+    };
     let record = dir.join("ingest.jsonl");
-    let ib = sysfs("fi-halfopen", 1);
-    let port = free_port();
-    let mut corr = correlator(port, &record);
+    let corr = correlator(port, &record);
     let mut col = Collector::start(port, &dir.join("spool"), 64 << 20, ib.root());
     col.wait_seq(3);
     wait_recorded(&record, 1);
@@ -485,14 +495,15 @@ fn half_open_and_slow_clients_do_not_wedge_delivery() {
     }
     let slow = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     col.wait_seq(col.last_seq + 20);
-    let (final_seq, summary, took) = col.stop();
-    wait_recorded(&record, final_seq);
+    let End {
+        final_seq,
+        summary,
+        took,
+        seqs,
+        wedges,
+    } = end(col, corr, &record);
     drop(idle);
     drop(slow);
-    let _ = corr.kill();
-    let _ = corr.wait();
-    let seqs = recorded(&record);
-    let wedges = u64::from(took > STOP_BOUND);
     row(
         "50 half-open + 1 slow client",
         final_seq,
