@@ -8,6 +8,18 @@ fn example() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/degrading-link.jsonl")
 }
 
+/// `replay --skip-invalid FILE`, which must succeed: its stderr.
+fn replay_skipping(file: &std::path::Path) -> String {
+    let out = Command::new(BIN)
+        .args(["replay", "--skip-invalid"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn example_prints_the_degrading_link_incident() {
     let out = Command::new(BIN)
@@ -83,13 +95,7 @@ fn malformed_lines_name_file_line_and_field_or_are_skipped_with_a_count() {
         "{stderr}"
     );
 
-    let out = Command::new(BIN)
-        .args(["replay", "--skip-invalid"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = replay_skipping(&bad);
     assert!(stderr.contains("2 invalid lines skipped"), "{stderr}");
     assert!(
         stderr.contains("field `ib_ports[0].counters.symbol_error`"),
@@ -155,13 +161,7 @@ fn a_second_window_on_a_line_and_invalid_utf8_name_their_line() {
             bad.display()
         )
     );
-    let out = Command::new(BIN)
-        .args(["replay", "--skip-invalid"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = replay_skipping(&bad);
     assert!(stderr.contains("replayed 4 windows"), "{stderr}");
     assert!(stderr.contains("2 invalid lines skipped"), "{stderr}");
     assert!(
