@@ -2,7 +2,6 @@
 //! stop them, read what the correlator's ingest log recorded. Shared by the
 //! stream outage test and the fault-injection suite.
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -115,15 +114,12 @@ impl Collector {
             .args(["--spool-max-bytes", &spool_max.to_string()])
             .spawn()
             .expect("start the collector");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    return;
-                }
-            }
-        });
+        let lines = crate::lines_of(&mut child);
+        Self::from_parts(child, lines)
+    }
+
+    /// A collector started by the caller, with its console lines.
+    pub fn from_parts(child: Child, lines: mpsc::Receiver<String>) -> Self {
         Self {
             child,
             lines,

@@ -516,3 +516,63 @@ fn half_open_and_slow_clients_do_not_wedge_delivery() {
     assert_eq!(wedges, 0, "SIGTERM took {took:?}");
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
+
+/// The collector's own `--record` file fills its filesystem (16 KiB tmpfs):
+/// the collector used to exit; it counts the failed appends and runs on, the
+/// file holds whole lines only, and streaming is unaffected.
+#[test]
+fn full_disk_under_the_collectors_record_keeps_it_running() {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-colrec", 8) else {
+        return;
+    };
+    let recdir = dir.join("rec");
+    let fs = Tmpfs::mount(&recdir, "16k");
+    let record = dir.join("ingest.jsonl");
+    let corr = correlator(port, &record);
+    let mut child = tests::streaming_collector(
+        "0.05",
+        &format!("http://127.0.0.1:{port}"),
+        &dir.join("spool"),
+        ib.root(),
+    )
+    .arg("--record")
+    .arg(recdir.join("windows.jsonl"))
+    .spawn()
+    .expect("start the collector");
+    let lines = tests::lines_of(&mut child);
+    let mut col = Collector::from_parts(child, lines);
+    let started = Instant::now();
+    loop {
+        col.wait_seq(col.last_seq + 10);
+        let full = recorded(&recdir.join("windows.jsonl")).len() as u64;
+        if full + 20 < col.last_seq {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "record never filled"
+        );
+    }
+    let End {
+        final_seq,
+        summary,
+        took,
+        seqs,
+        wedges,
+    } = end(col, corr, &record);
+    // Every line of the full file is a whole window (recorded() panics otherwise).
+    let in_file = recorded(&recdir.join("windows.jsonl")).len() as u64;
+    row(
+        "full disk under the collector's --record (16 KiB tmpfs)",
+        final_seq,
+        seqs.len() as u64,
+        final_seq - seqs.len() as u64,
+        wedges,
+        &format!("collector ran on; {in_file} whole lines in the full file"),
+    );
+    assert_eq!(seqs, (1..=final_seq).collect::<Vec<_>>(), "{summary}");
+    assert!(in_file < final_seq);
+    assert_eq!(wedges, 0, "SIGTERM took {took:?}");
+    drop(fs);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
