@@ -185,13 +185,19 @@ fn serve_record_is_the_replay_format() {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
+    // The example's windows carry recorded times: no clock checks.
+    let cfg = dir.join("no-clock.toml");
+    std::fs::write(&cfg, "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n").unwrap();
     let mut serve = Command::new(BIN)
         .args([
             "serve",
+            "--insecure",
             "--listen",
             &format!("127.0.0.1:{port}"),
-            "--record",
+            "--config",
         ])
+        .arg(&cfg)
+        .arg("--record")
         .arg(&record)
         .stderr(std::process::Stdio::piped())
         .spawn()
