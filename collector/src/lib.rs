@@ -15,6 +15,7 @@ pub mod otlp;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;
+pub mod prom_text;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod storage;

@@ -175,3 +175,45 @@ fn accepted_values_never_panic() {
         }
     }
 }
+
+/// A FIFO in the sysfs tree used to hang `--once` (blocking open) and
+/// `/dev/zero` as a sysfs file or config was read until memory ran out:
+/// both are refused as "not a regular file", quickly.
+#[test]
+fn fifo_and_dev_zero_in_sysfs_or_config_do_not_hang() {
+    let root = std::env::temp_dir().join(format!("faultline-cli-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let port = root.join("class/infiniband/mlx5_0/ports/1");
+    std::fs::create_dir_all(port.join("counters")).unwrap();
+    std::fs::write(port.join("phys_state"), "5: LinkUp\n").unwrap();
+    std::fs::write(port.join("counters/symbol_error"), "7\n").unwrap();
+    let c = std::ffi::CString::new(port.join("state").to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", port.join("rate")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", port.join("counters/port_rcv_data")).unwrap();
+    let start = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .arg("--once")
+        .arg("--sysfs-root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("symbol_error") && stdout.contains(" 7"),
+        "the regular files are still read: {stdout}"
+    );
+    let out = Command::new(BIN)
+        .args(["check-config", "--config", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "faultline-collector: config error: cannot read /dev/zero: not a regular file"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -981,6 +981,9 @@ impl Cluster {
                     .map(|((name, _), v)| ((*name).to_string(), v))
                     .collect::<BTreeMap<_, _>>(),
                 hw_counters: BTreeMap::new(),
+                counters_ext: BTreeMap::new(),
+                unavailable: Vec::new(),
+                hca: collector::ib::sysfs::HcaInfo::default(),
                 read_errors: Vec::new(),
             })
             .collect();
