@@ -36,6 +36,9 @@ APT_PACKAGES=(
   python3 python3-venv
   # promtool, for the /metrics format tests (`promtool check metrics`).
   prometheus
+  # the unit hardening test: systemd-analyze security / syscall-filter, and
+  # strace to check a real run stays inside the seccomp allowlist.
+  systemd strace
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -92,6 +95,15 @@ if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSIO
   log "building bpf-linker $BPF_LINKER_VERSION against LLVM $LLVM_MAJOR (~2 min)"
   LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo +stable install --locked --quiet \
     "bpf-linker@${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+
+# cargo-fuzz (pinned) for the fuzz targets under fuzz/ (`cargo xtask fuzz`,
+# run for a bounded time by `cargo xtask test`), built with stable; the
+# targets build with the pinned nightly above.
+CARGO_FUZZ_VERSION="0.13.2"
+if ! "$CARGO_BIN/cargo-fuzz" --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  log "building cargo-fuzz $CARGO_FUZZ_VERSION (~1 min)"
+  cargo +stable install --locked --quiet "cargo-fuzz@${CARGO_FUZZ_VERSION}"
 fi
 
 # Python OpenTelemetry SDK (pinned) for the OTLP end-to-end test; the stamp

@@ -109,6 +109,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             Command::new(&bin)
                 .args([
                     "serve",
+                    "--insecure",
                     "--listen",
                     &format!("127.0.0.1:{port}"),
                     "--max-windows-per-sec",

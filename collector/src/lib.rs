@@ -12,6 +12,7 @@
     feature = "otlp"
 ))]
 pub mod agent;
+pub mod bounded_read;
 pub mod config;
 pub mod cuda;
 pub mod cuda_lib;

@@ -36,8 +36,8 @@ struct RunArgs {
     #[arg(long, value_name = "FILE", env = "FAULTLINE_CONFIG")]
     config: Option<std::path::PathBuf>,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long, value_name = "SECONDS")]
-    duration: Option<f64>,
+    #[arg(long, value_name = "SECONDS", value_parser = collector::config::duration_arg)]
+    duration: Option<std::time::Duration>,
     /// Window length in seconds [collector.window_secs, default 1].
     #[arg(long, value_name = "SECONDS")]
     window: Option<f64>,

@@ -332,9 +332,12 @@ impl Device {
                 dir
             };
             let disk = disk_dir.file_name()?.to_string_lossy().into_owned();
-            let rotational = fs::read_to_string(disk_dir.join("queue/rotational"))
-                .ok()
-                .and_then(|s| s.trim().parse::<u8>().ok());
+            let rotational = crate::bounded_read::read_to_string(
+                &disk_dir.join("queue/rotational"),
+                crate::bounded_read::SYSFS_MAX,
+            )
+            .ok()
+            .and_then(|s| s.trim().parse::<u8>().ok());
             Some(Self {
                 name,
                 class: device_class(&disk, &target, rotational),

@@ -1,6 +1,8 @@
 //! faultline's correlator: ingest (`ingest`), detection and incidents
 //! (`engine`), subscriptions (`subscribe`) and replay (`replay`). The
 //! simulator that drives it is the `sim` crate (`faultline-sim`).
+pub mod auth;
+pub mod certs;
 pub mod engine;
 pub mod ingest;
 pub mod logging;

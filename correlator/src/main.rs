@@ -39,7 +39,11 @@ enum Command {
         /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md).
         #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        security: correlator::auth::ServeSecurity,
     },
+    /// Write a test PKI for mTLS (CA, server and per-host client certificates).
+    Certs(correlator::certs::CertsArgs),
     /// Check a config file and print the effective settings (defaults filled in) as TOML.
     CheckConfig { file: std::path::PathBuf },
     /// Subscribe to a running correlator and print candidate updates live.
@@ -62,6 +66,8 @@ enum Command {
         /// One JSON object per line instead of human-readable lines.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        auth: proto::client_tls::ClientAuth,
     },
     /// Replay windows (JSON lines, docs/replay.md) through the detectors and
     /// print candidate updates as JSON lines.
@@ -130,7 +136,9 @@ async fn run(cli: Cli) -> Result<()> {
             max_windows_per_sec,
             topology,
             config,
+            security,
         } => {
+            let (tls, auth) = security.build()?;
             let cfg = detect_config(config.as_deref())?;
             let map = match &topology {
                 Some(p) => {
@@ -145,8 +153,8 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let engine = correlator::engine::Engine::new(&cfg, map);
             let state = match &record {
-                Some(p) => ingest::IngestState::with_log(p)?,
-                None => ingest::IngestState::default(),
+                Some(p) => ingest::IngestState::with_log(p, cfg.limits.ingest())?,
+                None => ingest::IngestState::new(cfg.limits.ingest()),
             };
             let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
             let (utx, _) = tokio::sync::broadcast::channel(4096);
@@ -156,8 +164,13 @@ async fn run(cli: Cli) -> Result<()> {
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
-            tracing::info!(%listen, "serving");
-            tonic::transport::Server::builder()
+            tracing::info!(%listen, tls = tls.is_some(), "serving");
+            let mut server = tonic::transport::Server::builder();
+            if let Some(tls) = tls {
+                server = server.tls_config(tls).context("TLS setup")?;
+            }
+            server
+                .layer(tonic::service::InterceptorLayer::new(auth))
                 .add_service(
                     IngestServer::new(ingest::IngestService {
                         state: state.clone(),
@@ -179,7 +192,8 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .with_context(|| format!("serving on {listen}"))?;
             let (accepted, duplicates, missing) = state.counters();
-            tracing::info!(accepted, duplicates, missing, "stopped");
+            let rejected = format!("{:?}", state.rejected());
+            tracing::info!(accepted, duplicates, missing, rejected, "stopped");
         }
         Command::Subscribe {
             endpoint,
@@ -188,13 +202,17 @@ async fn run(cli: Cli) -> Result<()> {
             job,
             min_confidence,
             json,
+            auth,
         } => {
-            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-                .with_context(|| format!("bad endpoint {endpoint}"))?
+            let (ep, token) = auth
+                .endpoint(&endpoint)
+                .with_context(|| format!("bad endpoint {endpoint}"))?;
+            let channel = ep
                 .connect()
                 .await
                 .with_context(|| format!("connecting to the correlator at {endpoint}"))?;
-            let mut client = proto::v1::candidates_client::CandidatesClient::new(channel);
+            let mut client =
+                proto::v1::candidates_client::CandidatesClient::with_interceptor(channel, token);
             let mut stream = client
                 .subscribe(proto::v1::SubscribeRequest {
                     kinds,
@@ -223,6 +241,11 @@ async fn run(cli: Cli) -> Result<()> {
                         u.affected_jobs.join(","), u.incident_id, u.evidence.join("; "), u.runbook
                     );
                 }
+            }
+        }
+        Command::Certs(args) => {
+            for p in correlator::certs::write_pki(&args)? {
+                println!("{}", p.display());
             }
         }
         Command::CheckConfig { file } => {

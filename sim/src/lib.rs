@@ -122,9 +122,17 @@ impl SimArgs {
 pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     let spec = args.spec();
     spec.validate().context("bad cluster settings")?;
+    // Ranges that keep `window / speed` a valid, non-zero tick and the
+    // number of windows finite.
     anyhow::ensure!(
-        args.speed > 0.0 && args.duration > 0.0,
-        "--speed and --duration must be positive"
+        (0.01..=10_000.0).contains(&args.speed),
+        "--speed must be within 0.01..=10000 simulated seconds per second, got {:e}",
+        args.speed
+    );
+    anyhow::ensure!(
+        args.duration > 0.0 && args.duration <= 1e7,
+        "--duration must be within (0, 1e7] simulated seconds, got {:e}",
+        args.duration
     );
     let mut cluster = cluster::Cluster::new(spec);
     let mut faults = faults::parse_all(&args.inject, &cluster, args.seed)?;
@@ -220,6 +228,7 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
                 backoff_min: Duration::from_millis(50),
                 backoff_max: Duration::from_secs(2),
                 resume_every: Duration::from_secs(1),
+                auth: collector::stream::tls::ClientAuth::default(),
             },
             rx,
             Duration::from_secs(3),
@@ -256,7 +265,8 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
         );
     }
     let windows = (args.duration / args.window).ceil() as u64;
-    let tick = Duration::from_secs_f64(args.window / args.speed);
+    let tick = Duration::try_from_secs_f64(args.window / args.speed)
+        .context("--window / --speed is not a valid tick")?;
     let mut next = tokio::time::Instant::now();
     let mut queued = vec![0u64; senders.len()];
     for _ in 1..=windows {

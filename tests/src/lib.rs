@@ -11,6 +11,8 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
+pub mod stream;
+
 static KERNEL: Mutex<()> = Mutex::new(());
 
 /// Serialises tests that attach probes or touch shared kernel state

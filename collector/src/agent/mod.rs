@@ -30,7 +30,7 @@ use crate::{
 
 /// What ends the run: a signal or `--duration`.
 pub struct Stop {
-    pub duration: Option<f64>,
+    pub duration: Option<Duration>,
 }
 
 /// Runs the agent until SIGINT/SIGTERM or the duration; the window open at
@@ -82,15 +82,13 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     let (win_tx, sender) = start_sender(&cfg, console)?;
     let mut recorder = open_record(&cfg)?;
 
-    let mut tick = interval(Duration::from_secs_f64(cfg.collector.window_secs));
+    let mut tick = interval(cfg.collector.window());
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tick.tick().await;
     let deadline = async {
         match stop.duration {
-            Some(s) if s.is_finite() && s >= 0.0 => {
-                tokio::time::sleep(Duration::from_secs_f64(s)).await;
-            }
-            _ => std::future::pending::<()>().await,
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
         }
     };
     tokio::pin!(deadline);
@@ -140,11 +138,11 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         }
         kernel::export(&k);
         if let Some(r) = recorder.as_mut() {
-            use std::io::Write as _;
-            let line = serde_json::to_string(&wire).context("encoding the window as JSON")?;
-            writeln!(r, "{line}")
-                .and_then(|()| r.flush())
-                .context("writing the record file")?;
+            // A full disk costs the recording, not the collector.
+            if let Err(e) = r.append(&wire) {
+                metrics::counter!("faultline_record_errors_total").increment(1);
+                tracing::warn!(error = %e, "cannot write the record file: window not recorded");
+            }
         }
         if let Some(tx) = &win_tx {
             if tx.try_send(wire).is_err() {
@@ -284,7 +282,12 @@ fn start_sender(cfg: &FileConfig, console: Console) -> Result<Sender> {
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(10),
         resume_every: Duration::from_secs(1),
+        auth: cfg.stream.auth(),
     };
+    // Unreadable credentials stop the collector here, not in the sender.
+    sc.auth
+        .endpoint(endpoint)
+        .with_context(|| format!("the correlator endpoint {endpoint}"))?;
     let (h, stats) = stream::spawn(sc, rx, Duration::from_secs(3))
         .with_context(|| format!("opening the spool {}", cfg.stream.spool_dir.display()))?;
     console.info(format_args!(
@@ -294,16 +297,13 @@ fn start_sender(cfg: &FileConfig, console: Console) -> Result<Sender> {
     Ok((Some(tx), Some((h, stats))))
 }
 
-fn open_record(cfg: &FileConfig) -> Result<Option<std::io::BufWriter<std::fs::File>>> {
+fn open_record(cfg: &FileConfig) -> Result<Option<proto::record::RecordLog>> {
     let Some(p) = &cfg.stream.record else {
         return Ok(None);
     };
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(p)
+    let log = proto::record::RecordLog::open(p)
         .with_context(|| format!("opening the record file {}", p.display()))?;
-    Ok(Some(std::io::BufWriter::new(f)))
+    Ok(Some(log))
 }
 
 /// Starts the OTLP receiver; a transport that cannot bind is reported like

@@ -50,7 +50,7 @@ pub struct HcaInfo {
 impl HcaInfo {
     fn read(dev: &Path) -> Self {
         let f = |n: &str| {
-            fs::read_to_string(dev.join(n))
+            crate::bounded_read::read_to_string(&dev.join(n), crate::bounded_read::SYSFS_MAX)
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
@@ -108,7 +108,7 @@ fn read_port(device: &str, port: u32, dir: &Path, hca: &HcaInfo) -> PortSnapshot
     let mut errors = Vec::new();
     let mut unavailable = Vec::new();
     let mut text = |name: &str| -> Option<String> {
-        match fs::read_to_string(dir.join(name)) {
+        match crate::bounded_read::read_to_string(&dir.join(name), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => Some(s.trim().to_string()),
             Err(e) => {
                 errors.push((name.to_string(), e.to_string()));
@@ -165,7 +165,7 @@ fn read_counter_dir(
         if !e.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        match fs::read_to_string(e.path()) {
+        match crate::bounded_read::read_to_string(&e.path(), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => match parse_counter(&s) {
                 Some(v) => {
                     out.insert(name, v);
