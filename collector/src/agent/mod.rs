@@ -55,6 +55,13 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     };
     console.info(format_args!("metrics on http://{bound}/metrics"));
 
+    // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
+    match crate::privilege::raise_memlock() {
+        Ok(l) => tracing::debug!(memlock = l, "RLIMIT_MEMLOCK soft limit"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise RLIMIT_MEMLOCK; on kernels before 5.11 map creation may fail")
+        }
+    }
     let mut probes = Probes::load(&probe_options(&cfg)?)?;
     for s in probes.status() {
         console.info(format_args!("probe {s}"));
