@@ -143,6 +143,7 @@ fn main() -> Result<()> {
                     vec!["ring".into()],
                     vec!["footprint".into()],
                     vec!["ingest".into()],
+                    vec!["ingest-tls".into()],
                     vec!["otlp".into()],
                 ]
             } else {
@@ -162,6 +163,7 @@ fn main() -> Result<()> {
                 "ring",
                 "footprint",
                 "ingest",
+                "ingest_tls",
                 "otlp",
                 "detect",
             ] {
