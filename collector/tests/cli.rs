@@ -201,7 +201,11 @@ fn fifo_and_dev_zero_in_sysfs_or_config_do_not_hang() {
         .unwrap();
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         stdout.contains("symbol_error") && stdout.contains(" 7"),
         "the regular files are still read: {stdout}"

@@ -114,7 +114,10 @@ fn tree() -> tests::FakeIb {
     t.device_file("i40iw0", "hca_type", "I40IW");
     t.write("i40iw0", 1, "link_layer", "Ethernet");
     let counters = t.port_dir("i40iw0", 1).join("counters");
-    for e in std::fs::read_dir(&counters).expect("counters dir").flatten() {
+    for e in std::fs::read_dir(&counters)
+        .expect("counters dir")
+        .flatten()
+    {
         std::fs::write(e.path(), "N/A (no PMA)\n").expect("write");
     }
     t
@@ -142,7 +145,10 @@ fn every_node_exporter_series_appears_with_its_value() {
     for d in ["mlx4_0", "mlx5_0", "i40iw0"] {
         want.push((format!("state_id{{{}}}", dp(d)), 4.0));
         want.push((format!("physical_state_id{{{}}}", dp(d)), 5.0));
-        want.push((format!("rate_bytes_per_second{{{}}}", dp(d)), 12_500_000_000.0));
+        want.push((
+            format!("rate_bytes_per_second{{{}}}", dp(d)),
+            12_500_000_000.0,
+        ));
     }
     let m4 = dp("mlx4_0");
     for (name, v) in [
@@ -238,13 +244,19 @@ fn every_node_exporter_series_appears_with_its_value() {
     );
     // iWARP: "N/A (no PMA)" is no counter and no read error.
     let iw = dp("i40iw0");
-    assert_eq!(got.get(&format!("faultline_infiniband_read_errors{{{iw}}}")), Some(&0.0));
     assert_eq!(
-        got.get(&format!("faultline_infiniband_counters_unavailable{{{iw}}}")),
+        got.get(&format!("faultline_infiniband_read_errors{{{iw}}}")),
+        Some(&0.0)
+    );
+    assert_eq!(
+        got.get(&format!(
+            "faultline_infiniband_counters_unavailable{{{iw}}}"
+        )),
         Some(&13.0)
     );
     assert!(
-        !got.keys().any(|k| k.contains("i40iw0") && k.contains("symbol_error")),
+        !got.keys()
+            .any(|k| k.contains("i40iw0") && k.contains("symbol_error")),
         "no value for an unavailable counter"
     );
 }
