@@ -34,6 +34,8 @@ APT_PACKAGES=(
   curl ca-certificates
   # the OTLP end-to-end test's venv (Python OpenTelemetry SDK).
   python3 python3-venv
+  # promtool, for the /metrics format tests (`promtool check metrics`).
+  prometheus
   # the unit hardening test: systemd-analyze security / syscall-filter, and
   # strace to check a real run stays inside the seccomp allowlist.
   systemd strace
@@ -57,6 +59,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Only promtool is wanted from the prometheus package: its server, which
+# the package enables and starts, is stopped and disabled.
+if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>/dev/null; then
+  log "stopping and disabling the prometheus server (only promtool is used)"
+  systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
 
 if ! command -v rustup >/dev/null; then

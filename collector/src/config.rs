@@ -100,8 +100,13 @@ pub struct CollectorSection {
     pub proc_root: PathBuf,
     /// Log filter (tracing EnvFilter syntax).
     pub log: String,
-    /// Do not print one line per exec event.
+    /// Print no per-device/kernel/port/event lines, only one summary line per window.
     pub quiet: bool,
+    /// The node's name in entities and the stream's origin (default: the
+    /// kernel's hostname under `proc_root`); in a pod, the node name.
+    pub hostname: Option<String>,
+    /// Log format on stderr: "text" or "json".
+    pub log_format: String,
 }
 
 impl Default for CollectorSection {
@@ -113,6 +118,8 @@ impl Default for CollectorSection {
             proc_root: "/proc".into(),
             log: "info".into(),
             quiet: false,
+            hostname: None,
+            log_format: "text".into(),
         }
     }
 }
@@ -328,13 +335,22 @@ impl FileConfig {
             WINDOW_MIN_SECS,
             3600.0,
         )?;
-        self.collector
-            .metrics_addr
-            .parse::<SocketAddr>()
-            .map_err(|e| ConfigError::Invalid {
-                key: "collector.metrics_addr",
-                message: format!("{:?} is not HOST:PORT ({e})", self.collector.metrics_addr),
-            })?;
+        parse_listen_addr(&self.collector.metrics_addr).map_err(|e| ConfigError::Invalid {
+            key: "collector.metrics_addr",
+            message: format!(
+                "{:?} is not HOST:PORT or :PORT ({e})",
+                self.collector.metrics_addr
+            ),
+        })?;
+        if !matches!(self.collector.log_format.as_str(), "text" | "json") {
+            return Err(ConfigError::Invalid {
+                key: "collector.log_format",
+                message: format!(
+                    "{:?} is not \"text\" or \"json\"",
+                    self.collector.log_format
+                ),
+            });
+        }
         if tracing_subscriber::EnvFilter::try_new(&self.collector.log).is_err() {
             return Err(ConfigError::Invalid {
                 key: "collector.log",
@@ -543,5 +559,38 @@ max_body_bytes = 1048576
         }
         let c = FileConfig::parse("[collector]\nwindow_secs = 0.01\n", "f").unwrap();
         assert_eq!(c.collector.window(), Duration::from_millis(10));
+    }
+}
+
+/// A listen address: `HOST:PORT`, or `:PORT` for every interface (as
+/// node_exporter's `--web.listen-address=:9100`).
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, std::net::AddrParseError> {
+    match s.strip_prefix(':') {
+        Some(port) if !port.contains(':') => format!("0.0.0.0:{port}").parse(),
+        _ => s.parse(),
+    }
+}
+
+#[cfg(test)]
+mod listen_addr_tests {
+    use super::*;
+
+    /// `--metrics-addr :9477` was rejected; node_exporter accepts `:9100`.
+    #[test]
+    fn port_only_means_every_interface() {
+        assert_eq!(
+            parse_listen_addr(":9477").ok(),
+            Some(SocketAddr::from(([0, 0, 0, 0], 9477)))
+        );
+        assert_eq!(
+            parse_listen_addr("127.0.0.1:9477").ok(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 9477)))
+        );
+        assert!(parse_listen_addr("[::1]:9477").is_ok());
+        assert!(parse_listen_addr(":").is_err());
+        assert!(parse_listen_addr("9477").is_err());
+        let mut c = FileConfig::default();
+        c.collector.metrics_addr = ":9477".into();
+        assert!(c.validate().is_ok());
     }
 }
