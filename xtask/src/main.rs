@@ -153,6 +153,7 @@ fn main() -> Result<()> {
                     vec!["ring".into()],
                     vec!["footprint".into()],
                     vec!["ingest".into()],
+                    vec!["ingest-tls".into()],
                     vec!["otlp".into()],
                 ]
             } else {
@@ -172,6 +173,7 @@ fn main() -> Result<()> {
                 "ring",
                 "footprint",
                 "ingest",
+                "ingest_tls",
                 "otlp",
                 "detect",
             ] {
