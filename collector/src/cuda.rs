@@ -194,8 +194,8 @@ pub fn render_prometheus(
         );
     }
     // (job, rank, gpu, call) → (calls, errors, bytes)
-    let mut calls: BTreeMap<(String, String, String, &'static str), (u64, u64, u64)> =
-        BTreeMap::new();
+    type CallKey = (String, String, String, &'static str);
+    let mut calls: BTreeMap<CallKey, (u64, u64, u64)> = BTreeMap::new();
     for (k, v) in &snap.calls {
         let (job, rank) = id(k.pid);
         let e = calls
