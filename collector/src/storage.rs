@@ -125,6 +125,9 @@ pub struct BlockRow {
     pub timed: u64,
     /// log2 latency histogram of the window's timed requests (sums to `timed`).
     pub hist: [u64; LAT_BUCKETS],
+    /// Exact sum and maximum of the timed requests' latencies, ns.
+    pub latency_sum_ns: u64,
+    pub latency_max_ns: u64,
     pub iops: f64,
     pub bytes_per_sec: f64,
     pub p50_s: Option<f64>,
@@ -178,6 +181,8 @@ impl BlockWindow {
                 bytes: d.bytes,
                 timed: d.timed,
                 hist: d.hist,
+                latency_sum_ns: d.latency_sum_ns,
+                latency_max_ns: d.latency_max_ns,
                 iops: d.requests as f64 / seconds,
                 bytes_per_sec: d.bytes as f64 / seconds,
                 p50_s: q(0.50),
