@@ -112,7 +112,7 @@ impl Text {
             cum += n;
             f.samples.push((
                 "_bucket",
-                format!("{base}{sep}le=\"{le}\""),
+                format!("{base}{sep}le=\"{le:e}\""),
                 cum.to_string(),
             ));
         }
@@ -176,10 +176,13 @@ mod tests {
         );
         let r = t.render();
         assert!(
-            r.contains("h_seconds_bucket{d=\"x\",le=\"0.5\"} 2\n"),
+            r.contains("h_seconds_bucket{d=\"x\",le=\"5e-1\"} 2\n"),
             "{r}"
         );
-        assert!(r.contains("h_seconds_bucket{d=\"x\",le=\"1\"} 5\n"), "{r}");
+        assert!(
+            r.contains("h_seconds_bucket{d=\"x\",le=\"1e0\"} 5\n"),
+            "{r}"
+        );
         assert!(
             r.contains("h_seconds_bucket{d=\"x\",le=\"+Inf\"} 6\n"),
             "{r}"
