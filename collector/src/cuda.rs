@@ -3,14 +3,11 @@
 //! aya), so the simulator and tests can use it.
 use std::{collections::BTreeMap, fmt::Write as _, time::Instant};
 
-use collector_common::{
-    block::LAT_BUCKETS,
-    cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats},
-};
+use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
 
 use crate::{
     prom_text::{Kind, Text},
-    storage::{bucket_upper_ns, quantile_ns},
+    storage::quantile_ns,
 };
 
 /// Cumulative CUDA aggregates as read at `taken`.
@@ -46,12 +43,7 @@ impl CudaSnapshot {
         let mut out: BTreeMap<String, LaunchStats> = BTreeMap::new();
         for (k, v) in self.launches.iter().filter(|(k, _)| k.pid == pid) {
             let e = out.entry(self.kernel_name(k)).or_default();
-            e.launches += v.launches;
-            e.launches_ex += v.launches_ex;
-            e.launches_cooperative += v.launches_cooperative;
-            e.blocks += v.blocks;
-            e.threads += v.threads;
-            e.shared_mem_bytes += v.shared_mem_bytes;
+            add_launches(e, v);
             e.last_grid = v.last_grid;
             e.last_block = v.last_block;
         }
@@ -103,6 +95,16 @@ pub struct CudaLine {
     /// CUDA device ordinal, -1 when unknown.
     pub device: i32,
     pub text: String,
+}
+
+/// Adds `v`'s launch counts into `into` (the `last_*` shapes are the caller's choice).
+pub fn add_launches(into: &mut LaunchStats, v: &LaunchStats) {
+    into.launches += v.launches;
+    into.launches_ex += v.launches_ex;
+    into.launches_cooperative += v.launches_cooperative;
+    into.blocks += v.blocks;
+    into.threads += v.threads;
+    into.shared_mem_bytes += v.shared_mem_bytes;
 }
 
 /// Human-readable lines for what changed between two snapshots.
@@ -248,19 +250,12 @@ pub fn render_prometheus(
         }
     }
     for ((gpu, c), v) in &waits {
-        let buckets: Vec<(f64, u64)> = v
-            .hist
-            .iter()
-            .take(LAT_BUCKETS - 1)
-            .enumerate()
-            .map(|(b, &n)| (bucket_upper_ns(b) as f64 / 1e9, n))
-            .collect();
-        t.histogram(
+        t.log2_ns_histogram(
             "faultline_cuda_call_duration_seconds",
             "Entry-to-return time of blocking driver calls",
             &[("gpu", gpu), ("call", c)],
-            &buckets,
-            v.dur_sum_ns as f64 / 1e9,
+            &v.hist,
+            v.dur_sum_ns,
             v.timed,
         );
     }

@@ -125,6 +125,26 @@ impl Text {
         f.samples.push(("_count", base, count.to_string()));
     }
 
+    /// A histogram from the probes' log2 nanosecond buckets (`hist[b]`
+    /// counts `[2^b, 2^(b+1))` ns; the last bucket is open-ended), in seconds.
+    pub fn log2_ns_histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels_: &[(&str, &str)],
+        hist: &[u64],
+        sum_ns: u64,
+        count: u64,
+    ) {
+        let buckets: Vec<(f64, u64)> = hist
+            .iter()
+            .take(hist.len().saturating_sub(1))
+            .enumerate()
+            .map(|(b, &n)| (vocab::hist::bucket_upper_ns(b) as f64 / 1e9, n))
+            .collect();
+        self.histogram(name, help, labels_, &buckets, sum_ns as f64 / 1e9, count);
+    }
+
     /// The text exposition (families without samples are left out).
     pub fn render(&self) -> String {
         let mut s = String::new();

@@ -21,12 +21,7 @@ fn sum_launch_stats<'a>(vals: impl Iterator<Item = &'a LaunchStats>) -> LaunchSt
     let mut t = LaunchStats::default();
     let mut best = 0;
     for v in vals {
-        t.launches += v.launches;
-        t.launches_ex += v.launches_ex;
-        t.launches_cooperative += v.launches_cooperative;
-        t.blocks += v.blocks;
-        t.threads += v.threads;
-        t.shared_mem_bytes += v.shared_mem_bytes;
+        crate::cuda::add_launches(&mut t, v);
         if v.launches > best {
             best = v.launches;
             t.last_grid = v.last_grid;

@@ -5,9 +5,9 @@
 //! probes' log2 buckets) and `faultline_block_inflight{device}`.
 use std::collections::BTreeMap;
 
-use collector_common::block::{BlockStats, LAT_BUCKETS};
+use collector_common::block::BlockStats;
 
-use super::{accumulate, bucket_upper_ns, op_name, BlockSnapshot, Names};
+use super::{accumulate, op_name, BlockSnapshot, Names};
 use crate::prom_text::{Kind, Text};
 
 pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
@@ -36,19 +36,12 @@ pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
             l,
             v.bytes,
         );
-        let buckets: Vec<(f64, u64)> = v
-            .hist
-            .iter()
-            .take(LAT_BUCKETS - 1)
-            .enumerate()
-            .map(|(b, &n)| (bucket_upper_ns(b) as f64 / 1e9, n))
-            .collect();
-        t.histogram(
+        t.log2_ns_histogram(
             "faultline_block_latency_seconds",
             "Block request latency, submit to completion",
             l,
-            &buckets,
-            v.latency_sum_ns as f64 / 1e9,
+            &v.hist,
+            v.latency_sum_ns,
             v.timed,
         );
     }
