@@ -3,6 +3,7 @@
 //! simulator that drives it is the `sim` crate (`faultline-sim`).
 pub mod auth;
 pub mod certs;
+pub mod conn;
 pub mod engine;
 pub mod ingest;
 pub mod logging;

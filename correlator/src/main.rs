@@ -41,6 +41,10 @@ enum Command {
         config: Option<std::path::PathBuf>,
         #[command(flatten)]
         security: correlator::auth::ServeSecurity,
+        /// Serve Prometheus metrics (refusals, drops, forgotten state;
+        /// docs/metrics.md) on this address; unset = none.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<SocketAddr>,
     },
     /// Write a test PKI for mTLS (CA, server and per-host client certificates).
     Certs(correlator::certs::CertsArgs),
@@ -137,8 +141,18 @@ async fn run(cli: Cli) -> Result<()> {
             topology,
             config,
             security,
+            metrics_addr,
         } => {
             let (tls, auth) = security.build()?;
+            if let Some(addr) = metrics_addr {
+                if !addr.ip().is_loopback() {
+                    tracing::warn!(%addr, "metrics on a non-loopback address: readable from the network");
+                }
+                metrics_exporter_prometheus::PrometheusBuilder::new()
+                    .with_http_listener(addr)
+                    .install()
+                    .with_context(|| format!("serving metrics on {addr}"))?;
+            }
             let cfg = detect_config(config.as_deref())?;
             let map = match &topology {
                 Some(p) => {
@@ -169,7 +183,13 @@ async fn run(cli: Cli) -> Result<()> {
             if let Some(tls) = tls {
                 server = server.tls_config(tls).context("TLS setup")?;
             }
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
             server
+                .max_concurrent_streams(Some(cfg.limits.max_streams_per_connection))
+                .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
                 .layer(tonic::service::InterceptorLayer::new(auth))
                 .add_service(
                     IngestServer::new(ingest::IngestService {
@@ -182,7 +202,7 @@ async fn run(cli: Cli) -> Result<()> {
                 .add_service(proto::v1::candidates_server::CandidatesServer::new(
                     correlator::subscribe::CandidatesService { updates: utx, open },
                 ))
-                .serve_with_shutdown(listen, async {
+                .serve_with_incoming_shutdown(correlator::conn::incoming(listener, cfg.limits.conn()), async {
                     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
                     tokio::select! {
                         _ = tokio::signal::ctrl_c() => {}

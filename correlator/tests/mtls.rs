@@ -296,3 +296,90 @@ fn serve_without_a_mode_refuses_to_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--insecure"), "{err}");
 }
+
+/// Connection limits: past `max_connections_per_peer` a connection is closed
+/// at once; a client that never sends its preface is dropped after
+/// `handshake_timeout_s`; a real client then still gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_excess_connections_are_closed() {
+    use std::io::Read as _;
+    let dir = tmp("conn");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[detect.limits]\nmax_connections_per_peer = 4\nhandshake_timeout_s = 0.5\n",
+    )
+    .expect("cfg");
+    let (_srv, port) = serve(&["--insecure", "--config", &cfg.to_string_lossy()]);
+    // The readiness probe's connection may still count for a moment.
+    let closed_within = |s: &std::net::TcpStream, d: Duration| {
+        s.set_read_timeout(Some(d)).expect("timeout");
+        let mut b = [0u8; 64];
+        let mut r = s;
+        // EOF or reset = closed by the server; WouldBlock/TimedOut = open.
+        // (The server may first send its own HTTP/2 SETTINGS.)
+        loop {
+            match r.read(&mut b) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) => {
+                    return !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    )
+                }
+            }
+        }
+    };
+    let t0 = Instant::now();
+    let mut idle: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        .collect();
+    // Half a preface: not enough.
+    std::io::Write::write_all(&mut idle[0], b"PRI * HTTP/2.0").expect("write");
+    for s in &idle {
+        assert!(
+            closed_within(s, Duration::from_secs(5)),
+            "an idle connection was not closed"
+        );
+    }
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    // Five at once: at least one is closed immediately (over the limit).
+    let five: Vec<std::net::TcpStream> = (0..5)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        .collect();
+    let quick = five
+        .iter()
+        .filter(|s| closed_within(s, Duration::from_millis(300)))
+        .count();
+    assert!(
+        quick >= 1,
+        "no connection over the per-peer limit was refused"
+    );
+    drop(five);
+    // After the idle ones are gone, a real client works.
+    let w = window("n1", 1);
+    let start = Instant::now();
+    loop {
+        match send(
+            &format!("http://127.0.0.1:{port}"),
+            &ClientAuth::default(),
+            vec![w.clone()],
+        )
+        .await
+        {
+            Ok(s) => {
+                assert_eq!(s.accepted, 1);
+                break;
+            }
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(5), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

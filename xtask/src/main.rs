@@ -13,6 +13,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
+mod fuzz;
 mod rdma_vm;
 
 #[derive(Debug, Parser)]
@@ -51,6 +52,14 @@ enum Cmd {
     /// a killed peer under faultline's collector and correlator, and check what
     /// they saw (pass/fail table, guest log and JSON in target/rdma-vm/).
     RdmaVm(rdma_vm::Args),
+    /// Run every cargo-fuzz target (`fuzz/`) for a bounded time from the
+    /// corpora in the repo (needs cargo-fuzz and the pinned nightly:
+    /// scripts/setup.sh).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 20)]
+        secs: u64,
+    },
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -114,6 +123,7 @@ fn main() -> Result<()> {
             run(c)
         }
         Cmd::Test { args } => test(&args),
+        Cmd::Fuzz { secs } => fuzz::run(secs),
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::BenchDetect { args } => {
             let mut c = cargo();
@@ -223,6 +233,14 @@ fn test(args: &[String]) -> Result<()> {
     )?;
     if !status.success() {
         bail!("cargo test failed: {status}");
+    }
+    // Fuzzing, bounded: FAULTLINE_FUZZ_SECS per target (default 10, 0 = skip).
+    let secs = std::env::var("FAULTLINE_FUZZ_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    if secs > 0 {
+        fuzz::run(secs)?;
     }
     Ok(())
 }

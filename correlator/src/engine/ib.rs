@@ -346,6 +346,12 @@ impl IbDetector {
         Self::new(IbConfig::default(), topology)
     }
 
+    /// Forgets the ports of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.ports.retain(|e, _| !gone.contains(super::host_of(e)));
+        self.by_host.retain(|h, _| !gone.contains(h));
+    }
+
     /// Entities (ports) known on a host.
     pub fn entities_of(&self, host: &str) -> Vec<String> {
         self.by_host.get(host).cloned().unwrap_or_default()

@@ -291,3 +291,10 @@ impl StorageDetector {
         out
     }
 }
+
+impl StorageDetector {
+    /// Forgets the devices of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.devs.retain(|e, _| !gone.contains(super::host_of(e)));
+    }
+}
