@@ -575,11 +575,16 @@ impl Store {
 
     /// Time of the entity's latest sample at any resolution.
     pub fn latest_ts(&self, entity: &str) -> Result<Option<i64>, HistoryError> {
+        Ok(self.span(entity)?.map(|s| s.1))
+    }
+
+    /// Times of the entity's earliest and latest samples at any resolution.
+    pub fn span(&self, entity: &str) -> Result<Option<(i64, i64)>, HistoryError> {
         self.conn
             .query_row(
-                "SELECT MAX(ts) FROM series WHERE res IN (0, 60000, 3600000) AND entity = ?1",
+                "SELECT MIN(ts), MAX(ts) FROM series WHERE res IN (0, 60000, 3600000) AND entity = ?1",
                 [entity],
-                |r| r.get(0),
+                |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
             )
             .map_err(|e| self.sql(e))
     }

@@ -96,7 +96,9 @@ function chart(p, from, to, markers) {
   if (band) for (const x of [...band.p10, ...band.p90, ...band.median]) vals.push(x.mean);
   const pos = vals.filter(v => v > 0);
   const logy = p.signal === "ber" && pos.length > 0;
-  const tf = v => logy ? Math.log10(Math.max(v, Math.min(...pos))) : v;
+  // Log scale for BER; zeros sit a decade below the smallest positive value.
+  const floor = logy ? Math.min(...pos) / 10 : 0;
+  const tf = v => logy ? Math.log10(Math.max(v, floor)) : v;
   let lo = Math.min(...vals.map(tf)), hi = Math.max(...vals.map(tf));
   if (!isFinite(lo)) { lo = 0; hi = 1; }
   if (hi === lo) { hi = lo + 1; lo = lo - (logy ? 1 : 0); }
