@@ -34,6 +34,11 @@ APT_PACKAGES=(
   curl ca-certificates
   # the OTLP end-to-end test's venv (Python OpenTelemetry SDK).
   python3 python3-venv
+  # the correlator's history (rusqlite links the system SQLite).
+  libsqlite3-dev
+  # the correlator's tests: web UI in headless chromium, a real
+  # Alertmanager, `promtool check metrics` on /metrics.
+  chromium chromium-driver prometheus-alertmanager prometheus
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -55,6 +60,18 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Debian's prometheus packages start daemons where an init system runs:
+# tests start their own on loopback ports, so keep these from holding ports.
+for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+  if [[ -e "/lib/systemd/system/$svc.service" ]] && command -v systemctl >/dev/null &&
+    systemctl is-enabled "$svc" >/dev/null 2>&1; then
+    systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+  if [[ -e "/etc/init.d/$svc" ]] && service "$svc" status >/dev/null 2>&1; then
+    service "$svc" stop >/dev/null 2>&1 || true
+  fi
+done
 
 if ! command -v rustup >/dev/null; then
   log "rustup not found: install Rust with rustup first (stable toolchain)"

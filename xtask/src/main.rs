@@ -100,6 +100,8 @@ fn main() -> Result<()> {
             c.arg("sim");
             if args.is_empty() {
                 c.args(["--inject", "ib-link-degrade", "--duration", "40"]);
+                // The web UI keeps serving the run's incidents until Ctrl-C.
+                c.args(["--web", "127.0.0.1:8080", "--keep-serving"]);
             } else {
                 c.args(args);
             }
