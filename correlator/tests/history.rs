@@ -164,18 +164,25 @@ fn retention_drops_old_raw_rows_and_keeps_rollups() {
         raw_retention_s: 3600,
         ..HistoryConfig::default()
     };
-    let mut st = Store::open(&dir.join("h.db"), &cfg).expect("open");
-    // Three hours of one sample every 10 s, value = minute index.
+    let path = dir.join("h.db");
+    let mut st = Store::open(&path, &cfg).expect("open");
+    // Three hours of one sample every 10 s, value = its index.
     let t0 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR;
     let samples: Vec<Sample> = (0..3 * 360)
         .map(|i| Sample {
             entity: "n001/gpu0".into(),
             signal: "temp_c",
             ts: t0 + i * 10_000,
-            value: (i / 6) as f64,
+            value: i as f64,
         })
         .collect();
-    st.write(&[], &samples).expect("write");
+    // A restart in the middle of minute 90, after a rollup: the open
+    // minute and hour come back from the database, counted once.
+    st.write(&[], &samples[..545]).expect("write");
+    st.rollup(t0 + 545 * 10_000).expect("rollup");
+    drop(st);
+    let mut st = Store::open(&path, &cfg).expect("reopen");
+    st.write(&[], &samples[545..]).expect("write");
     // Windows may arrive 10 s late: a minute is rolled up 10 s after it ends.
     let now = t0 + 3 * HOUR + correlator::history::store::LATE_MS;
     st.rollup(now).expect("rollup");
@@ -193,7 +200,21 @@ fn retention_drops_old_raw_rows_and_keeps_rollups() {
         .expect("series");
     assert_eq!(res, MINUTE);
     assert_eq!(pts.len(), 60);
-    assert_eq!(pts[7].mean, 7.0);
+    assert_eq!(pts[7].mean, 44.5, "mean of samples 42..47");
+    let (_, m90) = st
+        .series(
+            "n001/gpu0",
+            "temp_c",
+            t0 + 90 * MINUTE,
+            t0 + 91 * MINUTE,
+            10,
+        )
+        .expect("series");
+    assert_eq!(m90.len(), 1);
+    assert_eq!(
+        m90[0].mean, 542.5,
+        "minute 90 (across the restart): samples 540..545"
+    );
     let (res, pts) = st
         .series("n001/gpu0", "temp_c", now - HOUR, now, 1000)
         .expect("series");
@@ -205,7 +226,14 @@ fn retention_drops_old_raw_rows_and_keeps_rollups() {
         .series("n001/gpu0", "temp_c", t0, t0 + HOUR, 1)
         .expect("series");
     assert_eq!(h.len(), 1);
-    assert_eq!(h[0].mean, 29.5, "mean of minutes 0..59");
+    assert_eq!(h[0].mean, 179.5, "mean of samples 0..359");
+    let (_, h1) = st
+        .series("n001/gpu0", "temp_c", t0 + HOUR, t0 + 2 * HOUR, 1)
+        .expect("series");
+    assert_eq!(
+        h1[0].mean, 539.5,
+        "hour 1 (across the restart): samples 360..719"
+    );
     assert_eq!(st.counts().expect("counts")[2], 3);
     // Older than the minute retention: only the hour rollups remain.
     let later = t0 + 31 * 86_400_000;

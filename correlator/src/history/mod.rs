@@ -6,6 +6,7 @@
 pub mod config;
 pub mod recorder;
 pub mod report;
+pub mod rollup;
 pub mod samples;
 pub mod store;
 

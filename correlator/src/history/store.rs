@@ -7,7 +7,14 @@ use proto::v1::CandidateUpdate;
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, OptionalExtension as _};
 use serde::Serialize;
 
-use super::{host_of, samples::Sample, HistoryConfig, HOUR, MINUTE, RAW};
+use std::collections::HashMap;
+
+use super::{
+    host_of,
+    rollup::{Agg, Buckets},
+    samples::Sample,
+    HistoryConfig, HOUR, MINUTE, RAW,
+};
 
 /// Windows arriving this late (event time) still make their minute's rollup.
 pub const LATE_MS: i64 = 10_000;
@@ -90,11 +97,23 @@ pub struct SeriesPoint {
     pub max: f64,
 }
 
+/// Series ids by entity and signal, as the writer has seen them.
+type SidCache = HashMap<String, Vec<(String, i64)>>;
+
+/// Series ids the writer remembers at most (then it starts over).
+const MAX_SIDS: usize = 1 << 22;
+
 /// The database connection (one writer or one reader).
 pub struct Store {
     conn: Connection,
     path: PathBuf,
     cfg: HistoryConfig,
+    sids: SidCache,
+    minutes: Buckets,
+    hours: Buckets,
+    /// Rolled-up horizons (exclusive), as stored in `meta`.
+    rolled_minute: i64,
+    rolled_hour: i64,
 }
 
 const SCHEMA: &str = "
@@ -114,16 +133,18 @@ CREATE TABLE IF NOT EXISTS updates(
   incident_id TEXT NOT NULL, ts_ms INTEGER NOT NULL, state TEXT NOT NULL,
   confidence REAL NOT NULL, evidence TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS updates_by_incident ON updates(incident_id, ts_ms);
+CREATE TABLE IF NOT EXISTS series_ids(
+  id INTEGER PRIMARY KEY, entity TEXT NOT NULL, signal TEXT NOT NULL, UNIQUE(entity, signal));
 CREATE TABLE IF NOT EXISTS series(
-  res INTEGER NOT NULL, entity TEXT NOT NULL, signal TEXT NOT NULL, ts INTEGER NOT NULL,
+  res INTEGER NOT NULL, sid INTEGER NOT NULL, ts INTEGER NOT NULL,
   n INTEGER NOT NULL, sum REAL NOT NULL, min REAL NOT NULL, max REAL NOT NULL,
-  PRIMARY KEY(res, entity, signal, ts)) WITHOUT ROWID;
+  PRIMARY KEY(res, sid, ts)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS series_by_time ON series(res, ts);
 ";
 
 /// Merges a row into an existing one of the same key (several hosts'
 /// windows ending in the same millisecond, late windows, re-run rollups).
-const MERGE: &str = "ON CONFLICT(res, entity, signal, ts) DO UPDATE SET n = n + excluded.n, \
+const MERGE: &str = "ON CONFLICT(res, sid, ts) DO UPDATE SET n = n + excluded.n, \
      sum = sum + excluded.sum, min = MIN(min, excluded.min), max = MAX(max, excluded.max)";
 
 fn json_list(v: &[String]) -> String {
@@ -146,11 +167,7 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| classify(path, &e))?;
-        let store = Self {
-            conn,
-            path: path.to_path_buf(),
-            cfg: cfg.clone(),
-        };
+        let mut store = Self::with(conn, path, cfg);
         store.check()?;
         if fresh {
             // Freed pages go back to the file system on `incremental_vacuum`.
@@ -162,10 +179,13 @@ impl Store {
             .map_err(|e| classify(path, &e))?;
         store.exec("PRAGMA synchronous = NORMAL")?;
         store.exec("PRAGMA busy_timeout = 5000")?;
+        // The series' B-tree pages stay cached across a fleet's windows.
+        store.exec("PRAGMA cache_size = -65536")?;
         store
             .conn
             .execute_batch(SCHEMA)
             .map_err(|e| classify(path, &e))?;
+        store.seed()?;
         Ok(store)
     }
 
@@ -182,14 +202,66 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| classify(path, &e))?;
-        let store = Self {
-            conn,
-            path: path.to_path_buf(),
-            cfg: cfg.clone(),
-        };
+        let store = Self::with(conn, path, cfg);
         store.exec("PRAGMA busy_timeout = 5000")?;
         store.check()?;
         Ok(store)
+    }
+
+    fn with(conn: Connection, path: &Path, cfg: &HistoryConfig) -> Self {
+        Self {
+            conn,
+            path: path.to_path_buf(),
+            cfg: cfg.clone(),
+            sids: SidCache::new(),
+            minutes: Buckets::default(),
+            hours: Buckets::default(),
+            rolled_minute: 0,
+            rolled_hour: 0,
+        }
+    }
+
+    /// Loads the rolled-up horizons and the open buckets written since
+    /// (after a restart: the minute and hour in progress).
+    fn seed(&mut self) -> Result<(), HistoryError> {
+        self.rolled_minute = self.meta("rolled_minute")?;
+        self.rolled_hour = self.meta("rolled_hour")?;
+        for (from_res, to_res, horizon) in [
+            (RAW, MINUTE, self.rolled_minute),
+            (MINUTE, HOUR, self.rolled_hour),
+        ] {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT sid, (ts / ?1) * ?1, SUM(n), SUM(sum), MIN(min), MAX(max) FROM series \
+                     WHERE res = ?2 AND ts >= ?3 GROUP BY sid, ts / ?1",
+                )
+                .map_err(|e| self.sql(e))?;
+            let rows: Vec<(i64, i64, Agg)> = stmt
+                .query_map(params![to_res, from_res, horizon], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        Agg {
+                            n: r.get(2)?,
+                            sum: r.get(3)?,
+                            min: r.get(4)?,
+                            max: r.get(5)?,
+                        },
+                    ))
+                })
+                .and_then(Iterator::collect)
+                .map_err(|e| self.sql(e))?;
+            let b = if to_res == MINUTE {
+                &mut self.minutes
+            } else {
+                &mut self.hours
+            };
+            for (sid, ts, a) in rows {
+                b.add(sid, ts, to_res, horizon, a);
+            }
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -289,18 +361,56 @@ impl Store {
             }
             let mut raw = tx
                 .prepare_cached(&format!(
-                    "INSERT INTO series(res, entity, signal, ts, n, sum, min, max) \
-                     VALUES(0, ?1, ?2, ?3, 1, ?4, ?4, ?4) {MERGE}"
+                    "INSERT INTO series(res, sid, ts, n, sum, min, max) \
+                     VALUES(0, ?1, ?2, 1, ?3, ?3, ?3) {MERGE}"
                 ))
                 .map_err(e)?;
+            let mut new_sid = tx
+                .prepare_cached(
+                    "INSERT INTO series_ids(entity, signal) VALUES(?1, ?2) \
+                     ON CONFLICT(entity, signal) DO UPDATE SET entity = excluded.entity RETURNING id",
+                )
+                .map_err(e)?;
+            if self.sids.len() >= MAX_SIDS {
+                self.sids.clear();
+            }
             for s in samples {
-                if s.value.is_finite() {
-                    raw.execute(params![s.entity, s.signal, s.ts, s.value])
-                        .map_err(e)?;
+                if !s.value.is_finite() {
+                    continue;
                 }
+                let known = self
+                    .sids
+                    .get(s.entity.as_str())
+                    .and_then(|v| v.iter().find(|(sig, _)| sig == s.signal))
+                    .map(|x| x.1);
+                let sid = match known {
+                    Some(id) => id,
+                    None => {
+                        let id: i64 = new_sid
+                            .query_row(params![s.entity, s.signal], |r| r.get(0))
+                            .map_err(e)?;
+                        self.sids
+                            .entry(s.entity.clone())
+                            .or_default()
+                            .push((s.signal.to_string(), id));
+                        id
+                    }
+                };
+                raw.execute(params![sid, s.ts, s.value]).map_err(e)?;
+                let a = Agg {
+                    n: 1,
+                    sum: s.value,
+                    min: s.value,
+                    max: s.value,
+                };
+                self.minutes.add(sid, s.ts, MINUTE, self.rolled_minute, a);
             }
         }
-        tx.commit().map_err(e)
+        tx.commit().map_err(|err| {
+            // Ids of a rolled-back transaction are not in the database.
+            self.sids.clear();
+            e(err)
+        })
     }
 
     fn meta(&self, key: &str) -> Result<i64, HistoryError> {
@@ -311,44 +421,61 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
-    fn set_meta(&self, key: &str, v: i64) -> Result<(), HistoryError> {
-        self.conn
-            .execute(
-                "INSERT INTO meta(key, value) VALUES(?1, ?2) \
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, v],
-            )
-            .map(|_| ())
-            .map_err(|e| self.sql(e))
+    /// Writes the complete minutes (older than `now_ms - LATE_MS`) and the
+    /// complete hours of the open buckets, with the new horizons, in one
+    /// transaction: a restart neither loses nor double-counts a rollup.
+    pub fn rollup(&mut self, now_ms: i64) -> Result<(), HistoryError> {
+        let minute = (now_ms - LATE_MS).div_euclid(MINUTE) * MINUTE;
+        if minute <= self.rolled_minute {
+            return Ok(());
+        }
+        let closed = self.minutes.take_before(minute);
+        for ((sid, b), a) in &closed {
+            self.hours.add(*sid, *b, HOUR, self.rolled_hour, *a);
+        }
+        let hour = minute.div_euclid(HOUR) * HOUR;
+        let hours = if hour > self.rolled_hour {
+            self.hours.take_before(hour)
+        } else {
+            Vec::new()
+        };
+        let path = self.path.clone();
+        let e = |e: rusqlite::Error| classify(&path, &e);
+        let tx = self.conn.transaction().map_err(e)?;
+        {
+            let mut ins = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO series(res, sid, ts, n, sum, min, max) \
+                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) {MERGE}"
+                ))
+                .map_err(e)?;
+            for (res, rows) in [(MINUTE, &closed), (HOUR, &hours)] {
+                for ((sid, b), a) in rows {
+                    ins.execute(params![res, sid, b, a.n, a.sum, a.min, a.max])
+                        .map_err(e)?;
+                }
+            }
+            let mut meta = tx
+                .prepare_cached(
+                    "INSERT INTO meta(key, value) VALUES(?1, ?2) \
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                )
+                .map_err(e)?;
+            meta.execute(params!["rolled_minute", minute]).map_err(e)?;
+            if hour > self.rolled_hour {
+                meta.execute(params!["rolled_hour", hour]).map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)?;
+        self.rolled_minute = minute;
+        self.rolled_hour = self.rolled_hour.max(hour);
+        Ok(())
     }
 
-    /// Rolls complete minutes (older than `now_ms - LATE_MS`) up from raw
-    /// rows and complete hours up from minutes. Idempotent: the rolled-up
-    /// horizon is kept in the database, so a restart neither loses nor
-    /// double-counts a rollup.
-    pub fn rollup(&self, now_ms: i64) -> Result<(), HistoryError> {
-        let up = |from_res: i64, to_res: i64, key: &str, until: i64| -> Result<(), HistoryError> {
-            let done = self.meta(key)?;
-            let target = until.div_euclid(to_res) * to_res;
-            if target <= done {
-                return Ok(());
-            }
-            self.conn
-                .execute(
-                    &format!(
-                        "INSERT INTO series(res, entity, signal, ts, n, sum, min, max) \
-                         SELECT ?1, entity, signal, (ts / ?1) * ?1, SUM(n), SUM(sum), MIN(min), MAX(max) \
-                         FROM series WHERE res = ?2 AND ts >= ?3 AND ts < ?4 \
-                         GROUP BY entity, signal, ts / ?1 {MERGE}"
-                    ),
-                    params![to_res, from_res, done, target],
-                )
-                .map_err(|e| self.sql(e))?;
-            self.set_meta(key, target)
-        };
-        up(RAW, MINUTE, "rolled_minute", now_ms - LATE_MS)?;
-        let minutes = self.meta("rolled_minute")?;
-        up(MINUTE, HOUR, "rolled_hour", minutes)
+    /// Samples kept raw only: older than the rolled horizon when they came,
+    /// or past the bound of open buckets.
+    pub fn unrolled(&self) -> u64 {
+        self.minutes.skipped + self.hours.skipped
     }
 
     /// Deletes rows past each resolution's retention and resolved incidents
@@ -565,7 +692,10 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT DISTINCT signal FROM series WHERE res IN (0, 60000, 3600000) AND entity = ?1 ORDER BY signal",
+                "SELECT signal FROM series_ids i WHERE entity = ?1 AND (\
+                 EXISTS (SELECT 1 FROM series WHERE res = 0 AND sid = i.id) OR \
+                 EXISTS (SELECT 1 FROM series WHERE res = 60000 AND sid = i.id) OR \
+                 EXISTS (SELECT 1 FROM series WHERE res = 3600000 AND sid = i.id)) ORDER BY signal",
             )
             .map_err(|e| self.sql(e))?;
         stmt.query_map([entity], |r| r.get(0))
@@ -582,7 +712,8 @@ impl Store {
     pub fn span(&self, entity: &str) -> Result<Option<(i64, i64)>, HistoryError> {
         self.conn
             .query_row(
-                "SELECT MIN(ts), MAX(ts) FROM series WHERE res IN (0, 60000, 3600000) AND entity = ?1",
+                "SELECT MIN(ts), MAX(ts) FROM series WHERE res IN (0, 60000, 3600000) \
+                 AND sid IN (SELECT id FROM series_ids WHERE entity = ?1)",
                 [entity],
                 |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
             )
@@ -602,8 +733,9 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT ts, n, sum, min, max FROM series WHERE res = ?1 AND entity = ?2 \
-                 AND signal = ?3 AND ts >= ?4 AND ts < ?5 ORDER BY ts",
+                "SELECT ts, n, sum, min, max FROM series WHERE res = ?1 AND sid = \
+                 (SELECT id FROM series_ids WHERE entity = ?2 AND signal = ?3) \
+                 AND ts >= ?4 AND ts < ?5 ORDER BY ts",
             )
             .map_err(|e| self.sql(e))?;
         for res in [RAW, MINUTE, HOUR] {

@@ -139,15 +139,13 @@ async fn incident(State(s): State<AppState>, Path(id): Path<String>) -> Result<R
         let Some((row, updates)) = st.incident(&id)? else {
             return Ok(None);
         };
-        let from = row.opened_ms - MARGIN_MS;
+        // Five minutes either side, within what was recorded.
+        let span = st.span(&row.entity)?;
+        let from = (row.opened_ms - MARGIN_MS).max(span.map_or(i64::MIN, |s| s.0));
+        let last = span.map_or(row.updated_ms, |s| s.1).max(row.updated_ms) + 1;
         let to = match row.resolved_ms {
-            Some(r) => r + MARGIN_MS,
-            None => {
-                st.latest_ts(&row.entity)?
-                    .unwrap_or(row.updated_ms)
-                    .max(row.updated_ms)
-                    + 1
-            }
+            Some(r) => (r + MARGIN_MS).min(last.max(r + 1)),
+            None => last,
         };
         let mut all = panels(st, &row.entity, from, to)?;
         for j in &row.jobs {
