@@ -316,3 +316,68 @@ fn corrupt_database_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn offenders_rank_entities_with_repeated_incidents() {
+    let dir = out_dir("history_offenders");
+    let path = dir.join("h.db");
+    let now = correlator::web::api::now_ms();
+    let day = 86_400_000;
+    let mut ups = Vec::new();
+    let mut add = |id: &str, kind: &str, entity: &str, opened: i64, open_ms: i64| {
+        let mut u = proto::v1::CandidateUpdate {
+            ts_unix_ms: opened,
+            incident_id: id.into(),
+            state: "opened".into(),
+            kind: kind.into(),
+            entity: entity.into(),
+            confidence: 0.9,
+            ..Default::default()
+        };
+        ups.push(u.clone());
+        u.state = "resolved".into();
+        u.ts_unix_ms = opened + open_ms;
+        ups.push(u);
+    };
+    // A link degraded twice and down once in 30 days; a GPU with two XIDs;
+    // a disk slow once; a job slowed three times (a symptom, not hardware);
+    // the link's oldest incident is 40 days old.
+    add("a", "ib_link_degraded", "n001/mlx5_0/1", now - 20 * day, 60_000);
+    add("b", "ib_link_degraded", "n001/mlx5_0/1", now - 5 * day, 120_000);
+    add("c", "ib_link_down", "n001/mlx5_0/1", now - day, 30_000);
+    add("d", "ib_link_degraded", "n001/mlx5_0/1", now - 40 * day, 30_000);
+    add("e", "gpu_xid", "n002/gpu3", now - 10 * day, 10_000);
+    add("f", "gpu_xid", "n002/gpu3", now - 2 * day, 10_000);
+    add("g", "storage_latency", "n003/nvme0n1", now - 3 * day, 10_000);
+    for i in 0..3 {
+        add(&format!("j{i}"), "job_slowdown", "train-7", now - (i + 1) * day, 1000);
+    }
+    let mut st = Store::open(&path, &HistoryConfig::default()).expect("open");
+    st.write(&ups, &[]).expect("write");
+    drop(st);
+    let out = Command::new(BIN)
+        .args(["offenders", "--json", "--since", "30d", "--history"])
+        .arg(&path)
+        .output()
+        .expect("run offenders");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0]["entity"], "n001/mlx5_0/1");
+    assert_eq!(rows[0]["incidents"], 3);
+    assert_eq!(rows[0]["open_s"], 210.0);
+    assert_eq!(rows[1]["entity"], "n002/gpu3");
+    assert_eq!(rows[1]["incidents"], 2);
+    // The table form, and --since narrowing it to one incident each.
+    let out = Command::new(BIN)
+        .args(["offenders", "--since", "4d", "--min", "1", "--history"])
+        .arg(&path)
+        .output()
+        .expect("run offenders");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 4, "header and three entities: {text}");
+    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("n001/mlx5_0/1")), "{text}");
+}

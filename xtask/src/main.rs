@@ -138,6 +138,7 @@ fn main() -> Result<()> {
                     vec!["footprint".into()],
                     vec!["ingest".into()],
                     vec!["otlp".into()],
+                    vec!["history".into()],
                 ]
             } else {
                 vec![args]
@@ -157,6 +158,7 @@ fn main() -> Result<()> {
                 "footprint",
                 "ingest",
                 "otlp",
+                "history",
                 "detect",
             ] {
                 let Ok(text) = std::fs::read_to_string(format!("bench/{name}.json")) else {

@@ -708,6 +708,25 @@ impl Store {
         Ok(self.span(entity)?.map(|s| s.1))
     }
 
+    /// Entities recorded under `prefix/` (a host's ports, GPUs, devices; a
+    /// job's models), at most `limit`.
+    pub fn entities_under(&self, prefix: &str, limit: usize) -> Result<Vec<String>, HistoryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT DISTINCT entity FROM series_ids WHERE entity > ?1 AND entity < ?2 \
+                 ORDER BY entity LIMIT ?3",
+            )
+            .map_err(|e| self.sql(e))?;
+        // `prefix/` up to `prefix0` ('0' follows '/'): an index range.
+        stmt.query_map(
+            params![format!("{prefix}/"), format!("{prefix}0"), limit as i64],
+            |r| r.get(0),
+        )
+        .and_then(Iterator::collect)
+        .map_err(|e| self.sql(e))
+    }
+
     /// Times of the entity's earliest and latest samples at any resolution.
     pub fn span(&self, entity: &str) -> Result<Option<(i64, i64)>, HistoryError> {
         self.conn

@@ -185,11 +185,24 @@ async fn entity(
         let latest = st.latest_ts(&q.name)?.unwrap_or(0);
         let to = if q.to > 0 { q.to } else { latest + 1 };
         let from = if q.from > 0 { q.from } else { to - 3_600_000 };
-        let incidents = st.incidents(&IncidentFilter {
+        // A host's page also lists its entities' incidents.
+        let mut incidents = st.incidents(&IncidentFilter {
             entity: q.name.clone(),
             limit: 1000,
             ..IncidentFilter::default()
         })?;
+        if !q.name.contains('/') {
+            incidents.extend(
+                st.incidents(&IncidentFilter {
+                    host: q.name.clone(),
+                    limit: 1000,
+                    ..IncidentFilter::default()
+                })?
+                .into_iter()
+                .filter(|i| i.entity != q.name),
+            );
+            incidents.sort_by(|a, b| b.opened_ms.cmp(&a.opened_ms));
+        }
         let mut jobs = st.incidents(&IncidentFilter {
             job: q.name.clone(),
             limit: 1000,
@@ -200,6 +213,7 @@ async fn entity(
             "entity": q.name, "from": from, "to": to,
             "panels": panels(st, &q.name, from, to)?,
             "incidents": incidents, "affected_by": jobs,
+            "entities": st.entities_under(&q.name, 500)?,
         }))
     })
     .await?;

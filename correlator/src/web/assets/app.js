@@ -158,8 +158,10 @@ async function entityPage() {
   const name = params.get("name") || "";
   try {
     const j = await api("/api/entity?name=" + encodeURIComponent(name));
-    main.innerHTML = `<h2>${esc(j.entity)}</h2><h3>Series (last hour recorded)</h3>${panelsHtml(j.panels, j.from, j.to,
-      j.incidents.map(i => i.opened_ms))}<h3>Incidents of this entity</h3>${incidentRows(j.incidents, new Set())}
+    const parts = j.entities.length ? `<p>Parts: ${j.entities.map(e =>
+      `<a href="/entity?name=${encodeURIComponent(e)}">${esc(e)}</a>`).join(" · ")}</p>` : "";
+    main.innerHTML = `<h2>${esc(j.entity)}</h2>${parts}<h3>Series (last hour recorded)</h3>${panelsHtml(j.panels, j.from, j.to,
+      j.incidents.map(i => i.opened_ms))}<h3>Incidents of this entity and its parts</h3>${incidentRows(j.incidents, new Set())}
       ${j.affected_by.length ? `<h3>Incidents affecting it</h3>${incidentRows(j.affected_by, new Set())}` : ""}`;
   } catch (e) { fail(e); }
 }
