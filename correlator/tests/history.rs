@@ -342,15 +342,45 @@ fn offenders_rank_entities_with_repeated_incidents() {
     // A link degraded twice and down once in 30 days; a GPU with two XIDs;
     // a disk slow once; a job slowed three times (a symptom, not hardware);
     // the link's oldest incident is 40 days old.
-    add("a", "ib_link_degraded", "n001/mlx5_0/1", now - 20 * day, 60_000);
-    add("b", "ib_link_degraded", "n001/mlx5_0/1", now - 5 * day, 120_000);
+    add(
+        "a",
+        "ib_link_degraded",
+        "n001/mlx5_0/1",
+        now - 20 * day,
+        60_000,
+    );
+    add(
+        "b",
+        "ib_link_degraded",
+        "n001/mlx5_0/1",
+        now - 5 * day,
+        120_000,
+    );
     add("c", "ib_link_down", "n001/mlx5_0/1", now - day, 30_000);
-    add("d", "ib_link_degraded", "n001/mlx5_0/1", now - 40 * day, 30_000);
+    add(
+        "d",
+        "ib_link_degraded",
+        "n001/mlx5_0/1",
+        now - 40 * day,
+        30_000,
+    );
     add("e", "gpu_xid", "n002/gpu3", now - 10 * day, 10_000);
     add("f", "gpu_xid", "n002/gpu3", now - 2 * day, 10_000);
-    add("g", "storage_latency", "n003/nvme0n1", now - 3 * day, 10_000);
+    add(
+        "g",
+        "storage_latency",
+        "n003/nvme0n1",
+        now - 3 * day,
+        10_000,
+    );
     for i in 0..3 {
-        add(&format!("j{i}"), "job_slowdown", "train-7", now - (i + 1) * day, 1000);
+        add(
+            &format!("j{i}"),
+            "job_slowdown",
+            "train-7",
+            now - (i + 1) * day,
+            1000,
+        );
     }
     let mut st = Store::open(&path, &HistoryConfig::default()).expect("open");
     st.write(&ups, &[]).expect("write");
@@ -360,7 +390,11 @@ fn offenders_rank_entities_with_repeated_incidents() {
         .arg(&path)
         .output()
         .expect("run offenders");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
@@ -379,5 +413,10 @@ fn offenders_rank_entities_with_repeated_incidents() {
         .expect("run offenders");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().count(), 4, "header and three entities: {text}");
-    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("n001/mlx5_0/1")), "{text}");
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("n001/mlx5_0/1")),
+        "{text}"
+    );
 }

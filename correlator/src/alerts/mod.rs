@@ -263,7 +263,9 @@ mod tests {
         );
         // Missed updates: an alert whose incident is no longer open resolves.
         let mut b = Alerts::default();
+        u.state = "open".into();
         b.resync(std::slice::from_ref(&u), 5_000);
+        assert_eq!(b.by_id["abc"].resolved_ms, None);
         b.resync(&[], 6_000);
         assert_eq!(b.by_id["abc"].resolved_ms, Some(6_000));
     }

@@ -201,7 +201,7 @@ async fn entity(
                 .into_iter()
                 .filter(|i| i.entity != q.name),
             );
-            incidents.sort_by(|a, b| b.opened_ms.cmp(&a.opened_ms));
+            incidents.sort_by_key(|i| std::cmp::Reverse(i.opened_ms));
         }
         let mut jobs = st.incidents(&IncidentFilter {
             job: q.name.clone(),
