@@ -2,7 +2,8 @@
 # The README's main command: set up what is missing, build, and run the
 # embedded default: a simulated cluster with an injected degrading link,
 # with the web UI on http://127.0.0.1:8080/ serving the run's incidents
-# until Ctrl-C (the address is printed first). Extra arguments go to `faultline-correlator sim`; `--host ARGS` runs the
+# until Ctrl-C (the address is printed first).
+# Extra arguments go to `faultline-sim`; `--host ARGS` runs the
 # collector on this host instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."

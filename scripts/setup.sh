@@ -34,11 +34,16 @@ APT_PACKAGES=(
   curl ca-certificates
   # the OTLP end-to-end test's venv (Python OpenTelemetry SDK).
   python3 python3-venv
+  # promtool, for the /metrics format tests (`promtool check metrics`).
+  prometheus
+  # the unit hardening test: systemd-analyze security / syscall-filter, and
+  # strace to check a real run stays inside the seccomp allowlist.
+  systemd strace
   # the correlator's history (rusqlite links the system SQLite).
   libsqlite3-dev
-  # the correlator's tests: web UI in headless chromium, a real
-  # Alertmanager, `promtool check metrics` on /metrics.
-  chromium chromium-driver prometheus-alertmanager prometheus
+  # the correlator's web UI test (headless chromium through chromedriver)
+  # and its Alertmanager delivery test.
+  chromium chromium-driver prometheus-alertmanager
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -61,11 +66,16 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Debian's prometheus packages start daemons where an init system runs:
-# tests start their own on loopback ports, so keep these from holding ports.
-for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
-  if [[ -e "/lib/systemd/system/$svc.service" ]] && command -v systemctl >/dev/null &&
-    systemctl is-enabled "$svc" >/dev/null 2>&1; then
+# Only promtool is wanted from the prometheus package: its server, which
+# the package enables and starts, is stopped and disabled.
+if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>/dev/null; then
+  log "stopping and disabling the prometheus server (only promtool is used)"
+  systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+# Likewise the Alertmanager daemon (and the node exporter it may bring):
+# the tests start their own on loopback ports.
+for svc in prometheus-alertmanager prometheus-node-exporter; do
+  if command -v systemctl >/dev/null && systemctl is-enabled --quiet "$svc" 2>/dev/null; then
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
   fi
   if [[ -e "/etc/init.d/$svc" ]] && service "$svc" status >/dev/null 2>&1; then
@@ -100,6 +110,15 @@ if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSIO
   log "building bpf-linker $BPF_LINKER_VERSION against LLVM $LLVM_MAJOR (~2 min)"
   LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo +stable install --locked --quiet \
     "bpf-linker@${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+
+# cargo-fuzz (pinned) for the fuzz targets under fuzz/ (`cargo xtask fuzz`,
+# run for a bounded time by `cargo xtask test`), built with stable; the
+# targets build with the pinned nightly above.
+CARGO_FUZZ_VERSION="0.13.2"
+if ! "$CARGO_BIN/cargo-fuzz" --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  log "building cargo-fuzz $CARGO_FUZZ_VERSION (~1 min)"
+  cargo +stable install --locked --quiet "cargo-fuzz@${CARGO_FUZZ_VERSION}"
 fi
 
 # Python OpenTelemetry SDK (pinned) for the OTLP end-to-end test; the stamp

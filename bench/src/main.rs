@@ -5,6 +5,7 @@ mod block;
 mod footprint;
 mod history;
 mod ingest;
+mod ingest_tls;
 mod otlp;
 mod procstat;
 mod ring;
@@ -36,6 +37,8 @@ enum Which {
     Footprint(footprint::Args),
     /// Correlator ingest throughput and scaling over gRPC on loopback.
     Ingest(ingest::Args),
+    /// Correlator ingest with mTLS against plaintext, alternating in one run.
+    IngestTls(ingest_tls::Args),
     /// Ring-buffer drain rate from a synthetic eBPF producer.
     Ring(ring::Args),
     /// OTLP receiver: points/s per core over gRPC and HTTP, window take cost,
@@ -54,6 +57,7 @@ fn main() -> Result<()> {
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
         Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
         Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
+        Which::IngestTls(a) => ingest_tls::run(&a, &cli.out_dir),
         Which::Ring(a) => ring::run(&a, &cli.out_dir),
         Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
         Which::History(a) => history::run(&a, &cli.out_dir),

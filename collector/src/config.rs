@@ -4,6 +4,7 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,27 @@ pub struct StreamSection {
     pub spool_max_bytes: u64,
     /// Also append every window to this file as JSON lines (the replay format).
     pub record: Option<PathBuf>,
+    /// CA certificate (PEM) of the correlator; required for `https://`.
+    pub tls_ca: Option<PathBuf>,
+    /// This host's client certificate (PEM) for mTLS; its DNS name must be
+    /// the hostname the collector reports.
+    pub tls_cert: Option<PathBuf>,
+    /// This host's private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// File with a bearer token (first line) for token-mode correlators.
+    pub token_file: Option<PathBuf>,
+}
+
+impl StreamSection {
+    /// The credentials for the correlator endpoint.
+    pub fn auth(&self) -> crate::stream::tls::ClientAuth {
+        crate::stream::tls::ClientAuth {
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            token_file: self.token_file.clone(),
+        }
+    }
 }
 
 impl Default for StreamSection {
@@ -57,6 +79,10 @@ impl Default for StreamSection {
             spool_dir: "/var/lib/faultline/spool".into(),
             spool_max_bytes: 64 << 20,
             record: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            token_file: None,
         }
     }
 }
@@ -74,8 +100,13 @@ pub struct CollectorSection {
     pub proc_root: PathBuf,
     /// Log filter (tracing EnvFilter syntax).
     pub log: String,
-    /// Do not print one line per exec event.
+    /// Print no per-device/kernel/port/event lines, only one summary line per window.
     pub quiet: bool,
+    /// The node's name in entities and the stream's origin (default: the
+    /// kernel's hostname under `proc_root`); in a pod, the node name.
+    pub hostname: Option<String>,
+    /// Log format on stderr: "text" or "json".
+    pub log_format: String,
 }
 
 impl Default for CollectorSection {
@@ -87,6 +118,8 @@ impl Default for CollectorSection {
             proc_root: "/proc".into(),
             log: "info".into(),
             quiet: false,
+            hostname: None,
+            log_format: "text".into(),
         }
     }
 }
@@ -198,13 +231,84 @@ impl ProviderSection {
     }
 }
 
+/// Shortest window: below it the window timer would spin.
+pub const WINDOW_MIN_SECS: f64 = 0.01;
+/// Longest `--duration`: ten years.
+pub const DURATION_MAX_SECS: f64 = 10.0 * 365.0 * 86400.0;
+
+/// A number of seconds within `[min, max]` as a `Duration` (NaN, infinities
+/// and out-of-range values are errors naming `key`, never a panic).
+pub fn seconds(key: &'static str, v: f64, min: f64, max: f64) -> Result<Duration, ConfigError> {
+    if !(v.is_finite() && v >= min && v <= max) {
+        return Err(ConfigError::Invalid {
+            key,
+            message: format!(
+                "must be a number of seconds in [{min}, {max}], got {}",
+                show(v)
+            ),
+        });
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| ConfigError::Invalid {
+        key,
+        message: format!("{v}: {e}"),
+    })
+}
+
+/// A number as the operator would write it (`1e-300`, not 300 zeros).
+fn show(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
+/// `--duration SECONDS` (clap value parser): 0 up to ten years.
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    seconds("--duration", v, 0.0, DURATION_MAX_SECS).map_err(|e| match e {
+        ConfigError::Invalid { message, .. } => message,
+        other => other.to_string(),
+    })
+}
+
+/// A correlator URL: `http` or `https` with a host.
+pub fn check_endpoint(e: &str) -> Result<(), String> {
+    let uri: tonic::codegen::http::Uri =
+        e.parse().map_err(|err| format!("is not a URL ({err})"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err("must start with http:// or https://".into());
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("has no host".into());
+    }
+    Ok(())
+}
+
+impl CollectorSection {
+    /// The window length (valid after [`FileConfig::validate`]).
+    pub fn window(&self) -> Duration {
+        seconds(
+            "collector.window_secs",
+            self.window_secs,
+            WINDOW_MIN_SECS,
+            3600.0,
+        )
+        .unwrap_or(Duration::from_secs(1))
+    }
+}
+
 impl FileConfig {
     /// Reads and validates a file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
+        let text = crate::bounded_read::read_to_string(path, crate::bounded_read::CONFIG_MAX)
+            .map_err(|e| ConfigError::Read {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -225,20 +329,28 @@ impl FileConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let w = self.collector.window_secs;
-        if !(w.is_finite() && w > 0.0 && w <= 3600.0) {
+        seconds(
+            "collector.window_secs",
+            self.collector.window_secs,
+            WINDOW_MIN_SECS,
+            3600.0,
+        )?;
+        parse_listen_addr(&self.collector.metrics_addr).map_err(|e| ConfigError::Invalid {
+            key: "collector.metrics_addr",
+            message: format!(
+                "{:?} is not HOST:PORT or :PORT ({e})",
+                self.collector.metrics_addr
+            ),
+        })?;
+        if !matches!(self.collector.log_format.as_str(), "text" | "json") {
             return Err(ConfigError::Invalid {
-                key: "collector.window_secs",
-                message: format!("must be a number of seconds in (0, 3600], got {w}"),
+                key: "collector.log_format",
+                message: format!(
+                    "{:?} is not \"text\" or \"json\"",
+                    self.collector.log_format
+                ),
             });
         }
-        self.collector
-            .metrics_addr
-            .parse::<SocketAddr>()
-            .map_err(|e| ConfigError::Invalid {
-                key: "collector.metrics_addr",
-                message: format!("{:?} is not HOST:PORT ({e})", self.collector.metrics_addr),
-            })?;
         if tracing_subscriber::EnvFilter::try_new(&self.collector.log).is_err() {
             return Err(ConfigError::Invalid {
                 key: "collector.log",
@@ -246,12 +358,17 @@ impl FileConfig {
             });
         }
         if let Some(e) = &self.stream.endpoint {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(ConfigError::Invalid {
+            check_endpoint(e).map_err(|why| ConfigError::Invalid {
+                key: "stream.endpoint",
+                message: format!("{e:?} {why}; use a URL like http://127.0.0.1:50051"),
+            })?;
+            self.stream
+                .auth()
+                .check(e)
+                .map_err(|err| ConfigError::Invalid {
                     key: "stream.endpoint",
-                    message: format!("{e:?} must be a URL like http://127.0.0.1:50051"),
-                });
-            }
+                    message: err.to_string(),
+                })?;
         }
         if self.stream.spool_max_bytes < 4096 {
             return Err(ConfigError::Invalid {
@@ -341,7 +458,7 @@ max_body_bytes = 1048576
             .to_string();
         assert_eq!(
             e,
-            "config error: collector.window_secs: must be a number of seconds in (0, 3600], got 0"
+            "config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got 0"
         );
         let e = FileConfig::parse("[collector]\nmetrics_addr = \"localhost\"\n", "f")
             .unwrap_err()
@@ -376,5 +493,104 @@ max_body_bytes = 1048576
             e.starts_with("config error: verbs.provider: bad offset 0xZZ"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn values_that_would_panic_or_spin_are_refused() {
+        for (text, got) in [
+            ("1e-300", "1e-300"),
+            ("nan", "NaN"),
+            ("inf", "inf"),
+            ("1e20", "1e20"),
+            ("0.001", "0.001"),
+        ] {
+            let e = FileConfig::parse(&format!("[collector]\nwindow_secs = {text}\n"), "f")
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!("config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got {got}")
+            );
+        }
+        assert_eq!(
+            duration_arg("1e20").unwrap_err(),
+            "must be a number of seconds in [0, 315360000], got 1e20"
+        );
+        assert_eq!(
+            duration_arg("nan").unwrap_err(),
+            "must be a number of seconds in [0, 315360000], got NaN"
+        );
+        assert_eq!(
+            duration_arg("-1").unwrap_err(),
+            "must be a number of seconds in [0, 315360000], got -1"
+        );
+        assert_eq!(
+            duration_arg("x").unwrap_err(),
+            "\"x\" is not a number of seconds"
+        );
+        assert_eq!(duration_arg("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration_arg("0"), Ok(Duration::ZERO));
+        for bad in [
+            "http://",
+            "https://",
+            "ftp://h:1",
+            "127.0.0.1:50051",
+            "http://:50051",
+            "http:// h",
+        ] {
+            let e = FileConfig::parse(&format!("[stream]\nendpoint = \"{bad}\"\n"), "f")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("config error: stream.endpoint: "),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.ends_with("use a URL like http://127.0.0.1:50051"),
+                "{bad}: {e}"
+            );
+        }
+        for good in [
+            "http://127.0.0.1:50051",
+            "https://correlator.example:443",
+            "http://[::1]:1",
+        ] {
+            FileConfig::parse(&format!("[stream]\nendpoint = \"{good}\"\n"), "f").unwrap();
+        }
+        let c = FileConfig::parse("[collector]\nwindow_secs = 0.01\n", "f").unwrap();
+        assert_eq!(c.collector.window(), Duration::from_millis(10));
+    }
+}
+
+/// A listen address: `HOST:PORT`, or `:PORT` for every interface (as
+/// node_exporter's `--web.listen-address=:9100`).
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, std::net::AddrParseError> {
+    match s.strip_prefix(':') {
+        Some(port) if !port.contains(':') => format!("0.0.0.0:{port}").parse(),
+        _ => s.parse(),
+    }
+}
+
+#[cfg(test)]
+mod listen_addr_tests {
+    use super::*;
+
+    /// `--metrics-addr :9477` was rejected; node_exporter accepts `:9100`.
+    #[test]
+    fn port_only_means_every_interface() {
+        assert_eq!(
+            parse_listen_addr(":9477").ok(),
+            Some(SocketAddr::from(([0, 0, 0, 0], 9477)))
+        );
+        assert_eq!(
+            parse_listen_addr("127.0.0.1:9477").ok(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 9477)))
+        );
+        assert!(parse_listen_addr("[::1]:9477").is_ok());
+        assert!(parse_listen_addr(":").is_err());
+        assert!(parse_listen_addr("9477").is_err());
+        let mut c = FileConfig::default();
+        c.collector.metrics_addr = ":9477".into();
+        assert!(c.validate().is_ok());
     }
 }

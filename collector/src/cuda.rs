@@ -92,8 +92,18 @@ fn device_label(d: i32) -> String {
     }
 }
 
+/// One console line of a CUDA window, with the process and GPU it is about
+/// (so the agent can attribute it without parsing the text).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaLine {
+    pub pid: u32,
+    /// CUDA device ordinal, -1 when unknown.
+    pub device: i32,
+    pub text: String,
+}
+
 /// Human-readable lines for what changed between two snapshots.
-pub fn window_lines(prev: &CudaSnapshot, cur: &CudaSnapshot) -> Vec<String> {
+pub fn window_lines(prev: &CudaSnapshot, cur: &CudaSnapshot) -> Vec<CudaLine> {
     let secs = cur
         .taken
         .saturating_duration_since(prev.taken)
@@ -104,15 +114,19 @@ pub fn window_lines(prev: &CudaSnapshot, cur: &CudaSnapshot) -> Vec<String> {
         let before = prev.launches.get(k).map_or(0, |p| p.launches);
         let n = v.launches.saturating_sub(before);
         if n > 0 {
-            out.push(format!(
-                "cuda pid={} gpu={} kernel={} launches={n} ({:.1}/s) grid={:?} block={:?}",
-                k.pid,
-                device_label(k.device),
-                cur.kernel_name(k),
-                n as f64 / secs,
-                v.last_grid,
-                v.last_block
-            ));
+            out.push(CudaLine {
+                pid: k.pid,
+                device: k.device,
+                text: format!(
+                    "cuda pid={} gpu={} kernel={} launches={n} ({:.1}/s) grid={:?} block={:?}",
+                    k.pid,
+                    device_label(k.device),
+                    cur.kernel_name(k),
+                    n as f64 / secs,
+                    v.last_grid,
+                    v.last_block
+                ),
+            });
         }
     }
     for (k, v) in &cur.calls {
@@ -140,7 +154,11 @@ pub fn window_lines(prev: &CudaSnapshot, cur: &CudaSnapshot) -> Vec<String> {
         if errors > 0 {
             let _ = write!(line, " errors={errors} last_error={}", v.last_error);
         }
-        out.push(line);
+        out.push(CudaLine {
+            pid: k.pid,
+            device: k.device,
+            text: line,
+        });
     }
     out
 }

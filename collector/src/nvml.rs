@@ -125,7 +125,8 @@ pub enum GpuEventKind {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuEvent {
-    pub index: u32,
+    /// The GPU's index; `None` when NVML could not place the event's device.
+    pub index: Option<u32>,
     pub uuid: String,
     pub at: SystemTime,
     pub kind: GpuEventKind,
@@ -319,7 +320,7 @@ impl NvmlSource {
                 };
                 tracing::warn!(gpu = g.index, uuid = %g.uuid, "GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)");
                 events.push(GpuEvent {
-                    index: g.index,
+                    index: Some(g.index),
                     uuid: g.uuid.clone(),
                     at: SystemTime::now(),
                     kind: GpuEventKind::Lost,
@@ -374,15 +375,18 @@ fn listen(nvml: Nvml, tx: mpsc::Sender<GpuEvent>, stop: &std::sync::atomic::Atom
         tracing::warn!("NVML event set unavailable: no XID events");
         return;
     };
+    let wanted = EventTypes::CRITICAL_XID_ERROR
+        | EventTypes::DOUBLE_BIT_ECC_ERROR
+        | EventTypes::SINGLE_BIT_ECC_ERROR;
     let mut uuids = BTreeMap::new();
+    // The GPUs registered so far: a failed registration frees the set
+    // (nvml-wrapper releases it), so the set is rebuilt from these and the
+    // failing GPU alone goes without events.
+    let mut registered = Vec::new();
     for i in 0..n {
         let Ok(d) = nvml.device_by_index(i) else {
             continue;
         };
-        let uuid = d.uuid().unwrap_or_default();
-        let wanted = EventTypes::CRITICAL_XID_ERROR
-            | EventTypes::DOUBLE_BIT_ECC_ERROR
-            | EventTypes::SINGLE_BIT_ECC_ERROR;
         let types = d
             .supported_event_types()
             .map(|s| s & wanted)
@@ -390,17 +394,28 @@ fn listen(nvml: Nvml, tx: mpsc::Sender<GpuEvent>, stop: &std::sync::atomic::Atom
         set = match d.register_events(types, set) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(gpu = i, error = %e.error, "NVML event registration failed: no XID events");
-                return;
+                tracing::warn!(gpu = i, error = %e.error, "NVML event registration failed: no XID events from this GPU");
+                metrics::counter!("faultline_nvml_event_registration_failures_total").increment(1);
+                match rebuild_event_set(&nvml, &registered) {
+                    Some(s) => s,
+                    None => {
+                        tracing::warn!("NVML event set cannot be rebuilt: no XID events");
+                        return;
+                    }
+                }
             }
         };
-        uuids.insert(uuid.clone(), i);
+        if let Ok(u) = d.uuid() {
+            uuids.insert(u, i);
+        }
+        registered.push((i, types));
     }
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         match set.wait(1000) {
             Ok(ev) => {
                 let uuid = ev.device.uuid().unwrap_or_default();
-                let index = uuids.get(&uuid).copied().unwrap_or(u32::MAX);
+                // By the device's own index; its UUID only when NVML cannot say.
+                let index = ev.device.index().ok().or_else(|| uuids.get(&uuid).copied());
                 let kind = if ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
                     let code = match ev.event_data {
                         Some(nvml_wrapper::enums::event::XidError::Value(v)) => v,
@@ -432,6 +447,22 @@ fn listen(nvml: Nvml, tx: mpsc::Sender<GpuEvent>, stop: &std::sync::atomic::Atom
             }
         }
     }
+}
+
+/// A new event set with the GPUs in `registered` (index, event types).
+fn rebuild_event_set<'n>(
+    nvml: &'n Nvml,
+    registered: &[(u32, EventTypes)],
+) -> Option<nvml_wrapper::EventSet<'n>> {
+    let mut set = nvml.create_event_set().ok()?;
+    for &(i, types) in registered {
+        set = nvml
+            .device_by_index(i)
+            .ok()?
+            .register_events(types, set)
+            .ok()?;
+    }
+    Some(set)
 }
 
 /// GPU minor numbers a process has open, from `/dev/nvidia<N>` in its maps.

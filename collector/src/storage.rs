@@ -12,6 +12,10 @@ use std::{
 };
 
 use collector_common::block::{op, BlockKey, BlockStats, LAT_BUCKETS};
+pub use vocab::hist::{bucket_lower_ns, bucket_upper_ns, quantile_ns};
+
+// The probes' histogram layout is the wire's.
+const _: () = assert!(LAT_BUCKETS == vocab::hist::LAT_BUCKETS);
 
 /// Cumulative block totals as read from the kernel at `taken`.
 #[derive(Clone, Debug)]
@@ -104,44 +108,6 @@ pub fn delta(prev: Option<&BlockStats>, cur: &BlockStats) -> BlockStats {
             .map_or(0, |b| bucket_upper_ns(b).min(cur.latency_max_ns))
     };
     d
-}
-
-/// Lower bound (inclusive) of log2 bucket `b`, ns.
-pub fn bucket_lower_ns(b: usize) -> u64 {
-    if b == 0 {
-        0
-    } else {
-        1u64 << b
-    }
-}
-
-/// Upper bound (exclusive) of log2 bucket `b`, ns.
-pub fn bucket_upper_ns(b: usize) -> u64 {
-    1u64 << (b + 1).min(63)
-}
-
-/// Quantile `q` (0..=1) of a log2 histogram, interpolated linearly inside the
-/// bucket that holds it. `None` when the histogram is empty.
-pub fn quantile_ns(hist: &[u64; LAT_BUCKETS], q: f64) -> Option<f64> {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
-    let mut seen = 0u64;
-    for (b, &c) in hist.iter().enumerate() {
-        if c == 0 {
-            continue;
-        }
-        if (seen + c) as f64 >= rank {
-            let lo = bucket_lower_ns(b) as f64;
-            let hi = bucket_upper_ns(b) as f64;
-            let frac = (rank - seen as f64) / c as f64;
-            return Some(lo + (hi - lo) * frac);
-        }
-        seen += c;
-    }
-    None
 }
 
 /// One row of a block window.
@@ -366,9 +332,12 @@ impl Device {
                 dir
             };
             let disk = disk_dir.file_name()?.to_string_lossy().into_owned();
-            let rotational = fs::read_to_string(disk_dir.join("queue/rotational"))
-                .ok()
-                .and_then(|s| s.trim().parse::<u8>().ok());
+            let rotational = crate::bounded_read::read_to_string(
+                &disk_dir.join("queue/rotational"),
+                crate::bounded_read::SYSFS_MAX,
+            )
+            .ok()
+            .and_then(|s| s.trim().parse::<u8>().ok());
             Some(Self {
                 name,
                 class: device_class(&disk, &target, rotational),

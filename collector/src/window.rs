@@ -146,10 +146,7 @@ pub fn verbs(
         .collect()
 }
 
-pub fn unix_ms(t: std::time::SystemTime) -> i64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use vocab::time::unix_ms;
 
 #[cfg(test)]
 mod tests {

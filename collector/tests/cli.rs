@@ -54,7 +54,7 @@ fn bad_flag_values_exit_2_with_one_line() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "faultline-collector: config error: collector.window_secs: must be a number of seconds in (0, 3600], got 0"
+        "faultline-collector: config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got 0"
     );
 }
 
@@ -137,4 +137,129 @@ fn check_config_prints_the_effective_settings_flags_over_file() {
     let nvml = stdout.split("[nvml]").nth(1).expect("nvml section");
     assert!(nvml.contains("enabled = false"), "{stdout}");
     let _ = std::fs::remove_file(p);
+}
+
+/// `--once --sysfs-root /typo` exited 0 with nothing: a root that does not
+/// exist is a mistake, not a host without RDMA devices.
+#[test]
+fn once_with_a_missing_sysfs_root_fails_and_says_so() {
+    let out = Command::new(BIN)
+        .args(["--once", "--sysfs-root", "/no/such/sysfs-root"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.starts_with(
+            "faultline-collector: error: --sysfs-root /no/such/sysfs-root is not a directory"
+        ),
+        "{stderr}"
+    );
+    // An existing root without class/infiniband is a host without RDMA devices.
+    let out = Command::new(BIN)
+        .args(["--once", "--sysfs-root", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// `--metrics-addr :9477` (node_exporter's `:9100` form) is accepted.
+#[test]
+fn metrics_addr_accepts_a_bare_port() {
+    let out = Command::new(BIN)
+        .args(["check-config", "--metrics-addr", ":9477"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("metrics_addr = \":9477\""), "{stdout}");
+}
+
+/// Values that used to pass `check-config` and then panic or run forever
+/// (`Duration::from_secs_f64` on 1e-300, 1e20; NaN; an endpoint without a
+/// host): each is one line and exit 2, before anything starts.
+#[test]
+fn accepted_values_never_panic() {
+    for (args, want) in [
+        (
+            &["--window", "1e-300"][..],
+            "faultline-collector: config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got 1e-300",
+        ),
+        (
+            &["--duration", "1e20"][..],
+            "error: invalid value '1e20' for '--duration <SECONDS>': must be a number of seconds in [0, 315360000], got 1e20",
+        ),
+        (
+            &["--duration", "nan"][..],
+            "error: invalid value 'nan' for '--duration <SECONDS>': must be a number of seconds in [0, 315360000], got NaN",
+        ),
+        (
+            &["--correlator", "http://"][..],
+            "faultline-collector: config error: stream.endpoint: \"http://\" is not a URL",
+        ),
+    ] {
+        for check in [true, false] {
+            let mut c = Command::new(BIN);
+            if check {
+                c.arg("check-config");
+            }
+            let out = c.args(args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.starts_with(want), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+    }
+}
+
+/// A FIFO in the sysfs tree used to hang `--once` (blocking open) and
+/// `/dev/zero` as a sysfs file or config was read until memory ran out:
+/// both are refused as "not a regular file", quickly.
+#[test]
+fn fifo_and_dev_zero_in_sysfs_or_config_do_not_hang() {
+    let root = std::env::temp_dir().join(format!("faultline-cli-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let port = root.join("class/infiniband/mlx5_0/ports/1");
+    std::fs::create_dir_all(port.join("counters")).unwrap();
+    std::fs::write(port.join("phys_state"), "5: LinkUp\n").unwrap();
+    std::fs::write(port.join("counters/symbol_error"), "7\n").unwrap();
+    let c = std::ffi::CString::new(port.join("state").to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", port.join("rate")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", port.join("counters/port_rcv_data")).unwrap();
+    let start = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .arg("--once")
+        .arg("--sysfs-root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("symbol_error") && stdout.contains(" 7"),
+        "the regular files are still read: {stdout}"
+    );
+    let out = Command::new(BIN)
+        .args(["check-config", "--config", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "faultline-collector: config error: cannot read /dev/zero: not a regular file"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
 }

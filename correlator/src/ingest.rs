@@ -1,43 +1,113 @@
 //! The ingest service: collectors stream windows; each origin's sequence is
 //! tracked so duplicates (resends after a reconnect) are dropped and gaps
 //! (spool overflow) are counted. Accepted windows can be appended to an
-//! ingest log, which also restores the per-origin state after a restart.
+//! ingest log — whole windows, one JSON line each, the format `replay`
+//! reads — which also restores the per-origin state after a restart.
 use std::{
     collections::HashMap,
-    fs::{File, OpenOptions},
-    io::{BufRead, BufReader, Write},
+    fs::File,
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
 
+use proto::record::RecordLog;
+
 use proto::v1::{ingest_server::Ingest, Origin, ResumeReply, ResumeRequest, StreamSummary, Window};
 use tonic::{Request, Response, Status, Streaming};
 
-/// Key of one collector run.
-pub type OriginKey = (String, String, String);
-
-fn key(o: &Origin) -> OriginKey {
-    (o.hostname.clone(), o.boot_id.clone(), o.instance.clone())
-}
+use crate::auth::Peer;
 
 #[derive(Debug, Default)]
 pub struct Counters {
     pub accepted: u64,
     pub duplicates: u64,
+    /// Windows never received, from sequence gaps (saturating, bounded by
+    /// `max_seq_jump` per window).
     pub missing: u64,
+    /// Windows refused, by reason (`seq_jump`, `clock_future`, `clock_past`,
+    /// `host_cap`, `rate`).
+    pub rejected: std::collections::BTreeMap<&'static str, u64>,
+    /// Windows refused because the ingest log could not be written.
+    pub log_errors: u64,
 }
 
-#[derive(Default)]
+/// Sequence numbers above this are never adopted (2^53: exact in JSON, and
+/// 285 million years of 1-second windows).
+pub const MAX_SEQ: u64 = 1 << 53;
+
+/// What ingest accepts (from the `[detect.limits]` keys of the same names,
+/// [`LimitsConfig`](crate::engine::config::LimitsConfig), docs/security.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IngestLimits {
+    /// A window may be at most this many sequence numbers past its origin's
+    /// last one.
+    pub max_seq_jump: u64,
+    /// A window ending more than this far ahead of the correlator's clock is
+    /// refused (0 = no check).
+    pub max_future_s: f64,
+    /// … or ending more than this long ago (0 = no check).
+    pub max_past_s: f64,
+    /// Distinct hostnames tracked; windows of further hosts are refused.
+    pub max_hosts: usize,
+    /// Collector runs (origins) remembered per host; the least recently
+    /// seen is forgotten first.
+    pub max_origins_per_host: usize,
+    /// Hosts silent this long are forgotten (0 = never).
+    pub idle_forget_s: f64,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        crate::engine::config::LimitsConfig::default().ingest()
+    }
+}
+
+impl IngestLimits {
+    /// For simulated or recorded clocks (the in-process simulator, replay):
+    /// the same bounds without the clock checks.
+    pub fn without_clock() -> Self {
+        Self {
+            max_future_s: 0.0,
+            max_past_s: 0.0,
+            ..Self::default()
+        }
+    }
+}
+
+/// One host's ingest state.
+#[derive(Debug)]
+struct Host {
+    /// Instance → (boot, last sequence, when last seen).
+    origins: HashMap<(String, String), (u64, std::time::Instant)>,
+    /// Token bucket of the per-host rate limit, and its last refill.
+    tokens: f64,
+    refilled: std::time::Instant,
+    seen: std::time::Instant,
+}
+
 struct Inner {
-    last_seq: HashMap<OriginKey, u64>,
+    hosts: HashMap<String, Host>,
     counters: Counters,
-    log: Option<File>,
+    log: Option<RecordLog>,
+    /// The last log write failed (logged once per episode).
+    log_failing: bool,
+    limits: IngestLimits,
+    swept: std::time::Instant,
 }
 
 /// Shared ingest state.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct IngestState {
     inner: Arc<Mutex<Inner>>,
+}
+
+/// For the in-process simulator and replay: simulated clocks, so no clock
+/// checks ([`IngestLimits::without_clock`]).
+impl Default for IngestState {
+    fn default() -> Self {
+        Self::new(IngestLimits::without_clock())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,46 +120,77 @@ pub enum IngestError {
     },
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A refusal: counted, logged at most once per reason and host per minute
+/// by the caller's status, and exported.
+fn reject(c: &mut Counters, reason: &'static str, status: Status) -> Status {
+    *c.rejected.entry(reason).or_insert(0) += 1;
+    metrics::counter!("faultline_ingest_rejected_total", "reason" => reason).increment(1);
+    status
+}
+
 impl IngestState {
+    pub fn new(limits: IngestLimits) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                hosts: HashMap::new(),
+                counters: Counters::default(),
+                log: None,
+                log_failing: false,
+                limits,
+                swept: std::time::Instant::now(),
+            })),
+        }
+    }
+
     /// With an ingest log at `path`: existing lines restore each origin's last
-    /// sequence (a truncated last line, from a crash, is ignored), and new
-    /// windows are appended.
-    pub fn with_log(path: &Path) -> Result<Self, IngestError> {
+    /// sequence (a truncated last line, from a crash, is cut off, and a
+    /// sequence above [`MAX_SEQ`], which no collector produces, is ignored),
+    /// and new windows are appended. Lines are windows in the replay format;
+    /// lines of the older summary format (`hostname`, `seq` at the top) are
+    /// read too.
+    pub fn with_log(path: &Path, limits: IngestLimits) -> Result<Self, IngestError> {
         let err = |source| IngestError::Log {
             path: path.to_path_buf(),
             source,
         };
-        let mut last_seq = HashMap::new();
+        let state = Self::new(limits);
         if path.exists() {
             let f = File::open(path).map_err(err)?;
-            for line in BufReader::new(f).lines() {
+            let mut g = state.lock();
+            let mut poisoned = 0u64;
+            for line in BufReader::new(f).split(b'\n') {
                 let line = line.map_err(err)?;
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
                     continue;
                 };
-                let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                let o = v.get("origin").unwrap_or(&v);
+                let s = |k: &str| o.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
                 let seq = v
                     .get("seq")
                     .and_then(serde_json::Value::as_u64)
                     .unwrap_or(0);
-                let e = last_seq
-                    .entry((s("hostname"), s("boot_id"), s("instance")))
-                    .or_insert(0);
-                *e = (*e).max(seq);
+                if seq > MAX_SEQ {
+                    poisoned += 1;
+                    continue;
+                }
+                g.restore(&s("hostname"), &s("boot_id"), &s("instance"), seq);
+            }
+            if poisoned > 0 {
+                tracing::warn!(
+                    lines = poisoned,
+                    "ingest log: sequence numbers above 2^53 ignored (spoofed windows accepted by an older correlator)"
+                );
             }
         }
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
-        Ok(Self {
-            inner: Arc::new(Mutex::new(Inner {
-                last_seq,
-                counters: Counters::default(),
-                log: Some(log),
-            })),
-        })
+        let log = RecordLog::open(path).map_err(err)?;
+        state.lock().log = Some(log);
+        Ok(state)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -99,7 +200,11 @@ impl IngestState {
     }
 
     pub fn last_seq(&self, o: &Origin) -> u64 {
-        self.lock().last_seq.get(&key(o)).copied().unwrap_or(0)
+        self.lock()
+            .hosts
+            .get(&o.hostname)
+            .and_then(|h| h.origins.get(&(o.instance.clone(), o.boot_id.clone())))
+            .map_or(0, |(s, _)| *s)
     }
 
     pub fn counters(&self) -> (u64, u64, u64) {
@@ -111,8 +216,25 @@ impl IngestState {
         )
     }
 
+    /// Refused windows by reason.
+    pub fn rejected(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.lock().counters.rejected.clone()
+    }
+
+    /// Hosts tracked now.
+    pub fn hosts(&self) -> usize {
+        self.lock().hosts.len()
+    }
+
     /// Accepts `w` unless it is a duplicate. Returns whether it was new.
     pub fn accept(&self, w: &Window) -> Result<bool, Status> {
+        self.admit(w, 0)
+    }
+
+    /// As [`accept`](Self::accept), charging `w` to its host's rate limit of
+    /// `rate` windows per second (one second of burst; 0 = unlimited). Every
+    /// refusal is counted by reason and never changes the origin's state.
+    pub fn admit(&self, w: &Window, rate: u32) -> Result<bool, Status> {
         let o = w
             .origin
             .as_ref()
@@ -125,35 +247,189 @@ impl IngestState {
         if w.seq == 0 {
             return Err(Status::invalid_argument("window seq must start at 1"));
         }
+        let now = std::time::Instant::now();
         let mut g = self.lock();
-        let last = g.last_seq.get(&key(o)).copied().unwrap_or(0);
+        g.sweep(now);
+        let lim = g.limits.clone();
+        let c = &mut g.counters;
+        let skew_ms = w.end_unix_ms.saturating_sub(now_ms());
+        if lim.max_future_s > 0.0 && skew_ms as f64 > lim.max_future_s * 1000.0 {
+            return Err(reject(c, "clock_future", Status::out_of_range(format!(
+                "window of {} ends {:.0} s ahead of the correlator's clock (limit {} s): fix the host's clock (NTP)",
+                o.hostname, skew_ms as f64 / 1000.0, lim.max_future_s
+            ))));
+        }
+        if lim.max_past_s > 0.0 && (-skew_ms) as f64 > lim.max_past_s * 1000.0 {
+            return Err(reject(c, "clock_past", Status::out_of_range(format!(
+                "window of {} ends {:.0} s before the correlator's clock (limit {} s): too old to judge, or the host's clock is wrong",
+                o.hostname, -skew_ms as f64 / 1000.0, lim.max_past_s
+            ))));
+        }
+        if !g.hosts.contains_key(&o.hostname) && g.hosts.len() >= lim.max_hosts {
+            return Err(reject(&mut g.counters, "host_cap", Status::resource_exhausted(format!(
+                "the correlator tracks its limit of {} hosts (detect.limits.max_hosts); host {} refused",
+                lim.max_hosts, o.hostname
+            ))));
+        }
+        let host = g.hosts.entry(o.hostname.clone()).or_insert_with(|| Host {
+            origins: HashMap::new(),
+            tokens: f64::from(rate),
+            refilled: now,
+            seen: now,
+        });
+        let okey = (o.instance.clone(), o.boot_id.clone());
+        let last = host.origins.get(&okey).map(|(s, _)| *s);
+        let bound = match last {
+            Some(l) => l.saturating_add(lim.max_seq_jump),
+            None => MAX_SEQ,
+        };
+        if w.seq > bound {
+            let msg = format!(
+                "window seq {} of {}/{} jumps past {} (last {}, detect.limits.max_seq_jump {}): refused, never adopted",
+                w.seq, o.hostname, o.instance, bound, last.unwrap_or(0), lim.max_seq_jump
+            );
+            return Err(reject(
+                &mut g.counters,
+                "seq_jump",
+                Status::out_of_range(msg),
+            ));
+        }
+        if rate > 0 {
+            let r = f64::from(rate);
+            host.tokens =
+                (host.tokens + now.duration_since(host.refilled).as_secs_f64() * r).min(r);
+            host.refilled = now;
+            if host.tokens < 1.0 {
+                return Err(reject(
+                    &mut g.counters,
+                    "rate",
+                    Status::resource_exhausted(format!(
+                    "host {} exceeds {rate} windows/s over all its streams; reconnect and resume",
+                    o.hostname
+                )),
+                ));
+            }
+            host.tokens -= 1.0;
+        }
+        host.seen = now;
+        let last = last.unwrap_or(0);
         if w.seq <= last {
+            if let Some(e) = host.origins.get_mut(&okey) {
+                e.1 = now;
+            }
             g.counters.duplicates += 1;
             return Ok(false);
         }
+        if let Some(log) = g.log.as_mut() {
+            // Not logged = not accepted: the collector keeps the window
+            // spooled and resends it after its backoff.
+            if let Err(e) = log.append(w) {
+                g.counters.log_errors += 1;
+                if !g.log_failing {
+                    g.log_failing = true;
+                    tracing::error!(error = %e, "ingest log write failed; refusing windows until it works again (free space on its filesystem)");
+                }
+                return Err(Status::unavailable(format!(
+                    "correlator ingest log write failed ({e}); retry later"
+                )));
+            }
+            if g.log_failing {
+                g.log_failing = false;
+                tracing::info!("ingest log writable again");
+            }
+        }
         if w.seq > last + 1 {
             let missing = w.seq - last - 1;
-            g.counters.missing += missing;
+            g.counters.missing = g.counters.missing.saturating_add(missing);
             tracing::warn!(
                 host = %o.hostname, instance = %o.instance, from = last + 1, to = w.seq - 1,
                 collector_dropped = w.dropped_before,
                 "windows missing from this collector"
             );
         }
-        if let Some(f) = g.log.as_mut() {
-            let line = serde_json::json!({
-                "hostname": o.hostname, "boot_id": o.boot_id, "instance": o.instance,
-                "seq": w.seq, "end_unix_ms": w.end_unix_ms, "dropped_before": w.dropped_before,
-                "ib_ports": w.ib_ports.len(), "gpus": w.gpus.len(), "events": w.events.len(),
-            });
-            writeln!(f, "{line}")
-                .and_then(|()| f.flush())
-                .map_err(|e| Status::internal(format!("ingest log write failed: {e}")))?;
-        }
-        g.last_seq.insert(key(o), w.seq);
+        g.set_seq(&o.hostname, okey, w.seq, now);
         g.counters.accepted += 1;
         Ok(true)
     }
+}
+
+impl Inner {
+    fn restore(&mut self, host: &str, boot: &str, instance: &str, seq: u64) {
+        let now = std::time::Instant::now();
+        if !self.hosts.contains_key(host) && self.hosts.len() >= self.limits.max_hosts {
+            return;
+        }
+        let key = (instance.to_string(), boot.to_string());
+        let seq = self
+            .hosts
+            .get(host)
+            .and_then(|h| h.origins.get(&key))
+            .map_or(seq, |(s, _)| (*s).max(seq));
+        self.hosts.entry(host.to_string()).or_insert_with(|| Host {
+            origins: HashMap::new(),
+            tokens: 0.0,
+            refilled: now,
+            seen: now,
+        });
+        self.set_seq(host, key, seq, now);
+    }
+
+    /// Records an origin's sequence; past `max_origins_per_host` the host's
+    /// least recently seen origin is forgotten (counted).
+    fn set_seq(&mut self, host: &str, key: (String, String), seq: u64, now: std::time::Instant) {
+        let cap = self.limits.max_origins_per_host.max(1);
+        let Some(h) = self.hosts.get_mut(host) else {
+            return;
+        };
+        if !h.origins.contains_key(&key) && h.origins.len() >= cap {
+            if let Some(old) = h
+                .origins
+                .iter()
+                .min_by_key(|(_, (_, seen))| *seen)
+                .map(|(k, _)| k.clone())
+            {
+                h.origins.remove(&old);
+                metrics::counter!("faultline_ingest_forgotten_total", "what" => "origin")
+                    .increment(1);
+            }
+        }
+        h.origins.insert(key, (seq, now));
+    }
+
+    /// Forgets hosts silent for `idle_forget_s` (at most every 10 s).
+    fn sweep(&mut self, now: std::time::Instant) {
+        if self.limits.idle_forget_s <= 0.0
+            || now.duration_since(self.swept) < std::time::Duration::from_secs(10)
+        {
+            return;
+        }
+        self.swept = now;
+        let horizon = std::time::Duration::from_secs_f64(self.limits.idle_forget_s);
+        let before = self.hosts.len();
+        self.hosts
+            .retain(|_, h| now.duration_since(h.seen) < horizon);
+        let gone = before - self.hosts.len();
+        if gone > 0 {
+            metrics::counter!("faultline_ingest_forgotten_total", "what" => "host")
+                .increment(gone as u64);
+            tracing::info!(
+                hosts = gone,
+                "ingest: forgot hosts idle past detect.limits.idle_forget_s"
+            );
+        }
+    }
+}
+
+/// Refuses a window or `Resume` for `host` from a peer bound to another host.
+fn check_identity(peer: &Peer, host: &str) -> Result<(), Status> {
+    if peer.may_speak_for(host) {
+        return Ok(());
+    }
+    metrics::counter!("faultline_ingest_rejected_total", "reason" => "identity").increment(1);
+    tracing::warn!(host, peer = %peer.describe(), "refused: the caller's certificate or token does not name this host");
+    Err(Status::permission_denied(format!(
+        "this client's certificate or token does not name host {host:?}; a collector may only send its own windows"
+    )))
 }
 
 /// The tonic service.
@@ -161,19 +437,21 @@ pub struct IngestService {
     pub state: IngestState,
     /// Accepted windows go to the engine (bounded: a slow engine slows ingest).
     pub engine: Option<tokio::sync::mpsc::Sender<Window>>,
-    /// Per-stream limit, windows per second (token bucket with one second of
-    /// burst); a stream over it ends with `RESOURCE_EXHAUSTED`, others are
-    /// unaffected. 0 = unlimited.
+    /// Per-host limit, windows per second over all of the host's streams
+    /// (token bucket with one second of burst); a stream over it ends with
+    /// `RESOURCE_EXHAUSTED`, other hosts are unaffected. 0 = unlimited.
     pub max_windows_per_sec: u32,
 }
 
 #[tonic::async_trait]
 impl Ingest for IngestService {
     async fn resume(&self, req: Request<ResumeRequest>) -> Result<Response<ResumeReply>, Status> {
+        let peer = Peer::of(&req);
         let o = req
             .into_inner()
             .origin
             .ok_or_else(|| Status::invalid_argument("resume without origin"))?;
+        check_identity(&peer, &o.hostname)?;
         Ok(Response::new(ResumeReply {
             last_seq: self.state.last_seq(&o),
         }))
@@ -183,25 +461,19 @@ impl Ingest for IngestService {
         &self,
         req: Request<Streaming<Window>>,
     ) -> Result<Response<StreamSummary>, Status> {
+        let peer = Peer::of(&req);
+        // The host this stream has proven it may speak for (checked once).
+        let mut allowed_host: Option<String> = None;
         let mut s = req.into_inner();
         let (mut accepted, mut duplicates, mut last) = (0, 0, 0);
-        let rate = f64::from(self.max_windows_per_sec);
-        let mut tokens = rate;
-        let mut refilled = std::time::Instant::now();
         while let Some(w) = s.message().await? {
-            if rate > 0.0 {
-                let now = std::time::Instant::now();
-                tokens = (tokens + now.duration_since(refilled).as_secs_f64() * rate).min(rate);
-                refilled = now;
-                if tokens < 1.0 {
-                    return Err(Status::resource_exhausted(format!(
-                        "stream exceeds {} windows/s; reconnect and resume",
-                        self.max_windows_per_sec
-                    )));
+            if let Some(o) = &w.origin {
+                if allowed_host.as_deref() != Some(o.hostname.as_str()) {
+                    check_identity(&peer, &o.hostname)?;
+                    allowed_host = Some(o.hostname.clone());
                 }
-                tokens -= 1.0;
             }
-            if self.state.accept(&w)? {
+            if self.state.admit(&w, self.max_windows_per_sec)? {
                 accepted += 1;
                 if let Some(tx) = &self.engine {
                     if tx.send(w.clone()).await.is_err() {

@@ -40,6 +40,12 @@ enum Command {
         /// `[history]`, `[web]` and `[alertmanager]` (docs/config.md).
         #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        security: correlator::auth::ServeSecurity,
+        /// Serve Prometheus metrics (refusals, drops, forgotten state;
+        /// docs/metrics.md) on this address; unset = none.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<SocketAddr>,
         /// History database (overrides `[history] path`): incidents and
         /// series survive restarts; open incidents come back open.
         #[arg(long, value_name = "FILE")]
@@ -93,14 +99,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a test PKI for mTLS (CA, server and per-host client certificates).
+    Certs(correlator::certs::CertsArgs),
     /// Check a config file and print the effective settings (defaults filled in) as TOML.
     CheckConfig { file: std::path::PathBuf },
-    /// Run a simulated cluster (collectors' streaming code, this correlator, a
-    /// subscriber) with injected faults, printing candidates live.
-    Sim(correlator::sim::SimArgs),
-    /// Detection accuracy over many seeded simulated scenarios: prints a table
-    /// and writes JSON (precision, recall, latency, incidents per fault).
-    BenchDetect(correlator::sim::detect::DetectArgs),
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
         /// Correlator URL.
@@ -121,6 +123,8 @@ enum Command {
         /// One JSON object per line instead of human-readable lines.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        auth: proto::client_tls::ClientAuth,
     },
     /// Replay windows (JSON lines, docs/replay.md) through the detectors and
     /// print candidate updates as JSON lines.
@@ -172,23 +176,7 @@ fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::D
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `RUST_LOG` when set; otherwise info, except for the simulator, whose
-    // output is its presentation (its embedded collectors' and the
-    // subscriber's info lines would repeat it once per node).
-    let default = if matches!(cli.command, Command::Sim(_)) {
-        "warn"
-    } else {
-        "info"
-    };
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    correlator::logging::init("info");
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -235,7 +223,10 @@ async fn run(cli: Cli) -> Result<()> {
             history,
             web,
             alertmanager,
+            security,
+            metrics_addr,
         } => {
+            let (tls, auth) = security.build()?;
             let file = match &config {
                 Some(p) => correlator::engine::config::load_file(p)?,
                 None => correlator::engine::config::FileConfig::default(),
@@ -274,14 +265,18 @@ async fn run(cli: Cli) -> Result<()> {
                 None => None,
             };
             let state = match &record {
-                Some(p) => ingest::IngestState::with_log(p)?,
-                None => ingest::IngestState::default(),
+                Some(p) => ingest::IngestState::with_log(p, cfg.limits.ingest())?,
+                None => ingest::IngestState::new(cfg.limits.ingest()),
             };
             let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
             let (utx, _) = tokio::sync::broadcast::channel(4096);
             let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            // Metrics are recorded from the start, whether or not served.
+            // Metrics are recorded from the start, whether or not served:
+            // on `--metrics-addr` alone and on the web UI's `/metrics`.
             let _ = correlator::telemetry::handle();
+            if let Some(addr) = metrics_addr {
+                correlator::web::serve_metrics(addr, state.clone()).await?;
+            }
             let _engine = correlator::subscribe::spawn_engine_with(
                 engine,
                 wrx,
@@ -307,8 +302,19 @@ async fn run(cli: Cli) -> Result<()> {
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
-            tracing::info!(%listen, "serving");
-            tonic::transport::Server::builder()
+            tracing::info!(%listen, tls = tls.is_some(), "serving");
+            let mut server = tonic::transport::Server::builder();
+            if let Some(tls) = tls {
+                server = server.tls_config(tls).context("TLS setup")?;
+            }
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            server
+                .max_concurrent_streams(Some(cfg.limits.max_streams_per_connection))
+                .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+                .layer(tonic::service::InterceptorLayer::new(auth))
                 .add_service(
                     IngestServer::new(ingest::IngestService {
                         state: state.clone(),
@@ -320,7 +326,7 @@ async fn run(cli: Cli) -> Result<()> {
                 .add_service(proto::v1::candidates_server::CandidatesServer::new(
                     correlator::subscribe::CandidatesService { updates: utx, open },
                 ))
-                .serve_with_shutdown(listen, async {
+                .serve_with_incoming_shutdown(correlator::conn::incoming(listener, cfg.limits.conn()), async {
                     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
                     tokio::select! {
                         _ = tokio::signal::ctrl_c() => {}
@@ -333,7 +339,8 @@ async fn run(cli: Cli) -> Result<()> {
             if let Some(o) = &opened {
                 o.recorder.flush().await;
             }
-            tracing::info!(accepted, duplicates, missing, "stopped");
+            let rejected = format!("{:?}", state.rejected());
+            tracing::info!(accepted, duplicates, missing, rejected, "stopped");
         }
         Command::Subscribe {
             endpoint,
@@ -342,13 +349,17 @@ async fn run(cli: Cli) -> Result<()> {
             job,
             min_confidence,
             json,
+            auth,
         } => {
-            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-                .with_context(|| format!("bad endpoint {endpoint}"))?
+            let (ep, token) = auth
+                .endpoint(&endpoint)
+                .with_context(|| format!("bad endpoint {endpoint}"))?;
+            let channel = ep
                 .connect()
                 .await
                 .with_context(|| format!("connecting to the correlator at {endpoint}"))?;
-            let mut client = proto::v1::candidates_client::CandidatesClient::new(channel);
+            let mut client =
+                proto::v1::candidates_client::CandidatesClient::with_interceptor(channel, token);
             let mut stream = client
                 .subscribe(proto::v1::SubscribeRequest {
                     kinds,
@@ -379,9 +390,10 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::BenchDetect(args) => correlator::sim::detect::run(&args)?,
-        Command::Sim(args) => {
-            correlator::sim::run(args).await?;
+        Command::Certs(args) => {
+            for p in correlator::certs::write_pki(&args)? {
+                println!("{}", p.display());
+            }
         }
         Command::Incidents {
             db,

@@ -2,7 +2,7 @@
 //! JSON, one per line (`docs/replay.md`), through the same ingest and
 //! detection code as live traffic; candidate updates out as JSON lines.
 use std::{
-    io::{BufRead, Write},
+    io::{BufRead as _, Write},
     path::Path,
 };
 
@@ -44,6 +44,8 @@ pub fn parse_line(text: &str) -> Result<Window, String> {
             format!("field `{path}`: {inner}")
         }
     })?;
+    de.end()
+        .map_err(|_| "more after the window: one window per line".to_string())?;
     if w.origin.as_ref().is_none_or(|o| o.hostname.is_empty()) {
         return Err("field `origin.hostname` is required".into());
     }
@@ -67,15 +69,17 @@ pub fn replay(
     })?;
     let state = IngestState::default();
     let mut stats = ReplayStats::default();
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+    for (i, line) in std::io::BufReader::new(f).split(b'\n').enumerate() {
         let line = line.map_err(|error| ReplayError::Io {
             file: file.clone(),
             error,
         })?;
-        if line.trim().is_empty() || line.trim_start().starts_with('#') {
-            continue;
-        }
-        let w = match parse_line(&line) {
+        let parsed = match std::str::from_utf8(&line) {
+            Ok(l) if l.trim().is_empty() || l.trim_start().starts_with('#') => continue,
+            Ok(l) => parse_line(l),
+            Err(e) => Err(format!("not UTF-8 text (byte {})", e.valid_up_to() + 1)),
+        };
+        let w = match parsed {
             Ok(w) => w,
             Err(message) if skip_invalid => {
                 stats.skipped_invalid += 1;

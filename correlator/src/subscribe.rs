@@ -83,7 +83,7 @@ pub fn matches(f: &SubscribeRequest, u: &CandidateUpdate) -> bool {
             || u.entity == f.host
             || u.entity.starts_with(&format!("{}/", f.host)))
         && (f.job.is_empty() || u.affected_jobs.contains(&f.job))
-        && (u.state == "resolved" || u.confidence >= f.min_confidence)
+        && (u.state == vocab::UpdateState::Resolved.as_str() || u.confidence >= f.min_confidence)
 }
 
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<CandidateUpdate, Status>> + Send>>;

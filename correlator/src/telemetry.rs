@@ -60,6 +60,30 @@ fn describe() {
         "Bytes in use in the history database"
     );
     describe_counter!(
+        "faultline_auth_refused_total",
+        "Calls refused without a valid client certificate or bearer token"
+    );
+    describe_counter!(
+        "faultline_ingest_rejected_total",
+        "Windows or Resumes refused, never adopted (reason)"
+    );
+    describe_counter!(
+        "faultline_ingest_forgotten_total",
+        "Ingest state forgotten: idle hosts, old collector runs (what)"
+    );
+    describe_counter!(
+        "faultline_engine_dropped_total",
+        "Window content over the per-window caps, findings over the open-incident cap (what)"
+    );
+    describe_counter!(
+        "faultline_engine_forgotten_hosts_total",
+        "Hosts the engine forgot (their incidents resolved as stale)"
+    );
+    describe_counter!(
+        "faultline_connections_refused_total",
+        "Connections closed at accept over the limits or for a slow handshake (reason)"
+    );
+    describe_counter!(
         "faultline_alerts_sent_total",
         "Alerts posted to Alertmanager (firing and resolved)"
     );

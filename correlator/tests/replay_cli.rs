@@ -121,3 +121,147 @@ fn a_reader_that_leaves_stops_replay_quietly_and_errors_are_said_once() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+/// Two windows on one line used to be read as the first alone; a line of
+/// invalid UTF-8 stopped the replay with no line number and could not be
+/// skipped.
+#[test]
+fn a_second_window_on_a_line_and_invalid_utf8_name_their_line() {
+    let dir = std::env::temp_dir().join(format!("faultline-replay-utf8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read_to_string(example()).unwrap();
+    let mut lines: Vec<Vec<u8>> = good
+        .lines()
+        .take(6)
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+    let two = format!(
+        "{} {}",
+        good.lines().nth(6).unwrap(),
+        good.lines().nth(7).unwrap()
+    );
+    lines.insert(2, two.into_bytes());
+    lines.insert(4, b"{\"origin\":{\"hostname\":\"n\xff1\"}}".to_vec());
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, lines.join(&b'\n')).unwrap();
+
+    let out = Command::new(BIN).arg("replay").arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "faultline-correlator: error: {} line 3: more after the window: one window per line",
+            bad.display()
+        )
+    );
+    let out = Command::new(BIN)
+        .args(["replay", "--skip-invalid"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("replayed 4 windows"), "{stderr}");
+    assert!(stderr.contains("2 invalid lines skipped"), "{stderr}");
+    assert!(
+        stderr.contains("line=5") && stderr.contains("not UTF-8 text (byte 25)"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `serve --record` writes the replay format (it used to write a summary
+/// line per window that `replay` refused): a recorded ingest log replays to
+/// the same incidents as the windows that were sent.
+#[test]
+fn serve_record_is_the_replay_format() {
+    use std::io::BufRead as _;
+    let dir = std::env::temp_dir().join(format!("faultline-serve-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = dir.join("ingest.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    // The example's windows are dated in 2027: no clock check for them.
+    let config = dir.join("correlator.toml");
+    std::fs::write(
+        &config,
+        "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n",
+    )
+    .unwrap();
+    let mut serve = Command::new(BIN)
+        .args([
+            "serve",
+            "--insecure",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--config",
+        ])
+        .arg(&config)
+        .arg("--record")
+        .arg(&record)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for "serving" on its log.
+    let mut err = std::io::BufReader::new(serve.stderr.take().unwrap());
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 && !line.contains("serving") {
+        line.clear();
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let windows: Vec<proto::v1::Window> = std::fs::read_to_string(example())
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let n = windows.len();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = proto::v1::ingest_client::IngestClient::new(
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        );
+        let summary = c
+            .stream(tokio_stream::iter(windows))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(summary.accepted as usize, n);
+    });
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let direct = Command::new(BIN)
+        .arg("replay")
+        .arg(example())
+        .output()
+        .unwrap();
+    let replayed = Command::new(BIN)
+        .arg("replay")
+        .arg(&record)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    assert!(replayed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("replayed {n} windows")),
+        "{stderr}"
+    );
+    assert!(!direct.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&replayed.stdout),
+        String::from_utf8_lossy(&direct.stdout),
+        "same incidents from the recording as from the source"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -3,3 +3,8 @@
 pub mod v1 {
     tonic::include_proto!("faultline.v1");
 }
+
+pub mod record;
+
+#[cfg(feature = "client-tls")]
+pub mod client_tls;

@@ -11,6 +11,8 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
+pub mod stream;
+
 static KERNEL: Mutex<()> = Mutex::new(());
 
 /// Serialises tests that attach probes or touch shared kernel state
@@ -393,6 +395,15 @@ impl FakeIb {
     /// Writes `value` into `<port>/<file>` (e.g. `state`, `counters/symbol_error`).
     pub fn write(&self, dev: &str, port: u32, file: &str, value: &str) {
         let p = self.port_dir(dev, port).join(file);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).expect("mkdir in fake sysfs");
+        }
+        fs::write(&p, format!("{value}\n")).expect("write fake sysfs file");
+    }
+
+    /// Writes `value` into the device's own `file` (`board_id`, `fw_ver`, `hca_type`).
+    pub fn device_file(&self, dev: &str, file: &str, value: &str) {
+        let p = self.root.join(format!("class/infiniband/{dev}/{file}"));
         fs::write(&p, format!("{value}\n")).expect("write fake sysfs file");
     }
 

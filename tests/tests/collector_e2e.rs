@@ -39,7 +39,6 @@ fn collector_joins_cuda_launches_with_gpu_state_and_serves_metrics() {
         .args([
             "--duration",
             "20",
-            "--quiet",
             "--window",
             "0.5",
             "--metrics-addr",

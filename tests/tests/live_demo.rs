@@ -28,7 +28,12 @@ fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
     let spool = std::env::temp_dir().join(format!("faultline-live-spool-{}", std::process::id()));
     let _corr = tests::KillOnDrop(
         Command::new(bin("faultline-correlator"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "serve",
+                "--insecure",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

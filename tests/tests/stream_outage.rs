@@ -2,149 +2,11 @@
 //! the correlator is killed under load and restarted, and every window
 //! arrives exactly once and in order; with a tiny spool and no correlator,
 //! the drop count equals what is missing.
-use std::{
-    collections::BTreeSet,
-    io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
+use std::collections::BTreeSet;
+
+use tests::stream::{
+    correlator, free_port, recorded, summary_field, tmp, wait_recorded, Collector,
 };
-
-use tests::bin;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn correlator(port: u16, record: &Path) -> Child {
-    Command::new(bin("faultline-correlator"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--record",
-        ])
-        .arg(record)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the correlator")
-}
-
-/// Sequence numbers in the ingest log, in file order.
-fn recorded(record: &Path) -> Vec<u64> {
-    std::fs::read_to_string(record)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let i = l.find("\"seq\":")? + 6;
-            l[i..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
-struct Collector {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    last_seq: u64,
-}
-
-impl Collector {
-    fn start(port: u16, spool: &Path, spool_max: u64, sysfs: &Path) -> Self {
-        let url = format!("http://127.0.0.1:{port}");
-        let mut child = tests::streaming_collector("0.1", &url, spool, sysfs)
-            .args(["--spool-max-bytes", &spool_max.to_string()])
-            .spawn()
-            .expect("start the collector");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    return;
-                }
-            }
-        });
-        Self {
-            child,
-            lines,
-            last_seq: 0,
-        }
-    }
-
-    /// Reads output until the collector has closed window `seq`.
-    fn wait_seq(&mut self, seq: u64) {
-        while self.last_seq < seq {
-            let l = self
-                .lines
-                .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|e| panic!("collector stopped before window {seq}: {e}"));
-            if let Some(rest) = l.strip_prefix("window ") {
-                if let Some(n) = rest.split(':').next().and_then(|n| n.parse().ok()) {
-                    self.last_seq = n;
-                }
-            }
-        }
-    }
-
-    /// SIGTERM, then the rest of the output (final window and stream summary).
-    fn stop(mut self) -> (u64, String) {
-        // SAFETY: kill(2) on our child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let mut summary = String::new();
-        for l in self.lines.iter() {
-            if let Some(rest) = l.strip_prefix("window ") {
-                if let Some(n) = rest.split(':').next().and_then(|n| n.parse().ok()) {
-                    self.last_seq = n;
-                }
-            }
-            if l.starts_with("stream:") {
-                summary = l;
-            }
-        }
-        let st = self.child.wait().expect("wait collector");
-        assert!(st.success(), "collector exit: {st}");
-        (self.last_seq, summary)
-    }
-}
-
-fn wait_recorded(record: &Path, seq: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while recorded(record).last().copied().unwrap_or(0) < seq {
-        assert!(
-            Instant::now() < deadline,
-            "correlator never recorded window {seq}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn summary_field(summary: &str, name: &str) -> u64 {
-    summary
-        .split(", ")
-        .find_map(|p| {
-            p.trim_start_matches("stream: ")
-                .strip_prefix(&format!("{name} "))
-        })
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {summary:?}"))
-}
-
-fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("faultline-stream-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp dir");
-    d
-}
 
 #[test]
 fn correlator_outage_loses_nothing_and_duplicates_nothing() {
@@ -170,7 +32,7 @@ fn correlator_outage_loses_nothing_and_duplicates_nothing() {
     corr = correlator(port, &record);
     let target = col.last_seq;
     wait_recorded(&record, target);
-    let (final_seq, summary) = col.stop();
+    let (final_seq, summary, _) = col.stop();
     wait_recorded(&record, final_seq);
     let _ = corr.kill();
     let _ = corr.wait();
@@ -211,7 +73,7 @@ fn spool_overflow_drop_count_equals_what_is_missing() {
     let mut corr = correlator(port, &record);
     col.wait_seq(corr_start + 10);
     wait_recorded(&record, col.last_seq);
-    let (final_seq, summary) = col.stop();
+    let (final_seq, summary, _) = col.stop();
     wait_recorded(&record, final_seq);
     let _ = corr.kill();
     let _ = corr.wait();

@@ -91,6 +91,7 @@ impl Run {
             Command::new(bin("faultline-correlator"))
                 .args([
                     "serve",
+                    "--insecure",
                     "--listen",
                     &format!("127.0.0.1:{port}"),
                     "--config",

@@ -90,7 +90,7 @@ ibv_devinfo -v -d rxe0 > /tmp/devinfo.txt 2>&1
 section ibv_devinfo /tmp/devinfo.txt
 
 step "start correlator"
-faultline-correlator serve --listen 127.0.0.1:50051 > /tmp/correlator.log 2>&1 &
+faultline-correlator serve --insecure --listen 127.0.0.1:50051 > /tmp/correlator.log 2>&1 &
 CORR=$!
 sleep 1
 faultline-correlator subscribe --endpoint http://127.0.0.1:50051 --json > /tmp/candidates.jsonl 2>/tmp/subscribe.log &

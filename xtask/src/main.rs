@@ -13,6 +13,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
+mod fuzz;
 mod rdma_vm;
 
 #[derive(Debug, Parser)]
@@ -28,7 +29,7 @@ enum Cmd {
     Build,
     /// Build, then run the embedded default: a simulated 32-node cluster with
     /// an injected degrading InfiniBand link, streaming to the correlator, with
-    /// a subscriber printing candidates (`faultline-correlator sim ARGS`). With
+    /// a subscriber printing candidates (`faultline-sim ARGS`). With
     /// `--host`, run the collector on this host instead (`faultline-collector ARGS`).
     Run {
         #[arg(long)]
@@ -51,6 +52,14 @@ enum Cmd {
     /// a killed peer under faultline's collector and correlator, and check what
     /// they saw (pass/fail table, guest log and JSON in target/rdma-vm/).
     RdmaVm(rdma_vm::Args),
+    /// Run every cargo-fuzz target (`fuzz/`) for a bounded time from the
+    /// corpora in the repo (needs cargo-fuzz and the pinned nightly:
+    /// scripts/setup.sh).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 20)]
+        secs: u64,
+    },
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -82,7 +91,16 @@ fn release_bin(name: &str) -> std::path::PathBuf {
 
 fn build() -> Result<()> {
     let mut c = cargo();
-    c.args(["build", "--release", "-p", "collector", "-p", "correlator"]);
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "collector",
+        "-p",
+        "correlator",
+        "-p",
+        "sim",
+    ]);
     run(c)
 }
 
@@ -96,8 +114,7 @@ fn main() -> Result<()> {
                 c.args(args);
                 return run(c);
             }
-            let mut c = Command::new("target/release/faultline-correlator");
-            c.arg("sim");
+            let mut c = Command::new(release_bin("faultline-sim"));
             if args.is_empty() {
                 c.args(["--inject", "ib-link-degrade", "--duration", "40"]);
                 // The web UI keeps serving the run's incidents until Ctrl-C.
@@ -108,12 +125,13 @@ fn main() -> Result<()> {
             run(c)
         }
         Cmd::Test { args } => test(&args),
+        Cmd::Fuzz { secs } => fuzz::run(secs),
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::BenchDetect { args } => {
             let mut c = cargo();
-            c.args(["build", "--release", "-p", "correlator"]);
+            c.args(["build", "--release", "-p", "sim"]);
             run(c)?;
-            let mut c = Command::new("target/release/faultline-correlator");
+            let mut c = Command::new(release_bin("faultline-sim"));
             c.arg("bench-detect").args(args);
             run(c)
         }
@@ -219,6 +237,14 @@ fn test(args: &[String]) -> Result<()> {
     )?;
     if !status.success() {
         bail!("cargo test failed: {status}");
+    }
+    // Fuzzing, bounded: FAULTLINE_FUZZ_SECS per target (default 10, 0 = skip).
+    let secs = std::env::var("FAULTLINE_FUZZ_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    if secs > 0 {
+        fuzz::run(secs)?;
     }
     Ok(())
 }

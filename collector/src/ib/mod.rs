@@ -2,7 +2,6 @@
 //! state, rate, link layer, LID and every counter in `counters/` and
 //! `hw_counters/`, with the counters' real semantics (4-byte data words,
 //! saturating legacy widths, resets, missing files) turned into safe rates.
-pub mod counters;
 pub mod prom;
 pub mod rates;
 pub mod sysfs;

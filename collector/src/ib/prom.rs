@@ -1,126 +1,155 @@
-//! Prometheus text for InfiniBand ports. Names follow node_exporter's
-//! infiniband collector with `node_` replaced by `faultline_`; what
-//! node_exporter lacks gets `faultline_infiniband_*` names of its own.
-use std::{collections::BTreeMap, fmt::Write as _};
+//! Prometheus text for InfiniBand ports. Every series node_exporter's
+//! infiniband collector exports for a sysfs tree appears here with the same
+//! name (`node_` → `faultline_`), labels and value: the `counters/`
+//! families, the `counters_ext/` `legacy_*` ones, the `hw_counters/` ones it
+//! names, `lifespan_seconds` and `info`. What node_exporter lacks gets
+//! `faultline_infiniband_*` names of its own.
+use std::collections::BTreeSet;
 
-use super::{counters, rates::RateTracker, sysfs::PortSnapshot};
+use super::{rates::RateTracker, sysfs::PortSnapshot};
+use crate::prom_text::{Kind, Text};
+use vocab::ib as counters;
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-struct Family {
-    help: String,
-    kind: &'static str,
-    samples: Vec<String>,
-}
+const P: &str = "faultline_infiniband_";
 
 /// Renders the current snapshot. `tracker` (optional) adds reset counts.
 pub fn render(ports: &[PortSnapshot], tracker: Option<&RateTracker>) -> String {
-    let mut fams: BTreeMap<String, Family> = BTreeMap::new();
-    let mut add = |name: &str, help: &str, kind: &'static str, labels: String, value: String| {
-        fams.entry(format!("faultline_infiniband_{name}"))
-            .or_insert_with(|| Family {
-                help: help.to_string(),
-                kind,
-                samples: Vec::new(),
-            })
-            .samples
-            .push(format!("{{{labels}}} {value}"));
+    let mut t = Text::new();
+    let mut add = |name: &str, help: &str, kind: Kind, labels: &[(&str, &str)], v: u64| {
+        t.sample(&format!("{P}{name}"), help, kind, labels, v);
     };
+    let mut infos = BTreeSet::new();
     for p in ports {
-        let dp = format!("device=\"{}\",port=\"{}\"", esc(&p.device), p.port);
+        let port = p.port.to_string();
+        let dp: &[(&str, &str)] = &[("device", &p.device), ("port", &port)];
+        if infos.insert(&p.device) {
+            add(
+                "info",
+                "Non-numeric data from /sys/class/infiniband/<device>, value is always 1",
+                Kind::Gauge,
+                &[
+                    ("device", &p.device),
+                    ("board_id", &p.hca.board_id),
+                    ("firmware_version", &p.hca.firmware_version),
+                    ("hca_type", &p.hca.hca_type),
+                ],
+                1,
+            );
+        }
         if let Some(s) = p.state {
-            add("state_id", "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)", "gauge", dp.clone(), s.to_string());
+            add("state_id", "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)", Kind::Gauge, dp, u64::from(s));
         }
         if let Some(s) = p.phys_state {
-            add("physical_state_id", "Physical state of the InfiniBand port (1: sleep, 2: polling, 3: disabled, 4: training, 5: link up, 6: link error recovery, 7: phy test)", "gauge", dp.clone(), s.to_string());
+            add("physical_state_id", "Physical state of the InfiniBand port (1: sleep, 2: polling, 3: disabled, 4: training, 5: link up, 6: link error recovery, 7: phy test)", Kind::Gauge, dp, u64::from(s));
         }
         if let Some(r) = p.rate_bytes_per_sec {
             add(
                 "rate_bytes_per_second",
                 "Maximum signal transfer rate",
-                "gauge",
-                dp.clone(),
-                r.to_string(),
+                Kind::Gauge,
+                dp,
+                r,
             );
         }
         for (file, &v) in &p.counters {
+            let c: &[(&str, &str)] = &[("device", &p.device), ("port", &port), ("counter", file)];
             match counters::spec(file) {
                 Some(spec) => {
                     add(
                         spec.metric,
                         spec.help,
-                        "counter",
-                        dp.clone(),
-                        v.saturating_mul(spec.scale).to_string(),
+                        Kind::Counter,
+                        dp,
+                        v.saturating_mul(spec.scale),
                     );
-                    if counters::saturation(file).is_some_and(|m| v >= m) {
-                        add("counter_saturated", "1 when a legacy port counter sits at its maximum and has stopped counting (faultline)", "gauge", format!("{dp},counter=\"{}\"", esc(file)), "1".into());
+                    if counters::is_saturated(file, v) {
+                        add("counter_saturated", "1 when a legacy port counter sits at its maximum and has stopped counting (faultline)", Kind::Gauge, c, 1);
                     }
                 }
                 None => add(
-                    "counter_total",
+                    "port_other_total",
                     "Other counters/ files, raw value (faultline)",
-                    "counter",
-                    format!("{dp},counter=\"{}\"", esc(file)),
-                    v.to_string(),
+                    Kind::Counter,
+                    c,
+                    v,
+                ),
+            }
+        }
+        for (file, &v) in &p.counters_ext {
+            match counters::ext_spec(file) {
+                Some(spec) => add(
+                    spec.metric,
+                    spec.help,
+                    Kind::Counter,
+                    dp,
+                    v.saturating_mul(spec.scale),
+                ),
+                None => add(
+                    "ext_other_total",
+                    "Other counters_ext/ files, raw value (faultline)",
+                    Kind::Counter,
+                    &[("device", &p.device), ("port", &port), ("counter", file)],
+                    v,
                 ),
             }
         }
         for (file, &v) in &p.hw_counters {
-            add(
-                "hw_counter_total",
-                "Driver hw_counters/ files, raw value (faultline)",
-                "counter",
-                format!("{dp},counter=\"{}\"", esc(file)),
-                v.to_string(),
-            );
+            if file == counters::HW_LIFESPAN {
+                add("lifespan_seconds", "Aging period of the hw_counters reads: two reads within it may return the same values (whole seconds)", Kind::Gauge, dp, v / 1000);
+                continue;
+            }
+            match counters::hw_spec(file) {
+                Some(spec) => add(spec.metric, spec.help, Kind::Counter, dp, v),
+                None => add(
+                    "hw_other_total",
+                    "Other driver hw_counters/ files, raw value (faultline)",
+                    Kind::Counter,
+                    &[("device", &p.device), ("port", &port), ("counter", file)],
+                    v,
+                ),
+            }
         }
         if let Some(ll) = &p.link_layer {
             add(
                 "link_layer_info",
                 "Link layer of the port (faultline)",
-                "gauge",
-                format!("{dp},link_layer=\"{}\"", esc(ll)),
-                "1".into(),
+                Kind::Gauge,
+                &[("device", &p.device), ("port", &port), ("link_layer", ll)],
+                1,
             );
         }
         if let Some(lid) = p.lid {
             add(
                 "lid",
                 "Local identifier of the port (faultline)",
-                "gauge",
-                dp.clone(),
-                lid.to_string(),
+                Kind::Gauge,
+                dp,
+                u64::from(lid),
             );
         }
         add(
             "read_errors",
             "Files of this port that were missing or unreadable in the last read (faultline)",
-            "gauge",
-            dp.clone(),
-            p.read_errors.len().to_string(),
+            Kind::Gauge,
+            dp,
+            p.read_errors.len() as u64,
         );
-        if let Some(t) = tracker {
+        add(
+            "counters_unavailable",
+            "Counter files of this port that read \"N/A (no PMA)\": no performance management agent (faultline)",
+            Kind::Gauge,
+            dp,
+            p.unavailable.len() as u64,
+        );
+        if let Some(tr) = tracker {
             add(
-                "counter_resets_total",
+                "resets_total",
                 "Counter resets (value went down) seen on this port (faultline)",
-                "counter",
-                dp.clone(),
-                t.resets(&p.device, p.port).to_string(),
+                Kind::Counter,
+                dp,
+                tr.resets(&p.device, p.port),
             );
         }
     }
-    let mut s = String::new();
-    for (name, f) in fams {
-        let _ = writeln!(s, "# HELP {name} {}", f.help);
-        let _ = writeln!(s, "# TYPE {name} {}", f.kind);
-        for sample in f.samples {
-            let _ = writeln!(s, "{name}{sample}");
-        }
-    }
-    s
+    t.render()
 }

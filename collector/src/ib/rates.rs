@@ -4,7 +4,8 @@
 //! pinned at its maximum has stopped counting, so its rate is unknown.
 use std::collections::BTreeMap;
 
-use super::{counters, sysfs::PortSnapshot};
+use super::sysfs::PortSnapshot;
+use vocab::ib as counters;
 
 /// What one counter did in one window.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -67,7 +68,7 @@ pub struct RateTracker {
 }
 
 fn change(file: &str, prev: u64, cur: u64, scale: u64, secs: f64) -> CounterChange {
-    if counters::saturation(file).is_some_and(|max| cur >= max) {
+    if counters::is_saturated(file, cur) {
         return CounterChange::Saturated;
     }
     if cur < prev {
@@ -135,6 +136,18 @@ impl RateTracker {
             };
             let scale = counters::spec(file).map_or(1, |s| s.scale);
             cs.insert(file.clone(), change(file, p, v, scale, secs));
+        }
+        // `counters_ext/` holds the 64-bit versions of the data and packet
+        // counters on older kernels: they replace the 32-bit ones.
+        for (file, &v) in &cur.counters_ext {
+            let (Some(&p), Some(spec)) = (prev.counters_ext.get(file), counters::ext_spec(file))
+            else {
+                continue;
+            };
+            cs.insert(
+                spec.widens.to_string(),
+                change(file, p, v, spec.scale, secs),
+            );
         }
         let mut hw = BTreeMap::new();
         for (file, &v) in &cur.hw_counters {

@@ -27,14 +27,45 @@ pub struct PortSnapshot {
     pub counters: BTreeMap<String, u64>,
     /// Raw values of `hw_counters/*`.
     pub hw_counters: BTreeMap<String, u64>,
+    /// Raw values of `counters_ext/*` (64-bit counters of older kernels, mlx4).
+    pub counters_ext: BTreeMap<String, u64>,
+    /// Counter files that read "N/A (no PMA)": the port has no performance
+    /// management agent (iWARP); not read errors.
+    pub unavailable: Vec<String>,
+    /// The HCA's identity (`board_id`, `fw_ver`, `hca_type`).
+    pub hca: HcaInfo,
     /// (file, error) for every file that could not be read or parsed.
     pub read_errors: Vec<(String, String)>,
+}
+
+/// Non-numeric facts of an HCA (`<root>/class/infiniband/<dev>/`); empty
+/// when the driver does not expose the file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HcaInfo {
+    pub board_id: String,
+    pub firmware_version: String,
+    pub hca_type: String,
+}
+
+impl HcaInfo {
+    fn read(dev: &Path) -> Self {
+        let f = |n: &str| {
+            crate::bounded_read::read_to_string(&dev.join(n), crate::bounded_read::SYSFS_MAX)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        Self {
+            board_id: f("board_id"),
+            firmware_version: f("fw_ver"),
+            hca_type: f("hca_type"),
+        }
+    }
 }
 
 impl PortSnapshot {
     /// Entity name of this port on `host`: `<host>/<hca>/<port>`.
     pub fn entity(&self, host: &str) -> String {
-        format!("{host}/{}/{}", self.device, self.port)
+        vocab::entity::port(host, &self.device, self.port)
     }
 }
 
@@ -57,6 +88,7 @@ pub fn read_ports(sysfs_root: &Path) -> io::Result<Vec<PortSnapshot>> {
         let Ok(ports) = fs::read_dir(path.join("ports")) else {
             continue;
         };
+        let hca = HcaInfo::read(&path);
         let mut nums: Vec<(u32, PathBuf)> = ports
             .flatten()
             .filter_map(|e| {
@@ -66,16 +98,17 @@ pub fn read_ports(sysfs_root: &Path) -> io::Result<Vec<PortSnapshot>> {
             .collect();
         nums.sort();
         for (n, p) in nums {
-            out.push(read_port(&dev, n, &p));
+            out.push(read_port(&dev, n, &p, &hca));
         }
     }
     Ok(out)
 }
 
-fn read_port(device: &str, port: u32, dir: &Path) -> PortSnapshot {
+fn read_port(device: &str, port: u32, dir: &Path, hca: &HcaInfo) -> PortSnapshot {
     let mut errors = Vec::new();
+    let mut unavailable = Vec::new();
     let mut text = |name: &str| -> Option<String> {
-        match fs::read_to_string(dir.join(name)) {
+        match crate::bounded_read::read_to_string(&dir.join(name), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => Some(s.trim().to_string()),
             Err(e) => {
                 errors.push((name.to_string(), e.to_string()));
@@ -89,8 +122,12 @@ fn read_port(device: &str, port: u32, dir: &Path) -> PortSnapshot {
     let link_layer = text("link_layer");
     let lid = text("lid").and_then(|s| parse_lid(&s));
     let rate_bytes_per_sec = rate_text.as_deref().and_then(parse_rate);
-    let counters = read_counter_dir(&dir.join("counters"), "counters", &mut errors);
-    let hw_counters = read_counter_dir(&dir.join("hw_counters"), "hw_counters", &mut errors);
+    let mut dir_of =
+        |name: &str| read_counter_dir(&dir.join(name), name, &mut errors, &mut unavailable);
+    let counters = dir_of("counters");
+    let hw_counters = dir_of("hw_counters");
+    let counters_ext = dir_of("counters_ext");
+    unavailable.sort();
     PortSnapshot {
         device: device.to_string(),
         port,
@@ -103,16 +140,21 @@ fn read_port(device: &str, port: u32, dir: &Path) -> PortSnapshot {
         lid,
         counters,
         hw_counters,
+        counters_ext,
+        unavailable,
+        hca: hca.clone(),
         read_errors: errors,
     }
 }
 
 /// Reads every regular file of a counter directory. A missing directory is
-/// normal (rxe has no `counters/`, old drivers no `hw_counters/`).
+/// normal (rxe has no `counters/`, old drivers no `hw_counters/`, new
+/// kernels no `counters_ext/`); so is a counter a port cannot serve.
 fn read_counter_dir(
     dir: &Path,
     label: &str,
     errors: &mut Vec<(String, String)>,
+    unavailable: &mut Vec<String>,
 ) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let Ok(rd) = fs::read_dir(dir) else {
@@ -123,10 +165,13 @@ fn read_counter_dir(
         if !e.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        match fs::read_to_string(e.path()) {
+        match crate::bounded_read::read_to_string(&e.path(), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => match parse_counter(&s) {
                 Some(v) => {
                     out.insert(name, v);
+                }
+                None if s.trim() == vocab::ib::NO_PMA => {
+                    unavailable.push(format!("{label}/{name}"))
                 }
                 None => errors.push((
                     format!("{label}/{name}"),

@@ -7,6 +7,8 @@
 //! windows are dropped and counted (the next window carries the count).
 pub mod sender;
 pub mod spool;
+/// TLS and token credentials for the correlator connection.
+pub use proto::client_tls as tls;
 
 pub use sender::{spawn, SenderConfig, SenderStats};
 pub use spool::Spool;

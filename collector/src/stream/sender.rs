@@ -8,10 +8,11 @@ use std::{
     time::Duration,
 };
 
+use super::tls::{AuthChannel, BearerToken};
 use proto::v1::{ingest_client::IngestClient, ResumeRequest, Window};
 use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use super::Spool;
 
@@ -25,6 +26,8 @@ pub struct SenderConfig {
     pub backoff_max: Duration,
     /// How often to ask the correlator what it has (prunes the spool).
     pub resume_every: Duration,
+    /// TLS and token credentials for `endpoint` (none for `http://`).
+    pub auth: super::tls::ClientAuth,
 }
 
 /// Counters shared with the collector's main loop (and exported as metrics).
@@ -40,6 +43,8 @@ pub struct SenderStats {
     pub dropped: AtomicU64,
     /// Windows in the spool now.
     pub pending: AtomicU64,
+    /// Damaged spool files moved to quarantine (included in `dropped`).
+    pub quarantined: AtomicU64,
     pub connected: AtomicBool,
     pub connects: AtomicU64,
 }
@@ -47,10 +52,11 @@ pub struct SenderStats {
 impl SenderStats {
     pub fn summary(&self) -> String {
         format!(
-            "stream: spooled {}, delivered {}, dropped {}, pending {}, sent {} (resends included), connects {}",
+            "stream: spooled {}, delivered {}, dropped {}, quarantined {}, pending {}, sent {} (resends included), connects {}",
             self.spooled.load(Ordering::Relaxed),
             self.delivered.load(Ordering::Relaxed),
             self.dropped.load(Ordering::Relaxed),
+            self.quarantined.load(Ordering::Relaxed),
             self.pending.load(Ordering::Relaxed),
             self.sent.load(Ordering::Relaxed),
             self.connects.load(Ordering::Relaxed),
@@ -69,40 +75,82 @@ pub fn spawn(
     let stats = Arc::new(SenderStats::default());
     stats.pending.store(spool.len() as u64, Ordering::Relaxed);
     let st = stats.clone();
-    let h = tokio::spawn(async move { run(cfg, spool, rx, st, drain).await });
+    let h = tokio::spawn(run(cfg, spool, rx, st, drain));
     Ok((h, stats))
 }
 
-/// Capped exponential backoff with full jitter in [d/2, d].
-fn jittered(d: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.subsec_nanos());
-    let frac = 0.5 + f64::from(nanos % 1000) / 2000.0;
-    d.mul_f64(frac)
+/// How long one `Resume` call may take before the attempt counts as failed.
+const RESUME_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Capped exponential backoff with full jitter: after the n-th consecutive
+/// failure the wait is uniformly random in [0, min(max, min·2ⁿ)]; one
+/// successful delivery resets it. Every failure path goes through it, so no
+/// failure can make a tight reconnect loop.
+#[derive(Debug)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max: max.max(min),
+            failures: 0,
+        }
+    }
+
+    /// Upper bound of the next wait.
+    pub fn cap(&self) -> Duration {
+        self.min
+            .saturating_mul(1u32 << self.failures.min(20))
+            .min(self.max)
+    }
+
+    /// The wait after one more failure.
+    pub fn next_wait(&mut self) -> Duration {
+        let cap = self.cap();
+        self.failures = self.failures.saturating_add(1);
+        cap.mul_f64(fastrand::f64())
+    }
+
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
 }
 
 struct Sender {
     cfg: SenderConfig,
     spool: Spool,
     stats: Arc<SenderStats>,
+    rx: mpsc::Receiver<Window>,
+    /// Set when the input closed: deliver until then, and return.
+    closing: Option<Instant>,
+    drain: Duration,
     /// Spool names sent on the current stream and not yet confirmed.
     in_flight: std::collections::BTreeSet<String>,
     /// Evicted from the spool after being sent: delivered or lost, decided by
     /// the next `Resume`.
     evicted_sent: std::collections::BTreeSet<String>,
-    /// Origins by instance, for `Resume` of evicted windows.
-    origins: std::collections::HashMap<String, proto::v1::Origin>,
+    /// Quarantined spool files already counted as dropped.
+    quarantined_seen: u64,
+}
+
+/// How a connection attempt ended.
+enum Session {
+    /// Windows were delivered: reconnect without growing the backoff.
+    Progress,
+    /// Nothing delivered (unreachable, refused, failed): back off.
+    Failed,
+    /// The input closed and the drain time is over (or nothing is left).
+    Done,
 }
 
 impl Sender {
     fn push(&mut self, mut w: Window) {
         w.dropped_before = self.stats.dropped.load(Ordering::Relaxed);
-        if let Some(o) = &w.origin {
-            if !self.origins.contains_key(&o.instance) {
-                self.origins.insert(o.instance.clone(), o.clone());
-            }
-        }
         match self.spool.push(&w) {
             Ok(evicted) => {
                 self.stats.spooled.fetch_add(1, Ordering::Relaxed);
@@ -132,7 +180,14 @@ impl Sender {
         self.pending();
     }
 
-    fn pending(&self) {
+    fn pending(&mut self) {
+        // Quarantined files are windows that will never be delivered.
+        let q = self.spool.quarantined - self.quarantined_seen;
+        if q > 0 {
+            self.quarantined_seen = self.spool.quarantined;
+            self.stats.dropped.fetch_add(q, Ordering::Relaxed);
+            self.stats.quarantined.fetch_add(q, Ordering::Relaxed);
+        }
         self.stats
             .pending
             .store(self.spool.len() as u64, Ordering::Relaxed);
@@ -140,72 +195,89 @@ impl Sender {
         metrics::gauge!("faultline_spool_bytes").set(self.spool.bytes() as f64);
     }
 
-    /// Asks the correlator what it has of every instance in the spool and
-    /// removes those windows.
-    async fn resume(&mut self, client: &mut IngestClient<Channel>) -> Result<(), tonic::Status> {
-        for inst in self.spool.instances() {
-            let Some(name) = self
-                .spool
-                .names_after(None)
-                .into_iter()
-                .find(|n| n.starts_with(&format!("{inst}~")))
-            else {
-                continue;
-            };
-            let Some(w) = self.spool.read(&name) else {
-                continue;
-            };
-            let reply = client
-                .resume(ResumeRequest { origin: w.origin })
-                .await?
-                .into_inner();
-            let n = self.spool.remove_upto(&inst, reply.last_seq);
-            self.in_flight.retain(|name| {
-                super::spool::parse_name(name).is_none_or(|(i, s)| i != inst || s > reply.last_seq)
-            });
-            self.stats.delivered.fetch_add(n as u64, Ordering::Relaxed);
-            metrics::counter!("faultline_windows_sent_total").increment(n as u64);
-        }
-        // Windows evicted after they were sent: confirmed ones were delivered.
-        if !self.evicted_sent.is_empty() {
-            let names: Vec<String> = self.evicted_sent.iter().cloned().collect();
-            let mut last: std::collections::HashMap<String, Option<u64>> =
-                std::collections::HashMap::new();
-            for name in names {
-                let Some((inst, seq)) = super::spool::parse_name(&name) else {
-                    continue;
-                };
-                if !last.contains_key(&inst) {
-                    let origin = proto::v1::Origin {
-                        instance: inst.clone(),
-                        ..self.origin_of(&inst)
-                    };
-                    let l = client
-                        .resume(ResumeRequest {
-                            origin: Some(origin),
-                        })
-                        .await
-                        .ok()
-                        .map(|r| r.into_inner().last_seq);
-                    last.insert(inst.clone(), l);
-                }
-                if let Some(Some(l)) = last.get(&inst) {
-                    if seq <= *l {
-                        self.evicted_sent.remove(&name);
-                        self.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                        metrics::counter!("faultline_windows_sent_total").increment(1);
-                    }
-                }
-            }
-        }
-        self.pending();
-        Ok(())
+    fn closing_due(&self) -> bool {
+        self.closing.is_some_and(|t| Instant::now() >= t)
     }
 
-    /// The origin (host, boot) of a spool instance, from any window of it
-    /// seen in this process.
-    fn origin_of(&self, inst: &str) -> proto::v1::Origin {
-        self.origins.get(inst).cloned().unwrap_or_default()
+    /// Takes one window from the input (or notes that it closed).
+    fn input(&mut self, w: Option<Window>) {
+        match w {
+            Some(w) => self.push(w),
+            None => self.closing = Some(Instant::now() + self.drain),
+        }
+    }
+
+    /// Waits `wait`, spooling input meanwhile; returns early at the end of
+    /// the drain time.
+    async fn wait(&mut self, wait: Duration) {
+        let until = Instant::now() + wait;
+        loop {
+            let end = self.closing.map_or(until, |c| c.min(until));
+            tokio::select! {
+                w = self.rx.recv(), if self.closing.is_none() => self.input(w),
+                () = tokio::time::sleep_until(end) => return,
+            }
+        }
+    }
+
+    /// `Resume` for one origin, bounded in time.
+    async fn ask(
+        client: &mut IngestClient<AuthChannel>,
+        origin: proto::v1::Origin,
+    ) -> Result<u64, tonic::Status> {
+        let call = client.resume(ResumeRequest {
+            origin: Some(origin),
+        });
+        match tokio::time::timeout(RESUME_TIMEOUT, call).await {
+            Ok(r) => Ok(r?.into_inner().last_seq),
+            Err(_) => Err(tonic::Status::deadline_exceeded(
+                "the correlator did not answer Resume in time",
+            )),
+        }
+    }
+
+    /// Asks the correlator what it has of every instance in the spool and
+    /// removes those windows. Returns how many were confirmed.
+    async fn resume(
+        &mut self,
+        client: &mut IngestClient<AuthChannel>,
+    ) -> Result<u64, tonic::Status> {
+        let mut confirmed = 0u64;
+        for inst in self.spool.instances() {
+            let Some(origin) = self.spool.origin(&inst).cloned() else {
+                continue;
+            };
+            let last_seq = Self::ask(client, origin).await?;
+            check_resume(&inst, last_seq, self.spool.names_after(None).as_slice());
+            let n = self.spool.remove_upto(&inst, last_seq) as u64;
+            self.in_flight.retain(|name| {
+                super::spool::parse_name(name).is_none_or(|(i, s)| i != inst || s > last_seq)
+            });
+            confirmed += n;
+        }
+        // Windows evicted after they were sent: confirmed ones were delivered.
+        let mut last: std::collections::HashMap<String, Option<u64>> =
+            std::collections::HashMap::new();
+        for name in self.evicted_sent.clone() {
+            let Some((inst, seq)) = super::spool::parse_name(&name) else {
+                continue;
+            };
+            if !last.contains_key(&inst) {
+                let l = match self.spool.origin(&inst).cloned() {
+                    Some(o) => Self::ask(client, o).await.ok(),
+                    None => None,
+                };
+                last.insert(inst.clone(), l);
+            }
+            if last.get(&inst).copied().flatten().is_some_and(|l| seq <= l) {
+                self.evicted_sent.remove(&name);
+                confirmed += 1;
+            }
+        }
+        self.stats.delivered.fetch_add(confirmed, Ordering::Relaxed);
+        metrics::counter!("faultline_windows_sent_total").increment(confirmed);
+        self.pending();
+        Ok(confirmed)
     }
 
     /// After a stream ended and the correlator was asked what it has: evicted
@@ -220,136 +292,248 @@ impl Sender {
         }
         self.in_flight.clear();
     }
-}
 
-async fn run(
-    cfg: SenderConfig,
-    spool: Spool,
-    mut rx: mpsc::Receiver<Window>,
-    stats: Arc<SenderStats>,
-    drain: Duration,
-) {
-    let mut s = Sender {
-        cfg,
-        spool,
-        stats,
-        in_flight: std::collections::BTreeSet::new(),
-        evicted_sent: std::collections::BTreeSet::new(),
-        origins: std::collections::HashMap::new(),
-    };
-    let mut backoff = s.cfg.backoff_min;
-    let mut closing: Option<Instant> = None;
-    loop {
-        if closing.is_some_and(|t| Instant::now() >= t) {
-            return;
-        }
-        // Connect (keep spooling meanwhile).
-        let endpoint = match Endpoint::from_shared(s.cfg.endpoint.clone()) {
-            Ok(e) => e.connect_timeout(Duration::from_secs(2)),
+    /// One connection: connect, resume, stream the spool until the stream
+    /// ends or the drain time is over.
+    async fn session(&mut self) -> Session {
+        let (endpoint, token) = match endpoint(&self.cfg) {
+            Ok(e) => e,
             Err(e) => {
-                tracing::error!(endpoint = %s.cfg.endpoint, error = %e, "bad correlator endpoint; spooling only");
+                tracing::error!(endpoint = %self.cfg.endpoint, error = %e, "bad correlator endpoint; spooling only");
                 // Keep spooling until the input closes.
-                while let Some(w) = rx.recv().await {
-                    s.push(w);
+                while let Some(w) = self.rx.recv().await {
+                    self.push(w);
                 }
-                return;
+                return Session::Done;
             }
         };
         let chan = match endpoint.connect().await {
             Ok(c) => c,
             Err(e) => {
-                tracing::debug!(error = %e, "correlator unreachable");
-                let wait = jittered(backoff);
-                backoff = (backoff * 2).min(s.cfg.backoff_max);
-                let until = Instant::now() + wait;
-                loop {
-                    tokio::select! {
-                        w = rx.recv(), if closing.is_none() => match w {
-                            Some(w) => s.push(w),
-                            None => closing = Some(Instant::now() + drain),
-                        },
-                        () = tokio::time::sleep_until(closing.map_or(until, |c| c.min(until))) => break,
-                    }
-                }
-                continue;
+                tracing::warn!(endpoint = %self.cfg.endpoint, error = %e, "correlator unreachable; spooling and retrying");
+                return Session::Failed;
             }
         };
-        let mut client = IngestClient::new(chan);
-        if let Err(e) = s.resume(&mut client).await {
-            tracing::debug!(error = %e, "resume failed");
-            continue;
-        }
-        backoff = s.cfg.backoff_min;
-        s.stats.connected.store(true, Ordering::Relaxed);
-        s.stats.connects.fetch_add(1, Ordering::Relaxed);
+        let mut client = IngestClient::with_interceptor(chan, token);
+        let mut delivered = match self.resume(&mut client).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "resume failed; retrying");
+                return Session::Failed;
+            }
+        };
+        self.stats.connected.store(true, Ordering::Relaxed);
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!("faultline_correlator_connected").set(1.0);
-        tracing::info!(endpoint = %s.cfg.endpoint, pending = s.spool.len(), "streaming to the correlator");
+        tracing::info!(endpoint = %self.cfg.endpoint, pending = self.spool.len(), "streaming to the correlator");
+        let done = self.stream(&mut client, &mut delivered).await;
+        self.stats.connected.store(false, Ordering::Relaxed);
+        metrics::gauge!("faultline_correlator_connected").set(0.0);
+        if done || (self.closing.is_some() && self.spool.is_empty()) {
+            Session::Done
+        } else if delivered > 0 {
+            Session::Progress
+        } else {
+            Session::Failed
+        }
+    }
 
+    /// Streams the spool on one call; returns true when the drain time ended
+    /// it. Confirmed windows are added to `delivered`.
+    async fn stream(
+        &mut self,
+        client: &mut IngestClient<AuthChannel>,
+        delivered: &mut u64,
+    ) -> bool {
         let (tx, req_rx) = mpsc::channel::<Window>(64);
         let mut stream_client = client.clone();
         let mut call =
             Box::pin(async move { stream_client.stream(ReceiverStream::new(req_rx)).await });
         let mut last_sent: Option<String> = None;
-        let mut resume_tick = tokio::time::interval(s.cfg.resume_every);
+        let mut resume_tick = tokio::time::interval(self.cfg.resume_every);
         resume_tick.tick().await;
         let mut tx = Some(tx);
-        'stream: loop {
+        loop {
             // Send everything not yet sent on this stream, in order.
             if let Some(t) = tx.as_ref() {
-                for name in s.spool.names_after(last_sent.as_deref()) {
-                    let Some(w) = s.spool.read(&name) else {
+                for name in self.spool.names_after(last_sent.as_deref()) {
+                    let Some(w) = self.spool.read(&name) else {
                         continue;
                     };
                     match tokio::time::timeout(Duration::from_secs(1), t.send(w)).await {
                         Ok(Ok(())) => {
-                            s.stats.sent.fetch_add(1, Ordering::Relaxed);
-                            s.in_flight.insert(name.clone());
+                            self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                            self.in_flight.insert(name.clone());
                             last_sent = Some(name);
                         }
-                        Ok(Err(_)) => break 'stream,
+                        Ok(Err(_)) => return self.finish(client, delivered, false).await,
                         Err(_) => break,
                     }
                 }
+                self.pending();
             }
-            if closing.is_some()
+            if self.closing.is_some()
                 && tx.is_some()
-                && s.spool.names_after(last_sent.as_deref()).is_empty()
+                && self.spool.names_after(last_sent.as_deref()).is_empty()
             {
                 // Everything sent: end the stream so the correlator finishes it.
                 tx = None;
             }
+            let drain_end = self
+                .closing
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
-                w = rx.recv(), if closing.is_none() => match w {
-                    Some(w) => s.push(w),
-                    None => closing = Some(Instant::now() + drain),
-                },
+                w = self.rx.recv(), if self.closing.is_none() => self.input(w),
                 r = &mut call => {
                     if let Err(e) = r {
                         tracing::warn!(error = %e, "stream to the correlator ended");
                     }
-                    break 'stream;
+                    return self.finish(client, delivered, false).await;
                 }
-                _ = resume_tick.tick() => {
-                    if s.resume(&mut client).await.is_err() {
-                        break 'stream;
-                    }
-                }
-                () = tokio::time::sleep_until(closing.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))) => {
-                    if s.resume(&mut client).await.is_ok() {
-                        s.settle_lost();
-                    }
-                    return;
+                _ = resume_tick.tick() => match self.resume(client).await {
+                    Ok(n) => *delivered += n,
+                    Err(_) => return self.finish(client, delivered, false).await,
+                },
+                () = tokio::time::sleep_until(drain_end) => {
+                    return self.finish(client, delivered, true).await;
                 }
             }
         }
-        // Stream over: learn what arrived, then reconnect (or finish).
-        if s.resume(&mut client).await.is_ok() {
-            s.settle_lost();
+    }
+
+    /// Stream over: learn what arrived; `done` passes through.
+    async fn finish(
+        &mut self,
+        client: &mut IngestClient<AuthChannel>,
+        delivered: &mut u64,
+        done: bool,
+    ) -> bool {
+        if let Ok(n) = self.resume(client).await {
+            *delivered += n;
+            self.settle_lost();
         }
-        s.stats.connected.store(false, Ordering::Relaxed);
-        metrics::gauge!("faultline_correlator_connected").set(0.0);
-        if closing.is_some() && s.spool.is_empty() {
+        done
+    }
+}
+
+/// The correlator's endpoint (TLS per `cfg.auth`) and bearer token.
+fn endpoint(cfg: &SenderConfig) -> Result<(Endpoint, BearerToken), super::tls::TlsError> {
+    let (e, token) = cfg.auth.endpoint(&cfg.endpoint)?;
+    Ok((e.connect_timeout(Duration::from_secs(2)), token))
+}
+
+/// The correlator claims windows of `inst` beyond the newest one in the
+/// spool: it cannot have them (the spool keeps the newest windows), so
+/// someone else sent windows for this collector's origin or the correlator's
+/// state is wrong. Said loudly (error log, metric); returns whether so.
+fn check_resume(inst: &str, last_seq: u64, spool: &[String]) -> bool {
+    let newest = spool
+        .iter()
+        .filter_map(|n| super::spool::parse_name(n))
+        .filter(|(i, _)| i == inst)
+        .map(|(_, s)| s)
+        .max();
+    let Some(newest) = newest else {
+        return false;
+    };
+    if last_seq <= newest {
+        return false;
+    }
+    metrics::counter!("faultline_resume_inconsistent_total").increment(1);
+    tracing::error!(
+        instance = inst,
+        correlator_last_seq = last_seq,
+        newest_spooled = newest,
+        "RESUME INCONSISTENT: the correlator claims windows this collector never produced; \
+         another client may be sending windows for this host (use mTLS, docs/security.md) \
+         or the correlator's ingest log is damaged"
+    );
+    true
+}
+
+async fn run(
+    cfg: SenderConfig,
+    spool: Spool,
+    rx: mpsc::Receiver<Window>,
+    stats: Arc<SenderStats>,
+    drain: Duration,
+) {
+    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    let mut s = Sender {
+        cfg,
+        spool,
+        stats,
+        rx,
+        closing: None,
+        drain,
+        in_flight: std::collections::BTreeSet::new(),
+        evicted_sent: std::collections::BTreeSet::new(),
+        quarantined_seen: 0,
+    };
+    s.pending();
+    loop {
+        if s.closing_due() {
             return;
         }
+        match s.session().await {
+            Session::Done => return,
+            Session::Progress => backoff.reset(),
+            Session::Failed => {}
+        }
+        if s.closing_due() || (s.closing.is_some() && s.spool.is_empty()) {
+            return;
+        }
+        let wait = backoff.next_wait();
+        s.wait(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_full_jitter_under_a_doubling_cap() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        let mut caps = Vec::new();
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            caps.push(b.cap().as_millis());
+            waits.push(b.next_wait());
+        }
+        assert_eq!(
+            caps,
+            [100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000]
+        );
+        for (w, c) in waits.iter().zip(&caps) {
+            assert!(w.as_millis() <= *c, "{w:?} > {c}");
+        }
+        // Full jitter: over many draws at the cap, waits cover [0, cap]
+        // (the old "[d/2, d]" never went below half).
+        let draws: Vec<Duration> = (0..2000).map(|_| b.next_wait()).collect();
+        let below_half = draws.iter().filter(|d| d.as_secs_f64() < 5.0).count();
+        assert!(
+            (800..1200).contains(&below_half),
+            "{below_half} of 2000 below half"
+        );
+        assert!(draws.iter().any(|d| d.as_secs_f64() < 0.5));
+        b.reset();
+        assert_eq!(b.cap(), Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::check_resume;
+
+    #[test]
+    fn a_resume_beyond_the_newest_spooled_window_is_inconsistent() {
+        let spool: Vec<String> = (5..=10).map(|s| format!("i1~{s:020}.win")).collect();
+        assert!(!check_resume("i1", 7, &spool));
+        assert!(!check_resume("i1", 10, &spool));
+        assert!(check_resume("i1", u64::MAX, &spool));
+        assert!(check_resume("i1", 11, &spool));
+        // Another instance's windows say nothing about i1.
+        assert!(!check_resume("i2", 99, &spool));
     }
 }

@@ -1,12 +1,31 @@
-//! A bounded directory of encoded windows, oldest first.
+//! A bounded directory of encoded windows, oldest first, that survives
+//! crashes: every window is written to a temporary file, fsynced, renamed
+//! into place and the directory fsynced, so a file under its final name is
+//! complete. A file that is empty, truncated or undecodable anyway (a disk
+//! fault, a hand edit) is moved to `quarantine/`, counted
+//! (`faultline_spool_quarantined_total{reason}`) and logged once — never
+//! retried, so it cannot wedge the sender.
+//!
+//! File format: `FLW1`, payload length (u32 LE), CRC-32 of the payload
+//! (u32 LE), then the window in protobuf. Files without the magic (written
+//! before the header existed) are decoded as bare protobuf.
 use std::{
     collections::BTreeMap,
-    fs, io,
+    fs,
+    io::{self, Write as _},
     path::{Path, PathBuf},
 };
 
 use prost::Message as _;
-use proto::v1::Window;
+use proto::v1::{Origin, Window};
+
+const MAGIC: &[u8; 4] = b"FLW1";
+const HEADER: usize = 12;
+/// Quarantined files kept for inspection; older ones are deleted.
+const QUARANTINE_KEEP: usize = 32;
+/// Largest spool file read: a window is bounded by the correlator's 16 MiB
+/// message limit; anything bigger is not ours.
+const MAX_FILE: u64 = 32 << 20;
 
 /// File name of a window: `<instance>~<seq>.win`, zero-padded so that names
 /// sort in production order (instances start with their start time).
@@ -21,46 +40,198 @@ pub fn parse_name(name: &str) -> Option<(String, u64)> {
     Some((inst.to_string(), seq.parse().ok()?))
 }
 
+/// Why a spool file cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Corrupt {
+    #[error("empty file")]
+    Empty,
+    #[error("truncated file")]
+    Truncated,
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("not a window")]
+    Undecodable,
+    #[error("window does not match its file name")]
+    Mismatch,
+    #[error("unreadable file")]
+    Unreadable,
+}
+
+impl Corrupt {
+    /// The `reason` label of `faultline_spool_quarantined_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Empty => "empty",
+            Self::Truncated => "truncated",
+            Self::Checksum => "checksum",
+            Self::Undecodable => "undecodable",
+            Self::Mismatch => "mismatch",
+            Self::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// Encodes a window as a spool file.
+pub fn encode_file(w: &Window) -> Vec<u8> {
+    let payload = w.encode_to_vec();
+    let mut buf = Vec::with_capacity(HEADER + payload.len());
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(
+        &u32::try_from(payload.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    buf.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    buf.extend_from_slice(&payload);
+    buf
+}
+
+/// Decodes the spool file `name` holding `bytes`: the window must be
+/// complete, intact and be the one its name says (origin instance and seq).
+pub fn decode_file(name: &str, bytes: &[u8]) -> Result<Window, Corrupt> {
+    if bytes.is_empty() {
+        return Err(Corrupt::Empty);
+    }
+    let payload = match bytes.strip_prefix(MAGIC.as_slice()) {
+        Some(rest) => {
+            let (Some(len), Some(crc)) = (rest.get(0..4), rest.get(4..8)) else {
+                return Err(Corrupt::Truncated);
+            };
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+            let body = &rest[8..];
+            if body.len() < len {
+                return Err(Corrupt::Truncated);
+            }
+            if body.len() > len || crc32fast::hash(body) != crc {
+                return Err(Corrupt::Checksum);
+            }
+            body
+        }
+        None if MAGIC.starts_with(bytes) => return Err(Corrupt::Truncated),
+        None => bytes,
+    };
+    let w = Window::decode(payload).map_err(|_| Corrupt::Undecodable)?;
+    let (inst, seq) = parse_name(name).ok_or(Corrupt::Mismatch)?;
+    match &w.origin {
+        Some(o) if o.instance == inst && !o.hostname.is_empty() && w.seq == seq => Ok(w),
+        _ => Err(Corrupt::Mismatch),
+    }
+}
+
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
     max_bytes: u64,
     /// name → size
     entries: BTreeMap<String, u64>,
+    /// Origin of every instance with windows spooled in this process or
+    /// found at open (what `Resume` asks about).
+    origins: BTreeMap<String, Origin>,
     bytes: u64,
     /// Windows dropped because the spool was full (since this process started).
     pub dropped: u64,
-    /// Unreadable files removed.
-    pub corrupt: u64,
+    /// Files moved to `quarantine/` (since this process started).
+    pub quarantined: u64,
+}
+
+/// Writes `buf` to `path` durably: temporary file, fsync, rename, fsync of
+/// the directory. On any error the temporary file is removed (a full disk
+/// leaves nothing behind).
+fn write_durable(dir: &Path, name: &str, buf: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let r = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(buf)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, dir.join(name))?;
+        fs::File::open(dir)?.sync_all()
+    })();
+    if r.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    r
 }
 
 impl Spool {
-    /// Opens (creating) `dir`, keeping windows left by a previous run.
+    /// Opens (creating) `dir`, keeping the intact windows left by a previous
+    /// run; leftover temporary files are removed and damaged files
+    /// quarantined.
     pub fn open(dir: &Path, max_bytes: u64) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
-        let mut entries = BTreeMap::new();
-        let mut bytes = 0;
+        let mut s = Self {
+            dir: dir.to_path_buf(),
+            max_bytes: max_bytes.max(1),
+            entries: BTreeMap::new(),
+            origins: BTreeMap::new(),
+            bytes: 0,
+            dropped: 0,
+            quarantined: 0,
+        };
+        let mut names = Vec::new();
         for e in fs::read_dir(dir)?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.ends_with(".tmp") {
                 let _ = fs::remove_file(e.path());
-                continue;
+            } else if parse_name(&name).is_some() && e.file_type().is_ok_and(|t| t.is_file()) {
+                names.push(name);
             }
-            if parse_name(&name).is_none() {
-                continue;
-            }
-            let size = e.metadata().map_or(0, |m| m.len());
-            bytes += size;
-            entries.insert(name, size);
         }
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            max_bytes: max_bytes.max(1),
-            entries,
-            bytes,
-            dropped: 0,
-            corrupt: 0,
-        })
+        names.sort();
+        for name in names {
+            match s.load(&name) {
+                Ok((w, size)) => {
+                    if let Some(o) = w.origin {
+                        s.origins.entry(o.instance.clone()).or_insert(o);
+                    }
+                    s.bytes += size;
+                    s.entries.insert(name, size);
+                }
+                Err(why) => s.quarantine(&name, why),
+            }
+        }
+        Ok(s)
+    }
+
+    fn load(&self, name: &str) -> Result<(Window, u64), Corrupt> {
+        let path = self.dir.join(name);
+        let bytes = crate::bounded_read::read(&path, MAX_FILE).map_err(|_| Corrupt::Unreadable)?;
+        let w = decode_file(name, &bytes)?;
+        Ok((w, bytes.len() as u64))
+    }
+
+    /// Moves a damaged file aside (once: it is no longer in the spool),
+    /// counts and logs it.
+    fn quarantine(&mut self, name: &str, why: Corrupt) {
+        if let Some(size) = self.entries.remove(name) {
+            self.bytes -= size;
+        }
+        let qdir = self.dir.join("quarantine");
+        let moved = fs::create_dir_all(&qdir)
+            .and_then(|()| fs::rename(self.dir.join(name), qdir.join(name)));
+        if moved.is_err() {
+            let _ = fs::remove_file(self.dir.join(name));
+        }
+        self.quarantined += 1;
+        metrics::counter!("faultline_spool_quarantined_total", "reason" => why.reason())
+            .increment(1);
+        tracing::warn!(
+            file = %self.dir.join(name).display(),
+            reason = %why,
+            "spool file damaged: moved to {}/ and skipped",
+            qdir.display()
+        );
+        // Keep the quarantine bounded: the oldest files go.
+        if let Ok(rd) = fs::read_dir(&qdir) {
+            let mut old: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            if old.len() > QUARANTINE_KEEP {
+                old.sort();
+                for p in &old[..old.len() - QUARANTINE_KEEP] {
+                    let _ = fs::remove_file(p);
+                }
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -75,14 +246,22 @@ impl Spool {
         self.bytes
     }
 
-    /// Appends a window; if that overflows the bound, the oldest windows are
-    /// evicted (never the one just written). Returns the evicted names.
+    /// Appends a window (durably); if that overflows the bound, the oldest
+    /// windows are evicted (never the one just written). Returns the evicted
+    /// names. A window without an origin instance is refused.
     pub fn push(&mut self, w: &Window) -> io::Result<Vec<String>> {
+        let Some(origin) = w.origin.as_ref().filter(|o| !o.instance.is_empty()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "window without an origin instance",
+            ));
+        };
         let name = file_name(w);
-        let buf = w.encode_to_vec();
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        fs::write(&tmp, &buf)?;
-        fs::rename(&tmp, self.dir.join(&name))?;
+        let buf = encode_file(w);
+        write_durable(&self.dir, &name, &buf)?;
+        if !self.origins.contains_key(&origin.instance) {
+            self.origins.insert(origin.instance.clone(), origin.clone());
+        }
         if let Some(old) = self.entries.insert(name.clone(), buf.len() as u64) {
             self.bytes -= old;
         }
@@ -116,20 +295,12 @@ impl Spool {
         }
     }
 
-    /// Reads one window; an unreadable file is removed and counted.
+    /// Reads one window; a damaged file is quarantined (and `None`).
     pub fn read(&mut self, name: &str) -> Option<Window> {
-        let path = self.dir.join(name);
-        match fs::read(&path)
-            .ok()
-            .and_then(|b| Window::decode(b.as_slice()).ok())
-        {
-            Some(w) => Some(w),
-            None => {
-                if let Some(size) = self.entries.remove(name) {
-                    self.bytes -= size;
-                }
-                let _ = fs::remove_file(path);
-                self.corrupt += 1;
+        match self.load(name) {
+            Ok((w, _)) => Some(w),
+            Err(why) => {
+                self.quarantine(name, why);
                 None
             }
         }
@@ -144,6 +315,11 @@ impl Spool {
             .collect();
         v.dedup();
         v
+    }
+
+    /// The origin (host, boot, instance) of an instance seen in this spool.
+    pub fn origin(&self, instance: &str) -> Option<&Origin> {
+        self.origins.get(instance)
     }
 
     /// Removes an instance's windows up to and including `seq` (delivered).
@@ -186,11 +362,17 @@ mod tests {
         }
     }
 
+    fn tmp(tag: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("faultline-spool-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
     #[test]
     fn bounded_oldest_dropped_and_counted_and_survives_reopen() {
-        let dir = std::env::temp_dir().join(format!("faultline-spool-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let one = w("a", 1, 100).encoded_len() as u64;
+        let dir = tmp("bounded");
+        let one = encode_file(&w("a", 1, 100)).len() as u64;
         let mut s = Spool::open(&dir, one * 3).unwrap();
         for seq in 1..=5 {
             s.push(&w("a", seq, 100)).unwrap();
@@ -206,12 +388,80 @@ mod tests {
         let mut s = Spool::open(&dir, one * 3).unwrap();
         assert_eq!(s.len(), 1, "spool survives a restart");
         assert_eq!(s.instances(), ["a"]);
-        // a corrupt file is removed and counted
-        fs::write(dir.join("a~00000000000000000009.win"), b"\xff\xff\xff").unwrap();
-        let mut s2 = Spool::open(&dir, one * 3).unwrap();
-        assert!(s2.read("a~00000000000000000009.win").is_none());
-        assert_eq!(s2.corrupt, 1);
+        assert_eq!(s.origin("a").map(|o| o.hostname.as_str()), Some("n1"));
         assert_eq!(s.read(&s.names_after(None)[0]).unwrap().seq, 5);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn empty_truncated_and_foreign_files_are_quarantined_once_at_open() {
+        let dir = tmp("quarantine");
+        let mut s = Spool::open(&dir, 1 << 20).unwrap();
+        for seq in 1..=4 {
+            s.push(&w("a", seq, 50)).unwrap();
+        }
+        drop(s);
+        let name = |seq: u64| format!("a~{seq:020}.win");
+        // What a crash without fsync leaves: an empty file.
+        fs::write(dir.join(name(1)), b"").unwrap();
+        // A file cut in half.
+        let full = fs::read(dir.join(name(2))).unwrap();
+        fs::write(dir.join(name(2)), &full[..full.len() / 2]).unwrap();
+        // A valid window under the wrong name.
+        fs::write(dir.join(name(9)), encode_file(&w("a", 3, 1))).unwrap();
+        // Left over from a crash between create and rename.
+        fs::write(dir.join(format!("{}.tmp", name(5))), b"").unwrap();
+        let mut s = Spool::open(&dir, 1 << 20).unwrap();
+        assert_eq!(s.quarantined, 3);
+        assert_eq!(s.names_after(None), [name(3), name(4)]);
+        assert_eq!(s.read(&name(3)).unwrap().seq, 3);
+        let mut q: Vec<String> = fs::read_dir(dir.join("quarantine"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        q.sort();
+        assert_eq!(q, [name(1), name(2), name(9)]);
+        assert!(!dir.join(format!("{}.tmp", name(5))).exists());
+        // Damaged after open: quarantined on read, and only once.
+        fs::write(dir.join(name(4)), b"\x00").unwrap();
+        assert!(s.read(&name(4)).is_none());
+        assert_eq!(s.quarantined, 4);
+        assert_eq!(s.names_after(None), [name(3)]);
+        drop(s);
+        let s = Spool::open(&dir, 1 << 20).unwrap();
+        assert_eq!(s.quarantined, 0, "quarantined files are not seen again");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn decode_names_each_kind_of_damage() {
+        let win = w("a", 7, 10);
+        let name = file_name(&win);
+        let buf = encode_file(&win);
+        assert_eq!(decode_file(&name, &buf).unwrap(), win);
+        assert_eq!(decode_file(&name, b""), Err(Corrupt::Empty));
+        assert_eq!(decode_file(&name, b"FL"), Err(Corrupt::Truncated));
+        assert_eq!(decode_file(&name, &buf[..6]), Err(Corrupt::Truncated));
+        assert_eq!(
+            decode_file(&name, &buf[..buf.len() - 1]),
+            Err(Corrupt::Truncated)
+        );
+        let mut flipped = buf.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert_eq!(decode_file(&name, &flipped), Err(Corrupt::Checksum));
+        // A bare protobuf (older spool) is still read.
+        assert_eq!(decode_file(&name, &win.encode_to_vec()).unwrap(), win);
+        assert_eq!(
+            decode_file(&name, b"\xff\xff\xff"),
+            Err(Corrupt::Undecodable)
+        );
+        // An empty protobuf decodes to a window without origin: refused.
+        let empty = Window::default().encode_to_vec();
+        assert_eq!(decode_file(&name, &empty), Err(Corrupt::Empty));
+        assert_eq!(
+            decode_file("b~00000000000000000007.win", &buf),
+            Err(Corrupt::Mismatch)
+        );
     }
 }

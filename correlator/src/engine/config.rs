@@ -15,6 +15,90 @@ pub struct DetectConfig {
     pub storage: StorageConfig,
     pub workload: WorkloadConfig,
     pub incidents: IncidentConfig,
+    pub limits: LimitsConfig,
+}
+
+/// Bounds on what the correlator accepts and keeps (docs/security.md): every
+/// refusal or drop is counted (`faultline_ingest_rejected_total`,
+/// `faultline_engine_dropped_total`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// A window may be at most this many sequence numbers past its origin's last.
+    pub max_seq_jump: u64,
+    /// Seconds a window's end may lie ahead of the correlator's clock (0 = no check).
+    pub max_future_s: f64,
+    /// Seconds a window's end may lie behind the correlator's clock (0 = no check).
+    pub max_past_s: f64,
+    /// Distinct hosts tracked; windows of further hosts are refused.
+    pub max_hosts: usize,
+    /// Collector runs remembered per host (least recently seen forgotten first).
+    pub max_origins_per_host: usize,
+    /// Hosts silent this long (seconds) are forgotten by ingest (0 = never).
+    pub idle_forget_s: f64,
+    /// Distinct jobs judged per window; the rest of the window's job data is dropped.
+    pub max_jobs_per_window: usize,
+    /// Step samples (ranks) judged per window.
+    pub max_ranks_per_window: usize,
+    /// IB ports, GPUs and block devices (each) judged per window.
+    pub max_entities_per_window: usize,
+    /// Open incidents; findings that would open more are dropped.
+    pub max_open_incidents: usize,
+    /// Client connections in total; further ones are closed at accept.
+    pub max_connections: usize,
+    /// Client connections per remote address.
+    pub max_connections_per_peer: usize,
+    /// Concurrent gRPC streams per connection (HTTP/2 SETTINGS).
+    pub max_streams_per_connection: u32,
+    /// Seconds a new connection has to send its first 24 bytes (HTTP/2
+    /// preface or TLS ClientHello).
+    pub handshake_timeout_s: f64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_seq_jump: 1_000_000,
+            max_future_s: 120.0,
+            max_past_s: 7.0 * 86_400.0,
+            max_hosts: 100_000,
+            max_origins_per_host: 64,
+            idle_forget_s: 86_400.0,
+            max_jobs_per_window: 1024,
+            max_ranks_per_window: 16_384,
+            max_entities_per_window: 1024,
+            max_open_incidents: 10_000,
+            max_connections: 1000,
+            max_connections_per_peer: 256,
+            max_streams_per_connection: 64,
+            handshake_timeout_s: 5.0,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The connection part.
+    pub fn conn(&self) -> crate::conn::ConnLimits {
+        crate::conn::ConnLimits {
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            handshake_timeout: std::time::Duration::from_secs_f64(
+                self.handshake_timeout_s.clamp(0.001, 3600.0),
+            ),
+        }
+    }
+
+    /// The ingest part.
+    pub fn ingest(&self) -> crate::ingest::IngestLimits {
+        crate::ingest::IngestLimits {
+            max_seq_jump: self.max_seq_jump,
+            max_future_s: self.max_future_s,
+            max_past_s: self.max_past_s,
+            max_hosts: self.max_hosts,
+            max_origins_per_host: self.max_origins_per_host,
+            idle_forget_s: self.idle_forget_s,
+        }
+    }
 }
 
 /// Workload symptoms: a job's step time and a model server's latency
@@ -319,6 +403,53 @@ impl DetectConfig {
             });
         }
         pos("incidents.quiet_s", self.incidents.quiet_s)?;
+        let l = &self.limits;
+        for (key, v) in [
+            ("limits.max_future_s", l.max_future_s),
+            ("limits.max_past_s", l.max_past_s),
+            ("limits.idle_forget_s", l.idle_forget_s),
+        ] {
+            if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+                return Err(InvalidSetting {
+                    key,
+                    value: v.to_string(),
+                    why: "must be 0 (no check) or a number of seconds up to 1e9",
+                });
+            }
+        }
+        if !(l.handshake_timeout_s > 0.0 && l.handshake_timeout_s <= 3600.0) {
+            return Err(InvalidSetting {
+                key: "limits.handshake_timeout_s",
+                value: l.handshake_timeout_s.to_string(),
+                why: "must be a number of seconds in (0, 3600]",
+            });
+        }
+        for (key, v) in [
+            ("limits.max_seq_jump", l.max_seq_jump as usize),
+            ("limits.max_hosts", l.max_hosts),
+            ("limits.max_origins_per_host", l.max_origins_per_host),
+            ("limits.max_jobs_per_window", l.max_jobs_per_window),
+            ("limits.max_ranks_per_window", l.max_ranks_per_window),
+            ("limits.max_entities_per_window", l.max_entities_per_window),
+            ("limits.max_open_incidents", l.max_open_incidents),
+            ("limits.max_connections", l.max_connections),
+            (
+                "limits.max_connections_per_peer",
+                l.max_connections_per_peer,
+            ),
+            (
+                "limits.max_streams_per_connection",
+                l.max_streams_per_connection as usize,
+            ),
+        ] {
+            if v == 0 {
+                return Err(InvalidSetting {
+                    key,
+                    value: "0".into(),
+                    why: "must be at least 1",
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -395,10 +526,33 @@ pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
     parse_file(&text, &shown)
 }
 
+/// Largest config file read.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// A regular file of at most `max` bytes as text (`/dev/zero` or a FIFO
+/// given as the config is refused instead of read forever).
+fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read as _};
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Reads, parses and validates a config file.
 pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
         path: shown.clone(),
         error,
     })?;

@@ -136,7 +136,7 @@ impl GpuDetector {
             }
         }
         for e in &w.events {
-            if e.kind == "gpu_xid" {
+            if e.kind == vocab::EventKind::GpuXid.as_str() {
                 out.push(
                     Finding::new("gpu_xid", &e.entity, if matches!(e.code, 48 | 63 | 64 | 74 | 79 | 92 | 94 | 95) { 0.9 } else { 0.75 })
                         .with_evidence(format!("XID {} ({})", e.code, e.detail))
@@ -146,5 +146,12 @@ impl GpuDetector {
             }
         }
         out
+    }
+}
+
+impl GpuDetector {
+    /// Forgets the GPUs of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.gpus.retain(|e, _| !gone.contains(super::host_of(e)));
     }
 }

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use proto::v1::Window;
 
-use collector::ib::counters::{state_name, COUNTERS};
+use vocab::ib::{state_name, COUNTERS};
 
 use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, median, stats};
 
@@ -350,6 +350,12 @@ impl IbDetector {
 
     pub fn with_topology(topology: HashMap<String, String>) -> Self {
         Self::new(IbConfig::default(), topology)
+    }
+
+    /// Forgets the ports of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.ports.retain(|e, _| !gone.contains(super::host_of(e)));
+        self.by_host.retain(|h, _| !gone.contains(h));
     }
 
     /// Entities (ports) known on a host.

@@ -132,6 +132,11 @@ pub struct IncidentManager {
     /// Open incidents by (family, entity).
     open: BTreeMap<(&'static str, String), Incident>,
     seq: u64,
+    /// At most this many open incidents (`limits.max_open_incidents`; 0 =
+    /// unbounded); findings that would open more are dropped and counted.
+    max_open: usize,
+    /// Findings dropped at the cap.
+    pub dropped: u64,
 }
 
 fn fnv(s: &str) -> u64 {
@@ -149,6 +154,38 @@ impl IncidentManager {
             cfg,
             ..Self::default()
         }
+    }
+
+    /// With at most `max_open` open incidents.
+    pub fn with_cap(self, max_open: usize) -> Self {
+        Self { max_open, ..self }
+    }
+
+    /// Resolves, as stale, the open incidents on entities of hosts the
+    /// engine forgot (silent past `limits.idle_forget_s`): a lost node that
+    /// never returns, or a spoofed host, does not stay open forever.
+    pub fn resolve_stale(
+        &mut self,
+        ts: i64,
+        gone: &std::collections::HashSet<String>,
+        idle_s: f64,
+    ) -> Vec<CandidateUpdate> {
+        let keys: Vec<(&'static str, String)> = self
+            .open
+            .keys()
+            .filter(|(_, e)| gone.contains(super::host_of(e)))
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for k in keys {
+            if let Some(mut i) = self.open.remove(&k) {
+                i.evidence.push(format!(
+                    "stale: no window from its host for {idle_s:.0} s (limits.idle_forget_s); forgotten"
+                ));
+                out.push(Self::update(ts, "resolved", &i));
+            }
+        }
+        out
     }
 
     fn update(ts: i64, state: &str, i: &Incident) -> CandidateUpdate {
@@ -196,6 +233,7 @@ impl IncidentManager {
             let (fam, rank) = family(f.kind);
             let key = (fam, f.entity.clone());
             seen.insert(key.clone());
+            let full = self.max_open > 0 && self.open.len() >= self.max_open;
             match self.open.get_mut(&key) {
                 Some(i) => {
                     i.quiet = 0;
@@ -250,6 +288,11 @@ impl IncidentManager {
                         i.evidence = ev;
                         out.push(Self::update(ts, "updated", i));
                     }
+                }
+                None if full => {
+                    self.dropped += 1;
+                    metrics::counter!("faultline_engine_dropped_total", "what" => "incidents")
+                        .increment(1);
                 }
                 None => {
                     self.seq += 1;

@@ -6,9 +6,9 @@
 //! moves the peers' median with it and raises nothing.
 use std::collections::HashMap;
 
-use collector::storage::quantile_ns;
-use collector_common::block::LAT_BUCKETS;
 use proto::v1::Window;
+use vocab::hist::quantile_ns;
+use vocab::hist::LAT_BUCKETS;
 
 use super::{baseline::OwnBaseline, config::StorageConfig, incidents::Finding, median};
 
@@ -295,5 +295,12 @@ impl StorageDetector {
             );
         }
         out
+    }
+}
+
+impl StorageDetector {
+    /// Forgets the devices of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.devs.retain(|e, _| !gone.contains(super::host_of(e)));
     }
 }

@@ -99,14 +99,41 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    serve_router(addr, router(state), "web UI", shutdown).await
+}
+
+/// Only `/metrics` and `/healthz` (`serve --metrics-addr`).
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    ingest: IngestState,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let (updates, _) = broadcast::channel(1);
+    let state = AppState {
+        history: None,
+        updates,
+        open: Arc::default(),
+        ingest: Some(ingest),
+    };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    serve_router(addr, app, "metrics", std::future::pending()).await
+}
+
+async fn serve_router(
+    addr: SocketAddr,
+    app: Router,
+    what: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use anyhow::Context as _;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding the web UI on {addr}: is another process using it? set `[web] listen` or `--web`"))?;
+        .with_context(|| format!("binding the {what} on {addr}: is another process using it?"))?;
     if !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "web UI on a non-loopback address: reachable from the network");
+        tracing::warn!(%addr, "{what} on a non-loopback address: reachable from the network");
     }
-    let app = router(state);
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

@@ -1,0 +1,192 @@
+//! The one Prometheus text writer of the sources that export state read at
+//! each window (port counters, GPU samples, in-kernel aggregates and their
+//! histograms) next to the `metrics` recorder: families in name order, each
+//! with its HELP and TYPE once, label values escaped one way.
+use std::{collections::BTreeMap, fmt::Display, fmt::Write as _};
+
+/// A family's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// A label value escaped for the text format (backslash, quote, newline).
+pub fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[derive(Debug)]
+struct Family {
+    help: String,
+    kind: Kind,
+    /// (name suffix, rendered labels, value) in insertion order.
+    samples: Vec<(&'static str, String, String)>,
+}
+
+/// Collects samples by family; [`Text::render`] writes the exposition.
+#[derive(Debug, Default)]
+pub struct Text {
+    families: BTreeMap<String, Family>,
+}
+
+/// Labels as `name="escaped value"` pairs joined by commas.
+pub fn labels(pairs: &[(&str, &str)]) -> String {
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{k}=\"{}\"", escape(v));
+    }
+    s
+}
+
+impl Text {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declares a family (also when it ends up with no samples, nothing is written).
+    fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
+        self.families
+            .entry(name.to_string())
+            .or_insert_with(|| Family {
+                help: help.to_string(),
+                kind,
+                samples: Vec::new(),
+            })
+    }
+
+    /// One sample of a counter or gauge family.
+    pub fn sample(
+        &mut self,
+        name: &str,
+        help: &str,
+        kind: Kind,
+        labels_: &[(&str, &str)],
+        value: impl Display,
+    ) {
+        let l = labels(labels_);
+        self.family(name, help, kind)
+            .samples
+            .push(("", l, value.to_string()));
+    }
+
+    /// One labelled histogram from cumulative bucket counts: `buckets` are
+    /// (upper bound, count in that bucket), ascending; `+Inf` is added.
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels_: &[(&str, &str)],
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        let base = labels(labels_);
+        let sep = if base.is_empty() { "" } else { "," };
+        let f = self.family(name, help, Kind::Histogram);
+        let mut cum = 0u64;
+        for &(le, n) in buckets {
+            cum += n;
+            f.samples.push((
+                "_bucket",
+                format!("{base}{sep}le=\"{le}\""),
+                cum.to_string(),
+            ));
+        }
+        f.samples.push((
+            "_bucket",
+            format!("{base}{sep}le=\"+Inf\""),
+            count.to_string(),
+        ));
+        f.samples.push(("_sum", base.clone(), sum.to_string()));
+        f.samples.push(("_count", base, count.to_string()));
+    }
+
+    /// The text exposition (families without samples are left out).
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for (name, f) in &self.families {
+            if f.samples.is_empty() {
+                continue;
+            }
+            let _ = writeln!(s, "# HELP {name} {}", f.help);
+            let _ = writeln!(s, "# TYPE {name} {}", f.kind.as_str());
+            for (suffix, l, v) in &f.samples {
+                if l.is_empty() {
+                    let _ = writeln!(s, "{name}{suffix} {v}");
+                } else {
+                    let _ = writeln!(s, "{name}{suffix}{{{l}}} {v}");
+                }
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_groups_by_family() {
+        let mut t = Text::new();
+        t.sample("b_total", "B.", Kind::Counter, &[("x", "a\"b\\c\nd")], 3);
+        t.sample("a", "A.", Kind::Gauge, &[], 1.5);
+        t.sample("b_total", "B.", Kind::Counter, &[("x", "y")], 4);
+        assert_eq!(
+            t.render(),
+            "# HELP a A.\n# TYPE a gauge\na 1.5\n\
+             # HELP b_total B.\n# TYPE b_total counter\nb_total{x=\"a\\\"b\\\\c\\nd\"} 3\nb_total{x=\"y\"} 4\n"
+        );
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut t = Text::new();
+        t.histogram(
+            "h_seconds",
+            "H.",
+            &[("d", "x")],
+            &[(0.5, 2), (1.0, 3)],
+            2.5,
+            6,
+        );
+        let r = t.render();
+        assert!(
+            r.contains("h_seconds_bucket{d=\"x\",le=\"0.5\"} 2\n"),
+            "{r}"
+        );
+        assert!(r.contains("h_seconds_bucket{d=\"x\",le=\"1\"} 5\n"), "{r}");
+        assert!(
+            r.contains("h_seconds_bucket{d=\"x\",le=\"+Inf\"} 6\n"),
+            "{r}"
+        );
+        assert!(
+            r.contains("h_seconds_sum{d=\"x\"} 2.5\nh_seconds_count{d=\"x\"} 6\n"),
+            "{r}"
+        );
+    }
+}

@@ -1,0 +1,44 @@
+//! CUDA driver-API probes: launches and calls per process → rows, console
+//! lines attributed to their process and GPU.
+use anyhow::Result;
+use proto::v1 as pb;
+
+use crate::{
+    agent::{Ctx, Source},
+    cuda::{self, CudaSnapshot},
+    nvml,
+};
+
+pub struct CudaSource {
+    prev: CudaSnapshot,
+}
+
+impl CudaSource {
+    pub fn new(prev: CudaSnapshot) -> Self {
+        Self { prev }
+    }
+}
+
+impl Source for CudaSource {
+    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+        let cur = cx.probes.cuda_snapshot()?;
+        // Export first, print after: whoever reads the console line can scrape it.
+        cx.expo.set_section("cuda", cuda::render_prometheus(&cur));
+        if !cx.console.quiet {
+            for l in cuda::window_lines(&self.prev, &cur) {
+                let who = cx
+                    .ids
+                    .get(l.pid)
+                    .map(|id| format!(" {{{}}}", id.describe()))
+                    .unwrap_or_default();
+                match nvml::describe_gpu(l.device, &cx.gpu.gpus, &cx.gpu.samples) {
+                    Some(g) => cx.console.detail(format_args!("{}{who} [{g}]", l.text)),
+                    None => cx.console.detail(format_args!("{}{who}", l.text)),
+                }
+            }
+        }
+        wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
+        self.prev = cur;
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! Ingest that cannot be poisoned: a spoofed sequence number of 2^64−1, a
+//! window dated an hour ahead or a week behind, a host past the cap, and a
+//! flood split over 8 streams are refused with a clear status, counted by
+//! reason, and never change what the real collector's windows do.
+use correlator::ingest::{IngestLimits, IngestService, IngestState, MAX_SEQ};
+use proto::v1::{ingest_client::IngestClient, ingest_server::IngestServer, Origin, Window};
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn window(host: &str, seq: u64, end_ms: i64) -> Window {
+    Window {
+        origin: Some(Origin {
+            hostname: host.into(),
+            boot_id: "b".into(),
+            instance: format!("{host}-1"),
+            ..Origin::default()
+        }),
+        seq,
+        start_unix_ms: end_ms - 1000,
+        end_unix_ms: end_ms,
+        ..Window::default()
+    }
+}
+
+/// Accepted as a new window (panics with the status otherwise).
+fn new(r: Result<bool, tonic::Status>) -> bool {
+    r.unwrap_or_else(|s| panic!("refused: {s}"))
+}
+
+#[test]
+fn spoofed_sequence_is_refused_counted_and_the_real_host_keeps_streaming() {
+    let st = IngestState::new(IngestLimits::default());
+    let now = now_ms();
+    for seq in 1..=5 {
+        assert!(new(st.accept(&window("n1", seq, now))));
+    }
+    let err = st
+        .accept(&window("n1", u64::MAX, now))
+        .expect_err("spoof refused");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err}");
+    assert!(err.message().contains("max_seq_jump"), "{err}");
+    assert_eq!(st.last_seq(&window("n1", 1, now).origin.unwrap()), 5);
+    // The real collector's next windows are new, not duplicates.
+    assert!(new(st.accept(&window("n1", 6, now))));
+    assert!(new(st.accept(&window("n1", 7, now))));
+    // A jump within the bound is a gap (counted), far past it a refusal.
+    assert!(new(st.accept(&window("n1", 1_000_007, now))));
+    assert!(st.accept(&window("n1", 3_000_000, now)).is_err());
+    let (accepted, duplicates, missing) = st.counters();
+    assert_eq!((accepted, duplicates, missing), (8, 0, 999_999));
+    assert_eq!(st.rejected().get("seq_jump"), Some(&2));
+    // A first window far above any real sequence is refused too.
+    assert!(st.accept(&window("fresh", MAX_SEQ + 1, now)).is_err());
+    assert_eq!(st.rejected().get("seq_jump"), Some(&3));
+}
+
+#[test]
+fn windows_far_from_the_correlators_clock_are_refused() {
+    let st = IngestState::new(IngestLimits::default());
+    let now = now_ms();
+    assert!(new(st.accept(&window("n1", 1, now))));
+    let err = st
+        .accept(&window("n1", 2, now + 3_600_000))
+        .expect_err("an hour ahead");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err}");
+    assert!(
+        err.message().contains("ahead of the correlator's clock"),
+        "{err}"
+    );
+    let err = st
+        .accept(&window("n1", 2, now - 8 * 86_400_000))
+        .expect_err("8 days behind");
+    assert!(
+        err.message().contains("before the correlator's clock"),
+        "{err}"
+    );
+    // An hour-old window (a spool drained after an outage) is fine, and so
+    // is a minute of skew.
+    assert!(new(st.accept(&window("n1", 2, now - 3_600_000))));
+    assert!(new(st.accept(&window("n1", 3, now + 60_000))));
+    let r = st.rejected();
+    assert_eq!(
+        (r.get("clock_future"), r.get("clock_past")),
+        (Some(&1), Some(&1))
+    );
+    assert_eq!(st.last_seq(&window("n1", 1, now).origin.unwrap()), 3);
+}
+
+#[test]
+fn hosts_past_the_cap_are_refused_and_origins_per_host_bounded() {
+    let st = IngestState::new(IngestLimits {
+        max_hosts: 2,
+        max_origins_per_host: 3,
+        ..IngestLimits::default()
+    });
+    let now = now_ms();
+    assert!(new(st.accept(&window("a", 1, now))));
+    assert!(new(st.accept(&window("b", 1, now))));
+    let err = st.accept(&window("c", 1, now)).expect_err("third host");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
+    assert_eq!(st.rejected().get("host_cap"), Some(&1));
+    assert_eq!(st.hosts(), 2);
+    // Ten restarts of host a: only the latest three runs are remembered.
+    for run in 0..10 {
+        let mut w = window("a", 1, now);
+        if let Some(o) = w.origin.as_mut() {
+            o.instance = format!("a-run{run}");
+        }
+        assert!(new(st.accept(&w)));
+    }
+    let mut old = window("a", 1, now);
+    if let Some(o) = old.origin.as_mut() {
+        o.instance = "a-run9".into();
+    }
+    assert_eq!(st.last_seq(old.origin.as_ref().unwrap()), 1);
+    if let Some(o) = old.origin.as_mut() {
+        o.instance = "a-run0".into();
+    }
+    assert_eq!(st.last_seq(old.origin.as_ref().unwrap()), 0, "forgotten");
+}
+
+#[test]
+fn a_poisoned_ingest_log_line_is_not_restored() {
+    let p = std::env::temp_dir().join(format!("faultline-poison-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &p,
+        "{\"hostname\":\"n1\",\"boot_id\":\"b\",\"instance\":\"n1-1\",\"seq\":4}\n\
+         {\"hostname\":\"n1\",\"boot_id\":\"b\",\"instance\":\"n1-1\",\"seq\":18446744073709551615}\n",
+    )
+    .expect("write");
+    let st = IngestState::with_log(&p, IngestLimits::default()).expect("log");
+    let now = now_ms();
+    assert_eq!(st.last_seq(&window("n1", 1, now).origin.unwrap()), 4);
+    assert!(new(st.accept(&window("n1", 5, now))));
+    let _ = std::fs::remove_file(&p);
+}
+
+/// Over gRPC: the spoofing stream gets OUT_OF_RANGE; a flood split over 8
+/// streams of one host shares that host's rate limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_status_and_per_host_rate_limit_over_many_streams() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let state = IngestState::new(IngestLimits::default());
+    let svc = IngestService {
+        state: state.clone(),
+        engine: None,
+        max_windows_per_sec: 20,
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IngestServer::new(svc))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let chan = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let now = now_ms();
+    let mut c = IngestClient::new(chan.clone());
+    c.stream(tokio_stream::iter(vec![window("real", 1, now)]))
+        .await
+        .expect("real window");
+    let err = c
+        .stream(tokio_stream::iter(vec![window("real", u64::MAX, now)]))
+        .await
+        .expect_err("spoof");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err}");
+    let err = c
+        .stream(tokio_stream::iter(vec![window("real", 2, now + 3_600_000)]))
+        .await
+        .expect_err("future");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err}");
+
+    // 8 streams × 100 windows of one host, each stream its own instance.
+    let mut calls = Vec::new();
+    for k in 0..8 {
+        let mut c = IngestClient::new(chan.clone());
+        let ws: Vec<Window> = (1..=100)
+            .map(|s| {
+                let mut w = window("loud", s, now);
+                if let Some(o) = w.origin.as_mut() {
+                    o.instance = format!("loud-{k}");
+                }
+                w
+            })
+            .collect();
+        calls.push(tokio::spawn(async move {
+            c.stream(tokio_stream::iter(ws)).await
+        }));
+    }
+    for call in calls {
+        let r = call.await.expect("join");
+        assert_eq!(
+            r.expect_err("each stream hits the host's limit").code(),
+            tonic::Code::ResourceExhausted
+        );
+    }
+    let (accepted, _, _) = state.counters();
+    // 1 real window + the host's one-second burst of 20 (+ refill while the
+    // streams ran), not 8 × 20.
+    assert!(
+        (21..=40).contains(&accepted),
+        "accepted {accepted} windows of a host limited to 20/s"
+    );
+    assert_eq!(state.rejected().get("rate"), Some(&8));
+    assert_eq!(
+        state.rejected().get("seq_jump").copied().unwrap_or(0)
+            + state.rejected().get("clock_future").copied().unwrap_or(0),
+        2
+    );
+}

@@ -1,0 +1,48 @@
+//! Entity names: what a window row, an event and an incident are about,
+//! built the same way by the collector, the correlator and the simulator.
+
+/// An InfiniBand/RoCE port: `host/hca/port`, e.g. `n017/mlx5_2/1`.
+pub fn port(host: &str, hca: &str, port: u32) -> String {
+    format!("{host}/{hca}/{port}")
+}
+
+/// The prefix every port of one HCA shares: `host/hca/`.
+pub fn hca_prefix(host: &str, hca: &str) -> String {
+    format!("{host}/{hca}/")
+}
+
+/// A GPU by its index on the host: `host/gpuN`.
+pub fn gpu(host: &str, index: impl core::fmt::Display) -> String {
+    format!("{host}/gpu{index}")
+}
+
+/// A block device: `host/nvme0n1`.
+pub fn device(host: &str, dev: &str) -> String {
+    format!("{host}/{dev}")
+}
+
+/// A rank of a job: `job/rank`.
+pub fn rank(job: &str, rank: impl core::fmt::Display) -> String {
+    format!("{job}/{rank}")
+}
+
+/// The host an entity belongs to (the whole name for a host entity).
+pub fn host_of(entity: &str) -> &str {
+    entity.split('/').next().unwrap_or(entity)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_nest_under_their_host() {
+        assert_eq!(port("n017", "mlx5_2", 1), "n017/mlx5_2/1");
+        assert!(port("n017", "mlx5_2", 1).starts_with(&hca_prefix("n017", "mlx5_2")));
+        assert_eq!(gpu("n003", 5), "n003/gpu5");
+        assert_eq!(device("n009", "nvme0n1"), "n009/nvme0n1");
+        assert_eq!(rank("job7", 12), "job7/12");
+        assert_eq!(host_of("n003/gpu5"), "n003");
+        assert_eq!(host_of("n003"), "n003");
+    }
+}
