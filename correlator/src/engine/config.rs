@@ -519,7 +519,7 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
 /// Reads, parses and validates every table of a config file.
 pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
         path: shown.clone(),
         error,
     })?;
@@ -551,12 +551,7 @@ fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<String> {
 
 /// Reads, parses and validates a config file.
 pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
-    let shown = path.display().to_string();
-    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
-        path: shown.clone(),
-        error,
-    })?;
-    parse(&text, &shown)
+    load_file(path).map(|f| f.detect)
 }
 
 #[cfg(test)]
