@@ -42,17 +42,19 @@ pub fn utc(ms: i64) -> String {
     )
 }
 
+/// One JSON object per line.
+fn json_lines<T: serde::Serialize>(out: &mut impl Write, rows: &[T]) -> std::io::Result<()> {
+    for r in rows {
+        let line = serde_json::to_string(r).map_err(std::io::Error::other)?;
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
 /// Incidents, one per line (or one JSON object per line).
 pub fn incidents(out: &mut impl Write, rows: &[IncidentRow], json: bool) -> std::io::Result<()> {
     if json {
-        for r in rows {
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string(r).map_err(std::io::Error::other)?
-            )?;
-        }
-        return Ok(());
+        return json_lines(out, rows);
     }
     writeln!(
         out,
@@ -78,14 +80,7 @@ pub fn incidents(out: &mut impl Write, rows: &[IncidentRow], json: bool) -> std:
 /// Recurring offenders, most incidents first.
 pub fn offenders(out: &mut impl Write, rows: &[Offender], json: bool) -> std::io::Result<()> {
     if json {
-        for r in rows {
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string(r).map_err(std::io::Error::other)?
-            )?;
-        }
-        return Ok(());
+        return json_lines(out, rows);
     }
     writeln!(
         out,
