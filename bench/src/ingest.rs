@@ -41,8 +41,20 @@ const COUNTERS: &[&str] = &[
     "port_xmit_wait",
 ];
 
+/// Window times: an hour before the bench started, one second per
+/// sequence number (inside the correlator's clock bounds, docs/security.md).
+fn base_ms() -> i64 {
+    static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            - 3_600_000
+    })
+}
+
 /// One window: 8 ports × 20 counters + 8 GPUs × 5 fields = 200 samples.
-fn window(node: usize, seq: u64) -> Window {
+pub(crate) fn window(node: usize, seq: u64) -> Window {
     window_with(node, seq, false)
 }
 
@@ -56,8 +68,8 @@ fn window_with(node: usize, seq: u64, hot: bool) -> Window {
             machine_id: String::new(),
         }),
         seq,
-        start_unix_ms: 1_800_000_000_000 + (seq as i64 - 1) * 1000,
-        end_unix_ms: 1_800_000_000_000 + seq as i64 * 1000,
+        start_unix_ms: base_ms() + (seq as i64 - 1) * 1000,
+        end_unix_ms: base_ms() + seq as i64 * 1000,
         ib_ports: (0..8)
             .map(|p| IbPort {
                 hca: format!("mlx5_{p}"),
@@ -89,7 +101,7 @@ fn window_with(node: usize, seq: u64, hot: bool) -> Window {
         ..Window::default()
     }
 }
-const SAMPLES_PER_WINDOW: u64 = 8 * 20 + 8 * 5;
+pub(crate) const SAMPLES_PER_WINDOW: u64 = 8 * 20 + 8 * 5;
 
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()

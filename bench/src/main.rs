@@ -3,7 +3,9 @@
 //! rounds), because absolute numbers on shared machines are noise.
 mod block;
 mod footprint;
+mod history;
 mod ingest;
+mod ingest_tls;
 mod otlp;
 mod procstat;
 mod ring;
@@ -35,11 +37,16 @@ enum Which {
     Footprint(footprint::Args),
     /// Correlator ingest throughput and scaling over gRPC on loopback.
     Ingest(ingest::Args),
+    /// Correlator ingest with mTLS against plaintext, alternating in one run.
+    IngestTls(ingest_tls::Args),
     /// Ring-buffer drain rate from a synthetic eBPF producer.
     Ring(ring::Args),
     /// OTLP receiver: points/s per core over gRPC and HTTP, window take cost,
     /// and the collector's footprint with 8 ranks exporting at 1 Hz.
     Otlp(otlp::Args),
+    /// History: web API latency with 10,000 incidents, database write cost
+    /// per window at 1024 nodes against queueing it off the hot loop.
+    History(history::Args),
 }
 
 fn main() -> Result<()> {
@@ -50,8 +57,10 @@ fn main() -> Result<()> {
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
         Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
         Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
+        Which::IngestTls(a) => ingest_tls::run(&a, &cli.out_dir),
         Which::Ring(a) => ring::run(&a, &cli.out_dir),
         Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
+        Which::History(a) => history::run(&a, &cli.out_dir),
     }
 }
 

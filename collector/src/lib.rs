@@ -1,7 +1,17 @@
 //! faultline's host agent.
 //!
-//! Data path: [`probes`] loads and attaches the embedded eBPF object and drains
-//! its rings and maps; later stages enrich, window and stream to the correlator.
+//! Data path: [`probes`] loads and attaches the embedded eBPF object and
+//! drains its rings and maps; [`agent`] runs the window loop over the
+//! [`sources`] (one per signal family), which enrich and turn snapshots into
+//! wire rows, console lines and metrics; [`stream`] spools and sends the
+//! windows to the correlator. `docs/architecture.md` follows one event.
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod agent;
 pub mod bounded_read;
 pub mod config;
 pub mod cuda;
@@ -18,6 +28,13 @@ pub mod probes;
 pub mod prom_text;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod sources;
 pub mod storage;
 pub mod stream;
 pub mod tracefs;

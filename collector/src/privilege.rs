@@ -71,6 +71,48 @@ pub fn check_host() -> Result<(), PrivilegeError> {
     Ok(())
 }
 
+/// Raises this process's RLIMIT_MEMLOCK soft limit to its hard limit
+/// (unlimited with CAP_SYS_RESOURCE). Kernels before 5.11 charge BPF maps
+/// to it, and a container's default (often 64 KiB or 8 MiB) is too small
+/// for the probes' maps; newer kernels ignore it. Returns the soft limit now
+/// in force (`u64::MAX` for unlimited).
+pub fn raise_memlock() -> std::io::Result<u64> {
+    let want = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads a valid rlimit for the duration of the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &want) } != 0 {
+        // Without CAP_SYS_RESOURCE: as far as the hard limit allows.
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into a valid rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut cur) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        cur.rlim_cur = cur.rlim_max;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &cur) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut now) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(if now.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        now.rlim_cur
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

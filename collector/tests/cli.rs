@@ -139,6 +139,48 @@ fn check_config_prints_the_effective_settings_flags_over_file() {
     let _ = std::fs::remove_file(p);
 }
 
+/// `--once --sysfs-root /typo` exited 0 with nothing: a root that does not
+/// exist is a mistake, not a host without RDMA devices.
+#[test]
+fn once_with_a_missing_sysfs_root_fails_and_says_so() {
+    let out = Command::new(BIN)
+        .args(["--once", "--sysfs-root", "/no/such/sysfs-root"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.starts_with(
+            "faultline-collector: error: --sysfs-root /no/such/sysfs-root is not a directory"
+        ),
+        "{stderr}"
+    );
+    // An existing root without class/infiniband is a host without RDMA devices.
+    let out = Command::new(BIN)
+        .args(["--once", "--sysfs-root", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// `--metrics-addr :9477` (node_exporter's `:9100` form) is accepted.
+#[test]
+fn metrics_addr_accepts_a_bare_port() {
+    let out = Command::new(BIN)
+        .args(["check-config", "--metrics-addr", ":9477"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("metrics_addr = \":9477\""), "{stdout}");
+}
+
 /// Values that used to pass `check-config` and then panic or run forever
 /// (`Duration::from_secs_f64` on 1e-300, 1e20; NaN; an endpoint without a
 /// host): each is one line and exit 2, before anything starts.

@@ -8,7 +8,8 @@
  * keys: temp (C), power_mw, limit_mw, sm_clock, mem_clock (MHz), throttle
  * (hex mask of clock event reasons), util_gpu, util_mem (%), ecc_sbe, ecc_dbe
  * (volatile counts), replay, xid (an XID event at that time), lost=1 (the GPU
- * falls off the bus: every call on it returns NVML_ERROR_GPU_IS_LOST).
+ * falls off the bus: every call on it returns NVML_ERROR_GPU_IS_LOST), regfail=1
+ * (event registration on it fails), nouuid=1 (its UUID query fails).
  * Values hold until changed. FAKE_NVML_GPUS sets the GPU count (default 8).
  * mem_temp (C) is served through nvmlDeviceGetFieldValues (NVML_FI_DEV_MEMORY_TEMP);
  * other field values and NVLink queries return NVML_ERROR_NOT_SUPPORTED.
@@ -125,8 +126,15 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *d) {
     *d = &gpus[i];
     return NVML_SUCCESS;
 }
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned *index) {
+    CHECK(d);
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)d->index;
+    return NVML_SUCCESS;
+}
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned len) {
     CHECK(d);
+    if (val(d->index, "nouuid", 0)) return NVML_ERROR_NOT_SUPPORTED;
     if (len < 48) return NVML_ERROR_INSUFFICIENT_SIZE;
     snprintf(uuid, len, "GPU-fa0171e0-0000-4000-8000-%012d", d->index);
     return NVML_SUCCESS;
@@ -248,6 +256,7 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
     CHECK(d);
     if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    if (val(d->index, "regfail", 0)) return NVML_ERROR_NOT_SUPPORTED;
     set->mask[d->index] |= types;
     return NVML_SUCCESS;
 }

@@ -225,7 +225,7 @@ fn every_node_exporter_series_appears_with_its_value() {
     // Counters node_exporter does not name stay visible under faultline's own name.
     assert_eq!(
         got.get(&format!(
-            "faultline_infiniband_hw_counter_total{{{m5},counter=\"some_future_counter\"}}"
+            "faultline_infiniband_hw_other_total{{{m5},counter=\"some_future_counter\"}}"
         )),
         Some(&5.0)
     );

@@ -184,7 +184,7 @@ fn once_prints_node_exporter_compatible_values() {
         "faultline_infiniband_state_id{device=\"mlx5_1\",port=\"2\"} 1",
         "faultline_infiniband_physical_state_id{device=\"mlx5_1\",port=\"2\"} 3",
         "faultline_infiniband_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\"} 12500000000",
-        "faultline_infiniband_hw_counter_total{device=\"rxe0\",port=\"1\",counter=\"sent_pkts\"} 100",
+        "faultline_infiniband_hw_other_total{device=\"rxe0\",port=\"1\",counter=\"sent_pkts\"} 100",
         "faultline_infiniband_link_layer_info{device=\"rxe0\",port=\"1\",link_layer=\"Ethernet\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");

@@ -106,7 +106,7 @@ fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
 
     // GPU 3 fell off the bus: exactly one event, then lost samples, no crash.
     assert_eq!(lost_events.len(), 1, "{lost_events:?}");
-    assert_eq!(lost_events[0].index, 3);
+    assert_eq!(lost_events[0].index, Some(3));
     assert_eq!(lost_events[0].kind, GpuEventKind::Lost);
     assert!(last[3].lost && last[3].temp_c.is_none());
     assert!(!last[1].lost);
@@ -117,7 +117,7 @@ fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
 
     // The XID arrives through the event API with the right GPU and time.
     let xid = rx.recv_timeout(Duration::from_secs(5)).expect("XID event");
-    assert_eq!(xid.index, 2);
+    assert_eq!(xid.index, Some(2));
     assert_eq!(xid.uuid, "GPU-fa0171e0-0000-4000-8000-000000000002");
     assert_eq!(
         xid.kind,

@@ -329,7 +329,7 @@ const fn h(file: &'static str, metric: &'static str, help: &'static str) -> HwCo
 pub const HW_LIFESPAN: &str = "lifespan";
 
 /// The `hw_counters/` files node_exporter exports, under its names; other
-/// files stay in `faultline_infiniband_hw_counter_total{counter}`.
+/// files stay in `faultline_infiniband_hw_other_total{counter}`.
 pub const HW_COUNTERS: &[HwCounterSpec] = &[
     h(
         "duplicate_request",

@@ -67,7 +67,7 @@ pub fn render(ports: &[PortSnapshot], tracker: Option<&RateTracker>) -> String {
                     }
                 }
                 None => add(
-                    "counter_total",
+                    "port_other_total",
                     "Other counters/ files, raw value (faultline)",
                     Kind::Counter,
                     c,
@@ -85,7 +85,7 @@ pub fn render(ports: &[PortSnapshot], tracker: Option<&RateTracker>) -> String {
                     v.saturating_mul(spec.scale),
                 ),
                 None => add(
-                    "counter_ext_total",
+                    "ext_other_total",
                     "Other counters_ext/ files, raw value (faultline)",
                     Kind::Counter,
                     &[("device", &p.device), ("port", &port), ("counter", file)],
@@ -101,7 +101,7 @@ pub fn render(ports: &[PortSnapshot], tracker: Option<&RateTracker>) -> String {
             match counters::hw_spec(file) {
                 Some(spec) => add(spec.metric, spec.help, Kind::Counter, dp, v),
                 None => add(
-                    "hw_counter_total",
+                    "hw_other_total",
                     "Other driver hw_counters/ files, raw value (faultline)",
                     Kind::Counter,
                     &[("device", &p.device), ("port", &port), ("counter", file)],
@@ -143,7 +143,7 @@ pub fn render(ports: &[PortSnapshot], tracker: Option<&RateTracker>) -> String {
         );
         if let Some(tr) = tracker {
             add(
-                "counter_resets_total",
+                "resets_total",
                 "Counter resets (value went down) seen on this port (faultline)",
                 Kind::Counter,
                 dp,

@@ -50,7 +50,7 @@ pub struct HcaInfo {
 impl HcaInfo {
     fn read(dev: &Path) -> Self {
         let f = |n: &str| {
-            fs::read_to_string(dev.join(n))
+            crate::bounded_read::read_to_string(&dev.join(n), crate::bounded_read::SYSFS_MAX)
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };

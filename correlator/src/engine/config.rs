@@ -44,6 +44,15 @@ pub struct LimitsConfig {
     pub max_entities_per_window: usize,
     /// Open incidents; findings that would open more are dropped.
     pub max_open_incidents: usize,
+    /// Client connections in total; further ones are closed at accept.
+    pub max_connections: usize,
+    /// Client connections per remote address.
+    pub max_connections_per_peer: usize,
+    /// Concurrent gRPC streams per connection (HTTP/2 SETTINGS).
+    pub max_streams_per_connection: u32,
+    /// Seconds a new connection has to send its first 24 bytes (HTTP/2
+    /// preface or TLS ClientHello).
+    pub handshake_timeout_s: f64,
 }
 
 impl Default for LimitsConfig {
@@ -59,11 +68,26 @@ impl Default for LimitsConfig {
             max_ranks_per_window: 16_384,
             max_entities_per_window: 1024,
             max_open_incidents: 10_000,
+            max_connections: 1000,
+            max_connections_per_peer: 256,
+            max_streams_per_connection: 64,
+            handshake_timeout_s: 5.0,
         }
     }
 }
 
 impl LimitsConfig {
+    /// The connection part.
+    pub fn conn(&self) -> crate::conn::ConnLimits {
+        crate::conn::ConnLimits {
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            handshake_timeout: std::time::Duration::from_secs_f64(
+                self.handshake_timeout_s.clamp(0.001, 3600.0),
+            ),
+        }
+    }
+
     /// The ingest part.
     pub fn ingest(&self) -> crate::ingest::IngestLimits {
         crate::ingest::IngestLimits {
@@ -393,6 +417,13 @@ impl DetectConfig {
                 });
             }
         }
+        if !(l.handshake_timeout_s > 0.0 && l.handshake_timeout_s <= 3600.0) {
+            return Err(InvalidSetting {
+                key: "limits.handshake_timeout_s",
+                value: l.handshake_timeout_s.to_string(),
+                why: "must be a number of seconds in (0, 3600]",
+            });
+        }
         for (key, v) in [
             ("limits.max_seq_jump", l.max_seq_jump as usize),
             ("limits.max_hosts", l.max_hosts),
@@ -401,6 +432,15 @@ impl DetectConfig {
             ("limits.max_ranks_per_window", l.max_ranks_per_window),
             ("limits.max_entities_per_window", l.max_entities_per_window),
             ("limits.max_open_incidents", l.max_open_incidents),
+            ("limits.max_connections", l.max_connections),
+            (
+                "limits.max_connections_per_peer",
+                l.max_connections_per_peer,
+            ),
+            (
+                "limits.max_streams_per_connection",
+                l.max_streams_per_connection as usize,
+            ),
         ] {
             if v == 0 {
                 return Err(InvalidSetting {
@@ -420,6 +460,12 @@ impl DetectConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     pub detect: DetectConfig,
+    /// `[history]`: the incident and series database (docs/history.md).
+    pub history: crate::history::HistoryConfig,
+    /// `[web]`: the UI, API, `/metrics` and `/healthz` (docs/web.md).
+    pub web: crate::web::WebConfig,
+    /// `[alertmanager]`: incident delivery (docs/alerting.md).
+    pub alertmanager: crate::alerts::AlertmanagerConfig,
 }
 
 /// Why the config file cannot be used.
@@ -431,6 +477,12 @@ pub enum ConfigError {
     Read { path: String, error: std::io::Error },
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
+    #[error("config file {path}: {key}: {why}")]
+    Setting {
+        path: String,
+        key: &'static str,
+        why: &'static str,
+    },
     #[error("config file {path}: {setting}")]
     Invalid {
         path: String,
@@ -440,17 +492,38 @@ pub enum ConfigError {
 
 /// Parses and validates a config file's text (`path` names it in errors).
 pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
+    parse_file(text, path).map(|f| f.detect)
+}
+
+/// Parses and validates every table of a config file.
+pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
     let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
         path: path.to_string(),
         message: e.to_string(),
     })?;
-    f.detect
-        .validate()
-        .map_err(|setting| ConfigError::Invalid {
+    let invalid = |setting| ConfigError::Invalid {
+        path: path.to_string(),
+        setting,
+    };
+    f.detect.validate().map_err(invalid)?;
+    if let Some((key, why)) = f.history.invalid().or_else(|| f.alertmanager.invalid()) {
+        return Err(ConfigError::Setting {
             path: path.to_string(),
-            setting,
-        })?;
-    Ok(f.detect)
+            key,
+            why,
+        });
+    }
+    Ok(f)
+}
+
+/// Reads, parses and validates every table of a config file.
+pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+    let shown = path.display().to_string();
+    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
+        path: shown.clone(),
+        error,
+    })?;
+    parse_file(&text, &shown)
 }
 
 /// Largest config file read.
@@ -478,12 +551,7 @@ fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<String> {
 
 /// Reads, parses and validates a config file.
 pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
-    let shown = path.display().to_string();
-    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
-        path: shown.clone(),
-        error,
-    })?;
-    parse(&text, &shown)
+    load_file(path).map(|f| f.detect)
 }
 
 #[cfg(test)]

@@ -148,3 +148,10 @@ impl GpuDetector {
         out
     }
 }
+
+impl GpuDetector {
+    /// Forgets the GPUs of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.gpus.retain(|e, _| !gone.contains(super::host_of(e)));
+    }
+}

@@ -16,6 +16,11 @@ pub mod storage;
 pub mod straggler;
 pub mod workload;
 
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, HashSet},
+};
+
 use proto::v1::{CandidateUpdate, Window};
 
 pub use config::DetectConfig;
@@ -33,6 +38,12 @@ pub struct Engine {
     pub incidents: IncidentManager,
     /// Seconds a workload symptom waits for a cause (`workload.explain_grace_s`).
     explain_grace_ms: i64,
+    limits: config::LimitsConfig,
+    /// Window content dropped at the per-window caps, by what.
+    dropped: BTreeMap<&'static str, u64>,
+    /// Latest window end seen, and when hosts were last swept for idleness.
+    clock_ms: i64,
+    swept_ms: i64,
 }
 
 impl Engine {
@@ -44,14 +55,148 @@ impl Engine {
             storage: storage::StorageDetector::new(cfg.storage.clone()),
             workload: workload::WorkloadDetector::new(cfg.workload.clone()),
             straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
-            incidents: IncidentManager::new(cfg.incidents.clone()),
+            incidents: IncidentManager::new(cfg.incidents.clone())
+                .with_cap(cfg.limits.max_open_incidents),
             explain_grace_ms: (cfg.workload.explain_grace_s * 1000.0) as i64,
+            limits: cfg.limits.clone(),
             ..Self::default()
         }
     }
 
+    /// Hosts tracked.
+    pub fn hosts(&self) -> usize {
+        self.node.hosts()
+    }
+
+    /// Dropped at the caps, by what: `jobs`, `ranks`, `entities` (per-window
+    /// caps) and `incidents` (`limits.max_open_incidents`).
+    pub fn dropped(&self) -> BTreeMap<&'static str, u64> {
+        let mut d = self.dropped.clone();
+        if self.incidents.dropped > 0 {
+            d.insert("incidents", self.incidents.dropped);
+        }
+        d
+    }
+
+    fn drop_count(&mut self, what: &'static str, n: usize) {
+        if n > 0 {
+            *self.dropped.entry(what).or_insert(0) += n as u64;
+            metrics::counter!("faultline_engine_dropped_total", "what" => what).increment(n as u64);
+        }
+    }
+
+    /// The window within the per-window caps (`limits.max_*_per_window`):
+    /// borrowed when it already is, else a trimmed copy with every dropped
+    /// item counted.
+    fn clip<'a>(&mut self, w: &'a Window) -> Cow<'a, Window> {
+        let l = &self.limits;
+        let (max_e, max_r, max_j) = (
+            l.max_entities_per_window,
+            l.max_ranks_per_window,
+            l.max_jobs_per_window,
+        );
+        let jobs = w
+            .cuda
+            .iter()
+            .map(|c| c.job.as_str())
+            .chain(w.verbs.iter().map(|v| v.job.as_str()))
+            .chain(w.steps.iter().map(|s| s.job.as_str()))
+            .chain(w.workload.iter().map(|s| s.job.as_str()));
+        let mut kept: HashSet<&str> = HashSet::new();
+        let mut over_jobs = false;
+        for j in jobs {
+            if kept.len() < max_j {
+                kept.insert(j);
+            } else if !kept.contains(j) {
+                over_jobs = true;
+                break;
+            }
+        }
+        let over = over_jobs
+            || w.steps.len() > max_r
+            || w.ib_ports.len() > max_e
+            || w.gpus.len() > max_e
+            || w.block.len() > max_e;
+        if !over {
+            return Cow::Borrowed(w);
+        }
+        let mut c = w.clone();
+        let mut ent = 0;
+        ent += c.ib_ports.len().saturating_sub(max_e);
+        c.ib_ports.truncate(max_e);
+        ent += c.gpus.len().saturating_sub(max_e);
+        c.gpus.truncate(max_e);
+        ent += c.block.len().saturating_sub(max_e);
+        c.block.truncate(max_e);
+        let ranks = c.steps.len().saturating_sub(max_r);
+        c.steps.truncate(max_r);
+        let mut dropped_jobs: HashSet<String> = HashSet::new();
+        if over_jobs {
+            let keep: HashSet<String> = kept.iter().map(|j| j.to_string()).collect();
+            let mut keep_job = |j: &str| {
+                let k = keep.contains(j);
+                if !k {
+                    dropped_jobs.insert(j.to_string());
+                }
+                k
+            };
+            c.cuda.retain(|x| keep_job(&x.job));
+            c.verbs.retain(|x| keep_job(&x.job));
+            c.steps.retain(|x| keep_job(&x.job));
+            c.workload.retain(|x| keep_job(&x.job));
+        }
+        self.drop_count("entities", ent);
+        self.drop_count("ranks", ranks);
+        self.drop_count("jobs", dropped_jobs.len());
+        tracing::warn!(
+            host = w.origin.as_ref().map_or("", |o| o.hostname.as_str()),
+            entities = ent,
+            ranks,
+            jobs = dropped_jobs.len(),
+            "window over the per-window caps (detect.limits): the excess is dropped"
+        );
+        Cow::Owned(c)
+    }
+
+    /// Forgets hosts whose latest window ended `limits.idle_forget_s` before
+    /// the newest window seen (a sweep every 10 s of event time) and
+    /// resolves their incidents as stale.
+    fn forget_idle(&mut self) -> Vec<CandidateUpdate> {
+        let idle_s = self.limits.idle_forget_s;
+        if idle_s <= 0.0 || self.clock_ms - self.swept_ms < 10_000 {
+            return Vec::new();
+        }
+        self.swept_ms = self.clock_ms;
+        let gone: HashSet<String> = self
+            .node
+            .forget_idle(self.clock_ms, (idle_s * 1000.0) as i64)
+            .into_iter()
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        self.ib.forget_hosts(&gone);
+        self.gpu.forget_hosts(&gone);
+        self.storage.forget_hosts(&gone);
+        self.straggler.forget_hosts(&gone);
+        metrics::counter!("faultline_engine_forgotten_hosts_total").increment(gone.len() as u64);
+        tracing::info!(
+            hosts = gone.len(),
+            "forgot hosts idle past detect.limits.idle_forget_s"
+        );
+        self.incidents.resolve_stale(self.clock_ms, &gone, idle_s)
+    }
+
     /// Processes one accepted window; returns the candidate updates it causes.
     pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
+        let w = self.clip(w);
+        self.clock_ms = self.clock_ms.max(w.end_unix_ms);
+        let mut out = self.judge(&w);
+        out.extend(self.forget_idle());
+        out
+    }
+
+    fn judge(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let host = w
             .origin
             .as_ref()
@@ -145,6 +290,11 @@ fn jobs_of(w: &Window) -> Vec<String> {
     j.sort();
     j.dedup();
     j
+}
+
+/// The host an entity belongs to (`host/…`, or the host itself).
+pub fn host_of(entity: &str) -> &str {
+    entity.split('/').next().unwrap_or(entity)
 }
 
 /// Median of a slice (selection on a copy, O(n)); 0 for empty.

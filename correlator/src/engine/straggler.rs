@@ -40,7 +40,8 @@ pub struct Slow {
 
 #[derive(Debug)]
 pub struct StragglerDetector {
-    ranks: HashMap<(String, u32), Rank>,
+    /// job → rank → its latest step.
+    ranks: HashMap<String, HashMap<u32, Rank>>,
     /// How long a rank must stay slow (`workload.min_persist_s`).
     persist_ms: i64,
 }
@@ -60,43 +61,45 @@ impl StragglerDetector {
     }
 
     /// Updates the ranks reported by this window; returns the slow ranks
-    /// (after persistence) and the `<job>/<rank>` entities evaluated.
+    /// (after persistence) and the `<job>/<rank>` entities evaluated. Cost:
+    /// the window's steps plus the ranks of the jobs it reports.
     pub fn observe(&mut self, host: &str, w: &Window) -> (Vec<Slow>, Vec<String>) {
-        let mut evaluated = Vec::new();
+        let mut evaluated = Vec::with_capacity(w.steps.len());
+        let mut by_job: HashMap<&str, Vec<&proto::v1::StepTime>> = HashMap::new();
         for s in &w.steps {
-            let r = self.ranks.entry((s.job.clone(), s.rank)).or_insert(Rank {
-                seconds: s.seconds,
-                host: host.to_string(),
-                device: s.device,
-                hca: s.hca.clone(),
-                slow_since: None,
-            });
+            let r = self
+                .ranks
+                .entry(s.job.clone())
+                .or_default()
+                .entry(s.rank)
+                .or_insert(Rank {
+                    seconds: s.seconds,
+                    host: host.to_string(),
+                    device: s.device,
+                    hca: s.hca.clone(),
+                    slow_since: None,
+                });
             r.seconds = s.seconds;
             r.host = host.to_string();
             r.device = s.device;
             r.hca = s.hca.clone();
             evaluated.push(format!("{}/{}", s.job, s.rank));
+            by_job.entry(s.job.as_str()).or_default().push(s);
         }
         let mut slow = Vec::new();
-        let jobs: Vec<String> = {
-            let mut j: Vec<String> = w.steps.iter().map(|s| s.job.clone()).collect();
-            j.sort();
-            j.dedup();
-            j
-        };
-        for job in jobs {
-            let times: Vec<f64> = self
-                .ranks
-                .iter()
-                .filter(|((j, _), _)| *j == job)
-                .map(|(_, r)| r.seconds)
-                .collect();
-            if times.len() < MIN_RANKS {
+        let mut jobs: Vec<(&str, Vec<&proto::v1::StepTime>)> = by_job.into_iter().collect();
+        jobs.sort_by(|a, b| a.0.cmp(b.0));
+        for (job, steps) in jobs {
+            let Some(ranks) = self.ranks.get_mut(job) else {
+                continue;
+            };
+            if ranks.len() < MIN_RANKS {
                 continue;
             }
+            let times: Vec<f64> = ranks.values().map(|r| r.seconds).collect();
             let m = median(&times);
-            for s in w.steps.iter().filter(|s| s.job == job) {
-                let Some(r) = self.ranks.get_mut(&(job.clone(), s.rank)) else {
+            for s in steps {
+                let Some(r) = ranks.get_mut(&s.rank) else {
                     continue;
                 };
                 r.slow_since = if m > 0.0 && r.seconds > SLOW_FACTOR * m {
@@ -108,7 +111,7 @@ impl StragglerDetector {
                     .is_some_and(|t| w.end_unix_ms - t >= self.persist_ms)
                 {
                     slow.push(Slow {
-                        job: job.clone(),
+                        job: job.to_string(),
                         rank: s.rank,
                         host: r.host.clone(),
                         device: r.device,
@@ -120,6 +123,14 @@ impl StragglerDetector {
             }
         }
         (slow, evaluated)
+    }
+
+    /// Forgets the ranks last reported by these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        for ranks in self.ranks.values_mut() {
+            ranks.retain(|_, r| !gone.contains(&r.host));
+        }
+        self.ranks.retain(|_, r| !r.is_empty());
     }
 }
 

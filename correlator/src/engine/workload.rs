@@ -191,6 +191,8 @@ struct JobPlaces {
 #[derive(Debug, Default)]
 pub struct WorkloadDetector {
     cfg: WorkloadConfig,
+    /// Event time of the latest forget sweep.
+    forgot_at: i64,
     steps: HashMap<String, (Shift, Option<Slot>)>,
     latency: HashMap<(String, String, String), (Shift, Option<Slot>)>,
     places: HashMap<String, JobPlaces>,
@@ -415,8 +417,14 @@ impl WorkloadDetector {
         out
     }
 
-    /// Drops series and placements not reported for `FORGET_MS`.
+    /// Drops series and placements not reported for `FORGET_MS` (a sweep
+    /// at most once per second of event time: O(series) per second, not per
+    /// window).
     fn forget(&mut self, now_ms: i64) {
+        if now_ms - self.forgot_at < 1000 && now_ms >= self.forgot_at {
+            return;
+        }
+        self.forgot_at = now_ms;
         let old = now_ms - FORGET_MS;
         self.steps
             .retain(|_, (s, p)| s.seen_ms >= old || p.as_ref().is_some_and(|p| p.end_ms >= old));

@@ -1,0 +1,126 @@
+//! HELP for every family the `metrics` recorder writes (the recorder
+//! prints none without it, and `promtool check metrics` fails). The
+//! text-writer families (`prom_text`) carry their own.
+
+/// (family, is a gauge, help).
+const FAMILIES: &[(&str, bool, &str)] = &[
+    (
+        "faultline_spool_quarantined_total",
+        false,
+        "Spool files that were empty, truncated or undecodable, moved to quarantine/, by reason",
+    ),
+    (
+        "faultline_resume_inconsistent_total",
+        false,
+        "Resume answers claiming windows this collector never produced",
+    ),
+    (
+        "faultline_cuda_pruned_entries_total",
+        false,
+        "CUDA map entries of exited processes removed",
+    ),
+    (
+        "faultline_record_errors_total",
+        false,
+        "Windows that could not be written to the record file (--record)",
+    ),
+    (
+        "faultline_windows_dropped_total",
+        false,
+        "Windows lost before the correlator, by reason (spool_full, spool_write, queue_full)",
+    ),
+    (
+        "faultline_windows_spooled_total",
+        false,
+        "Windows written to the spool",
+    ),
+    (
+        "faultline_windows_sent_total",
+        false,
+        "Windows confirmed by the correlator",
+    ),
+    ("faultline_spool_windows", true, "Windows in the spool"),
+    ("faultline_spool_bytes", true, "Bytes in the spool"),
+    (
+        "faultline_correlator_connected",
+        true,
+        "1 while a stream to the correlator is open",
+    ),
+    (
+        "faultline_sysfs_read_errors_total",
+        false,
+        "sysfs files that could not be read or parsed, by file",
+    ),
+    (
+        "faultline_rdma_async_events_total",
+        false,
+        "RDMA asynchronous events, by device and event",
+    ),
+    (
+        "faultline_gpu_xid_unplaced_total",
+        false,
+        "XID events from a GPU NVML could not place (no index): reported against the node",
+    ),
+    (
+        "faultline_nvml_event_registration_failures_total",
+        false,
+        "GPUs whose NVML event registration failed: no XID events from them",
+    ),
+    (
+        "faultline_nvml_read_errors_total",
+        false,
+        "NVML reads that failed for reasons other than an unsupported field, by field",
+    ),
+    (
+        "faultline_nvml_unsupported_fields_total",
+        false,
+        "NVML fields found unsupported (each logged once)",
+    ),
+    (
+        "faultline_probe_attached",
+        true,
+        "1 when the probe (tracepoint program or CUDA symbol) is attached",
+    ),
+    (
+        "faultline_probe_events_total",
+        false,
+        "Ring events received by userspace, by probe",
+    ),
+    (
+        "faultline_ring_malformed_total",
+        false,
+        "Ring items userspace could not decode, by probe",
+    ),
+    (
+        "faultline_otlp_accepted_points_total",
+        false,
+        "OTLP data points of known metric names aggregated, by transport",
+    ),
+    (
+        "faultline_otlp_ignored_points_total",
+        false,
+        "OTLP data points of metric names that map to no signal, by transport",
+    ),
+    (
+        "faultline_otlp_dropped_total",
+        false,
+        "OTLP data points dropped by a bound or as invalid, by reason",
+    ),
+    (
+        "faultline_otlp_rejected_requests_total",
+        false,
+        "OTLP requests refused, by transport and reason",
+    ),
+];
+
+/// Registers the HELP of every recorder family.
+pub fn describe() {
+    for &(name, gauge, help) in FAMILIES {
+        if gauge {
+            metrics::describe_gauge!(name, help);
+        } else {
+            metrics::describe_counter!(name, help);
+        }
+    }
+    super::kernel::describe();
+}

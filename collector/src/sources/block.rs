@@ -1,0 +1,39 @@
+//! Block I/O: the in-kernel aggregates → per device/op/cgroup rows.
+use anyhow::Result;
+use proto::v1 as pb;
+
+use crate::{
+    agent::{Ctx, Source},
+    storage::{self, BlockSnapshot, BlockWindow, Names},
+};
+
+pub struct BlockSource {
+    prev: BlockSnapshot,
+    names: Names,
+}
+
+impl BlockSource {
+    pub fn new(prev: BlockSnapshot, names: Names) -> Self {
+        Self { prev, names }
+    }
+
+    /// The exposition before the first window.
+    pub fn render(&mut self) -> String {
+        storage::render_prometheus(&self.prev, &mut self.names)
+    }
+}
+
+impl Source for BlockSource {
+    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+        let cur = cx.probes.block_snapshot()?;
+        let win = BlockWindow::between(&self.prev, &cur, &mut self.names);
+        for line in win.lines() {
+            cx.console.detail(line);
+        }
+        wire.block = crate::window::block(&win);
+        cx.expo
+            .set_section("block", storage::render_prometheus(&cur, &mut self.names));
+        self.prev = cur;
+        Ok(())
+    }
+}

@@ -1,0 +1,41 @@
+//! RDMA asynchronous events (port errors, QP fatal, …) from libibverbs'
+//! event threads → wire events.
+use std::sync::mpsc::Receiver;
+
+use anyhow::Result;
+use proto::v1 as pb;
+
+use crate::{
+    agent::{Ctx, Source},
+    rdma::AsyncEvent,
+    window::unix_ms,
+};
+
+pub struct RdmaEventSource {
+    rx: Receiver<AsyncEvent>,
+}
+
+impl RdmaEventSource {
+    pub fn new(rx: Receiver<AsyncEvent>) -> Self {
+        Self { rx }
+    }
+}
+
+impl Source for RdmaEventSource {
+    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+        while let Ok(ev) = self.rx.try_recv() {
+            metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
+            let entity = vocab::entity::port(cx.host, &ev.device, ev.port);
+            cx.console
+                .detail(format_args!("rdma event {entity} {}", ev.name));
+            wire.events.push(pb::Event {
+                unix_ms: unix_ms(ev.at),
+                kind: vocab::EventKind::RdmaAsync.to_string(),
+                entity,
+                detail: ev.name.into(),
+                code: i64::from(ev.event_type),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,209 @@
+//! Engine cost and state from untrusted input stay within a stated budget
+//! (debug build, one core of the 2-core CI VM, other tests running):
+//!
+//! * one window with 60,000 distinct step jobs: ≤ 2 s of engine CPU, and a
+//!   real incident on another host right after it is not delayed;
+//! * 100,000 hosts × 3 rounds of 1-second windows (300,000 windows): ≤ 60 s
+//!   of engine CPU (linear: the third round costs under 3× the first; the
+//!   first round has no rates yet) and ≤ 1.5 GiB of resident memory growth
+//!   (measured on the dev VM: 2.5 + 5.3 + 4.8 s, +236 MiB);
+//! * hosts that stop sending are forgotten after `limits.idle_forget_s` of
+//!   event time, and their `node_lost` incidents resolve as stale.
+use std::time::{Duration, Instant};
+
+mod common;
+
+use correlator::engine::{config::LimitsConfig, DetectConfig, Engine};
+use proto::v1::{GpuSample, IbPort, StepTime, Window};
+
+const T0: i64 = 1_800_000_000_000;
+
+/// A plain host window: 1 IB port (active, counters moving) and 1 GPU.
+fn host_window(host: &str, seq: u64, end_ms: i64) -> Window {
+    let mut w = common::window(host, seq, end_ms);
+    w.ib_ports = vec![IbPort {
+        hca: "mlx5_0".into(),
+        port: 1,
+        state: 4,
+        phys_state: 5,
+        counters: [
+            ("port_xmit_data".to_string(), seq * 1_000_000),
+            ("port_rcv_data".to_string(), seq * 1_000_000),
+            ("symbol_error".to_string(), 0),
+        ]
+        .into_iter()
+        .collect(),
+        ..IbPort::default()
+    }];
+    w.gpus = vec![GpuSample {
+        index: 0,
+        uuid: format!("GPU-{host}"),
+        temp_c: Some(60),
+        ..GpuSample::default()
+    }];
+    w
+}
+
+fn cpu() -> Duration {
+    // Thread CPU time: other tests in this binary do not count.
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_window_with_60k_jobs_costs_little_and_delays_nothing() {
+    let mut e = Engine::new(&DetectConfig::default(), Default::default());
+    // A few real ranks of a real job first.
+    for r in 0..8u32 {
+        let mut w = common::window(&format!("r{r}"), 1, T0);
+        w.steps = vec![StepTime {
+            job: "train".into(),
+            rank: r,
+            seconds: 1.0,
+            ..StepTime::default()
+        }];
+        e.ingest(&w);
+    }
+    let mut evil = common::window("evil", 1, T0);
+    evil.steps = (0..60_000u32)
+        .map(|j| StepTime {
+            job: format!("job-{j}"),
+            rank: j % 8,
+            seconds: 1.0 + f64::from(j % 7),
+            ..StepTime::default()
+        })
+        .collect();
+    let c0 = cpu();
+    let wall = Instant::now();
+    e.ingest(&evil);
+    let spent = cpu() - c0;
+    assert!(
+        spent < Duration::from_secs(2),
+        "60k-job window cost {spent:?} of engine CPU ({:?} wall)",
+        wall.elapsed()
+    );
+    assert!(
+        e.dropped().get("jobs").copied().unwrap_or(0) > 0,
+        "the jobs past limits.max_jobs_per_window are counted: {:?}",
+        e.dropped()
+    );
+    // A real link going down on another host right after is raised at once.
+    let c0 = cpu();
+    let mut ups = e.ingest(&host_window("real", 1, T0));
+    let mut w2 = host_window("real", 2, T0 + 1000);
+    w2.ib_ports[0].state = 1;
+    w2.ib_ports[0].phys_state = 3;
+    for s in 3..=4 {
+        ups.extend(e.ingest(&w2));
+        w2 = Window {
+            seq: s,
+            start_unix_ms: w2.end_unix_ms,
+            end_unix_ms: w2.end_unix_ms + 1000,
+            ..w2
+        };
+    }
+    assert!(cpu() - c0 < Duration::from_millis(500));
+    assert!(
+        ups.iter().any(|u| u.kind == "ib_link_down"),
+        "{:?}",
+        ups.iter().map(|u| &u.kind).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_hundred_thousand_hosts_cost_linear_time_and_bounded_memory() {
+    let hosts = 100_000usize;
+    let cfg = DetectConfig {
+        limits: LimitsConfig {
+            idle_forget_s: 600.0,
+            ..LimitsConfig::default()
+        },
+        ..DetectConfig::default()
+    };
+    let mut e = Engine::new(&cfg, Default::default());
+    let names: Vec<String> = (0..hosts).map(|h| format!("n{h:06}")).collect();
+    let rss0 = rss_kib();
+    let mut rounds = Vec::new();
+    for round in 1..=3u64 {
+        let c0 = cpu();
+        for (h, n) in names.iter().enumerate() {
+            // Ends staggered over the second, as real collectors are.
+            let end = T0 + round as i64 * 1000 + (h % 1000) as i64;
+            e.ingest(&host_window(n, round, end));
+        }
+        rounds.push(cpu() - c0);
+    }
+    let total: Duration = rounds.iter().sum();
+    let grown_mib = rss_kib().saturating_sub(rss0) / 1024;
+    eprintln!("100k hosts: rounds {rounds:?}, total {total:?}, RSS +{grown_mib} MiB");
+    assert!(total < Duration::from_secs(60), "rounds {rounds:?}");
+    assert!(
+        rounds[2] < rounds[0] * 3,
+        "later rounds cost about what the first did: {rounds:?}"
+    );
+    assert!(grown_mib < 1536, "RSS grew {grown_mib} MiB");
+    assert_eq!(e.hosts(), hosts);
+}
+
+#[test]
+fn silent_hosts_are_forgotten_and_their_node_lost_resolves_as_stale() {
+    let cfg = DetectConfig {
+        limits: LimitsConfig {
+            idle_forget_s: 60.0,
+            ..LimitsConfig::default()
+        },
+        ..DetectConfig::default()
+    };
+    let mut e = Engine::new(&cfg, Default::default());
+    let names: Vec<String> = (0..1000).map(|h| format!("n{h:04}")).collect();
+    for s in 1..=3u64 {
+        for n in &names {
+            e.ingest(&host_window(n, s, T0 + s as i64 * 1000));
+        }
+    }
+    // 400 hosts go silent (spoofed names that never come back, or dead
+    // nodes); 600 keep sending for 2 minutes of event time.
+    let (mut opened, mut stale) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    );
+    for s in 4..=123u64 {
+        for n in names.iter().take(600) {
+            for u in e.ingest(&host_window(n, s, T0 + s as i64 * 1000)) {
+                if u.kind != "node_lost" {
+                    continue;
+                }
+                if u.state == "opened" {
+                    opened.insert(u.entity.clone());
+                }
+                if u.state == "resolved" && u.evidence.iter().any(|l| l.starts_with("stale:")) {
+                    stale.insert(u.entity.clone());
+                }
+            }
+        }
+    }
+    assert_eq!(opened.len(), 400, "the silent hosts were reported lost");
+    assert_eq!(
+        stale, opened,
+        "every node_lost of a forgotten host resolved as stale"
+    );
+    assert!(e.open().is_empty(), "{:?}", e.open().first());
+    assert_eq!(e.hosts(), 600, "the silent hosts are forgotten");
+}

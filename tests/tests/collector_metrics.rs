@@ -1,0 +1,148 @@
+//! The collector's `/metrics` on a live run (real probes, CUDA, NVML and
+//! InfiniBand stand-ins with extended, legacy and driver counters) passes
+//! `promtool check metrics` (Debian's prometheus package; every family has
+//! HELP and TYPE, names and labels are well-formed), and `--quiet` prints
+//! one summary line per window and no per-device, kernel or port lines
+//! (it printed them all before).
+use std::{
+    io::Write as _,
+    process::{Command, Stdio},
+    sync::mpsc::Receiver,
+    time::Duration,
+};
+
+/// The first line that `pred` accepts within 20 s (every line read is kept in `seen`).
+fn wait_for(
+    rx: &Receiver<String>,
+    seen: &mut Vec<String>,
+    pred: impl Fn(&str) -> bool,
+    what: &str,
+) -> String {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => {
+                seen.push(l.clone());
+                if pred(&l) {
+                    return l;
+                }
+            }
+            Err(e) => panic!("collector never printed {what}: {e}; saw {seen:#?}"),
+        }
+    }
+}
+
+fn fake_ib() -> tests::FakeIb {
+    let ib = tests::FakeIb::new("promtool");
+    ib.active_port("mlx5_0", 1);
+    ib.device_file("mlx5_0", "fw_ver", "20.31.1014");
+    ib.device_file("mlx5_0", "board_id", "MT_0000000223");
+    ib.device_file("mlx5_0", "hca_type", "MT4123");
+    ib.counter("mlx5_0", 1, "port_rcv_packets", 6_825_908_347);
+    ib.hw_counter("mlx5_0", 1, "lifespan", 10);
+    ib.hw_counter("mlx5_0", 1, "out_of_sequence", 3);
+    ib.hw_counter("mlx5_0", 1, "vendor_specific \"x\"", 1);
+    ib.active_port("mlx4_0", 1);
+    ib.write("mlx4_0", 1, "counters_ext/port_rcv_data_64", "12345678901");
+    ib
+}
+
+#[test]
+fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("collector_metrics") {
+        return;
+    }
+    if Command::new("promtool").arg("--version").output().is_err() {
+        assert!(
+            !tests::in_ci(),
+            "promtool missing: scripts/setup.sh installs Debian's prometheus package"
+        );
+        eprintln!("skipping: promtool not installed (scripts/setup.sh)");
+        return;
+    }
+    let ib = fake_ib();
+    let mut child = tests::KillOnDrop(
+        Command::new(tests::bin("faultline-collector"))
+            .args(["--quiet", "--window", "0.3", "--duration", "30"])
+            .args(["--metrics-addr", "127.0.0.1:0", "--no-verbs", "--no-otlp"])
+            .arg("--cuda-library")
+            .arg(tests::fake_libcuda())
+            .arg("--nvml-library")
+            .arg(tests::fake_nvml())
+            .arg("--sysfs-root")
+            .arg(ib.root())
+            .env("FAKE_NVML_GPUS", "2")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the collector"),
+    );
+    let rx = tests::lines_of(&mut child.0);
+    let mut seen = Vec::new();
+    let addr = wait_for(
+        &rx,
+        &mut seen,
+        |l| l.starts_with("metrics on http://"),
+        "the metrics address",
+    )
+    .trim_start_matches("metrics on http://")
+    .trim_end_matches("/metrics")
+    .to_string();
+    wait_for(
+        &rx,
+        &mut seen,
+        |l| l.starts_with("window 1:"),
+        "the first window",
+    );
+    // Things a verbose console prints a line for: a CUDA process, a port
+    // going down with errors.
+    let out = Command::new(tests::cuda_workload())
+        .arg(tests::fake_libcuda())
+        .args(["device:1", "func:gemm_quiet", "launch:5:2,1,1:64,1,1:0"])
+        .output()
+        .expect("workload");
+    assert!(out.status.success());
+    ib.counter("mlx5_0", 1, "symbol_error", 9);
+    ib.write("mlx5_0", 1, "state", "1: DOWN");
+    let mut windows = 0;
+    while windows < 4 {
+        let l = wait_for(&rx, &mut seen, |_| true, "a line");
+        windows += usize::from(l.starts_with("window "));
+    }
+    let metrics = Command::new("curl")
+        .args(["-sf", &format!("http://{addr}/metrics")])
+        .output()
+        .expect("curl");
+    assert!(metrics.status.success());
+    let text = String::from_utf8(metrics.stdout).expect("utf-8");
+    assert!(
+        text.contains("faultline_infiniband_state_id{device=\"mlx5_0\",port=\"1\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("faultline_cuda_"), "{text}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let check = promtool.wait_with_output().expect("promtool runs");
+    assert!(
+        check.status.success(),
+        "promtool check metrics: {}{}\n---\n{text}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let detail: Vec<&String> = seen.iter().filter(|l| l.starts_with("  ")).collect();
+    assert!(
+        detail.is_empty(),
+        "--quiet printed per-entity lines: {detail:#?}"
+    );
+}
