@@ -14,7 +14,7 @@ fn replay_skipping(file: &std::path::Path) -> String {
         .args(["replay", "--skip-invalid"])
         .arg(file)
         .output()
-        .unwrap();
+        .expect("run replay");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     stderr
