@@ -187,7 +187,11 @@ fn serve_record_is_the_replay_format() {
         .port();
     // The example's windows are dated in 2027: no clock check for them.
     let config = dir.join("correlator.toml");
-    std::fs::write(&config, "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n").unwrap();
+    std::fs::write(
+        &config,
+        "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n",
+    )
+    .unwrap();
     let mut serve = Command::new(BIN)
         .args([
             "serve",

@@ -26,12 +26,17 @@ use crate::{
     tracefs::{Tracefs, TracefsError},
 };
 use attach::{attach, attach_cuda, attach_verbs};
-pub use bench::{BenchProducer, BenchRecord, EmptyUprobe};
+pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyUprobe};
 pub use table::{Attach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
 static PROBES_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/faultline-probes.o"));
+
+/// The collector's eBPF object as embedded, for tests.
+pub fn probes_object() -> &'static [u8] {
+    PROBES_OBJECT
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
