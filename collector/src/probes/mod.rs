@@ -373,3 +373,28 @@ fn start_log_forwarding(ebpf: &mut Ebpf) {
         }
     });
 }
+
+/// Removes the entries of `name` whose key belongs to a process in `dead`.
+pub(crate) fn prune_hash<K: aya::Pod, V: aya::Pod>(
+    p: &mut Probes,
+    name: &'static str,
+    dead: &std::collections::BTreeSet<u32>,
+    pid: impl Fn(&K) -> u32,
+) -> Result<u64, ProbeError> {
+    let m = p
+        .ebpf_mut()
+        .map_mut(name)
+        .ok_or(ProbeError::MissingMap(name))?;
+    let mut h = aya::maps::HashMap::<&mut MapData, K, V>::try_from(m)
+        .map_err(|source| ProbeError::Map { name, source })?;
+    let keys: Vec<K> = h
+        .keys()
+        .flatten()
+        .filter(|k| dead.contains(&pid(k)))
+        .collect();
+    let mut n = 0;
+    for k in keys {
+        n += u64::from(h.remove(&k).is_ok());
+    }
+    Ok(n)
+}
