@@ -39,6 +39,11 @@ APT_PACKAGES=(
   # the unit hardening test: systemd-analyze security / syscall-filter, and
   # strace to check a real run stays inside the seccomp allowlist.
   systemd strace
+  # the correlator's history (rusqlite links the system SQLite).
+  libsqlite3-dev
+  # the correlator's web UI test (headless chromium through chromedriver)
+  # and its Alertmanager delivery test.
+  chromium chromium-driver prometheus-alertmanager
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -67,6 +72,16 @@ if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>
   log "stopping and disabling the prometheus server (only promtool is used)"
   systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
+# Likewise the Alertmanager daemon (and the node exporter it may bring):
+# the tests start their own on loopback ports.
+for svc in prometheus-alertmanager prometheus-node-exporter; do
+  if command -v systemctl >/dev/null && systemctl is-enabled --quiet "$svc" 2>/dev/null; then
+    systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+  if [[ -e "/etc/init.d/$svc" ]] && service "$svc" status >/dev/null 2>&1; then
+    service "$svc" stop >/dev/null 2>&1 || true
+  fi
+done
 
 if ! command -v rustup >/dev/null; then
   log "rustup not found: install Rust with rustup first (stable toolchain)"

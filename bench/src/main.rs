@@ -3,6 +3,7 @@
 //! rounds), because absolute numbers on shared machines are noise.
 mod block;
 mod footprint;
+mod history;
 mod ingest;
 mod ingest_tls;
 mod otlp;
@@ -43,6 +44,9 @@ enum Which {
     /// OTLP receiver: points/s per core over gRPC and HTTP, window take cost,
     /// and the collector's footprint with 8 ranks exporting at 1 Hz.
     Otlp(otlp::Args),
+    /// History: web API latency with 10,000 incidents, database write cost
+    /// per window at 1024 nodes against queueing it off the hot loop.
+    History(history::Args),
 }
 
 fn main() -> Result<()> {
@@ -56,6 +60,7 @@ fn main() -> Result<()> {
         Which::IngestTls(a) => ingest_tls::run(&a, &cli.out_dir),
         Which::Ring(a) => ring::run(&a, &cli.out_dir),
         Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
+        Which::History(a) => history::run(&a, &cli.out_dir),
     }
 }
 

@@ -1,11 +1,17 @@
 //! faultline's correlator: ingest (`ingest`), detection and incidents
-//! (`engine`), subscriptions (`subscribe`) and replay (`replay`). The
+//! (`engine`), subscriptions (`subscribe`), replay (`replay`), incident
+//! history (`history`), the web UI and API (`web`), Alertmanager delivery
+//! (`alerts`) and the correlator's own metrics (`telemetry`). The
 //! simulator that drives it is the `sim` crate (`faultline-sim`).
+pub mod alerts;
 pub mod auth;
 pub mod certs;
 pub mod conn;
 pub mod engine;
+pub mod history;
 pub mod ingest;
 pub mod logging;
 pub mod replay;
 pub mod subscribe;
+pub mod telemetry;
+pub mod web;

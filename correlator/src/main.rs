@@ -36,7 +36,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         topology: Option<std::path::PathBuf>,
         /// Config file (TOML): detection thresholds under `[detect.ib]`,
-        /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md).
+        /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md),
+        /// `[history]`, `[web]` and `[alertmanager]` (docs/config.md).
         #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
         #[command(flatten)]
@@ -45,6 +46,58 @@ enum Command {
         /// docs/metrics.md) on this address; unset = none.
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// History database (overrides `[history] path`): incidents and
+        /// series survive restarts; open incidents come back open.
+        #[arg(long, value_name = "FILE")]
+        history: Option<std::path::PathBuf>,
+        /// Web UI, JSON API, `/metrics` and `/healthz` on this address
+        /// (overrides `[web] listen`).
+        #[arg(long, value_name = "ADDR")]
+        web: Option<SocketAddr>,
+        /// Alertmanager base URL, e.g. http://127.0.0.1:9093 (overrides
+        /// `[alertmanager] url`).
+        #[arg(long, value_name = "URL")]
+        alertmanager: Option<String>,
+    },
+    /// Incidents from the history database, newest first.
+    Incidents {
+        #[command(flatten)]
+        db: HistoryArgs,
+        /// Only open incidents.
+        #[arg(long)]
+        open: bool,
+        /// Only incidents opened within this age (e.g. 7d, 12h, 30m).
+        #[arg(long, value_name = "AGE")]
+        since: Option<String>,
+        /// Only incidents of this entity (e.g. n017/mlx5_2/1).
+        #[arg(long)]
+        entity: Option<String>,
+        /// Only this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only incidents affecting this job.
+        #[arg(long)]
+        job: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 200)]
+        limit: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recurring offenders: entities with repeated incidents (replacement candidates).
+    Offenders {
+        #[command(flatten)]
+        db: HistoryArgs,
+        /// Over this period.
+        #[arg(long, value_name = "AGE", default_value = "30d")]
+        since: String,
+        /// At least this many incidents.
+        #[arg(long, default_value_t = 2)]
+        min: u64,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a test PKI for mTLS (CA, server and per-host client certificates).
     Certs(correlator::certs::CertsArgs),
@@ -84,6 +137,33 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
     },
+}
+
+/// Where the history database is, for the CLI's history commands.
+#[derive(Debug, clap::Args)]
+struct HistoryArgs {
+    /// History database file.
+    #[arg(long, value_name = "FILE")]
+    history: Option<std::path::PathBuf>,
+    /// Or the correlator's config file (its `[history] path`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+}
+
+impl HistoryArgs {
+    fn open(&self) -> Result<correlator::history::Store> {
+        let file = match &self.config {
+            Some(p) => correlator::engine::config::load_file(p)?,
+            None => correlator::engine::config::FileConfig::default(),
+        };
+        let path = self.history.clone().or(file.history.path.clone()).context(
+            "no history database: give --history FILE or --config FILE with `[history] path`",
+        )?;
+        Ok(correlator::history::Store::open_reader(
+            &path,
+            &file.history,
+        )?)
+    }
 }
 
 /// Detection settings from `--config`, defaults without one.
@@ -140,20 +220,30 @@ async fn run(cli: Cli) -> Result<()> {
             max_windows_per_sec,
             topology,
             config,
+            history,
+            web,
+            alertmanager,
             security,
             metrics_addr,
         } => {
             let (tls, auth) = security.build()?;
-            if let Some(addr) = metrics_addr {
-                if !addr.ip().is_loopback() {
-                    tracing::warn!(%addr, "metrics on a non-loopback address: readable from the network");
-                }
-                metrics_exporter_prometheus::PrometheusBuilder::new()
-                    .with_http_listener(addr)
-                    .install()
-                    .with_context(|| format!("serving metrics on {addr}"))?;
+            let file = match &config {
+                Some(p) => correlator::engine::config::load_file(p)?,
+                None => correlator::engine::config::FileConfig::default(),
+            };
+            let cfg = file.detect.clone();
+            let mut history_cfg = file.history.clone();
+            if history.is_some() {
+                history_cfg.path = history;
             }
-            let cfg = detect_config(config.as_deref())?;
+            let web = web.or(file.web.listen);
+            let mut am = file.alertmanager.clone();
+            if let Some(u) = alertmanager {
+                am.url = u;
+            }
+            if let Some((key, why)) = am.invalid() {
+                anyhow::bail!("{key}: {why}");
+            }
             let map = match &topology {
                 Some(p) => {
                     let text = std::fs::read_to_string(p)
@@ -165,7 +255,15 @@ async fn run(cli: Cli) -> Result<()> {
                 }
                 None => std::collections::HashMap::new(),
             };
-            let engine = correlator::engine::Engine::new(&cfg, map);
+            let mut engine = correlator::engine::Engine::new(&cfg, map);
+            let opened = match &history_cfg.path {
+                Some(p) => {
+                    let o = correlator::history::open(p, &history_cfg, &mut engine)?;
+                    tracing::info!(path = %p.display(), restored_open_incidents = o.restored, "history opened");
+                    Some(o)
+                }
+                None => None,
+            };
             let state = match &record {
                 Some(p) => ingest::IngestState::with_log(p, cfg.limits.ingest())?,
                 None => ingest::IngestState::new(cfg.limits.ingest()),
@@ -173,8 +271,34 @@ async fn run(cli: Cli) -> Result<()> {
             let (wtx, wrx) = tokio::sync::mpsc::channel(4096);
             let (utx, _) = tokio::sync::broadcast::channel(4096);
             let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let _engine =
-                correlator::subscribe::spawn_engine(engine, wrx, utx.clone(), open.clone());
+            // Metrics are recorded from the start, whether or not served:
+            // on `--metrics-addr` alone and on the web UI's `/metrics`.
+            let _ = correlator::telemetry::handle();
+            if let Some(addr) = metrics_addr {
+                correlator::web::serve_metrics(addr, state.clone()).await?;
+            }
+            let _engine = correlator::subscribe::spawn_engine_with(
+                engine,
+                wrx,
+                utx.clone(),
+                open.clone(),
+                correlator::subscribe::Hooks {
+                    history: opened.as_ref().map(|o| o.recorder.clone()),
+                },
+            );
+            if let Some(addr) = web {
+                let app = correlator::web::AppState {
+                    history: opened.as_ref().map(|o| o.reader.clone()),
+                    updates: utx.clone(),
+                    open: open.clone(),
+                    ingest: Some(state.clone()),
+                };
+                correlator::web::serve(addr, app, std::future::pending()).await?;
+                tracing::info!("web UI on http://{addr}/");
+            }
+            if !am.url.is_empty() {
+                correlator::alerts::spawn(am, utx.subscribe(), open.clone());
+            }
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
             }
@@ -212,6 +336,9 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .with_context(|| format!("serving on {listen}"))?;
             let (accepted, duplicates, missing) = state.counters();
+            if let Some(o) = &opened {
+                o.recorder.flush().await;
+            }
             let rejected = format!("{:?}", state.rejected());
             tracing::info!(accepted, duplicates, missing, rejected, "stopped");
         }
@@ -243,7 +370,11 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .context("subscribe")?
                 .into_inner();
-            eprintln!("subscribed to {endpoint}");
+            if proto::client_tls::is_plaintext(&endpoint) {
+                eprintln!("subscribed to {endpoint} (INSECURE: plaintext, unauthenticated)");
+            } else {
+                eprintln!("subscribed to {endpoint}");
+            }
             while let Some(u) = stream.message().await.context("candidate stream")? {
                 if json {
                     println!(
@@ -268,10 +399,51 @@ async fn run(cli: Cli) -> Result<()> {
                 println!("{}", p.display());
             }
         }
+        Command::Incidents {
+            db,
+            open,
+            since,
+            entity,
+            kind,
+            job,
+            limit,
+            json,
+        } => {
+            let since_ms = match since {
+                Some(a) => {
+                    correlator::web::api::now_ms()
+                        - correlator::history::report::parse_age(&a)
+                            .map_err(|e| anyhow::anyhow!("--since {e}"))?
+                }
+                None => 0,
+            };
+            let rows = db.open()?.incidents(&correlator::history::IncidentFilter {
+                state: if open { "open".into() } else { String::new() },
+                since_ms,
+                entity: entity.unwrap_or_default(),
+                kind: kind.unwrap_or_default(),
+                job: job.unwrap_or_default(),
+                limit,
+                ..Default::default()
+            })?;
+            correlator::history::report::incidents(&mut std::io::stdout().lock(), &rows, json)?;
+        }
+        Command::Offenders {
+            db,
+            since,
+            min,
+            json,
+        } => {
+            let age = correlator::history::report::parse_age(&since)
+                .map_err(|e| anyhow::anyhow!("--since {e}"))?;
+            let rows = db
+                .open()?
+                .offenders(correlator::web::api::now_ms() - age, min, 1000)?;
+            correlator::history::report::offenders(&mut std::io::stdout().lock(), &rows, json)?;
+        }
         Command::CheckConfig { file } => {
-            let cfg = correlator::engine::config::load(&file)?;
-            let text = toml::to_string(&correlator::engine::config::FileConfig { detect: cfg })
-                .context("printing the settings")?;
+            let cfg = correlator::engine::config::load_file(&file)?;
+            let text = toml::to_string(&cfg).context("printing the settings")?;
             println!("# {}: valid; effective settings\n{text}", file.display());
         }
         Command::Replay {

@@ -14,21 +14,52 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::{wrappers::BroadcastStream, Stream, StreamExt as _};
 use tonic::{Request, Response, Status};
 
-use crate::engine::Engine;
+use crate::{engine::Engine, history};
+
+/// What the engine task feeds besides subscribers.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// The history writer: each window's samples and every update.
+    pub history: Option<history::Recorder>,
+}
 
 /// Runs the engine until `rx` closes.
 pub fn spawn_engine(
+    engine: Engine,
+    rx: mpsc::Receiver<Window>,
+    updates: broadcast::Sender<CandidateUpdate>,
+    open: Arc<Mutex<Vec<CandidateUpdate>>>,
+) -> tokio::task::JoinHandle<()> {
+    spawn_engine_with(engine, rx, updates, open, Hooks::default())
+}
+
+/// [`spawn_engine`] that also records history and the correlator's metrics.
+pub fn spawn_engine_with(
     mut engine: Engine,
     mut rx: mpsc::Receiver<Window>,
     updates: broadcast::Sender<CandidateUpdate>,
     open: Arc<Mutex<Vec<CandidateUpdate>>>,
+    hooks: Hooks,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut sampler = history::samples::Sampler::default();
+        if let Ok(mut o) = open.lock() {
+            *o = engine.open();
+            crate::telemetry::open_incidents(&o);
+        }
         while let Some(w) = rx.recv().await {
             let ups = engine.ingest(&w);
+            crate::telemetry::window(&w);
+            if let Some(h) = &hooks.history {
+                h.samples(sampler.window(&w, &engine));
+                for u in &ups {
+                    h.update(u);
+                }
+            }
             if !ups.is_empty() {
                 if let Ok(mut o) = open.lock() {
                     *o = engine.open();
+                    crate::telemetry::open_incidents(&o);
                 }
             }
             for u in ups {

@@ -21,7 +21,7 @@ use proto::v1::{candidates_client::CandidatesClient, SubscribeRequest};
 use correlator::{
     engine::Engine,
     ingest::{IngestService, IngestState},
-    subscribe::{spawn_engine, CandidatesService},
+    subscribe::{spawn_engine_with, CandidatesService},
 };
 
 pub use cluster::{ClusterSpec, LinkRate, StorageMix};
@@ -83,6 +83,9 @@ pub struct SimArgs {
     /// Also write every window to FILE in the replay format.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Web UI and history (`--web`, `--history`, `--keep-serving`).
+    #[command(flatten)]
+    pub ui: correlator::web::UiArgs,
 }
 
 impl Default for SimArgs {
@@ -101,6 +104,7 @@ impl Default for SimArgs {
             storage: StorageMix::Nvme,
             json: false,
             record: None,
+            ui: correlator::web::UiArgs::default(),
         }
     }
 }
@@ -152,7 +156,13 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
     let (wtx, wrx) = tokio::sync::mpsc::channel(8192);
     let (utx, _) = tokio::sync::broadcast::channel(8192);
     let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    spawn_engine(Engine::default(), wrx, utx.clone(), open.clone());
+    let mut engine = Engine::default();
+    let ui = correlator::web::attach(&args.ui, &mut engine, &utx, &open, &state).await?;
+    let hooks = ui
+        .as_ref()
+        .map(correlator::web::Attached::hooks)
+        .unwrap_or_default();
+    spawn_engine_with(engine, wrx, utx.clone(), open.clone(), hooks);
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(proto::v1::ingest_server::IngestServer::new(IngestService {
@@ -328,6 +338,9 @@ pub async fn run(args: SimArgs) -> Result<Vec<proto::v1::CandidateUpdate>> {
         }
         let (accepted, duplicates, missing) = state.counters();
         println!("done: {windows} windows per node, {accepted} accepted by the correlator ({duplicates} duplicates, {missing} missing), {delivered} confirmed to collectors");
+    }
+    if let Some(ui) = ui {
+        ui.finish().await;
     }
     Ok(seen)
 }

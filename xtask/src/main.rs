@@ -117,6 +117,8 @@ fn main() -> Result<()> {
             let mut c = Command::new(release_bin("faultline-sim"));
             if args.is_empty() {
                 c.args(["--inject", "ib-link-degrade", "--duration", "40"]);
+                // The web UI keeps serving the run's incidents until Ctrl-C.
+                c.args(["--web", "127.0.0.1:8080", "--keep-serving"]);
             } else {
                 c.args(args);
             }
@@ -153,7 +155,9 @@ fn main() -> Result<()> {
                     vec!["ring".into()],
                     vec!["footprint".into()],
                     vec!["ingest".into()],
+                    vec!["ingest-tls".into()],
                     vec!["otlp".into()],
+                    vec!["history".into()],
                 ]
             } else {
                 vec![args]
@@ -172,7 +176,9 @@ fn main() -> Result<()> {
                 "ring",
                 "footprint",
                 "ingest",
+                "ingest_tls",
                 "otlp",
+                "history",
                 "detect",
             ] {
                 let Ok(text) = std::fs::read_to_string(format!("bench/{name}.json")) else {

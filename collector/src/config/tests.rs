@@ -154,11 +154,7 @@ fn values_that_would_panic_or_spin_are_refused() {
             "{bad}: {e}"
         );
     }
-    for good in [
-        "http://127.0.0.1:50051",
-        "https://correlator.example:443",
-        "http://[::1]:1",
-    ] {
+    for good in ["http://127.0.0.1:50051", "http://[::1]:1"] {
         FileConfig::parse(&format!("[stream]\nendpoint = \"{good}\"\n"), "f").unwrap();
     }
     let c = FileConfig::parse("[collector]\nwindow_secs = 0.01\n", "f").unwrap();

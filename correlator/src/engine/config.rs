@@ -460,6 +460,12 @@ impl DetectConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     pub detect: DetectConfig,
+    /// `[history]`: the incident and series database (docs/history.md).
+    pub history: crate::history::HistoryConfig,
+    /// `[web]`: the UI, API, `/metrics` and `/healthz` (docs/web.md).
+    pub web: crate::web::WebConfig,
+    /// `[alertmanager]`: incident delivery (docs/alerting.md).
+    pub alertmanager: crate::alerts::AlertmanagerConfig,
 }
 
 /// Why the config file cannot be used.
@@ -471,6 +477,12 @@ pub enum ConfigError {
     Read { path: String, error: std::io::Error },
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
+    #[error("config file {path}: {key}: {why}")]
+    Setting {
+        path: String,
+        key: &'static str,
+        why: &'static str,
+    },
     #[error("config file {path}: {setting}")]
     Invalid {
         path: String,
@@ -480,17 +492,38 @@ pub enum ConfigError {
 
 /// Parses and validates a config file's text (`path` names it in errors).
 pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
+    parse_file(text, path).map(|f| f.detect)
+}
+
+/// Parses and validates every table of a config file.
+pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
     let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
         path: path.to_string(),
         message: e.to_string(),
     })?;
-    f.detect
-        .validate()
-        .map_err(|setting| ConfigError::Invalid {
+    let invalid = |setting| ConfigError::Invalid {
+        path: path.to_string(),
+        setting,
+    };
+    f.detect.validate().map_err(invalid)?;
+    if let Some((key, why)) = f.history.invalid().or_else(|| f.alertmanager.invalid()) {
+        return Err(ConfigError::Setting {
             path: path.to_string(),
-            setting,
-        })?;
-    Ok(f.detect)
+            key,
+            why,
+        });
+    }
+    Ok(f)
+}
+
+/// Reads, parses and validates every table of a config file.
+pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+    let shown = path.display().to_string();
+    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
+        path: shown.clone(),
+        error,
+    })?;
+    parse_file(&text, &shown)
 }
 
 /// Largest config file read.
@@ -518,12 +551,7 @@ fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<String> {
 
 /// Reads, parses and validates a config file.
 pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
-    let shown = path.display().to_string();
-    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
-        path: shown.clone(),
-        error,
-    })?;
-    parse(&text, &shown)
+    load_file(path).map(|f| f.detect)
 }
 
 #[cfg(test)]

@@ -334,6 +334,12 @@ fn stopped(k_window: u64, exp_window: f64, k_horizon: u64, exp_horizon: f64, alp
 }
 
 impl IbDetector {
+    /// A port's horizon BER estimate and retries per packet, as the tests
+    /// last computed them (for the history's series).
+    pub fn port_signals(&self, port: &str) -> Option<(Option<f64>, Option<f64>)> {
+        self.ports.get(port).map(|s| (s.ber, s.retry_ratio))
+    }
+
     pub fn new(cfg: IbConfig, topology: HashMap<String, String>) -> Self {
         Self {
             cfg,

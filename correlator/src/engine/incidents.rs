@@ -93,6 +93,37 @@ struct Incident {
     /// The host's windows since the latest finding, and that finding's time.
     quiet: u32,
     last_seen_ms: i64,
+    /// Restored from history after a restart: its quiet period starts at
+    /// the host's first window since.
+    restored: bool,
+}
+
+/// Every incident kind, for restoring incidents stored by name.
+pub const KINDS: &[&str] = &[
+    "ib_link_degraded",
+    "ib_link_down",
+    "ib_link_flapping",
+    "gpu_xid",
+    "gpu_ecc",
+    "gpu_thermal_throttle",
+    "storage_latency",
+    "node_lost",
+    "straggler",
+    "job_slowdown",
+    "inference_latency",
+];
+
+/// An open incident as history stored it.
+#[derive(Clone, Debug, Default)]
+pub struct Stored {
+    pub id: String,
+    pub kind: String,
+    pub entity: String,
+    pub confidence: f64,
+    pub evidence: Vec<String>,
+    pub jobs: Vec<String>,
+    pub runbook: String,
+    pub updated_ms: i64,
 }
 
 #[derive(Debug, Default)]
@@ -206,6 +237,7 @@ impl IncidentManager {
             match self.open.get_mut(&key) {
                 Some(i) => {
                     i.quiet = 0;
+                    i.restored = false;
                     i.last_seen_ms = i.last_seen_ms.max(ts);
                     let escalated = rank > family(i.kind).1;
                     if escalated {
@@ -280,6 +312,7 @@ impl IncidentManager {
                         symptoms: BTreeMap::new(),
                         quiet: 0,
                         last_seen_ms: ts,
+                        restored: false,
                     };
                     out.push(Self::update(ts, "opened", &i));
                     self.open.insert(key, i);
@@ -299,6 +332,11 @@ impl IncidentManager {
             if seen.contains(key) || !owned || key.0 == "node_lost" || held.contains(&i.entity) {
                 continue;
             }
+            if i.restored {
+                i.restored = false;
+                i.last_seen_ms = ts;
+                continue;
+            }
             i.quiet += 1;
             if i.quiet >= self.cfg.quiet_windows && ts - i.last_seen_ms >= quiet_ms {
                 resolved.push(key.clone());
@@ -310,6 +348,53 @@ impl IncidentManager {
             }
         }
         out
+    }
+
+    /// Reopens an incident that was open when the correlator stopped (same
+    /// id): it continues while the fault persists and resolves after the
+    /// quiet period counted from its host's first window. Returns false for
+    /// an unknown kind or an entity that already has an open incident.
+    pub fn restore(&mut self, s: Stored) -> bool {
+        let Some(kind) = KINDS.iter().copied().find(|k| *k == s.kind) else {
+            return false;
+        };
+        let key = (family(kind).0, s.entity.clone());
+        if self.open.contains_key(&key) {
+            return false;
+        }
+        // The stored lines are as streamed: symptoms ("explains …") come
+        // back when they are seen again; the workload hint is re-added.
+        let runbook = match workload_hint(kind) {
+            Some(h) => s
+                .runbook
+                .strip_suffix(h)
+                .map_or(s.runbook.as_str(), |r| r.trim_end_matches("; "))
+                .to_string(),
+            None => s.runbook,
+        };
+        let evidence = s
+            .evidence
+            .into_iter()
+            .filter(|e| !e.starts_with("explains "))
+            .collect();
+        self.open.insert(
+            key,
+            Incident {
+                id: s.id,
+                kind,
+                entity: s.entity,
+                confidence: s.confidence,
+                evidence,
+                jobs: s.jobs,
+                runbook,
+                marks: Vec::new(),
+                symptoms: BTreeMap::new(),
+                quiet: 0,
+                last_seen_ms: s.updated_ms,
+                restored: true,
+            },
+        );
+        true
     }
 
     /// The open incident (its key) that `explains` accepts (kind, entity,

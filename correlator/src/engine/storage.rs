@@ -74,6 +74,12 @@ impl Default for DevWindow {
 }
 
 impl StorageDetector {
+    /// A device's latest latency quantiles (p50, p99, seconds), for the
+    /// history's series.
+    pub fn latency(&self, entity: &str) -> Option<(Option<f64>, Option<f64>)> {
+        self.devs.get(entity).map(|d| (d.p50, d.p99))
+    }
+
     pub fn new(cfg: StorageConfig) -> Self {
         Self {
             cfg,

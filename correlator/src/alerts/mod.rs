@@ -1,0 +1,272 @@
+//! Incidents delivered to Alertmanager (docs/alerting.md): one alert per
+//! incident, `incident_id` among its labels (route with
+//! `group_by: [incident_id]`), evidence and runbook as annotations, re-sent
+//! every `resend_s` while open and sent once more, resolved, when the
+//! incident resolves. Alert times are the correlator's wall clock (the
+//! incident's own times are in the annotations), so Alertmanager's
+//! expiry works whatever the collectors' clocks say.
+pub mod config;
+pub mod http;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use proto::v1::CandidateUpdate;
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+pub use config::AlertmanagerConfig;
+
+/// Resolved alerts kept until delivered, at most (older ones are dropped
+/// and counted).
+const MAX_PENDING_RESOLVED: usize = 10_000;
+
+/// Severity label of a kind: faults that stop traffic or a GPU page.
+pub fn severity(kind: &str) -> &'static str {
+    match kind {
+        "ib_link_down" | "ib_link_flapping" | "node_lost" | "gpu_xid" | "gpu_ecc" => "critical",
+        _ => "warning",
+    }
+}
+
+/// One incident's alert: labels fixed when first seen (Alertmanager
+/// identifies an alert by its labels), the rest follows the incident.
+#[derive(Clone, Debug)]
+struct Alert {
+    labels: BTreeMap<&'static str, String>,
+    latest: CandidateUpdate,
+    starts_ms: i64,
+    resolved_ms: Option<i64>,
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = crate::history::report::utc(ms).replace(' ', "T");
+    format!("{t}.{:03}Z", ms.rem_euclid(1000))
+}
+
+impl Alert {
+    fn new(u: &CandidateUpdate, now: i64) -> Self {
+        let labels = BTreeMap::from([
+            ("alertname", "FaultlineIncident".to_string()),
+            ("incident_id", u.incident_id.clone()),
+            ("kind", u.kind.clone()),
+            ("entity", u.entity.clone()),
+            ("host", crate::history::host_of(&u.entity).to_string()),
+            ("job", u.affected_jobs.first().cloned().unwrap_or_default()),
+            ("severity", severity(&u.kind).to_string()),
+        ]);
+        Self {
+            labels,
+            latest: u.clone(),
+            starts_ms: now,
+            resolved_ms: None,
+        }
+    }
+
+    fn json(&self, cfg: &AlertmanagerConfig, now: i64) -> Value {
+        let u = &self.latest;
+        let labels: serde_json::Map<String, Value> = self
+            .labels
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| ((*k).to_string(), Value::String(v.clone())))
+            .collect();
+        let ends = self
+            .resolved_ms
+            .unwrap_or(now + (4.0 * cfg.resend_s * 1000.0) as i64);
+        let mut a = json!({
+            "labels": labels,
+            "annotations": {
+                "summary": format!("{} on {} (confidence {:.2})", u.kind, u.entity, u.confidence),
+                "kind": u.kind,
+                "evidence": u.evidence.join("\n"),
+                "runbook": u.runbook,
+                "affected_jobs": u.affected_jobs.join(","),
+                "incident_time": rfc3339(u.ts_unix_ms),
+            },
+            "startsAt": rfc3339(self.starts_ms),
+            "endsAt": rfc3339(ends),
+        });
+        if !cfg.ui_url.is_empty() {
+            a["generatorURL"] = json!(format!(
+                "{}/incident?id={}",
+                cfg.ui_url.trim_end_matches('/'),
+                u.incident_id
+            ));
+        }
+        a
+    }
+}
+
+/// The alerts of the incidents seen so far.
+#[derive(Debug, Default)]
+struct Alerts {
+    by_id: BTreeMap<String, Alert>,
+}
+
+impl Alerts {
+    fn apply(&mut self, u: &CandidateUpdate, now: i64) {
+        let a = self
+            .by_id
+            .entry(u.incident_id.clone())
+            .or_insert_with(|| Alert::new(u, now));
+        a.latest = u.clone();
+        if u.state == "resolved" {
+            a.resolved_ms = Some(now);
+        }
+    }
+
+    /// After missed updates: whatever is not open any more is resolved.
+    fn resync(&mut self, open: &[CandidateUpdate], now: i64) {
+        for a in self.by_id.values_mut() {
+            if a.resolved_ms.is_none()
+                && !open.iter().any(|o| o.incident_id == a.latest.incident_id)
+            {
+                a.resolved_ms = Some(now);
+            }
+        }
+        for o in open {
+            if !self.by_id.contains_key(&o.incident_id) {
+                self.apply(o, now);
+            }
+        }
+    }
+
+    fn bound(&mut self) {
+        let resolved: Vec<String> = self
+            .by_id
+            .iter()
+            .filter(|(_, a)| a.resolved_ms.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if resolved.len() > MAX_PENDING_RESOLVED {
+            let n = resolved.len() - MAX_PENDING_RESOLVED;
+            for k in resolved.into_iter().take(n) {
+                self.by_id.remove(&k);
+            }
+            metrics::counter!("faultline_alerts_dropped_total").increment(n as u64);
+        }
+    }
+}
+
+/// Starts the pusher: incident updates from `updates`, the open incidents
+/// of `open` at start (restored after a restart) and after missed updates.
+pub fn spawn(
+    cfg: AlertmanagerConfig,
+    mut updates: broadcast::Receiver<CandidateUpdate>,
+    open: Arc<Mutex<Vec<CandidateUpdate>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let url = format!("{}/api/v2/alerts", cfg.url.trim_end_matches('/'));
+        let snapshot = || open.lock().map(|o| o.clone()).unwrap_or_default();
+        let mut alerts = Alerts::default();
+        alerts.resync(&snapshot(), crate::web::api::now_ms());
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(cfg.resend_s));
+        tracing::info!(%url, "pushing incidents to Alertmanager");
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                r = updates.recv() => match r {
+                    Ok(u) => alerts.apply(&u, crate::web::api::now_ms()),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        metrics::counter!("faultline_alerts_dropped_total").increment(n);
+                        alerts.resync(&snapshot(), crate::web::api::now_ms());
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = tick.tick() => {}
+            }
+            // Everything that queued meanwhile goes in the same post.
+            while let Ok(u) = updates.try_recv() {
+                alerts.apply(&u, crate::web::api::now_ms());
+            }
+            if alerts.by_id.is_empty() {
+                continue;
+            }
+            alerts.bound();
+            let now = crate::web::api::now_ms();
+            let body: Vec<Value> = alerts.by_id.values().map(|a| a.json(&cfg, now)).collect();
+            let n = body.len();
+            let sent = serde_json::to_vec(&body).unwrap_or_default();
+            match http::request(
+                "POST",
+                &url,
+                Some(sent),
+                Duration::from_secs_f64(cfg.timeout_s),
+            )
+            .await
+            {
+                Ok((200..=299, _)) => {
+                    metrics::counter!("faultline_alerts_sent_total").increment(n as u64);
+                    alerts.by_id.retain(|_, a| a.resolved_ms.is_none());
+                    if failing {
+                        tracing::info!(%url, "Alertmanager reachable again");
+                        failing = false;
+                    }
+                }
+                r => {
+                    metrics::counter!("faultline_alerts_failed_total").increment(1);
+                    if !failing {
+                        let why = match r {
+                            Ok((status, body)) => {
+                                format!("HTTP {status}: {}", String::from_utf8_lossy(&body))
+                            }
+                            Err(e) => e.to_string(),
+                        };
+                        tracing::warn!(%url, error = %why, "cannot push to Alertmanager; retrying at every resend");
+                        failing = true;
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_stay_fixed_and_resolution_sets_ends_at() {
+        let cfg = AlertmanagerConfig::default();
+        let mut u = CandidateUpdate {
+            incident_id: "abc".into(),
+            state: "opened".into(),
+            kind: "ib_link_down".into(),
+            entity: "n001/mlx5_0/1".into(),
+            affected_jobs: vec!["job1".into()],
+            runbook: "replace the cable".into(),
+            ..Default::default()
+        };
+        let mut a = Alerts::default();
+        a.apply(&u, 1_000);
+        u.state = "updated".into();
+        u.kind = "ib_link_flapping".into();
+        u.affected_jobs = vec!["job0".into(), "job1".into()];
+        a.apply(&u, 2_000);
+        let j = a.by_id["abc"].json(&cfg, 2_000);
+        assert_eq!(j["labels"]["kind"], "ib_link_down");
+        assert_eq!(j["labels"]["job"], "job1");
+        assert_eq!(j["labels"]["incident_id"], "abc");
+        assert_eq!(j["annotations"]["kind"], "ib_link_flapping");
+        assert_eq!(j["annotations"]["runbook"], "replace the cable");
+        assert_eq!(j["startsAt"], "1970-01-01T00:00:01.000Z");
+        assert_eq!(j["endsAt"], "1970-01-01T00:04:02.000Z");
+        u.state = "resolved".into();
+        a.apply(&u, 3_500);
+        assert_eq!(
+            a.by_id["abc"].json(&cfg, 9_000)["endsAt"],
+            "1970-01-01T00:00:03.500Z"
+        );
+        // Missed updates: an alert whose incident is no longer open resolves.
+        let mut b = Alerts::default();
+        u.state = "open".into();
+        b.resync(std::slice::from_ref(&u), 5_000);
+        assert_eq!(b.by_id["abc"].resolved_ms, None);
+        b.resync(&[], 6_000);
+        assert_eq!(b.by_id["abc"].resolved_ms, Some(6_000));
+    }
+}

@@ -1,0 +1,69 @@
+//! Incident history and per-entity series in an embedded SQLite database
+//! (docs/history.md): the engine task hands incident updates and window
+//! samples to a writer thread through a bounded queue (a full queue drops
+//! and counts, never blocks ingest); the web UI, the CLI and restart
+//! recovery read through [`store::Store`].
+pub mod config;
+pub mod recorder;
+pub mod report;
+pub mod rollup;
+pub mod samples;
+pub mod store;
+
+pub use config::HistoryConfig;
+pub use recorder::Recorder;
+pub use store::{HistoryError, IncidentFilter, IncidentRow, Offender, SeriesPoint, Store};
+
+/// Resolutions of the series, in milliseconds (0 = raw, one row per window).
+pub const RAW: i64 = 0;
+pub const MINUTE: i64 = 60_000;
+pub const HOUR: i64 = 3_600_000;
+
+/// Host part of an entity (`n017/mlx5_2/1` → `n017`; a job name is its own).
+pub fn host_of(entity: &str) -> &str {
+    entity.split('/').next().unwrap_or(entity)
+}
+
+/// The history of a running correlator: the writer, a reader for the API,
+/// and the open incidents restored into the engine.
+pub struct Opened {
+    pub recorder: Recorder,
+    pub reader: std::sync::Arc<std::sync::Mutex<Store>>,
+    pub restored: usize,
+    pub writer: std::thread::JoinHandle<()>,
+}
+
+/// Opens `path` (a corrupt or unwritable file is an error here, at start),
+/// restores its open incidents into `engine` and starts the writer.
+pub fn open(
+    path: &std::path::Path,
+    cfg: &HistoryConfig,
+    engine: &mut crate::engine::Engine,
+) -> Result<Opened, HistoryError> {
+    let store = Store::open(path, cfg)?;
+    let mut restored = 0;
+    for r in store.open_incidents()? {
+        let ok = engine.incidents.restore(crate::engine::incidents::Stored {
+            id: r.id,
+            kind: r.kind,
+            entity: r.entity,
+            confidence: r.confidence,
+            evidence: r.evidence,
+            jobs: r.jobs,
+            runbook: r.runbook,
+            updated_ms: r.updated_ms,
+        });
+        restored += usize::from(ok);
+    }
+    let reader = Store::open_reader(path, cfg)?;
+    let (recorder, writer) = Recorder::start(store, cfg.queue).map_err(|e| HistoryError::Sql {
+        path: path.to_path_buf(),
+        detail: format!("cannot start the writer thread: {e}"),
+    })?;
+    Ok(Opened {
+        recorder,
+        reader: std::sync::Arc::new(std::sync::Mutex::new(reader)),
+        restored,
+        writer,
+    })
+}

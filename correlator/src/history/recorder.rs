@@ -1,0 +1,167 @@
+//! The writer thread and the bounded queue that feeds it, off the ingest
+//! path: the engine task only enqueues (never waits on the disk); a full
+//! queue drops samples first (the last eighth of the queue is kept for
+//! incident updates) and every drop is counted.
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use proto::v1::CandidateUpdate;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{samples::Sample, Store};
+
+/// Messages handled per transaction at most.
+const BATCH: usize = 4096;
+/// Rollups and retention run at most this often (and on a flush).
+const MAINTAIN_EVERY: Duration = Duration::from_secs(5);
+
+enum Msg {
+    Update(CandidateUpdate),
+    Samples(Vec<Sample>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Counters of the recorder, shared with its handles.
+#[derive(Debug, Default)]
+pub struct RecorderStats {
+    /// Sample batches (one per window) dropped on a full queue.
+    pub dropped_windows: AtomicU64,
+    /// Incident updates dropped on a full queue.
+    pub dropped_updates: AtomicU64,
+    /// Samples and updates written.
+    pub written_samples: AtomicU64,
+    pub written_updates: AtomicU64,
+    /// Transactions that failed (their contents are lost and counted here).
+    pub write_errors: AtomicU64,
+    /// Rows removed by retention and the disk budget.
+    pub retained_rows: AtomicU64,
+}
+
+/// Handle of the writer thread (cheap to clone).
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+    reserve: usize,
+    pub stats: Arc<RecorderStats>,
+}
+
+impl Recorder {
+    /// Starts the writer thread owning `store`, with a queue of `queue` messages.
+    pub fn start(
+        mut store: Store,
+        queue: usize,
+    ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
+        let (tx, mut rx) = mpsc::channel::<Msg>(queue.max(1));
+        let stats = Arc::new(RecorderStats::default());
+        let st = stats.clone();
+        let h = std::thread::Builder::new()
+            .name("history-writer".into())
+            .spawn(move || {
+                let mut watermark = 0i64;
+                let mut maintained = Instant::now();
+                let mut ups = Vec::new();
+                let mut samples = Vec::new();
+                let mut flushes = Vec::new();
+                while let Some(first) = rx.blocking_recv() {
+                    let mut next = Some(first);
+                    let mut n = 0;
+                    while let Some(m) = next.take() {
+                        match m {
+                            Msg::Update(u) => {
+                                watermark = watermark.max(u.ts_unix_ms);
+                                ups.push(u);
+                            }
+                            Msg::Samples(s) => {
+                                if let Some(t) = s.iter().map(|s| s.ts).max() {
+                                    watermark = watermark.max(t);
+                                }
+                                samples.extend(s);
+                            }
+                            Msg::Flush(done) => flushes.push(done),
+                        }
+                        n += 1;
+                        if n < BATCH {
+                            next = rx.try_recv().ok();
+                        }
+                    }
+                    match store.write(&ups, &samples) {
+                        Ok(()) => {
+                            st.written_updates
+                                .fetch_add(ups.len() as u64, Ordering::Relaxed);
+                            st.written_samples
+                                .fetch_add(samples.len() as u64, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            st.write_errors.fetch_add(1, Ordering::Relaxed);
+                            metrics::counter!("faultline_history_write_errors_total").increment(1);
+                            tracing::error!(error = %e, updates = ups.len(), samples = samples.len(), "history write failed; these rows are lost");
+                        }
+                    }
+                    ups.clear();
+                    samples.clear();
+                    if !flushes.is_empty() || maintained.elapsed() >= MAINTAIN_EVERY {
+                        maintained = Instant::now();
+                        let r = store
+                            .rollup(watermark)
+                            .and_then(|()| store.retain(watermark));
+                        match r {
+                            Ok(gone) => {
+                                st.retained_rows.fetch_add(gone, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                st.write_errors.fetch_add(1, Ordering::Relaxed);
+                                tracing::error!(error = %e, "history rollup or retention failed");
+                            }
+                        }
+                        if let Ok(b) = store.used_bytes() {
+                            metrics::gauge!("faultline_history_bytes").set(b as f64);
+                        }
+                    }
+                    for f in flushes.drain(..) {
+                        let _ = f.send(());
+                    }
+                }
+            })?;
+        Ok((
+            Self {
+                tx,
+                reserve: (queue / 8).max(1),
+                stats,
+            },
+            h,
+        ))
+    }
+
+    /// Queues an incident update (dropped and counted only when the queue is full).
+    pub fn update(&self, u: &CandidateUpdate) {
+        if self.tx.try_send(Msg::Update(u.clone())).is_err() {
+            self.stats.dropped_updates.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("faultline_history_dropped_total", "what" => "update").increment(1);
+        }
+    }
+
+    /// Queues one window's samples, unless the queue is within its reserve
+    /// for incident updates (then dropped and counted).
+    pub fn samples(&self, s: Vec<Sample>) {
+        if s.is_empty() {
+            return;
+        }
+        if self.tx.capacity() <= self.reserve || self.tx.try_send(Msg::Samples(s)).is_err() {
+            self.stats.dropped_windows.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("faultline_history_dropped_total", "what" => "window").increment(1);
+        }
+    }
+
+    /// Waits until everything queued before is written, rolled up and retained.
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}

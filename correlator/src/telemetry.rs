@@ -1,0 +1,124 @@
+//! The correlator's own metrics (docs/metrics.md), served on the web
+//! listener's `/metrics`: open incidents by kind, windows reaching the
+//! engine, ingest duplicates and gaps, history and alert drops, and each
+//! collector's lag (wall clock minus its latest window's end).
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use proto::v1::{CandidateUpdate, Window};
+
+use crate::engine::incidents::KINDS;
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the Prometheus recorder once per process (`None` when another
+/// recorder was installed first, e.g. by an embedding program).
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let h = PrometheusBuilder::new().install_recorder().ok()?;
+            describe();
+            Some(h)
+        })
+        .as_ref()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_gauge!(
+        "faultline_correlator_open_incidents",
+        "Open incidents by kind"
+    );
+    describe_counter!(
+        "faultline_correlator_windows_total",
+        "Windows that reached the detection engine"
+    );
+    describe_counter!(
+        "faultline_correlator_duplicate_windows_total",
+        "Windows dropped as duplicates (resends after a reconnect)"
+    );
+    describe_counter!(
+        "faultline_correlator_missing_windows_total",
+        "Windows missing from collectors' sequences (spool overflow)"
+    );
+    describe_gauge!(
+        "faultline_correlator_collector_lag_seconds",
+        Unit::Seconds,
+        "Wall clock minus the end of the collector's latest window, per host"
+    );
+    describe_counter!(
+        "faultline_history_dropped_total",
+        "History messages dropped on a full writer queue (what: window or update)"
+    );
+    describe_counter!(
+        "faultline_history_write_errors_total",
+        "History transactions that failed (their rows are lost)"
+    );
+    describe_gauge!(
+        "faultline_history_bytes",
+        Unit::Bytes,
+        "Bytes in use in the history database"
+    );
+    describe_counter!(
+        "faultline_auth_refused_total",
+        "Calls refused without a valid client certificate or bearer token"
+    );
+    describe_counter!(
+        "faultline_ingest_rejected_total",
+        "Windows or Resumes refused, never adopted (reason)"
+    );
+    describe_counter!(
+        "faultline_ingest_forgotten_total",
+        "Ingest state forgotten: idle hosts, old collector runs (what)"
+    );
+    describe_counter!(
+        "faultline_engine_dropped_total",
+        "Window content over the per-window caps, findings over the open-incident cap (what)"
+    );
+    describe_counter!(
+        "faultline_engine_forgotten_hosts_total",
+        "Hosts the engine forgot (their incidents resolved as stale)"
+    );
+    describe_counter!(
+        "faultline_connections_refused_total",
+        "Connections closed at accept over the limits or for a slow handshake (reason)"
+    );
+    describe_counter!(
+        "faultline_alerts_sent_total",
+        "Alerts posted to Alertmanager (firing and resolved)"
+    );
+    describe_counter!(
+        "faultline_alerts_failed_total",
+        "Posts to Alertmanager that failed (retried at the next resend)"
+    );
+    describe_counter!(
+        "faultline_alerts_dropped_total",
+        "Incident updates the Alertmanager pusher dropped (it fell behind)"
+    );
+}
+
+/// A window reached the engine.
+pub fn window(w: &Window) {
+    metrics::counter!("faultline_correlator_windows_total").increment(1);
+    if let Some(o) = &w.origin {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        metrics::gauge!("faultline_correlator_collector_lag_seconds", "host" => o.hostname.clone())
+            .set((now - w.end_unix_ms) as f64 / 1000.0);
+    }
+}
+
+/// The open incidents changed.
+pub fn open_incidents(open: &[CandidateUpdate]) {
+    for k in KINDS {
+        let n = open.iter().filter(|u| u.kind == *k).count();
+        metrics::gauge!("faultline_correlator_open_incidents", "kind" => *k).set(n as f64);
+    }
+}
+
+/// Ingest counters (kept by the ingest state) as of a scrape.
+pub fn ingest_counters(duplicates: u64, missing: u64) {
+    metrics::counter!("faultline_correlator_duplicate_windows_total").absolute(duplicates);
+    metrics::counter!("faultline_correlator_missing_windows_total").absolute(missing);
+}

@@ -1,0 +1,234 @@
+//! The web UI and its JSON API (docs/web.md), plus `/metrics` and
+//! `/healthz`, on one HTTP/1 listener built on the axum/hyper that tonic
+//! already brings. Pages are static HTML/JS/CSS embedded in the binary
+//! (no CDN, no build step); they render from the API and update live from
+//! `/api/stream` (server-sent events).
+pub mod api;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+};
+
+use axum::{
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Router,
+};
+use proto::v1::CandidateUpdate;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::{history, ingest::IngestState};
+
+/// `[web]` settings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    /// Address of the UI, API, `/metrics` and `/healthz` (off when unset;
+    /// `--web ADDR` sets it too). A non-loopback address is logged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+}
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct AppState {
+    /// A reader connection to the history (queries run on blocking threads).
+    pub history: Option<Arc<Mutex<history::Store>>>,
+    /// Live updates from the engine.
+    pub updates: broadcast::Sender<CandidateUpdate>,
+    /// The engine's open incidents.
+    pub open: Arc<Mutex<Vec<CandidateUpdate>>>,
+    pub ingest: Option<IngestState>,
+}
+
+const SHELL: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE: &str = include_str!("assets/style.css");
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// The router: pages, assets, API, metrics, health.
+pub fn router(state: AppState) -> Router {
+    let page = || get(|| async { asset("text/html; charset=utf-8", SHELL) });
+    Router::new()
+        .route("/", page())
+        .route("/incident", page())
+        .route("/entity", page())
+        .route("/fleet", page())
+        .route(
+            "/assets/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/assets/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .merge(api::routes())
+        .with_state(state)
+}
+
+async fn metrics(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
+    let Some(h) = crate::telemetry::handle() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed in this process\n",
+        )
+            .into_response();
+    };
+    if let Some(i) = &s.ingest {
+        let (_, duplicates, missing) = i.counters();
+        crate::telemetry::ingest_counters(duplicates, missing);
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        h.render(),
+    )
+        .into_response()
+}
+
+/// Binds `addr` (an error names it) and serves until `shutdown` completes.
+pub async fn serve(
+    addr: SocketAddr,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    serve_router(addr, router(state), "web UI", shutdown).await
+}
+
+/// Only `/metrics` and `/healthz` (`serve --metrics-addr`).
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    ingest: IngestState,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let (updates, _) = broadcast::channel(1);
+    let state = AppState {
+        history: None,
+        updates,
+        open: Arc::default(),
+        ingest: Some(ingest),
+    };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    serve_router(addr, app, "metrics", std::future::pending()).await
+}
+
+async fn serve_router(
+    addr: SocketAddr,
+    app: Router,
+    what: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use anyhow::Context as _;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {what} on {addr}: is another process using it?"))?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "{what} on a non-loopback address: reachable from the network");
+    }
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "web UI stopped");
+        }
+    }))
+}
+
+/// UI options of `faultline-correlator sim` (the README's demo).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct UiArgs {
+    /// Serve the web UI on this address while the simulation runs.
+    #[arg(long, value_name = "ADDR")]
+    pub web: Option<SocketAddr>,
+    /// History database for the simulation (default with --web: a
+    /// temporary file, removed at exit).
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<std::path::PathBuf>,
+    /// After the simulated run, keep serving the UI until Ctrl-C.
+    #[arg(long)]
+    pub keep_serving: bool,
+}
+
+/// History and UI attached to an in-process correlator (the simulator).
+pub struct Attached {
+    pub opened: history::Opened,
+    pub addr: SocketAddr,
+    temp: Option<std::path::PathBuf>,
+    keep_serving: bool,
+}
+
+impl Attached {
+    /// The engine hooks that feed the history.
+    pub fn hooks(&self) -> crate::subscribe::Hooks {
+        crate::subscribe::Hooks {
+            history: Some(self.opened.recorder.clone()),
+        }
+    }
+
+    /// At the end of the run: flushes the history, then (with
+    /// `--keep-serving`) serves until Ctrl-C; removes a temporary database.
+    pub async fn finish(self) {
+        self.opened.recorder.flush().await;
+        if self.keep_serving {
+            println!(
+                "simulation done; the web UI keeps serving at http://{}/ — press Ctrl-C to stop",
+                self.addr
+            );
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        if let Some(t) = &self.temp {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", t.display()));
+            }
+        }
+    }
+}
+
+/// With `--web`: opens the history (restoring into `engine`) and starts
+/// the UI; prints its address.
+pub async fn attach(
+    args: &UiArgs,
+    engine: &mut crate::engine::Engine,
+    updates: &broadcast::Sender<CandidateUpdate>,
+    open: &Arc<Mutex<Vec<CandidateUpdate>>>,
+    ingest: &IngestState,
+) -> anyhow::Result<Option<Attached>> {
+    let Some(addr) = args.web else {
+        return Ok(None);
+    };
+    let temp = args.history.is_none().then(|| {
+        std::env::temp_dir().join(format!("faultline-sim-history-{}.db", std::process::id()))
+    });
+    let path = args
+        .history
+        .clone()
+        .or_else(|| temp.clone())
+        .unwrap_or_default();
+    let cfg = history::HistoryConfig::default();
+    let opened = history::open(&path, &cfg, engine)?;
+    let _ = crate::telemetry::handle();
+    let state = AppState {
+        history: Some(opened.reader.clone()),
+        updates: updates.clone(),
+        open: open.clone(),
+        ingest: Some(ingest.clone()),
+    };
+    serve(addr, state, std::future::pending()).await?;
+    println!("web UI: http://{addr}/");
+    Ok(Some(Attached {
+        opened,
+        addr,
+        temp,
+        keep_serving: args.keep_serving,
+    }))
+}
