@@ -28,8 +28,8 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Entities whose latest values the bands keep (bounded; more are not
-/// banded and counted).
+/// Entities whose latest values the bands (and ports whose counters the
+/// error deltas) keep: bounded; more are left out and counted.
 pub const MAX_BANDED: usize = 1 << 20;
 
 /// The bands: (band entity, signal, the `.median`, `.p10`, `.p90` names).
@@ -64,7 +64,7 @@ pub struct Sampler {
     latest: [HashMap<String, f64>; 3],
     /// Event time of the latest band emission.
     band_at: i64,
-    /// Values not banded because the bound was reached.
+    /// Values left out of bands and deltas because the bound was reached.
     pub unbanded: u64,
 }
 
@@ -100,7 +100,9 @@ impl Sampler {
                 .iter()
                 .filter_map(|c| p.counters.get(*c))
                 .fold(0u64, |a, b| a.saturating_add(*b));
-            if let Some(prev) = self.errors.insert(port.clone(), sum) {
+            if self.errors.len() >= MAX_BANDED && !self.errors.contains_key(&port) {
+                self.unbanded += 1;
+            } else if let Some(prev) = self.errors.insert(port.clone(), sum) {
                 // A reset (smaller now) counts as no increase.
                 push(&e, "errors", sum.saturating_sub(prev) as f64);
             }
