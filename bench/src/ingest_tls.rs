@@ -23,10 +23,10 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     collectors: usize,
     /// Windows per collector per round.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 300)]
     windows: u64,
     /// Rounds per mode (alternating).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
 }
 

@@ -3,12 +3,12 @@
 //! aya), so the simulator and tests can use it.
 use std::{collections::BTreeMap, fmt::Write as _, time::Instant};
 
-use collector_common::{
-    block::LAT_BUCKETS,
-    cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats},
-};
+use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
 
-use crate::storage::{bucket_upper_ns, quantile_ns};
+use crate::{
+    prom_text::{Kind, Text},
+    storage::quantile_ns,
+};
 
 /// Cumulative CUDA aggregates as read at `taken`.
 #[derive(Clone, Debug)]
@@ -43,12 +43,7 @@ impl CudaSnapshot {
         let mut out: BTreeMap<String, LaunchStats> = BTreeMap::new();
         for (k, v) in self.launches.iter().filter(|(k, _)| k.pid == pid) {
             let e = out.entry(self.kernel_name(k)).or_default();
-            e.launches += v.launches;
-            e.launches_ex += v.launches_ex;
-            e.launches_cooperative += v.launches_cooperative;
-            e.blocks += v.blocks;
-            e.threads += v.threads;
-            e.shared_mem_bytes += v.shared_mem_bytes;
+            add_launches(e, v);
             e.last_grid = v.last_grid;
             e.last_block = v.last_block;
         }
@@ -100,6 +95,16 @@ pub struct CudaLine {
     /// CUDA device ordinal, -1 when unknown.
     pub device: i32,
     pub text: String,
+}
+
+/// Adds `v`'s launch counts into `into` (the `last_*` shapes are the caller's choice).
+pub fn add_launches(into: &mut LaunchStats, v: &LaunchStats) {
+    into.launches += v.launches;
+    into.launches_ex += v.launches_ex;
+    into.launches_cooperative += v.launches_cooperative;
+    into.blocks += v.blocks;
+    into.threads += v.threads;
+    into.shared_mem_bytes += v.shared_mem_bytes;
 }
 
 /// Human-readable lines for what changed between two snapshots.
@@ -163,76 +168,74 @@ pub fn window_lines(prev: &CudaSnapshot, cur: &CudaSnapshot) -> Vec<CudaLine> {
     out
 }
 
-/// Prometheus text for the CUDA metrics.
-pub fn render_prometheus(snap: &CudaSnapshot) -> String {
-    let mut s = String::new();
-    s.push_str(
-        "# HELP faultline_cuda_kernel_launches_total Kernel launches per process, GPU and kernel.\n\
-         # TYPE faultline_cuda_kernel_launches_total counter\n",
-    );
-    let mut launches: BTreeMap<(u32, String, String), u64> = BTreeMap::new();
+/// Prometheus text for the CUDA metrics. Series are keyed by the
+/// process's job and rank (`who(pid)`; empty when unknown) and GPU, never by
+/// pid or kernel name: those grow without bound on a busy node, and stay
+/// on the wire and the console instead.
+pub fn render_prometheus(
+    snap: &CudaSnapshot,
+    mut who: impl FnMut(u32) -> (String, String),
+) -> String {
+    let mut t = Text::new();
+    let mut ids: BTreeMap<u32, (String, String)> = BTreeMap::new();
+    let mut id = |pid: u32| ids.entry(pid).or_insert_with(|| who(pid)).clone();
+    let mut launches: BTreeMap<(String, String, String), u64> = BTreeMap::new();
     for (k, v) in &snap.launches {
+        let (job, rank) = id(k.pid);
         *launches
-            .entry((k.pid, device_label(k.device), snap.kernel_name(k)))
+            .entry((job, rank, device_label(k.device)))
             .or_default() += v.launches;
     }
-    for ((pid, gpu, kernel), n) in &launches {
-        let kernel = kernel.replace('\\', "\\\\").replace('"', "\\\"");
-        let _ = writeln!(
-            s,
-            "faultline_cuda_kernel_launches_total{{pid=\"{pid}\",gpu=\"{gpu}\",kernel=\"{kernel}\"}} {n}"
+    for ((job, rank, gpu), n) in &launches {
+        t.sample(
+            "faultline_cuda_kernel_launches_total",
+            "Kernel launches per job, rank and GPU (all kernels)",
+            Kind::Counter,
+            &[("job", job), ("rank", rank), ("gpu", gpu)],
+            n,
         );
     }
-    s.push_str(
-        "# HELP faultline_cuda_calls_total Driver API calls per process, GPU and call.\n\
-         # TYPE faultline_cuda_calls_total counter\n",
-    );
+    // (job, rank, gpu, call) → (calls, errors, bytes)
+    type CallKey = (String, String, String, &'static str);
+    let mut calls: BTreeMap<CallKey, (u64, u64, u64)> = BTreeMap::new();
     for (k, v) in &snap.calls {
-        let _ = writeln!(
-            s,
-            "faultline_cuda_calls_total{{pid=\"{}\",gpu=\"{}\",call=\"{}\"}} {}",
-            k.pid,
-            device_label(k.device),
-            call::name(k.kind),
-            v.calls
-        );
+        let (job, rank) = id(k.pid);
+        let e = calls
+            .entry((job, rank, device_label(k.device), call::name(k.kind)))
+            .or_default();
+        e.0 += v.calls;
+        e.1 += v.errors;
+        if is_copy(k.kind) {
+            e.2 += v.bytes;
+        }
     }
-    s.push_str(
-        "# HELP faultline_cuda_call_errors_total Calls that returned a non-zero CUresult.\n\
-         # TYPE faultline_cuda_call_errors_total counter\n",
-    );
-    for (k, v) in snap.calls.iter().filter(|(_, v)| v.errors > 0) {
-        let _ = writeln!(
-            s,
-            "faultline_cuda_call_errors_total{{pid=\"{}\",gpu=\"{}\",call=\"{}\"}} {}",
-            k.pid,
-            device_label(k.device),
-            call::name(k.kind),
-            v.errors
+    for ((job, rank, gpu, c), (n, errors, bytes)) in &calls {
+        let l: &[(&str, &str)] = &[("job", job), ("rank", rank), ("gpu", gpu), ("call", c)];
+        t.sample(
+            "faultline_cuda_calls_total",
+            "Driver API calls per job, rank, GPU and call",
+            Kind::Counter,
+            l,
+            n,
         );
-    }
-    s.push_str(
-        "# HELP faultline_cuda_copy_bytes_total Bytes passed to cuMemcpy* calls.\n\
-         # TYPE faultline_cuda_copy_bytes_total counter\n",
-    );
-    for (k, v) in snap.calls.iter().filter(|(k, _)| {
-        matches!(
-            k.kind,
-            call::MEMCPY_HTOD
-                | call::MEMCPY_DTOH
-                | call::MEMCPY_ASYNC
-                | call::MEMCPY_HTOD_ASYNC
-                | call::MEMCPY_DTOH_ASYNC
-        )
-    }) {
-        let _ = writeln!(
-            s,
-            "faultline_cuda_copy_bytes_total{{pid=\"{}\",gpu=\"{}\",call=\"{}\"}} {}",
-            k.pid,
-            device_label(k.device),
-            call::name(k.kind),
-            v.bytes
-        );
+        if *errors > 0 {
+            t.sample(
+                "faultline_cuda_call_errors_total",
+                "Calls that returned a non-zero CUresult",
+                Kind::Counter,
+                l,
+                errors,
+            );
+        }
+        if *bytes > 0 {
+            t.sample(
+                "faultline_cuda_copy_bytes_total",
+                "Bytes passed to cuMemcpy* calls",
+                Kind::Counter,
+                l,
+                bytes,
+            );
+        }
     }
     // Wait-time histogram per GPU and call, summed over processes (bounded cardinality).
     let mut waits: BTreeMap<(String, &'static str), CallStats> = BTreeMap::new();
@@ -246,30 +249,28 @@ pub fn render_prometheus(snap: &CudaSnapshot) -> String {
             *a += b;
         }
     }
-    s.push_str(
-        "# HELP faultline_cuda_call_duration_seconds Entry-to-return time of blocking driver calls.\n\
-         # TYPE faultline_cuda_call_duration_seconds histogram\n",
-    );
     for ((gpu, c), v) in &waits {
-        let mut cum = 0;
-        for (b, n) in v.hist.iter().enumerate().take(LAT_BUCKETS - 1) {
-            cum += n;
-            let _ = writeln!(
-                s,
-                "faultline_cuda_call_duration_seconds_bucket{{gpu=\"{gpu}\",call=\"{c}\",le=\"{:e}\"}} {cum}",
-                bucket_upper_ns(b) as f64 / 1e9
-            );
-        }
-        let _ = writeln!(
-            s,
-            "faultline_cuda_call_duration_seconds_bucket{{gpu=\"{gpu}\",call=\"{c}\",le=\"+Inf\"}} {t}\n\
-             faultline_cuda_call_duration_seconds_sum{{gpu=\"{gpu}\",call=\"{c}\"}} {}\n\
-             faultline_cuda_call_duration_seconds_count{{gpu=\"{gpu}\",call=\"{c}\"}} {t}",
-            v.dur_sum_ns as f64 / 1e9,
-            t = v.timed
+        t.log2_ns_histogram(
+            "faultline_cuda_call_duration_seconds",
+            "Entry-to-return time of blocking driver calls",
+            &[("gpu", gpu), ("call", c)],
+            &v.hist,
+            v.dur_sum_ns,
+            v.timed,
         );
     }
-    s
+    t.render()
+}
+
+fn is_copy(kind: u32) -> bool {
+    matches!(
+        kind,
+        call::MEMCPY_HTOD
+            | call::MEMCPY_DTOH
+            | call::MEMCPY_ASYNC
+            | call::MEMCPY_HTOD_ASYNC
+            | call::MEMCPY_DTOH_ASYNC
+    )
 }
 
 /// p50/p99 of a call's wait histogram, seconds.

@@ -112,7 +112,7 @@ impl Text {
             cum += n;
             f.samples.push((
                 "_bucket",
-                format!("{base}{sep}le=\"{le}\""),
+                format!("{base}{sep}le=\"{le:e}\""),
                 cum.to_string(),
             ));
         }
@@ -123,6 +123,26 @@ impl Text {
         ));
         f.samples.push(("_sum", base.clone(), sum.to_string()));
         f.samples.push(("_count", base, count.to_string()));
+    }
+
+    /// A histogram from the probes' log2 nanosecond buckets (`hist[b]`
+    /// counts `[2^b, 2^(b+1))` ns; the last bucket is open-ended), in seconds.
+    pub fn log2_ns_histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels_: &[(&str, &str)],
+        hist: &[u64],
+        sum_ns: u64,
+        count: u64,
+    ) {
+        let buckets: Vec<(f64, u64)> = hist
+            .iter()
+            .take(hist.len().saturating_sub(1))
+            .enumerate()
+            .map(|(b, &n)| (vocab::hist::bucket_upper_ns(b) as f64 / 1e9, n))
+            .collect();
+        self.histogram(name, help, labels_, &buckets, sum_ns as f64 / 1e9, count);
     }
 
     /// The text exposition (families without samples are left out).
@@ -176,10 +196,13 @@ mod tests {
         );
         let r = t.render();
         assert!(
-            r.contains("h_seconds_bucket{d=\"x\",le=\"0.5\"} 2\n"),
+            r.contains("h_seconds_bucket{d=\"x\",le=\"5e-1\"} 2\n"),
             "{r}"
         );
-        assert!(r.contains("h_seconds_bucket{d=\"x\",le=\"1\"} 5\n"), "{r}");
+        assert!(
+            r.contains("h_seconds_bucket{d=\"x\",le=\"1e0\"} 5\n"),
+            "{r}"
+        );
         assert!(
             r.contains("h_seconds_bucket{d=\"x\",le=\"+Inf\"} 6\n"),
             "{r}"

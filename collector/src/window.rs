@@ -59,15 +59,25 @@ pub fn block(w: &BlockWindow) -> Vec<pb::BlockStat> {
         .map(|r| pb::BlockStat {
             device: r.device.clone(),
             op: r.op.to_string(),
-            job: r.cgroup.clone(),
+            job: cgroup_job(&r.cgroup),
             requests: r.requests,
             bytes: r.bytes,
-            latency_sum_ns: r.mean_s.map_or(0, |m| (m * 1e9 * r.requests as f64) as u64),
-            latency_max_ns: r.max_s.map_or(0, |m| (m * 1e9) as u64),
+            latency_sum_ns: r.latency_sum_ns,
+            latency_max_ns: r.latency_max_ns,
             hist: trim_trailing_zeros(&r.hist).to_vec(),
             device_class: r.device_class.to_string(),
         })
         .collect()
+}
+
+/// The job a cgroup path belongs to, as CUDA and verbs rows name it (the
+/// Slurm job id, the Kubernetes pod UID), empty when the path says none.
+pub fn cgroup_job(path: &str) -> String {
+    match crate::identity::classify_cgroup(path) {
+        crate::identity::Workload::Slurm { job, .. } => job,
+        crate::identity::Workload::Kubernetes { pod_uid, .. } => pod_uid,
+        _ => String::new(),
+    }
 }
 
 /// The histogram up to its last non-empty bucket (empty when all are zero).
@@ -193,5 +203,20 @@ mod tests {
         assert_eq!(r.hist[..], w.rows[0].hist[..21]);
         assert_eq!(r.device_class, "");
         assert!(trim_trailing_zeros(&[0; 4]).is_empty());
+        // The exact sum of the 6 timed latencies (it was rebuilt from the
+        // float mean times all 10 requests: 3,456,166).
+        assert_eq!(r.latency_sum_ns, 2_073_700);
+        assert_eq!(r.latency_max_ns, 2_000_000);
+        // `job` is a job id as in CUDA rows, not a cgroup path.
+        assert_eq!(r.job, "");
+        assert_eq!(
+            cgroup_job("/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0"),
+            "1234"
+        );
+        assert_eq!(
+            cgroup_job("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0c2ae6a4_5a8e_4d4c_9c11_6f8f1a2b3c4d.slice/cri-containerd-0123456789abcdef.scope"),
+            "0c2ae6a4-5a8e-4d4c-9c11-6f8f1a2b3c4d"
+        );
+        assert_eq!(cgroup_job("/system.slice/sshd.service"), "");
     }
 }

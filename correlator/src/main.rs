@@ -370,7 +370,11 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .context("subscribe")?
                 .into_inner();
-            eprintln!("subscribed to {endpoint}");
+            if proto::client_tls::is_plaintext(&endpoint) {
+                eprintln!("subscribed to {endpoint} (INSECURE: plaintext, unauthenticated)");
+            } else {
+                eprintln!("subscribed to {endpoint}");
+            }
             while let Some(u) = stream.message().await.context("candidate stream")? {
                 if json {
                     println!(

@@ -11,29 +11,16 @@
 //!   event time, and their `node_lost` incidents resolve as stale.
 use std::time::{Duration, Instant};
 
+mod common;
+
 use correlator::engine::{config::LimitsConfig, DetectConfig, Engine};
-use proto::v1::{GpuSample, IbPort, Origin, StepTime, Window};
+use proto::v1::{GpuSample, IbPort, StepTime, Window};
 
 const T0: i64 = 1_800_000_000_000;
 
-fn base(host: &str, seq: u64, end_ms: i64) -> Window {
-    Window {
-        origin: Some(Origin {
-            hostname: host.into(),
-            boot_id: "b".into(),
-            instance: format!("{host}-1"),
-            ..Origin::default()
-        }),
-        seq,
-        start_unix_ms: end_ms - 1000,
-        end_unix_ms: end_ms,
-        ..Window::default()
-    }
-}
-
 /// A plain host window: 1 IB port (active, counters moving) and 1 GPU.
 fn host_window(host: &str, seq: u64, end_ms: i64) -> Window {
-    let mut w = base(host, seq, end_ms);
+    let mut w = common::window(host, seq, end_ms);
     w.ib_ports = vec![IbPort {
         hca: "mlx5_0".into(),
         port: 1,
@@ -85,7 +72,7 @@ fn a_window_with_60k_jobs_costs_little_and_delays_nothing() {
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     // A few real ranks of a real job first.
     for r in 0..8u32 {
-        let mut w = base(&format!("r{r}"), 1, T0);
+        let mut w = common::window(&format!("r{r}"), 1, T0);
         w.steps = vec![StepTime {
             job: "train".into(),
             rank: r,
@@ -94,7 +81,7 @@ fn a_window_with_60k_jobs_costs_little_and_delays_nothing() {
         }];
         e.ingest(&w);
     }
-    let mut evil = base("evil", 1, T0);
+    let mut evil = common::window("evil", 1, T0);
     evil.steps = (0..60_000u32)
         .map(|j| StepTime {
             job: format!("job-{j}"),

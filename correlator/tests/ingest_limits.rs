@@ -1,8 +1,11 @@
 //! The ingest service over real gRPC on loopback: a stream over the per-stream
 //! rate limit is ended with RESOURCE_EXHAUSTED while another collector's
 //! stream is unaffected; a malformed window gets INVALID_ARGUMENT.
-use correlator::ingest::{IngestService, IngestState};
-use proto::v1::{ingest_client::IngestClient, ingest_server::IngestServer, Origin, Window};
+mod common;
+
+use common::serve_ingest;
+use correlator::ingest::IngestState;
+use proto::v1::{ingest_client::IngestClient, Origin, Window};
 use tokio_stream::wrappers::ReceiverStream;
 
 fn window(host: &str, seq: u64) -> Window {
@@ -20,24 +23,8 @@ fn window(host: &str, seq: u64) -> Window {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_and_bad_input_only_affect_their_own_stream() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let state = IngestState::default();
-    let svc = IngestService {
-        state: state.clone(),
-        engine: None,
-        max_windows_per_sec: 20,
-    };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(IngestServer::new(svc))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    let chan = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let chan = serve_ingest(&state, 20).await;
 
     // A well-behaved collector streaming slowly, concurrently.
     let mut polite = IngestClient::new(chan.clone());

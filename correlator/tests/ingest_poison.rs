@@ -2,29 +2,11 @@
 //! window dated an hour ahead or a week behind, a host past the cap, and a
 //! flood split over 8 streams are refused with a clear status, counted by
 //! reason, and never change what the real collector's windows do.
-use correlator::ingest::{IngestLimits, IngestService, IngestState, MAX_SEQ};
-use proto::v1::{ingest_client::IngestClient, ingest_server::IngestServer, Origin, Window};
+mod common;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn window(host: &str, seq: u64, end_ms: i64) -> Window {
-    Window {
-        origin: Some(Origin {
-            hostname: host.into(),
-            boot_id: "b".into(),
-            instance: format!("{host}-1"),
-            ..Origin::default()
-        }),
-        seq,
-        start_unix_ms: end_ms - 1000,
-        end_unix_ms: end_ms,
-        ..Window::default()
-    }
-}
+use common::{now_ms, serve_ingest, window};
+use correlator::ingest::{IngestLimits, IngestState, MAX_SEQ};
+use proto::v1::{ingest_client::IngestClient, Window};
 
 /// Accepted as a new window (panics with the status otherwise).
 fn new(r: Result<bool, tonic::Status>) -> bool {
@@ -143,26 +125,8 @@ fn a_poisoned_ingest_log_line_is_not_restored() {
 /// streams of one host shares that host's rate limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_status_and_per_host_rate_limit_over_many_streams() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let state = IngestState::new(IngestLimits::default());
-    let svc = IngestService {
-        state: state.clone(),
-        engine: None,
-        max_windows_per_sec: 20,
-    };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(IngestServer::new(svc))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    let chan = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    let chan = serve_ingest(&state, 20).await;
     let now = now_ms();
     let mut c = IngestClient::new(chan.clone());
     c.stream(tokio_stream::iter(vec![window("real", 1, now)]))

@@ -11,9 +11,11 @@ use std::{
 
 use proto::client_tls::ClientAuth;
 use proto::v1::{
-    candidates_client::CandidatesClient, ingest_client::IngestClient, Origin, ResumeRequest,
+    candidates_client::CandidatesClient, ingest_client::IngestClient, ResumeRequest,
     SubscribeRequest, Window,
 };
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
@@ -70,25 +72,32 @@ fn serve(args: &[&str]) -> (Kill, u16) {
     (k, port)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+/// `serve` with the PKI's server certificate and one client-auth flag.
+fn serve_tls(pki: &Path, auth_flag: &str, file: &Path) -> (Kill, u16) {
+    serve(&[
+        "--tls-cert",
+        &pki.join("server.pem").to_string_lossy(),
+        "--tls-key",
+        &pki.join("server.key").to_string_lossy(),
+        auth_flag,
+        &file.to_string_lossy(),
+    ])
 }
 
 fn window(host: &str, seq: u64) -> Window {
-    Window {
-        origin: Some(Origin {
-            hostname: host.into(),
-            boot_id: "b".into(),
-            instance: format!("{host}-1"),
-            ..Origin::default()
-        }),
-        seq,
-        start_unix_ms: now_ms() - 1000,
-        end_unix_ms: now_ms(),
-        ..Window::default()
-    }
+    common::window(host, seq, common::now_ms())
+}
+
+/// A call refused by the TLS handshake (with TLS 1.3 the client may see it
+/// as a cancelled call, after its side of the handshake).
+fn refused_at_handshake(err: &tonic::Status) -> bool {
+    matches!(
+        err.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unauthenticated
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+    )
 }
 
 fn client(dir: &Path, cert: Option<&str>, token: Option<&Path>) -> ClientAuth {
@@ -138,14 +147,7 @@ async fn mtls_refuses_strangers_and_binds_hosts_to_their_certificates() {
     let other = tmp("other");
     pki(&other, &["n1"]);
     let ca = dir.join("ca.pem");
-    let (_srv, port) = serve(&[
-        "--tls-cert",
-        &dir.join("server.pem").to_string_lossy(),
-        "--tls-key",
-        &dir.join("server.key").to_string_lossy(),
-        "--client-ca",
-        &ca.to_string_lossy(),
-    ]);
+    let (_srv, port) = serve_tls(&dir, "--client-ca", &ca);
     let url = format!("https://127.0.0.1:{port}");
 
     // The host's own certificate: accepted, and Resume answers.
@@ -171,22 +173,12 @@ async fn mtls_refuses_strangers_and_binds_hosts_to_their_certificates() {
     let n2 = client(&dir, Some("n2"), None);
     assert_eq!(resume(&url, &n2, "n2").await.expect("n2 resume"), 0);
 
-    // No client certificate: the handshake is refused (with TLS 1.3 the
-    // client may see it as a cancelled call, after its side of the handshake).
+    // No client certificate: the handshake is refused.
     let anon = client(&dir, None, None);
     let err = send(&url, &anon, vec![window("n1", 9)])
         .await
         .expect_err("no certificate");
-    assert!(
-        matches!(
-            err.code(),
-            tonic::Code::Unavailable
-                | tonic::Code::Unauthenticated
-                | tonic::Code::Unknown
-                | tonic::Code::Cancelled
-        ),
-        "{err}"
-    );
+    assert!(refused_at_handshake(&err), "{err}");
     // A certificate named n1 but from another CA.
     let foreign = ClientAuth {
         tls_ca: Some(ca.clone()),
@@ -195,16 +187,7 @@ async fn mtls_refuses_strangers_and_binds_hosts_to_their_certificates() {
     let err = send(&url, &foreign, vec![window("n1", 9)])
         .await
         .expect_err("foreign CA");
-    assert!(
-        matches!(
-            err.code(),
-            tonic::Code::Unavailable
-                | tonic::Code::Unauthenticated
-                | tonic::Code::Unknown
-                | tonic::Code::Cancelled
-        ),
-        "{err}"
-    );
+    assert!(refused_at_handshake(&err), "{err}");
     // Plaintext to the TLS port.
     let err = send(
         &format!("http://127.0.0.1:{port}"),
@@ -253,14 +236,7 @@ async fn tokens_bind_hosts_and_unknown_tokens_are_refused() {
     pki(&dir, &[]);
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, "# host token\nn1 tok-n1\n").expect("tokens");
-    let (_srv, port) = serve(&[
-        "--tls-cert",
-        &dir.join("server.pem").to_string_lossy(),
-        "--tls-key",
-        &dir.join("server.key").to_string_lossy(),
-        "--token-file",
-        &tokens.to_string_lossy(),
-    ]);
+    let (_srv, port) = serve_tls(&dir, "--token-file", &tokens);
     let url = format!("https://127.0.0.1:{port}");
     let t1 = dir.join("t1");
     std::fs::write(&t1, "tok-n1\n").expect("t1");

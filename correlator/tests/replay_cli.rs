@@ -185,40 +185,59 @@ fn serve_record_is_the_replay_format() {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
-    // The example's windows are dated in 2027: no clock check for them.
-    let config = dir.join("correlator.toml");
-    std::fs::write(
-        &config,
-        "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n",
-    )
-    .unwrap();
+    struct Serve(std::process::Child);
+    impl Drop for Serve {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let mut serve = Command::new(BIN)
         .args([
             "serve",
             "--insecure",
             "--listen",
             &format!("127.0.0.1:{port}"),
-            "--config",
+            "--record",
         ])
-        .arg(&config)
-        .arg("--record")
         .arg(&record)
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(Serve)
         .unwrap();
     // Wait for "serving" on its log.
-    let mut err = std::io::BufReader::new(serve.stderr.take().unwrap());
+    let mut err = std::io::BufReader::new(serve.0.stderr.take().unwrap());
     let mut line = String::new();
     while err.read_line(&mut line).unwrap() > 0 && !line.contains("serving") {
         line.clear();
     }
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    let windows: Vec<proto::v1::Window> = std::fs::read_to_string(example())
+    // The example's windows moved to end now (the correlator refuses
+    // windows far from its clock), also written out to replay directly.
+    let mut windows: Vec<proto::v1::Window> = std::fs::read_to_string(example())
         .unwrap()
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let shift = now_ms - windows.iter().map(|w| w.end_unix_ms).max().unwrap();
+    for w in &mut windows {
+        w.start_unix_ms += shift;
+        w.end_unix_ms += shift;
+        for e in &mut w.events {
+            e.unix_ms += shift;
+        }
+    }
+    let source = dir.join("source.jsonl");
+    let text: Vec<String> = windows
+        .iter()
+        .map(|w| serde_json::to_string(w).unwrap())
+        .collect();
+    std::fs::write(&source, text.join("\n")).unwrap();
     let n = windows.len();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -239,11 +258,10 @@ fn serve_record_is_the_replay_format() {
             .into_inner();
         assert_eq!(summary.accepted as usize, n);
     });
-    let _ = serve.kill();
-    let _ = serve.wait();
+    drop(serve);
     let direct = Command::new(BIN)
         .arg("replay")
-        .arg(example())
+        .arg(&source)
         .output()
         .unwrap();
     let replayed = Command::new(BIN)

@@ -1,7 +1,8 @@
 //! How a client (the collector's sender, a subscriber) reaches the
 //! correlator: `https://` is TLS with the given CA (and, for mTLS, this
 //! host's certificate and key), optionally with a bearer token; `http://` is
-//! plaintext without authentication and is logged loudly. An `https://` URL
+//! plaintext without authentication, which the collector logs loudly and the
+//! subscriber prints ([`warn_if_plaintext`]). An `https://` URL
 //! never falls back to plaintext: without a CA it is an error.
 use std::path::{Path, PathBuf};
 
@@ -105,8 +106,6 @@ impl ClientAuth {
                 url: url.into(),
                 reason: e.to_string(),
             })?;
-        } else {
-            warn_plaintext(url);
         }
         Ok((ep, self.token()?))
     }
@@ -133,8 +132,17 @@ impl ClientAuth {
     }
 }
 
-/// Logs, once per process, that `url` is plaintext and unauthenticated.
-fn warn_plaintext(url: &str) {
+/// Whether `url` is plaintext (`http://`).
+pub fn is_plaintext(url: &str) -> bool {
+    url.starts_with("http://")
+}
+
+/// Logs, once per process, that `url` is plaintext and unauthenticated
+/// (the collector's sender calls it on every connect).
+pub fn warn_if_plaintext(url: &str) {
+    if !is_plaintext(url) {
+        return;
+    }
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         tracing::warn!(

@@ -56,13 +56,16 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
         return;
     }
     tests::runtime().block_on(async {
-        let probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
+        let mut probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
         let inactive: Vec<_> = probes
             .status()
             .iter()
             .filter(|s| s.name.starts_with("cu") && s.state != ProbeState::Attached)
             .collect();
-        assert!(inactive.is_empty(), "every CUDA symbol attached: {inactive:?}");
+        assert!(
+            inactive.is_empty(),
+            "every CUDA symbol attached: {inactive:?}"
+        );
         assert!(probes.cuda_library().is_some());
 
         const SYNC_US: u32 = 20_000;
@@ -92,13 +95,19 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
             ],
         );
         // A second process on another device: per-process separation.
-        let pid2 = run_workload(0, &["device:7", "func:gemm_kernel", "launch:9:1,1,1:1,1,1:0"]);
+        let pid2 = run_workload(
+            0,
+            &["device:7", "func:gemm_kernel", "launch:9:1,1,1:1,1,1:0"],
+        );
         assert_ne!(pid, pid2);
 
         let snap = probes.cuda_snapshot().expect("snapshot");
         let by_name = snap.launches_by_name(pid);
         let names: Vec<&String> = by_name.keys().collect();
-        assert_eq!(names, ["after_create", "gemm_kernel", "lib_attention", "softmax"]);
+        assert_eq!(
+            names,
+            ["after_create", "gemm_kernel", "lib_attention", "softmax"]
+        );
         let g = &by_name["gemm_kernel"];
         assert_eq!(g.launches, 50);
         assert_eq!(g.blocks, 50 * 8);
@@ -107,7 +116,10 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
         assert_eq!((g.last_grid, g.last_block), ([4, 2, 1], [128, 1, 1]));
         assert_eq!(by_name["softmax"].launches, 7);
         let a = &by_name["lib_attention"];
-        assert_eq!((a.launches, a.launches_ex, a.launches_cooperative), (5, 3, 2));
+        assert_eq!(
+            (a.launches, a.launches_ex, a.launches_cooperative),
+            (5, 3, 2)
+        );
         assert_eq!(a.shared_mem_bytes, 3 * 512);
         assert_eq!(a.threads, 3 * 8 * 128 + 2 * 8 * 64);
         assert_eq!(by_name["after_create"].launches, 11);
@@ -121,7 +133,11 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
         let other = snap.launches_by_name(pid2);
         assert_eq!(other.len(), 1);
         assert_eq!(other["gemm_kernel"].launches, 9);
-        assert!(snap.launches.keys().filter(|k| k.pid == pid2).all(|k| k.device == 7));
+        assert!(snap
+            .launches
+            .keys()
+            .filter(|k| k.pid == pid2)
+            .all(|k| k.device == 7));
 
         let c = |kind| snap.call_total(pid, kind);
         assert_eq!(c(call::GRAPH_LAUNCH).calls, 4);
@@ -136,18 +152,42 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
             (call::MEM_FREE, 10, 0),
         ] {
             let s = c(kind);
-            assert_eq!((s.calls, s.bytes, s.errors), (calls, bytes, 0), "{}", call::name(kind));
+            assert_eq!(
+                (s.calls, s.bytes, s.errors),
+                (calls, bytes, 0),
+                "{}",
+                call::name(kind)
+            );
         }
         for kind in [call::MEMCPY_HTOD, call::MEMCPY_DTOH, call::MEM_ALLOC] {
             assert_eq!(c(kind).timed, c(kind).calls, "{} timed", call::name(kind));
         }
-        for (kind, n) in [(call::STREAM_SYNC, 3), (call::CTX_SYNC, 2), (call::EVENT_SYNC, 1)] {
+        for (kind, n) in [
+            (call::STREAM_SYNC, 3),
+            (call::CTX_SYNC, 2),
+            (call::EVENT_SYNC, 1),
+        ] {
             let s = c(kind);
-            assert_eq!((s.calls, s.timed, s.errors), (n, n, 0), "{}", call::name(kind));
+            assert_eq!(
+                (s.calls, s.timed, s.errors),
+                (n, n, 0),
+                "{}",
+                call::name(kind)
+            );
             let want = u64::from(SYNC_US) * 1000;
             // Each call sleeps SYNC_US; allow 150 ms of scheduling slack per call.
-            assert!(s.dur_sum_ns >= n * want, "{}: {}", call::name(kind), s.dur_sum_ns);
-            assert!(s.dur_sum_ns < n * (want + 150_000_000), "{}: {}", call::name(kind), s.dur_sum_ns);
+            assert!(
+                s.dur_sum_ns >= n * want,
+                "{}: {}",
+                call::name(kind),
+                s.dur_sum_ns
+            );
+            assert!(
+                s.dur_sum_ns < n * (want + 150_000_000),
+                "{}: {}",
+                call::name(kind),
+                s.dur_sum_ns
+            );
             assert!(s.dur_max_ns >= want && s.dur_max_ns < want + 150_000_000);
         }
         let k = probes.kernel_stats().unwrap();
@@ -157,9 +197,40 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
         // and as CUfunction, after_create.
         assert_eq!(k[stat::CUDA_NAMES as usize], 6);
 
-        let text = collector::cuda::render_prometheus(&snap);
-        let line = format!("faultline_cuda_kernel_launches_total{{pid=\"{pid}\",gpu=\"2\",kernel=\"gemm_kernel\"}} 50\n");
+        // Prometheus series by job, rank and GPU: no pid or kernel label,
+        // whose values grow without bound (they did before).
+        let text = collector::cuda::render_prometheus(&snap, |p| {
+            if p == pid {
+                ("job7".into(), "3".into())
+            } else {
+                (String::new(), String::new())
+            }
+        });
+        let launched: u64 = snap
+            .launches
+            .iter()
+            .filter(|(k, _)| k.pid == pid && k.device == 2)
+            .map(|(_, v)| v.launches)
+            .sum();
+        assert!(launched >= 50);
+        let line = format!(
+            "faultline_cuda_kernel_launches_total{{job=\"job7\",rank=\"3\",gpu=\"2\"}} {launched}\n"
+        );
         assert!(text.contains(&line), "{text}");
+        assert!(
+            !text.contains("pid=") && !text.contains("kernel="),
+            "{text}"
+        );
+
+        // Both workloads have exited: their entries are pruned from the maps
+        // (CUDA_LAUNCH_AGG is not LRU; nothing removed them before).
+        let dead = std::collections::BTreeSet::from([pid, pid2]);
+        let removed = probes.cuda_prune(&dead).expect("prune");
+        assert!(removed >= 8, "{removed}");
+        let after = probes.cuda_snapshot().expect("snapshot");
+        assert!(after.launches.keys().all(|k| !dead.contains(&k.pid)));
+        assert!(after.calls.keys().all(|k| !dead.contains(&k.pid)));
+        assert!(after.names.keys().all(|(p, _)| !dead.contains(p)));
     });
 }
 

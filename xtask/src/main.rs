@@ -155,6 +155,7 @@ fn main() -> Result<()> {
                     vec!["ring".into()],
                     vec!["footprint".into()],
                     vec!["ingest".into()],
+                    vec!["ingest-tls".into()],
                     vec!["otlp".into()],
                     vec!["history".into()],
                 ]
@@ -175,6 +176,7 @@ fn main() -> Result<()> {
                 "ring",
                 "footprint",
                 "ingest",
+                "ingest_tls",
                 "otlp",
                 "history",
                 "detect",

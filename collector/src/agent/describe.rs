@@ -5,6 +5,26 @@
 /// (family, is a gauge, help).
 const FAMILIES: &[(&str, bool, &str)] = &[
     (
+        "faultline_spool_quarantined_total",
+        false,
+        "Spool files that were empty, truncated or undecodable, moved to quarantine/, by reason",
+    ),
+    (
+        "faultline_resume_inconsistent_total",
+        false,
+        "Resume answers claiming windows this collector never produced",
+    ),
+    (
+        "faultline_cuda_pruned_entries_total",
+        false,
+        "CUDA map entries of exited processes removed",
+    ),
+    (
+        "faultline_record_errors_total",
+        false,
+        "Windows that could not be written to the record file (--record)",
+    ),
+    (
         "faultline_windows_dropped_total",
         false,
         "Windows lost before the correlator, by reason (spool_full, spool_write, queue_full)",

@@ -134,7 +134,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         let mut cx = Ctx {
             host: &host,
             now,
-            probes: &probes,
+            probes: &mut probes,
             ids: &mut ids,
             expo: &expo,
             console,
@@ -236,7 +236,10 @@ fn start_sources(
         }
     }
     if probes.cuda_library().is_some() {
-        out.push(Box::new(CudaSource::new(probes.cuda_snapshot()?)));
+        out.push(Box::new(CudaSource::new(
+            probes.cuda_snapshot()?,
+            cfg.collector.proc_root.clone(),
+        )));
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));

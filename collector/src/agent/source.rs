@@ -41,7 +41,7 @@ pub struct Ctx<'a> {
     pub host: &'a str,
     /// The window's end.
     pub now: SystemTime,
-    pub probes: &'a Probes,
+    pub probes: &'a mut Probes,
     pub ids: &'a mut IdentityCache,
     pub expo: &'a Exposition,
     pub console: Console,

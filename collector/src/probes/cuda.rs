@@ -21,12 +21,7 @@ fn sum_launch_stats<'a>(vals: impl Iterator<Item = &'a LaunchStats>) -> LaunchSt
     let mut t = LaunchStats::default();
     let mut best = 0;
     for v in vals {
-        t.launches += v.launches;
-        t.launches_ex += v.launches_ex;
-        t.launches_cooperative += v.launches_cooperative;
-        t.blocks += v.blocks;
-        t.threads += v.threads;
-        t.shared_mem_bytes += v.shared_mem_bytes;
+        crate::cuda::add_launches(&mut t, v);
         if v.launches > best {
             best = v.launches;
             t.last_grid = v.last_grid;
@@ -117,4 +112,63 @@ impl super::ring::Decode for CudaEvent {
             data: ev.data,
         })
     }
+}
+
+impl Probes {
+    /// Removes the CUDA aggregates and kernel names of processes that
+    /// exited (the maps are not LRU: entries of dead pids would fill them).
+    /// Returns the entries removed.
+    pub fn cuda_prune(
+        &mut self,
+        dead: &std::collections::BTreeSet<u32>,
+    ) -> Result<u64, ProbeError> {
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        let mut removed = 0u64;
+        let err = |name| move |source| ProbeError::Map { name, source };
+        {
+            let m = self
+                .ebpf_mut()
+                .map_mut("CUDA_LAUNCH_AGG")
+                .ok_or(ProbeError::MissingMap("CUDA_LAUNCH_AGG"))?;
+            let mut h = PerCpuHashMap::<&mut MapData, LaunchKey, LaunchStats>::try_from(m)
+                .map_err(err("CUDA_LAUNCH_AGG"))?;
+            let keys: Vec<LaunchKey> = h
+                .keys()
+                .flatten()
+                .filter(|k| dead.contains(&k.pid))
+                .collect();
+            for k in keys {
+                removed += u64::from(h.remove(&k).is_ok());
+            }
+        }
+        removed += prune_hash::<CallKey, CallStats>(self, "CUDA_CALL_AGG", dead, |k| k.pid)?;
+        removed += prune_hash::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES", dead, |k| k.pid)?;
+        Ok(removed)
+    }
+}
+
+fn prune_hash<K: aya::Pod, V: aya::Pod>(
+    p: &mut Probes,
+    name: &'static str,
+    dead: &std::collections::BTreeSet<u32>,
+    pid: impl Fn(&K) -> u32,
+) -> Result<u64, ProbeError> {
+    let m = p
+        .ebpf_mut()
+        .map_mut(name)
+        .ok_or(ProbeError::MissingMap(name))?;
+    let mut h = HashMap::<&mut MapData, K, V>::try_from(m)
+        .map_err(|source| ProbeError::Map { name, source })?;
+    let keys: Vec<K> = h
+        .keys()
+        .flatten()
+        .filter(|k| dead.contains(&pid(k)))
+        .collect();
+    let mut n = 0;
+    for k in keys {
+        n += u64::from(h.remove(&k).is_ok());
+    }
+    Ok(n)
 }

@@ -41,6 +41,22 @@ fn entity(host: &str, index: Option<u32>) -> String {
     index.map_or_else(|| host.to_string(), |i| vocab::entity::gpu(host, i))
 }
 
+fn event(
+    kind: vocab::EventKind,
+    at: std::time::SystemTime,
+    entity: String,
+    detail: String,
+    code: i64,
+) -> pb::Event {
+    pb::Event {
+        unix_ms: unix_ms(at),
+        kind: kind.to_string(),
+        entity,
+        detail,
+        code,
+    }
+}
+
 impl Source for GpuSource {
     fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
         let (samples, lost) = self.src.sample();
@@ -50,13 +66,8 @@ impl Source for GpuSource {
                 "gpu event {entity} {} LOST (fell off the bus)",
                 e.uuid
             ));
-            wire.events.push(pb::Event {
-                unix_ms: unix_ms(cx.now),
-                kind: vocab::EventKind::GpuLost.to_string(),
-                entity,
-                detail: e.uuid.clone(),
-                code: 0,
-            });
+            wire.events
+                .push(event(vocab::EventKind::GpuLost, cx.now, entity, e.uuid, 0));
         }
         for s in &samples {
             let Some(mask) = s.throttle else { continue };
@@ -90,13 +101,10 @@ impl Source for GpuSource {
                 "gpu event {entity} {} XID {code}: {meaning}",
                 e.uuid
             ));
-            wire.events.push(pb::Event {
-                unix_ms: unix_ms(e.at),
-                kind: vocab::EventKind::GpuXid.to_string(),
-                entity,
-                detail: format!("{}: {meaning}", e.uuid),
-                code: i64::try_from(*code).unwrap_or(i64::MAX),
-            });
+            let detail = format!("{}: {meaning}", e.uuid);
+            let code = i64::try_from(*code).unwrap_or(i64::MAX);
+            wire.events
+                .push(event(vocab::EventKind::GpuXid, e.at, entity, detail, code));
         }
         cx.expo.set_section(
             "gpu",

@@ -419,6 +419,7 @@ impl Sender {
 /// The correlator's endpoint (TLS per `cfg.auth`) and bearer token.
 fn endpoint(cfg: &SenderConfig) -> Result<(Endpoint, BearerToken), super::tls::TlsError> {
     let (e, token) = cfg.auth.endpoint(&cfg.endpoint)?;
+    super::tls::warn_if_plaintext(&cfg.endpoint);
     Ok((e.connect_timeout(Duration::from_secs(2)), token))
 }
 

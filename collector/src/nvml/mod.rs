@@ -4,15 +4,13 @@
 //! dedicated blocking thread, and the joins that put GPU state next to the
 //! CUDA probe data (device ordinal → UUID; process → GPUs from its maps).
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     fmt::Write as _,
     path::{Path, PathBuf},
-    sync::mpsc,
     time::SystemTime,
 };
 
 use nvml_wrapper::{
-    bitmasks::event::EventTypes,
     enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor},
     enum_wrappers::nv_link::ErrorCounter,
     error::NvmlError,
@@ -332,139 +330,6 @@ impl NvmlSource {
     }
 }
 
-/// Waits on NVML's event API in a dedicated thread (it blocks), forwarding
-/// XID and ECC events. The thread owns its own NVML handle; it ends when the
-/// receiver is dropped.
-pub fn spawn_event_listener(
-    lib: Option<PathBuf>,
-    tx: mpsc::Sender<GpuEvent>,
-) -> Result<EventListener, NvmlSourceError> {
-    let lib = lib.unwrap_or_else(|| PathBuf::from(DEFAULT_LIB));
-    let nvml = load(&lib)?;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    let handle = std::thread::Builder::new()
-        .name("nvml-events".into())
-        .spawn(move || listen(nvml, tx, &flag))
-        .map_err(|e| NvmlSourceError::Query(format!("spawning the event thread: {e}")))?;
-    Ok(EventListener {
-        stop,
-        handle: Some(handle),
-    })
-}
-
-/// The running event thread; dropping it stops the thread within one wait
-/// timeout (1 s) and joins it.
-pub struct EventListener {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for EventListener {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-fn listen(nvml: Nvml, tx: mpsc::Sender<GpuEvent>, stop: &std::sync::atomic::AtomicBool) {
-    let Ok(n) = nvml.device_count() else { return };
-    let Ok(mut set) = nvml.create_event_set() else {
-        tracing::warn!("NVML event set unavailable: no XID events");
-        return;
-    };
-    let wanted = EventTypes::CRITICAL_XID_ERROR
-        | EventTypes::DOUBLE_BIT_ECC_ERROR
-        | EventTypes::SINGLE_BIT_ECC_ERROR;
-    let mut uuids = BTreeMap::new();
-    // The GPUs registered so far: a failed registration frees the set
-    // (nvml-wrapper releases it), so the set is rebuilt from these and the
-    // failing GPU alone goes without events.
-    let mut registered = Vec::new();
-    for i in 0..n {
-        let Ok(d) = nvml.device_by_index(i) else {
-            continue;
-        };
-        let types = d
-            .supported_event_types()
-            .map(|s| s & wanted)
-            .unwrap_or(wanted);
-        set = match d.register_events(types, set) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(gpu = i, error = %e.error, "NVML event registration failed: no XID events from this GPU");
-                metrics::counter!("faultline_nvml_event_registration_failures_total").increment(1);
-                match rebuild_event_set(&nvml, &registered) {
-                    Some(s) => s,
-                    None => {
-                        tracing::warn!("NVML event set cannot be rebuilt: no XID events");
-                        return;
-                    }
-                }
-            }
-        };
-        if let Ok(u) = d.uuid() {
-            uuids.insert(u, i);
-        }
-        registered.push((i, types));
-    }
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        match set.wait(1000) {
-            Ok(ev) => {
-                let uuid = ev.device.uuid().unwrap_or_default();
-                // By the device's own index; its UUID only when NVML cannot say.
-                let index = ev.device.index().ok().or_else(|| uuids.get(&uuid).copied());
-                let kind = if ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
-                    let code = match ev.event_data {
-                        Some(nvml_wrapper::enums::event::XidError::Value(v)) => v,
-                        _ => 0,
-                    };
-                    GpuEventKind::Xid {
-                        code,
-                        meaning: xid_meaning(code),
-                    }
-                } else if ev.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
-                    GpuEventKind::DoubleBitEcc
-                } else {
-                    GpuEventKind::SingleBitEcc
-                };
-                let e = GpuEvent {
-                    index,
-                    uuid,
-                    at: SystemTime::now(),
-                    kind,
-                };
-                if tx.send(e).is_err() {
-                    return;
-                }
-            }
-            Err(NvmlError::Timeout) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "NVML event wait failed; XID listener stopped");
-                return;
-            }
-        }
-    }
-}
-
-/// A new event set with the GPUs in `registered` (index, event types).
-fn rebuild_event_set<'n>(
-    nvml: &'n Nvml,
-    registered: &[(u32, EventTypes)],
-) -> Option<nvml_wrapper::EventSet<'n>> {
-    let mut set = nvml.create_event_set().ok()?;
-    for &(i, types) in registered {
-        set = nvml
-            .device_by_index(i)
-            .ok()?
-            .register_events(types, set)
-            .ok()?;
-    }
-    Some(set)
-}
-
 /// GPU minor numbers a process has open, from `/dev/nvidia<N>` in its maps.
 pub fn gpus_of_pid(proc_root: &Path, pid: u32) -> BTreeSet<u32> {
     let Ok(maps) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")) else {
@@ -475,196 +340,6 @@ pub fn gpus_of_pid(proc_root: &Path, pid: u32) -> BTreeSet<u32> {
         .filter_map(|p| p.strip_prefix("/dev/nvidia"))
         .filter_map(|n| n.parse::<u32>().ok())
         .collect()
-}
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
-/// Prometheus text (dcgm-exporter-like fields, `faultline_gpu_` prefix).
-pub fn render_prometheus(
-    gpus: &[GpuInfo],
-    samples: &[GpuSample],
-    xids: &BTreeMap<(u32, u64), u64>,
-) -> String {
-    let mut fams: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
-    let mut add =
-        |name: &'static str, help: &'static str, kind: &'static str, labels: String, v: String| {
-            fams.entry(name)
-                .or_insert((help, kind, Vec::new()))
-                .2
-                .push(format!("{name}{{{labels}}} {v}"));
-        };
-    for s in samples {
-        let Some(g) = gpus.iter().find(|g| g.index == s.index) else {
-            continue;
-        };
-        let l = format!(
-            "gpu=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\"",
-            g.index,
-            esc(&g.uuid),
-            esc(&g.pci_bus_id)
-        );
-        add(
-            "faultline_gpu_lost",
-            "1 when NVML reports the GPU fell off the bus",
-            "gauge",
-            l.clone(),
-            u8::from(s.lost).to_string(),
-        );
-        let f = |v: Option<f64>| v.map(|x| format!("{x}"));
-        let u = |v: Option<u32>| v.map(|x| x.to_string());
-        let q = |v: Option<u64>| v.map(|x| x.to_string());
-        for (name, help, kind, v) in [
-            (
-                "faultline_gpu_power_watts",
-                "Power draw",
-                "gauge",
-                f(s.power_w),
-            ),
-            (
-                "faultline_gpu_power_limit_watts",
-                "Enforced power limit",
-                "gauge",
-                f(s.power_limit_w),
-            ),
-            (
-                "faultline_gpu_temperature_celsius",
-                "GPU temperature",
-                "gauge",
-                u(s.temp_c),
-            ),
-            (
-                "faultline_gpu_sm_clock_mhz",
-                "SM clock",
-                "gauge",
-                u(s.sm_clock_mhz),
-            ),
-            (
-                "faultline_gpu_sm_clock_max_mhz",
-                "Maximum SM clock",
-                "gauge",
-                u(s.sm_clock_max_mhz),
-            ),
-            (
-                "faultline_gpu_memory_clock_mhz",
-                "Memory clock",
-                "gauge",
-                u(s.mem_clock_mhz),
-            ),
-            (
-                "faultline_gpu_memory_clock_max_mhz",
-                "Maximum memory clock",
-                "gauge",
-                u(s.mem_clock_max_mhz),
-            ),
-            (
-                "faultline_gpu_utilization_percent",
-                "GPU utilisation",
-                "gauge",
-                u(s.util_gpu_pct),
-            ),
-            (
-                "faultline_gpu_memory_utilization_percent",
-                "Memory controller utilisation",
-                "gauge",
-                u(s.util_mem_pct),
-            ),
-            (
-                "faultline_gpu_memory_used_bytes",
-                "Framebuffer memory used",
-                "gauge",
-                q(s.mem_used_bytes),
-            ),
-            (
-                "faultline_gpu_memory_total_bytes",
-                "Framebuffer memory total",
-                "gauge",
-                q(s.mem_total_bytes),
-            ),
-            (
-                "faultline_gpu_ecc_sbe_volatile_total",
-                "Volatile single-bit (corrected) ECC errors",
-                "counter",
-                q(s.ecc_sbe_volatile),
-            ),
-            (
-                "faultline_gpu_ecc_dbe_volatile_total",
-                "Volatile double-bit (uncorrected) ECC errors",
-                "counter",
-                q(s.ecc_dbe_volatile),
-            ),
-            (
-                "faultline_gpu_pcie_replay_total",
-                "PCIe replay counter",
-                "counter",
-                q(s.pcie_replay),
-            ),
-            (
-                "faultline_gpu_pcie_tx_bytes_per_second",
-                "PCIe transmit throughput",
-                "gauge",
-                q(s.pcie_tx_bytes_per_sec),
-            ),
-            (
-                "faultline_gpu_pcie_rx_bytes_per_second",
-                "PCIe receive throughput",
-                "gauge",
-                q(s.pcie_rx_bytes_per_sec),
-            ),
-            (
-                "faultline_gpu_nvlink_replay_errors_total",
-                "NVLink data-link replay errors (link 0)",
-                "counter",
-                q(s.nvlink_errors),
-            ),
-            (
-                "faultline_gpu_energy_joules_total",
-                "Energy consumed since driver load",
-                "counter",
-                s.energy_mj.map(|m| format!("{}", m as f64 / 1000.0)),
-            ),
-        ] {
-            if let Some(v) = v {
-                add(name, help, kind, l.clone(), v);
-            }
-        }
-        if let Some(mask) = s.throttle {
-            for (bit, reason) in THROTTLE_FLAGS {
-                add(
-                    "faultline_gpu_throttle_reason",
-                    "1 when this clock event (throttle) reason is active",
-                    "gauge",
-                    format!("{l},reason=\"{reason}\""),
-                    u8::from(mask & bit != 0).to_string(),
-                );
-            }
-        }
-    }
-    for ((gpu, code), n) in xids {
-        let g = gpus.iter().find(|g| g.index == *gpu);
-        let l = format!(
-            "gpu=\"{gpu}\",uuid=\"{}\",pci_bus_id=\"{}\",xid=\"{code}\"",
-            esc(g.map_or("", |g| g.uuid.as_str())),
-            esc(g.map_or("", |g| g.pci_bus_id.as_str()))
-        );
-        add(
-            "faultline_gpu_xid_errors_total",
-            "XID errors reported by NVML events",
-            "counter",
-            l,
-            n.to_string(),
-        );
-    }
-    let mut out = String::new();
-    for (name, (help, kind, samples)) in fams {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for s in samples {
-            out.push_str(&s);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// The GPU state joined onto CUDA data for a CUDA device ordinal (CUDA
@@ -699,6 +374,12 @@ pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Opt
     }
     Some(out)
 }
+
+mod events;
+mod prom;
+
+pub use events::{spawn_event_listener, EventListener};
+pub use prom::render_prometheus;
 
 #[cfg(test)]
 mod tests {

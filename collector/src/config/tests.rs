@@ -1,0 +1,162 @@
+//! Config parsing, defaults, validation and its messages.
+use super::*;
+
+#[test]
+fn defaults_and_a_full_file() {
+    let c = FileConfig::parse("", "x").unwrap();
+    assert_eq!(c, FileConfig::default());
+    assert_eq!(c.collector.metrics_addr, "127.0.0.1:9477");
+    let c = FileConfig::parse(
+        r#"
+[collector]
+window_secs = 0.5
+metrics_addr = "0.0.0.0:9500"
+[block]
+sample_every = 100
+[cuda]
+library = "/opt/nvidia/libcuda.so.1"
+events_per_sec = 1000
+[verbs]
+provider = { path = "/usr/lib/libmlx5.so.1", poll_cq = "0x1a2b", post_send = "mlx5_post_send", post_recv = "mlx5_post_recv" }
+[nvml]
+enabled = false
+[otlp]
+http_enabled = false
+grpc_addr = "0.0.0.0:14317"
+max_body_bytes = 1048576
+[otlp.names]
+"megatron.iteration_time_ms" = "step_seconds"
+"#,
+        "f.toml",
+    )
+    .unwrap();
+    assert_eq!(c.collector.window_secs, 0.5);
+    assert_eq!(c.block.sample_every, 100);
+    assert!(!c.nvml.enabled);
+    assert!(c.otlp.enabled && c.otlp.grpc_enabled && !c.otlp.http_enabled);
+    assert_eq!(c.otlp.grpc_addr, "0.0.0.0:14317");
+    assert_eq!(c.otlp.max_body_bytes, 1 << 20);
+    assert_eq!(c.otlp.names["megatron.iteration_time_ms"], "step_seconds");
+    let t = c.verbs.provider.unwrap().target().unwrap();
+    assert_eq!(t.poll_cq, CodeLoc::Offset(0x1a2b));
+    assert_eq!(t.post_send, CodeLoc::Symbol("mlx5_post_send".into()));
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_the_key_on_one_line() {
+    let e = FileConfig::parse(
+        "[cuda]\nenabled = true\nlibary = \"/x\"\n",
+        "/etc/faultline.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("config error: /etc/faultline.toml line 3: unknown field `libary`"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+    let e = FileConfig::parse("[gpu]\n", "f").unwrap_err().to_string();
+    assert!(e.contains("unknown field `gpu`"), "{e}");
+    let e = FileConfig::parse("[collector]\nwindow_secs = 0\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got 0"
+    );
+    let e = FileConfig::parse("[collector]\nmetrics_addr = \"localhost\"\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config error: collector.metrics_addr: \"localhost\" is not HOST:PORT"),
+        "{e}"
+    );
+    let e = FileConfig::parse("[collector]\nwindow_secs = \"fast\"\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config error: f line 2: invalid type: string \"fast\", expected f64"),
+        "{e}"
+    );
+    let e = FileConfig::parse("[otlp]\ngrpc_addr = \"4317\"\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config error: otlp.grpc_addr: \"4317\" is not HOST:PORT"),
+        "{e}"
+    );
+    let e = FileConfig::parse("[otlp.names]\n\"my.step\" = \"steps\"\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config error: otlp.names: \"my.step\" maps to unknown signal \"steps\""),
+        "{e}"
+    );
+    let e = FileConfig::parse("[verbs]\nprovider = { path = \"/p\", poll_cq = \"0xZZ\", post_send = \"a\", post_recv = \"b\" }\n", "f").unwrap_err().to_string();
+    assert!(
+        e.starts_with("config error: verbs.provider: bad offset 0xZZ"),
+        "{e}"
+    );
+}
+
+#[test]
+fn values_that_would_panic_or_spin_are_refused() {
+    for (text, got) in [
+        ("1e-300", "1e-300"),
+        ("nan", "NaN"),
+        ("inf", "inf"),
+        ("1e20", "1e20"),
+        ("0.001", "0.001"),
+    ] {
+        let e = FileConfig::parse(&format!("[collector]\nwindow_secs = {text}\n"), "f")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!("config error: collector.window_secs: must be a number of seconds in [0.01, 3600], got {got}")
+        );
+    }
+    assert_eq!(
+        duration_arg("1e20").unwrap_err(),
+        "must be a number of seconds in [0, 315360000], got 1e20"
+    );
+    assert_eq!(
+        duration_arg("nan").unwrap_err(),
+        "must be a number of seconds in [0, 315360000], got NaN"
+    );
+    assert_eq!(
+        duration_arg("-1").unwrap_err(),
+        "must be a number of seconds in [0, 315360000], got -1"
+    );
+    assert_eq!(
+        duration_arg("x").unwrap_err(),
+        "\"x\" is not a number of seconds"
+    );
+    assert_eq!(duration_arg("1.5"), Ok(Duration::from_millis(1500)));
+    assert_eq!(duration_arg("0"), Ok(Duration::ZERO));
+    for bad in [
+        "http://",
+        "https://",
+        "ftp://h:1",
+        "127.0.0.1:50051",
+        "http://:50051",
+        "http:// h",
+    ] {
+        let e = FileConfig::parse(&format!("[stream]\nendpoint = \"{bad}\"\n"), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config error: stream.endpoint: "),
+            "{bad}: {e}"
+        );
+        assert!(
+            e.ends_with("use a URL like http://127.0.0.1:50051"),
+            "{bad}: {e}"
+        );
+    }
+    for good in ["http://127.0.0.1:50051", "http://[::1]:1"] {
+        FileConfig::parse(&format!("[stream]\nendpoint = \"{good}\"\n"), "f").unwrap();
+    }
+    let c = FileConfig::parse("[collector]\nwindow_secs = 0.01\n", "f").unwrap();
+    assert_eq!(c.collector.window(), Duration::from_millis(10));
+}

@@ -1,0 +1,261 @@
+//! Attaching the programs: tracepoints from the table, the CUDA driver's
+//! uprobes, the verbs library's and provider's uprobes.
+use aya::{
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        TracePoint, UProbe,
+    },
+    Ebpf,
+};
+
+use super::*;
+use crate::tracefs::Tracefs;
+
+pub(super) fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Result<(), String> {
+    match spec.attach {
+        Attach::Tracepoint { category, name } => {
+            if !tracefs.has_tracepoint(category, name) {
+                return Err(format!(
+                    "tracepoint {category}/{name} not found in {}/events (kernel lacks it)",
+                    tracefs.root().display()
+                ));
+            }
+            let prog: &mut TracePoint = ebpf
+                .program_mut(spec.program)
+                .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?
+                .try_into()
+                .map_err(|e| format!("program {}: {e}", spec.program))?;
+            prog.load()
+                .map_err(|e| format!("verifier rejected {}: {e:#}", spec.program))?;
+            prog.attach(category, name)
+                .map_err(|e| format!("attach to {category}/{name}: {e}"))?;
+            Ok(())
+        }
+    }
+}
+
+/// Attaches the CUDA uprobes to the discovered library. Every outcome is
+/// recorded in `status`; nothing here stops the collector.
+pub(super) fn attach_cuda(
+    ebpf: &mut Ebpf,
+    opts: &ProbeOptions,
+    status: &mut Vec<ProbeStatus>,
+) -> Option<std::path::PathBuf> {
+    let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("{e}");
+            status.push(ProbeStatus {
+                name: "cuda",
+                state: ProbeState::Inactive(e.to_string()),
+            });
+            return None;
+        }
+    };
+    let mut loaded: Vec<&'static str> = Vec::new();
+    let mut attached = 0usize;
+    for spec in table::CUDA_PROBES {
+        let mut outcome = Ok(());
+        for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
+            let Some(prog_name) = prog_name else { continue };
+            let r = attach_one(
+                ebpf,
+                &mut loaded,
+                prog_name,
+                UProbeAttachLocation::Symbol(spec.symbol),
+                spec.cookie,
+                &lib,
+            )
+            .map_err(|e| {
+                format!(
+                    "{} {} in {}: {e}",
+                    if is_ret { "uretprobe" } else { "uprobe" },
+                    spec.symbol,
+                    lib.display()
+                )
+            });
+            if r.is_err() {
+                outcome = r;
+                break;
+            }
+        }
+        let state = match outcome {
+            Ok(()) => {
+                attached += 1;
+                ProbeState::Attached
+            }
+            Err(why) => ProbeState::Inactive(why),
+        };
+        metrics::gauge!("faultline_probe_attached", "probe" => spec.symbol).set(
+            if state == ProbeState::Attached {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        if let ProbeState::Inactive(why) = &state {
+            if spec.core {
+                tracing::warn!(symbol = spec.symbol, reason = %why, "CUDA probe inactive");
+            } else {
+                tracing::info!(symbol = spec.symbol, reason = %why, "optional CUDA probe inactive");
+            }
+        }
+        status.push(ProbeStatus {
+            name: spec.symbol,
+            state,
+        });
+    }
+    tracing::info!(library = %lib.display(), attached, of = table::CUDA_PROBES.len(), "CUDA probes");
+    (attached > 0).then_some(lib)
+}
+
+/// Loads `prog` once and attaches it at `loc` in `target` for all processes.
+pub(super) fn attach_one(
+    ebpf: &mut Ebpf,
+    loaded: &mut Vec<&'static str>,
+    prog: &'static str,
+    loc: UProbeAttachLocation<'_>,
+    cookie: u64,
+    target: &std::path::Path,
+) -> Result<(), String> {
+    let p: &mut UProbe = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing from the eBPF object"))?
+        .try_into()
+        .map_err(|e| format!("program {prog}: {e}"))?;
+    if !loaded.contains(&prog) {
+        p.load()
+            .map_err(|e| format!("verifier rejected {prog}: {e:#}"))?;
+        loaded.push(prog);
+    }
+    let point = UProbeAttachPoint {
+        location: loc,
+        cookie: Some(cookie),
+    };
+    p.attach(point, target, UProbeScope::AllProcesses)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Attaches the verbs probes: control path on libibverbs' exports, data path
+/// on the provider (configured, or resolved through an opened context's ops
+/// table). Every outcome goes into `status`; nothing here is fatal.
+pub(super) fn attach_verbs(ebpf: &mut Ebpf, opts: &ProbeOptions, status: &mut Vec<ProbeStatus>) {
+    let mut loaded = Vec::new();
+    let record = |status: &mut Vec<ProbeStatus>, name: &'static str, r: Result<(), String>| {
+        let state = match r {
+            Ok(()) => ProbeState::Attached,
+            Err(why) => {
+                tracing::warn!(probe = name, reason = %why, "verbs probe inactive");
+                ProbeState::Inactive(why)
+            }
+        };
+        metrics::gauge!("faultline_probe_attached", "probe" => name).set(
+            if state == ProbeState::Attached {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        status.push(ProbeStatus { name, state });
+    };
+    let lib = opts
+        .verbs_library
+        .clone()
+        .or_else(|| crate::cuda_lib::find_system_library("libibverbs.so.1"));
+    match &lib {
+        Some(lib) if lib.is_file() => {
+            let r = attach_one(
+                ebpf,
+                &mut loaded,
+                "verbs_modify_qp",
+                UProbeAttachLocation::Symbol("ibv_modify_qp"),
+                0,
+                lib,
+            );
+            record(status, "verbs:ibv_modify_qp", r);
+            let r = attach_one(
+                ebpf,
+                &mut loaded,
+                "verbs_async_enter",
+                UProbeAttachLocation::Symbol("ibv_get_async_event"),
+                0,
+                lib,
+            )
+            .and_then(|()| {
+                attach_one(
+                    ebpf,
+                    &mut loaded,
+                    "verbs_async_return",
+                    UProbeAttachLocation::Symbol("ibv_get_async_event"),
+                    0,
+                    lib,
+                )
+            });
+            record(status, "verbs:ibv_get_async_event", r);
+        }
+        other => {
+            let why = match other {
+                Some(p) => format!("verbs.library {} does not exist", p.display()),
+                None => format!(
+                    "libibverbs.so.1 not found (ld.so cache, {}); set verbs.library",
+                    crate::cuda_lib::SYSTEM_LIB_DIRS.join(", ")
+                ),
+            };
+            record(
+                status,
+                "verbs:control",
+                Err(format!("verbs control-path probes inactive: {why}")),
+            );
+        }
+    }
+    let targets: Result<Vec<(&'static str, std::path::PathBuf, CodeLoc)>, String> = match &opts.verbs_provider {
+        Some(t) => Ok(vec![
+            ("poll_cq", t.path.clone(), t.poll_cq.clone()),
+            ("post_send", t.path.clone(), t.post_send.clone()),
+            ("post_recv", t.path.clone(), t.post_recv.clone()),
+        ]),
+        None => crate::rdma::Verbs::load()
+            .map_err(|e| e.to_string())
+            .and_then(|v| v.data_path_locations())
+            .map(|locs| {
+                locs.into_iter()
+                    .map(|(n, l)| (n, l.path, CodeLoc::Offset(l.file_offset)))
+                    .collect()
+            })
+            .map_err(|e| format!("verbs data-path probes inactive: {e}; set verbs.provider with its poll_cq/post_send/post_recv symbols or offsets")),
+    };
+    match targets {
+        Ok(targets) => {
+            for (op, path, loc) in targets {
+                let l = match &loc {
+                    CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
+                    CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
+                };
+                let r = match op {
+                    "poll_cq" => attach_one(ebpf, &mut loaded, "verbs_poll_enter", l, 0, &path)
+                        .and_then(|()| {
+                            let l = match &loc {
+                                CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
+                                CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
+                            };
+                            attach_one(ebpf, &mut loaded, "verbs_poll_return", l, 0, &path)
+                        }),
+                    "post_send" => attach_one(ebpf, &mut loaded, "verbs_post", l, 0, &path),
+                    _ => attach_one(ebpf, &mut loaded, "verbs_post", l, 1, &path),
+                };
+                let name = match op {
+                    "poll_cq" => "verbs:poll_cq",
+                    "post_send" => "verbs:post_send",
+                    _ => "verbs:post_recv",
+                };
+                record(
+                    status,
+                    name,
+                    r.map_err(|e| format!("{op} in {}: {e}", path.display())),
+                );
+            }
+        }
+        Err(why) => record(status, "verbs:data_path", Err(why)),
+    }
+}

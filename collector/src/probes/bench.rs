@@ -1,0 +1,109 @@
+//! The benchmarks' probes: a do-nothing uprobe (the uprobe baseline) and
+//! the ring-drain benchmark's synthetic producer.
+use aya::{
+    programs::{uprobe::UProbeAttachLocation, TracePoint},
+    Ebpf, EbpfLoader,
+};
+use collector_common::stat;
+
+use super::{attach::attach_one, read_stats, ring, ProbeError, PROBES_OBJECT};
+use crate::{privilege, tracefs::Tracefs};
+
+/// A loaded object with only the do-nothing uprobe attached to one symbol:
+/// the baseline for the uprobe benchmarks.
+pub struct EmptyUprobe {
+    _ebpf: Ebpf,
+}
+
+impl EmptyUprobe {
+    pub fn attach(lib: &std::path::Path, symbol: &str) -> Result<Self, ProbeError> {
+        if PROBES_OBJECT.is_empty() {
+            return Err(ProbeError::Stub);
+        }
+        privilege::check_host()?;
+        let mut ebpf = EbpfLoader::new()
+            .load(PROBES_OBJECT)
+            .map_err(|e| ProbeError::Load(Box::new(e)))?;
+        attach_one(
+            &mut ebpf,
+            &mut Vec::new(),
+            "bench_empty_uprobe",
+            UProbeAttachLocation::Symbol(symbol),
+            0,
+            lib,
+        )
+        .map_err(|reason| ProbeError::Required {
+            probe: "bench_empty_uprobe",
+            reason,
+        })?;
+        Ok(Self { _ebpf: ebpf })
+    }
+}
+
+/// One record of the ring-drain benchmark's synthetic producer.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchRecord {
+    pub ts_ns: u64,
+    pub index: u64,
+}
+
+impl ring::Decode for BenchRecord {
+    const RING: &'static str = "BENCH_RING";
+    const LABEL: &'static str = "bench";
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < 32 {
+            return None;
+        }
+        let w = |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Some(Self {
+            ts_ns: w(0),
+            index: w(1),
+        })
+    }
+}
+
+/// The ring-drain benchmark's producer: `getppid()` from process `tgid`
+/// writes 64 records into `BENCH_RING`.
+pub struct BenchProducer {
+    ebpf: Ebpf,
+}
+
+impl BenchProducer {
+    pub fn start(tgid: u32) -> Result<(Self, ring::EventRing<BenchRecord>), ProbeError> {
+        if PROBES_OBJECT.is_empty() {
+            return Err(ProbeError::Stub);
+        }
+        privilege::check_host()?;
+        Tracefs::system()?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("BENCH_TGID", &tgid, true)
+            .load(PROBES_OBJECT)
+            .map_err(|e| ProbeError::Load(Box::new(e)))?;
+        let r = (|| -> Result<(), String> {
+            let prog: &mut TracePoint = ebpf
+                .program_mut("bench_ring_producer")
+                .ok_or("program bench_ring_producer missing")?
+                .try_into()
+                .map_err(|e| format!("{e}"))?;
+            prog.load().map_err(|e| format!("{e:#}"))?;
+            prog.attach("syscalls", "sys_enter_getppid")
+                .map_err(|e| format!("{e}"))?;
+            Ok(())
+        })();
+        r.map_err(|reason| ProbeError::Required {
+            probe: "bench_ring_producer",
+            reason,
+        })?;
+        let ring = ring::EventRing::from_ebpf(&mut ebpf)?;
+        Ok((Self { ebpf }, ring))
+    }
+
+    /// (written, lost to a full ring) as counted in the kernel.
+    pub fn counts(&self) -> Result<(u64, u64), ProbeError> {
+        let k = read_stats(&self.ebpf)?;
+        Ok((
+            k[stat::BENCH_EVENTS as usize],
+            k[stat::BENCH_RING_FULL as usize],
+        ))
+    }
+}
