@@ -120,6 +120,17 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         "{text}"
     );
     assert!(text.contains("faultline_cuda_"), "{text}");
+    // The GPU families come from the same text writer as the others.
+    assert!(
+        text.contains(
+            "# TYPE faultline_gpu_power_watts gauge\nfaultline_gpu_power_watts{gpu=\"0\",uuid=\""
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("faultline_gpu_throttle_reason{gpu=\"1\","),
+        "{text}"
+    );
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
