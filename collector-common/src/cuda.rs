@@ -185,6 +185,7 @@ mod pod {
     unsafe impl aya::Pod for super::KernelName {}
     unsafe impl aya::Pod for super::LaunchKey {}
     unsafe impl aya::Pod for super::LaunchStats {}
+    unsafe impl aya::Pod for super::CudaEventData {}
     unsafe impl aya::Pod for super::CallKey {}
     unsafe impl aya::Pod for super::CallStats {}
     unsafe impl aya::Pod for super::InCall {}

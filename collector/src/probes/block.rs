@@ -74,17 +74,10 @@ impl super::ring::Decode for BlockSample {
     const RING: &'static str = "BLOCK_EVENTS";
     const LABEL: &'static str = "block";
     fn decode(bytes: &[u8]) -> Option<Self> {
-        type Ev = collector_common::Event<collector_common::block::BlockRequestData>;
-        if bytes.len() < size_of::<Ev>() {
-            return None;
-        }
-        // SAFETY: length checked; plain old data; unaligned read.
-        let ev: Ev = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        if collector_common::EventKind::try_from(ev.header.kind)
-            != Ok(collector_common::EventKind::BlockRequest)
-        {
-            return None;
-        }
+        let ev = super::ring::read_event::<collector_common::block::BlockRequestData>(
+            bytes,
+            collector_common::EventKind::BlockRequest,
+        )?;
         Some(Self {
             ts_ns: ev.header.ts_ns,
             pid: ev.header.pid,

@@ -93,17 +93,10 @@ impl super::ring::Decode for CudaEvent {
     const RING: &'static str = "CUDA_EVENTS";
     const LABEL: &'static str = "cuda";
     fn decode(bytes: &[u8]) -> Option<Self> {
-        type Ev = collector_common::Event<collector_common::cuda::CudaEventData>;
-        if bytes.len() < size_of::<Ev>() {
-            return None;
-        }
-        // SAFETY: length checked; plain old data; unaligned read.
-        let ev: Ev = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        if collector_common::EventKind::try_from(ev.header.kind)
-            != Ok(collector_common::EventKind::Cuda)
-        {
-            return None;
-        }
+        let ev = super::ring::read_event::<collector_common::cuda::CudaEventData>(
+            bytes,
+            collector_common::EventKind::Cuda,
+        )?;
         Some(Self {
             ts_ns: ev.header.ts_ns,
             pid: ev.header.pid,

@@ -17,6 +17,20 @@ pub trait Decode: Sized {
     fn decode(bytes: &[u8]) -> Option<Self>;
 }
 
+/// The `Event<D>` in one ring item when it is long enough and tagged `kind`.
+pub fn read_event<D: aya::Pod>(
+    bytes: &[u8],
+    kind: collector_common::EventKind,
+) -> Option<collector_common::Event<D>> {
+    if bytes.len() < size_of::<collector_common::Event<D>>() {
+        return None;
+    }
+    // SAFETY: length checked; `Event<D>` is `#[repr(C)]` of a plain header
+    // and a `Pod` payload (any bit pattern valid); unaligned read.
+    let ev: collector_common::Event<D> = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    (collector_common::EventKind::try_from(ev.header.kind) == Ok(kind)).then_some(ev)
+}
+
 /// One ring buffer, registered with the runtime.
 pub struct EventRing<R> {
     fd: AsyncFd<RingBuf<MapData>>,
@@ -100,5 +114,49 @@ impl<R: Decode> EventRing<R> {
             malformed: 0,
             _record: PhantomData,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use collector_common::{block::BlockRequestData, Event, EventHeader, EventKind};
+
+    use super::read_event;
+
+    #[test]
+    fn an_item_is_read_only_when_long_enough_and_of_its_kind() {
+        let ev = Event {
+            header: EventHeader {
+                ts_ns: 7,
+                cgroup_id: 9,
+                pid: 42,
+                tid: 43,
+                kind: EventKind::BlockRequest as u32,
+                _pad: 0,
+            },
+            data: BlockRequestData {
+                sector: 1234,
+                latency_ns: 5000,
+                bytes: 4096,
+                ..Default::default()
+            },
+        };
+        // SAFETY: reading the bytes of a plain `#[repr(C)]` value.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&raw const ev).cast::<u8>(),
+                size_of::<Event<BlockRequestData>>(),
+            )
+        };
+        let got = read_event::<BlockRequestData>(bytes, EventKind::BlockRequest).expect("read");
+        assert_eq!(
+            (got.header.pid, got.data.sector, got.data.bytes),
+            (42, 1234, 4096)
+        );
+        assert!(read_event::<BlockRequestData>(bytes, EventKind::Cuda).is_none());
+        assert!(
+            read_event::<BlockRequestData>(&bytes[..bytes.len() - 1], EventKind::BlockRequest)
+                .is_none()
+        );
     }
 }
