@@ -165,34 +165,28 @@ pub(super) fn attach_verbs(ebpf: &mut Ebpf, opts: &ProbeOptions, status: &mut Ve
         .or_else(|| crate::cuda_lib::find_system_library("libibverbs.so.1"));
     match &lib {
         Some(lib) if lib.is_file() => {
-            let r = attach_one(
-                ebpf,
-                &mut loaded,
-                "verbs_modify_qp",
-                UProbeAttachLocation::Symbol("ibv_modify_qp"),
-                0,
-                lib,
-            );
-            record(status, "verbs:ibv_modify_qp", r);
-            let r = attach_one(
-                ebpf,
-                &mut loaded,
-                "verbs_async_enter",
-                UProbeAttachLocation::Symbol("ibv_get_async_event"),
-                0,
-                lib,
-            )
-            .and_then(|()| {
-                attach_one(
-                    ebpf,
-                    &mut loaded,
-                    "verbs_async_return",
-                    UProbeAttachLocation::Symbol("ibv_get_async_event"),
-                    0,
-                    lib,
-                )
-            });
-            record(status, "verbs:ibv_get_async_event", r);
+            // (status name, symbol, programs attached to it: all or none counts)
+            let control: [(&'static str, &str, &[&'static str]); 2] = [
+                ("verbs:ibv_modify_qp", "ibv_modify_qp", &["verbs_modify_qp"]),
+                (
+                    "verbs:ibv_get_async_event",
+                    "ibv_get_async_event",
+                    &["verbs_async_enter", "verbs_async_return"],
+                ),
+            ];
+            for (name, sym, progs) in control {
+                let r = progs.iter().try_for_each(|prog| {
+                    attach_one(
+                        ebpf,
+                        &mut loaded,
+                        prog,
+                        UProbeAttachLocation::Symbol(sym),
+                        0,
+                        lib,
+                    )
+                });
+                record(status, name, r);
+            }
         }
         other => {
             let why = match other {
