@@ -4,6 +4,19 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-collector");
 
+/// Runs the collector with `args` and returns its stdout; it must exit 0.
+fn stdout_of_success(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn unprivileged_run_names_the_missing_capabilities() {
     // SAFETY: geteuid has no preconditions.
@@ -105,24 +118,14 @@ fn config_file_errors_are_one_line_with_exit_2() {
 #[test]
 fn check_config_prints_the_effective_settings_flags_over_file() {
     let p = write_config("ok", "[collector]\nwindow_secs = 2.5\nmetrics_addr = \"127.0.0.1:9600\"\n[cuda]\nevents_per_sec = 50\n");
-    let out = Command::new(BIN)
-        .args([
-            "check-config",
-            "--metrics-addr",
-            "127.0.0.1:9700",
-            "--no-nvml",
-            "--config",
-        ])
-        .arg(&p)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = stdout_of_success(&[
+        "check-config".as_ref(),
+        "--metrics-addr".as_ref(),
+        "127.0.0.1:9700".as_ref(),
+        "--no-nvml".as_ref(),
+        "--config".as_ref(),
+        p.as_os_str(),
+    ]);
     for line in [
         "window_secs = 2.5",
         "metrics_addr = \"127.0.0.1:9700\"",
@@ -167,17 +170,11 @@ fn once_with_a_missing_sysfs_root_fails_and_says_so() {
 /// `--metrics-addr :9477` (node_exporter's `:9100` form) is accepted.
 #[test]
 fn metrics_addr_accepts_a_bare_port() {
-    let out = Command::new(BIN)
-        .args(["check-config", "--metrics-addr", ":9477"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = stdout_of_success(&[
+        "check-config".as_ref(),
+        "--metrics-addr".as_ref(),
+        ":9477".as_ref(),
+    ]);
     assert!(stdout.contains("metrics_addr = \":9477\""), "{stdout}");
 }
 
