@@ -6,7 +6,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_faultline-collector");
 
 /// Runs the collector with `args` and returns its stdout; it must exit 0.
 fn stdout_of_success(args: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run the collector");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         out.status.code(),
