@@ -14,6 +14,8 @@ use anyhow::{bail, Context as _, Result};
 const EBPF_TOOLCHAIN: &str = "nightly-2026-05-19";
 const EBPF_TARGET: &str = "bpfel-unknown-none";
 const EBPF_BIN: &str = "faultline-probes";
+/// The benchmarks' programs, an object of their own.
+const EBPF_BENCH_BIN: &str = "faultline-bench-probes";
 
 fn main() -> Result<()> {
     let out_dir = PathBuf::from(env::var("OUT_DIR").context("OUT_DIR not set")?);
@@ -24,6 +26,7 @@ fn main() -> Result<()> {
         .context("collector crate has no parent directory")?;
     let ebpf_dir = root.join("collector-ebpf");
     let dst = out_dir.join("faultline-probes.o");
+    let bench_dst = out_dir.join("faultline-bench-probes.o");
 
     for p in [
         ebpf_dir.join("src"),
@@ -38,14 +41,18 @@ fn main() -> Result<()> {
     if env::var_os("FAULTLINE_EBPF_STUB").is_some_and(|v| v != "0") {
         println!("cargo:warning=FAULTLINE_EBPF_STUB set: embedding an empty eBPF object");
         fs::write(&dst, b"")?;
+        fs::write(&bench_dst, b"")?;
         return Ok(());
     }
 
     let target_dir = env::var_os("FAULTLINE_BPF_TARGET_DIR")
         .map_or_else(|| root.join("target").join("bpf"), PathBuf::from);
     build_ebpf(&ebpf_dir, &target_dir)?;
-    let obj = target_dir.join(EBPF_TARGET).join("release").join(EBPF_BIN);
-    fs::copy(&obj, &dst).with_context(|| format!("copy {} to {}", obj.display(), dst.display()))?;
+    for (bin, to) in [(EBPF_BIN, &dst), (EBPF_BENCH_BIN, &bench_dst)] {
+        let obj = target_dir.join(EBPF_TARGET).join("release").join(bin);
+        fs::copy(&obj, to)
+            .with_context(|| format!("copy {} to {}", obj.display(), to.display()))?;
+    }
     Ok(())
 }
 

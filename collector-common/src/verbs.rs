@@ -128,3 +128,34 @@ mod pod {
     unsafe impl aya::Pod for super::QpStateKey {}
     unsafe impl aya::Pod for super::AsyncKey {}
 }
+
+/// Byte offsets and sizes in libibverbs' ABI (`<infiniband/verbs.h>`,
+/// x86-64) that the verbs probes read through user pointers. Asserted
+/// against rdma-sys's bindings in `collector/tests/verbs_abi.rs`.
+pub mod abi {
+    /// `sizeof(struct ibv_wc)`: the stride of the `wc` array of `poll_cq`.
+    pub const WC_SIZE: u64 = 48;
+    /// `offsetof(struct ibv_wc, status)`: start of the fields read
+    /// (status, opcode, vendor_err, byte_len, imm_data, qp_num).
+    pub const WC_STATUS: u64 = 8;
+    /// `offsetof(struct ibv_wc, byte_len)`.
+    pub const WC_BYTE_LEN: u64 = 20;
+    /// `offsetof(struct ibv_wc, qp_num)`.
+    pub const WC_QP_NUM: u64 = 28;
+    /// `offsetof(struct ibv_send_wr, next)` (also `ibv_recv_wr`).
+    pub const WR_NEXT: u64 = 8;
+    /// `offsetof(struct ibv_send_wr, sg_list)` (also `ibv_recv_wr`).
+    pub const WR_SG_LIST: u64 = 16;
+    /// `offsetof(struct ibv_send_wr, num_sge)` (also `ibv_recv_wr`).
+    pub const WR_NUM_SGE: u64 = 24;
+    /// `sizeof(struct ibv_sge)`.
+    pub const SGE_SIZE: u64 = 16;
+    /// `offsetof(struct ibv_sge, length)`.
+    pub const SGE_LENGTH: u64 = 8;
+    /// `offsetof(struct ibv_qp, qp_num)`.
+    pub const QP_QP_NUM: u64 = 52;
+    /// `offsetof(struct ibv_qp_attr, qp_state)`.
+    pub const QP_ATTR_QP_STATE: u64 = 0;
+    /// `offsetof(struct ibv_async_event, event_type)`.
+    pub const ASYNC_EVENT_TYPE: u64 = 8;
+}

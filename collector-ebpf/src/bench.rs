@@ -1,20 +1,25 @@
-//! Synthetic producer for the ring-buffer drain benchmark (never attached by
-//! the collector itself).
+//! The benchmarks' programs (object `faultline-bench-probes`, never loaded by
+//! the collector itself): the synthetic producer for the ring-buffer drain
+//! benchmark and an empty uprobe for the uprobe baseline.
 //!
 //! tracepoint `syscalls:sys_enter_getppid`: when the calling process is the
 //! benchmark's (`BENCH_TGID`), writes `BENCH_BATCH` 32-byte records into
 //! `BENCH_RING`; a full ring is counted in `STATS[BENCH_RING_FULL]`.
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{map, tracepoint},
+    helpers::bpf_get_current_pid_tgid,
+    macros::{map, tracepoint, uprobe},
     maps::RingBuf,
-    programs::TracePointContext,
+    programs::{ProbeContext, TracePointContext},
     Global,
 };
 use collector_common::stat;
 
-use crate::stats::{bump, bump_by};
+use crate::{
+    helpers::now_ns,
+    stats::{bump, bump_by},
+};
 
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BENCH_TGID: Global<u32> = Global::new(0);
 
@@ -29,7 +34,7 @@ pub fn bench_ring_producer(_ctx: TracePointContext) -> u32 {
     if (bpf_get_current_pid_tgid() >> 32) as u32 != BENCH_TGID.load() {
         return 0;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now_ns();
     let mut written = 0u64;
     for i in 0..BENCH_BATCH {
         match BENCH_RING.reserve::<[u64; 4]>(0) {
@@ -42,5 +47,12 @@ pub fn bench_ring_producer(_ctx: TracePointContext) -> u32 {
         }
     }
     bump_by(stat::BENCH_EVENTS, written);
+    0
+}
+
+/// uprobe that does nothing: the baseline of the uprobe benchmark (the cost
+/// of the trap itself, without faultline's work).
+#[uprobe]
+pub fn bench_empty_uprobe(_ctx: ProbeContext) -> u32 {
     0
 }

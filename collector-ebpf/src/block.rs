@@ -17,11 +17,9 @@
 //!
 //! In-flight requests are keyed by (dev, sector, op): the classic tracepoints
 //! do not expose the request pointer.
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
-
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_get_current_pid_tgid,
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
@@ -35,34 +33,47 @@ use collector_common::{
     stat, Event, EventHeader, EventKind,
 };
 
-use crate::stats::bump;
+use crate::{
+    helpers::{add, cgroup_id, get_or_insert, now_ns},
+    stats::bump,
+};
 
 /// Mode: start the clock at `block_io_start`, count at `block_io_done`.
 pub const MODE_IO: u32 = 0;
 /// Mode: start at `block_rq_issue`, count at `block_rq_complete` (older kernels).
 pub const MODE_RQ: u32 = 1;
 
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLOCK_MODE: Global<u32> = Global::new(MODE_IO);
 /// Emit one sampled per-request event every N completions per CPU; 0 = off.
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLOCK_SAMPLE_EVERY: Global<u32> = Global::new(0);
 // Offsets shared by block_rq_issue / block_io_start / block_io_done (same layout).
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLK_OFF_DEV: Global<u32> = Global::new(8);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLK_OFF_SECTOR: Global<u32> = Global::new(16);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLK_OFF_RWBS: Global<u32> = Global::new(34);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLK_OFF_NR_SECTOR: Global<u32> = Global::new(24);
 // block_rq_complete has its own layout (no `bytes`, has `error`).
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLKC_OFF_DEV: Global<u32> = Global::new(8);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLKC_OFF_SECTOR: Global<u32> = Global::new(16);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLKC_OFF_NR_SECTOR: Global<u32> = Global::new(24);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static BLKC_OFF_RWBS: Global<u32> = Global::new(34);
 
@@ -140,8 +151,8 @@ fn start(ctx: &TracePointContext) -> Result<u32, u32> {
     };
     let key = InflightKey { dev, op, sector };
     let val = InflightVal {
-        issue_ns: unsafe { bpf_ktime_get_ns() },
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        issue_ns: now_ns(),
+        cgroup_id: cgroup_id(),
         bytes: 0,
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         left_sectors,
@@ -167,19 +178,11 @@ fn start(ctx: &TracePointContext) -> Result<u32, u32> {
 /// Returns the aggregate slot for `key`, creating it zeroed.
 #[inline(always)]
 fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
-    if let Some(p) = BLOCK_AGG.get_ptr_mut(key) {
-        return Some(p);
-    }
+    // The zero value comes from a one-entry array: BlockStats is larger than
+    // the stack allows.
     let zero = BLOCK_ZERO.get_ptr(0)?;
-    // SAFETY: `zero` points into the map's value memory.
-    let _ = BLOCK_AGG.insert(key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
-    BLOCK_AGG.get_ptr_mut(key)
-}
-
-#[inline(always)]
-pub(crate) fn add(p: *mut u64, v: u64) {
-    // SAFETY: `p` points into a map value, valid for the program's duration.
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+    // SAFETY: `zero` points into the array's value memory, valid for the run.
+    get_or_insert!(BLOCK_AGG, key, unsafe { &*zero })
 }
 
 /// Counts a finished request (and its latency when it was timed); `rec` is
@@ -188,7 +191,7 @@ pub(crate) fn add(p: *mut u64, v: u64) {
 #[inline(always)]
 fn done(ikey: &InflightKey, rec: Option<InflightVal>, bytes: Option<u64>) -> Result<u32, u32> {
     let InflightKey { dev, op, sector } = *ikey;
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now_ns();
     let (cgroup_id, latency, rec_bytes) = match rec {
         Some(r) => {
             let _ = BLOCK_INFLIGHT.remove(ikey);
@@ -254,7 +257,7 @@ fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id:
     // SAFETY: exclusively owned reserved slot.
     unsafe {
         (*ev).header = EventHeader {
-            ts_ns: bpf_ktime_get_ns(),
+            ts_ns: now_ns(),
             cgroup_id,
             pid: (pid_tgid >> 32) as u32,
             tid: pid_tgid as u32,

@@ -32,10 +32,9 @@
 //!   context → device.
 //! - `cuCtxSetCurrent(CUcontext ctx)` → [`cuda_ctx_set_current`]: thread → device.
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_pid_tgid,
-        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -51,9 +50,13 @@ use collector_common::{
     stat, Event, EventHeader, EventKind,
 };
 
-use crate::{block::add, stats::bump};
+use crate::{
+    helpers::{add, cgroup_id, get_or_insert, now_ns},
+    stats::bump,
+};
 
 /// Per-event stream budget: events per second per CPU; 0 = stream off.
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static CUDA_EVENTS_PER_SEC: Global<u32> = Global::new(0);
 
@@ -147,13 +150,11 @@ fn is_blocking(kind: u32) -> bool {
 
 #[inline(always)]
 fn call_slot(key: &CallKey) -> Option<*mut CallStats> {
-    if let Some(p) = CUDA_CALL_AGG.get_ptr_mut(key) {
-        return Some(p);
-    }
+    // The zero value comes from a one-entry array: CallStats is larger than
+    // the stack allows.
     let zero = CUDA_CALL_ZERO.get_ptr(0)?;
-    // SAFETY: `zero` points into map value memory.
-    let _ = CUDA_CALL_AGG.insert(key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
-    CUDA_CALL_AGG.get_ptr_mut(key)
+    // SAFETY: `zero` points into the array's value memory, valid for the run.
+    get_or_insert!(CUDA_CALL_AGG, key, unsafe { &*zero })
 }
 
 /// Counts one call; `dur`/`result` only for probed returns.
@@ -233,7 +234,7 @@ fn emit(pid_tgid: u64, now: u64, data: &CudaEventData) {
     unsafe {
         (*ev).header = EventHeader {
             ts_ns: now,
-            cgroup_id: bpf_get_current_cgroup_id(),
+            cgroup_id: cgroup_id(),
             pid: (pid_tgid >> 32) as u32,
             tid: pid_tgid as u32,
             kind: EventKind::Cuda as u32,
@@ -258,11 +259,7 @@ fn record_launch(
     let pid = (pid_tgid >> 32) as u32;
     let device = current_device(pid_tgid as u32);
     let key = LaunchKey { pid, device, func };
-    if CUDA_LAUNCH_AGG.get_ptr_mut(&key).is_none() {
-        let zero = LaunchStats::default();
-        let _ = CUDA_LAUNCH_AGG.insert(&key, &zero, u64::from(BPF_NOEXIST));
-    }
-    let Some(s) = CUDA_LAUNCH_AGG.get_ptr_mut(&key) else {
+    let Some(s) = get_or_insert!(CUDA_LAUNCH_AGG, &key, &LaunchStats::default()) else {
         bump(stat::CUDA_AGG_MAP_FULL);
         return;
     };
@@ -285,7 +282,7 @@ fn record_launch(
         (*s).last_block = block;
     }
     if CUDA_EVENTS_PER_SEC.load() != 0 {
-        let now = unsafe { bpf_ktime_get_ns() };
+        let now = now_ns();
         emit(
             pid_tgid,
             now,
@@ -386,7 +383,7 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     let bytes = call_bytes(&ctx, kind);
     if is_blocking(kind) {
         let rec = InCall {
-            start_ns: unsafe { bpf_ktime_get_ns() },
+            start_ns: now_ns(),
             a0: 0,
             a1: 0,
             bytes,
@@ -411,7 +408,7 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
             }
             _ => 0,
         };
-        let now = unsafe { bpf_ktime_get_ns() };
+        let now = now_ns();
         emit(
             pid_tgid,
             now,
@@ -445,7 +442,7 @@ pub fn cuda_return(ctx: RetProbeContext) -> u32 {
         bump(stat::CUDA_UNMATCHED_RETURN);
         return 0;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now_ns();
     let rc: u64 = ctx.ret();
     let rc = rc as u32;
     let dur = now.saturating_sub(rec.start_ns);
@@ -562,6 +559,7 @@ pub fn cuda_kernel_func_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let pid = (pid_tgid >> 32) as u32;
+    // SAFETY: a user pointer (the call's `CUfunction *`) read through the checked helper.
     let Ok(func) = (unsafe { bpf_probe_read_user(rec.a0 as *const u64) }) else {
         return 0;
     };
@@ -623,6 +621,7 @@ pub fn cuda_ctx_return(ctx: RetProbeContext) -> u32 {
     if rc as u32 != 0 {
         return 0;
     }
+    // SAFETY: a user pointer (the call's `CUcontext *`) read through the checked helper.
     let Ok(cuctx) = (unsafe { bpf_probe_read_user(rec.a0 as *const u64) }) else {
         return 0;
     };
@@ -653,12 +652,5 @@ pub fn cuda_ctx_set_current(ctx: ProbeContext) -> u32 {
         .copied()
         .unwrap_or(UNKNOWN_DEVICE);
     let _ = CUDA_THREAD_DEVICE.insert(&(pid_tgid as u32), &dev, 0);
-    0
-}
-
-/// uprobe that does nothing: the baseline of the uprobe benchmark (the cost
-/// of the trap itself, without faultline's work).
-#[uprobe]
-pub fn bench_empty_uprobe(_ctx: ProbeContext) -> u32 {
     0
 }

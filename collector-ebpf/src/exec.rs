@@ -23,8 +23,10 @@ use collector_common::{
 
 use crate::stats::bump;
 
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static EXEC_OFF_FILENAME: Global<u32> = Global::new(8);
+// SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
 static EXEC_OFF_OLD_PID: Global<u32> = Global::new(16);
 

@@ -20,7 +20,6 @@
 //! - `int ibv_get_async_event(struct ibv_context *, struct ibv_async_event *event)`
 //!   → [`verbs_async_enter`] + [`verbs_async_return`]: `event->event_type` (offset 8).
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
     macros::{map, uprobe, uretprobe},
     maps::HashMap,
@@ -30,13 +29,13 @@ use aya_ebpf::{
 use collector_common::{
     stat,
     verbs::{
-        AsyncKey, PostKey, PostStats, QpStateKey, WcKey, WcStats, MAX_SGE_PER_WR, MAX_WC_PER_POLL,
-        MAX_WR_PER_POST,
+        abi, AsyncKey, PostKey, PostStats, QpStateKey, WcKey, WcStats, MAX_SGE_PER_WR,
+        MAX_WC_PER_POLL, MAX_WR_PER_POST,
     },
 };
 
 use crate::{
-    block::add,
+    helpers::{add, get_or_insert},
     stats::{bump, bump_by},
 };
 
@@ -82,6 +81,19 @@ struct WrHead {
     _op: u32,
 }
 
+// The structs above are windows onto libibverbs' ABI (`abi`, asserted
+// against rdma-sys in the collector's tests).
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(WcPart, byte_len) as u64 == abi::WC_BYTE_LEN - abi::WC_STATUS);
+    assert!(offset_of!(WcPart, qp_num) as u64 == abi::WC_QP_NUM - abi::WC_STATUS);
+    assert!(offset_of!(WrHead, next) as u64 == abi::WR_NEXT);
+    assert!(offset_of!(WrHead, sg_list) as u64 == abi::WR_SG_LIST);
+    assert!(offset_of!(WrHead, num_sge) as u64 == abi::WR_NUM_SGE);
+    // Each scatter/gather entry is two words, its length the low half of the second.
+    assert!(abi::SGE_SIZE == 16 && abi::SGE_LENGTH == 8);
+};
+
 /// uprobe: provider `poll_cq(cq, num_entries, wc)`: remember `wc`.
 #[uprobe]
 pub fn verbs_poll_enter(ctx: ProbeContext) -> u32 {
@@ -113,7 +125,7 @@ pub fn verbs_poll_return(ctx: RetProbeContext) -> u32 {
         if i >= n {
             break;
         }
-        let p = base + u64::from(i) * 48 + 8;
+        let p = base + u64::from(i) * abi::WC_SIZE + abi::WC_STATUS;
         // SAFETY: user pointer read through the checked helper.
         let Ok(wc) = (unsafe { bpf_probe_read_user(p as *const WcPart) }) else {
             break;
@@ -124,10 +136,7 @@ pub fn verbs_poll_return(ctx: RetProbeContext) -> u32 {
             status: wc.status,
             _pad: 0,
         };
-        if VERBS_WC.get_ptr_mut(&k).is_none() {
-            let _ = VERBS_WC.insert(&k, &WcStats::default(), u64::from(BPF_NOEXIST));
-        }
-        match VERBS_WC.get_ptr_mut(&k) {
+        match get_or_insert!(VERBS_WC, &k, &WcStats::default()) {
             Some(s) => {
                 // SAFETY: valid map value pointer.
                 unsafe {
@@ -153,7 +162,7 @@ pub fn verbs_post(ctx: ProbeContext) -> u32 {
     let qp: u64 = ctx.arg(0).unwrap_or(0);
     let wr: u64 = ctx.arg(1).unwrap_or(0);
     // SAFETY: user pointer read through the checked helper.
-    let qp_num = unsafe { bpf_probe_read_user((qp + 52) as *const u32) }.unwrap_or(0);
+    let qp_num = unsafe { bpf_probe_read_user((qp + abi::QP_QP_NUM) as *const u32) }.unwrap_or(0);
     let mut wrs = 0u64;
     let mut bytes = 0u64;
     let mut next: u64 = wr;
@@ -212,10 +221,7 @@ pub fn verbs_post(ctx: ProbeContext) -> u32 {
         dir,
         _pad: 0,
     };
-    if VERBS_POST.get_ptr_mut(&k).is_none() {
-        let _ = VERBS_POST.insert(&k, &PostStats::default(), u64::from(BPF_NOEXIST));
-    }
-    let Some(s) = VERBS_POST.get_ptr_mut(&k) else {
+    let Some(s) = get_or_insert!(VERBS_POST, &k, &PostStats::default()) else {
         bump(stat::VERBS_MAP_FULL);
         return 0;
     };
@@ -241,18 +247,16 @@ pub fn verbs_modify_qp(ctx: ProbeContext) -> u32 {
         return 0;
     }
     // SAFETY: user pointers read through the checked helper.
-    let state = unsafe { bpf_probe_read_user(attr as *const u32) }.unwrap_or(u32::MAX);
-    let qp_num = unsafe { bpf_probe_read_user((qp + 52) as *const u32) }.unwrap_or(0);
+    let state = unsafe { bpf_probe_read_user((attr + abi::QP_ATTR_QP_STATE) as *const u32) }
+        .unwrap_or(u32::MAX);
+    let qp_num = unsafe { bpf_probe_read_user((qp + abi::QP_QP_NUM) as *const u32) }.unwrap_or(0);
     let k = QpStateKey {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         qp_num,
         state,
         _pad: 0,
     };
-    if VERBS_QP_STATE.get_ptr_mut(&k).is_none() {
-        let _ = VERBS_QP_STATE.insert(&k, &0, u64::from(BPF_NOEXIST));
-    }
-    match VERBS_QP_STATE.get_ptr_mut(&k) {
+    match get_or_insert!(VERBS_QP_STATE, &k, &0) {
         Some(p) => add(p, 1),
         None => bump(stat::VERBS_MAP_FULL),
     }
@@ -282,17 +286,15 @@ pub fn verbs_async_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     // SAFETY: user pointer read through the checked helper.
-    let Ok(t) = (unsafe { bpf_probe_read_user((rec[0] + 8) as *const u32) }) else {
+    let Ok(t) = (unsafe { bpf_probe_read_user((rec[0] + abi::ASYNC_EVENT_TYPE) as *const u32) })
+    else {
         return 0;
     };
     let k = AsyncKey {
         pid: (pid_tgid >> 32) as u32,
         event_type: t,
     };
-    if VERBS_ASYNC.get_ptr_mut(&k).is_none() {
-        let _ = VERBS_ASYNC.insert(&k, &0, u64::from(BPF_NOEXIST));
-    }
-    match VERBS_ASYNC.get_ptr_mut(&k) {
+    match get_or_insert!(VERBS_ASYNC, &k, &0) {
         Some(p) => add(p, 1),
         None => bump(stat::VERBS_MAP_FULL),
     }

@@ -246,6 +246,33 @@ impl IdentityCache {
         self.cache.get(&pid)
     }
 
+    /// `(job, rank)` of `pid` for metric labels: empty strings when unknown.
+    pub fn job_rank(&mut self, pid: u32) -> (String, String) {
+        match self.get(pid) {
+            Some(i) => (
+                i.job().unwrap_or_default(),
+                i.rank().map(|r| r.to_string()).unwrap_or_default(),
+            ),
+            None => (String::new(), String::new()),
+        }
+    }
+
+    /// The processes of `pids` that no longer exist under the proc root
+    /// (they are forgotten too).
+    pub fn exited(
+        &mut self,
+        pids: impl IntoIterator<Item = u32>,
+    ) -> std::collections::BTreeSet<u32> {
+        let dead: std::collections::BTreeSet<u32> = pids
+            .into_iter()
+            .filter(|pid| !self.proc_root.join(pid.to_string()).exists())
+            .collect();
+        for pid in &dead {
+            self.cache.remove(pid);
+        }
+        dead
+    }
+
     /// Forget `pid` (it exec'd or exited): the next lookup re-reads it.
     pub fn invalidate(&mut self, pid: u32) {
         self.cache.remove(&pid);

@@ -54,6 +54,14 @@ fn describe() {
         "faultline_history_write_errors_total",
         "History transactions that failed (their rows are lost)"
     );
+    describe_counter!(
+        "faultline_history_unbanded_total",
+        "Samples left out of the fleet bands and error deltas (entity bound reached)"
+    );
+    describe_counter!(
+        "faultline_history_unrolled_total",
+        "Samples kept raw only: later than their minute's rollup or past the open-bucket bound"
+    );
     describe_gauge!(
         "faultline_history_bytes",
         Unit::Bytes,

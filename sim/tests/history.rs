@@ -284,6 +284,16 @@ fn corrupt_database_is_a_clear_error() {
     assert!(matches!(e, HistoryError::Corrupt { .. }), "{e}");
     // The file is kept for inspection, never replaced.
     assert_eq!(std::fs::read(&path).expect("read").len(), 8192);
+    // A path that cannot be a database file (a directory): told apart.
+    let e = Store::open(&dir, &HistoryConfig::default())
+        .err()
+        .expect("an error");
+    assert!(matches!(e, HistoryError::Unwritable { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("check that the correlator's user can write"),
+        "{e}"
+    );
     // A valid database with a damaged page.
     let good = dir.join("good.db");
     {

@@ -110,7 +110,12 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
         let wire: Vec<_> = wire.iter().filter(|b| b.device == lo.name).collect();
         assert_eq!(wire.len(), rows.len());
         for (b, row) in wire.iter().zip(&rows) {
-            assert_eq!((b.op.as_str(), &b.job), (row.op, &row.cgroup));
+            // `job` is the cgroup's job id, as CUDA rows name it (not the path).
+            assert_eq!(
+                (b.op.as_str(), b.job.clone()),
+                (row.op, collector::window::cgroup_job(&row.cgroup))
+            );
+            assert_eq!(b.latency_sum_ns, row.latency_sum_ns, "{b:?}");
             assert_eq!(b.device_class, "virtual", "{b:?}");
             assert_eq!(row.timed, b.requests, "{b:?}");
             assert_eq!(b.hist.iter().sum::<u64>(), row.timed, "{b:?}");

@@ -50,7 +50,7 @@ fn verbs_probes_count_completions_posts_transitions_and_events() {
         return;
     }
     tests::runtime().block_on(async {
-        let probes = Probes::load(&opts()).expect("load probes");
+        let mut probes = Probes::load(&opts()).expect("load probes");
         let verbs: Vec<_> = probes.status().iter().filter(|s| s.name.starts_with("verbs:")).collect();
         assert_eq!(verbs.len(), 5, "{verbs:?}");
         assert!(verbs.iter().all(|s| s.state == ProbeState::Attached), "{verbs:?}");
@@ -117,9 +117,26 @@ fn verbs_probes_count_completions_posts_transitions_and_events() {
         let ev: Vec<_> = snap.async_events.iter().filter(|(k, _)| k.pid == client).map(|(k, n)| (k.event_type, *n)).collect();
         assert_eq!(ev, [(9, 1), (10, 2)], "PORT_ACTIVE once, PORT_ERR twice; the failed call not counted");
 
-        let text = snap.render_prometheus();
-        let line = format!("faultline_verbs_completions_total{{pid=\"{client}\",qp=\"77\",status=\"IBV_WC_RETRY_EXC_ERR\"}} 3");
+        // Prometheus by job and rank, no pid or QP label (unbounded).
+        let text = snap.render_prometheus(|p| {
+            if p == client {
+                ("job9".into(), "1".into())
+            } else {
+                (String::new(), String::new())
+            }
+        });
+        let line = "faultline_verbs_completions_total{job=\"job9\",rank=\"1\",status=\"IBV_WC_RETRY_EXC_ERR\"} 3";
         assert!(text.lines().any(|l| l == line), "{text}");
+        assert!(!text.contains("pid=") && !text.contains("qp="), "{text}");
+
+        // The workloads have exited: their entries leave the maps.
+        let dead = std::collections::BTreeSet::from([client, server]);
+        assert!(probes.verbs_prune(&dead).expect("prune") >= 4);
+        let after = probes.verbs_snapshot().expect("snapshot");
+        assert!(after.completions.keys().all(|k| !dead.contains(&k.pid)));
+        assert!(after.posts.keys().all(|k| !dead.contains(&k.pid)));
+        assert!(after.qp_states.keys().all(|k| !dead.contains(&k.pid)));
+        assert!(after.async_events.keys().all(|k| !dead.contains(&k.pid)));
     });
 }
 

@@ -5,6 +5,11 @@
 /// (family, is a gauge, help).
 const FAMILIES: &[(&str, bool, &str)] = &[
     (
+        "faultline_verbs_pruned_entries_total",
+        false,
+        "Verbs map entries of exited processes removed",
+    ),
+    (
         "faultline_spool_quarantined_total",
         false,
         "Spool files that were empty, truncated or undecodable, moved to quarantine/, by reason",

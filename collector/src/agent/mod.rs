@@ -236,10 +236,7 @@ fn start_sources(
         }
     }
     if probes.cuda_library().is_some() {
-        out.push(Box::new(CudaSource::new(
-            probes.cuda_snapshot()?,
-            cfg.collector.proc_root.clone(),
-        )));
+        out.push(Box::new(CudaSource::new(probes.cuda_snapshot()?)));
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));

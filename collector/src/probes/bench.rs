@@ -6,7 +6,18 @@ use aya::{
 };
 use collector_common::stat;
 
-use super::{attach::attach_one, read_stats, ring, ProbeError, PROBES_OBJECT};
+use super::{attach::attach_one, read_stats, ring, ProbeError};
+
+/// The benchmarks' eBPF object (`collector-ebpf/src/bench_main.rs`), kept
+/// out of the collector's: its 8 MiB ring and its programs serve only
+/// `faultline-bench`.
+static BENCH_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/faultline-bench-probes.o"));
+
+/// The maps of the benchmarks' object, for tests.
+pub fn bench_object() -> &'static [u8] {
+    BENCH_OBJECT
+}
 use crate::{privilege, tracefs::Tracefs};
 
 /// A loaded object with only the do-nothing uprobe attached to one symbol:
@@ -17,12 +28,12 @@ pub struct EmptyUprobe {
 
 impl EmptyUprobe {
     pub fn attach(lib: &std::path::Path, symbol: &str) -> Result<Self, ProbeError> {
-        if PROBES_OBJECT.is_empty() {
+        if BENCH_OBJECT.is_empty() {
             return Err(ProbeError::Stub);
         }
         privilege::check_host()?;
         let mut ebpf = EbpfLoader::new()
-            .load(PROBES_OBJECT)
+            .load(BENCH_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         attach_one(
             &mut ebpf,
@@ -70,14 +81,14 @@ pub struct BenchProducer {
 
 impl BenchProducer {
     pub fn start(tgid: u32) -> Result<(Self, ring::EventRing<BenchRecord>), ProbeError> {
-        if PROBES_OBJECT.is_empty() {
+        if BENCH_OBJECT.is_empty() {
             return Err(ProbeError::Stub);
         }
         privilege::check_host()?;
         Tracefs::system()?;
         let mut ebpf = EbpfLoader::new()
             .override_global("BENCH_TGID", &tgid, true)
-            .load(PROBES_OBJECT)
+            .load(BENCH_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         let r = (|| -> Result<(), String> {
             let prog: &mut TracePoint = ebpf

@@ -143,32 +143,9 @@ impl Probes {
                 removed += u64::from(h.remove(&k).is_ok());
             }
         }
-        removed += prune_hash::<CallKey, CallStats>(self, "CUDA_CALL_AGG", dead, |k| k.pid)?;
-        removed += prune_hash::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES", dead, |k| k.pid)?;
+        removed += super::prune_hash::<CallKey, CallStats>(self, "CUDA_CALL_AGG", dead, |k| k.pid)?;
+        removed +=
+            super::prune_hash::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES", dead, |k| k.pid)?;
         Ok(removed)
     }
-}
-
-fn prune_hash<K: aya::Pod, V: aya::Pod>(
-    p: &mut Probes,
-    name: &'static str,
-    dead: &std::collections::BTreeSet<u32>,
-    pid: impl Fn(&K) -> u32,
-) -> Result<u64, ProbeError> {
-    let m = p
-        .ebpf_mut()
-        .map_mut(name)
-        .ok_or(ProbeError::MissingMap(name))?;
-    let mut h = HashMap::<&mut MapData, K, V>::try_from(m)
-        .map_err(|source| ProbeError::Map { name, source })?;
-    let keys: Vec<K> = h
-        .keys()
-        .flatten()
-        .filter(|k| dead.contains(&pid(k)))
-        .collect();
-    let mut n = 0;
-    for k in keys {
-        n += u64::from(h.remove(&k).is_ok());
-    }
-    Ok(n)
 }

@@ -26,12 +26,17 @@ use crate::{
     tracefs::{Tracefs, TracefsError},
 };
 use attach::{attach, attach_cuda, attach_verbs};
-pub use bench::{BenchProducer, BenchRecord, EmptyUprobe};
+pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyUprobe};
 pub use table::{Attach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
 static PROBES_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/faultline-probes.o"));
+
+/// The collector's eBPF object as embedded, for tests.
+pub fn probes_object() -> &'static [u8] {
+    PROBES_OBJECT
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -367,4 +372,29 @@ fn start_log_forwarding(ebpf: &mut Ebpf) {
             guard.get_inner_mut().flush();
         }
     });
+}
+
+/// Removes the entries of `name` whose key belongs to a process in `dead`.
+pub(crate) fn prune_hash<K: aya::Pod, V: aya::Pod>(
+    p: &mut Probes,
+    name: &'static str,
+    dead: &std::collections::BTreeSet<u32>,
+    pid: impl Fn(&K) -> u32,
+) -> Result<u64, ProbeError> {
+    let m = p
+        .ebpf_mut()
+        .map_mut(name)
+        .ok_or(ProbeError::MissingMap(name))?;
+    let mut h = aya::maps::HashMap::<&mut MapData, K, V>::try_from(m)
+        .map_err(|source| ProbeError::Map { name, source })?;
+    let keys: Vec<K> = h
+        .keys()
+        .flatten()
+        .filter(|k| dead.contains(&pid(k)))
+        .collect();
+    let mut n = 0;
+    for k in keys {
+        n += u64::from(h.remove(&k).is_ok());
+    }
+    Ok(n)
 }

@@ -41,6 +41,21 @@ impl Probes {
     }
 }
 
+impl Probes {
+    /// Removes the verbs aggregates of processes that exited (the maps are
+    /// not LRU). Returns the entries removed.
+    pub fn verbs_prune(
+        &mut self,
+        dead: &std::collections::BTreeSet<u32>,
+    ) -> Result<u64, ProbeError> {
+        use super::prune_hash as p;
+        Ok(p::<WcKey, WcStats>(self, "VERBS_WC", dead, |k| k.pid)?
+            + p::<PostKey, PostStats>(self, "VERBS_POST", dead, |k| k.pid)?
+            + p::<QpStateKey, u64>(self, "VERBS_QP_STATE", dead, |k| k.pid)?
+            + p::<AsyncKey, u64>(self, "VERBS_ASYNC", dead, |k| k.pid)?)
+    }
+}
+
 impl VerbsSnapshot {
     /// Completions of one process by (QP, status).
     pub fn completions_of(&self, pid: u32) -> BTreeMap<(u32, u32), WcStats> {
@@ -51,57 +66,89 @@ impl VerbsSnapshot {
             .collect()
     }
 
-    /// Prometheus text for the verbs metrics.
-    pub fn render_prometheus(&self) -> String {
+    /// Prometheus text for the verbs metrics, keyed by the process's job and
+    /// rank (`who(pid)`; empty when unknown), never by pid or QP number: both
+    /// grow without bound and stay on the wire and the console instead.
+    pub fn render_prometheus(&self, mut who: impl FnMut(u32) -> (String, String)) -> String {
         use collector_common::verbs::{qp_state_name, wc_status_name};
-        use std::fmt::Write as _;
-        let mut s = String::from(
-            "# HELP faultline_verbs_completions_total Work completions polled, per process, QP and status.\n\
-             # TYPE faultline_verbs_completions_total counter\n",
+
+        use crate::prom_text::{Kind, Text};
+        let mut ids: BTreeMap<u32, (String, String)> = BTreeMap::new();
+        let mut id = |pid: u32| ids.entry(pid).or_insert_with(|| who(pid)).clone();
+        // (family, help, job, rank, label name, label value) → sum
+        type Series = (
+            &'static str,
+            &'static str,
+            String,
+            String,
+            &'static str,
+            &'static str,
         );
+        let mut sums: BTreeMap<Series, u64> = BTreeMap::new();
+        let mut add = |fam, help, pid, l: &'static str, v: &'static str, n: u64| {
+            let (job, rank) = id(pid);
+            *sums.entry((fam, help, job, rank, l, v)).or_default() += n;
+        };
         for (k, v) in &self.completions {
-            let _ = writeln!(
-                s,
-                "faultline_verbs_completions_total{{pid=\"{}\",qp=\"{}\",status=\"{}\"}} {}",
+            let status = wc_status_name(k.status);
+            add(
+                "faultline_verbs_completions_total",
+                "Work completions polled, per job, rank and status",
                 k.pid,
-                k.qp_num,
-                wc_status_name(k.status),
-                v.completions
+                "status",
+                status,
+                v.completions,
             );
         }
-        s.push_str("# HELP faultline_verbs_posted_work_requests_total Work requests posted, per process, QP and direction.\n# TYPE faultline_verbs_posted_work_requests_total counter\n");
         for (k, v) in &self.posts {
             let dir = if k.dir == 0 { "send" } else { "recv" };
-            let _ = writeln!(s, "faultline_verbs_posted_work_requests_total{{pid=\"{}\",qp=\"{}\",dir=\"{dir}\"}} {}", k.pid, k.qp_num, v.wrs);
-        }
-        s.push_str("# HELP faultline_verbs_posted_bytes_total Scatter/gather bytes of posted work requests.\n# TYPE faultline_verbs_posted_bytes_total counter\n");
-        for (k, v) in &self.posts {
-            let dir = if k.dir == 0 { "send" } else { "recv" };
-            let _ = writeln!(
-                s,
-                "faultline_verbs_posted_bytes_total{{pid=\"{}\",qp=\"{}\",dir=\"{dir}\"}} {}",
-                k.pid, k.qp_num, v.bytes
+            add(
+                "faultline_verbs_posted_work_requests_total",
+                "Work requests posted, per job, rank and direction",
+                k.pid,
+                "dir",
+                dir,
+                v.wrs,
+            );
+            add(
+                "faultline_verbs_posted_bytes_total",
+                "Scatter/gather bytes of posted work requests",
+                k.pid,
+                "dir",
+                dir,
+                v.bytes,
             );
         }
-        s.push_str("# HELP faultline_verbs_qp_transitions_total ibv_modify_qp state transitions, per process, QP and target state.\n# TYPE faultline_verbs_qp_transitions_total counter\n");
         for (k, v) in &self.qp_states {
-            let _ = writeln!(
-                s,
-                "faultline_verbs_qp_transitions_total{{pid=\"{}\",qp=\"{}\",state=\"{}\"}} {v}",
+            add(
+                "faultline_verbs_qp_transitions_total",
+                "ibv_modify_qp state transitions, per job, rank and target state",
                 k.pid,
-                k.qp_num,
-                qp_state_name(k.state)
+                "state",
+                qp_state_name(k.state),
+                *v,
             );
         }
-        s.push_str("# HELP faultline_verbs_async_events_total ibv_get_async_event results seen in processes.\n# TYPE faultline_verbs_async_events_total counter\n");
         for (k, v) in &self.async_events {
-            let _ = writeln!(
-                s,
-                "faultline_verbs_async_events_total{{pid=\"{}\",event=\"{}\"}} {v}",
+            add(
+                "faultline_verbs_async_events_total",
+                "ibv_get_async_event results seen in processes, per job, rank and event",
                 k.pid,
-                crate::rdma::event_name(k.event_type)
+                "event",
+                crate::rdma::event_name(k.event_type),
+                *v,
             );
         }
-        s
+        let mut t = Text::new();
+        for ((fam, help, job, rank, l, v), n) in &sums {
+            t.sample(
+                fam,
+                help,
+                Kind::Counter,
+                &[("job", job), ("rank", rank), (l, v)],
+                n,
+            );
+        }
+        t.render()
     }
 }

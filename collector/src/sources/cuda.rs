@@ -1,8 +1,6 @@
 //! CUDA driver-API probes: launches and calls per process → rows, console
 //! lines attributed to their process and GPU, metrics by job and rank; the
 //! aggregates of processes that exited are removed from the maps.
-use std::{collections::BTreeSet, path::PathBuf};
-
 use anyhow::Result;
 use proto::v1 as pb;
 
@@ -14,22 +12,11 @@ use crate::{
 
 pub struct CudaSource {
     prev: CudaSnapshot,
-    proc_root: PathBuf,
 }
 
 impl CudaSource {
-    pub fn new(prev: CudaSnapshot, proc_root: PathBuf) -> Self {
-        Self { prev, proc_root }
-    }
-
-    /// Processes of the snapshot that no longer exist.
-    fn exited(&self, snap: &CudaSnapshot) -> BTreeSet<u32> {
-        snap.launches
-            .keys()
-            .map(|k| k.pid)
-            .chain(snap.calls.keys().map(|k| k.pid))
-            .filter(|pid| !self.proc_root.join(pid.to_string()).exists())
-            .collect()
+    pub fn new(prev: CudaSnapshot) -> Self {
+        Self { prev }
     }
 }
 
@@ -38,13 +25,7 @@ impl Source for CudaSource {
         let cur = cx.probes.cuda_snapshot()?;
         // Export first, print after: whoever reads the console line can scrape it.
         let ids = &mut *cx.ids;
-        let text = cuda::render_prometheus(&cur, |pid| match ids.get(pid) {
-            Some(i) => (
-                i.job().unwrap_or_default(),
-                i.rank().map(|r| r.to_string()).unwrap_or_default(),
-            ),
-            None => (String::new(), String::new()),
-        });
+        let text = cuda::render_prometheus(&cur, |pid| ids.job_rank(pid));
         cx.expo.set_section("cuda", text);
         if !cx.console.quiet {
             for l in cuda::window_lines(&self.prev, &cur) {
@@ -61,7 +42,8 @@ impl Source for CudaSource {
         }
         wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
         // After this window's rows: the exited processes' last counts are in them.
-        let dead = self.exited(&cur);
+        let pids = cur.launches.keys().map(|k| k.pid);
+        let dead = cx.ids.exited(pids.chain(cur.calls.keys().map(|k| k.pid)));
         if !dead.is_empty() {
             let n = cx.probes.cuda_prune(&dead)?;
             metrics::counter!("faultline_cuda_pruned_entries_total").increment(n);

@@ -25,7 +25,20 @@ impl Source for VerbsSource {
             cx.console.detail(line);
         }
         wire.verbs = crate::window::verbs(&self.prev, &cur, cx.ids);
-        cx.expo.set_section("verbs", cur.render_prometheus());
+        let ids = &mut *cx.ids;
+        cx.expo
+            .set_section("verbs", cur.render_prometheus(|pid| ids.job_rank(pid)));
+        // After this window's rows: the exited processes' last counts are in them.
+        let pids = cur.completions.keys().map(|k| k.pid);
+        let pids = pids.chain(cur.posts.keys().map(|k| k.pid));
+        let pids = pids.chain(cur.qp_states.keys().map(|k| k.pid));
+        let dead = cx
+            .ids
+            .exited(pids.chain(cur.async_events.keys().map(|k| k.pid)));
+        if !dead.is_empty() {
+            let n = cx.probes.verbs_prune(&dead)?;
+            metrics::counter!("faultline_verbs_pruned_entries_total").increment(n);
+        }
         self.prev = cur;
         Ok(())
     }

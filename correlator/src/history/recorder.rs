@@ -118,6 +118,8 @@ impl Recorder {
                                 tracing::error!(error = %e, "history rollup or retention failed");
                             }
                         }
+                        metrics::counter!("faultline_history_unrolled_total")
+                            .absolute(store.unrolled());
                         if let Ok(b) = store.used_bytes() {
                             metrics::gauge!("faultline_history_bytes").set(b as f64);
                         }

@@ -3,8 +3,9 @@
 //! an entity is judged against.
 //!
 //! Entities and signals (docs/history.md):
-//! - IB port `host/hca/port`: `ber` (horizon estimate), `errors` (physical
-//!   error counter increase in the window), `retry_ratio`;
+//! - IB port `host/hca/port` (or its link's name with `--topology`): `ber`
+//!   (horizon estimate), `errors` (physical error counter increase in the
+//!   window), `retry_ratio`;
 //! - GPU `host/gpuN`: `temp_c`, `sm_clock_mhz`, `power_w`, `throttle` (1 when
 //!   any throttle reason is set);
 //! - block device `host/dev`: `p50_s`, `p99_s`;
@@ -27,8 +28,8 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Entities whose latest values the bands keep (bounded; more are not
-/// banded and counted).
+/// Entities whose latest values the bands (and ports whose counters the
+/// error deltas) keep: bounded; more are left out and counted.
 pub const MAX_BANDED: usize = 1 << 20;
 
 /// The bands: (band entity, signal, the `.median`, `.p10`, `.p90` names).
@@ -63,7 +64,7 @@ pub struct Sampler {
     latest: [HashMap<String, f64>; 3],
     /// Event time of the latest band emission.
     band_at: i64,
-    /// Values not banded because the bound was reached.
+    /// Values left out of bands and deltas because the bound was reached.
     pub unbanded: u64,
 }
 
@@ -91,16 +92,21 @@ impl Sampler {
             });
         };
         for p in &w.ib_ports {
-            let e = format!("{host}/{}/{}", p.hca, p.port);
+            let port = format!("{host}/{}/{}", p.hca, p.port);
+            // With a fabric topology both ends of a link are one entity
+            // (the incident's), and their samples merge into its series.
+            let e = engine.ib.entity_of(&port);
             let sum: u64 = ERROR_COUNTERS
                 .iter()
                 .filter_map(|c| p.counters.get(*c))
                 .fold(0u64, |a, b| a.saturating_add(*b));
-            if let Some(prev) = self.errors.insert(e.clone(), sum) {
+            if self.errors.len() >= MAX_BANDED && !self.errors.contains_key(&port) {
+                self.unbanded += 1;
+            } else if let Some(prev) = self.errors.insert(port.clone(), sum) {
                 // A reset (smaller now) counts as no increase.
                 push(&e, "errors", sum.saturating_sub(prev) as f64);
             }
-            if let Some((ber, retry)) = engine.ib.port_signals(&e) {
+            if let Some((ber, retry)) = engine.ib.port_signals(&port) {
                 if let Some(b) = ber {
                     push(&e, "ber", b);
                     self.keep(0, &e, b);

@@ -107,7 +107,7 @@ function chart(p, from, to, markers) {
   const line = (a, k) => a.map((q, i) => `${i ? "L" : "M"}${x(q.ts).toFixed(1)},${y(q[k]).toFixed(1)}`).join("");
   const area = (top, bot, kt, kb) => top.length ? line(top, kt) + bot.slice().reverse()
     .map(q => `L${x(q.ts).toFixed(1)},${y(q[kb]).toFixed(1)}`).join("") + "Z" : "";
-  const fmt = v => logy ? "1e" + v.toFixed(1) : (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : v.toFixed(2));
+  const fmt = v => logy ? "1e" + v.toFixed(1) : (Math.abs(v) >= 1e5 || (Math.abs(v) < 0.001 && v !== 0) ? v.toExponential(2) : String(Number(v.toPrecision(4))));
   let s = `<svg class="chart" viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" data-entity="${esc(p.entity)}" data-signal="${esc(p.signal)}">`;
   if (band && band.p10.length) {
     s += `<path class="band" d="${area(band.p90, band.p10, "mean", "mean")}"/>`;
