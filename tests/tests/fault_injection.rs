@@ -1,7 +1,7 @@
 //! Fault injection with real processes on loopback: kill -9 at random points
-//! of either side, a full disk under the spool and under the correlator's
-//! ingest log (small tmpfs mounts), damaged spool files, half-open clients,
-//! a flood of 20,000 concurrent streams.
+//! of either side, a full disk under the spool, the correlator's ingest log
+//! and its history database (small tmpfs mounts), damaged spool files,
+//! half-open clients, a flood of 20,000 concurrent streams.
 //! Each case asserts that no window that reached the spool is lost, that
 //! every drop is counted, and that nothing wedges (SIGTERM ends the
 //! collector within its drain time); each prints one row of the README's
@@ -810,5 +810,130 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
         "RSS {rss_before} → {rss_after} KiB"
     );
     assert_eq!(wedges, 0, "SIGTERM took {took:?}");
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// Fills the filesystem holding `path` with `path` until ENOSPC; its size.
+fn fill(path: &Path) -> u64 {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(path).expect("filler");
+    let block = vec![0u8; 4096];
+    let mut n = 0;
+    while f.write_all(&block).is_ok() {
+        n += block.len() as u64;
+    }
+    let _ = f.sync_all();
+    n
+}
+
+fn dir_kib(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum::<u64>()
+        })
+        .unwrap_or(0)
+        / 1024
+}
+
+/// The correlator's history database runs out of disk (its 1 MiB tmpfs is
+/// filled by another file once history is being written): ingest never
+/// waits on the disk, so every window of a real collector is still
+/// accepted; the failed history transactions are counted in
+/// `faultline_history_write_errors_total`; once space is freed history
+/// writes succeed again; the correlator does not crash and exits promptly
+/// on SIGTERM.
+#[test]
+fn full_disk_under_the_history_database_keeps_ingest_going() {
+    let Some(Setup { _k, dir, ib, port }) = setup("fi-fullhist", 8) else {
+        return;
+    };
+    let histdir = dir.join("hist");
+    let fs = Tmpfs::mount(&histdir, "1m");
+    let record = dir.join("ingest.jsonl");
+    let maddr = format!("127.0.0.1:{}", free_port());
+    let db = histdir.join("history.db");
+    let mut corr = correlator_with(
+        port,
+        &record,
+        &["--metrics-addr", &maddr, "--history", &db.to_string_lossy()],
+    );
+    let mut col = Collector::start_window("0.05", port, &dir.join("spool"), 64 << 20, ib.root());
+    let errors = "faultline_history_write_errors_total";
+    col.wait_seq(20);
+    let before_fill = dir_kib(&histdir);
+    assert!(before_fill > 0, "history is being written");
+    assert_eq!(scrape(&maddr, errors), 0, "no error before the disk fills");
+    let filler = histdir.join("filler");
+    let filled = fill(&filler);
+    let started = Instant::now();
+    loop {
+        col.wait_seq(col.last_seq + 10);
+        if scrape(&maddr, errors) > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "history writes never failed on the full disk"
+        );
+    }
+    // Keep streaming on the full disk.
+    col.wait_seq(col.last_seq + 40);
+    let write_errors = scrape(&maddr, errors);
+    assert!(corr.try_wait().expect("poll").is_none(), "correlator died");
+    // Space again: history writes succeed (the error count stops rising).
+    std::fs::remove_file(&filler).expect("free the disk");
+    col.wait_seq(col.last_seq + 10);
+    let after_free = scrape(&maddr, errors);
+    col.wait_seq(col.last_seq + 20);
+    let recovered = scrape(&maddr, errors) == after_free;
+    let (final_seq, summary, took) = col.stop();
+    wait_recorded(&record, final_seq);
+    let seqs = recorded(&record);
+    let t = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(corr.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let exited = loop {
+        if let Some(st) = corr.try_wait().expect("poll") {
+            break Some(st);
+        }
+        if t.elapsed() > STOP_BOUND {
+            let _ = corr.kill();
+            let _ = corr.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let term = t.elapsed();
+    let wedges = u64::from(took > STOP_BOUND) + u64::from(exited.is_none());
+    row(
+        "full disk under the correlator's history database (1 MiB tmpfs, filled)",
+        final_seq,
+        seqs.len() as u64,
+        final_seq - (seqs.len() as u64).min(final_seq),
+        wedges,
+        &format!(
+            "{write_errors} failed history transactions counted ({before_fill} KiB written, \
+             {} KiB filler); writes resumed once freed; correlator SIGTERM exit in {:.1} s",
+            filled / 1024,
+            term.as_secs_f64()
+        ),
+    );
+    assert_eq!(seqs, (1..=final_seq).collect::<Vec<_>>(), "{summary}");
+    assert!(write_errors > 0);
+    assert!(
+        recovered,
+        "history writes still failing after space was freed"
+    );
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "SIGTERM not honoured: {exited:?} after {term:?}"
+    );
+    assert_eq!(wedges, 0, "collector SIGTERM took {took:?}");
+    drop(fs);
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
