@@ -466,7 +466,8 @@ impl Ingest for IngestService {
         let mut allowed_host: Option<String> = None;
         let mut s = req.into_inner();
         let (mut accepted, mut duplicates, mut last) = (0, 0, 0);
-        while let Some(w) = s.message().await? {
+        while let Some(mut w) = s.message().await? {
+            crate::finite::drop_non_finite(&mut w);
             if let Some(o) = &w.origin {
                 if allowed_host.as_deref() != Some(o.hostname.as_str()) {
                     check_identity(&peer, &o.hostname)?;

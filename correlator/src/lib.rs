@@ -8,6 +8,7 @@ pub mod auth;
 pub mod certs;
 pub mod conn;
 pub mod engine;
+pub mod finite;
 pub mod history;
 pub mod ingest;
 pub mod logging;

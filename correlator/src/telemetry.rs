@@ -47,6 +47,10 @@ fn describe() {
         "Wall clock minus the end of the collector's latest window, per host"
     );
     describe_counter!(
+        "faultline_ingest_non_finite_total",
+        "NaN or infinite values removed from received windows (docs/security.md)"
+    );
+    describe_counter!(
         "faultline_history_dropped_total",
         "History messages dropped on a full writer queue (what: window or update)"
     );

@@ -207,3 +207,36 @@ fn silent_hosts_are_forgotten_and_their_node_lost_resolves_as_stale() {
     assert!(e.open().is_empty(), "{:?}", e.open().first());
     assert_eq!(e.hosts(), 600, "the silent hosts are forgotten");
 }
+
+/// A host that renames its ports every window cannot grow the engine's
+/// per-entity state past `limits.max_entities_per_host`: 10 windows × 100
+/// new ports with a cap of 256 leave 256 ports known and 744 rows counted
+/// as dropped; a port it already had keeps being judged.
+#[test]
+fn a_host_renaming_its_ports_stays_within_its_entity_cap() {
+    let cfg = DetectConfig {
+        limits: LimitsConfig {
+            max_entities_per_host: 256,
+            ..LimitsConfig::default()
+        },
+        ..DetectConfig::default()
+    };
+    let mut e = Engine::new(&cfg, Default::default());
+    for seq in 1..=10u64 {
+        let mut w = host_window("n1", seq, T0 + seq as i64 * 1000);
+        let first = w.ib_ports[0].clone();
+        w.ib_ports = (0..100)
+            .map(|i| IbPort {
+                hca: format!("fake{seq}_{i}"),
+                ..first.clone()
+            })
+            .chain(std::iter::once(first.clone()))
+            .collect();
+        e.ingest(&w);
+    }
+    // 1 real port + 1 GPU + 254 fake ports admitted in the first windows.
+    assert_eq!(e.ib.ports_tracked(), 255);
+    assert_eq!(e.dropped().get("entities").copied(), Some(1000 - 254));
+    // The host's own port is still in every window the engine judged.
+    assert!(e.ib.entities_of("n1").iter().any(|p| p.contains("mlx5_0")));
+}

@@ -1,6 +1,6 @@
-//! A gRPC `Window` as received: decoded or refused; what decodes re-encodes
-//! stably (encode ∘ decode is the identity on its own output; compared as
-//! bytes, since a NaN float is not equal to itself).
+//! A gRPC `Window` as received: decoded or refused; what decodes survives a
+//! re-encode (same length; equal as a value unless it holds a NaN, which is
+//! not equal to itself — maps re-encode in any order, so bytes may differ).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
@@ -10,6 +10,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(w) = Window::decode(data) {
         let bytes = w.encode_to_vec();
         let again = Window::decode(bytes.as_slice()).expect("re-decode");
-        assert_eq!(again.encode_to_vec(), bytes);
+        assert_eq!(again.encoded_len(), bytes.len());
+        if !format!("{w:?}").contains("NaN") {
+            assert_eq!(again, w);
+        }
     }
 });

@@ -19,6 +19,11 @@ pub fn free_port() -> u16 {
 
 /// `faultline-correlator serve --record RECORD` on `port`.
 pub fn correlator(port: u16, record: &Path) -> Child {
+    correlator_with(port, record, &[])
+}
+
+/// [`correlator`] with extra `serve` arguments (`--metrics-addr`, `--history`).
+pub fn correlator_with(port: u16, record: &Path, extra: &[&str]) -> Child {
     Command::new(bin("faultline-correlator"))
         .args([
             "serve",
@@ -28,6 +33,7 @@ pub fn correlator(port: u16, record: &Path) -> Child {
             "--record",
         ])
         .arg(record)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -42,6 +42,10 @@ pub struct LimitsConfig {
     pub max_ranks_per_window: usize,
     /// IB ports, GPUs and block devices (each) judged per window.
     pub max_entities_per_window: usize,
+    /// Distinct IB ports, GPUs and block devices (together) remembered per
+    /// host; rows naming further new ones are dropped until the host is
+    /// forgotten (`idle_forget_s`).
+    pub max_entities_per_host: usize,
     /// Open incidents; findings that would open more are dropped.
     pub max_open_incidents: usize,
     /// Client connections in total; further ones are closed at accept.
@@ -67,6 +71,7 @@ impl Default for LimitsConfig {
             max_jobs_per_window: 1024,
             max_ranks_per_window: 16_384,
             max_entities_per_window: 1024,
+            max_entities_per_host: 4096,
             max_open_incidents: 10_000,
             max_connections: 1000,
             max_connections_per_peer: 256,
@@ -431,6 +436,7 @@ impl DetectConfig {
             ("limits.max_jobs_per_window", l.max_jobs_per_window),
             ("limits.max_ranks_per_window", l.max_ranks_per_window),
             ("limits.max_entities_per_window", l.max_entities_per_window),
+            ("limits.max_entities_per_host", l.max_entities_per_host),
             ("limits.max_open_incidents", l.max_open_incidents),
             ("limits.max_connections", l.max_connections),
             (

@@ -334,6 +334,11 @@ fn stopped(k_window: u64, exp_window: f64, k_horizon: u64, exp_horizon: f64, alp
 }
 
 impl IbDetector {
+    /// Ports with state in the detector (all hosts).
+    pub fn ports_tracked(&self) -> usize {
+        self.ports.len()
+    }
+
     /// A port's horizon BER estimate and retries per packet, as the tests
     /// last computed them (for the history's series).
     pub fn port_signals(&self, port: &str) -> Option<(Option<f64>, Option<f64>)> {

@@ -18,7 +18,7 @@ pub mod workload;
 
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
 };
 
 use proto::v1::{CandidateUpdate, Window};
@@ -41,6 +41,9 @@ pub struct Engine {
     limits: config::LimitsConfig,
     /// Window content dropped at the per-window caps, by what.
     dropped: BTreeMap<&'static str, u64>,
+    /// Entities (IB ports, GPUs, block devices) known per host, bounded by
+    /// `limits.max_entities_per_host`.
+    known: HashMap<String, HashSet<String>>,
     /// Latest window end seen, and when hosts were last swept for idleness.
     clock_ms: i64,
     swept_ms: i64,
@@ -158,6 +161,64 @@ impl Engine {
         Cow::Owned(c)
     }
 
+    /// The window without rows that would make its host know more than
+    /// `limits.max_entities_per_host` distinct entities (each dropped row
+    /// counted as `entities`): a host cannot grow the engine's per-entity
+    /// state without bound by renaming its ports, GPUs or devices.
+    fn admit<'a>(&mut self, w: Cow<'a, Window>) -> Cow<'a, Window> {
+        let cap = self.limits.max_entities_per_host;
+        let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
+        let known = self.known.entry(host.to_string()).or_default();
+        let mut admit = |key: String| {
+            if known.contains(&key) {
+                return true;
+            }
+            if known.len() < cap {
+                known.insert(key);
+                return true;
+            }
+            false
+        };
+        let ports: Vec<bool> = w
+            .ib_ports
+            .iter()
+            .map(|p| admit(format!("ib:{}/{}", p.hca, p.port)))
+            .collect();
+        let gpus: Vec<bool> = w
+            .gpus
+            .iter()
+            .map(|g| admit(format!("gpu:{}", g.index)))
+            .collect();
+        let block: Vec<bool> = w
+            .block
+            .iter()
+            .map(|b| admit(format!("blk:{}", b.device)))
+            .collect();
+        let refused = [&ports, &gpus, &block]
+            .iter()
+            .map(|v| v.iter().filter(|ok| !**ok).count())
+            .sum::<usize>();
+        if refused == 0 {
+            return w;
+        }
+        let mut c = w.into_owned();
+        fn keep<T>(rows: &mut Vec<T>, admitted: &[bool]) {
+            let mut it = admitted.iter();
+            rows.retain(|_| it.next().copied().unwrap_or(true));
+        }
+        keep(&mut c.ib_ports, &ports);
+        keep(&mut c.gpus, &gpus);
+        keep(&mut c.block, &block);
+        self.drop_count("entities", refused);
+        tracing::warn!(
+            host = c.origin.as_ref().map_or("", |o| o.hostname.as_str()),
+            refused,
+            cap,
+            "host over detect.limits.max_entities_per_host: rows of new entities dropped"
+        );
+        Cow::Owned(c)
+    }
+
     /// Forgets hosts whose latest window ended `limits.idle_forget_s` before
     /// the newest window seen (a sweep every 10 s of event time) and
     /// resolves their incidents as stale.
@@ -175,6 +236,7 @@ impl Engine {
         if gone.is_empty() {
             return Vec::new();
         }
+        self.known.retain(|h, _| !gone.contains(h));
         self.ib.forget_hosts(&gone);
         self.gpu.forget_hosts(&gone);
         self.storage.forget_hosts(&gone);
@@ -190,6 +252,7 @@ impl Engine {
     /// Processes one accepted window; returns the candidate updates it causes.
     pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let w = self.clip(w);
+        let w = self.admit(w);
         self.clock_ms = self.clock_ms.max(w.end_unix_ms);
         let mut out = self.judge(&w);
         out.extend(self.forget_idle());
