@@ -451,6 +451,9 @@ fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
     let during = recorded(&record).len();
     fs.resize("16m");
     col.wait_seq(col.last_seq + 10);
+    // The backlog arrives once the collector's backoff (grown while the
+    // disk was full) expires; stopping earlier would leave it in the spool.
+    wait_recorded(&record, col.last_seq);
     let End {
         final_seq,
         summary,
