@@ -1,7 +1,5 @@
-//! A minimal HTTP endpoint for Prometheus scrapes and probes:
-//! `GET /metrics`, `GET /healthz`, `GET /readyz`. Hand-written on tokio to
-//! keep the agent's dependency tree small; it answers one request per
-//! connection and closes it.
+//! The HTTP endpoint for Prometheus scrapes and probes, served by axum
+//! (hyper): `GET /metrics`, `GET /healthz`, `GET /readyz`.
 use std::{
     net::SocketAddr,
     sync::{
@@ -10,11 +8,14 @@ use std::{
     },
 };
 
-use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::TcpListener,
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    routing::get,
+    Router,
 };
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
 
 /// What the endpoint serves: the `metrics` recorder's output plus text
 /// sections rendered by sources that keep their own histograms.
@@ -64,56 +65,41 @@ impl Exposition {
     }
 }
 
-/// Binds `addr` and serves until the task is dropped.
+/// The routes: `/metrics`, `/healthz`, `/readyz` (503 until the sources started).
+fn router(expo: Exposition) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(e): State<Exposition>| async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    e.render(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State(e): State<Exposition>| async move {
+                if e.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                }
+            }),
+        )
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
+        .with_state(expo)
+}
+
+/// Binds `addr` and serves (axum on hyper) until the runtime stops.
 pub async fn serve(addr: SocketAddr, expo: Exposition) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let app = router(expo);
     tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                continue;
-            };
-            let expo = expo.clone();
-            tokio::spawn(async move {
-                // Read until the end of the request head (or 8 KiB, or 5 s):
-                // clients may send the request line in several segments.
-                let mut buf = vec![0u8; 8192];
-                let mut n = 0;
-                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-                while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tokio::time::timeout_at(deadline, sock.read(&mut buf[n..])).await {
-                        Ok(Ok(0)) | Err(_) => break,
-                        Ok(Ok(k)) => n += k,
-                        Ok(Err(_)) => return,
-                    }
-                }
-                let req = String::from_utf8_lossy(&buf[..n]);
-                let path = req
-                    .lines()
-                    .next()
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .unwrap_or("/");
-                let (status, ctype, body) = match path {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", expo.render()),
-                    "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
-                    "/readyz" if expo.ready.load(Ordering::Relaxed) => {
-                        ("200 OK", "text/plain", "ready\n".to_string())
-                    }
-                    "/readyz" => (
-                        "503 Service Unavailable",
-                        "text/plain",
-                        "not ready\n".to_string(),
-                    ),
-                    _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(body.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the metrics endpoint stopped");
         }
     });
     Ok(local)
@@ -142,12 +128,19 @@ mod tests {
         let get = |path: &'static str, pieces: bool| async move {
             let mut s = TcpStream::connect(addr).await.unwrap();
             if pieces {
-                for part in ["GET ", path, " HTTP/1.1\r\n", "Host: x\r\n", "\r\n"] {
+                for part in [
+                    "GET ",
+                    path,
+                    " HTTP/1.1\r\n",
+                    "Host: x\r\n",
+                    "Connection: close\r\n",
+                    "\r\n",
+                ] {
                     s.write_all(part.as_bytes()).await.unwrap();
                     s.flush().await.unwrap();
                 }
             } else {
-                s.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+                s.write_all(format!("GET {path} HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes())
                     .await
                     .unwrap();
             }
@@ -157,6 +150,11 @@ mod tests {
         };
         let m = get("/metrics", true).await;
         assert!(m.starts_with("HTTP/1.1 200 OK\r\n"), "{m}");
+        assert!(
+            m.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4\r\n"),
+            "{m}"
+        );
         assert!(m.ends_with("faultline_test_metric 42\n"), "{m}");
         assert!(get("/readyz", false).await.starts_with("HTTP/1.1 503"));
         expo.set_ready(true);

@@ -93,6 +93,12 @@ int main(int argc, char **argv) {
             struct ibv_async_event ev;
             push_async((int)a, (int)b);
             if (get_async(NULL, &ev)) return 4;
+        } else if (!strcmp(t, "wait")) {
+            /* Stay alive (so the collector keeps this process's series)
+               until stdin closes. */
+            printf("waiting\n");
+            fflush(stdout);
+            while (getchar() != EOF) {}
         } else if (!strcmp(t, "asyncempty")) {
             struct ibv_async_event ev;
             if (get_async(NULL, &ev) == 0) return 4;

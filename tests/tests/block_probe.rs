@@ -123,3 +123,64 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
         }
     });
 }
+
+/// With `[block] sample_every = 1` every timed completion is one record in
+/// `BLOCK_EVENTS`, and the agent's drain takes every one of them: none is
+/// left in the ring, none was dropped for a full ring.
+#[test]
+fn sampled_block_events_are_drained_one_per_timed_request() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("block_events") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        use collector::probes::{block::BlockSample, drain::EventDrain};
+        use collector_common::stat;
+        let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
+        let (ma, mi) = lo.major_minor().expect("major:minor");
+        let dev = make_dev(ma, mi);
+        let opts = ProbeOptions {
+            exec: false,
+            block: true,
+            block_sample_every: 1,
+            cuda: false,
+            verbs: false,
+            ..ProbeOptions::default()
+        };
+        let mut probes = Probes::load(&opts).expect("load probes");
+        let mut drain = EventDrain::<BlockSample>::take(&mut probes, true)
+            .expect("block ring")
+            .expect("taken when sampling");
+        let before = probes.block_snapshot().unwrap();
+        let k_before = probes.kernel_stats().unwrap();
+        let issued = tests::direct_io_workload(&lo.path, 20, 4096, 12, 16384, 5, 2).unwrap();
+        let after = probes.block_snapshot().unwrap();
+        let k_after = probes.kernel_stats().unwrap();
+        let timed: u64 = [op::READ, op::WRITE, op::FLUSH, op::DISCARD]
+            .iter()
+            .map(|&o| {
+                let b = before.device_op_total(dev, o);
+                collector::storage::delta(Some(&b), &after.device_op_total(dev, o)).timed
+            })
+            .sum();
+        let events = drain.take_ready();
+        let ours: Vec<_> = events.iter().filter(|e| e.data.dev == dev).collect();
+        eprintln!(
+            "issued {issued:?} timed {timed} drained {} (ours {})",
+            events.len(),
+            ours.len()
+        );
+        assert_eq!(
+            k_after[stat::BLOCK_RING_FULL as usize] - k_before[stat::BLOCK_RING_FULL as usize],
+            0
+        );
+        assert!(timed >= issued.reads + issued.writes, "{timed}");
+        assert_eq!(ours.len() as u64, timed);
+        assert_eq!(drain.total, events.len() as u64);
+        assert!(ours.iter().all(|e| e.data.latency_ns > 0), "{ours:?}");
+        assert!(
+            drain.take_ready().iter().all(|e| e.data.dev != dev),
+            "nothing of ours left"
+        );
+    });
+}

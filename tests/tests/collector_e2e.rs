@@ -15,7 +15,7 @@ fn collector_bin() -> std::path::PathBuf {
 
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
         .unwrap_or_else(|e| panic!("send to {addr}: {e}"));
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");

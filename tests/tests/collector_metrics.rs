@@ -1,5 +1,5 @@
-//! The collector's `/metrics` on a live run (real probes, CUDA, NVML and
-//! InfiniBand stand-ins with extended, legacy and driver counters) passes
+//! The collector's `/metrics` on a live run (real probes, CUDA, verbs, NVML
+//! and InfiniBand stand-ins with extended, legacy and driver counters) passes
 //! `promtool check metrics` (Debian's prometheus package; every family has
 //! HELP and TYPE, names and labels are well-formed), and `--quiet` prints
 //! one summary line per window and no per-device, kernel or port lines
@@ -64,7 +64,15 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
     let mut child = tests::KillOnDrop(
         Command::new(tests::bin("faultline-collector"))
             .args(["--quiet", "--window", "0.3", "--duration", "30"])
-            .args(["--metrics-addr", "127.0.0.1:0", "--no-verbs", "--no-otlp"])
+            .args(["--metrics-addr", "127.0.0.1:0", "--no-otlp"])
+            // The verbs probes on the stand-in libibverbs + provider.
+            .arg("--verbs-library")
+            .arg(tests::fake_verbs())
+            .arg("--verbs-provider")
+            .arg(format!(
+                "{}:fakeprov_poll_cq:fakeprov_post_send:fakeprov_post_recv",
+                tests::fake_verbs().display()
+            ))
             .arg("--cuda-library")
             .arg(tests::fake_libcuda())
             .arg("--nvml-library")
@@ -102,6 +110,32 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         .output()
         .expect("workload");
     assert!(out.status.success());
+    // A verbs process that stays alive until the scrape (the series of
+    // exited processes are pruned).
+    let mut verbs = tests::KillOnDrop(
+        Command::new(tests::verbs_workload())
+            .arg(tests::fake_verbs())
+            .args([
+                "qp:77",
+                "send:3:4:2:100",
+                "wc:0:40:4096",
+                "wc:5:2:0",
+                "poll:16",
+            ])
+            .arg("wait")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("verbs workload"),
+    );
+    let verbs_rx = tests::lines_of(&mut verbs.0);
+    let mut verbs_seen = Vec::new();
+    wait_for(
+        &verbs_rx,
+        &mut verbs_seen,
+        |l| l == "waiting",
+        "verbs work done",
+    );
     ib.counter("mlx5_0", 1, "symbol_error", 9);
     ib.write("mlx5_0", 1, "state", "1: DOWN");
     let mut windows = 0;
@@ -120,6 +154,21 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         "{text}"
     );
     assert!(text.contains("faultline_cuda_"), "{text}");
+    assert!(
+        text.contains("# TYPE faultline_verbs_completions_total counter\n"),
+        "{text}"
+    );
+    // The GPU families come from the same text writer as the others.
+    assert!(
+        text.contains(
+            "# TYPE faultline_gpu_power_watts gauge\nfaultline_gpu_power_watts{gpu=\"0\",uuid=\""
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("faultline_gpu_throttle_reason{gpu=\"1\","),
+        "{text}"
+    );
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -274,14 +274,19 @@ fn per_event_stream_is_rate_limited_and_every_drop_counted() {
         let mut o = opts(Some(tests::fake_libcuda()));
         o.cuda_events_per_sec = PER_SEC;
         let mut probes = Probes::load(&o).expect("load probes");
-        let mut ring = probes
-            .take_ring::<collector::probes::cuda::CudaEvent>()
-            .expect("cuda ring");
+        // The ring the agent drains when `[cuda] events_per_sec` > 0.
+        let mut ring =
+            collector::probes::drain::EventDrain::<collector::probes::cuda::CudaEvent>::take(
+                &mut probes,
+                true,
+            )
+            .expect("cuda ring")
+            .expect("taken when streaming");
         let before = probes.kernel_stats().unwrap();
         let pid = run_workload(0, &["device:1", "func:k", "launch:100:2,1,1:64,1,1:0"]);
         let after = probes.kernel_stats().unwrap();
-        let mut events = Vec::new();
-        ring.drain_now(&mut events);
+        let events = ring.take_ready();
+        assert_eq!(ring.total, events.len() as u64);
         let d = |i: u32| after[i as usize] - before[i as usize];
         let ours: Vec<_> = events.iter().filter(|e| e.pid == pid).collect();
         assert_eq!(

@@ -19,7 +19,10 @@ use crate::{
     config::FileConfig,
     http::{self, Exposition},
     identity::IdentityCache,
-    probes::{ProbeOptions, ProbeState, Probes},
+    probes::{
+        drain::{self, EventDrain},
+        ProbeOptions, ProbeState, Probes,
+    },
     sources::{
         block::BlockSource, cuda::CudaSource, exec::ExecSource, gpu::GpuSource, ib::IbSource,
         otlp::OtlpSource, rdma::RdmaEventSource, verbs::VerbsSource,
@@ -71,6 +74,14 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     let mut sources = start_sources(&cfg, &probes, &expo, console, otlp)?;
     expo.set_ready(true);
     let mut exec = ExecSource::new(probes.take_exec_ring()?);
+    // The per-event rings are written only when their keys are on; then
+    // they are drained here, never left to fill.
+    let block_sampled = cfg.block.sample_every > 0 && probes.block_active();
+    let cuda_streamed = cfg.cuda.events_per_sec > 0 && probes.cuda_library().is_some();
+    let mut block_events =
+        EventDrain::<crate::probes::block::BlockSample>::take(&mut probes, block_sampled)?;
+    let mut cuda_events =
+        EventDrain::<crate::probes::cuda::CudaEvent>::take(&mut probes, cuda_streamed)?;
     let mut ids = IdentityCache::new(&cfg.collector.proc_root, 4096);
     let identity = host::identity(&cfg.collector.proc_root, cfg.collector.hostname.as_deref());
     let host = identity.hostname.clone();
@@ -108,6 +119,14 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         // partial window is reported before the probes detach.
         let last = tokio::select! {
             r = exec.drain(&mut ids, console) => { r?; continue; }
+            r = drain::next(&mut block_events, |e| console.detail(e)) => {
+                r.context("reading the block event ring")?;
+                continue;
+            }
+            r = drain::next(&mut cuda_events, |e| console.detail(e)) => {
+                r.context("reading the CUDA event ring")?;
+                continue;
+            }
             _ = tick.tick() => false,
             _ = &mut deadline => true,
             _ = shutdown.recv() => true,
@@ -159,6 +178,13 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
             }
         }
         if last {
+            // What the rings hold at the end is printed, not lost.
+            if let Some(d) = block_events.as_mut() {
+                d.take_ready().into_iter().for_each(|e| console.detail(e));
+            }
+            if let Some(d) = cuda_events.as_mut() {
+                d.take_ready().into_iter().for_each(|e| console.detail(e));
+            }
             break;
         }
     }

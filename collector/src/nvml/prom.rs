@@ -1,39 +1,33 @@
 //! Prometheus text for the GPUs (dcgm-exporter-like fields, `faultline_gpu_` prefix).
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::collections::BTreeMap;
 
 use super::{GpuInfo, GpuSample, THROTTLE_FLAGS};
-use crate::prom_text::escape as esc;
+use crate::prom_text::{Kind, Text};
 
-/// Prometheus text (dcgm-exporter-like fields, `faultline_gpu_` prefix).
+/// Prometheus text (dcgm-exporter-like fields, `faultline_gpu_` prefix),
+/// through the one text writer (`prom_text`).
 pub fn render_prometheus(
     gpus: &[GpuInfo],
     samples: &[GpuSample],
     xids: &BTreeMap<(u32, u64), u64>,
 ) -> String {
-    let mut fams: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
-    let mut add =
-        |name: &'static str, help: &'static str, kind: &'static str, labels: String, v: String| {
-            fams.entry(name)
-                .or_insert((help, kind, Vec::new()))
-                .2
-                .push(format!("{name}{{{labels}}} {v}"));
-        };
+    let mut t = Text::new();
     for s in samples {
         let Some(g) = gpus.iter().find(|g| g.index == s.index) else {
             continue;
         };
-        let l = format!(
-            "gpu=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\"",
-            g.index,
-            esc(&g.uuid),
-            esc(&g.pci_bus_id)
-        );
-        add(
+        let index = g.index.to_string();
+        let l = [
+            ("gpu", index.as_str()),
+            ("uuid", g.uuid.as_str()),
+            ("pci_bus_id", g.pci_bus_id.as_str()),
+        ];
+        t.sample(
             "faultline_gpu_lost",
             "1 when NVML reports the GPU fell off the bus",
-            "gauge",
-            l.clone(),
-            u8::from(s.lost).to_string(),
+            Kind::Gauge,
+            &l,
+            u8::from(s.lost),
         );
         let f = |v: Option<f64>| v.map(|x| format!("{x}"));
         let u = |v: Option<u32>| v.map(|x| x.to_string());
@@ -42,150 +36,142 @@ pub fn render_prometheus(
             (
                 "faultline_gpu_power_watts",
                 "Power draw",
-                "gauge",
+                Kind::Gauge,
                 f(s.power_w),
             ),
             (
                 "faultline_gpu_power_limit_watts",
                 "Enforced power limit",
-                "gauge",
+                Kind::Gauge,
                 f(s.power_limit_w),
             ),
             (
                 "faultline_gpu_temperature_celsius",
                 "GPU temperature",
-                "gauge",
+                Kind::Gauge,
                 u(s.temp_c),
             ),
             (
                 "faultline_gpu_sm_clock_mhz",
                 "SM clock",
-                "gauge",
+                Kind::Gauge,
                 u(s.sm_clock_mhz),
             ),
             (
                 "faultline_gpu_sm_clock_max_mhz",
                 "Maximum SM clock",
-                "gauge",
+                Kind::Gauge,
                 u(s.sm_clock_max_mhz),
             ),
             (
                 "faultline_gpu_memory_clock_mhz",
                 "Memory clock",
-                "gauge",
+                Kind::Gauge,
                 u(s.mem_clock_mhz),
             ),
             (
                 "faultline_gpu_memory_clock_max_mhz",
                 "Maximum memory clock",
-                "gauge",
+                Kind::Gauge,
                 u(s.mem_clock_max_mhz),
             ),
             (
                 "faultline_gpu_utilization_percent",
                 "GPU utilisation",
-                "gauge",
+                Kind::Gauge,
                 u(s.util_gpu_pct),
             ),
             (
                 "faultline_gpu_memory_utilization_percent",
                 "Memory controller utilisation",
-                "gauge",
+                Kind::Gauge,
                 u(s.util_mem_pct),
             ),
             (
                 "faultline_gpu_memory_used_bytes",
                 "Framebuffer memory used",
-                "gauge",
+                Kind::Gauge,
                 q(s.mem_used_bytes),
             ),
             (
                 "faultline_gpu_memory_total_bytes",
                 "Framebuffer memory total",
-                "gauge",
+                Kind::Gauge,
                 q(s.mem_total_bytes),
             ),
             (
                 "faultline_gpu_ecc_sbe_volatile_total",
                 "Volatile single-bit (corrected) ECC errors",
-                "counter",
+                Kind::Counter,
                 q(s.ecc_sbe_volatile),
             ),
             (
                 "faultline_gpu_ecc_dbe_volatile_total",
                 "Volatile double-bit (uncorrected) ECC errors",
-                "counter",
+                Kind::Counter,
                 q(s.ecc_dbe_volatile),
             ),
             (
                 "faultline_gpu_pcie_replay_total",
                 "PCIe replay counter",
-                "counter",
+                Kind::Counter,
                 q(s.pcie_replay),
             ),
             (
                 "faultline_gpu_pcie_tx_bytes_per_second",
                 "PCIe transmit throughput",
-                "gauge",
+                Kind::Gauge,
                 q(s.pcie_tx_bytes_per_sec),
             ),
             (
                 "faultline_gpu_pcie_rx_bytes_per_second",
                 "PCIe receive throughput",
-                "gauge",
+                Kind::Gauge,
                 q(s.pcie_rx_bytes_per_sec),
             ),
             (
                 "faultline_gpu_nvlink_replay_errors_total",
                 "NVLink data-link replay errors (link 0)",
-                "counter",
+                Kind::Counter,
                 q(s.nvlink_errors),
             ),
             (
                 "faultline_gpu_energy_joules_total",
                 "Energy consumed since driver load",
-                "counter",
+                Kind::Counter,
                 s.energy_mj.map(|m| format!("{}", m as f64 / 1000.0)),
             ),
         ] {
             if let Some(v) = v {
-                add(name, help, kind, l.clone(), v);
+                t.sample(name, help, kind, &l, v);
             }
         }
         if let Some(mask) = s.throttle {
             for (bit, reason) in THROTTLE_FLAGS {
-                add(
+                t.sample(
                     "faultline_gpu_throttle_reason",
                     "1 when this clock event (throttle) reason is active",
-                    "gauge",
-                    format!("{l},reason=\"{reason}\""),
-                    u8::from(mask & bit != 0).to_string(),
+                    Kind::Gauge,
+                    &[l[0], l[1], l[2], ("reason", reason)],
+                    u8::from(mask & bit != 0),
                 );
             }
         }
     }
     for ((gpu, code), n) in xids {
         let g = gpus.iter().find(|g| g.index == *gpu);
-        let l = format!(
-            "gpu=\"{gpu}\",uuid=\"{}\",pci_bus_id=\"{}\",xid=\"{code}\"",
-            esc(g.map_or("", |g| g.uuid.as_str())),
-            esc(g.map_or("", |g| g.pci_bus_id.as_str()))
-        );
-        add(
+        t.sample(
             "faultline_gpu_xid_errors_total",
             "XID errors reported by NVML events",
-            "counter",
-            l,
-            n.to_string(),
+            Kind::Counter,
+            &[
+                ("gpu", &gpu.to_string()),
+                ("uuid", g.map_or("", |g| g.uuid.as_str())),
+                ("pci_bus_id", g.map_or("", |g| g.pci_bus_id.as_str())),
+                ("xid", &code.to_string()),
+            ],
+            n,
         );
     }
-    let mut out = String::new();
-    for (name, (help, kind, samples)) in fams {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for s in samples {
-            out.push_str(&s);
-            out.push('\n');
-        }
-    }
-    out
+    t.render()
 }

@@ -59,3 +59,55 @@ impl Probes {
         })
     }
 }
+
+/// One sampled block request from the `BLOCK_EVENTS` ring (written only
+/// when `[block] sample_every` > 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockSample {
+    pub ts_ns: u64,
+    pub pid: u32,
+    pub cgroup_id: u64,
+    pub data: collector_common::block::BlockRequestData,
+}
+
+impl super::ring::Decode for BlockSample {
+    const RING: &'static str = "BLOCK_EVENTS";
+    const LABEL: &'static str = "block";
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        type Ev = collector_common::Event<collector_common::block::BlockRequestData>;
+        if bytes.len() < size_of::<Ev>() {
+            return None;
+        }
+        // SAFETY: length checked; plain old data; unaligned read.
+        let ev: Ev = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        if collector_common::EventKind::try_from(ev.header.kind)
+            != Ok(collector_common::EventKind::BlockRequest)
+        {
+            return None;
+        }
+        Some(Self {
+            ts_ns: ev.header.ts_ns,
+            pid: ev.header.pid,
+            cgroup_id: ev.header.cgroup_id,
+            data: ev.data,
+        })
+    }
+}
+
+impl std::fmt::Display for BlockSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = &self.data;
+        write!(
+            f,
+            "block sample dev={}:{} op={} sector={} bytes={} latency_us={:.1} pid={} cgroup={}",
+            d.dev >> 20,
+            d.dev & 0xfffff,
+            d.op,
+            d.sector,
+            d.bytes,
+            d.latency_ns as f64 / 1e3,
+            self.pid,
+            self.cgroup_id
+        )
+    }
+}

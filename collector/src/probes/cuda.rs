@@ -149,3 +149,21 @@ impl Probes {
         Ok(removed)
     }
 }
+
+impl std::fmt::Display for CudaEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = &self.data;
+        write!(
+            f,
+            "cuda event pid={} tid={} call={} device={} func={:#x} bytes={} dur_us={:.1} result={}",
+            self.pid,
+            self.tid,
+            d.kind,
+            d.device,
+            d.func,
+            d.bytes,
+            d.dur_ns as f64 / 1e3,
+            d.result
+        )
+    }
+}

@@ -7,6 +7,7 @@ mod attach;
 pub mod bench;
 pub mod block;
 pub mod cuda;
+pub mod drain;
 pub mod exec;
 pub mod ring;
 pub mod table;

@@ -5,10 +5,12 @@
 //! already has, so the spool is pruned and resent from there; the correlator
 //! drops duplicates by sequence number. When the spool is full the oldest
 //! windows are dropped and counted (the next window carries the count).
+mod backoff;
 pub mod sender;
 pub mod spool;
 /// TLS and token credentials for the correlator connection.
 pub use proto::client_tls as tls;
 
+pub use backoff::Backoff;
 pub use sender::{spawn, SenderConfig, SenderStats};
 pub use spool::Spool;

@@ -14,7 +14,7 @@ use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 
-use super::Spool;
+use super::{Backoff, Spool};
 
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
@@ -82,45 +82,6 @@ pub fn spawn(
 /// How long one `Resume` call may take before the attempt counts as failed.
 const RESUME_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Capped exponential backoff with full jitter: after the n-th consecutive
-/// failure the wait is uniformly random in [0, min(max, min·2ⁿ)]; one
-/// successful delivery resets it. Every failure path goes through it, so no
-/// failure can make a tight reconnect loop.
-#[derive(Debug)]
-pub struct Backoff {
-    min: Duration,
-    max: Duration,
-    failures: u32,
-}
-
-impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Self {
-        Self {
-            min,
-            max: max.max(min),
-            failures: 0,
-        }
-    }
-
-    /// Upper bound of the next wait.
-    pub fn cap(&self) -> Duration {
-        self.min
-            .saturating_mul(1u32 << self.failures.min(20))
-            .min(self.max)
-    }
-
-    /// The wait after one more failure.
-    pub fn next_wait(&mut self) -> Duration {
-        let cap = self.cap();
-        self.failures = self.failures.saturating_add(1);
-        cap.mul_f64(fastrand::f64())
-    }
-
-    pub fn reset(&mut self) {
-        self.failures = 0;
-    }
-}
-
 struct Sender {
     cfg: SenderConfig,
     spool: Spool,
@@ -136,6 +97,9 @@ struct Sender {
     evicted_sent: std::collections::BTreeSet<String>,
     /// Quarantined spool files already counted as dropped.
     quarantined_seen: u64,
+    /// Failed connection attempts in the current outage (0 = connected or
+    /// never failed): the first is logged at warn, the rest at debug.
+    unreachable: u64,
 }
 
 /// How a connection attempt ended.
@@ -310,10 +274,19 @@ impl Sender {
         let chan = match endpoint.connect().await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(endpoint = %self.cfg.endpoint, error = %e, "correlator unreachable; spooling and retrying");
+                self.unreachable += 1;
+                if self.unreachable == 1 {
+                    tracing::warn!(endpoint = %self.cfg.endpoint, error = %e, "correlator unreachable; spooling and retrying (logged once per outage)");
+                } else {
+                    tracing::debug!(endpoint = %self.cfg.endpoint, error = %e, attempts = self.unreachable, "correlator still unreachable");
+                }
                 return Session::Failed;
             }
         };
+        if self.unreachable > 0 {
+            tracing::info!(endpoint = %self.cfg.endpoint, attempts = self.unreachable, "correlator reachable again");
+            self.unreachable = 0;
+        }
         let mut client = IngestClient::with_interceptor(chan, token);
         let mut delivered = match self.resume(&mut client).await {
             Ok(n) => n,
@@ -470,6 +443,7 @@ async fn run(
         in_flight: std::collections::BTreeSet::new(),
         evicted_sent: std::collections::BTreeSet::new(),
         quarantined_seen: 0,
+        unreachable: 0,
     };
     s.pending();
     loop {
@@ -490,51 +464,5 @@ async fn run(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_full_jitter_under_a_doubling_cap() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
-        let mut caps = Vec::new();
-        let mut waits = Vec::new();
-        for _ in 0..10 {
-            caps.push(b.cap().as_millis());
-            waits.push(b.next_wait());
-        }
-        assert_eq!(
-            caps,
-            [100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000]
-        );
-        for (w, c) in waits.iter().zip(&caps) {
-            assert!(w.as_millis() <= *c, "{w:?} > {c}");
-        }
-        // Full jitter: over many draws at the cap, waits cover [0, cap]
-        // (the old "[d/2, d]" never went below half).
-        let draws: Vec<Duration> = (0..2000).map(|_| b.next_wait()).collect();
-        let below_half = draws.iter().filter(|d| d.as_secs_f64() < 5.0).count();
-        assert!(
-            (800..1200).contains(&below_half),
-            "{below_half} of 2000 below half"
-        );
-        assert!(draws.iter().any(|d| d.as_secs_f64() < 0.5));
-        b.reset();
-        assert_eq!(b.cap(), Duration::from_millis(100));
-    }
-}
-
-#[cfg(test)]
-mod resume_tests {
-    use super::check_resume;
-
-    #[test]
-    fn a_resume_beyond_the_newest_spooled_window_is_inconsistent() {
-        let spool: Vec<String> = (5..=10).map(|s| format!("i1~{s:020}.win")).collect();
-        assert!(!check_resume("i1", 7, &spool));
-        assert!(!check_resume("i1", 10, &spool));
-        assert!(check_resume("i1", u64::MAX, &spool));
-        assert!(check_resume("i1", 11, &spool));
-        // Another instance's windows say nothing about i1.
-        assert!(!check_resume("i2", 99, &spool));
-    }
-}
+#[path = "sender_tests.rs"]
+mod tests;
