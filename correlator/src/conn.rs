@@ -41,21 +41,25 @@ struct PeerGuard {
     peers: PerPeer,
 }
 
+/// Closed connections that make a burst worth trimming the heap after.
+const TRIM_AFTER: u64 = 32;
+
 /// Connections closed so far (for [`release_freed_memory`]).
 static CLOSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// After connections close, hands the heap they used back to the system:
 /// glibc keeps freed memory in its per-thread arenas otherwise (20,000
 /// streams left ~160 MiB resident after all of them had ended; trimming
-/// returned it to ~25 MiB). At most once a second, and only when some
-/// connection closed since the last look.
+/// returned it to ~25 MiB). At most once a second, and only after a burst:
+/// [`TRIM_AFTER`] connections closed since the last trim (a collector's
+/// ordinary reconnects never trigger it).
 async fn release_freed_memory() {
     let mut seen = 0;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
         let closed = CLOSED.load(std::sync::atomic::Ordering::Relaxed);
-        if closed != seen {
+        if closed - seen >= TRIM_AFTER {
             seen = closed;
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             // SAFETY: malloc_trim only releases free pages of glibc's heap.

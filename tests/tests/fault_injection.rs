@@ -451,6 +451,9 @@ fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
     let during = recorded(&record).len();
     fs.resize("16m");
     col.wait_seq(col.last_seq + 10);
+    // The backlog arrives once the collector's backoff (grown while the
+    // disk was full) expires; stopping earlier would leave it in the spool.
+    wait_recorded(&record, col.last_seq);
     let End {
         final_seq,
         summary,
@@ -885,10 +888,19 @@ fn full_disk_under_the_history_database_keeps_ingest_going() {
     assert!(corr.try_wait().expect("poll").is_none(), "correlator died");
     // Space again: history writes succeed (the error count stops rising).
     std::fs::remove_file(&filler).expect("free the disk");
-    col.wait_seq(col.last_seq + 10);
-    let after_free = scrape(&maddr, errors);
-    col.wait_seq(col.last_seq + 20);
-    let recovered = scrape(&maddr, errors) == after_free;
+    // Recovered: the count stops rising for 20 windows (1 s).
+    let freed = Instant::now();
+    let recovered = loop {
+        let before = scrape(&maddr, errors);
+        col.wait_seq(col.last_seq + 20);
+        if scrape(&maddr, errors) == before {
+            break true;
+        }
+        if freed.elapsed() > Duration::from_secs(15) {
+            break false;
+        }
+    };
+    let recovery = freed.elapsed();
     let (final_seq, summary, took) = col.stop();
     wait_recorded(&record, final_seq);
     let seqs = recorded(&record);
@@ -918,8 +930,9 @@ fn full_disk_under_the_history_database_keeps_ingest_going() {
         wedges,
         &format!(
             "{write_errors} failed history transactions counted ({before_fill} KiB written, \
-             {} KiB filler); writes resumed once freed; correlator SIGTERM exit in {:.1} s",
+             {} KiB filler); writes resumed within {:.1} s once freed; correlator SIGTERM exit in {:.1} s",
             filled / 1024,
+            recovery.as_secs_f64(),
             term.as_secs_f64()
         ),
     );
