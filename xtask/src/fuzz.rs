@@ -17,10 +17,12 @@ pub const TARGETS: [&str; 5] = [
     "spool_decode",
 ];
 
+/// Absolute: cargo fuzz runs in `fuzz/`, the scratch corpus is made from here.
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| "target".into(), PathBuf::from)
-        .join("fuzz")
+        .join("fuzz");
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// Builds every target, then runs each for `secs` seconds.
