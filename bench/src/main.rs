@@ -7,6 +7,7 @@ mod history;
 mod ingest;
 mod ingest_tls;
 mod otlp;
+mod peer;
 mod procstat;
 mod ring;
 mod uprobe;

@@ -19,6 +19,7 @@ pub mod cuda_lib;
 pub mod http;
 pub mod ib;
 pub mod identity;
+pub mod launch_budget;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;

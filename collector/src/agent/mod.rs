@@ -205,6 +205,7 @@ fn probe_options(cfg: &FileConfig) -> Result<ProbeOptions> {
     let mut opts = ProbeOptions {
         block: cfg.block.enabled,
         block_sample_every: cfg.block.sample_every,
+        block_btf: cfg.block.btf,
         cuda: cfg.cuda.enabled,
         cuda_events_per_sec: cfg.cuda.events_per_sec,
         verbs: cfg.verbs.enabled,

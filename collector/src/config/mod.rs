@@ -130,6 +130,9 @@ pub struct BlockSection {
     pub enabled: bool,
     /// One sampled per-request event every N completions per CPU (0 = off).
     pub sample_every: u32,
+    /// BTF-enabled raw tracepoints keyed by the request pointer when the
+    /// kernel has BTF; false forces the classic tracepoints.
+    pub btf: bool,
 }
 
 impl Default for BlockSection {
@@ -137,6 +140,7 @@ impl Default for BlockSection {
         Self {
             enabled: true,
             sample_every: 0,
+            btf: true,
         }
     }
 }
