@@ -33,13 +33,16 @@ pub struct ProcWindow {
 }
 
 /// What the controller decided for the next period.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// Attached share of each period (1 = exact, probes always attached).
     pub fraction: f64,
     /// The process that set it and the share of its CPU the launch traps
     /// would take fully attached.
     pub worst: Option<(u32, f64)>,
+    /// Per process: the share of its CPU the traps took while attached
+    /// (the scaling's correction, [`Scaler::apply`]).
+    pub shares: BTreeMap<u32, f64>,
 }
 
 /// The attached fraction for the next period: the largest `d ≤ 1` such that
@@ -57,9 +60,11 @@ pub fn decide(
         return Decision {
             fraction: 1.0,
             worst: None,
+            shares: BTreeMap::new(),
         };
     }
     let mut worst: Option<(u32, f64)> = None;
+    let mut shares = BTreeMap::new();
     for p in procs {
         if p.launches == 0 || p.cpu_s <= 0.0 {
             continue;
@@ -68,6 +73,7 @@ pub fn decide(
         let rate = p.launches as f64 / attached_s;
         let cpu = p.cpu_s / window_s;
         let share = rate * hit_cost_s / cpu;
+        shares.insert(p.pid, share);
         if worst.is_none_or(|(_, s)| share > s) {
             worst = Some((p.pid, share));
         }
@@ -76,7 +82,11 @@ pub fn decide(
         Some((_, share)) if share > budget => (budget / share).clamp(MIN_FRACTION, 1.0),
         _ => 1.0,
     };
-    Decision { fraction, worst }
+    Decision {
+        fraction,
+        worst,
+        shares,
+    }
 }
 
 /// Turns raw cumulative launch counters (counted only while attached) into

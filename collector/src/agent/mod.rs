@@ -82,6 +82,12 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         EventDrain::<crate::probes::block::BlockSample>::take(&mut probes, block_sampled)?;
     let mut cuda_events =
         EventDrain::<crate::probes::cuda::CudaEvent>::take(&mut probes, cuda_streamed)?;
+    let mut launch = crate::probes::launch_control::LaunchController::new(
+        &cfg.cuda,
+        &cfg.collector.proc_root,
+        &probes,
+        |l| console.info(l),
+    );
     let mut ids = IdentityCache::new(&cfg.collector.proc_root, 4096);
     let identity = host::identity(&cfg.collector.proc_root, cfg.collector.hostname.as_deref());
     let host = identity.hostname.clone();
@@ -127,6 +133,12 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
                 r.context("reading the CUDA event ring")?;
                 continue;
             }
+            _ = sleep_until(launch.as_ref().and_then(|l| l.next_toggle(probes.launch_probes_attached()))) => {
+                if let Some(l) = launch.as_mut() {
+                    l.toggle(&mut probes)?;
+                }
+                continue;
+            }
             _ = tick.tick() => false,
             _ = &mut deadline => true,
             _ = shutdown.recv() => true,
@@ -161,6 +173,11 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         };
         for s in sources.iter_mut() {
             s.window(&mut cx, &mut wire)?;
+        }
+        if let Some(l) = launch.as_mut() {
+            if let Some(line) = l.window(&mut probes)? {
+                console.info(line);
+            }
         }
         kernel::export(&k);
         if let Some(r) = recorder.as_mut() {
@@ -199,6 +216,14 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         console.info(stats.summary());
     }
     Ok(())
+}
+
+/// Sleeps until `t`; never returns for `None`.
+async fn sleep_until(t: Option<std::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn probe_options(cfg: &FileConfig) -> Result<ProbeOptions> {

@@ -153,6 +153,14 @@ pub struct CudaSection {
     pub library: Option<PathBuf>,
     /// Per-event stream budget, events/s per CPU (0 = aggregates only).
     pub events_per_sec: u32,
+    /// Bounded-overhead mode: the largest share of a process's CPU time its
+    /// launch traps may take before the launch probes are duty-cycled
+    /// (0 = always exact).
+    pub launch_budget: f64,
+    /// Duty-cycle period of the launch probes, milliseconds.
+    pub launch_period_ms: u64,
+    /// Cost of one launch-probe hit, ns; 0 = measured at start.
+    pub launch_hit_cost_ns: u64,
 }
 
 impl Default for CudaSection {
@@ -161,6 +169,9 @@ impl Default for CudaSection {
             enabled: true,
             library: None,
             events_per_sec: 0,
+            launch_budget: 0.01,
+            launch_period_ms: 1000,
+            launch_hit_cost_ns: 0,
         }
     }
 }

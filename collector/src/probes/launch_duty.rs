@@ -178,17 +178,28 @@ impl Probes {
     }
 }
 
+/// Opens or closes the launch programs' gate (`CUDA_LAUNCH_PAUSED`).
+fn set_paused(ebpf: &mut aya::Ebpf, paused: bool) -> Result<(), ProbeError> {
+    let name = "CUDA_LAUNCH_PAUSED";
+    let m = ebpf.map_mut(name).ok_or(ProbeError::MissingMap(name))?;
+    let mut a = aya::maps::Array::<&mut aya::maps::MapData, u32>::try_from(m)
+        .map_err(|source| ProbeError::Map { name, source })?;
+    a.set(0, u32::from(paused), 0)
+        .map_err(|source| ProbeError::Map { name, source })
+}
+
 fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<(), ProbeError> {
     if duty.attached == on {
         return Ok(());
     }
-    let now = Instant::now();
     let Some(lib) = duty.lib.clone() else {
         return Ok(());
     };
     if on {
         let mut loaded: Vec<&'static str> = duty.links.iter().map(|l| l.program).collect();
-        for l in &mut duty.links {
+        // cuLaunchKernel (first in the table) is attached last and detached
+        // first, so its counting time is exactly the accounted one.
+        for l in duty.links.iter_mut().rev() {
             let id = attach_one_link(
                 ebpf,
                 &mut loaded,
@@ -200,8 +211,19 @@ fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<()
             .map_err(|reason| ProbeError::Launch(format!("re-attaching {}: {reason}", l.symbol)))?;
             l.link = Some(id);
         }
-        duty.since = Some(now);
+        // Counting starts with the gate open, once every link is in place.
+        set_paused(ebpf, false)?;
+        duty.since = Some(Instant::now());
     } else {
+        // Counting stops when a link is closed; the kernel's unregistering
+        // then waits for an RCU grace period (hundreds of ms), so the links
+        // are closed on a thread of their own, not on the agent's.
+        // Counting stops at the gate, synchronously.
+        set_paused(ebpf, true)?;
+        if let Some(s) = duty.since.take() {
+            duty.acc += Instant::now().saturating_duration_since(s);
+        }
+        let mut taken = Vec::new();
         for l in &mut duty.links {
             let Some(id) = l.link.take() else { continue };
             let p: &mut UProbe = ebpf
@@ -211,12 +233,12 @@ fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<()
                 .map_err(|e: aya::programs::ProgramError| {
                     ProbeError::Launch(format!("{}: {e}", l.program))
                 })?;
-            p.detach(id)
-                .map_err(|e| ProbeError::Launch(format!("detaching {}: {e}", l.symbol)))?;
+            taken.push(
+                p.take_link(id)
+                    .map_err(|e| ProbeError::Launch(format!("detaching {}: {e}", l.symbol)))?,
+            );
         }
-        if let Some(s) = duty.since.take() {
-            duty.acc += now.saturating_duration_since(s);
-        }
+        std::thread::spawn(move || drop(taken));
     }
     duty.attached = on;
     Ok(())

@@ -10,6 +10,7 @@ pub mod btf;
 pub mod cuda;
 pub mod drain;
 pub mod exec;
+pub mod launch_control;
 pub mod launch_duty;
 pub mod ring;
 pub mod table;
@@ -29,7 +30,7 @@ use crate::{
     tracefs::{Tracefs, TracefsError},
 };
 use attach::{attach, attach_cuda, attach_verbs, unload_btf};
-pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyUprobe};
+pub use bench::{bench_object, measure_uprobe_hit_ns, BenchProducer, BenchRecord, EmptyUprobe};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
