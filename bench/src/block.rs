@@ -367,10 +367,3 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     println!("wrote {}", path.display());
     Ok(())
 }
-
-fn fmt_list(v: &[f64]) -> String {
-    v.iter()
-        .map(|x| format!("{x:.0}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}

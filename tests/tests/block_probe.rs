@@ -22,6 +22,7 @@ fn classic_tracepoint_fallback_equals_the_kernels_accounting() {
     counts_equal_the_kernels_accounting(false, BlockAttach::Classic);
 }
 
+#[allow(clippy::unwrap_used)] // a test body, like the #[test] fns (clippy.toml)
 fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_probe") {

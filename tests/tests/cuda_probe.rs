@@ -368,7 +368,6 @@ fn sampled_launch_counts_are_within_the_stated_error() {
         let last = loop {
             let exited = child.try_wait().expect("try_wait").is_some();
             let now = Instant::now();
-            let toggle = ctl.next_toggle(probes.launch_probes_attached());
             if exited || now >= next_window {
                 let snap = probes.cuda_snapshot().unwrap();
                 let iv = probes.launch_interval();
@@ -380,7 +379,6 @@ fn sampled_launch_counts_are_within_the_stated_error() {
                     snap.launch_fraction,
                     launches_of(&snap)
                 );
-                ctl.window(&mut probes).unwrap();
                 fractions.push(ctl.fraction());
                 next_window = now + Duration::from_millis(1000);
                 if exited {
@@ -388,10 +386,11 @@ fn sampled_launch_counts_are_within_the_stated_error() {
                 }
                 continue;
             }
-            match toggle {
-                Some(t) if t <= now => ctl.toggle(&mut probes).unwrap(),
-                Some(t) => std::thread::sleep(t.min(next_window) - now),
-                None => std::thread::sleep(next_window - now),
+            let t = ctl.next_event(probes.launch_probes_attached());
+            if t <= now {
+                ctl.on_event(&mut probes).unwrap();
+            } else {
+                std::thread::sleep(t.min(next_window) - now);
             }
         };
         let truth: u64 = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())

@@ -133,9 +133,11 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
                 r.context("reading the CUDA event ring")?;
                 continue;
             }
-            _ = sleep_until(launch.as_ref().and_then(|l| l.next_toggle(probes.launch_probes_attached()))) => {
+            _ = sleep_until(launch.as_ref().map(|l| l.next_event(probes.launch_probes_attached()))) => {
                 if let Some(l) = launch.as_mut() {
-                    l.toggle(&mut probes)?;
+                    if let Some(line) = l.on_event(&mut probes)? {
+                        console.info(line);
+                    }
                 }
                 continue;
             }
@@ -173,11 +175,6 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         };
         for s in sources.iter_mut() {
             s.window(&mut cx, &mut wire)?;
-        }
-        if let Some(l) = launch.as_mut() {
-            if let Some(line) = l.window(&mut probes)? {
-                console.info(line);
-            }
         }
         kernel::export(&k);
         if let Some(r) = recorder.as_mut() {

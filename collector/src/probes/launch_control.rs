@@ -14,6 +14,10 @@ use crate::{
     launch_budget::{self, ProcWindow},
 };
 
+/// How often the controller compares launch cost with the budget: often
+/// enough that a launch-heavy process is bounded within a fraction of a second.
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+
 pub struct LaunchController {
     budget: f64,
     period: Duration,
@@ -21,8 +25,13 @@ pub struct LaunchController {
     fraction: f64,
     /// Start of the current period (attached from here for `fraction × period`).
     phase: Instant,
-    /// pid → CPU seconds at the previous window.
+    /// pid → CPU seconds at the previous check.
     cpu_prev: HashMap<u32, f64>,
+    /// At the previous check: when, the launch probes' total attached time,
+    /// raw launches per pid.
+    prev: Option<(Instant, Duration, std::collections::BTreeMap<u32, u64>)>,
+    next_check: Instant,
+    started: Instant,
     proc_root: PathBuf,
     ticks: f64,
 }
@@ -83,6 +92,9 @@ impl LaunchController {
             fraction: 1.0,
             phase: Instant::now(),
             cpu_prev: HashMap::new(),
+            prev: None,
+            started: Instant::now(),
+            next_check: Instant::now() + CHECK_EVERY,
             proc_root: proc_root.to_path_buf(),
             ticks: if ticks > 0 { ticks as f64 } else { 100.0 },
         }
@@ -118,37 +130,102 @@ impl LaunchController {
         Ok(())
     }
 
-    /// CPU seconds (user + system) of `pid`, from `/proc/<pid>/stat`.
-    fn cpu_s(&self, pid: u32) -> Option<f64> {
+    /// CPU seconds (user + system) of `pid` and its age in seconds, from
+    /// `/proc/<pid>/stat` and `/proc/uptime`.
+    fn cpu_s(&self, pid: u32) -> Option<(f64, f64)> {
         let text =
             std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
         // Fields after the command (which may hold spaces and parentheses).
         let rest = &text[text.rfind(')')? + 1..];
         let f: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+        // utime, stime and starttime are fields 14, 15 and 22 of the line
+        // (12, 13 and 20 here).
         let utime: f64 = f.get(11)?.parse().ok()?;
         let stime: f64 = f.get(12)?.parse().ok()?;
-        Some((utime + stime) / self.ticks)
+        let start: f64 = f.get(19)?.parse().ok()?;
+        let uptime: f64 = std::fs::read_to_string(self.proc_root.join("uptime"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        Some(((utime + stime) / self.ticks, uptime - start / self.ticks))
     }
 
-    /// After each window's snapshot: decide the next fraction from the
-    /// window's launches and CPU. Returns the console line, if any.
-    pub fn window(&mut self, probes: &mut Probes) -> Result<Option<String>, ProbeError> {
-        let iv = probes.launch_interval();
+    /// When [`Self::on_event`] should next run: the next toggle or check.
+    pub fn next_event(&self, attached: bool) -> Instant {
+        match self.next_toggle(attached) {
+            Some(t) => t.min(self.next_check),
+            None => self.next_check,
+        }
+    }
+
+    /// Runs what is due: a check of the budget (every [`CHECK_EVERY`]) or
+    /// a toggle. Returns a console line when the mode changes.
+    pub fn on_event(&mut self, probes: &mut Probes) -> Result<Option<String>, ProbeError> {
+        let now = Instant::now();
+        if now >= self.next_check {
+            self.next_check = now + CHECK_EVERY;
+            return self.check(probes);
+        }
+        if self
+            .next_toggle(probes.launch_probes_attached())
+            .is_some_and(|t| t <= now)
+        {
+            self.toggle(probes)?;
+        }
+        Ok(None)
+    }
+
+    /// Decides the next fraction from the launches and CPU since the last
+    /// check. Returns the console line, if any.
+    pub fn check(&mut self, probes: &mut Probes) -> Result<Option<String>, ProbeError> {
+        let now = Instant::now();
+        let totals = probes.raw_launch_totals()?;
+        let attached_total = probes.launch_attached_total();
+        // The first check measures from the controller's start.
+        let (t0, att0, tot0) = self
+            .prev
+            .replace((now, attached_total, totals.clone()))
+            .unwrap_or((self.started, Duration::ZERO, Default::default()));
+        let secs = now.saturating_duration_since(t0).as_secs_f64();
+        let attached_s = attached_total.saturating_sub(att0).as_secs_f64();
         let mut procs = Vec::new();
         let mut cpu_now = HashMap::new();
-        for (&pid, &launches) in &iv.raw_launches {
-            let Some(now) = self.cpu_s(pid) else { continue };
-            cpu_now.insert(pid, now);
-            if let Some(prev) = self.cpu_prev.get(&pid) {
-                procs.push(ProcWindow {
+        for (&pid, &total) in &totals {
+            let Some((cpu, age)) = self.cpu_s(pid) else {
+                continue;
+            };
+            cpu_now.insert(pid, cpu);
+            match (self.cpu_prev.get(&pid), tot0.get(&pid)) {
+                (Some(prev), Some(&before)) => procs.push(ProcWindow {
                     pid,
-                    launches,
-                    cpu_s: (now - prev).max(0.0),
-                });
+                    launches: total.saturating_sub(before),
+                    cpu_s: (cpu - prev).max(0.0),
+                }),
+                // First sight: its whole life so far, scaled to this
+                // interval (its launches were counted at the current
+                // fraction), so a launch-heavy process is bounded from its
+                // first check on.
+                _ if age > 0.0 && secs > 0.0 => {
+                    let attached_age = age * self.fraction;
+                    if attached_age > 0.0 && attached_s > 0.0 {
+                        procs.push(ProcWindow {
+                            pid,
+                            launches: (total as f64 * attached_s / attached_age) as u64,
+                            cpu_s: cpu * secs / age,
+                        });
+                    }
+                }
+                _ => {}
             }
         }
         self.cpu_prev = cpu_now;
+        let iv = crate::probes::launch_duty::Interval {
+            attached_s,
+            secs,
+            ..Default::default()
+        };
         if self.fraction < 1.0 && iv.attached_s < 1e-3 {
             // Too little attached time to measure: keep the fraction.
             return Ok(None);

@@ -36,6 +36,8 @@ pub struct LaunchDuty {
     since: Option<Instant>,
     /// Attached time accumulated since the last snapshot.
     acc: Duration,
+    /// Attached time accumulated in all (up to the current attach).
+    total: Duration,
     last_snapshot: Option<Instant>,
     scaler: Scaler,
     /// Per pid: the share of its CPU the traps took while attached (from the controller).
@@ -51,6 +53,8 @@ pub struct Interval {
     pub attached_s: f64,
     pub secs: f64,
     pub raw_launches: BTreeMap<u32, u64>,
+    /// Raw launches per pid since the probes were attached (cumulative).
+    pub raw_total: BTreeMap<u32, u64>,
 }
 
 impl LaunchDuty {
@@ -81,15 +85,15 @@ impl LaunchDuty {
     fn take_fraction(&mut self, now: Instant) -> (f64, f64) {
         let Some(last) = self.last_snapshot.replace(now) else {
             self.acc = Duration::ZERO;
-            if self.attached {
-                self.since = Some(now);
+            if let Some(s) = self.since.replace(now) {
+                self.total += now.saturating_duration_since(s);
             }
             return (1.0, 0.0);
         };
         let mut on = self.acc;
-        if let Some(s) = self.since {
+        if let Some(s) = self.since.replace(now) {
             on += now.saturating_duration_since(s.max(last));
-            self.since = Some(now);
+            self.total += now.saturating_duration_since(s);
         }
         self.acc = Duration::ZERO;
         let secs = now.saturating_duration_since(last).as_secs_f64();
@@ -104,6 +108,31 @@ impl Probes {
     /// Whether the launch probes are attached now.
     pub fn launch_probes_attached(&self) -> bool {
         self.launch.lock().is_ok_and(|d| d.attached)
+    }
+
+    /// Total time the launch probes have counted (attached, gate open).
+    pub fn launch_attached_total(&self) -> Duration {
+        self.launch.lock().map_or(Duration::ZERO, |d| {
+            d.total
+                + d.since.map_or(Duration::ZERO, |s| {
+                    Instant::now().saturating_duration_since(s)
+                })
+        })
+    }
+
+    /// Raw launches per pid as the kernel counted them (not scaled).
+    pub fn raw_launch_totals(&self) -> Result<BTreeMap<u32, u64>, ProbeError> {
+        let name = "CUDA_LAUNCH_AGG";
+        let m = self.ebpf().map(name).ok_or(ProbeError::MissingMap(name))?;
+        let h =
+            aya::maps::PerCpuHashMap::<&aya::maps::MapData, LaunchKey, LaunchStats>::try_from(m)
+                .map_err(|source| ProbeError::Map { name, source })?;
+        let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+        for e in h.iter() {
+            let (k, per_cpu) = e.map_err(|source| ProbeError::Map { name, source })?;
+            *out.entry(k.pid).or_default() += per_cpu.iter().map(|v| v.launches).sum::<u64>();
+        }
+        Ok(out)
     }
 
     /// Whether there are launch probes to duty-cycle.
@@ -157,10 +186,12 @@ impl Probes {
         let (fraction, attached_s) = d.take_fraction(now);
         // Raw launches per pid in the interval (before scaling), for the controller.
         let mut raw: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut raw_total: BTreeMap<u32, u64> = BTreeMap::new();
         let prev = &d.scaler;
         for (k, v) in launches.iter() {
             let before = prev.raw(k).map_or(0, |p| p.launches);
             *raw.entry(k.pid).or_default() += v.launches.saturating_sub(before);
+            *raw_total.entry(k.pid).or_default() += v.launches;
         }
         let share = d.trap_share.clone();
         d.scaler.apply(launches, fraction, &share);
@@ -173,6 +204,7 @@ impl Probes {
             attached_s,
             secs: interval_s,
             raw_launches: raw,
+            raw_total,
         };
         fraction
     }
@@ -221,7 +253,9 @@ fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<()
         // Counting stops at the gate, synchronously.
         set_paused(ebpf, true)?;
         if let Some(s) = duty.since.take() {
-            duty.acc += Instant::now().saturating_duration_since(s);
+            let on = Instant::now().saturating_duration_since(s);
+            duty.acc += on;
+            duty.total += on;
         }
         let mut taken = Vec::new();
         for l in &mut duty.links {
