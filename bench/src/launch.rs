@@ -258,7 +258,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .enable_all()
         .build()?;
     let _g = rt.enter();
-    let hit_ns = collector::probes::measure_uprobe_hit_ns(2000)? * 1.1;
+    let hit_ns = collector::probes::measure_uprobe_hit_ns(500)? * 1.1;
     let mut configs = vec![
         Config::Without,
         Config::FaultlineExact,

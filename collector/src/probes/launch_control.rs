@@ -18,6 +18,9 @@ use crate::{
 /// enough that a launch-heavy process is bounded within a fraction of a second.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
+/// Counted (attached) time a check needs before it decides.
+const MIN_ATTACHED_S: f64 = 0.02;
+
 pub struct LaunchController {
     budget: f64,
     period: Duration,
@@ -51,7 +54,7 @@ impl LaunchController {
         let hit_cost_ns = if cfg.launch_hit_cost_ns > 0 {
             cfg.launch_hit_cost_ns as f64
         } else {
-            match crate::probes::measure_uprobe_hit_ns(2000) {
+            match crate::probes::measure_uprobe_hit_ns(500) {
                 // The program's own work on top of the trap: ~10 % (README uprobe table).
                 Ok(ns) => ns * 1.1,
                 Err(e) => {
@@ -184,12 +187,18 @@ impl LaunchController {
         let totals = probes.raw_launch_totals()?;
         let attached_total = probes.launch_attached_total();
         // The first check measures from the controller's start.
-        let (t0, att0, tot0) = self
-            .prev
-            .replace((now, attached_total, totals.clone()))
-            .unwrap_or((self.started, Duration::ZERO, Default::default()));
+        let (t0, att0, tot0) =
+            self.prev
+                .clone()
+                .unwrap_or((self.started, Duration::ZERO, Default::default()));
         let secs = now.saturating_duration_since(t0).as_secs_f64();
         let attached_s = attached_total.saturating_sub(att0).as_secs_f64();
+        if self.fraction < 1.0 && attached_s < MIN_ATTACHED_S {
+            // Too little counted time to measure yet: the next check covers
+            // a longer interval (the decision and the trap shares stay).
+            return Ok(None);
+        }
+        self.prev = Some((now, attached_total, totals.clone()));
         let mut procs = Vec::new();
         let mut cpu_now = HashMap::new();
         for (&pid, &total) in &totals {
@@ -226,10 +235,6 @@ impl LaunchController {
             secs,
             ..Default::default()
         };
-        if self.fraction < 1.0 && iv.attached_s < 1e-3 {
-            // Too little attached time to measure: keep the fraction.
-            return Ok(None);
-        }
         let d = launch_budget::decide(self.budget, self.hit_cost_s, iv.attached_s, iv.secs, &procs);
         let was = self.fraction;
         self.fraction = d.fraction;
