@@ -38,4 +38,5 @@ pub mod sources;
 pub mod storage;
 pub mod stream;
 pub mod tracefs;
+pub mod usage;
 pub mod window;

@@ -112,6 +112,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     tokio::pin!(deadline);
     let mut shutdown = shutdown::Shutdown::install().context("installing the signal handlers")?;
     let mut gpu = GpuFacts::default();
+    let mut feed = crate::sources::usage::UsageFeed::default();
     let mut window_start = SystemTime::now();
     let mut window_no = 0u64;
     loop {
@@ -158,6 +159,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
             expo: &expo,
             console,
             gpu: &mut gpu,
+            feed: &mut feed,
         };
         for s in sources.iter_mut() {
             s.window(&mut cx, &mut wire)?;
@@ -230,7 +232,10 @@ fn start_sources(
     let mut out: Vec<Box<dyn Source>> = Vec::new();
     let root = &cfg.collector.sysfs_root;
     if probes.block_active() {
-        let mut b = BlockSource::new(probes.block_snapshot()?, Names::new(root, "/sys/fs/cgroup"));
+        let mut b = BlockSource::new(
+            probes.block_snapshot()?,
+            Names::new(root, crate::storage::cgroup2_root()),
+        );
         expo.set_section("block", b.render());
         out.push(Box::new(b));
     }
@@ -266,6 +271,15 @@ fn start_sources(
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));
+    }
+    if cfg.usage.enabled {
+        let post_send = probes
+            .status()
+            .iter()
+            .any(|s| s.name == "verbs:post_send" && s.state == ProbeState::Attached);
+        out.push(Box::new(crate::sources::usage::UsageSource::new(
+            &cfg.usage, post_send,
+        )));
     }
     Ok(out)
 }

@@ -36,6 +36,28 @@ pub struct FileConfig {
     pub nvml: NvmlSection,
     pub stream: StreamSection,
     pub otlp: crate::otlp::OtlpSection,
+    pub usage: UsageSection,
+}
+
+/// Usage per job and team (`[usage]`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageSection {
+    pub enabled: bool,
+    /// Job id → team; wins over `SLURM_JOB_ACCOUNT` and `POD_NAMESPACE`.
+    pub teams: std::collections::BTreeMap<String, String>,
+    /// (job, team) pairs with Prometheus counters; more are counted under `job="_overflow"`.
+    pub max_jobs: usize,
+}
+
+impl Default for UsageSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            teams: std::collections::BTreeMap::new(),
+            max_jobs: 256,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -377,6 +399,21 @@ impl FileConfig {
             });
         }
         self.otlp.validate()?;
+        if !(1..=100_000).contains(&self.usage.max_jobs) {
+            return Err(ConfigError::Invalid {
+                key: "usage.max_jobs",
+                message: format!("must be within 1..=100000, got {}", self.usage.max_jobs),
+            });
+        }
+        if self.usage.teams.len() > 100_000 {
+            return Err(ConfigError::Invalid {
+                key: "usage.teams",
+                message: format!(
+                    "at most 100000 job → team entries, got {}",
+                    self.usage.teams.len()
+                ),
+            });
+        }
         #[cfg(feature = "probes")]
         if let Some(p) = &self.verbs.provider {
             p.target().map_err(|message| ConfigError::Invalid {

@@ -25,6 +25,7 @@ impl Source for VerbsSource {
             cx.console.detail(line);
         }
         wire.verbs = crate::window::verbs(&self.prev, &cur, cx.ids);
+        cx.feed.verbs_posted = super::usage::verbs_posted(&self.prev, &cur);
         let ids = &mut *cx.ids;
         cx.expo
             .set_section("verbs", cur.render_prometheus(|pid| ids.job_rank(pid)));
