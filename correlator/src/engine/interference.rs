@@ -48,6 +48,47 @@ struct Resource {
     /// (window end, utilisation).
     util: VecDeque<(i64, f64)>,
     jobs: BTreeMap<String, Series>,
+    /// Medians before a victim's onset, kept once computed: a regression
+    /// that outlasts the history still has its baseline (at most
+    /// `MAX_FROZEN` onsets per resource).
+    frozen: BTreeMap<i64, Baseline>,
+}
+
+/// A resource's medians before an onset.
+#[derive(Clone, Debug, Default)]
+struct Baseline {
+    util: f64,
+    /// Per job: (load, work per step or NaN).
+    jobs: BTreeMap<String, (f64, f64)>,
+}
+
+const MAX_FROZEN: usize = 4;
+
+impl Resource {
+    /// The medians before `split`, from the history or as frozen earlier.
+    fn baseline(&mut self, split: i64) -> Option<Baseline> {
+        if let Some(b) = self.frozen.get(&split) {
+            return Some(b.clone());
+        }
+        let (util, _) = split_medians(self.util.iter().copied(), split);
+        let b = Baseline {
+            util: util?,
+            jobs: self
+                .jobs
+                .iter()
+                .map(|(j, s)| {
+                    let (l, _) = split_medians(s.hist.iter().map(|h| (h.0, h.1)), split);
+                    let (p, _) = split_medians(s.hist.iter().map(|h| (h.0, h.2)), split);
+                    (j.clone(), (l.unwrap_or(0.0), p.unwrap_or(f64::NAN)))
+                })
+                .collect(),
+        };
+        if self.frozen.len() >= MAX_FROZEN {
+            self.frozen.pop_first();
+        }
+        self.frozen.insert(split, b.clone());
+        Some(b)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -109,14 +150,6 @@ impl InterferenceDetector {
             keep
         });
         self.series = self.series.saturating_sub(freed);
-    }
-
-    fn saturation(&self, kind: &str) -> f64 {
-        match kind {
-            "gpu" => self.cfg.gpu_saturation,
-            "fabric" => self.cfg.fabric_saturation,
-            _ => self.cfg.storage_saturation,
-        }
     }
 
     /// Records the window's usage rows, then judges the symptoms' victims.
@@ -243,16 +276,16 @@ impl InterferenceDetector {
     }
 
     /// The resources a symptom's placement uses that another job took to saturation.
-    fn judge(&self, s: &Symptom) -> Vec<Finding> {
+    fn judge(&mut self, s: &Symptom) -> Vec<Finding> {
         let mut out = Vec::new();
         let mut hosts: Vec<&str> = s.places.iter().map(|p| p.host.as_str()).collect();
         hosts.sort_unstable();
         hosts.dedup();
         for host in hosts {
-            let Some(rs) = self.res.get(host) else {
+            let Some(rs) = self.res.get_mut(host) else {
                 continue;
             };
-            for ((kind, res), r) in rs.iter().filter(|(_, r)| r.jobs.len() >= 2) {
+            for ((kind, res), r) in rs.iter_mut().filter(|(_, r)| r.jobs.len() >= 2) {
                 let used = s.places.iter().any(|p| {
                     p.host == *host
                         && match kind.as_str() {
@@ -268,111 +301,120 @@ impl InterferenceDetector {
                 if !used {
                     continue;
                 }
-                if let Some(f) = self.judge_resource(s, host, kind, res, r) {
+                if let Some(f) = judge_resource(&self.cfg, s, host, kind, res, r) {
                     out.push(f);
                 }
             }
         }
         out
     }
+}
 
-    fn judge_resource(
-        &self,
-        s: &Symptom,
-        host: &str,
-        kind: &str,
-        res: &str,
-        r: &Resource,
-    ) -> Option<Finding> {
-        let victim = r.jobs.get(&s.job)?;
-        let split = s.since_ms;
-        let (u_before, u_after) = split_medians(r.util.iter().copied(), split);
-        let (u_before, u_after) = (u_before?, u_after?);
-        let sat = self.saturation(kind);
-        if u_after < sat {
-            return None;
-        }
-        let rise = u_after - u_before;
-        if rise <= 0.0 {
-            return None;
-        }
-        let (v_load_b, _) = split_medians(victim.hist.iter().map(|h| (h.0, h.1)), split);
-        // The victim must have used the resource before its regression.
-        if v_load_b.is_none_or(|v| v <= 0.0) {
-            return None;
-        }
-        // The aggressor: the other job with the largest increase.
-        let mut best: Option<(&str, &Series, f64, f64)> = None;
-        for (job, a) in &r.jobs {
-            if *job == s.job {
-                continue;
-            }
-            let (b, after) = split_medians(a.hist.iter().map(|h| (h.0, h.1)), split);
-            let (b, after) = (b.unwrap_or(0.0), after.unwrap_or(0.0));
-            let jumped = after >= self.cfg.jump_ratio * b && after - b >= self.cfg.min_share * rise;
-            if jumped && best.is_none_or(|x| after - b > x.3 - x.2) {
-                best = Some((job.as_str(), a, b, after));
-            }
-        }
-        let (agg, a, a_b, a_a) = best?;
-        // The victim's own change: its usage per step grew with its slowdown.
-        let (ps_b, ps_a) = split_medians(victim.hist.iter().map(|h| (h.0, h.2)), split);
-        let own = match (ps_b, ps_a) {
-            (Some(b), Some(a)) if b > 0.0 => a / b,
-            _ => 1.0,
-        };
-        if own - 1.0 >= self.cfg.own_change * (s.ratio - 1.0) {
-            return None;
-        }
-        let share = ((a_a - a_b) / rise).min(1.0);
-        let conf = (0.6 + 0.15 * share + 0.15 * ((s.ratio - 1.0) / 0.5).min(1.0)).min(0.9);
-        let unit = match kind {
-            "gpu" => "of GPU time",
-            "fabric" => "of line rate",
-            _ => "requests in flight",
-        };
-        let team = |t: &str| {
-            if t.is_empty() {
-                "unknown team".to_string()
-            } else {
-                format!("team {t}")
-            }
-        };
-        let jump = if a_b > 0.0 {
-            format!("×{:.1}", a_a / a_b)
-        } else {
-            "from none".to_string()
-        };
-        let entity = entity(host, kind, res);
-        Some(
-            Finding::new(KIND, &entity, conf)
-                .with_evidence(format!("shared {kind} {res} on {host}"))
-                .with_evidence(format!(
-                    "aggressor job {agg} ({}): load {a_b:.2} → {a_a:.2} {unit} ({jump}), {:.0} % of the resource's rise",
-                    team(&a.team),
-                    share * 100.0
-                ))
-                .with_evidence(format!(
-                    "victim job {} ({}): {}",
-                    s.job,
-                    team(&victim.team),
-                    s.line
-                ))
-                .with_evidence(format!(
-                    "{kind} {res} saturated: {u_before:.2} → {u_after:.2} {unit} (saturation at {sat})"
-                ))
-                .with_evidence(format!(
-                    "the victim's own usage per step ×{own:.2}: not its own change"
-                ))
-                .with_jobs(&[s.job.clone(), agg.to_string()])
-                .with_runbook(format!(
-                    "1 tenants: {agg} ({}) saturates {kind} {res} on {host} that {} ({}) shares — throttle or move one of them (Slurm: a QOS or GRES limit, `--exclusive`; Kubernetes: I/O and network limits, node affinity or MIG instead of time-slicing); 2 check the aggressor's new phase (checkpoint burst, data reshuffle, a larger batch) with its owner; 3 chargeback: `faultline-correlator usage --since 1d --by job`",
-                    team(&a.team),
-                    s.job,
-                    team(&victim.team)
-                )),
-        )
+fn judge_resource(
+    cfg: &InterferenceConfig,
+    s: &Symptom,
+    host: &str,
+    kind: &str,
+    res: &str,
+    r: &mut Resource,
+) -> Option<Finding> {
+    if !r.jobs.contains_key(&s.job) {
+        return None;
     }
+    let split = s.since_ms;
+    let base = r.baseline(split)?;
+    let victim = r.jobs.get(&s.job)?;
+    let (_, u_after) = split_medians(r.util.iter().copied(), split);
+    let (u_before, u_after) = (base.util, u_after?);
+    let sat = match kind {
+        "gpu" => cfg.gpu_saturation,
+        "fabric" => cfg.fabric_saturation,
+        _ => cfg.storage_saturation,
+    };
+    if u_after < sat {
+        return None;
+    }
+    let rise = u_after - u_before;
+    if rise <= 0.0 {
+        return None;
+    }
+    let (v_load_b, v_step_b) = base.jobs.get(&s.job).copied().unwrap_or((0.0, f64::NAN));
+    // The victim must have used the resource before its regression.
+    if v_load_b <= 0.0 {
+        return None;
+    }
+    // The aggressor: the other job with the largest increase.
+    let mut best: Option<(&str, &Series, f64, f64)> = None;
+    for (job, a) in &r.jobs {
+        if *job == s.job {
+            continue;
+        }
+        let (_, after) = split_medians(a.hist.iter().map(|h| (h.0, h.1)), split);
+        let b = base.jobs.get(job).map_or(0.0, |x| x.0);
+        let after = after.unwrap_or(0.0);
+        let jumped = after >= cfg.jump_ratio * b && after - b >= cfg.min_share * rise;
+        if jumped && best.is_none_or(|x| after - b > x.3 - x.2) {
+            best = Some((job.as_str(), a, b, after));
+        }
+    }
+    let (agg, a, a_b, a_a) = best?;
+    // The victim's own change: its usage per step grew with its slowdown.
+    let (_, ps_a) = split_medians(victim.hist.iter().map(|h| (h.0, h.2)), split);
+    let own = match ps_a {
+        Some(a) if v_step_b > 0.0 => a / v_step_b,
+        _ => 1.0,
+    };
+    if own - 1.0 >= cfg.own_change * (s.ratio - 1.0) {
+        return None;
+    }
+    let share = ((a_a - a_b) / rise).min(1.0);
+    let conf = (0.6 + 0.15 * share + 0.15 * ((s.ratio - 1.0) / 0.5).min(1.0)).min(0.9);
+    let unit = match kind {
+        "gpu" => "of GPU time",
+        "fabric" => "of line rate",
+        _ => "requests in flight",
+    };
+    let team = |t: &str| {
+        if t.is_empty() {
+            "unknown team".to_string()
+        } else {
+            format!("team {t}")
+        }
+    };
+    let jump = if a_b > 0.0 {
+        format!("×{:.1}", a_a / a_b)
+    } else {
+        "from none".to_string()
+    };
+    let entity = entity(host, kind, res);
+    Some(
+        Finding::new(KIND, &entity, conf)
+            .with_evidence(format!("shared {kind} {res} on {host}"))
+            .with_evidence(format!(
+                "aggressor job {agg} ({}): load {a_b:.2} → {a_a:.2} {unit} ({jump}), {:.0} % of the resource's rise",
+                team(&a.team),
+                share * 100.0
+            ))
+            .with_evidence(format!(
+                "victim job {} ({}): {}",
+                s.job,
+                team(&victim.team),
+                s.line
+            ))
+            .with_evidence(format!(
+                "{kind} {res} saturated: {u_before:.2} → {u_after:.2} {unit} (saturation at {sat})"
+            ))
+            .with_evidence(format!(
+                "the victim's own usage per step ×{own:.2}: not its own change"
+            ))
+            .with_jobs(&[s.job.clone(), agg.to_string()])
+            .with_runbook(format!(
+                "1 tenants: {agg} ({}) saturates {kind} {res} on {host} that {} ({}) shares — throttle or move one of them (Slurm: a QOS or GRES limit, `--exclusive`; Kubernetes: I/O and network limits, node affinity or MIG instead of time-slicing); 2 check the aggressor's new phase (checkpoint burst, data reshuffle, a larger batch) with its owner; 3 chargeback: `faultline-correlator usage --since 1d --by job`",
+                team(&a.team),
+                s.job,
+                team(&victim.team)
+            )),
+    )
 }
 
 #[cfg(test)]

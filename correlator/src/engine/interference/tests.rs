@@ -60,9 +60,18 @@ fn slowdown(since_k: i64, ratio: f64) -> Symptom {
 /// Runs 20 healthy windows, then 10 of `after` (train load, etl load, step
 /// time), with `symptom` from the 25th window on; returns the findings.
 fn run(after: (f64, f64, f64), symptom: bool) -> Vec<Finding> {
-    let mut d = InterferenceDetector::new(InterferenceConfig::default());
+    run_with(InterferenceConfig::default(), 30, after, symptom)
+}
+
+fn run_with(
+    cfg: InterferenceConfig,
+    windows: i64,
+    after: (f64, f64, f64),
+    symptom: bool,
+) -> Vec<Finding> {
+    let mut d = InterferenceDetector::new(cfg);
     let mut out = Vec::new();
-    for k in 1..=30 {
+    for k in 1..=windows {
         let (t, e, s) = if k <= 20 { (0.3, 0.2, 1.0) } else { after };
         let sy = if symptom && k >= 25 {
             vec![slowdown(20, 1.6)]
@@ -129,4 +138,20 @@ fn a_resource_the_victim_does_not_use_is_not_judged() {
         f = d.observe("n001", &w, &[slowdown(20, 1.6)]);
     }
     assert!(f.is_empty(), "{f:#?}");
+}
+
+#[test]
+fn a_regression_longer_than_the_history_keeps_its_baseline() {
+    // 8 windows of history, 60 windows of interference: the medians before
+    // the onset were frozen when the victim's symptom was first judged.
+    let cfg = InterferenceConfig {
+        history: 8,
+        ..InterferenceConfig::default()
+    };
+    let f = run_with(cfg, 80, (0.3 / 1.6, 1.6, 1.6), true);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert!(
+        f[0].evidence.join("\n").contains("load 0.20 → 1.60"),
+        "{f:#?}"
+    );
 }
