@@ -41,6 +41,9 @@ impl Source for CudaSource {
             }
         }
         wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
+        cx.gpu.cuda_pids = (cur.launches.keys().map(|k| k.pid))
+            .chain(cur.calls.keys().map(|k| k.pid))
+            .collect();
         // After this window's rows: the exited processes' last counts are in them.
         let pids = cur.launches.keys().map(|k| k.pid);
         let dead = cx.ids.exited(pids.chain(cur.calls.keys().map(|k| k.pid)));
