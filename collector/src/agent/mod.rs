@@ -230,7 +230,10 @@ fn start_sources(
     let mut out: Vec<Box<dyn Source>> = Vec::new();
     let root = &cfg.collector.sysfs_root;
     if probes.block_active() {
-        let mut b = BlockSource::new(probes.block_snapshot()?, Names::new(root, "/sys/fs/cgroup"));
+        let mut b = BlockSource::new(
+            probes.block_snapshot()?,
+            Names::new(root, crate::storage::CGROUP_ROOT),
+        );
         expo.set_section("block", b.render());
         out.push(Box::new(b));
     }
