@@ -4,7 +4,10 @@
 //! scheduler's job files ([`crate::jobmap`]). One label set per device, so
 //! the cardinality is bounded by the devices, never by processes (no pid
 //! label).
-use std::{collections::BTreeMap, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
 
 use crate::{
     identity::{IdentityCache, ProcessIdentity, Workload},
@@ -83,35 +86,73 @@ impl WorkloadLabels {
     }
 }
 
+/// How this node's GPUs are named: `/dev/nvidia<minor>` and UUID → NVML index.
+#[derive(Clone, Debug, Default)]
+pub struct GpuIndex {
+    pub by_minor: BTreeMap<u32, u32>,
+    pub by_uuid: BTreeMap<String, u32>,
+}
+
+impl GpuIndex {
+    /// The NVML indices behind a process's CUDA device ordinals: through
+    /// its `CUDA_VISIBLE_DEVICES` (indices or UUIDs) when set, else the
+    /// ordinal is the index.
+    fn of_ordinals(&self, id: &ProcessIdentity, ordinals: &BTreeSet<i32>) -> BTreeSet<u32> {
+        let visible: Option<Vec<&str>> = id
+            .env
+            .iter()
+            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+            .map(|(_, v)| v.split(',').map(str::trim).collect());
+        ordinals
+            .iter()
+            .filter_map(|&o| {
+                let o = usize::try_from(o).ok()?;
+                match &visible {
+                    None => u32::try_from(o).ok(),
+                    Some(list) => {
+                        let e = list.get(o)?;
+                        e.parse().ok().or_else(|| self.by_uuid.get(*e).copied())
+                    }
+                }
+            })
+            .filter(|i| self.by_minor.values().any(|v| v == i))
+            .collect()
+    }
+}
+
 /// The workload of each GPU (by NVML index) and how many distinct workloads
-/// were seen on it. `minor_to_index` maps `/dev/nvidia<minor>` to the NVML
-/// index; `pids` are processes known to use GPUs (the CUDA probes' last
-/// window). A GPU shared by several workloads gets the first in label order
-/// (deterministic) and its count says it is shared. A GPU the job files
-/// assign to a Slurm job carries that job's id as `hpc_job` even when no
-/// process of it was seen.
+/// were seen on it. `procs` are the processes the CUDA probes saw with the
+/// CUDA device ordinals they used; a process's GPUs are the
+/// `/dev/nvidia<minor>` files in its maps, else its ordinals through
+/// `CUDA_VISIBLE_DEVICES`. A GPU shared by several workloads gets the first
+/// in label order (deterministic) and its count says it is shared. A GPU the
+/// job files assign to a Slurm job carries that job's id as `hpc_job` even
+/// when no process of it was seen.
 pub fn gpu_workloads(
-    minor_to_index: &BTreeMap<u32, u32>,
-    pids: impl IntoIterator<Item = u32>,
+    index: &GpuIndex,
+    procs: &BTreeMap<u32, BTreeSet<i32>>,
     ids: &mut IdentityCache,
     proc_root: &Path,
     jobs: &JobMap,
 ) -> BTreeMap<u32, (WorkloadLabels, usize)> {
-    let mut seen: BTreeMap<u32, std::collections::BTreeSet<WorkloadLabels>> = BTreeMap::new();
-    for pid in pids.into_iter().take(4096) {
+    let mut seen: BTreeMap<u32, BTreeSet<WorkloadLabels>> = BTreeMap::new();
+    for (&pid, ordinals) in procs.iter().take(4096) {
         let minors = crate::nvml::gpus_of_pid(proc_root, pid);
-        if minors.is_empty() {
-            continue;
-        }
         let Some(id) = ids.get(pid) else { continue };
+        let gpus: BTreeSet<u32> = if minors.is_empty() {
+            index.of_ordinals(id, ordinals)
+        } else {
+            minors
+                .iter()
+                .filter_map(|m| index.by_minor.get(m).copied())
+                .collect()
+        };
         let l = WorkloadLabels::of(id);
         if l.is_empty() {
             continue;
         }
-        for m in minors {
-            if let Some(&i) = minor_to_index.get(&m) {
-                seen.entry(i).or_default().insert(l.clone());
-            }
+        for i in gpus {
+            seen.entry(i).or_default().insert(l.clone());
         }
     }
     let mut out = BTreeMap::new();
@@ -120,7 +161,7 @@ pub fn gpu_workloads(
             out.insert(i, (first.clone(), set.len()));
         }
     }
-    for &i in minor_to_index.values() {
+    for &i in index.by_minor.values() {
         let Some(j) = jobs.job_of_gpu(i) else {
             continue;
         };
@@ -222,8 +263,34 @@ mod tests {
             )
             .unwrap();
         }
+        // A process without /dev/nvidia* in its maps (a container with other
+        // device names): its CUDA ordinal 1 through CUDA_VISIBLE_DEVICES=2,1.
+        let p = d.join("13");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(
+            p.join("cgroup"),
+            "0::/system.slice/slurmstepd.scope/job_91/step_0/user/task_0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("environ"),
+            "CUDA_VISIBLE_DEVICES=GPU-c,GPU-b\0SLURM_PROCID=4\0",
+        )
+        .unwrap();
+        std::fs::write(p.join("maps"), "").unwrap();
         let mut ids = IdentityCache::new(&d, 64);
-        let minors = BTreeMap::from([(0, 0), (1, 1), (2, 2)]);
+        let index = GpuIndex {
+            by_minor: BTreeMap::from([(0, 0), (1, 1), (2, 2)]),
+            by_uuid: BTreeMap::from([("GPU-b".into(), 1), ("GPU-c".into(), 2)]),
+        };
+        let one = |o: i32| BTreeSet::from([o]);
+        let procs = BTreeMap::from([
+            (10, one(0)),
+            (11, one(0)),
+            (12, one(0)),
+            (13, one(1)),
+            (999, one(0)),
+        ]);
         let jobs = JobMap {
             jobs: vec![crate::jobmap::JobFile {
                 job: "90".into(),
@@ -233,12 +300,14 @@ mod tests {
             }],
             ..JobMap::default()
         };
-        let w = gpu_workloads(&minors, [10, 11, 12, 999], &mut ids, &d, &jobs);
+        let w = gpu_workloads(&index, &procs, &mut ids, &d, &jobs);
         let (g0, n0) = &w[&0];
         assert_eq!((g0.job.as_str(), g0.rank.as_str(), *n0), ("77", "0", 2));
-        assert!(
-            !w.contains_key(&1),
-            "a process without a workload adds none"
+        let (g1, n1) = &w[&1];
+        assert_eq!(
+            (g1.job.as_str(), g1.rank.as_str(), *n1),
+            ("91", "4", 1),
+            "pid 11 has no workload; pid 13's ordinal 1 is GPU-b"
         );
         assert_eq!(w[&2].0.pairs(), [("hpc_job", "90"), ("job", "90")]);
         std::fs::remove_dir_all(&d).unwrap();

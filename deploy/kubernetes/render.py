@@ -6,6 +6,9 @@
 collector container's mounts, args and config, the correlator's args and
 config, whether the PrometheusRule carries deploy/prometheus's rule groups.
 
+`render.py --sync-rules` rewrites monitoring.yaml's PrometheusRule from
+deploy/prometheus/faultline-rules.yaml (the tests check they are equal).
+
 Needs PyYAML (scripts/setup.sh installs it with kubernetes-validate in the
 deploy venv).
 """
@@ -80,7 +83,22 @@ def facts(docs):
     }
 
 
+def sync_rules():
+    path = HERE / "monitoring.yaml"
+    text = path.read_text()
+    marker = "kind: PrometheusRule\n"
+    head, _, rule = text.partition(marker)
+    spec_at = rule.index("spec:\n") + len("spec:\n")
+    rules = yaml.safe_load((HERE.parent / "prometheus" / "faultline-rules.yaml").read_text())
+    body = yaml.safe_dump({"groups": rules["groups"]}, sort_keys=False, width=1000)
+    body = "".join("  " + l + "\n" if l else "\n" for l in body.splitlines())
+    path.write_text(head + marker + rule[:spec_at] + body)
+
+
 def main():
+    if "--sync-rules" in sys.argv[1:]:
+        sync_rules()
+        return
     docs = render()
     if "--facts" in sys.argv[1:]:
         print(json.dumps(facts(docs), indent=1))

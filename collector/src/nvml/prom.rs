@@ -268,6 +268,35 @@ pub fn render_with(
             }
         }
     }
+    // Every GPU's XID count, from zero: `increase()` sees the first XID
+    // (a per-code series appears at 1, which `increase()` cannot tell
+    // from an old count).
+    for s in samples {
+        let Some(g) = gpus.iter().find(|g| g.index == s.index) else {
+            continue;
+        };
+        let index = g.index.to_string();
+        let n: u64 = xids
+            .iter()
+            .filter(|((gpu, _), _)| *gpu == g.index)
+            .map(|(_, n)| n)
+            .sum();
+        let mut l = vec![
+            ("gpu", index.as_str()),
+            ("uuid", g.uuid.as_str()),
+            ("pci_bus_id", g.pci_bus_id.as_str()),
+        ];
+        if let Some((w, _)) = ex.workloads.get(&g.index) {
+            l.extend(w.pairs());
+        }
+        t.sample(
+            "faultline_gpu_xid_events_total",
+            "XID events of the GPU, all codes (present from the start, at 0)",
+            Kind::Counter,
+            &l,
+            n,
+        );
+    }
     for ((gpu, code), n) in xids {
         let g = gpus.iter().find(|g| g.index == *gpu);
         let index = gpu.to_string();

@@ -41,9 +41,12 @@ impl Source for CudaSource {
             }
         }
         wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
-        cx.gpu.cuda_pids = (cur.launches.keys().map(|k| k.pid))
-            .chain(cur.calls.keys().map(|k| k.pid))
-            .collect();
+        cx.gpu.cuda_pids.clear();
+        for (pid, dev) in (cur.launches.keys().map(|k| (k.pid, k.device)))
+            .chain(cur.calls.keys().map(|k| (k.pid, k.device)))
+        {
+            cx.gpu.cuda_pids.entry(pid).or_default().insert(dev);
+        }
         // After this window's rows: the exited processes' last counts are in them.
         let pids = cur.launches.keys().map(|k| k.pid);
         let dead = cx.ids.exited(pids.chain(cur.calls.keys().map(|k| k.pid)));

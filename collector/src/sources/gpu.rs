@@ -10,7 +10,7 @@ use crate::{
     jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
     window::unix_ms,
-    workload::gpu_workloads,
+    workload::{gpu_workloads, GpuIndex},
 };
 
 pub struct GpuSource {
@@ -138,15 +138,23 @@ impl Source for GpuSource {
             metrics::gauge!("faultline_job_files_unread")
                 .set((jobs.unreadable + jobs.over_limit) as f64);
         }
-        let minors: BTreeMap<u32, u32> = self
-            .src
-            .gpus()
-            .iter()
-            .map(|g| (g.minor.unwrap_or(g.index), g.index))
-            .collect();
+        let index = GpuIndex {
+            by_minor: self
+                .src
+                .gpus()
+                .iter()
+                .map(|g| (g.minor.unwrap_or(g.index), g.index))
+                .collect(),
+            by_uuid: self
+                .src
+                .gpus()
+                .iter()
+                .map(|g| (g.uuid.clone(), g.index))
+                .collect(),
+        };
         let workloads = gpu_workloads(
-            &minors,
-            cx.gpu.cuda_pids.iter().copied(),
+            &index,
+            &cx.gpu.cuda_pids,
             cx.ids,
             &self.labels.proc_root,
             &jobs,
@@ -179,7 +187,7 @@ const MAX_JOB_HCAS: usize = 4096;
 /// group_left (job)`).
 fn job_hca_info(
     jobs: &JobMap,
-    pids: &std::collections::BTreeSet<u32>,
+    pids: &BTreeMap<u32, std::collections::BTreeSet<i32>>,
     ids: &mut crate::identity::IdentityCache,
 ) -> String {
     let mut rows = std::collections::BTreeSet::new();
@@ -188,7 +196,7 @@ fn job_hca_info(
             rows.insert((j.job.clone(), h.clone()));
         }
     }
-    for &pid in pids {
+    for &pid in pids.keys() {
         let Some(id) = ids.get(pid) else { continue };
         let Some(job) = id.job() else { continue };
         for h in id.hcas() {
