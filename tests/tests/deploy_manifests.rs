@@ -150,8 +150,8 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
         .to_path_buf();
     let lib_search = |dir: &str| {
         let under = |p: &&str| Path::new(p).starts_with(dir);
-        collector::cuda_lib::USUAL_PATHS.iter().any(|p| under(&p))
-            && collector::nvml::USUAL_PATHS.iter().any(|p| under(&p))
+        collector::cuda_lib::USUAL_PATHS.iter().any(&under)
+            && collector::nvml::USUAL_PATHS.iter().any(&under)
     };
     let mounts = c["mounts"].as_array().expect("mounts");
     assert_eq!(mounts.len(), 10, "{mounts:#?}");
