@@ -103,7 +103,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
     assert_eq!(c["capabilities"]["drop"], serde_json::json!(["ALL"]), "{c}");
     assert_eq!(
         c["capabilities"]["add"],
-        serde_json::json!(["BPF", "PERFMON", "DAC_READ_SEARCH", "SYS_RESOURCE"])
+        serde_json::json!(["BPF", "PERFMON", "SYS_RESOURCE", "DAC_READ_SEARCH"])
     );
     assert!(
         c["env"]
@@ -200,4 +200,64 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
     run(Command::new("python3")
         .arg(repo().join("deploy/grafana/generate.py"))
         .arg("--check"));
+}
+
+/// `deploy/install.sh` into a staging root: the binary, the unit (flags from
+/// `$ARGS` of its EnvironmentFile, stdout not in the journal), a default
+/// config that passes `check-config`; a re-run keeps an edited config.
+#[test]
+fn install_script_puts_unit_config_and_environment_file_in_place() {
+    let root = scratch("install-root");
+    let _ = std::fs::remove_dir_all(&root);
+    let bin_dir = tests::bin("faultline-collector")
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    let install = || {
+        run(Command::new("sh")
+            .arg(repo().join("deploy/install.sh"))
+            .arg(&bin_dir)
+            .env("DESTDIR", &root))
+    };
+    install();
+    assert!(root.join("usr/local/bin/faultline-collector").is_file());
+    let unit = std::fs::read_to_string(root.join("etc/systemd/system/faultline-collector.service"))
+        .expect("unit installed");
+    for want in [
+        "EnvironmentFile=-/etc/default/faultline-collector",
+        "ExecStart=/usr/local/bin/faultline-collector --config /etc/faultline/collector.toml --quiet $ARGS",
+        "StandardOutput=null",
+        "StandardError=journal",
+    ] {
+        assert!(unit.lines().any(|l| l == want), "unit lacks {want:?}");
+    }
+    let conf = root.join("etc/faultline/collector.toml");
+    let checked = run(Command::new(tests::bin("faultline-collector"))
+        .arg("check-config")
+        .arg("--config")
+        .arg(&conf));
+    assert!(checked.contains("dcgm_compat = true"), "{checked}");
+    assert_eq!(
+        FileConfig::load(&conf).expect("config"),
+        FileConfig {
+            collector: collector::config::CollectorSection {
+                quiet: true,
+                ..FileConfig::default().collector
+            },
+            ..FileConfig::default()
+        },
+        "the installed config is the documented defaults (quiet on)"
+    );
+    let args = run(Command::new("sh").arg("-c").arg(format!(
+        ". {}; printf '[%s]' \"$ARGS\"",
+        root.join("etc/default/faultline-collector").display()
+    )));
+    assert_eq!(args, "[]");
+    // An upgrade keeps the site's settings.
+    std::fs::write(&conf, "[collector]\nwindow_secs = 5.0\n").expect("edit");
+    install();
+    assert_eq!(
+        std::fs::read_to_string(&conf).expect("config"),
+        "[collector]\nwindow_secs = 5.0\n"
+    );
 }
