@@ -113,6 +113,11 @@ pub const ENV_KEYS: &[&str] = &[
     "CUDA_VISIBLE_DEVICES",
     "NCCL_IB_HCA",
     "TORCHELASTIC_RUN_ID",
+    // Kubernetes: the pod's name (runtimes set HOSTNAME to it; POD_NAME and
+    // POD_NAMESPACE where the pod spec passes them from the downward API).
+    "HOSTNAME",
+    "POD_NAME",
+    "POD_NAMESPACE",
 ];
 
 /// One process's identity.

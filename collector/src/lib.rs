@@ -19,6 +19,7 @@ pub mod cuda_lib;
 pub mod http;
 pub mod ib;
 pub mod identity;
+pub mod jobmap;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;
@@ -39,3 +40,5 @@ pub mod storage;
 pub mod stream;
 pub mod tracefs;
 pub mod window;
+#[cfg(feature = "nvml")]
+pub mod workload;

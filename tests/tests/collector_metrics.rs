@@ -183,11 +183,29 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         .write_all(text.as_bytes())
         .expect("feed promtool");
     let check = promtool.wait_with_output().expect("promtool runs");
+    // dcgm-exporter's own names (`[nvml] dcgm_compat`) draw promtool's
+    // style lints — uppercase label names (`UUID`, `modelName`), counters
+    // without `_total`, `COUNTER` in `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` —
+    // exactly as dcgm-exporter's output does; nothing else may be reported.
+    let findings = String::from_utf8_lossy(&check.stdout).to_string()
+        + &String::from_utf8_lossy(&check.stderr);
+    let unexpected: Vec<&str> = findings
+        .lines()
+        .filter(|l| !l.is_empty())
+        .filter(|l| {
+            !(l.starts_with("DCGM_FI_DEV_")
+                && (l.ends_with("label names should be written in 'snake_case' not 'camelCase'")
+                    || l.ends_with("counter metrics should have \"_total\" suffix")
+                    || l.ends_with("metric name should not include type 'counter'")))
+        })
+        .collect();
     assert!(
-        check.status.success(),
-        "promtool check metrics: {}{}\n---\n{text}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
+        text.contains("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"),
+        "{text}"
+    );
+    assert!(
+        check.status.success() || unexpected.is_empty(),
+        "promtool check metrics, unexpected findings: {unexpected:#?}\n---\n{text}"
     );
     let detail: Vec<&String> = seen.iter().filter(|l| l.starts_with("  ")).collect();
     assert!(

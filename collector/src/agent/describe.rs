@@ -133,4 +133,9 @@ pub fn describe() {
         }
     }
     super::kernel::describe();
+    // Drop counters exist at zero from the start, so an alert on their
+    // increase (deploy/prometheus) has a series to compare against.
+    for reason in ["spool_full", "spool_write", "queue_full"] {
+        metrics::counter!("faultline_windows_dropped_total", "reason" => reason).increment(0);
+    }
 }

@@ -56,6 +56,12 @@ impl Source for CudaSource {
             }
         }
         wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
+        cx.gpu.cuda_pids.clear();
+        for (pid, dev) in (cur.launches.keys().map(|k| (k.pid, k.device)))
+            .chain(cur.calls.keys().map(|k| (k.pid, k.device)))
+        {
+            cx.gpu.cuda_pids.entry(pid).or_default().insert(dev);
+        }
         // After this window's rows: the exited processes' last counts are in them.
         if !dead.is_empty() {
             let n = cx.probes.cuda_prune(&dead)?;
