@@ -114,6 +114,10 @@ pub const ENV_KEYS: &[&str] = &[
     "NCCL_IB_HCA",
     "TORCHELASTIC_RUN_ID",
     "SLURM_JOB_ACCOUNT",
+    // Kubernetes: the pod's name (runtimes set HOSTNAME to it; POD_NAME and
+    // POD_NAMESPACE where the pod spec passes them from the downward API).
+    "HOSTNAME",
+    "POD_NAME",
     "POD_NAMESPACE",
 ];
 
@@ -269,20 +273,18 @@ impl IdentityCache {
         }
     }
 
-    /// The processes of `pids` that no longer exist under the proc root
-    /// (they are forgotten too).
-    pub fn exited(
-        &mut self,
-        pids: impl IntoIterator<Item = u32>,
-    ) -> std::collections::BTreeSet<u32> {
-        let dead: std::collections::BTreeSet<u32> = pids
-            .into_iter()
+    /// The processes of `pids` that no longer exist under the proc root;
+    /// their cached identity stays until [`IdentityCache::forget`].
+    pub fn gone(&self, pids: impl IntoIterator<Item = u32>) -> std::collections::BTreeSet<u32> {
+        pids.into_iter()
             .filter(|pid| !self.proc_root.join(pid.to_string()).exists())
-            .collect();
-        for pid in &dead {
+            .collect()
+    }
+
+    pub fn forget(&mut self, pids: &std::collections::BTreeSet<u32>) {
+        for pid in pids {
             self.cache.remove(pid);
         }
-        dead
     }
 
     /// Forget `pid` (it exec'd or exited): the next lookup re-reads it.

@@ -19,6 +19,7 @@ pub mod cuda_lib;
 pub mod http;
 pub mod ib;
 pub mod identity;
+pub mod jobmap;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;
@@ -40,3 +41,5 @@ pub mod stream;
 pub mod tracefs;
 pub mod usage;
 pub mod window;
+#[cfg(feature = "nvml")]
+pub mod workload;

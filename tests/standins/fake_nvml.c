@@ -16,8 +16,12 @@
  * memory; per-process SM utilisation samples), `gone=1` instead of sm/mem
  * takes it off again.
  * Values hold until changed. FAKE_NVML_GPUS sets the GPU count (default 8).
- * mem_temp (C) is served through nvmlDeviceGetFieldValues (NVML_FI_DEV_MEMORY_TEMP);
- * other field values and NVLink queries return NVML_ERROR_NOT_SUPPORTED.
+ * mem_temp (C), remap_cor, remap_unc, remap_fail (remapped rows) are served
+ * through nvmlDeviceGetFieldValues; other field values return
+ * NVML_ERROR_NOT_SUPPORTED. enc_util, dec_util (%) are the encoder and
+ * decoder utilisation. nvlinks=N gives the GPU N NVLink links, link L
+ * reporting nvl_replay × (L + 1) data-link replays; without it NVLink
+ * queries return NVML_ERROR_NOT_SUPPORTED.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,9 +300,25 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned link, int counter, unsigned long long *v) {
-    (void)link; (void)counter; (void)v;
     CHECK(d);
-    return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long links = val(d->index, "nvlinks", 0);
+    if (!links) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= links || !v) return NVML_ERROR_INVALID_ARGUMENT;
+    /* NVML_NVLINK_ERROR_DL_REPLAY = 0 */
+    *v = counter == 0 ? val(d->index, "nvl_replay", 0) * (link + 1) : 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t d, unsigned *u, unsigned *period) {
+    CHECK(d);
+    *u = (unsigned)val(d->index, "enc_util", 0);
+    *period = 167000;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t d, unsigned *u, unsigned *period) {
+    CHECK(d);
+    *u = (unsigned)val(d->index, "dec_util", 0);
+    *period = 167000;
+    return NVML_SUCCESS;
 }
 typedef struct {
     unsigned fieldId, scopeId;
@@ -317,6 +337,12 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
         if (v[i].fieldId == NVML_FI_DEV_MEMORY_TEMP) {
             v[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
             v[i].value.uiVal = (unsigned)val(d->index, "mem_temp", 50);
+            v[i].nvmlReturn = NVML_SUCCESS;
+        } else if (v[i].fieldId == 142 || v[i].fieldId == 143 || v[i].fieldId == 145) {
+            /* NVML_FI_DEV_REMAPPED_COR / _UNC / _FAILURE */
+            const char *k = v[i].fieldId == 142 ? "remap_cor" : v[i].fieldId == 143 ? "remap_unc" : "remap_fail";
+            v[i].valueType = 1;
+            v[i].value.uiVal = (unsigned)val(d->index, k, 0);
             v[i].nvmlReturn = NVML_SUCCESS;
         } else {
             v[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;

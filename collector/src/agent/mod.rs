@@ -258,10 +258,18 @@ fn start_sources(
                     ));
                 }
                 let (tx, rx) = std::sync::mpsc::channel();
-                let listener = crate::nvml::spawn_event_listener(cfg.nvml.library.clone(), tx)
+                // The library that loaded (the configured one, the loader's, or
+                // a usual path such as the GPU Operator's /run/nvidia/driver).
+                let lib = Some(src.library().to_path_buf());
+                let listener = crate::nvml::spawn_event_listener(lib, tx)
                     .map_err(|e| console.info(e))
                     .ok();
-                out.push(Box::new(GpuSource::new(src, rx, listener)));
+                let labels = crate::sources::gpu::GpuLabelConfig {
+                    dcgm_compat: cfg.nvml.dcgm_compat,
+                    job_dir: Some(cfg.collector.job_dir.clone()),
+                    proc_root: cfg.collector.proc_root.clone(),
+                };
+                out.push(Box::new(GpuSource::new(src, rx, listener, labels)));
             }
             Err(e) => console.info(e),
         }

@@ -129,6 +129,9 @@ pub struct CollectorSection {
     pub hostname: Option<String>,
     /// Log format on stderr: "text" or "json".
     pub log_format: String,
+    /// Directory of the scheduler's job files (`deploy/slurm/prolog.sh`,
+    /// docs/slurm.md); a missing directory means none.
+    pub job_dir: PathBuf,
 }
 
 impl Default for CollectorSection {
@@ -142,6 +145,7 @@ impl Default for CollectorSection {
             quiet: false,
             hostname: None,
             log_format: "text".into(),
+            job_dir: DEFAULT_JOB_DIR.into(),
         }
     }
 }
@@ -216,13 +220,19 @@ pub struct ProviderSection {
 pub struct NvmlSection {
     pub enabled: bool,
     pub library: Option<PathBuf>,
+    /// Also export the GPU fields under dcgm-exporter's names, labels and units.
+    pub dcgm_compat: bool,
 }
+
+/// Where `deploy/slurm/prolog.sh` writes its job files.
+pub const DEFAULT_JOB_DIR: &str = "/run/faultline/jobs";
 
 impl Default for NvmlSection {
     fn default() -> Self {
         Self {
             enabled: true,
             library: None,
+            dcgm_compat: true,
         }
     }
 }

@@ -63,9 +63,35 @@ pub struct GpuSample {
     pub pcie_replay: Option<u64>,
     pub pcie_tx_bytes_per_sec: Option<u64>,
     pub pcie_rx_bytes_per_sec: Option<u64>,
+    /// NVLink data-link replay errors summed over the links that answer.
     pub nvlink_errors: Option<u64>,
+    /// NVLink data-link replay errors per link (link, count); links past the
+    /// first one NVML refuses are not queried.
+    pub nvlink_replay: Vec<(u32, u64)>,
     pub energy_mj: Option<u64>,
+    pub enc_util_pct: Option<u32>,
+    pub dec_util_pct: Option<u32>,
+    /// Rows remapped for correctable / uncorrectable errors (Ampere and later).
+    pub remapped_rows_corr: Option<u64>,
+    pub remapped_rows_unc: Option<u64>,
+    /// 1 when a row remapping failed in the past.
+    pub remap_failure: Option<u64>,
 }
+
+/// NVLink links a GPU can have (`NVML_NVLINK_MAX_LINKS`).
+pub const NVLINK_MAX_LINKS: u32 = 18;
+
+/// Where GPU drivers put `libnvidia-ml.so.1` besides the loader's search
+/// path: the GPU Operator's containerised driver (`/run/nvidia/driver`),
+/// the host's library directories mounted under `/host` in the collector's
+/// pod, and the NVIDIA container toolkit's directory.
+pub const USUAL_PATHS: &[&str] = &[
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    "/run/nvidia/driver/usr/lib64/libnvidia-ml.so.1",
+    "/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    "/host/usr/lib64/libnvidia-ml.so.1",
+    "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
+];
 
 /// Named clock event (throttle) reasons, in NVML's bit order.
 pub const THROTTLE_FLAGS: &[(u64, &str)] = &[
@@ -140,6 +166,7 @@ pub struct NvmlSource {
     lost: BTreeSet<u32>,
     /// Newest per-process utilisation timestamp seen per GPU (µs).
     util_seen: std::collections::BTreeMap<u32, u64>,
+    driver_version: String,
 }
 
 fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
@@ -153,10 +180,26 @@ fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
 }
 
 impl NvmlSource {
-    /// Loads NVML from `lib` (default: the system library) and reads the GPUs' identities.
+    /// Loads NVML from `lib` (default: the system library, else the first of
+    /// [`USUAL_PATHS`] that exists) and reads the GPUs' identities.
     pub fn open(lib: Option<&Path>) -> Result<Self, NvmlSourceError> {
-        let lib = lib.map_or_else(|| PathBuf::from(DEFAULT_LIB), Path::to_path_buf);
-        let nvml = load(&lib)?;
+        let (lib, nvml) = match lib {
+            Some(l) => (l.to_path_buf(), load(l)?),
+            None => {
+                let first = load(Path::new(DEFAULT_LIB));
+                match first {
+                    Ok(n) => (PathBuf::from(DEFAULT_LIB), n),
+                    Err(e) => {
+                        let Some(p) = USUAL_PATHS.iter().map(Path::new).find(|p| p.is_file())
+                        else {
+                            return Err(e);
+                        };
+                        (p.to_path_buf(), load(p)?)
+                    }
+                }
+            }
+        };
+        let driver_version = nvml.sys_driver_version().unwrap_or_default();
         let n = nvml
             .device_count()
             .map_err(|e| NvmlSourceError::Query(format!("device count: {e}")))?;
@@ -180,7 +223,13 @@ impl NvmlSource {
             unsupported: BTreeSet::new(),
             lost: BTreeSet::new(),
             util_seen: std::collections::BTreeMap::new(),
+            driver_version,
         })
+    }
+
+    /// The driver's version (`nvmlSystemGetDriverVersion`), empty when unknown.
+    pub fn driver_version(&self) -> &str {
+        &self.driver_version
     }
 
     pub fn gpus(&self) -> &[GpuInfo] {
@@ -251,21 +300,8 @@ impl NvmlSource {
                 d.temperature(TemperatureSensor::Gpu).map(u64::from)
             })
             .map(|v| v as u32);
-            s.memory_temp_c = get("memory_temperature", &|| {
-                // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
-                let v = d.field_values_for(&[nvml_wrapper::structs::device::FieldId(82)])?;
-                match v.into_iter().next() {
-                    Some(Ok(sample)) => match sample.value? {
-                        nvml_wrapper::enums::device::SampleValue::U32(t) => Ok(u64::from(t)),
-                        nvml_wrapper::enums::device::SampleValue::U64(t) => Ok(t),
-                        nvml_wrapper::enums::device::SampleValue::I64(t) => Ok(t.max(0) as u64),
-                        nvml_wrapper::enums::device::SampleValue::F64(t) => Ok(t.max(0.0) as u64),
-                    },
-                    Some(Err(e)) => Err(e),
-                    None => Err(NvmlError::NotSupported),
-                }
-            })
-            .map(|v| v as u32);
+            // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
+            s.memory_temp_c = get("memory_temperature", &|| field_u64(&d, 82)).map(|v| v as u32);
             s.sm_clock_mhz =
                 get("sm_clock", &|| d.clock_info(Clock::SM).map(u64::from)).map(|v| v as u32);
             s.sm_clock_max_mhz = get("sm_clock_max", &|| {
@@ -311,7 +347,37 @@ impl NvmlSource {
             s.nvlink_errors = get("nvlink_errors", &|| {
                 d.link_wrapper_for(0).error_counter(ErrorCounter::DlReplay)
             });
+            if let Some(l0) = s.nvlink_errors {
+                s.nvlink_replay.push((0, l0));
+                // Links 1.. until the first one NVML refuses (no such link).
+                for link in 1..NVLINK_MAX_LINKS {
+                    match d
+                        .link_wrapper_for(link)
+                        .error_counter(ErrorCounter::DlReplay)
+                    {
+                        Ok(v) => s.nvlink_replay.push((link, v)),
+                        // A lost GPU is caught by the next query.
+                        Err(_) => break,
+                    }
+                }
+                s.nvlink_errors = Some(s.nvlink_replay.iter().map(|(_, v)| v).sum());
+            }
             s.energy_mj = get("energy", &|| d.total_energy_consumption());
+            s.enc_util_pct = get("encoder_utilization", &|| {
+                d.encoder_utilization().map(|u| u64::from(u.utilization))
+            })
+            .map(|v| v as u32);
+            s.dec_util_pct = get("decoder_utilization", &|| {
+                d.decoder_utilization().map(|u| u64::from(u.utilization))
+            })
+            .map(|v| v as u32);
+            // NVML_FI_DEV_REMAPPED_COR / _UNC / _FAILURE = 142 / 143 / 145
+            // (nvmlDeviceGetRemappedRows through field values; Ampere and later).
+            s.remapped_rows_corr = get("remapped_rows", &|| field_u64(&d, 142));
+            if s.remapped_rows_corr.is_some() {
+                s.remapped_rows_unc = get("remapped_rows", &|| field_u64(&d, 143));
+                s.remap_failure = get("remapped_rows", &|| field_u64(&d, 145));
+            }
             if lost {
                 self.lost.insert(g.index);
                 s = GpuSample {
@@ -413,6 +479,22 @@ impl NvmlSource {
     }
 }
 
+/// One NVML field value as an unsigned integer.
+fn field_u64(d: &nvml_wrapper::Device<'_>, id: u32) -> Result<u64, NvmlError> {
+    use nvml_wrapper::enums::device::SampleValue;
+    let v = d.field_values_for(&[nvml_wrapper::structs::device::FieldId(id)])?;
+    match v.into_iter().next() {
+        Some(Ok(sample)) => match sample.value? {
+            SampleValue::U32(t) => Ok(u64::from(t)),
+            SampleValue::U64(t) => Ok(t),
+            SampleValue::I64(t) => Ok(t.max(0) as u64),
+            SampleValue::F64(t) => Ok(t.max(0.0) as u64),
+        },
+        Some(Err(e)) => Err(e),
+        None => Err(NvmlError::NotSupported),
+    }
+}
+
 /// GPU minor numbers a process has open, from `/dev/nvidia<N>` in its maps.
 pub fn gpus_of_pid(proc_root: &Path, pid: u32) -> BTreeSet<u32> {
     let Ok(maps) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")) else {
@@ -458,11 +540,12 @@ pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Opt
     Some(out)
 }
 
+pub mod dcgm;
 mod events;
 mod prom;
 
 pub use events::{spawn_event_listener, EventListener};
-pub use prom::render_prometheus;
+pub use prom::{render_prometheus, render_with, Export};
 
 #[cfg(test)]
 mod tests {

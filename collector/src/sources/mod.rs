@@ -12,4 +12,5 @@ pub mod ib;
 pub mod otlp;
 pub mod rdma;
 pub mod usage;
+pub mod retired;
 pub mod verbs;

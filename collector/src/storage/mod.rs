@@ -13,6 +13,9 @@ use std::{
 use collector_common::block::{op, BlockKey, BlockStats, LAT_BUCKETS};
 pub use vocab::hist::{bucket_lower_ns, bucket_upper_ns, quantile_ns};
 
+/// The cgroup v2 hierarchy, where cgroup ids are resolved to paths.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 // The probes' histogram layout is the wire's.
 const _: () = assert!(LAT_BUCKETS == vocab::hist::LAT_BUCKETS);
 
