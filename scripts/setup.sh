@@ -18,6 +18,10 @@ OTEL_PY_PACKAGES=(
 )
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OTEL_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/otlp-venv"
+# Kubernetes OpenAPI schemas (kubernetes-validate ships them) and PyYAML for
+# tests/tests/deploy_manifests.rs, in a venv under the target dir too.
+DEPLOY_PY_PACKAGES=("kubernetes-validate==1.37.0" "pyyaml==6.0.3")
+DEPLOY_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/deploy-venv"
 
 APT_PACKAGES=(
   # bpf-linker links against the same LLVM major as the eBPF nightly.
@@ -131,6 +135,14 @@ if [[ "$(cat "$OTEL_VENV/.faultline-stamp" 2>/dev/null)" != "$otel_want" ]]; the
   python3 -m venv "$OTEL_VENV"
   "$OTEL_VENV/bin/pip" install --quiet --disable-pip-version-check "${OTEL_PY_PACKAGES[@]}"
   printf '%s' "$otel_want" >"$OTEL_VENV/.faultline-stamp"
+fi
+
+deploy_want="${DEPLOY_PY_PACKAGES[*]}"
+if [[ "$(cat "$DEPLOY_VENV/.faultline-stamp" 2>/dev/null)" != "$deploy_want" ]]; then
+  log "installing kubernetes-validate into $DEPLOY_VENV"
+  python3 -m venv "$DEPLOY_VENV"
+  "$DEPLOY_VENV/bin/pip" install --quiet --disable-pip-version-check "${DEPLOY_PY_PACKAGES[@]}"
+  printf '%s' "$deploy_want" >"$DEPLOY_VENV/.faultline-stamp"
 fi
 
 # aya attaches tracepoints through tracefs.

@@ -17,6 +17,11 @@ pub const USUAL_PATHS: &[&str] = &[
     "/usr/lib/libcuda.so.1",
     "/usr/local/nvidia/lib64/libcuda.so.1",
     "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/run/nvidia/driver/usr/lib64/libcuda.so.1",
+    // The host's library directories as the DaemonSet mounts them
+    // (deploy/kubernetes/collector.yaml), beside the image's own.
+    "/host/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/host/usr/lib64/libcuda.so.1",
     "/usr/lib/wsl/lib/libcuda.so.1",
 ];
 

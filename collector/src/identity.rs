@@ -113,6 +113,12 @@ pub const ENV_KEYS: &[&str] = &[
     "CUDA_VISIBLE_DEVICES",
     "NCCL_IB_HCA",
     "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ACCOUNT",
+    // Kubernetes: the pod's name (runtimes set HOSTNAME to it; POD_NAME and
+    // POD_NAMESPACE where the pod spec passes them from the downward API).
+    "HOSTNAME",
+    "POD_NAME",
+    "POD_NAMESPACE",
 ];
 
 /// One process's identity.
@@ -146,6 +152,16 @@ impl ProcessIdentity {
             _ => {}
         }
         self.env("TORCHELASTIC_RUN_ID").map(str::to_string)
+    }
+
+    /// Team for usage: the Slurm account (`SLURM_JOB_ACCOUNT`), else the
+    /// Kubernetes namespace (`POD_NAMESPACE`, set from the downward API).
+    /// The `[usage] teams` mapping overrides both (see `usage`).
+    pub fn team(&self) -> Option<String> {
+        self.env("SLURM_JOB_ACCOUNT")
+            .or_else(|| self.env("POD_NAMESPACE"))
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
     }
 
     /// Global rank: `RANK`, else `SLURM_PROCID`.
@@ -257,20 +273,18 @@ impl IdentityCache {
         }
     }
 
-    /// The processes of `pids` that no longer exist under the proc root
-    /// (they are forgotten too).
-    pub fn exited(
-        &mut self,
-        pids: impl IntoIterator<Item = u32>,
-    ) -> std::collections::BTreeSet<u32> {
-        let dead: std::collections::BTreeSet<u32> = pids
-            .into_iter()
+    /// The processes of `pids` that no longer exist under the proc root;
+    /// their cached identity stays until [`IdentityCache::forget`].
+    pub fn gone(&self, pids: impl IntoIterator<Item = u32>) -> std::collections::BTreeSet<u32> {
+        pids.into_iter()
             .filter(|pid| !self.proc_root.join(pid.to_string()).exists())
-            .collect();
-        for pid in &dead {
+            .collect()
+    }
+
+    pub fn forget(&mut self, pids: &std::collections::BTreeSet<u32>) {
+        for pid in pids {
             self.cache.remove(pid);
         }
-        dead
     }
 
     /// Forget `pid` (it exec'd or exited): the next lookup re-reads it.

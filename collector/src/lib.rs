@@ -19,6 +19,7 @@ pub mod cuda_lib;
 pub mod http;
 pub mod ib;
 pub mod identity;
+pub mod jobmap;
 pub mod launch_budget;
 #[cfg(feature = "nvml")]
 pub mod nvml;
@@ -39,4 +40,7 @@ pub mod sources;
 pub mod storage;
 pub mod stream;
 pub mod tracefs;
+pub mod usage;
 pub mod window;
+#[cfg(feature = "nvml")]
+pub mod workload;

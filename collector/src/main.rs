@@ -68,6 +68,12 @@ struct RunArgs {
     /// Disable NVML sampling [nvml.enabled].
     #[arg(long)]
     no_nvml: bool,
+    /// Do not export the dcgm-exporter compatibility families (DCGM_FI_DEV_*) [nvml.dcgm_compat].
+    #[arg(long)]
+    no_dcgm_compat: bool,
+    /// Directory of the scheduler's job files [collector.job_dir, default /run/faultline/jobs].
+    #[arg(long, value_name = "DIR")]
+    job_dir: Option<std::path::PathBuf>,
     /// Path of libnvidia-ml.so.1 [nvml.library] (default: the system's).
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<std::path::PathBuf>,
@@ -168,6 +174,10 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     c.block.enabled &= !args.no_block;
     c.cuda.enabled &= !args.no_cuda;
     c.nvml.enabled &= !args.no_nvml;
+    c.nvml.dcgm_compat &= !args.no_dcgm_compat;
+    if let Some(d) = &args.job_dir {
+        c.collector.job_dir = d.clone();
+    }
     c.verbs.enabled &= !args.no_verbs;
     c.otlp.enabled &= !args.no_otlp;
     c.otlp.grpc_enabled &= !args.no_otlp_grpc;

@@ -11,6 +11,9 @@ pub mod cap {
     pub const BPF: u32 = 39;
 }
 
+/// The kernel's BTF, which the probes' CO-RE relocations read.
+pub const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PrivilegeError {
     #[error(
@@ -65,7 +68,7 @@ pub fn check_bpf_caps(caps: u64) -> Result<(), PrivilegeError> {
 /// Everything the probes need from the host, checked up front.
 pub fn check_host() -> Result<(), PrivilegeError> {
     check_bpf_caps(effective_caps())?;
-    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+    if !std::path::Path::new(BTF_VMLINUX).exists() {
         return Err(PrivilegeError::NoBtf);
     }
     Ok(())

@@ -141,14 +141,14 @@ fn collector_syscall_filter_still_allows_what_the_collector_does() {
 
 #[test]
 fn daemonset_security_context_is_locked_down() {
-    let text = std::fs::read_to_string(deploy("daemonset.yaml")).expect("daemonset");
+    let text = std::fs::read_to_string(deploy("kubernetes/collector.yaml")).expect("daemonset");
     for want in [
         "allowPrivilegeEscalation: false",
         "readOnlyRootFilesystem: true",
         "seccompProfile:",
         "drop: [ALL]",
         "add: [BPF, PERFMON, SYS_RESOURCE, DAC_READ_SEARCH]",
-        "\"--metrics-addr\", \"127.0.0.1:9477\"",
+        "metrics_addr = \"127.0.0.1:9477\"",
     ] {
         assert!(text.contains(want), "daemonset.yaml lacks {want:?}");
     }

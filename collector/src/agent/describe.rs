@@ -20,6 +20,11 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "Resume answers claiming windows this collector never produced",
     ),
     (
+        "faultline_exited_series_forgotten_total",
+        false,
+        "CUDA and verbs series of jobs with no live process forgotten (15 min after their last process exited, or over 4096 such jobs per source)",
+    ),
+    (
         "faultline_cuda_pruned_entries_total",
         false,
         "CUDA map entries of exited processes removed",
@@ -143,4 +148,9 @@ pub fn describe() {
         }
     }
     super::kernel::describe();
+    // Drop counters exist at zero from the start, so an alert on their
+    // increase (deploy/prometheus) has a series to compare against.
+    for reason in ["spool_full", "spool_write", "queue_full"] {
+        metrics::counter!("faultline_windows_dropped_total", "reason" => reason).increment(0);
+    }
 }

@@ -118,6 +118,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     tokio::pin!(deadline);
     let mut shutdown = shutdown::Shutdown::install().context("installing the signal handlers")?;
     let mut gpu = GpuFacts::default();
+    let mut feed = crate::sources::usage::UsageFeed::default();
     let mut window_start = SystemTime::now();
     let mut window_no = 0u64;
     loop {
@@ -172,6 +173,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
             expo: &expo,
             console,
             gpu: &mut gpu,
+            feed: &mut feed,
         };
         for s in sources.iter_mut() {
             s.window(&mut cx, &mut wire)?;
@@ -253,7 +255,10 @@ fn start_sources(
     let mut out: Vec<Box<dyn Source>> = Vec::new();
     let root = &cfg.collector.sysfs_root;
     if probes.block_active() {
-        let mut b = BlockSource::new(probes.block_snapshot()?, Names::new(root, "/sys/fs/cgroup"));
+        let mut b = BlockSource::new(
+            probes.block_snapshot()?,
+            Names::new(root, crate::storage::cgroup2_root()),
+        );
         expo.set_section("block", b.render());
         out.push(Box::new(b));
     }
@@ -276,10 +281,18 @@ fn start_sources(
                     ));
                 }
                 let (tx, rx) = std::sync::mpsc::channel();
-                let listener = crate::nvml::spawn_event_listener(cfg.nvml.library.clone(), tx)
+                // The library that loaded (the configured one, the loader's, or
+                // a usual path such as the GPU Operator's /run/nvidia/driver).
+                let lib = Some(src.library().to_path_buf());
+                let listener = crate::nvml::spawn_event_listener(lib, tx)
                     .map_err(|e| console.info(e))
                     .ok();
-                out.push(Box::new(GpuSource::new(src, rx, listener)));
+                let labels = crate::sources::gpu::GpuLabelConfig {
+                    dcgm_compat: cfg.nvml.dcgm_compat,
+                    job_dir: Some(cfg.collector.job_dir.clone()),
+                    proc_root: cfg.collector.proc_root.clone(),
+                };
+                out.push(Box::new(GpuSource::new(src, rx, listener, labels)));
             }
             Err(e) => console.info(e),
         }
@@ -289,6 +302,15 @@ fn start_sources(
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));
+    }
+    if cfg.usage.enabled {
+        let post_send = probes
+            .status()
+            .iter()
+            .any(|s| s.name == "verbs:post_send" && s.state == ProbeState::Attached);
+        out.push(Box::new(crate::sources::usage::UsageSource::new(
+            &cfg.usage, post_send,
+        )));
     }
     Ok(out)
 }

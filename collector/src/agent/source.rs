@@ -33,6 +33,9 @@ impl Console {
 pub struct GpuFacts {
     pub gpus: Vec<nvml::GpuInfo>,
     pub samples: Vec<nvml::GpuSample>,
+    /// Processes the CUDA probes saw last window and the CUDA device
+    /// ordinals they used (for the GPU series' workload labels).
+    pub cuda_pids: std::collections::BTreeMap<u32, std::collections::BTreeSet<i32>>,
 }
 
 /// Lent to every source for one window.
@@ -46,6 +49,8 @@ pub struct Ctx<'a> {
     pub expo: &'a Exposition,
     pub console: Console,
     pub gpu: &'a mut GpuFacts,
+    /// What sources leave for the usage source (which runs last).
+    pub feed: &'a mut crate::sources::usage::UsageFeed,
 }
 
 /// One signal family. Each window it turns its new snapshot into a delta

@@ -36,6 +36,28 @@ pub struct FileConfig {
     pub nvml: NvmlSection,
     pub stream: StreamSection,
     pub otlp: crate::otlp::OtlpSection,
+    pub usage: UsageSection,
+}
+
+/// Usage per job and team (`[usage]`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageSection {
+    pub enabled: bool,
+    /// Job id → team; wins over `SLURM_JOB_ACCOUNT` and `POD_NAMESPACE`.
+    pub teams: std::collections::BTreeMap<String, String>,
+    /// (job, team) pairs with Prometheus counters; more are counted under `job="_overflow"`.
+    pub max_jobs: usize,
+}
+
+impl Default for UsageSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            teams: std::collections::BTreeMap::new(),
+            max_jobs: 256,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -107,6 +129,9 @@ pub struct CollectorSection {
     pub hostname: Option<String>,
     /// Log format on stderr: "text" or "json".
     pub log_format: String,
+    /// Directory of the scheduler's job files (`deploy/slurm/prolog.sh`,
+    /// docs/slurm.md); a missing directory means none.
+    pub job_dir: PathBuf,
 }
 
 impl Default for CollectorSection {
@@ -120,6 +145,7 @@ impl Default for CollectorSection {
             quiet: false,
             hostname: None,
             log_format: "text".into(),
+            job_dir: DEFAULT_JOB_DIR.into(),
         }
     }
 }
@@ -209,13 +235,19 @@ pub struct ProviderSection {
 pub struct NvmlSection {
     pub enabled: bool,
     pub library: Option<PathBuf>,
+    /// Also export the GPU fields under dcgm-exporter's names, labels and units.
+    pub dcgm_compat: bool,
 }
+
+/// Where `deploy/slurm/prolog.sh` writes its job files.
+pub const DEFAULT_JOB_DIR: &str = "/run/faultline/jobs";
 
 impl Default for NvmlSection {
     fn default() -> Self {
         Self {
             enabled: true,
             library: None,
+            dcgm_compat: true,
         }
     }
 }
@@ -392,6 +424,21 @@ impl FileConfig {
             });
         }
         self.otlp.validate()?;
+        if !(1..=100_000).contains(&self.usage.max_jobs) {
+            return Err(ConfigError::Invalid {
+                key: "usage.max_jobs",
+                message: format!("must be within 1..=100000, got {}", self.usage.max_jobs),
+            });
+        }
+        if self.usage.teams.len() > 100_000 {
+            return Err(ConfigError::Invalid {
+                key: "usage.teams",
+                message: format!(
+                    "at most 100000 job → team entries, got {}",
+                    self.usage.teams.len()
+                ),
+            });
+        }
         #[cfg(feature = "probes")]
         if let Some(p) = &self.verbs.provider {
             p.target().map_err(|message| ConfigError::Invalid {

@@ -63,9 +63,35 @@ pub struct GpuSample {
     pub pcie_replay: Option<u64>,
     pub pcie_tx_bytes_per_sec: Option<u64>,
     pub pcie_rx_bytes_per_sec: Option<u64>,
+    /// NVLink data-link replay errors summed over the links that answer.
     pub nvlink_errors: Option<u64>,
+    /// NVLink data-link replay errors per link (link, count); links past the
+    /// first one NVML refuses are not queried.
+    pub nvlink_replay: Vec<(u32, u64)>,
     pub energy_mj: Option<u64>,
+    pub enc_util_pct: Option<u32>,
+    pub dec_util_pct: Option<u32>,
+    /// Rows remapped for correctable / uncorrectable errors (Ampere and later).
+    pub remapped_rows_corr: Option<u64>,
+    pub remapped_rows_unc: Option<u64>,
+    /// 1 when a row remapping failed in the past.
+    pub remap_failure: Option<u64>,
 }
+
+/// NVLink links a GPU can have (`NVML_NVLINK_MAX_LINKS`).
+pub const NVLINK_MAX_LINKS: u32 = 18;
+
+/// Where GPU drivers put `libnvidia-ml.so.1` besides the loader's search
+/// path: the GPU Operator's containerised driver (`/run/nvidia/driver`),
+/// the host's library directories mounted under `/host` in the collector's
+/// pod, and the NVIDIA container toolkit's directory.
+pub const USUAL_PATHS: &[&str] = &[
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    "/run/nvidia/driver/usr/lib64/libnvidia-ml.so.1",
+    "/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    "/host/usr/lib64/libnvidia-ml.so.1",
+    "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
+];
 
 /// Named clock event (throttle) reasons, in NVML's bit order.
 pub const THROTTLE_FLAGS: &[(u64, &str)] = &[
@@ -138,6 +164,9 @@ pub struct NvmlSource {
     /// (gpu, field) found unsupported: not queried again.
     unsupported: BTreeSet<(u32, &'static str)>,
     lost: BTreeSet<u32>,
+    /// Newest per-process utilisation timestamp seen per GPU (µs).
+    util_seen: std::collections::BTreeMap<u32, u64>,
+    driver_version: String,
 }
 
 fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
@@ -151,10 +180,26 @@ fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
 }
 
 impl NvmlSource {
-    /// Loads NVML from `lib` (default: the system library) and reads the GPUs' identities.
+    /// Loads NVML from `lib` (default: the system library, else the first of
+    /// [`USUAL_PATHS`] that exists) and reads the GPUs' identities.
     pub fn open(lib: Option<&Path>) -> Result<Self, NvmlSourceError> {
-        let lib = lib.map_or_else(|| PathBuf::from(DEFAULT_LIB), Path::to_path_buf);
-        let nvml = load(&lib)?;
+        let (lib, nvml) = match lib {
+            Some(l) => (l.to_path_buf(), load(l)?),
+            None => {
+                let first = load(Path::new(DEFAULT_LIB));
+                match first {
+                    Ok(n) => (PathBuf::from(DEFAULT_LIB), n),
+                    Err(e) => {
+                        let Some(p) = USUAL_PATHS.iter().map(Path::new).find(|p| p.is_file())
+                        else {
+                            return Err(e);
+                        };
+                        (p.to_path_buf(), load(p)?)
+                    }
+                }
+            }
+        };
+        let driver_version = nvml.sys_driver_version().unwrap_or_default();
         let n = nvml
             .device_count()
             .map_err(|e| NvmlSourceError::Query(format!("device count: {e}")))?;
@@ -177,7 +222,14 @@ impl NvmlSource {
             gpus,
             unsupported: BTreeSet::new(),
             lost: BTreeSet::new(),
+            util_seen: std::collections::BTreeMap::new(),
+            driver_version,
         })
+    }
+
+    /// The driver's version (`nvmlSystemGetDriverVersion`), empty when unknown.
+    pub fn driver_version(&self) -> &str {
+        &self.driver_version
     }
 
     pub fn gpus(&self) -> &[GpuInfo] {
@@ -248,21 +300,8 @@ impl NvmlSource {
                 d.temperature(TemperatureSensor::Gpu).map(u64::from)
             })
             .map(|v| v as u32);
-            s.memory_temp_c = get("memory_temperature", &|| {
-                // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
-                let v = d.field_values_for(&[nvml_wrapper::structs::device::FieldId(82)])?;
-                match v.into_iter().next() {
-                    Some(Ok(sample)) => match sample.value? {
-                        nvml_wrapper::enums::device::SampleValue::U32(t) => Ok(u64::from(t)),
-                        nvml_wrapper::enums::device::SampleValue::U64(t) => Ok(t),
-                        nvml_wrapper::enums::device::SampleValue::I64(t) => Ok(t.max(0) as u64),
-                        nvml_wrapper::enums::device::SampleValue::F64(t) => Ok(t.max(0.0) as u64),
-                    },
-                    Some(Err(e)) => Err(e),
-                    None => Err(NvmlError::NotSupported),
-                }
-            })
-            .map(|v| v as u32);
+            // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
+            s.memory_temp_c = get("memory_temperature", &|| field_u64(&d, 82)).map(|v| v as u32);
             s.sm_clock_mhz =
                 get("sm_clock", &|| d.clock_info(Clock::SM).map(u64::from)).map(|v| v as u32);
             s.sm_clock_max_mhz = get("sm_clock_max", &|| {
@@ -308,7 +347,37 @@ impl NvmlSource {
             s.nvlink_errors = get("nvlink_errors", &|| {
                 d.link_wrapper_for(0).error_counter(ErrorCounter::DlReplay)
             });
+            if let Some(l0) = s.nvlink_errors {
+                s.nvlink_replay.push((0, l0));
+                // Links 1.. until the first one NVML refuses (no such link).
+                for link in 1..NVLINK_MAX_LINKS {
+                    match d
+                        .link_wrapper_for(link)
+                        .error_counter(ErrorCounter::DlReplay)
+                    {
+                        Ok(v) => s.nvlink_replay.push((link, v)),
+                        // A lost GPU is caught by the next query.
+                        Err(_) => break,
+                    }
+                }
+                s.nvlink_errors = Some(s.nvlink_replay.iter().map(|(_, v)| v).sum());
+            }
             s.energy_mj = get("energy", &|| d.total_energy_consumption());
+            s.enc_util_pct = get("encoder_utilization", &|| {
+                d.encoder_utilization().map(|u| u64::from(u.utilization))
+            })
+            .map(|v| v as u32);
+            s.dec_util_pct = get("decoder_utilization", &|| {
+                d.decoder_utilization().map(|u| u64::from(u.utilization))
+            })
+            .map(|v| v as u32);
+            // NVML_FI_DEV_REMAPPED_COR / _UNC / _FAILURE = 142 / 143 / 145
+            // (nvmlDeviceGetRemappedRows through field values; Ampere and later).
+            s.remapped_rows_corr = get("remapped_rows", &|| field_u64(&d, 142));
+            if s.remapped_rows_corr.is_some() {
+                s.remapped_rows_unc = get("remapped_rows", &|| field_u64(&d, 143));
+                s.remap_failure = get("remapped_rows", &|| field_u64(&d, 145));
+            }
             if lost {
                 self.lost.insert(g.index);
                 s = GpuSample {
@@ -327,6 +396,102 @@ impl NvmlSource {
             samples.push(s);
         }
         (samples, events)
+    }
+}
+
+impl NvmlSource {
+    /// The compute processes on GPU `index` with their used memory and,
+    /// where the driver reports per-process utilisation
+    /// (`nvmlDeviceGetProcessUtilization`), their SM utilisation since the
+    /// previous call. Unsupported queries are asked once and then skipped.
+    pub fn processes(&mut self, index: u32) -> Vec<crate::usage::GpuProc> {
+        if self.lost.contains(&index) {
+            return Vec::new();
+        }
+        let Ok(d) = self.nvml.device_by_index(index) else {
+            return Vec::new();
+        };
+        let mut out: Vec<crate::usage::GpuProc> = Vec::new();
+        if !self.unsupported.contains(&(index, "processes")) {
+            match d.running_compute_processes() {
+                Ok(ps) => {
+                    for p in ps {
+                        let mem = match p.used_gpu_memory {
+                            nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                            nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+                        };
+                        out.push(crate::usage::GpuProc {
+                            pid: p.pid,
+                            sm_pct: None,
+                            mem_bytes: mem,
+                        });
+                    }
+                }
+                Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
+                    tracing::info!(gpu = index, reason = %e, "NVML process list unsupported; not queried again");
+                    self.unsupported.insert((index, "processes"));
+                }
+                Err(e) => {
+                    metrics::counter!("faultline_nvml_read_errors_total", "field" => "processes")
+                        .increment(1);
+                    tracing::debug!(gpu = index, error = %e, "NVML process list failed");
+                }
+            }
+        }
+        if !self.unsupported.contains(&(index, "process_utilization")) {
+            let since = self.util_seen.get(&index).copied().unwrap_or(0);
+            match d.process_utilization_stats(since) {
+                Ok(samples) => {
+                    let mut newest = since;
+                    for smp in samples {
+                        newest = newest.max(smp.timestamp);
+                        match out.iter_mut().find(|p| p.pid == smp.pid) {
+                            Some(p) => p.sm_pct = Some(smp.sm_util),
+                            None => out.push(crate::usage::GpuProc {
+                                pid: smp.pid,
+                                sm_pct: Some(smp.sm_util),
+                                mem_bytes: None,
+                            }),
+                        }
+                    }
+                    self.util_seen.insert(index, newest);
+                }
+                // No process had a sample since the last call.
+                Err(NvmlError::NotFound) => {}
+                Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
+                    tracing::info!(gpu = index, reason = %e, "NVML per-process utilisation unsupported; GPU time split by CUDA launches");
+                    self.unsupported.insert((index, "process_utilization"));
+                }
+                Err(e) => {
+                    metrics::counter!("faultline_nvml_read_errors_total", "field" => "process_utilization")
+                        .increment(1);
+                    tracing::debug!(gpu = index, error = %e, "NVML per-process utilisation failed");
+                }
+            }
+        }
+        // Processes with a context but no sample had no utilisation.
+        if out.iter().any(|p| p.sm_pct.is_some()) {
+            for p in &mut out {
+                p.sm_pct.get_or_insert(0);
+            }
+        }
+        out
+    }
+}
+
+/// One NVML field value as an unsigned integer.
+fn field_u64(d: &nvml_wrapper::Device<'_>, id: u32) -> Result<u64, NvmlError> {
+    use nvml_wrapper::enums::device::SampleValue;
+    let v = d.field_values_for(&[nvml_wrapper::structs::device::FieldId(id)])?;
+    match v.into_iter().next() {
+        Some(Ok(sample)) => match sample.value? {
+            SampleValue::U32(t) => Ok(u64::from(t)),
+            SampleValue::U64(t) => Ok(t),
+            SampleValue::I64(t) => Ok(t.max(0) as u64),
+            SampleValue::F64(t) => Ok(t.max(0.0) as u64),
+        },
+        Some(Err(e)) => Err(e),
+        None => Err(NvmlError::NotSupported),
     }
 }
 
@@ -375,11 +540,12 @@ pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Opt
     Some(out)
 }
 
+pub mod dcgm;
 mod events;
 mod prom;
 
 pub use events::{spawn_event_listener, EventListener};
-pub use prom::render_prometheus;
+pub use prom::{render_prometheus, render_with, Export};
 
 #[cfg(test)]
 mod tests {

@@ -1,15 +1,60 @@
-//! Prometheus text for the GPUs (dcgm-exporter-like fields, `faultline_gpu_` prefix).
+//! Prometheus text for the GPUs: faultline's families (`faultline_gpu_`
+//! prefix, base units) and, in compatibility mode, dcgm-exporter's
+//! (`DCGM_FI_DEV_*`, its names, labels and units: [`super::dcgm`]).
 use std::collections::BTreeMap;
 
 use super::{GpuInfo, GpuSample, THROTTLE_FLAGS};
-use crate::prom_text::{Kind, Text};
+use crate::{
+    prom_text::{Kind, Text},
+    workload::WorkloadLabels,
+};
 
-/// Prometheus text (dcgm-exporter-like fields, `faultline_gpu_` prefix),
-/// through the one text writer (`prom_text`).
+/// What the GPU exposition needs besides the samples.
+#[derive(Clone, Copy, Debug)]
+pub struct Export<'a> {
+    /// The node's name (dcgm-exporter's `Hostname` label).
+    pub hostname: &'a str,
+    /// The driver version (dcgm-exporter's `DCGM_FI_DRIVER_VERSION` label).
+    pub driver_version: &'a str,
+    /// Also write the dcgm-exporter families (`[nvml] dcgm_compat`).
+    pub dcgm_compat: bool,
+    /// Workload labels and the number of distinct workloads, per GPU index.
+    pub workloads: &'a BTreeMap<u32, (WorkloadLabels, usize)>,
+    /// The last XID per GPU index (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
+    pub last_xid: &'a BTreeMap<u32, u64>,
+}
+
+static NO_WORKLOADS: BTreeMap<u32, (WorkloadLabels, usize)> = BTreeMap::new();
+static NO_XIDS: BTreeMap<u32, u64> = BTreeMap::new();
+
+impl Default for Export<'_> {
+    fn default() -> Self {
+        Self {
+            hostname: "",
+            driver_version: "",
+            dcgm_compat: false,
+            workloads: &NO_WORKLOADS,
+            last_xid: &NO_XIDS,
+        }
+    }
+}
+
+/// faultline's GPU families only, without workload labels.
 pub fn render_prometheus(
     gpus: &[GpuInfo],
     samples: &[GpuSample],
     xids: &BTreeMap<(u32, u64), u64>,
+) -> String {
+    render_with(gpus, samples, xids, &Export::default())
+}
+
+/// faultline's GPU families with the workload labels, and dcgm-exporter's
+/// when `ex.dcgm_compat`, through the one text writer (`prom_text`).
+pub fn render_with(
+    gpus: &[GpuInfo],
+    samples: &[GpuSample],
+    xids: &BTreeMap<(u32, u64), u64>,
+    ex: &Export<'_>,
 ) -> String {
     let mut t = Text::new();
     for s in samples {
@@ -17,11 +62,27 @@ pub fn render_prometheus(
             continue;
         };
         let index = g.index.to_string();
-        let l = [
+        let wl = ex.workloads.get(&g.index);
+        let mut l = vec![
             ("gpu", index.as_str()),
             ("uuid", g.uuid.as_str()),
             ("pci_bus_id", g.pci_bus_id.as_str()),
         ];
+        if let Some((w, _)) = wl {
+            l.extend(w.pairs());
+        }
+        if let Some((_, n)) = wl {
+            t.sample(
+                "faultline_gpu_workloads",
+                "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
+                Kind::Gauge,
+                &l,
+                n,
+            );
+        }
+        if ex.dcgm_compat {
+            super::dcgm::write(&mut t, g, s, ex, wl.map(|(w, _)| w));
+        }
         t.sample(
             "faultline_gpu_lost",
             "1 when NVML reports the GPU fell off the bus",
@@ -130,12 +191,6 @@ pub fn render_prometheus(
                 q(s.pcie_rx_bytes_per_sec),
             ),
             (
-                "faultline_gpu_nvlink_replay_errors_total",
-                "NVLink data-link replay errors (link 0)",
-                Kind::Counter,
-                q(s.nvlink_errors),
-            ),
-            (
                 "faultline_gpu_energy_joules_total",
                 "Energy consumed since driver load",
                 Kind::Counter,
@@ -146,30 +201,120 @@ pub fn render_prometheus(
                 t.sample(name, help, kind, &l, v);
             }
         }
+        for (link, n) in &s.nvlink_replay {
+            let link = link.to_string();
+            let mut ll = l.clone();
+            ll.push(("link", link.as_str()));
+            t.sample(
+                "faultline_gpu_nvlink_replay_errors_total",
+                "NVLink data-link replay errors, per link",
+                Kind::Counter,
+                &ll,
+                n,
+            );
+        }
+        for (name, help, v) in [
+            (
+                "faultline_gpu_remapped_rows_correctable_total",
+                "Rows remapped for correctable ECC errors",
+                s.remapped_rows_corr,
+            ),
+            (
+                "faultline_gpu_remapped_rows_uncorrectable_total",
+                "Rows remapped for uncorrectable ECC errors",
+                s.remapped_rows_unc,
+            ),
+        ] {
+            if let Some(v) = v {
+                t.sample(name, help, Kind::Counter, &l, v);
+            }
+        }
+        if let Some(v) = s.remap_failure {
+            t.sample(
+                "faultline_gpu_row_remap_failure",
+                "1 when a row remapping has failed on the GPU",
+                Kind::Gauge,
+                &l,
+                v,
+            );
+        }
+        for (name, help, v) in [
+            (
+                "faultline_gpu_encoder_utilization_percent",
+                "Video encoder utilisation",
+                s.enc_util_pct,
+            ),
+            (
+                "faultline_gpu_decoder_utilization_percent",
+                "Video decoder utilisation",
+                s.dec_util_pct,
+            ),
+        ] {
+            if let Some(v) = v {
+                t.sample(name, help, Kind::Gauge, &l, v);
+            }
+        }
         if let Some(mask) = s.throttle {
             for (bit, reason) in THROTTLE_FLAGS {
+                let mut ll = l.clone();
+                ll.push(("reason", reason));
                 t.sample(
                     "faultline_gpu_throttle_reason",
                     "1 when this clock event (throttle) reason is active",
                     Kind::Gauge,
-                    &[l[0], l[1], l[2], ("reason", reason)],
+                    &ll,
                     u8::from(mask & bit != 0),
                 );
             }
         }
     }
+    // Every GPU's XID count, from zero: `increase()` sees the first XID
+    // (a per-code series appears at 1, which `increase()` cannot tell
+    // from an old count).
+    for s in samples {
+        let Some(g) = gpus.iter().find(|g| g.index == s.index) else {
+            continue;
+        };
+        let index = g.index.to_string();
+        let n: u64 = xids
+            .iter()
+            .filter(|((gpu, _), _)| *gpu == g.index)
+            .map(|(_, n)| n)
+            .sum();
+        let mut l = vec![
+            ("gpu", index.as_str()),
+            ("uuid", g.uuid.as_str()),
+            ("pci_bus_id", g.pci_bus_id.as_str()),
+        ];
+        if let Some((w, _)) = ex.workloads.get(&g.index) {
+            l.extend(w.pairs());
+        }
+        t.sample(
+            "faultline_gpu_xid_events_total",
+            "XID events of the GPU, all codes (present from the start, at 0)",
+            Kind::Counter,
+            &l,
+            n,
+        );
+    }
     for ((gpu, code), n) in xids {
         let g = gpus.iter().find(|g| g.index == *gpu);
+        let index = gpu.to_string();
+        let code = code.to_string();
+        let mut l = vec![
+            ("gpu", index.as_str()),
+            ("uuid", g.map_or("", |g| g.uuid.as_str())),
+            ("pci_bus_id", g.map_or("", |g| g.pci_bus_id.as_str())),
+        ];
+        if let Some((w, _)) = ex.workloads.get(gpu) {
+            l.extend(w.pairs());
+        }
+        l.push(("xid", code.as_str()));
         t.sample(
             "faultline_gpu_xid_errors_total",
             "XID errors reported by NVML events",
             Kind::Counter,
-            &[
-                ("gpu", &gpu.to_string()),
-                ("uuid", g.map_or("", |g| g.uuid.as_str())),
-                ("pci_bus_id", g.map_or("", |g| g.pci_bus_id.as_str())),
-                ("xid", &code.to_string()),
-            ],
+            &l,
             n,
         );
     }

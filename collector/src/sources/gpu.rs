@@ -1,14 +1,16 @@
 //! NVML: per-window GPU samples, lost GPUs, and XID/ECC events from the
 //! event thread → GPU rows and events; dcgm-exporter-like families.
-use std::{collections::BTreeMap, sync::mpsc::Receiver};
+use std::{collections::BTreeMap, path::PathBuf, sync::mpsc::Receiver};
 
 use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
     agent::{Ctx, Source},
+    jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
     window::unix_ms,
+    workload::{gpu_workloads, GpuIndex},
 };
 
 pub struct GpuSource {
@@ -18,6 +20,20 @@ pub struct GpuSource {
     _listener: Option<EventListener>,
     /// XIDs since start by (GPU, code); bounded by GPUs × XID codes.
     xid_counts: BTreeMap<(u32, u64), u64>,
+    /// The last XID per GPU (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
+    last_xid: BTreeMap<u32, u64>,
+    labels: GpuLabelConfig,
+}
+
+/// How the GPU series are labelled.
+#[derive(Clone, Debug, Default)]
+pub struct GpuLabelConfig {
+    /// Also export dcgm-exporter's families (`[nvml] dcgm_compat`).
+    pub dcgm_compat: bool,
+    /// The scheduler's job files (`[collector] job_dir`).
+    pub job_dir: Option<PathBuf>,
+    /// procfs, for the GPUs a process has open.
+    pub proc_root: PathBuf,
 }
 
 impl GpuSource {
@@ -25,12 +41,15 @@ impl GpuSource {
         src: NvmlSource,
         events: Receiver<GpuEvent>,
         listener: Option<EventListener>,
+        labels: GpuLabelConfig,
     ) -> Self {
         Self {
             src,
             events,
             _listener: listener,
             xid_counts: BTreeMap::new(),
+            last_xid: BTreeMap::new(),
+            labels,
         }
     }
 }
@@ -94,7 +113,10 @@ impl Source for GpuSource {
                 continue;
             };
             match e.index {
-                Some(i) => *self.xid_counts.entry((i, *code)).or_default() += 1,
+                Some(i) => {
+                    *self.xid_counts.entry((i, *code)).or_default() += 1;
+                    self.last_xid.insert(i, *code);
+                }
                 None => metrics::counter!("faultline_gpu_xid_unplaced_total").increment(1),
             }
             cx.console.detail(format_args!(
@@ -106,12 +128,104 @@ impl Source for GpuSource {
             wire.events
                 .push(event(vocab::EventKind::GpuXid, e.at, entity, detail, code));
         }
+        let jobs = self
+            .labels
+            .job_dir
+            .as_deref()
+            .map(JobMap::read)
+            .unwrap_or_default();
+        if jobs.unreadable + jobs.over_limit > 0 {
+            metrics::gauge!("faultline_job_files_unread")
+                .set((jobs.unreadable + jobs.over_limit) as f64);
+        }
+        let index = GpuIndex {
+            by_minor: self
+                .src
+                .gpus()
+                .iter()
+                .map(|g| (g.minor.unwrap_or(g.index), g.index))
+                .collect(),
+            by_uuid: self
+                .src
+                .gpus()
+                .iter()
+                .map(|g| (g.uuid.clone(), g.index))
+                .collect(),
+        };
+        let workloads = gpu_workloads(
+            &index,
+            &cx.gpu.cuda_pids,
+            cx.ids,
+            &self.labels.proc_root,
+            &jobs,
+        );
+        cx.expo
+            .set_section("jobs", job_hca_info(&jobs, &cx.gpu.cuda_pids, cx.ids));
+        let ex = nvml::Export {
+            hostname: cx.host,
+            driver_version: self.src.driver_version(),
+            dcgm_compat: self.labels.dcgm_compat,
+            workloads: &workloads,
+            last_xid: &self.last_xid,
+        };
         cx.expo.set_section(
             "gpu",
-            nvml::render_prometheus(self.src.gpus(), &samples, &self.xid_counts),
+            nvml::render_with(self.src.gpus(), &samples, &self.xid_counts, &ex),
         );
+        cx.feed.gpus = samples
+            .iter()
+            .map(|s| crate::usage::GpuReading {
+                index: s.index,
+                lost: s.lost,
+                util_pct: s.util_gpu_pct,
+                energy_mj: s.energy_mj,
+                procs: if s.lost {
+                    Vec::new()
+                } else {
+                    self.src.processes(s.index)
+                },
+            })
+            .collect();
         cx.gpu.gpus = self.src.gpus().to_vec();
         cx.gpu.samples = samples;
         Ok(())
     }
+}
+
+/// At most this many (job, HCA) info rows.
+const MAX_JOB_HCAS: usize = 4096;
+
+/// `faultline_job_hca_info{job, device}`: the HCAs each job uses, from the
+/// job files and from the `NCCL_IB_HCA` of the processes the CUDA probes
+/// saw, to join the InfiniBand series on (`* on (instance, device)
+/// group_left (job)`).
+fn job_hca_info(
+    jobs: &JobMap,
+    pids: &BTreeMap<u32, std::collections::BTreeSet<i32>>,
+    ids: &mut crate::identity::IdentityCache,
+) -> String {
+    let mut rows = std::collections::BTreeSet::new();
+    for j in &jobs.jobs {
+        for h in &j.hcas {
+            rows.insert((j.job.clone(), h.clone()));
+        }
+    }
+    for &pid in pids.keys() {
+        let Some(id) = ids.get(pid) else { continue };
+        let Some(job) = id.job() else { continue };
+        for h in id.hcas() {
+            rows.insert((job.clone(), h));
+        }
+    }
+    let mut t = crate::prom_text::Text::new();
+    for (job, dev) in rows.iter().take(MAX_JOB_HCAS) {
+        t.sample(
+            "faultline_job_hca_info",
+            "1 for each HCA a job uses (job files, NCCL_IB_HCA of its processes)",
+            crate::prom_text::Kind::Gauge,
+            &[("job", job.as_str()), ("device", dev.as_str())],
+            1,
+        );
+    }
+    t.render()
 }

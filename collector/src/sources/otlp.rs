@@ -1,19 +1,85 @@
-//! Workload signals received over OTLP → step times and workload samples.
+//! Workload signals received over OTLP → step times and workload samples;
+//! each job/rank's latest step time on `/metrics` (`faultline_job_step_seconds`).
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
 use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
     agent::{Ctx, Source},
     otlp::Receiver,
+    prom_text::{Kind, Text},
 };
+
+/// A job/rank whose last step is older than this leaves `/metrics`.
+pub const STEP_TTL: Duration = Duration::from_secs(300);
+/// At most this many job/rank step series (a node runs a few ranks).
+pub const MAX_STEP_SERIES: usize = 1024;
+
+/// The latest step time of one job/rank.
+#[derive(Clone, Copy, Debug)]
+struct LastStep {
+    mean: f64,
+    max: f64,
+    at: Instant,
+}
 
 pub struct OtlpSource {
     rx: Receiver,
+    last: BTreeMap<(String, u32), LastStep>,
 }
 
 impl OtlpSource {
     pub fn new(rx: Receiver) -> Self {
-        Self { rx }
+        Self {
+            rx,
+            last: BTreeMap::new(),
+        }
+    }
+
+    /// Remembers this window's step times, forgets the stale ones, and
+    /// renders the rest.
+    fn steps_section(&mut self, steps: &[pb::StepTime], now: Instant) -> String {
+        for s in steps {
+            let key = (s.job.clone(), s.rank);
+            if !self.last.contains_key(&key) && self.last.len() >= MAX_STEP_SERIES {
+                metrics::counter!("faultline_job_step_series_dropped_total").increment(1);
+                continue;
+            }
+            self.last.insert(
+                key,
+                LastStep {
+                    mean: s.seconds,
+                    max: s.max_seconds.max(s.seconds),
+                    at: now,
+                },
+            );
+        }
+        self.last
+            .retain(|_, v| now.saturating_duration_since(v.at) < STEP_TTL);
+        let mut t = Text::new();
+        for ((job, rank), v) in &self.last {
+            let rank = rank.to_string();
+            let l = [("job", job.as_str()), ("rank", rank.as_str())];
+            t.sample(
+                "faultline_job_step_seconds",
+                "Mean training step time of the job's rank in the latest window that had steps (OTLP)",
+                Kind::Gauge,
+                &l,
+                v.mean,
+            );
+            t.sample(
+                "faultline_job_step_max_seconds",
+                "Longest training step of the job's rank in the latest window that had steps (OTLP)",
+                Kind::Gauge,
+                &l,
+                v.max,
+            );
+        }
+        t.render()
     }
 }
 
@@ -27,6 +93,8 @@ impl Source for OtlpSource {
                 s.job, s.rank, s.count, s.seconds, s.max_seconds
             ));
         }
+        cx.expo
+            .set_section("steps", self.steps_section(&steps, Instant::now()));
         wire.steps = steps;
         wire.workload = workload;
         Ok(())

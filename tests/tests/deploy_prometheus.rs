@@ -1,0 +1,573 @@
+//! A real Prometheus (Debian's, started here on loopback) scrapes a running
+//! collector (real probes; NVML, libcuda and InfiniBand stand-ins; a Slurm
+//! job file; a CUDA process and an OTLP training loop of job 4711) and the
+//! correlator it streams to, and loads `deploy/prometheus`'s rules. Then:
+//!
+//! * every query of every dashboard in `deploy/grafana` returns data, and
+//!   so do the variables' `label_values` and every metric name the rules
+//!   use, and every recording rule;
+//! * the XID the NVML stand-in injects (12 s in, while Prometheus scrapes)
+//!   fires `FaultlineGpuXid`;
+//! * the dcgm-exporter compatibility series have dcgm-exporter's names,
+//!   types, labels and units for the fields of its default counters list
+//!   that faultline samples, next to faultline's own series of the same
+//!   samples.
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tests::{bin, KillOnDrop};
+
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+const HOST: &str = "fl-node-1";
+
+/// dcgm-exporter's default counters (etc/default-counters.csv) that
+/// faultline samples: (field, Prometheus type). Its other defaults,
+/// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL and DCGM_FI_DEV_VGPU_LICENSE_STATUS,
+/// need DCGM's own modules.
+const DCGM_DEFAULTS: &[(&str, &str)] = &[
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge"),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge"),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge"),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge"),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge"),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter"),
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter"),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter"),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge"),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge"),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge"),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge"),
+    ("DCGM_FI_DEV_FB_FREE", "gauge"),
+    ("DCGM_FI_DEV_FB_USED", "gauge"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge"),
+];
+
+/// dcgm-exporter's device labels, in its order.
+const DCGM_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "Hostname",
+    "DCGM_FI_DRIVER_VERSION",
+];
+
+const SCENARIO: &str = "\
+# t gpu key=value...
+0 gpu=0 temp=64 sm_clock=1755 power_mw=312500 mem_used=21474836480 enc_util=7 dec_util=3 remap_cor=2 pcie_tx_kbs=4096
+0 gpu=1 temp=58 sm_clock=1980 power_mw=280000 nvlinks=4 nvl_replay=5
+1.0 gpu=1 temp=91 sm_clock=1350 throttle=0x40
+12 gpu=0 xid=79
+";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+fn curl(args: &[&str]) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5"])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// An instant query's result vector (empty when the query fails).
+fn query(prom: &str, q: &str) -> Vec<serde_json::Value> {
+    let Some(body) = curl(&[
+        &format!("{prom}/api/v1/query"),
+        "--data-urlencode",
+        &format!("query={q}"),
+    ]) else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// `query` until it returns data or `limit` passes.
+fn query_until(prom: &str, q: &str, limit: Duration) -> Vec<serde_json::Value> {
+    let t = Instant::now();
+    loop {
+        let r = query(prom, q);
+        if !r.is_empty() || t.elapsed() > limit {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Every PromQL expression of the dashboards: (dashboard, panel, expr),
+/// Grafana's variables replaced by what selects everything.
+fn dashboard_queries() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let dir = repo().join("deploy/grafana");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("deploy/grafana")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "fleet, host, job, link: {files:?}");
+    let subst = |e: &str| {
+        e.replace("$__rate_interval", "15s")
+            .replace("$node", ".+")
+            .replace("$job", ".+")
+            .replace("$device", ".+")
+            .replace("$port", ".+")
+    };
+    for f in files {
+        let d: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&f).expect("read")).expect("JSON");
+        let name = f
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        for p in d["panels"].as_array().expect("panels") {
+            for t in p["targets"].as_array().expect("targets") {
+                let e = t["expr"].as_str().expect("expr");
+                assert!(!e.is_empty());
+                out.push((name.clone(), p["title"].to_string(), subst(e)));
+            }
+        }
+        for v in d["templating"]["list"].as_array().expect("templating") {
+            let Some(q) = v["query"]["query"].as_str() else {
+                continue;
+            };
+            // label_values(SELECTOR, LABEL) → group by (LABEL) (SELECTOR)
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.strip_suffix(')'))
+                .expect("label_values(...) variables");
+            let (sel, label) = inner.rsplit_once(',').expect("selector, label");
+            out.push((
+                name.clone(),
+                format!("variable {}", v["name"]),
+                subst(&format!("group by ({}) ({sel})", label.trim())),
+            ));
+        }
+    }
+    out
+}
+
+/// Every metric name in the rule files' expressions, and the recording rules' names.
+fn rule_names() -> (BTreeSet<String>, Vec<String>) {
+    let text = std::fs::read_to_string(repo().join("deploy/prometheus/faultline-rules.yaml"))
+        .expect("rules");
+    let mut names = BTreeSet::new();
+    let mut records = Vec::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(r) = l.strip_prefix("- record: ") {
+            records.push(r.trim().to_string());
+        }
+        let Some(e) = l.strip_prefix("expr: ") else {
+            continue;
+        };
+        let bytes = e.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let rest = &e[i..];
+            let starts = (rest.starts_with("faultline_") || rest.starts_with("DCGM_FI_"))
+                && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+            if starts {
+                let n: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                i += n.len();
+                names.insert(n);
+            } else {
+                i += 1;
+            }
+        }
+    }
+    (names, records)
+}
+
+#[test]
+fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_query_has_data() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("deploy_prometheus") {
+        return;
+    }
+    if !Path::new(PROMETHEUS).exists() {
+        assert!(
+            !tests::in_ci(),
+            "{PROMETHEUS} missing under CI: scripts/setup.sh installs Debian's prometheus"
+        );
+        eprintln!("skipping: {PROMETHEUS} missing (scripts/setup.sh)");
+        return;
+    }
+    let py = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("otlp-venv/bin/python");
+    if !py.exists() {
+        assert!(
+            !tests::in_ci(),
+            "{} missing under CI: scripts/setup.sh",
+            py.display()
+        );
+        eprintln!("skipping: {} missing (scripts/setup.sh)", py.display());
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-prometheus");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("test dir");
+
+    // A node: two GPUs, two HCAs, a Slurm job owning both GPUs and mlx5_0.
+    let ib = tests::FakeIb::new("deploy-prom");
+    ib.active_port("mlx5_0", 1);
+    ib.active_port("mlx5_1", 1);
+    let jobs = dir.join("jobs");
+    std::fs::create_dir_all(&jobs).expect("job dir");
+    std::fs::write(
+        jobs.join("4711"),
+        "job=4711\nuser=alice\ngpus=0,1\nhcas=mlx5_0\n",
+    )
+    .expect("job file");
+    let scenario = dir.join("nvml-scenario.txt");
+    std::fs::write(&scenario, SCENARIO).expect("scenario");
+
+    let grpc = free_port();
+    let web = free_port();
+    let _corr = KillOnDrop(
+        Command::new(bin("faultline-correlator"))
+            .args(["serve", "--insecure", "--listen"])
+            .arg(format!("127.0.0.1:{grpc}"))
+            .arg("--web")
+            .arg(format!("127.0.0.1:{web}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the correlator"),
+    );
+    let otlp = free_port();
+    let mut col = KillOnDrop(
+        Command::new(bin("faultline-collector"))
+            .args([
+                "--quiet",
+                "--window",
+                "0.5",
+                "--duration",
+                "120",
+                "--no-verbs",
+            ])
+            .args(["--metrics-addr", "127.0.0.1:0", "--hostname", HOST])
+            .args([
+                "--otlp-grpc-addr",
+                &format!("127.0.0.1:{otlp}"),
+                "--no-otlp-http",
+            ])
+            .args(["--correlator", &format!("http://127.0.0.1:{grpc}")])
+            .arg("--spool-dir")
+            .arg(dir.join("spool"))
+            .arg("--job-dir")
+            .arg(&jobs)
+            .arg("--cuda-library")
+            .arg(tests::fake_libcuda())
+            .arg("--nvml-library")
+            .arg(tests::fake_nvml())
+            .arg("--sysfs-root")
+            .arg(ib.root())
+            .env("FAKE_NVML_GPUS", "2")
+            .env("FAKE_NVML_SCENARIO", &scenario)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the collector"),
+    );
+    let lines = tests::lines_of(&mut col.0);
+    let metrics_addr = loop {
+        let l = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the collector prints its metrics address");
+        if let Some(a) = l.strip_prefix("metrics on http://") {
+            break a.trim_end_matches("/metrics").to_string();
+        }
+    };
+
+    // The probes are attached once the first window closes.
+    while !lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("collector windows")
+        .starts_with("window 1:")
+    {}
+    // Job 4711's rank 0: a CUDA process that stays alive, and an OTLP
+    // training loop.
+    let mut cuda = KillOnDrop(
+        Command::new(tests::cuda_workload())
+            .arg(tests::fake_libcuda())
+            .args(["device:0", "func:gemm", "launch:50:2,1,1:64,1,1:0", "wait"])
+            .env("SLURM_JOB_ID", "4711")
+            .env("RANK", "0")
+            .env("NCCL_IB_HCA", "mlx5_0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("CUDA workload"),
+    );
+    let mut train = KillOnDrop(
+        Command::new(&py)
+            .arg(repo().join("tests/otlp/workload.py"))
+            .args(["loop", "--protocol", "grpc", "--endpoint"])
+            .arg(format!("127.0.0.1:{otlp}"))
+            .args(["--job", "4711", "--rank", "0", "--step-s", "0.1"])
+            .arg("--slow-file")
+            .arg(dir.join("slow"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("OTLP training loop"),
+    );
+    let train_lines = tests::lines_of(&mut train.0);
+    assert_eq!(
+        train_lines.recv_timeout(Duration::from_secs(30)).as_deref(),
+        Ok("loop started")
+    );
+    // Block I/O the probes see.
+    let f = dir.join("io.bin");
+    for _ in 0..20 {
+        std::fs::write(&f, vec![7u8; 1 << 16]).expect("write");
+        std::fs::File::open(&f)
+            .and_then(|h| h.sync_all())
+            .expect("fsync");
+    }
+
+    // Prometheus: both targets every second, the rules every second.
+    let prom_port = free_port();
+    let conf = dir.join("prometheus.yml");
+    std::fs::write(
+        &conf,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             rule_files: ['{rules}']\n\
+             scrape_configs:\n\
+             - job_name: faultline-collector\n  honor_labels: true\n  static_configs:\n  - targets: ['{metrics_addr}']\n    labels: {{instance: {HOST}}}\n\
+             - job_name: faultline-correlator\n  static_configs:\n  - targets: ['127.0.0.1:{web}']\n",
+            rules = repo().join("deploy/prometheus/faultline-rules.yaml").display()
+        ),
+    )
+    .expect("prometheus.yml");
+    let _prom = KillOnDrop(
+        Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", conf.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start Prometheus"),
+    );
+    let prom = format!("http://127.0.0.1:{prom_port}");
+    let up = query_until(&prom, "count(up == 1) == 2", Duration::from_secs(30));
+    assert_eq!(up.len(), 1, "both targets up within 30 s");
+    // 20 s of scrapes: the 15 s rate windows have their samples.
+    std::thread::sleep(Duration::from_secs(20));
+
+    // The dashboards.
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 40, "{} queries", queries.len());
+    let mut empty = Vec::new();
+    for (dash, panel, q) in &queries {
+        if query_until(&prom, q, Duration::from_secs(5)).is_empty() {
+            empty.push(format!("{dash} {panel}: {q}"));
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "dashboard queries without data: {empty:#?}"
+    );
+
+    // The rules: every metric name they use exists, every recording rule has data.
+    let (names, records) = rule_names();
+    assert!(names.len() >= 15, "{names:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| query(&prom, &format!("group({{__name__=\"{n}\"}})")).is_empty())
+        .collect();
+    assert!(missing.is_empty(), "rule metrics not exported: {missing:?}");
+    let no_data: Vec<&String> = records
+        .iter()
+        .filter(|r| query_until(&prom, r, Duration::from_secs(5)).is_empty())
+        .collect();
+    assert!(
+        no_data.is_empty(),
+        "recording rules without data: {no_data:?}"
+    );
+
+    // The injected XID fires its alert.
+    let t = Instant::now();
+    let firing = loop {
+        let a = query(
+            &prom,
+            "ALERTS{alertname=\"FaultlineGpuXid\",alertstate=\"firing\"}",
+        );
+        if !a.is_empty() || t.elapsed() > Duration::from_secs(20) {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(firing.len(), 1, "{firing:?}");
+    let m = &firing[0]["metric"];
+    assert_eq!(m["gpu"].as_str(), Some("0"));
+    assert_eq!(m["instance"], HOST);
+    let code = query(&prom, "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"}");
+    assert_eq!(code.len(), 1, "{code:?}");
+    assert_eq!(code[0]["value"][1], "79");
+
+    // dcgm-exporter compatibility, from the collector's own /metrics.
+    let text = curl(&[&format!("http://{metrics_addr}/metrics")]).expect("scrape");
+    dcgm_families_match(&text);
+    let _ = cuda.0.stdin.take();
+    let _ = cuda.0.wait();
+}
+
+/// The labels of a sample line, in order.
+fn labels_of(line: &str) -> Vec<(String, String)> {
+    let Some(inner) = line.split_once('{').and_then(|(_, r)| r.rsplit_once('}')) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut rest = inner.0;
+    while let Some((k, r)) = rest.split_once("=\"") {
+        let mut v = String::new();
+        let mut chars = r.char_indices();
+        let mut end = r.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, n)) = chars.next() {
+                        v.push(n);
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => v.push(c),
+            }
+        }
+        out.push((k.trim_start_matches(',').to_string(), v));
+        rest = &r[end..];
+    }
+    out
+}
+
+fn value_of(text: &str, name: &str, gpu: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels_of(l).iter().any(|(k, v)| k == "gpu" && v == gpu))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} for GPU {gpu}:\n{text}"))
+}
+
+fn dcgm_families_match(text: &str) {
+    for (name, kind) in DCGM_DEFAULTS {
+        assert!(
+            text.contains(&format!("\n# TYPE {name} {kind}\n")),
+            "{name} is not a {kind}:\n{text}"
+        );
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .collect();
+        assert_eq!(samples.len(), 2, "{name}: one series per GPU: {samples:?}");
+        for s in samples {
+            let l = labels_of(s);
+            let keys: Vec<&str> = l.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(&keys[..DCGM_LABELS.len()], DCGM_LABELS, "{s}");
+            let get = |k: &str| l.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+            assert_eq!(get("Hostname"), Some(HOST), "{s}");
+            assert_eq!(get("modelName"), Some("Fake H100 80GB HBM3"), "{s}");
+            assert_eq!(get("DCGM_FI_DRIVER_VERSION"), Some("550.54.15"), "{s}");
+            assert!(
+                get("device").is_some_and(|d| d == format!("nvidia{}", get("gpu").unwrap_or("?"))),
+                "{s}"
+            );
+            assert!(get("UUID").is_some_and(|u| u.starts_with("GPU-")), "{s}");
+            // The job file gives both GPUs to Slurm job 4711.
+            assert_eq!(get("hpc_job"), Some("4711"), "{s}");
+            assert!(get("pid").is_none(), "{s}");
+        }
+    }
+    // Units: dcgm-exporter's beside faultline's base units, same sample.
+    for gpu in ["0", "1"] {
+        let v = |n: &str| value_of(text, n, gpu);
+        assert_eq!(v("DCGM_FI_DEV_POWER_USAGE"), v("faultline_gpu_power_watts"));
+        assert_eq!(v("DCGM_FI_DEV_SM_CLOCK"), v("faultline_gpu_sm_clock_mhz"));
+        assert_eq!(
+            v("DCGM_FI_DEV_GPU_TEMP"),
+            v("faultline_gpu_temperature_celsius")
+        );
+        assert_eq!(
+            v("DCGM_FI_DEV_FB_USED"),
+            (v("faultline_gpu_memory_used_bytes") / 1_048_576.0).floor()
+        );
+        assert_eq!(
+            v("DCGM_FI_DEV_FB_USED") + v("DCGM_FI_DEV_FB_FREE"),
+            81920.0,
+            "80 GiB in MiB"
+        );
+        assert_eq!(
+            v("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+            (v("faultline_gpu_energy_joules_total") * 1000.0).round(),
+            "mJ"
+        );
+    }
+    let v = |n: &str, g: &str| value_of(text, n, g);
+    assert_eq!(v("DCGM_FI_DEV_POWER_USAGE", "0"), 312.5);
+    assert_eq!(v("DCGM_FI_DEV_FB_USED", "0"), 20480.0);
+    assert_eq!(v("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "0"), 4096.0, "KB");
+    assert_eq!(v("DCGM_FI_DEV_ENC_UTIL", "0"), 7.0);
+    assert_eq!(v("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "0"), 2.0);
+    assert_eq!(v("DCGM_FI_DEV_XID_ERRORS", "0"), 79.0, "the last XID");
+    assert_eq!(v("DCGM_FI_DEV_XID_ERRORS", "1"), 0.0);
+    assert_eq!(v("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "1"), 64.0);
+    // NVLink: 4 links of GPU 1 with 5, 10, 15, 20 replays.
+    assert_eq!(v("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "1"), 50.0);
+    let links = text
+        .lines()
+        .filter(|l| l.starts_with("faultline_gpu_nvlink_replay_errors_total{"))
+        .count();
+    assert_eq!(links, 4, "{text}");
+    // The CUDA process of job 4711 on GPU 0 names its rank there.
+    let g0 = text
+        .lines()
+        .find(|l| l.starts_with("faultline_gpu_power_watts{gpu=\"0\""))
+        .expect("GPU 0 power");
+    let l = labels_of(g0);
+    assert!(
+        l.contains(&("job".into(), "4711".into())) && l.contains(&("rank".into(), "0".into())),
+        "{g0}"
+    );
+}
