@@ -118,11 +118,14 @@ impl Scaler {
     /// probes were attached for `attached` of it (0 < attached ≤ 1); `trap_share`
     /// (per pid) is the share of the process's CPU the traps took while attached.
     ///
-    /// The estimate of an interval's launches is `raw ÷ attached ÷ (1 −
-    /// trap_share)`: the attached part is scaled to the whole interval, and
-    /// corrected for the traps slowing a launch-bound process down while they
-    /// are attached (capped at [`MAX_TRAP_SHARE`]). At `attached = 1` the
-    /// counters pass through exactly. Keys gone from `launches` (pruned) are
+    /// With `a = attached` and `s = trap_share` (capped at
+    /// [`MAX_TRAP_SHARE`]), the estimate of an interval's launches is
+    /// `raw × (1 + (1 − a) ÷ (a × (1 − s)))`: the attached part is what was
+    /// counted, and the detached part launched at the attached rate sped up
+    /// by the traps it did not pay (`÷ (1 − s)`). (Scaling the whole raw
+    /// count by `1 ÷ (a (1 − s))` also "corrects" the attached part, which
+    /// really ran slowed: at a = 0.19, s = 0.5 that overstated the launches
+    /// by 10 %.) At `a = 1` the counters pass through exactly. Keys gone from `launches` (pruned) are
     /// forgotten, so memory follows the kernel map.
     pub fn apply(
         &mut self,
@@ -146,7 +149,8 @@ impl Scaler {
                     .copied()
                     .unwrap_or(0.0)
                     .clamp(0.0, MAX_TRAP_SHARE);
-                1.0 / attached.max(MIN_FRACTION) / (1.0 - s)
+                let a = attached.max(MIN_FRACTION);
+                1.0 + (1.0 - a) / (a * (1.0 - s))
             };
             let d = |now: u64, before: u64| now.saturating_sub(before);
             let step = |now: u64, before: u64| {
@@ -283,15 +287,16 @@ mod tests {
         s.apply(&mut m, 0.25, &none);
         assert_eq!(m[&key(1)].launches, 100 + 200);
         assert_eq!(m[&key(1)].blocks, 200 + 400);
-        // With a 20 % trap share the estimate is corrected up by 1 / 0.8.
+        // With a 20 % trap share the detached part (3/4 of the time) ran
+        // 1 / 0.8 faster than the attached part: 40 counted + 40 × 3 / 0.8.
         let share = BTreeMap::from([(1, 0.2)]);
         let mut m = BTreeMap::from([(key(1), stats(190))]);
         s.apply(&mut m, 0.25, &share);
-        assert_eq!(m[&key(1)].launches, 300 + 200);
+        assert_eq!(m[&key(1)].launches, 300 + 190);
         // Back to exact: deltas pass through unscaled.
         let mut m = BTreeMap::from([(key(1), stats(200))]);
         s.apply(&mut m, 1.0, &none);
-        assert_eq!(m[&key(1)].launches, 510);
+        assert_eq!(m[&key(1)].launches, 500);
         // A pruned key is forgotten.
         let mut m = BTreeMap::new();
         s.apply(&mut m, 1.0, &none);

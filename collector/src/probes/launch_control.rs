@@ -21,6 +21,13 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Counted (attached) time a check needs before it decides.
 const MIN_ATTACHED_S: f64 = 0.02;
 
+/// Consecutive checks a process must be over budget before the probes are
+/// duty-cycled for it: launch-heavy means sustained launching (0.3 s at
+/// [`CHECK_EVERY`]). A burst (a few hundred launches, then waiting) costs
+/// well under a millisecond of traps, and scaling a burst seen through a
+/// duty cycle would turn exact counts into wrong estimates.
+pub const SUSTAIN_CHECKS: u32 = 3;
+
 pub struct LaunchController {
     budget: f64,
     period: Duration,
@@ -37,6 +44,8 @@ pub struct LaunchController {
     started: Instant,
     proc_root: PathBuf,
     ticks: f64,
+    /// pid → consecutive checks over budget.
+    strikes: HashMap<u32, u32>,
 }
 
 impl LaunchController {
@@ -100,6 +109,7 @@ impl LaunchController {
             next_check: Instant::now() + CHECK_EVERY,
             proc_root: proc_root.to_path_buf(),
             ticks: if ticks > 0 { ticks as f64 } else { 100.0 },
+            strikes: HashMap::new(),
         }
     }
 
@@ -235,7 +245,35 @@ impl LaunchController {
             secs,
             ..Default::default()
         };
-        let d = launch_budget::decide(self.budget, self.hit_cost_s, iv.attached_s, iv.secs, &procs);
+        let all =
+            launch_budget::decide(self.budget, self.hit_cost_s, iv.attached_s, iv.secs, &procs);
+        // Only processes over budget for SUSTAIN_CHECKS checks in a row set
+        // the fraction; every process's trap share still corrects its scaling.
+        self.strikes
+            .retain(|pid, _| all.shares.get(pid).is_some_and(|s| *s > self.budget));
+        for (pid, share) in &all.shares {
+            if *share > self.budget {
+                *self.strikes.entry(*pid).or_default() += 1;
+            }
+        }
+        let sustained: Vec<ProcWindow> = procs
+            .iter()
+            .filter(|p| {
+                self.strikes
+                    .get(&p.pid)
+                    .is_some_and(|n| *n >= SUSTAIN_CHECKS)
+            })
+            .copied()
+            .collect();
+        let mut d = launch_budget::decide(
+            self.budget,
+            self.hit_cost_s,
+            iv.attached_s,
+            iv.secs,
+            &sustained,
+        );
+        d.worst = d.worst.or(all.worst);
+        d.shares = all.shares;
         let was = self.fraction;
         self.fraction = d.fraction;
         probes.set_launch_trap_share(d.shares.clone());
