@@ -45,6 +45,9 @@ APT_PACKAGES=(
   systemd strace
   # the correlator's history (rusqlite links the system SQLite).
   libsqlite3-dev
+  # the images test: a Debian root filesystem from Debian packages
+  # (scripts/build-images.sh), run under unshare + chroot.
+  mmdebstrap
   # the correlator's web UI test (headless chromium through chromedriver)
   # and its Alertmanager delivery test.
   chromium chromium-driver prometheus-alertmanager
