@@ -172,94 +172,156 @@ pub fn window_lines(prev: &CudaSnapshot, cur: &CudaSnapshot) -> Vec<CudaLine> {
 /// process's job and rank (`who(pid)`; empty when unknown) and GPU, never by
 /// pid or kernel name: those grow without bound on a busy node, and stay
 /// on the wire and the console instead.
-pub fn render_prometheus(
-    snap: &CudaSnapshot,
-    mut who: impl FnMut(u32) -> (String, String),
-) -> String {
-    let mut t = Text::new();
-    let mut ids: BTreeMap<u32, (String, String)> = BTreeMap::new();
-    let mut id = |pid: u32| ids.entry(pid).or_insert_with(|| who(pid)).clone();
-    let mut launches: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-    for (k, v) in &snap.launches {
-        let (job, rank) = id(k.pid);
-        *launches
-            .entry((job, rank, device_label(k.device)))
-            .or_default() += v.launches;
+pub fn render_prometheus(snap: &CudaSnapshot, who: impl FnMut(u32) -> (String, String)) -> String {
+    CudaSeries::of(snap, |_| true, who).render()
+}
+
+/// (job, rank, gpu, call) → (calls, errors, copy bytes).
+type CallSeriesKey = (String, String, String, &'static str);
+
+/// The exported CUDA series, summed over processes: what [`render_prometheus`]
+/// writes, kept apart so that the series of processes that exited can be
+/// added to the live ones (the exported counters never go backwards).
+#[derive(Clone, Debug, Default)]
+pub struct CudaSeries {
+    /// (job, rank, gpu) → launches.
+    pub launches: BTreeMap<(String, String, String), u64>,
+    pub calls: BTreeMap<CallSeriesKey, (u64, u64, u64)>,
+    /// Wait-time histogram per GPU and call, summed over processes (bounded
+    /// cardinality).
+    pub waits: BTreeMap<(String, &'static str), CallStats>,
+}
+
+impl CudaSeries {
+    /// The series of the processes `keep` selects.
+    pub fn of(
+        snap: &CudaSnapshot,
+        keep: impl Fn(u32) -> bool,
+        mut who: impl FnMut(u32) -> (String, String),
+    ) -> Self {
+        let mut ids: BTreeMap<u32, (String, String)> = BTreeMap::new();
+        let mut id = |pid: u32| ids.entry(pid).or_insert_with(|| who(pid)).clone();
+        let mut out = Self::default();
+        for (k, v) in snap.launches.iter().filter(|(k, _)| keep(k.pid)) {
+            let (job, rank) = id(k.pid);
+            *out.launches
+                .entry((job, rank, device_label(k.device)))
+                .or_default() += v.launches;
+        }
+        for (k, v) in snap.calls.iter().filter(|(k, _)| keep(k.pid)) {
+            let (job, rank) = id(k.pid);
+            let bytes = if is_copy(k.kind) { v.bytes } else { 0 };
+            add_call(
+                out.calls
+                    .entry((job, rank, device_label(k.device), call::name(k.kind)))
+                    .or_default(),
+                (v.calls, v.errors, bytes),
+            );
+            if v.timed > 0 {
+                add_waits(
+                    out.waits
+                        .entry((device_label(k.device), call::name(k.kind)))
+                        .or_insert(CallStats::ZERO),
+                    v,
+                );
+            }
+        }
+        out
     }
-    for ((job, rank, gpu), n) in &launches {
-        t.sample(
-            "faultline_cuda_kernel_launches_total",
-            "Kernel launches per job, rank and GPU (all kernels)",
-            Kind::Counter,
-            &[("job", job), ("rank", rank), ("gpu", gpu)],
-            n,
-        );
-    }
-    // (job, rank, gpu, call) → (calls, errors, bytes)
-    type CallKey = (String, String, String, &'static str);
-    let mut calls: BTreeMap<CallKey, (u64, u64, u64)> = BTreeMap::new();
-    for (k, v) in &snap.calls {
-        let (job, rank) = id(k.pid);
-        let e = calls
-            .entry((job, rank, device_label(k.device), call::name(k.kind)))
-            .or_default();
-        e.0 += v.calls;
-        e.1 += v.errors;
-        if is_copy(k.kind) {
-            e.2 += v.bytes;
+
+    /// Adds `other`'s counts to these.
+    pub fn absorb(&mut self, other: &CudaSeries) {
+        for (k, n) in &other.launches {
+            *self.launches.entry(k.clone()).or_default() += n;
+        }
+        for (k, v) in &other.calls {
+            add_call(self.calls.entry(k.clone()).or_default(), *v);
+        }
+        for (k, v) in &other.waits {
+            add_waits(self.waits.entry(k.clone()).or_insert(CallStats::ZERO), v);
         }
     }
-    for ((job, rank, gpu, c), (n, errors, bytes)) in &calls {
-        let l: &[(&str, &str)] = &[("job", job), ("rank", rank), ("gpu", gpu), ("call", c)];
-        t.sample(
-            "faultline_cuda_calls_total",
-            "Driver API calls per job, rank, GPU and call",
-            Kind::Counter,
-            l,
-            n,
-        );
-        if *errors > 0 {
+
+    /// Drops the per-job series of `(job, rank)` pairs (the per-GPU wait
+    /// histograms stay).
+    pub fn forget(&mut self, pairs: &std::collections::BTreeSet<(String, String)>) {
+        let gone = |job: &String, rank: &String| pairs.contains(&(job.clone(), rank.clone()));
+        self.launches.retain(|(j, r, _), _| !gone(j, r));
+        self.calls.retain(|(j, r, _, _), _| !gone(j, r));
+    }
+
+    /// `(job, rank)` pairs with a per-job series.
+    pub fn jobs(&self) -> std::collections::BTreeSet<(String, String)> {
+        let l = self.launches.keys().map(|(j, r, _)| (j.clone(), r.clone()));
+        l.chain(self.calls.keys().map(|(j, r, _, _)| (j.clone(), r.clone())))
+            .collect()
+    }
+
+    pub fn render(&self) -> String {
+        let mut t = Text::new();
+        for ((job, rank, gpu), n) in &self.launches {
             t.sample(
-                "faultline_cuda_call_errors_total",
-                "Calls that returned a non-zero CUresult",
+                "faultline_cuda_kernel_launches_total",
+                "Kernel launches per job, rank and GPU (all kernels)",
                 Kind::Counter,
-                l,
-                errors,
+                &[("job", job), ("rank", rank), ("gpu", gpu)],
+                n,
             );
         }
-        if *bytes > 0 {
+        for ((job, rank, gpu, c), (n, errors, bytes)) in &self.calls {
+            let l: &[(&str, &str)] = &[("job", job), ("rank", rank), ("gpu", gpu), ("call", c)];
             t.sample(
-                "faultline_cuda_copy_bytes_total",
-                "Bytes passed to cuMemcpy* calls",
+                "faultline_cuda_calls_total",
+                "Driver API calls per job, rank, GPU and call",
                 Kind::Counter,
                 l,
-                bytes,
+                n,
+            );
+            if *errors > 0 {
+                t.sample(
+                    "faultline_cuda_call_errors_total",
+                    "Calls that returned a non-zero CUresult",
+                    Kind::Counter,
+                    l,
+                    errors,
+                );
+            }
+            if *bytes > 0 {
+                t.sample(
+                    "faultline_cuda_copy_bytes_total",
+                    "Bytes passed to cuMemcpy* calls",
+                    Kind::Counter,
+                    l,
+                    bytes,
+                );
+            }
+        }
+        for ((gpu, c), v) in &self.waits {
+            t.log2_ns_histogram(
+                "faultline_cuda_call_duration_seconds",
+                "Entry-to-return time of blocking driver calls",
+                &[("gpu", gpu), ("call", c)],
+                &v.hist,
+                v.dur_sum_ns,
+                v.timed,
             );
         }
+        t.render()
     }
-    // Wait-time histogram per GPU and call, summed over processes (bounded cardinality).
-    let mut waits: BTreeMap<(String, &'static str), CallStats> = BTreeMap::new();
-    for (k, v) in snap.calls.iter().filter(|(_, v)| v.timed > 0) {
-        let e = waits
-            .entry((device_label(k.device), call::name(k.kind)))
-            .or_insert(CallStats::ZERO);
-        e.timed += v.timed;
-        e.dur_sum_ns += v.dur_sum_ns;
-        for (a, b) in e.hist.iter_mut().zip(v.hist.iter()) {
-            *a += b;
-        }
+}
+
+fn add_call(e: &mut (u64, u64, u64), (calls, errors, bytes): (u64, u64, u64)) {
+    e.0 += calls;
+    e.1 += errors;
+    e.2 += bytes;
+}
+
+fn add_waits(e: &mut CallStats, v: &CallStats) {
+    e.timed += v.timed;
+    e.dur_sum_ns += v.dur_sum_ns;
+    for (a, b) in e.hist.iter_mut().zip(v.hist.iter()) {
+        *a += b;
     }
-    for ((gpu, c), v) in &waits {
-        t.log2_ns_histogram(
-            "faultline_cuda_call_duration_seconds",
-            "Entry-to-return time of blocking driver calls",
-            &[("gpu", gpu), ("call", c)],
-            &v.hist,
-            v.dur_sum_ns,
-            v.timed,
-        );
-    }
-    t.render()
 }
 
 fn is_copy(kind: u32) -> bool {

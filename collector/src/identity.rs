@@ -262,20 +262,18 @@ impl IdentityCache {
         }
     }
 
-    /// The processes of `pids` that no longer exist under the proc root
-    /// (they are forgotten too).
-    pub fn exited(
-        &mut self,
-        pids: impl IntoIterator<Item = u32>,
-    ) -> std::collections::BTreeSet<u32> {
-        let dead: std::collections::BTreeSet<u32> = pids
-            .into_iter()
+    /// The processes of `pids` that no longer exist under the proc root;
+    /// their cached identity stays until [`IdentityCache::forget`].
+    pub fn gone(&self, pids: impl IntoIterator<Item = u32>) -> std::collections::BTreeSet<u32> {
+        pids.into_iter()
             .filter(|pid| !self.proc_root.join(pid.to_string()).exists())
-            .collect();
-        for pid in &dead {
+            .collect()
+    }
+
+    pub fn forget(&mut self, pids: &std::collections::BTreeSet<u32>) {
+        for pid in pids {
             self.cache.remove(pid);
         }
-        dead
     }
 
     /// Forget `pid` (it exec'd or exited): the next lookup re-reads it.

@@ -213,3 +213,143 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         "--quiet printed per-entity lines: {detail:#?}"
     );
 }
+
+fn scrape(addr: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sf", &format!("http://{addr}/metrics")])
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "scrape of {addr} failed");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The value of the sample line starting with `series` (name and labels).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Scrapes every 100 ms until `pred` holds on the page (within 20 s).
+fn scrape_until(addr: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = scrape(addr);
+        if pred(&text) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never saw {what} on /metrics:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A job's CUDA and verbs counters are sums over its processes read from the
+/// kernel maps, whose entries are pruned when a process exits. The exited
+/// process's last counts stay in the series: the counters never go
+/// backwards (Prometheus would read a reset and count the value again).
+#[test]
+fn a_jobs_counters_survive_its_process_exiting() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("collector_metrics") {
+        return;
+    }
+    let mut child = tests::KillOnDrop(
+        Command::new(tests::bin("faultline-collector"))
+            .args(["--quiet", "--window", "0.2", "--duration", "60"])
+            .args(["--metrics-addr", "127.0.0.1:0", "--no-otlp", "--no-nvml"])
+            .arg("--verbs-library")
+            .arg(tests::fake_verbs())
+            .arg("--verbs-provider")
+            .arg(format!(
+                "{}:fakeprov_poll_cq:fakeprov_post_send:fakeprov_post_recv",
+                tests::fake_verbs().display()
+            ))
+            .arg("--cuda-library")
+            .arg(tests::fake_libcuda())
+            .arg("--sysfs-root")
+            .arg(fake_ib().root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the collector"),
+    );
+    let rx = tests::lines_of(&mut child.0);
+    let mut seen = Vec::new();
+    let addr = wait_for(
+        &rx,
+        &mut seen,
+        |l| l.starts_with("metrics on http://"),
+        "the metrics address",
+    )
+    .trim_start_matches("metrics on http://")
+    .trim_end_matches("/metrics")
+    .to_string();
+    wait_for(
+        &rx,
+        &mut seen,
+        |l| l.starts_with("window 1:"),
+        "the first window",
+    );
+
+    let slurm = [("SLURM_JOB_ID", "4711"), ("SLURM_PROCID", "3")];
+    let mut cuda = tests::KillOnDrop(
+        Command::new(tests::cuda_workload())
+            .arg(tests::fake_libcuda())
+            .args(["device:1", "func:gemm", "launch:7:2,1,1:64,1,1:0", "wait"])
+            .envs(slurm)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("cuda workload"),
+    );
+    let mut verbs = tests::KillOnDrop(
+        Command::new(tests::verbs_workload())
+            .arg(tests::fake_verbs())
+            .args(["qp:78", "send:3:4:2:100", "wc:0:40:4096", "poll:16", "wait"])
+            .envs(slurm)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("verbs workload"),
+    );
+    let launches = r#"faultline_cuda_kernel_launches_total{job="4711",rank="3",gpu="1"}"#;
+    let wcs = r#"faultline_verbs_completions_total{job="4711",rank="3",status="IBV_WC_SUCCESS"}"#;
+    let posted = r#"faultline_verbs_posted_work_requests_total{job="4711",rank="3",dir="send"}"#;
+    scrape_until(&addr, "both processes' counts under their job", |t| {
+        value(t, launches) == Some(7.0)
+            && value(t, wcs) == Some(40.0)
+            && value(t, posted) == Some(12.0)
+    });
+    // Both exit (a line on stdin ends the CUDA one's wait, EOF the verbs
+    // one's); their map entries are pruned.
+    cuda.0
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("wake the cuda workload");
+    drop(verbs.0.stdin.take());
+    assert!(cuda.0.wait().expect("cuda workload").success());
+    assert!(verbs.0.wait().expect("verbs workload").success());
+    let pruned = |t: &str, fam: &str| value(t, fam).unwrap_or(0.0) > 0.0;
+    let text = scrape_until(&addr, "both processes' map entries pruned", |t| {
+        pruned(t, "faultline_cuda_pruned_entries_total")
+            && pruned(t, "faultline_verbs_pruned_entries_total")
+    });
+    assert_eq!(value(&text, launches), Some(7.0), "{text}");
+    assert_eq!(value(&text, wcs), Some(40.0), "{text}");
+    assert_eq!(value(&text, posted), Some(12.0), "{text}");
+    // And in later windows too.
+    let n = seen.len();
+    let mut windows = 0;
+    while windows < 3 {
+        let l = wait_for(&rx, &mut seen, |_| true, "a line");
+        windows += usize::from(l.starts_with("window "));
+    }
+    assert!(seen.len() > n);
+    let text = scrape(&addr);
+    assert_eq!(value(&text, launches), Some(7.0), "{text}");
+    assert_eq!(value(&text, wcs), Some(40.0), "{text}");
+}

@@ -118,7 +118,10 @@ step "traffic start"
 timeout 120 ib_write_bw -d rxe1 -x 1 -u 16 -D 60 > /tmp/bw-server.log 2>&1 &
 BWS=$!
 sleep 1
-timeout 120 ib_write_bw -d rxe0 -x 1 -u 16 -D 60 192.0.2.2 > /tmp/bw-client.log 2>&1 &
+# The client runs as Slurm job 4242 rank 0: /metrics sums verbs counts by
+# job and rank (never by pid), and keeps an exited process's last counts.
+SLURM_JOB_ID=4242 SLURM_PROCID=0 \
+  timeout 120 ib_write_bw -d rxe0 -x 1 -u 16 -D 60 192.0.2.2 > /tmp/bw-client.log 2>&1 &
 BWC=$!
 sleep 16
 step "loss on"

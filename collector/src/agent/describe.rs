@@ -20,6 +20,11 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "Resume answers claiming windows this collector never produced",
     ),
     (
+        "faultline_exited_series_forgotten_total",
+        false,
+        "CUDA and verbs series of jobs with no live process forgotten (15 min after their last process exited, or over 4096 such jobs per source)",
+    ),
+    (
         "faultline_cuda_pruned_entries_total",
         false,
         "CUDA map entries of exited processes removed",

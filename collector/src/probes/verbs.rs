@@ -69,86 +69,114 @@ impl VerbsSnapshot {
     /// Prometheus text for the verbs metrics, keyed by the process's job and
     /// rank (`who(pid)`; empty when unknown), never by pid or QP number: both
     /// grow without bound and stay on the wire and the console instead.
-    pub fn render_prometheus(&self, mut who: impl FnMut(u32) -> (String, String)) -> String {
+    pub fn render_prometheus(&self, who: impl FnMut(u32) -> (String, String)) -> String {
+        render_series(&self.series(|_| true, who))
+    }
+
+    /// The exported series of the processes `keep` selects, summed by job,
+    /// rank and label.
+    pub fn series(
+        &self,
+        keep: impl Fn(u32) -> bool,
+        mut who: impl FnMut(u32) -> (String, String),
+    ) -> VerbsSeries {
         use collector_common::verbs::{qp_state_name, wc_status_name};
 
-        use crate::prom_text::{Kind, Text};
         let mut ids: BTreeMap<u32, (String, String)> = BTreeMap::new();
         let mut id = |pid: u32| ids.entry(pid).or_insert_with(|| who(pid)).clone();
-        // (family, help, job, rank, label name, label value) → sum
-        type Series = (
-            &'static str,
-            &'static str,
-            String,
-            String,
-            &'static str,
-            &'static str,
-        );
-        let mut sums: BTreeMap<Series, u64> = BTreeMap::new();
-        let mut add = |fam, help, pid, l: &'static str, v: &'static str, n: u64| {
-            let (job, rank) = id(pid);
-            *sums.entry((fam, help, job, rank, l, v)).or_default() += n;
+        let mut sums = VerbsSeries::new();
+        let mut add = |fam: Family, pid: u32, v: &'static str, n: u64| {
+            if keep(pid) {
+                let (job, rank) = id(pid);
+                *sums.entry((fam, job, rank, v)).or_default() += n;
+            }
         };
         for (k, v) in &self.completions {
-            let status = wc_status_name(k.status);
             add(
-                "faultline_verbs_completions_total",
-                "Work completions polled, per job, rank and status",
+                Family::Completions,
                 k.pid,
-                "status",
-                status,
+                wc_status_name(k.status),
                 v.completions,
             );
         }
         for (k, v) in &self.posts {
             let dir = if k.dir == 0 { "send" } else { "recv" };
-            add(
-                "faultline_verbs_posted_work_requests_total",
-                "Work requests posted, per job, rank and direction",
-                k.pid,
-                "dir",
-                dir,
-                v.wrs,
-            );
-            add(
-                "faultline_verbs_posted_bytes_total",
-                "Scatter/gather bytes of posted work requests",
-                k.pid,
-                "dir",
-                dir,
-                v.bytes,
-            );
+            add(Family::PostedWrs, k.pid, dir, v.wrs);
+            add(Family::PostedBytes, k.pid, dir, v.bytes);
         }
         for (k, v) in &self.qp_states {
-            add(
-                "faultline_verbs_qp_transitions_total",
-                "ibv_modify_qp state transitions, per job, rank and target state",
-                k.pid,
-                "state",
-                qp_state_name(k.state),
-                *v,
-            );
+            add(Family::QpTransitions, k.pid, qp_state_name(k.state), *v);
         }
         for (k, v) in &self.async_events {
             add(
-                "faultline_verbs_async_events_total",
-                "ibv_get_async_event results seen in processes, per job, rank and event",
+                Family::AsyncEvents,
                 k.pid,
-                "event",
                 crate::rdma::event_name(k.event_type),
                 *v,
             );
         }
-        let mut t = Text::new();
-        for ((fam, help, job, rank, l, v), n) in &sums {
-            t.sample(
-                fam,
-                help,
-                Kind::Counter,
-                &[("job", job), ("rank", rank), (l, v)],
-                n,
-            );
-        }
-        t.render()
+        sums
     }
+}
+
+/// A verbs metric family: name, HELP and the name of its one extra label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Family {
+    Completions,
+    PostedWrs,
+    PostedBytes,
+    QpTransitions,
+    AsyncEvents,
+}
+
+impl Family {
+    fn describe(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Family::Completions => (
+                "faultline_verbs_completions_total",
+                "Work completions polled, per job, rank and status",
+                "status",
+            ),
+            Family::PostedWrs => (
+                "faultline_verbs_posted_work_requests_total",
+                "Work requests posted, per job, rank and direction",
+                "dir",
+            ),
+            Family::PostedBytes => (
+                "faultline_verbs_posted_bytes_total",
+                "Scatter/gather bytes of posted work requests",
+                "dir",
+            ),
+            Family::QpTransitions => (
+                "faultline_verbs_qp_transitions_total",
+                "ibv_modify_qp state transitions, per job, rank and target state",
+                "state",
+            ),
+            Family::AsyncEvents => (
+                "faultline_verbs_async_events_total",
+                "ibv_get_async_event results seen in processes, per job, rank and event",
+                "event",
+            ),
+        }
+    }
+}
+
+/// (family, job, rank, label value) → count.
+pub type VerbsSeries = BTreeMap<(Family, String, String, &'static str), u64>;
+
+/// Prometheus text of summed verbs series.
+pub fn render_series(sums: &VerbsSeries) -> String {
+    use crate::prom_text::{Kind, Text};
+    let mut t = Text::new();
+    for ((fam, job, rank, v), n) in sums {
+        let (name, help, l) = fam.describe();
+        t.sample(
+            name,
+            help,
+            Kind::Counter,
+            &[("job", job), ("rank", rank), (l, v)],
+            n,
+        );
+    }
+    t.render()
 }

@@ -4,19 +4,27 @@
 use anyhow::Result;
 use proto::v1 as pb;
 
+use super::retired::Retired;
 use crate::{
     agent::{Ctx, Source},
-    cuda::{self, CudaSnapshot},
+    cuda::{self, CudaSeries, CudaSnapshot},
     nvml,
 };
 
 pub struct CudaSource {
     prev: CudaSnapshot,
+    /// Last counts of processes that exited (see [`super::retired`]).
+    retired: CudaSeries,
+    retired_pairs: Retired,
 }
 
 impl CudaSource {
     pub fn new(prev: CudaSnapshot) -> Self {
-        Self { prev }
+        Self {
+            prev,
+            retired: CudaSeries::default(),
+            retired_pairs: Retired::default(),
+        }
     }
 }
 
@@ -24,9 +32,16 @@ impl Source for CudaSource {
     fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
         let cur = cx.probes.cuda_snapshot()?;
         // Export first, print after: whoever reads the console line can scrape it.
+        let pids = cur.launches.keys().map(|k| k.pid);
+        let dead = cx.ids.gone(pids.chain(cur.calls.keys().map(|k| k.pid)));
         let ids = &mut *cx.ids;
-        let text = cuda::render_prometheus(&cur, |pid| ids.job_rank(pid));
-        cx.expo.set_section("cuda", text);
+        let live = CudaSeries::of(&cur, |pid| !dead.contains(&pid), |pid| ids.job_rank(pid));
+        let exited = CudaSeries::of(&cur, |pid| dead.contains(&pid), |pid| ids.job_rank(pid));
+        // This window exports every process's counts, the exited ones' last.
+        let mut all = self.retired.clone();
+        all.absorb(&live);
+        all.absorb(&exited);
+        cx.expo.set_section("cuda", all.render());
         if !cx.console.quiet {
             for l in cuda::window_lines(&self.prev, &cur) {
                 let who = cx
@@ -48,12 +63,18 @@ impl Source for CudaSource {
             cx.gpu.cuda_pids.entry(pid).or_default().insert(dev);
         }
         // After this window's rows: the exited processes' last counts are in them.
-        let pids = cur.launches.keys().map(|k| k.pid);
-        let dead = cx.ids.exited(pids.chain(cur.calls.keys().map(|k| k.pid)));
         if !dead.is_empty() {
             let n = cx.probes.cuda_prune(&dead)?;
             metrics::counter!("faultline_cuda_pruned_entries_total").increment(n);
+            cx.ids.forget(&dead);
+            self.retired_pairs
+                .retire(exited.jobs(), std::time::Instant::now());
+            self.retired.absorb(&exited);
         }
+        let gone = self
+            .retired_pairs
+            .expire(&live.jobs(), std::time::Instant::now());
+        self.retired.forget(&gone);
         self.prev = cur;
         Ok(())
     }

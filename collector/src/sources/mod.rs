@@ -10,4 +10,5 @@ pub mod gpu;
 pub mod ib;
 pub mod otlp;
 pub mod rdma;
+pub mod retired;
 pub mod verbs;

@@ -3,18 +3,26 @@ use anyhow::Result;
 use collector_common::verbs::{qp_state_name, wc_status_name};
 use proto::v1 as pb;
 
+use super::retired::Retired;
 use crate::{
     agent::{Ctx, Source},
-    probes::verbs::VerbsSnapshot,
+    probes::verbs::{render_series, VerbsSeries, VerbsSnapshot},
 };
 
 pub struct VerbsSource {
     prev: VerbsSnapshot,
+    /// Last counts of processes that exited (see [`super::retired`]).
+    retired: VerbsSeries,
+    retired_pairs: Retired,
 }
 
 impl VerbsSource {
     pub fn new(prev: VerbsSnapshot) -> Self {
-        Self { prev }
+        Self {
+            prev,
+            retired: VerbsSeries::new(),
+            retired_pairs: Retired::default(),
+        }
     }
 }
 
@@ -25,20 +33,42 @@ impl Source for VerbsSource {
             cx.console.detail(line);
         }
         wire.verbs = crate::window::verbs(&self.prev, &cur, cx.ids);
-        let ids = &mut *cx.ids;
-        cx.expo
-            .set_section("verbs", cur.render_prometheus(|pid| ids.job_rank(pid)));
-        // After this window's rows: the exited processes' last counts are in them.
         let pids = cur.completions.keys().map(|k| k.pid);
         let pids = pids.chain(cur.posts.keys().map(|k| k.pid));
         let pids = pids.chain(cur.qp_states.keys().map(|k| k.pid));
         let dead = cx
             .ids
-            .exited(pids.chain(cur.async_events.keys().map(|k| k.pid)));
+            .gone(pids.chain(cur.async_events.keys().map(|k| k.pid)));
+        let ids = &mut *cx.ids;
+        let live = cur.series(|pid| !dead.contains(&pid), |pid| ids.job_rank(pid));
+        let exited = cur.series(|pid| dead.contains(&pid), |pid| ids.job_rank(pid));
+        // This window exports every process's counts, the exited ones' last.
+        let mut all = self.retired.clone();
+        for s in [&live, &exited] {
+            for (k, n) in s {
+                *all.entry(k.clone()).or_default() += n;
+            }
+        }
+        cx.expo.set_section("verbs", render_series(&all));
         if !dead.is_empty() {
             let n = cx.probes.verbs_prune(&dead)?;
             metrics::counter!("faultline_verbs_pruned_entries_total").increment(n);
+            cx.ids.forget(&dead);
+            let now = std::time::Instant::now();
+            self.retired_pairs.retire(
+                exited.keys().map(|(_, j, r, _)| (j.clone(), r.clone())),
+                now,
+            );
+            for (k, n) in exited {
+                *self.retired.entry(k).or_default() += n;
+            }
         }
+        let live_pairs = live.keys().map(|(_, j, r, _)| (j.clone(), r.clone()));
+        let gone = self
+            .retired_pairs
+            .expire(&live_pairs.collect(), std::time::Instant::now());
+        self.retired
+            .retain(|(_, j, r, _), _| !gone.contains(&(j.clone(), r.clone())));
         self.prev = cur;
         Ok(())
     }

@@ -353,42 +353,41 @@ fn label<'a>(sample: &'a str, key: &str) -> Option<&'a str> {
     Some(&sample[s..e])
 }
 
+/// The phase-1 client's job in the guest (`SLURM_JOB_ID` in guest-init.sh).
+const CLIENT_JOB: &str = "4242";
+
 fn completions(metrics: &str) -> Result<String, String> {
-    // The phase-1 client: the (pid, qp) with the most successful completions.
-    let ok = samples(metrics, "faultline_verbs_completions_total");
-    let best = ok
-        .iter()
-        .filter(|(l, _)| label(l, "status") == Some("IBV_WC_SUCCESS"))
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .ok_or("no successful completions counted")?;
-    let (pid, qp) = (label(best.0, "pid"), label(best.0, "qp"));
-    let posted = samples(metrics, "faultline_verbs_posted_work_requests_total")
-        .into_iter()
-        .find(|(l, _)| {
-            label(l, "pid") == pid && label(l, "qp") == qp && label(l, "dir") == Some("send")
-        })
-        .map(|(_, v)| v)
-        .ok_or("no posted send work requests for the client")?;
-    let bytes = samples(metrics, "faultline_verbs_posted_bytes_total")
-        .into_iter()
-        .find(|(l, _)| {
-            label(l, "pid") == pid && label(l, "qp") == qp && label(l, "dir") == Some("send")
-        })
-        .map(|(_, v)| v)
-        .unwrap_or(0.0);
-    let done = best.1;
+    // The phase-1 client's series (job 4242, rank 0): it exited long before
+    // the scrape, so this also shows that its last counts are kept.
+    let of_client = |name: &str, key: &str, want: &str| {
+        samples(metrics, name)
+            .into_iter()
+            .find(|(l, _)| {
+                label(l, "job") == Some(CLIENT_JOB)
+                    && label(l, "rank") == Some("0")
+                    && label(l, key) == Some(want)
+            })
+            .map(|(_, v)| v)
+    };
+    let done = of_client(
+        "faultline_verbs_completions_total",
+        "status",
+        "IBV_WC_SUCCESS",
+    )
+    .ok_or("no successful completions counted for the client's job")?;
+    let posted = of_client("faultline_verbs_posted_work_requests_total", "dir", "send")
+        .ok_or("no posted send work requests for the client's job")?;
+    let bytes = of_client("faultline_verbs_posted_bytes_total", "dir", "send").unwrap_or(0.0);
     // ib_write_bw signals every write (CQ moderation 1) and keeps at most its
     // TX depth (128) outstanding; 65536-byte messages.
     let outstanding = posted - done;
     if done > 1000.0 && (0.0..=128.0).contains(&outstanding) && bytes == posted * 65536.0 {
         Ok(format!(
-            "pid {} qp {}: {done} IBV_WC_SUCCESS completions, {posted} writes posted ({outstanding} outstanding at the end, TX depth 128), {bytes} bytes = {posted} x 65536",
-            pid.unwrap_or("?"),
-            qp.unwrap_or("?")
+            "job {CLIENT_JOB} rank 0 (exited before the scrape): {done} IBV_WC_SUCCESS completions, {posted} writes posted ({outstanding} outstanding at the end, TX depth 128), {bytes} bytes = {posted} x 65536"
         ))
     } else {
         Err(format!(
-            "pid {pid:?} qp {qp:?}: {done} completions, {posted} posted, {bytes} bytes"
+            "job {CLIENT_JOB} rank 0: {done} completions, {posted} posted, {bytes} bytes"
         ))
     }
 }
