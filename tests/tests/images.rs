@@ -1,19 +1,23 @@
 //! Both images, built from this repository by `scripts/build-images.sh`
 //! (a Debian root filesystem from Debian packages, the binaries copied in),
-//! started as the Kubernetes base runs them. podman cannot run containers
-//! in this sandbox (crun's setrlimit is refused: no CAP_SYS_RESOURCE), so
-//! each image's root filesystem runs under `unshare --mount` + `chroot`, on
-//! the host's loopback and PID namespace (the DaemonSet's hostPID), with the
-//! DaemonSet's mounts (/sys read-only, the host's /proc at /host/proc, the
-//! spool, the config) and `capsh` bounding the collector to the
-//! capabilities the manifest grants (CAP_BPF, CAP_PERFMON,
-//! CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE — the last one only where the
-//! machine has it) and running the correlator as uid 65532 with none:
+//! started as the Kubernetes base runs them, on loopback:
 //!
-//! * the correlator answers `/healthz`;
-//! * the collector loads the NVML stand-in, attaches its probes with only
-//!   those capabilities (`faultline_probe_attached` 1, `/readyz` ready) and
-//!   streams its windows to the correlator (which reports the host's lag).
+//! * with podman as root where it can run containers (runc; crun refuses
+//!   this sandbox's hybrid cgroup layout, and the rlimits are lowered
+//!   because the sandbox has no CAP_SYS_RESOURCE to raise them): host
+//!   network and PID namespace, read-only root, the DaemonSet's mounts, the
+//!   seccomp profile `deploy/seccomp/faultline-collector.json`, all
+//!   capabilities dropped but the ones the DaemonSet adds;
+//! * else each image's root filesystem under `unshare --mount` + `chroot`,
+//!   with the same mounts and `capsh` bounding the collector to the same
+//!   capabilities.
+//!
+//! The test prints which ran. Either way, the correlator runs as uid 65532
+//! with no capabilities and answers `/healthz`; the collector loads NVML
+//! (the stand-in), attaches its probes with only the granted capabilities
+//! (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE — the last
+//! only where the machine has it), reports ready and streams its windows to
+//! the correlator, which reports the host's lag.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -24,6 +28,71 @@ use tests::KillOnDrop;
 
 /// CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE, CAP_PERFMON, CAP_BPF.
 const GRANTED: [u32; 4] = [2, 24, 38, 39];
+const GRANTED_NAMES: [&str; 4] = ["DAC_READ_SEARCH", "SYS_RESOURCE", "PERFMON", "BPF"];
+
+/// The capabilities this process may hand on (its bounding set).
+fn bounding() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:\t"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `podman rm -f` on drop.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// `podman run` as the tests need it here (see the module doc).
+fn podman_run(name: &str) -> Command {
+    let mut c = Command::new("podman");
+    c.args(["--runtime", "runc", "run", "--rm", "--name", name])
+        .args(["--network=host", "--read-only"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=4096:4096",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Whether podman runs containers here (the collector image's `--version`).
+fn podman_works() -> bool {
+    Command::new("podman")
+        .args(["--runtime", "runc", "run", "--rm", "--network=none"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=4096:4096",
+        ])
+        .args(["localhost/faultline/collector:latest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"faultline-collector"))
+}
+
+fn podman_pid(name: &str) -> Option<u32> {
+    let o = Command::new("podman")
+        .args(["inspect", "-f", "{{.State.Pid}}", name])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+}
 const HOST: &str = "img-node";
 
 fn free_port() -> u16 {
@@ -113,8 +182,6 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
         .arg(&out)
         .env("CARGO_TARGET_DIR", &target)
         .env("FAULTLINE_IMAGES_NO_BUILD", "1")
-        // podman cannot run them here; importing them costs ~30 s of disk.
-        .env("FAULTLINE_IMAGES_NO_PODMAN", "1")
         .output()
         .expect("run build-images.sh");
     assert!(
@@ -134,24 +201,72 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
         assert!(root.join("etc/debian_version").is_file());
     }
 
+    // FAULTLINE_IMAGES_CHROOT=1 runs the chroot path where podman works too.
+    let podman = std::env::var_os("FAULTLINE_IMAGES_CHROOT").is_none() && podman_works();
+    eprintln!(
+        "images run with {}",
+        if podman {
+            "podman (runc)"
+        } else {
+            "unshare + chroot (no working podman, or FAULTLINE_IMAGES_CHROOT set)"
+        }
+    );
+    let dir = target.join("tmp/images-test");
+    let _ = std::fs::remove_dir_all(&dir);
+    let spool = dir.join("spool");
+    let history = dir.join("history");
+    std::fs::create_dir_all(&spool).expect("spool");
+    std::fs::create_dir_all(&history).expect("history dir");
+    std::os::unix::fs::chown(&history, Some(65532), Some(65532)).expect("chown");
+    let tag = std::process::id();
+    let (corr_name, col_name) = (format!("fl-corr-{tag}"), format!("fl-col-{tag}"));
+    let mut guards = Vec::new();
+
     // The correlator: uid 65532, no capabilities, loopback.
     let (grpc, web) = (free_port(), free_port());
-    let _corr = KillOnDrop(
-        chrooted(
-            &corr_root,
-            "",
-            &["--gid=65532".into(), "--groups=65532".into(), "--uid=65532".into()],
-            &format!(
-                "exec /usr/local/bin/faultline-correlator serve --insecure --listen 127.0.0.1:{grpc} --web 127.0.0.1:{web} --history /var/lib/faultline/history.db"
-            ),
-        )
-        .spawn()
-        .expect("start the correlator image"),
+    let serve = format!(
+        "serve --insecure --listen 127.0.0.1:{grpc} --web 127.0.0.1:{web} --history /var/lib/faultline/history.db"
     );
+    let _corr = if podman {
+        guards.push(Container(corr_name.clone()));
+        KillOnDrop(
+            podman_run(&corr_name)
+                .args(["--user", "65532:65532", "--cap-drop=all"])
+                .arg("-v")
+                .arg(format!("{}:/var/lib/faultline", history.display()))
+                .arg("localhost/faultline/correlator:latest")
+                .args(serve.split(' '))
+                .spawn()
+                .expect("podman run the correlator image"),
+        )
+    } else {
+        KillOnDrop(
+            chrooted(
+                &corr_root,
+                &format!(
+                    "mount --bind '{}' \"$R/var/lib/faultline\"",
+                    history.display()
+                ),
+                &[
+                    "--gid=65532".into(),
+                    "--groups=65532".into(),
+                    "--uid=65532".into(),
+                ],
+                &format!("exec /usr/local/bin/faultline-correlator {serve}"),
+            )
+            .spawn()
+            .expect("start the correlator image"),
+        )
+    };
     wait_for("the correlator's /healthz", Duration::from_secs(30), || {
         get(&format!("http://127.0.0.1:{web}/healthz"))
     });
-    let corr_pid = pid_in(&corr_root, "faultline-corre").expect("correlator pid");
+    let corr_pid = if podman {
+        podman_pid(&corr_name)
+    } else {
+        pid_in(&corr_root, "faultline-corre")
+    }
+    .expect("correlator pid");
     let status = std::fs::read_to_string(format!("/proc/{corr_pid}/status")).expect("status");
     assert!(status.contains("\nCapEff:\t0000000000000000\n"), "{status}");
     assert!(
@@ -160,36 +275,64 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
     );
 
     // The collector: the DaemonSet's mounts, bounded to its capabilities.
-    let dir = target.join("tmp/images-test");
-    let _ = std::fs::remove_dir_all(&dir);
-    let spool = dir.join("spool");
-    std::fs::create_dir_all(&spool).expect("spool");
     let standins = PathBuf::from(tests::STANDINS_DIR);
-    let mounts = format!(
-        "mount --rbind /sys \"$R/sys\"\nmount -o remount,bind,ro \"$R/sys\"\n\
-         mkdir -p \"$R/host/proc\" \"$R/opt/standins\"\nmount --rbind /proc \"$R/host/proc\"\n\
-         mount --bind '{}' \"$R/var/lib/faultline\"\nmount --bind '{}' \"$R/opt/standins\"\n\
-         mount -o remount,bind,ro \"$R/opt/standins\"",
-        spool.display(),
-        standins.display()
+    let args = format!(
+        "--config /etc/faultline/collector.toml --proc-root /host/proc --window 0.5 --metrics-addr 127.0.0.1:0 --no-otlp --correlator http://127.0.0.1:{grpc} --nvml-library /opt/standins/nvml/libnvidia-ml.so.1"
     );
-    let drop: Vec<String> = (0..=40u32)
-        .filter(|c| !GRANTED.contains(c))
-        .map(|c| c.to_string())
-        .collect();
-    let mut col = KillOnDrop(
-        chrooted(
-            &col_root,
-            &mounts,
-            &[format!("--drop={}", drop.join(","))],
-            &format!(
-                "NODE_NAME={HOST} FAKE_NVML_GPUS=2 exec /usr/local/bin/faultline-collector --config /etc/faultline/collector.toml --proc-root /host/proc --window 0.5 --metrics-addr 127.0.0.1:0 --no-otlp --correlator http://127.0.0.1:{grpc} --nvml-library /opt/standins/nvml/libnvidia-ml.so.1"
-            ),
+    let mut col = if podman {
+        let caps: Vec<&str> = GRANTED
+            .iter()
+            .zip(GRANTED_NAMES)
+            .filter(|(c, _)| bounding() & (1u64 << **c) != 0)
+            .map(|(_, n)| n)
+            .collect();
+        guards.push(Container(col_name.clone()));
+        let mut c = podman_run(&col_name);
+        c.args(["--pid=host", "--cap-drop=all"])
+            .arg(format!("--cap-add={}", caps.join(",")))
+            .arg("--security-opt")
+            .arg(format!(
+                "seccomp={}",
+                repo.join("deploy/seccomp/faultline-collector.json")
+                    .display()
+            ))
+            .args(["-e", &format!("NODE_NAME={HOST}"), "-e", "FAKE_NVML_GPUS=2"])
+            .args(["-v", "/sys:/sys:ro", "-v", "/proc:/host/proc:ro"])
+            .arg("-v")
+            .arg(format!("{}:/var/lib/faultline", spool.display()))
+            .arg("-v")
+            .arg(format!("{}:/opt/standins:ro", standins.display()))
+            .arg("localhost/faultline/collector:latest")
+            .args(args.split(' '))
+            .stdout(Stdio::piped());
+        KillOnDrop(c.spawn().expect("podman run the collector image"))
+    } else {
+        let mounts = format!(
+            "mount --rbind /sys \"$R/sys\"\nmount -o remount,bind,ro \"$R/sys\"\n\
+             mkdir -p \"$R/host/proc\" \"$R/opt/standins\"\nmount --rbind /proc \"$R/host/proc\"\n\
+             mount --bind '{}' \"$R/var/lib/faultline\"\nmount --bind '{}' \"$R/opt/standins\"\n\
+             mount -o remount,bind,ro \"$R/opt/standins\"",
+            spool.display(),
+            standins.display()
+        );
+        let drop: Vec<String> = (0..=40u32)
+            .filter(|c| !GRANTED.contains(c))
+            .map(|c| c.to_string())
+            .collect();
+        KillOnDrop(
+            chrooted(
+                &col_root,
+                &mounts,
+                &[format!("--drop={}", drop.join(","))],
+                &format!(
+                    "NODE_NAME={HOST} FAKE_NVML_GPUS=2 exec /usr/local/bin/faultline-collector {args}"
+                ),
+            )
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the collector image"),
         )
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the collector image"),
-    );
+    };
     let lines = tests::lines_of(&mut col.0);
     let addr = loop {
         let l = lines
@@ -209,7 +352,12 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
     wait_for("the collector's /readyz", Duration::from_secs(30), || {
         get(&format!("http://{addr}/readyz")).filter(|r| r.contains("ready"))
     });
-    let col_pid = pid_in(&col_root, "faultline-colle").expect("collector pid");
+    let col_pid = if podman {
+        podman_pid(&col_name)
+    } else {
+        pid_in(&col_root, "faultline-colle")
+    }
+    .expect("collector pid");
     let status = std::fs::read_to_string(format!("/proc/{col_pid}/status")).expect("status");
     let eff = status
         .lines()
@@ -258,4 +406,6 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
         std::fs::read_dir(&spool).map(|d| d.count()).unwrap_or(0) <= 64,
         "the spool drains"
     );
+    drop(col);
+    drop(guards);
 }
