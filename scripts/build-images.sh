@@ -80,6 +80,8 @@ make_image() {
     else
       entry='ENTRYPOINT ["/usr/local/bin/faultline-correlator"]'
     fi
+    # The previous build's image goes (no dangling copy per rebuild).
+    podman rmi -f "localhost/faultline/$name:latest" >/dev/null 2>&1 || true
     podman import --quiet --change "$entry" "$OUT/$name.tar" "localhost/faultline/$name:latest" >/dev/null &&
       log "imported localhost/faultline/$name:latest" ||
       log "podman import of $name failed (the rootfs and tar are still usable)"
