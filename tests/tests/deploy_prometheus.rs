@@ -421,6 +421,11 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             empty.push(format!("{dash} {panel}: {q}"));
         }
     }
+    for q in DCGM_DASHBOARD_QUERIES {
+        if query_until(&prom, q, Duration::from_secs(5)).is_empty() {
+            empty.push(format!("dcgm-exporter-style: {q}"));
+        }
+    }
     assert!(
         empty.is_empty(),
         "dashboard queries without data: {empty:#?}"
