@@ -113,6 +113,7 @@ pub const ENV_KEYS: &[&str] = &[
     "CUDA_VISIBLE_DEVICES",
     "NCCL_IB_HCA",
     "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ACCOUNT",
     // Kubernetes: the pod's name (runtimes set HOSTNAME to it; POD_NAME and
     // POD_NAMESPACE where the pod spec passes them from the downward API).
     "HOSTNAME",
@@ -151,6 +152,16 @@ impl ProcessIdentity {
             _ => {}
         }
         self.env("TORCHELASTIC_RUN_ID").map(str::to_string)
+    }
+
+    /// Team for usage: the Slurm account (`SLURM_JOB_ACCOUNT`), else the
+    /// Kubernetes namespace (`POD_NAMESPACE`, set from the downward API).
+    /// The `[usage] teams` mapping overrides both (see `usage`).
+    pub fn team(&self) -> Option<String> {
+        self.env("SLURM_JOB_ACCOUNT")
+            .or_else(|| self.env("POD_NAMESPACE"))
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
     }
 
     /// Global rank: `RANK`, else `SLURM_PROCID`.

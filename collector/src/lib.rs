@@ -20,6 +20,7 @@ pub mod http;
 pub mod ib;
 pub mod identity;
 pub mod jobmap;
+pub mod launch_budget;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;
@@ -39,6 +40,7 @@ pub mod sources;
 pub mod storage;
 pub mod stream;
 pub mod tracefs;
+pub mod usage;
 pub mod window;
 #[cfg(feature = "nvml")]
 pub mod workload;

@@ -99,6 +99,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Usage per job or team for chargeback, from the history database
+    /// (hourly sums of the collectors' usage rows); unattributed usage is its
+    /// own line and `TOTAL` the sum of all lines.
+    Usage {
+        #[command(flatten)]
+        db: HistoryArgs,
+        /// Over this period (e.g. 30d, 12h), from the start of its first hour.
+        #[arg(long, value_name = "AGE", default_value = "30d")]
+        since: String,
+        /// One line per job or per team.
+        #[arg(long, value_enum, default_value = "team")]
+        by: correlator::history::usage::By,
+        /// CSV with a header line.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a test PKI for mTLS (CA, server and per-host client certificates).
     Certs(correlator::certs::CertsArgs),
     /// Check a config file and print the effective settings (defaults filled in) as TOML.
@@ -440,6 +459,26 @@ async fn run(cli: Cli) -> Result<()> {
                 .open()?
                 .offenders(correlator::web::api::now_ms() - age, min, 1000)?;
             correlator::history::report::offenders(&mut std::io::stdout().lock(), &rows, json)?;
+        }
+        Command::Usage {
+            db,
+            since,
+            by,
+            csv,
+            json,
+        } => {
+            use correlator::history::usage::{report, Format};
+            let age = correlator::history::report::parse_age(&since)
+                .map_err(|e| anyhow::anyhow!("--since {e}"))?;
+            let rows = db.open()?.usage(correlator::web::api::now_ms() - age, by)?;
+            let f = if csv {
+                Format::Csv
+            } else if json {
+                Format::Json
+            } else {
+                Format::Table
+            };
+            report(&mut std::io::stdout().lock(), &rows, f)?;
         }
         Command::CheckConfig { file } => {
             let cfg = correlator::engine::config::load_file(&file)?;

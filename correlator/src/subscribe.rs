@@ -52,6 +52,7 @@ pub fn spawn_engine_with(
             crate::telemetry::window(&w);
             if let Some(h) = &hooks.history {
                 h.samples(sampler.window(&w, &engine));
+                h.usage(w.end_unix_ms, w.usage.clone());
                 metrics::counter!("faultline_history_unbanded_total").absolute(sampler.unbanded);
                 for u in &ups {
                     h.update(u);

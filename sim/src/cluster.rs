@@ -31,6 +31,8 @@ use super::{
 };
 use correlator::engine::{config::DetectConfig, stats::scan_test};
 
+pub mod tenants;
+
 pub const GPUS: usize = 8;
 /// The simulated training job.
 pub const JOB: &str = "llm-pretrain";
@@ -310,6 +312,8 @@ pub struct Cluster {
     /// stream (the cluster's streams stay as they were without it).
     serve_factor: f64,
     serve_rng: Rng,
+    /// A second team's job sharing one node (tenant faults only).
+    tenants: Option<tenants::Tenants>,
 }
 
 /// ∫ (ber(t) − base) dt over [a, b) for a BER ramping log-linearly from
@@ -525,6 +529,7 @@ impl Cluster {
             congested: vec![0.0; ports],
             serve_factor: 1.0,
             serve_rng: Rng::derive(spec.seed, 0x5e7e),
+            tenants: None,
             spec,
         }
     }
@@ -590,6 +595,7 @@ impl Cluster {
     }
 
     fn init_truth(&mut self, faults: &[Fault], onset: f64) {
+        self.tenants = tenants::Tenants::of(faults, self.spec.seed);
         let h = (self.horizon_s / self.spec.window_s).ceil().max(1.0) as usize;
         self.truth = faults
             .iter()
@@ -604,7 +610,11 @@ impl Cluster {
                     }
                     // A workload symptom is one once it has lasted
                     // `min_persist_s` (its definition, like a flap's second down).
-                    Kind::JobSlow { .. } | Kind::InferenceSlow { .. } => {
+                    Kind::JobSlow { .. }
+                    | Kind::InferenceSlow { .. }
+                    | Kind::InterferenceStorage { .. }
+                    | Kind::InterferenceLink { .. }
+                    | Kind::InterferenceGpu { .. } => {
                         Some(self.window_of(o + self.persist_s).saturating_sub(1).max(ow))
                     }
                     ref k if k.is_confounder() => None,
@@ -889,6 +899,7 @@ impl Cluster {
                 _ => {}
             }
         }
+        self.tenants_advance(faults, onset, b, &mut slow);
         if cong_level > 0.0 {
             for node in &mut self.nodes {
                 for s in &mut node.step {
@@ -1069,6 +1080,7 @@ impl Cluster {
                         sync_wait_ns: 200_000_000,
                         copy_bytes: 1 << 20,
                         errors: 0,
+                        launches_sampled_fraction: 0.0,
                     })
                     .collect()
             } else {
@@ -1077,6 +1089,10 @@ impl Cluster {
             events: std::mem::take(&mut node.events),
             steps,
             workload,
+            usage: match &self.tenants {
+                Some(t) if t.node == n => t.rows.clone(),
+                _ => Vec::new(),
+            },
             ..Window::default()
         })
     }

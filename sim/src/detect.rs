@@ -69,6 +69,9 @@ pub struct DetectArgs {
     /// Where to write the JSON result.
     #[arg(long, default_value = "bench/detect.json")]
     pub out: std::path::PathBuf,
+    /// Only these fault kinds and confounders (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<String>,
 }
 
 impl Default for DetectArgs {
@@ -81,6 +84,7 @@ impl Default for DetectArgs {
             quick: false,
             jobs: None,
             out: "bench/detect.json".into(),
+            kinds: Vec::new(),
         }
     }
 }
@@ -97,6 +101,9 @@ const FAULTS: &[&str] = &[
     "node-loss",
     "job-slow",
     "inference-slow",
+    "interference-storage",
+    "interference-link",
+    "interference-gpu",
 ];
 const CONFOUNDERS: &[&str] = &[
     "job-end",
@@ -105,6 +112,8 @@ const CONFOUNDERS: &[&str] = &[
     "congestion",
     "single-errors",
     "storage-fleet-slow",
+    "victim-more-data",
+    "aggressor-harmless",
 ];
 
 /// Kinds run at sizes of 512 nodes and more (one run each).
@@ -203,6 +212,10 @@ struct Outcome {
     /// Confounder runs that slowed the job: `job_slowdown` incidents raised
     /// (true symptoms without an infrastructure fault, not false alarms).
     symptom_incidents: u64,
+    /// `interference` incidents raised (distinct ids, any entity), and those
+    /// on the expected entity whose evidence named the injected aggressor.
+    interference_incidents: u64,
+    interference_right: u64,
     seconds: f64,
 }
 
@@ -240,6 +253,12 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
         "storage-fleet-slow" => ":factor=5".into(),
         "job-slow" => format!(":factor={}", fmt_value(sig3(r.log_uniform(1.15, 2.0)))),
         "inference-slow" => format!(":factor={}", fmt_value(sig3(r.log_uniform(1.4, 3.0)))),
+        "interference-storage" => format!(":factor={}", fmt_value(sig3(r.log_uniform(8.0, 30.0)))),
+        "interference-link" | "aggressor-harmless" => {
+            format!(":demand={}", fmt_value(sig3(r.range(1.3, 2.0))))
+        }
+        "interference-gpu" => format!(":share={}", fmt_value(sig3(r.range(0.3, 0.8)))),
+        "victim-more-data" => format!(":factor={}", fmt_value(sig3(r.range(1.5, 3.0)))),
         _ => String::new(),
     }
 }
@@ -290,6 +309,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
     let mut out = Vec::new();
     // Storage fleets cycle per kind so that each kind sees every fleet.
     let mut n_storage: BTreeMap<&str, usize> = BTreeMap::new();
+    let wanted = |k: &str| a.kinds.is_empty() || a.kinds.iter().any(|x| x == k);
     let mut push = |kind: &'static str,
                     confounder: bool,
                     w: f64,
@@ -297,6 +317,9 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                     nodes: usize,
                     seed: u64,
                     noisy: bool| {
+        if !wanted(kind) {
+            return;
+        }
         let mut r = Rng::derive(seed, fnv(&format!("{kind}|{w}|{rate:?}|{nodes}|{noisy}")));
         let utilisation = (r.range(0.0, 0.9) * 100.0).round() / 100.0;
         let storage = if kind == "storage-stall" || kind == "storage-fleet-slow" {
@@ -420,6 +443,9 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
     let mut detected = None;
     let (mut joined_right, mut joined_elsewhere) = (false, false);
     let mut job_slowdown_ids: BTreeSet<String> = BTreeSet::new();
+    let mut interference_ids: BTreeSet<String> = BTreeSet::new();
+    let mut interference_right: BTreeSet<String> = BTreeSet::new();
+    let aggressor = format!("aggressor job {} ", super::cluster::tenants::TENANT_JOB);
     let tail = tail_windows(s.window_s);
     let mut k = 0;
     while k < s.max_windows {
@@ -445,6 +471,12 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                         joined_right = true;
                     } else {
                         joined_elsewhere = true;
+                    }
+                }
+                if u.kind == vocab::IncidentKind::Interference.as_str() {
+                    interference_ids.insert(u.incident_id.clone());
+                    if hit && u.evidence.iter().any(|l| l.starts_with(&aggressor)) {
+                        interference_right.insert(u.incident_id.clone());
                     }
                 }
                 if u.kind == vocab::IncidentKind::JobSlowdown.as_str() {
@@ -542,6 +574,8 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         own_job_slowdown: !job_slowdown_ids.is_empty(),
         job_peak,
         symptom_incidents,
+        interference_incidents: interference_ids.len() as u64,
+        interference_right: interference_right.len() as u64,
         seconds: started.elapsed().as_secs_f64(),
         scenario: s.clone(),
     })
@@ -870,6 +904,30 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         jt[0]
     );
     println!();
+    // Interference: recall over the interference fault runs (detected with
+    // the aggressor named), precision over every interference incident of
+    // every run (a confounder's or another fault's is a false one).
+    let (mut i_runs, mut i_named, mut i_detected, mut i_all, mut i_right, mut i_conf) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    for o in &outcomes {
+        i_all += o.interference_incidents;
+        i_right += o.interference_right;
+        if o.expected_kind.as_deref() == Some("interference") {
+            i_runs += 1;
+            i_detected += u64::from(o.detected_window.is_some());
+            i_named += u64::from(o.interference_right > 0);
+        } else if o.scenario.confounder {
+            i_conf += o.interference_incidents;
+        }
+    }
+    let i_recall = (i_runs > 0).then(|| i_named as f64 / i_runs as f64);
+    let i_precision = (i_all > 0).then(|| i_right as f64 / i_all as f64);
+    println!(
+        "interference: {i_runs} runs, {i_detected} detected, {i_named} with the aggressor named; recall {} (aggressor named), precision {} ({i_right} right of {i_all} interference incidents); {i_conf} interference incidents in confounder-only runs",
+        optf(i_recall),
+        optf(i_precision)
+    );
+    println!();
     let (tp, fn_) = (total.tp, total.fn_);
     let fa = total.fa;
     let precision = if tp + fa > 0 {
@@ -940,6 +998,11 @@ pub fn run(a: &DetectArgs) -> Result<()> {
                 "congestion": "fraction uniform 0.1..0.6 of the ports, duration uniform 60..300 s",
                 "single-errors": "fraction 0.01, every uniform 10..60 s",
                 "storage-fleet-slow": "factor 5",
+                "interference-storage": "the tenant's I/O demand x log-uniform 8..30 on a device it shares with the training job (0.2 and 0.3 requests in flight before)",
+                "interference-link": "the port's demand uniform 1.3..2 x line rate (tenant 0.05 before)",
+                "interference-gpu": "the tenant takes uniform 0.3..0.8 of a time-sliced GPU the training rank keeps 90 % busy",
+                "victim-more-data": "the training job reads uniform 1.5..3 x the data per step",
+                "aggressor-harmless": "the tenant takes a shared port to uniform 1.3..2 x line rate; the training job does not slow",
                 "job-slow": "factor log-uniform 1.15..2 on every rank's step time (no infrastructure cause)",
                 "inference-slow": "factor log-uniform 1.4..3 on the model server's time to first token (no infrastructure cause); the server (last node, GPU 7 / mlx5_7) serves 20 requests/s at 0.15 s mean TTFT, log-normal sigma 0.5",
                 "port base BER": "log-uniform 1e-16..1e-14 per port",
@@ -959,6 +1022,12 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         "confounders_by_window": conf_json,
         "link_faults_by_rate": rate_json,
         "storage_stall_by_fleet": storage_json,
+        "interference": {
+            "runs": i_runs, "detected": i_detected, "aggressor_named": i_named,
+            "recall": i_recall, "precision": i_precision,
+            "incidents": i_all, "right": i_right, "confounder_incidents": i_conf,
+            "rule": "recall: interference fault runs whose incident on the shared resource named etl-batch as the aggressor; precision: such incidents over every interference incident of every run",
+        },
         "joining": {
             "accuracy": joining_accuracy,
             "rule": "fault runs (job-slow excluded) that were detected and whose fault slowed the job's step time (median after visible over median before onset) by at least workload.min_slowdown; right = the fault's incident carried `explains job …`",

@@ -75,6 +75,33 @@ pub enum Kind {
     StorageFleetSlow {
         factor: f64,
     },
+    // Tenants: a second team's job (`etl-batch`, team `data`) shares the
+    // target's node with the training job (team `research`).
+    /// The tenant's I/O on the device grows `factor`-fold and saturates it;
+    /// the training job's ranks there wait for their reads: `interference`.
+    InterferenceStorage {
+        factor: f64,
+    },
+    /// The tenant's traffic on the port grows to `demand` × line rate
+    /// together with the training job's: `interference`.
+    InterferenceLink {
+        demand: f64,
+    },
+    /// The tenant starts kernels on the GPU (time-slicing) taking `share` of
+    /// its time: `interference`.
+    InterferenceGpu {
+        share: f64,
+    },
+    /// Confounder: the training job reads `factor` times the data per step
+    /// (everywhere); the tenant is steady.
+    VictimMoreData {
+        factor: f64,
+    },
+    /// Confounder: the tenant saturates the port (`demand` × line rate) but
+    /// the training job is not communication-bound there and does not slow.
+    AggressorHarmless {
+        demand: f64,
+    },
 }
 
 /// Kind names with their parameter keys (besides `at`) and defaults.
@@ -96,6 +123,11 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("congestion", &[("fraction", 0.3), ("duration", 300.0)]),
     ("single-errors", &[("fraction", 0.01), ("every", 20.0)]),
     ("storage-fleet-slow", &[("factor", 5.0)]),
+    ("interference-storage", &[("factor", 8.0)]),
+    ("interference-link", &[("demand", 1.3)]),
+    ("interference-gpu", &[("share", 0.5)]),
+    ("victim-more-data", &[("factor", 2.0)]),
+    ("aggressor-harmless", &[("demand", 1.3)]),
 ];
 
 impl Kind {
@@ -119,6 +151,11 @@ impl Kind {
             Kind::Congestion { .. } => "congestion",
             Kind::SingleErrors { .. } => "single-errors",
             Kind::StorageFleetSlow { .. } => "storage-fleet-slow",
+            Kind::InterferenceStorage { .. } => "interference-storage",
+            Kind::InterferenceLink { .. } => "interference-link",
+            Kind::InterferenceGpu { .. } => "interference-gpu",
+            Kind::VictimMoreData { .. } => "victim-more-data",
+            Kind::AggressorHarmless { .. } => "aggressor-harmless",
         }
     }
 
@@ -141,6 +178,13 @@ impl Kind {
             Kind::SingleErrors { fraction, every_s } => {
                 vec![("fraction", fraction), ("every", every_s)]
             }
+            Kind::InterferenceStorage { factor } | Kind::VictimMoreData { factor } => {
+                vec![("factor", factor)]
+            }
+            Kind::InterferenceLink { demand } | Kind::AggressorHarmless { demand } => {
+                vec![("demand", demand)]
+            }
+            Kind::InterferenceGpu { share } => vec![("share", share)],
             _ => Vec::new(),
         }
     }
@@ -163,6 +207,9 @@ impl Kind {
             Kind::NodeLoss => "node_lost",
             Kind::JobSlow { .. } => "job_slowdown",
             Kind::InferenceSlow { .. } => "inference_latency",
+            Kind::InterferenceStorage { .. }
+            | Kind::InterferenceLink { .. }
+            | Kind::InterferenceGpu { .. } => "interference",
             _ => return None,
         })
     }
@@ -277,7 +324,11 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::IbLinkFlap { .. }
         | Kind::CounterReset => Wants::Port,
         Kind::GpuThermal | Kind::GpuPower | Kind::Xid | Kind::EccDbe => Wants::Gpu,
-        Kind::StorageStall { .. } => Wants::Device,
+        Kind::StorageStall { .. }
+        | Kind::InterferenceStorage { .. }
+        | Kind::VictimMoreData { .. } => Wants::Device,
+        Kind::InterferenceLink { .. } | Kind::AggressorHarmless { .. } => Wants::Port,
+        Kind::InterferenceGpu { .. } => Wants::Gpu,
         Kind::NodeLoss | Kind::CollectorRestart => Wants::Node,
         Kind::JobEnd { .. }
         | Kind::Congestion { .. }
@@ -486,6 +537,37 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
             let f = get("factor");
             check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
             Kind::StorageFleetSlow { factor: f }
+        }
+        "interference-storage" | "victim-more-data" => {
+            let f = get("factor");
+            check("factor", f >= 1.0, "must be ≥ 1 (more I/O)")?;
+            if *kname == "victim-more-data" {
+                Kind::VictimMoreData { factor: f }
+            } else {
+                Kind::InterferenceStorage { factor: f }
+            }
+        }
+        "interference-link" | "aggressor-harmless" => {
+            let d = get("demand");
+            check(
+                "demand",
+                d > 0.0 && d <= 4.0,
+                "must be a multiple of line rate in (0, 4]",
+            )?;
+            if *kname == "aggressor-harmless" {
+                Kind::AggressorHarmless { demand: d }
+            } else {
+                Kind::InterferenceLink { demand: d }
+            }
+        }
+        "interference-gpu" => {
+            let sh = get("share");
+            check(
+                "share",
+                sh > 0.0 && sh < 1.0,
+                "must be a fraction of GPU time in (0, 1)",
+            )?;
+            Kind::InterferenceGpu { share: sh }
         }
         other => bail!("fault kind {other:?} has no parser"),
     };

@@ -93,6 +93,46 @@ async fn confounders_raise_nothing() {
     assert_eq!(got, Vec::<(String, String)>::new());
 }
 
+/// A second team's job takes a time-sliced GPU the training job's rank uses:
+/// one `interference` incident on that GPU naming `etl-batch` (team data)
+/// as the aggressor and the training job as the victim, the straggling
+/// rank and the job's slowdown joined to it; the same tenant saturating a
+/// port without slowing anyone raises nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interference_names_the_aggressor_and_harmless_saturation_raises_nothing() {
+    let long = |inject: &[&str]| SimArgs {
+        duration: 70.0,
+        onset: 35.0,
+        ..args(inject)
+    };
+    let seen = run(long(&["interference-gpu@n009/gpu2:share=0.6"]))
+        .await
+        .expect("sim runs");
+    let ids: std::collections::BTreeSet<&str> =
+        seen.iter().map(|u| u.incident_id.as_str()).collect();
+    assert_eq!(ids.len(), 1, "{seen:#?}");
+    let last = seen.last().expect("an incident");
+    assert_eq!(
+        (last.kind.as_str(), last.entity.as_str()),
+        ("interference", "n009/gpu2")
+    );
+    let ev = last.evidence.join("\n");
+    assert!(ev.contains("aggressor job etl-batch (team data)"), "{ev}");
+    assert!(
+        ev.contains("victim job llm-pretrain (team research)"),
+        "{ev}"
+    );
+    assert!(
+        last.affected_jobs.iter().any(|j| j == "etl-batch")
+            && last.affected_jobs.iter().any(|j| j == "llm-pretrain"),
+        "{last:?}"
+    );
+    let quiet = run(long(&["aggressor-harmless@n004/mlx5_1/1:demand=1.6"]))
+        .await
+        .expect("sim runs");
+    assert!(quiet.is_empty(), "{quiet:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_injections_are_clear_errors() {
     let e = run(args(&["meteor-strike"])).await.unwrap_err().to_string();

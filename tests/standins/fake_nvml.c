@@ -9,7 +9,12 @@
  * (hex mask of clock event reasons), util_gpu, util_mem (%), ecc_sbe, ecc_dbe
  * (volatile counts), replay, xid (an XID event at that time), lost=1 (the GPU
  * falls off the bus: every call on it returns NVML_ERROR_GPU_IS_LOST), regfail=1
- * (event registration on it fails), nouuid=1 (its UUID query fails).
+ * (event registration on it fails), nouuid=1 (its UUID query fails),
+ * energy_mj (the total-energy counter; without it the counter grows at 300 W).
+ * A line `<seconds> gpu=<index> proc=<pid> sm=<pct> mem=<bytes>` puts a
+ * process on the GPU from that time (compute processes with their used
+ * memory; per-process SM utilisation samples), `gone=1` instead of sm/mem
+ * takes it off again.
  * Values hold until changed. FAKE_NVML_GPUS sets the GPU count (default 8).
  * mem_temp (C), remap_cor, remap_unc, remap_fail (remapped rows) are served
  * through nvmlDeviceGetFieldValues; other field values return
@@ -52,6 +57,10 @@ typedef struct evset *nvmlEventSet_t;
 struct line { double t; int gpu; char key[16]; unsigned long long value; };
 static struct line lines[MAXLINES];
 static int nlines, inited, ngpus = 8;
+#define MAXPROCS 256
+struct pline { double t; int gpu; unsigned pid, sm, gone; unsigned long long mem; };
+static struct pline plines[MAXPROCS];
+static int nplines;
 static struct gpu gpus[MAXGPU];
 static struct timespec t0;
 
@@ -74,6 +83,16 @@ static void load_scenario(void) {
         double t; int g; int off = 0;
         if (buf[0] == '#' || sscanf(buf, "%lf gpu=%d%n", &t, &g, &off) != 2) continue;
         char *p = buf + off;
+        unsigned pid, a = 0; unsigned long long b = 0; int pused = 0;
+        if (sscanf(p, " proc=%u%n", &pid, &pused) == 1) {
+            if (nplines >= MAXPROCS) continue;
+            struct pline *q = &plines[nplines++];
+            q->t = t; q->gpu = g; q->pid = pid; q->sm = 0; q->mem = 0; q->gone = 0;
+            p += pused;
+            if (sscanf(p, " gone=%u", &a) == 1) { q->gone = a; continue; }
+            if (sscanf(p, " sm=%u mem=%llu", &a, &b) == 2) { q->sm = a; q->mem = b; }
+            continue;
+        }
         char key[16]; char val[64]; int used;
         while (sscanf(p, " %15[a-z_]=%63s%n", key, val, &used) == 2 && nlines < MAXLINES) {
             struct line *l = &lines[nlines++];
@@ -212,7 +231,72 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned *
 }
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) {
     CHECK(d);
-    *mj = (unsigned long long)(now() * 300000.0) + 1000000ULL;
+    unsigned long long set = val(d->index, "energy_mj", ~0ULL);
+    *mj = set != ~0ULL ? set : (unsigned long long)(now() * 300000.0) + 1000000ULL;
+    return NVML_SUCCESS;
+}
+
+/* The processes on gpu now: the latest line per pid with t <= now, unless gone. */
+static int procs_now(int gpu, struct pline *out[], int max) {
+    double t = now();
+    int n = 0;
+    for (int i = 0; i < nplines; i++) {
+        struct pline *q = &plines[i];
+        if (q->gpu != gpu || q->t > t) continue;
+        int j = 0;
+        while (j < n && out[j]->pid != q->pid) j++;
+        if (j == n) { if (n >= max) continue; n++; }
+        out[j] = q;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) if (!out[i]->gone) out[m++] = out[i];
+    return m;
+}
+
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+/* NVML: with too small a buffer, the count needed and NVML_ERROR_INSUFFICIENT_SIZE. */
+static nvmlReturn_t running(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
+    CHECK(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    struct pline *ps[MAXPROCS];
+    int n = procs_now(d->index, ps, MAXPROCS);
+    if (*count < (unsigned)n || (!infos && n > 0)) { *count = (unsigned)n; return NVML_ERROR_INSUFFICIENT_SIZE; }
+    for (int i = 0; i < n; i++) {
+        infos[i].pid = ps[i]->pid;
+        infos[i].usedGpuMemory = ps[i]->mem;
+        infos[i].gpuInstanceId = 0xFFFFFFFFu;
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *count = (unsigned)n;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) { return running(d, count, infos); }
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) { return running(d, count, infos); }
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) { return running(d, count, infos); }
+
+typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
+/* One sample per process with non-zero SM utilisation, stamped now (us). */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *u, unsigned *count, unsigned long long last_seen) {
+    CHECK(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    struct pline *ps[MAXPROCS];
+    int all = procs_now(d->index, ps, MAXPROCS), n = 0;
+    for (int i = 0; i < all; i++) if (ps[i]->sm > 0) ps[n++] = ps[i];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
+    if (stamp <= last_seen) n = 0;
+    if (n == 0) { *count = 0; return 6; /* NVML_ERROR_NOT_FOUND */ }
+    if (!u || *count < (unsigned)n) { *count = (unsigned)n; return NVML_ERROR_INSUFFICIENT_SIZE; }
+    for (int i = 0; i < n; i++) {
+        u[i].pid = ps[i]->pid;
+        u[i].timeStamp = stamp;
+        u[i].smUtil = ps[i]->sm;
+        u[i].memUtil = 0;
+        u[i].encUtil = 0;
+        u[i].decUtil = 0;
+    }
+    *count = (unsigned)n;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned link, int counter, unsigned long long *v) {

@@ -59,6 +59,9 @@ names! {
         Straggler = "straggler",
         JobSlowdown = "job_slowdown",
         InferenceLatency = "inference_latency",
+        /// One tenant's job saturating a shared resource (storage device,
+        /// HCA port or link, time-sliced GPU) and slowing another's.
+        Interference = "interference",
     }
 }
 

@@ -82,6 +82,12 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         EventDrain::<crate::probes::block::BlockSample>::take(&mut probes, block_sampled)?;
     let mut cuda_events =
         EventDrain::<crate::probes::cuda::CudaEvent>::take(&mut probes, cuda_streamed)?;
+    let mut launch = crate::probes::launch_control::LaunchController::new(
+        &cfg.cuda,
+        &cfg.collector.proc_root,
+        &probes,
+        |l| console.info(l),
+    );
     let mut ids = IdentityCache::new(&cfg.collector.proc_root, 4096);
     let identity = host::identity(&cfg.collector.proc_root, cfg.collector.hostname.as_deref());
     let host = identity.hostname.clone();
@@ -112,6 +118,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     tokio::pin!(deadline);
     let mut shutdown = shutdown::Shutdown::install().context("installing the signal handlers")?;
     let mut gpu = GpuFacts::default();
+    let mut feed = crate::sources::usage::UsageFeed::default();
     let mut window_start = SystemTime::now();
     let mut window_no = 0u64;
     loop {
@@ -125,6 +132,14 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
             }
             r = drain::next(&mut cuda_events, |e| console.detail(e)) => {
                 r.context("reading the CUDA event ring")?;
+                continue;
+            }
+            _ = sleep_until(launch.as_ref().map(|l| l.next_event(probes.launch_probes_attached()))) => {
+                if let Some(l) = launch.as_mut() {
+                    if let Some(line) = l.on_event(&mut probes)? {
+                        console.info(line);
+                    }
+                }
                 continue;
             }
             _ = tick.tick() => false,
@@ -158,6 +173,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
             expo: &expo,
             console,
             gpu: &mut gpu,
+            feed: &mut feed,
         };
         for s in sources.iter_mut() {
             s.window(&mut cx, &mut wire)?;
@@ -201,10 +217,19 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     Ok(())
 }
 
+/// Sleeps until `t`; never returns for `None`.
+async fn sleep_until(t: Option<std::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn probe_options(cfg: &FileConfig) -> Result<ProbeOptions> {
     let mut opts = ProbeOptions {
         block: cfg.block.enabled,
         block_sample_every: cfg.block.sample_every,
+        block_btf: cfg.block.btf,
         cuda: cfg.cuda.enabled,
         cuda_events_per_sec: cfg.cuda.events_per_sec,
         verbs: cfg.verbs.enabled,
@@ -232,7 +257,7 @@ fn start_sources(
     if probes.block_active() {
         let mut b = BlockSource::new(
             probes.block_snapshot()?,
-            Names::new(root, crate::storage::CGROUP_ROOT),
+            Names::new(root, crate::storage::cgroup2_root()),
         );
         expo.set_section("block", b.render());
         out.push(Box::new(b));
@@ -277,6 +302,15 @@ fn start_sources(
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));
+    }
+    if cfg.usage.enabled {
+        let post_send = probes
+            .status()
+            .iter()
+            .any(|s| s.name == "verbs:post_send" && s.state == ProbeState::Attached);
+        out.push(Box::new(crate::sources::usage::UsageSource::new(
+            &cfg.usage, post_send,
+        )));
     }
     Ok(out)
 }

@@ -49,6 +49,8 @@ pub struct Ctx<'a> {
     pub expo: &'a Exposition,
     pub console: Console,
     pub gpu: &'a mut GpuFacts,
+    /// What sources leave for the usage source (which runs last).
+    pub feed: &'a mut crate::sources::usage::UsageFeed,
 }
 
 /// One signal family. Each window it turns its new snapshot into a delta

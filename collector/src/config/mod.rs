@@ -36,6 +36,28 @@ pub struct FileConfig {
     pub nvml: NvmlSection,
     pub stream: StreamSection,
     pub otlp: crate::otlp::OtlpSection,
+    pub usage: UsageSection,
+}
+
+/// Usage per job and team (`[usage]`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageSection {
+    pub enabled: bool,
+    /// Job id → team; wins over `SLURM_JOB_ACCOUNT` and `POD_NAMESPACE`.
+    pub teams: std::collections::BTreeMap<String, String>,
+    /// (job, team) pairs with Prometheus counters; more are counted under `job="_overflow"`.
+    pub max_jobs: usize,
+}
+
+impl Default for UsageSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            teams: std::collections::BTreeMap::new(),
+            max_jobs: 256,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -134,6 +156,9 @@ pub struct BlockSection {
     pub enabled: bool,
     /// One sampled per-request event every N completions per CPU (0 = off).
     pub sample_every: u32,
+    /// BTF-enabled raw tracepoints keyed by the request pointer when the
+    /// kernel has BTF; false forces the classic tracepoints.
+    pub btf: bool,
 }
 
 impl Default for BlockSection {
@@ -141,6 +166,7 @@ impl Default for BlockSection {
         Self {
             enabled: true,
             sample_every: 0,
+            btf: true,
         }
     }
 }
@@ -153,6 +179,14 @@ pub struct CudaSection {
     pub library: Option<PathBuf>,
     /// Per-event stream budget, events/s per CPU (0 = aggregates only).
     pub events_per_sec: u32,
+    /// Bounded-overhead mode: the largest share of a process's CPU time its
+    /// launch traps may take before the launch probes are duty-cycled
+    /// (0 = always exact).
+    pub launch_budget: f64,
+    /// Duty-cycle period of the launch probes, milliseconds.
+    pub launch_period_ms: u64,
+    /// Cost of one launch-probe hit, ns; 0 = measured at start.
+    pub launch_hit_cost_ns: u64,
 }
 
 impl Default for CudaSection {
@@ -161,6 +195,9 @@ impl Default for CudaSection {
             enabled: true,
             library: None,
             events_per_sec: 0,
+            launch_budget: 0.01,
+            launch_period_ms: 1000,
+            launch_hit_cost_ns: 0,
         }
     }
 }
@@ -387,6 +424,21 @@ impl FileConfig {
             });
         }
         self.otlp.validate()?;
+        if !(1..=100_000).contains(&self.usage.max_jobs) {
+            return Err(ConfigError::Invalid {
+                key: "usage.max_jobs",
+                message: format!("must be within 1..=100000, got {}", self.usage.max_jobs),
+            });
+        }
+        if self.usage.teams.len() > 100_000 {
+            return Err(ConfigError::Invalid {
+                key: "usage.teams",
+                message: format!(
+                    "at most 100000 job → team entries, got {}",
+                    self.usage.teams.len()
+                ),
+            });
+        }
         #[cfg(feature = "probes")]
         if let Some(p) = &self.verbs.provider {
             p.target().map_err(|message| ConfigError::Invalid {

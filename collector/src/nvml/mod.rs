@@ -164,6 +164,8 @@ pub struct NvmlSource {
     /// (gpu, field) found unsupported: not queried again.
     unsupported: BTreeSet<(u32, &'static str)>,
     lost: BTreeSet<u32>,
+    /// Newest per-process utilisation timestamp seen per GPU (µs).
+    util_seen: std::collections::BTreeMap<u32, u64>,
     driver_version: String,
 }
 
@@ -220,6 +222,7 @@ impl NvmlSource {
             gpus,
             unsupported: BTreeSet::new(),
             lost: BTreeSet::new(),
+            util_seen: std::collections::BTreeMap::new(),
             driver_version,
         })
     }
@@ -393,6 +396,86 @@ impl NvmlSource {
             samples.push(s);
         }
         (samples, events)
+    }
+}
+
+impl NvmlSource {
+    /// The compute processes on GPU `index` with their used memory and,
+    /// where the driver reports per-process utilisation
+    /// (`nvmlDeviceGetProcessUtilization`), their SM utilisation since the
+    /// previous call. Unsupported queries are asked once and then skipped.
+    pub fn processes(&mut self, index: u32) -> Vec<crate::usage::GpuProc> {
+        if self.lost.contains(&index) {
+            return Vec::new();
+        }
+        let Ok(d) = self.nvml.device_by_index(index) else {
+            return Vec::new();
+        };
+        let mut out: Vec<crate::usage::GpuProc> = Vec::new();
+        if !self.unsupported.contains(&(index, "processes")) {
+            match d.running_compute_processes() {
+                Ok(ps) => {
+                    for p in ps {
+                        let mem = match p.used_gpu_memory {
+                            nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                            nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+                        };
+                        out.push(crate::usage::GpuProc {
+                            pid: p.pid,
+                            sm_pct: None,
+                            mem_bytes: mem,
+                        });
+                    }
+                }
+                Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
+                    tracing::info!(gpu = index, reason = %e, "NVML process list unsupported; not queried again");
+                    self.unsupported.insert((index, "processes"));
+                }
+                Err(e) => {
+                    metrics::counter!("faultline_nvml_read_errors_total", "field" => "processes")
+                        .increment(1);
+                    tracing::debug!(gpu = index, error = %e, "NVML process list failed");
+                }
+            }
+        }
+        if !self.unsupported.contains(&(index, "process_utilization")) {
+            let since = self.util_seen.get(&index).copied().unwrap_or(0);
+            match d.process_utilization_stats(since) {
+                Ok(samples) => {
+                    let mut newest = since;
+                    for smp in samples {
+                        newest = newest.max(smp.timestamp);
+                        match out.iter_mut().find(|p| p.pid == smp.pid) {
+                            Some(p) => p.sm_pct = Some(smp.sm_util),
+                            None => out.push(crate::usage::GpuProc {
+                                pid: smp.pid,
+                                sm_pct: Some(smp.sm_util),
+                                mem_bytes: None,
+                            }),
+                        }
+                    }
+                    self.util_seen.insert(index, newest);
+                }
+                // No process had a sample since the last call.
+                Err(NvmlError::NotFound) => {}
+                Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
+                    tracing::info!(gpu = index, reason = %e, "NVML per-process utilisation unsupported; GPU time split by CUDA launches");
+                    self.unsupported.insert((index, "process_utilization"));
+                }
+                Err(e) => {
+                    metrics::counter!("faultline_nvml_read_errors_total", "field" => "process_utilization")
+                        .increment(1);
+                    tracing::debug!(gpu = index, error = %e, "NVML per-process utilisation failed");
+                }
+            }
+        }
+        // Processes with a context but no sample had no utilisation.
+        if out.iter().any(|p| p.sm_pct.is_some()) {
+            for p in &mut out {
+                p.sm_pct.get_or_insert(0);
+            }
+        }
+        out
     }
 }
 

@@ -172,6 +172,20 @@ impl Source for GpuSource {
             "gpu",
             nvml::render_with(self.src.gpus(), &samples, &self.xid_counts, &ex),
         );
+        cx.feed.gpus = samples
+            .iter()
+            .map(|s| crate::usage::GpuReading {
+                index: s.index,
+                lost: s.lost,
+                util_pct: s.util_gpu_pct,
+                energy_mj: s.energy_mj,
+                procs: if s.lost {
+                    Vec::new()
+                } else {
+                    self.src.processes(s.index)
+                },
+            })
+            .collect();
         cx.gpu.gpus = self.src.gpus().to_vec();
         cx.gpu.samples = samples;
         Ok(())

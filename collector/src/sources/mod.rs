@@ -2,7 +2,8 @@
 //! window and yields the wire rows, its console lines and its metrics
 //! (`agent::Source`). The agent loop calls them in this order each window:
 //! `block`, `rdma` (async events), `ib`, `verbs`, `gpu`, `cuda` (after
-//! `gpu`: its lines name the GPU), `otlp`; `exec` is drained between windows.
+//! `gpu`: its lines name the GPU), `otlp`, `usage` (last: it reads the
+//! others' rows); `exec` is drained between windows.
 pub mod block;
 pub mod cuda;
 pub mod exec;
@@ -10,5 +11,6 @@ pub mod gpu;
 pub mod ib;
 pub mod otlp;
 pub mod rdma;
+pub mod usage;
 pub mod retired;
 pub mod verbs;

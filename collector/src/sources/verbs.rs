@@ -33,6 +33,7 @@ impl Source for VerbsSource {
             cx.console.detail(line);
         }
         wire.verbs = crate::window::verbs(&self.prev, &cur, cx.ids);
+        cx.feed.verbs_posted = super::usage::verbs_posted(&self.prev, &cur);
         let pids = cur.completions.keys().map(|k| k.pid);
         let pids = pids.chain(cur.posts.keys().map(|k| k.pid));
         let pids = pids.chain(cur.qp_states.keys().map(|k| k.pid));

@@ -257,7 +257,7 @@ impl Names {
     }
 
     pub fn system() -> Self {
-        Self::new("/sys", CGROUP_ROOT)
+        Self::new("/sys", cgroup2_root())
     }
 
     /// Kernel name of a block device (`loop3`, `nvme0n1`) from
@@ -385,6 +385,23 @@ fn device_class(disk: &str, path: &Path, rotational: Option<u8>) -> &'static str
             _ => "",
         }
     }
+}
+
+/// Where the cgroup v2 hierarchy is mounted (the ids the probes read are its
+/// directories' inodes): the first `cgroup2` mount in `/proc/self/mounts`
+/// (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts, where
+/// walking all of `/sys/fs/cgroup` would mix in v1 hierarchies' inodes).
+pub fn cgroup2_root() -> PathBuf {
+    fs::read_to_string("/proc/self/mounts")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+                (fstype == "cgroup2").then(|| PathBuf::from(dir))
+            })
+        })
+        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"))
 }
 
 fn walk_cgroups(root: &Path, dir: &Path, out: &mut HashMap<u64, String>, depth: usize) {

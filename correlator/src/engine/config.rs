@@ -14,8 +14,53 @@ pub struct DetectConfig {
     pub ib: IbConfig,
     pub storage: StorageConfig,
     pub workload: WorkloadConfig,
+    pub interference: InterferenceConfig,
     pub incidents: IncidentConfig,
     pub limits: LimitsConfig,
+}
+
+/// Interference between tenants on a shared resource (`interference`;
+/// docs/detection.md gives each anchor).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct InterferenceConfig {
+    pub enabled: bool,
+    /// GPU busy fraction (NVML utilisation) at which a time-sliced GPU has
+    /// no idle slots left for another context.
+    pub gpu_saturation: f64,
+    /// Port bytes over line rate at which a link queues (M/M/1 waiting time
+    /// ρ/(1−ρ) = 4 service times at 0.8).
+    pub fabric_saturation: f64,
+    /// Mean requests in flight (Little's law: Σ latency / window) at which a
+    /// device is never idle (iostat's %util = 100 %).
+    pub storage_saturation: f64,
+    /// The aggressor's load since the victim's onset over its own before.
+    pub jump_ratio: f64,
+    /// The aggressor's share of the resource's utilisation rise.
+    pub min_share: f64,
+    /// The victim's own usage per step may have grown by at most this
+    /// fraction of its slowdown (else it is its own change).
+    pub own_change: f64,
+    /// Windows of history per (host, resource, job).
+    pub history: usize,
+    /// (host, resource, job) series kept.
+    pub max_series: usize,
+}
+
+impl Default for InterferenceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            gpu_saturation: 0.9,
+            fabric_saturation: 0.8,
+            storage_saturation: 1.0,
+            jump_ratio: 2.0,
+            min_share: 0.5,
+            own_change: 0.5,
+            history: 128,
+            max_series: 200_000,
+        }
+    }
 }
 
 /// Bounds on what the correlator accepts and keeps (docs/security.md): every
@@ -405,6 +450,20 @@ impl DetectConfig {
                 key: "workload.explain_grace_s",
                 value: wl.explain_grace_s.to_string(),
                 why: "must be 0 or a positive number of seconds",
+            });
+        }
+        let it = &self.interference;
+        prob("interference.gpu_saturation", it.gpu_saturation)?;
+        pos("interference.fabric_saturation", it.fabric_saturation)?;
+        pos("interference.storage_saturation", it.storage_saturation)?;
+        pos("interference.jump_ratio", it.jump_ratio)?;
+        prob("interference.min_share", it.min_share)?;
+        pos("interference.own_change", it.own_change)?;
+        if it.history < 4 || it.max_series == 0 {
+            return Err(InvalidSetting {
+                key: "interference.history",
+                value: it.history.to_string(),
+                why: "history must be at least 4 windows and max_series at least 1",
             });
         }
         pos("incidents.quiet_s", self.incidents.quiet_s)?;

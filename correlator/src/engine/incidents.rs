@@ -62,6 +62,10 @@ fn family(kind: &'static str) -> (&'static str, u8) {
     match kind {
         "ib_link_down" => ("ib_link_state", 0),
         "ib_link_flapping" => ("ib_link_state", 1),
+        // A device slowed by another tenant's load: the latency incident
+        // becomes the interference that explains it (same id).
+        "storage_latency" => ("storage_latency", 0),
+        "interference" => ("storage_latency", 1),
         k => (k, 0),
     }
 }
@@ -111,6 +115,7 @@ pub const KINDS: &[&str] = &[
     "straggler",
     "job_slowdown",
     "inference_latency",
+    "interference",
 ];
 
 /// An open incident as history stored it.

@@ -10,6 +10,7 @@ pub mod config;
 pub mod gpu;
 pub mod ib;
 pub mod incidents;
+pub mod interference;
 pub mod node;
 pub mod stats;
 pub mod storage;
@@ -35,6 +36,7 @@ pub struct Engine {
     pub node: node::NodeDetector,
     pub straggler: straggler::StragglerDetector,
     pub workload: workload::WorkloadDetector,
+    pub interference: interference::InterferenceDetector,
     pub incidents: IncidentManager,
     /// Seconds a workload symptom waits for a cause (`workload.explain_grace_s`).
     explain_grace_ms: i64,
@@ -57,6 +59,7 @@ impl Engine {
             ib: ib::IbDetector::new(cfg.ib.clone(), topology),
             storage: storage::StorageDetector::new(cfg.storage.clone()),
             workload: workload::WorkloadDetector::new(cfg.workload.clone()),
+            interference: interference::InterferenceDetector::new(cfg.interference.clone()),
             straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
             incidents: IncidentManager::new(cfg.incidents.clone())
                 .with_cap(cfg.limits.max_open_incidents),
@@ -241,6 +244,7 @@ impl Engine {
         self.gpu.forget_hosts(&gone);
         self.storage.forget_hosts(&gone);
         self.straggler.forget_hosts(&gone);
+        self.interference.forget_hosts(&gone);
         metrics::counter!("faultline_engine_forgotten_hosts_total").increment(gone.len() as u64);
         tracing::info!(
             hosts = gone.len(),
@@ -276,6 +280,7 @@ impl Engine {
         let (slow, mut evaluated) = self.straggler.observe(&host, w);
         let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
         symptoms.extend(self.workload.observe(&host, w));
+        findings.extend(self.interference.observe(&host, w, &symptoms));
         evaluated.extend(jobs.iter().cloned());
         evaluated.extend(
             w.workload

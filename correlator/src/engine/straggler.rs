@@ -36,6 +36,8 @@ pub struct Slow {
     pub hca: String,
     pub seconds: f64,
     pub median: f64,
+    /// Start of the first window in which the rank was slow.
+    pub since_ms: i64,
 }
 
 #[derive(Debug)]
@@ -118,6 +120,7 @@ impl StragglerDetector {
                         hca: r.hca.clone(),
                         seconds: r.seconds,
                         median: m,
+                        since_ms: r.slow_since.unwrap_or(w.start_unix_ms),
                     });
                 }
             }
@@ -158,7 +161,7 @@ impl Slow {
             } else {
                 1.0
             },
-            since_ms: 0,
+            since_ms: self.since_ms,
             places: vec![Place {
                 host: self.host.clone(),
                 rank: i32::try_from(self.rank).unwrap_or(i32::MAX),

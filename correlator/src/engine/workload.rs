@@ -530,6 +530,14 @@ fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> 
         }
         "storage_latency" => entity.starts_with(&host),
         "node_lost" => entity == p.host,
+        // Another tenant on a GPU, port or device of this rank's host.
+        "interference" => {
+            entity == format!("{}/gpu{}", p.host, p.device)
+                || (!p.hca.is_empty() && entity.starts_with(&format!("{}/{}/", p.host, p.hca)))
+                || evidence.iter().any(|e| {
+                    e.starts_with("shared storage ") && e.ends_with(&format!(" on {}", p.host))
+                })
+        }
         _ => false,
     }
 }

@@ -9,6 +9,7 @@ pub mod report;
 pub mod rollup;
 pub mod samples;
 pub mod store;
+pub mod usage;
 
 pub use config::HistoryConfig;
 pub use recorder::Recorder;

@@ -23,6 +23,8 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(5);
 enum Msg {
     Update(CandidateUpdate),
     Samples(Vec<Sample>),
+    /// A window's usage rows and its end (unix ms).
+    Usage(i64, Vec<proto::v1::JobUsage>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -67,6 +69,7 @@ impl Recorder {
                 let mut ups = Vec::new();
                 let mut samples = Vec::new();
                 let mut flushes = Vec::new();
+                let mut usage: Vec<(i64, Vec<proto::v1::JobUsage>)> = Vec::new();
                 while let Some(first) = rx.blocking_recv() {
                     let mut next = Some(first);
                     let mut n = 0;
@@ -82,6 +85,7 @@ impl Recorder {
                                 }
                                 samples.extend(s);
                             }
+                            Msg::Usage(ts, rows) => usage.push((ts, rows)),
                             Msg::Flush(done) => flushes.push(done),
                         }
                         n += 1;
@@ -100,6 +104,13 @@ impl Recorder {
                             st.write_errors.fetch_add(1, Ordering::Relaxed);
                             metrics::counter!("faultline_history_write_errors_total").increment(1);
                             tracing::error!(error = %e, updates = ups.len(), samples = samples.len(), "history write failed; these rows are lost");
+                        }
+                    }
+                    for (ts, rows) in usage.drain(..) {
+                        if let Err(e) = store.add_usage(ts, &rows) {
+                            st.write_errors.fetch_add(1, Ordering::Relaxed);
+                            metrics::counter!("faultline_history_write_errors_total").increment(1);
+                            tracing::error!(error = %e, rows = rows.len(), "history usage write failed; these rows are lost");
                         }
                     }
                     ups.clear();
@@ -156,6 +167,19 @@ impl Recorder {
         if self.tx.capacity() <= self.reserve || self.tx.try_send(Msg::Samples(s)).is_err() {
             self.stats.dropped_windows.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("faultline_history_dropped_total", "what" => "window").increment(1);
+        }
+    }
+
+    /// Queues one window's usage rows (chargeback), unless the queue is
+    /// within its reserve for incident updates (then dropped and counted).
+    pub fn usage(&self, ts_ms: i64, rows: Vec<proto::v1::JobUsage>) {
+        if rows.is_empty() {
+            return;
+        }
+        if self.tx.capacity() <= self.reserve || self.tx.try_send(Msg::Usage(ts_ms, rows)).is_err()
+        {
+            self.stats.dropped_windows.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("faultline_history_dropped_total", "what" => "usage").increment(1);
         }
     }
 

@@ -105,8 +105,8 @@ const MAX_SIDS: usize = 1 << 22;
 
 /// The database connection (one writer or one reader).
 pub struct Store {
-    conn: Connection,
-    path: PathBuf,
+    pub(super) conn: Connection,
+    pub(super) path: PathBuf,
     cfg: HistoryConfig,
     sids: SidCache,
     minutes: Buckets,
@@ -184,6 +184,7 @@ impl Store {
         store
             .conn
             .execute_batch(SCHEMA)
+            .and_then(|()| store.conn.execute_batch(super::usage::SCHEMA))
             .map_err(|e| classify(path, &e))?;
         store.seed()?;
         Ok(store)
@@ -507,6 +508,11 @@ impl Store {
                 .saturating_mul(1000),
         );
         gone += self.delete_incidents_before(horizon)?;
+        // Usage is kept as long as the hourly series (chargeback horizon).
+        gone += self
+            .conn
+            .execute("DELETE FROM usage WHERE hour < ?1", params![horizon])
+            .map_err(|e| self.sql(e))? as u64;
         gone += self.keep_budget()?;
         Ok(gone)
     }
@@ -876,7 +882,7 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<IncidentRow> {
 }
 
 /// Corrupt files, unwritable files and other failures, told apart.
-fn classify(path: &Path, e: &rusqlite::Error) -> HistoryError {
+pub(super) fn classify(path: &Path, e: &rusqlite::Error) -> HistoryError {
     use rusqlite::ErrorCode as C;
     let detail = e.to_string();
     match e.sqlite_error_code() {
