@@ -110,17 +110,35 @@ impl Bpftrace {
             .collect()
     }
 
-    /// Stops it with SIGINT and returns what it printed at exit (its maps).
+    /// Stops it with SIGINT (repeated each second: bpftrace can miss one
+    /// that arrives as its event loop starts; SIGKILL after 15 s) and
+    /// returns what it printed at exit (its maps).
     pub fn stop(mut self) -> Result<String> {
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let status = self.child.wait().context("waiting for bpftrace")?;
+        let mut status = None;
+        for _ in 0..15 {
+            // SAFETY: signalling our own child by pid.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+            for _ in 0..10 {
+                status = self.child.try_wait().context("waiting for bpftrace")?;
+                if status.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if status.is_some() {
+                break;
+            }
+        }
+        let Some(status) = status else {
+            let _ = self.child.kill();
+            bail!("bpftrace did not stop on SIGINT within 15 s");
+        };
         let mut out = String::new();
         while let Ok(l) = self.out.recv_timeout(Duration::from_secs(5)) {
             out.push_str(&l);
             out.push('\n');
         }
-        if !status.success() && status.code() != Some(0) && status.signal_is_not_int() {
+        if !status.success() && status.signal_is_not_int() {
             bail!("bpftrace exited with {status}");
         }
         Ok(out)

@@ -19,6 +19,9 @@ use collector_common::cuda::{LaunchKey, LaunchStats};
 /// launches to scale from.
 pub const MIN_FRACTION: f64 = 0.01;
 
+/// Launches an interval needs before its process can be judged over budget.
+pub const MIN_LAUNCHES: u64 = 200;
+
 /// The trap-slowdown correction is capped here (see [`Scaler::apply`]).
 pub const MAX_TRAP_SHARE: f64 = 0.5;
 
@@ -66,7 +69,9 @@ pub fn decide(
     let mut worst: Option<(u32, f64)> = None;
     let mut shares = BTreeMap::new();
     for p in procs {
-        if p.launches == 0 || p.cpu_s <= 0.0 {
+        // A short burst is no launch-heavy process (and a scaled estimate
+        // of a burst would be wrong): only sustained launching counts.
+        if p.launches < MIN_LAUNCHES || p.cpu_s <= 0.0 {
             continue;
         }
         // Launches per second while attached, and CPU per second.
@@ -246,6 +251,24 @@ mod tests {
         assert_eq!(d.fraction, MIN_FRACTION);
         // Budget 0 switches the mode off.
         assert_eq!(decide(0.0, 15e-6, 1.0, 1.0, &[]).fraction, 1.0);
+    }
+
+    #[test]
+    fn a_burst_stays_exact() {
+        // 25 launches in a short-lived process: over budget on paper, but
+        // too few to judge.
+        let d = decide(
+            0.01,
+            15e-6,
+            0.05,
+            0.05,
+            &[ProcWindow {
+                pid: 3,
+                launches: 25,
+                cpu_s: 0.01,
+            }],
+        );
+        assert_eq!(d.fraction, 1.0);
     }
 
     #[test]
