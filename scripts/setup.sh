@@ -47,6 +47,10 @@ APT_PACKAGES=(
   systemd strace
   # the correlator's history (rusqlite links the system SQLite).
   libsqlite3-dev
+  # the images test: a Debian root filesystem from Debian packages
+  # (scripts/build-images.sh), imported and run by podman (runc: crun
+  # refuses this sandbox's cgroup layout), or under unshare + chroot.
+  mmdebstrap podman runc
   # the correlator's web UI test (headless chromium through chromedriver)
   # and its Alertmanager delivery test.
   chromium chromium-driver prometheus-alertmanager

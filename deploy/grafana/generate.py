@@ -114,7 +114,12 @@ FLEET = dashboard(
         panel(0, "Hottest GPU per node", [("max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", "{{Hostname}}")], unit="celsius"),
         panel(0, "GPU power per node", [("sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE)", "{{Hostname}}")], unit="watt"),
         panel(0, "GPUs with an active slowdown reason", [('count by (instance, reason) (faultline_gpu_throttle_reason{reason!="idle"} == 1)', "{{instance}} {{reason}}")]),
-        panel(0, "XIDs in the last hour", [("sum by (instance, xid) (increase(faultline_gpu_xid_errors_total[1h]))", "{{instance}} XID {{xid}}")]),
+        # The per-GPU event count exists from 0, so increase() sees the first
+        # XID; the per-code series start at their first XID (no increase()).
+        panel(0, "XIDs", [
+            ("sum by (instance) (increase(faultline_gpu_xid_events_total[1h]))", "{{instance}} last hour"),
+            ("sum by (instance, xid) (faultline_gpu_xid_errors_total)", "{{instance}} XID {{xid}} since the collector started"),
+        ]),
         panel(0, "Lost GPUs", [("sum by (instance) (faultline_gpu_lost)", "{{instance}}")]),
         panel(0, "Active InfiniBand ports per node", [("sum by (instance) (faultline_infiniband_state_id == bool 4)", "{{instance}}")]),
     ],

@@ -61,6 +61,25 @@ const DCGM_LABELS: &[&str] = &[
     "DCGM_FI_DRIVER_VERSION",
 ];
 
+/// The kind of queries a dashboard written for dcgm-exporter makes (its
+/// panels select by `instance`/`Hostname` and `gpu`, scale clocks to Hz and
+/// energy to J, and list GPUs by `UUID` and `modelName`): they must work on
+/// faultline's compatibility series unchanged.
+const DCGM_DASHBOARD_QUERIES: &[&str] = &[
+    "DCGM_FI_DEV_GPU_TEMP{instance=~\".+\", gpu=~\".+\"}",
+    "avg by (Hostname) (DCGM_FI_DEV_GPU_TEMP)",
+    "sum by (instance) (DCGM_FI_DEV_POWER_USAGE{gpu=~\".+\"})",
+    "DCGM_FI_DEV_SM_CLOCK{gpu=~\".+\"} * 1000000",
+    "DCGM_FI_DEV_MEM_CLOCK{gpu=~\".+\"} * 1000000",
+    "DCGM_FI_DEV_GPU_UTIL{gpu=~\".+\"}",
+    "DCGM_FI_DEV_MEM_COPY_UTIL{gpu=~\".+\"}",
+    "DCGM_FI_DEV_FB_USED{gpu=~\".+\"} / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
+    "rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=~\".+\"}[15s]) / 1000",
+    "count by (modelName, DCGM_FI_DRIVER_VERSION) (DCGM_FI_DEV_GPU_TEMP)",
+    "group by (UUID, gpu, device) (DCGM_FI_DEV_SM_CLOCK)",
+    "DCGM_FI_DEV_XID_ERRORS{gpu=~\".+\"}",
+];
+
 const SCENARIO: &str = "\
 # t gpu key=value...
 0 gpu=0 temp=64 sm_clock=1755 power_mw=312500 mem_used=21474836480 enc_util=7 dec_util=3 remap_cor=2 pcie_tx_kbs=4096
@@ -400,6 +419,11 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     for (dash, panel, q) in &queries {
         if query_until(&prom, q, Duration::from_secs(5)).is_empty() {
             empty.push(format!("{dash} {panel}: {q}"));
+        }
+    }
+    for q in DCGM_DASHBOARD_QUERIES {
+        if query_until(&prom, q, Duration::from_secs(5)).is_empty() {
+            empty.push(format!("dcgm-exporter-style: {q}"));
         }
     }
     assert!(

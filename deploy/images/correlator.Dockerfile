@@ -1,0 +1,21 @@
+# faultline correlator image (multi-stage). Sites with a registry build it:
+#   podman build -f deploy/images/correlator.Dockerfile -t faultline/correlator .
+# scripts/build-images.sh builds the same runtime stage from Debian packages.
+FROM docker.io/library/debian:bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends \
+      ca-certificates curl sudo git build-essential && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN bash scripts/setup.sh && . "$HOME/.cargo/env" && \
+    cargo build --release -p correlator --bin faultline-correlator
+
+FROM docker.io/library/debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends \
+      libsqlite3-0 ca-certificates && rm -rf /var/lib/apt/lists/* && \
+    groupadd -g 65532 faultline && useradd -u 65532 -g 65532 -M -d /var/lib/faultline faultline && \
+    install -d -o 65532 -g 65532 /var/lib/faultline
+COPY --from=build /src/target/release/faultline-correlator /usr/local/bin/faultline-correlator
+USER 65532:65532
+EXPOSE 50051 8080
+ENTRYPOINT ["/usr/local/bin/faultline-correlator"]
+CMD ["serve", "--listen", "0.0.0.0:50051", "--insecure", "--web", "0.0.0.0:8080"]

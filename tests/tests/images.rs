@@ -1,0 +1,411 @@
+//! Both images, built from this repository by `scripts/build-images.sh`
+//! (a Debian root filesystem from Debian packages, the binaries copied in),
+//! started as the Kubernetes base runs them, on loopback:
+//!
+//! * with podman as root where it can run containers (runc; crun refuses
+//!   this sandbox's hybrid cgroup layout, and the rlimits are lowered
+//!   because the sandbox has no CAP_SYS_RESOURCE to raise them): host
+//!   network and PID namespace, read-only root, the DaemonSet's mounts, the
+//!   seccomp profile `deploy/seccomp/faultline-collector.json`, all
+//!   capabilities dropped but the ones the DaemonSet adds;
+//! * else each image's root filesystem under `unshare --mount` + `chroot`,
+//!   with the same mounts and `capsh` bounding the collector to the same
+//!   capabilities.
+//!
+//! The test prints which ran. Either way, the correlator runs as uid 65532
+//! with no capabilities and answers `/healthz`; the collector loads NVML
+//! (the stand-in), attaches its probes with only the granted capabilities
+//! (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE — the last
+//! only where the machine has it), reports ready and streams its windows to
+//! the correlator, which reports the host's lag.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tests::KillOnDrop;
+
+/// CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE, CAP_PERFMON, CAP_BPF.
+const GRANTED: [u32; 4] = [2, 24, 38, 39];
+const GRANTED_NAMES: [&str; 4] = ["DAC_READ_SEARCH", "SYS_RESOURCE", "PERFMON", "BPF"];
+
+/// The capabilities this process may hand on (its bounding set).
+fn bounding() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:\t"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `podman rm -f` on drop.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// `podman run` as the tests need it here (see the module doc).
+fn podman_run(name: &str) -> Command {
+    let mut c = Command::new("podman");
+    c.args(["--runtime", "runc", "run", "--rm", "--name", name])
+        .args(["--network=host", "--read-only"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=4096:4096",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Whether podman runs containers here (the collector image's `--version`).
+fn podman_works() -> bool {
+    Command::new("podman")
+        .args(["--runtime", "runc", "run", "--rm", "--network=none"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=4096:4096",
+        ])
+        .args(["localhost/faultline/collector:latest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"faultline-collector"))
+}
+
+fn podman_pid(name: &str) -> Option<u32> {
+    let o = Command::new("podman")
+        .args(["inspect", "-f", "{{.State.Pid}}", name])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+}
+const HOST: &str = "img-node";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn get(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "3", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> Option<String>) -> String {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The pid of the process named `comm` whose root is `root`.
+fn pid_in(root: &Path, comm: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let name = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let r = std::fs::read_link(e.path().join("root")).ok()?;
+        (name.trim() == comm && r == root).then_some(pid)
+    })
+}
+
+/// `unshare --mount` + `chroot ROOT`, after `mounts` (shell lines run with
+/// `$R` = ROOT), then `capsh ARGS -- -c CMD`.
+fn chrooted(root: &Path, mounts: &str, capsh: &[String], cmd: &str) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--fork", "--kill-child", "--", "sh", "-ec"])
+        .arg(format!(
+            "R='{}'\nmount --make-rprivate /\nmount --rbind /proc \"$R/proc\"\nmount --rbind /dev \"$R/dev\"\n{mounts}\nexec chroot \"$R\" /usr/sbin/capsh {} -- -c '{cmd}'",
+            root.display(),
+            capsh.join(" ")
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+#[test]
+fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_capabilities() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("images") {
+        return;
+    }
+    if Command::new("mmdebstrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            !tests::in_ci(),
+            "mmdebstrap missing under CI: scripts/setup.sh installs it"
+        );
+        eprintln!("skipping: mmdebstrap missing (scripts/setup.sh)");
+        return;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo");
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let out = target.join("images");
+    // Build (the binaries are the debug ones `cargo xtask test` built).
+    let t = Instant::now();
+    let b = Command::new("bash")
+        .arg(repo.join("scripts/build-images.sh"))
+        .args(["--profile", "debug"])
+        .arg(&out)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("FAULTLINE_IMAGES_NO_BUILD", "1")
+        .output()
+        .expect("run build-images.sh");
+    assert!(
+        b.status.success(),
+        "build-images.sh: {}",
+        String::from_utf8_lossy(&b.stderr)
+    );
+    eprintln!("images built in {:.1} s", t.elapsed().as_secs_f64());
+    let col_root = std::fs::canonicalize(out.join("collector/rootfs")).expect("collector rootfs");
+    let corr_root =
+        std::fs::canonicalize(out.join("correlator/rootfs")).expect("correlator rootfs");
+    for (root, bin) in [
+        (&col_root, "usr/local/bin/faultline-collector"),
+        (&corr_root, "usr/local/bin/faultline-correlator"),
+    ] {
+        assert!(root.join(bin).is_file(), "{bin} in the image");
+        assert!(root.join("etc/debian_version").is_file());
+    }
+
+    // FAULTLINE_IMAGES_CHROOT=1 runs the chroot path where podman works too.
+    let podman = std::env::var_os("FAULTLINE_IMAGES_CHROOT").is_none() && podman_works();
+    eprintln!(
+        "images run with {}",
+        if podman {
+            "podman (runc)"
+        } else {
+            "unshare + chroot (no working podman, or FAULTLINE_IMAGES_CHROOT set)"
+        }
+    );
+    let dir = target.join("tmp/images-test");
+    let _ = std::fs::remove_dir_all(&dir);
+    let spool = dir.join("spool");
+    let history = dir.join("history");
+    std::fs::create_dir_all(&spool).expect("spool");
+    std::fs::create_dir_all(&history).expect("history dir");
+    std::os::unix::fs::chown(&history, Some(65532), Some(65532)).expect("chown");
+    let tag = std::process::id();
+    let (corr_name, col_name) = (format!("fl-corr-{tag}"), format!("fl-col-{tag}"));
+    let mut guards = Vec::new();
+
+    // The correlator: uid 65532, no capabilities, loopback.
+    let (grpc, web) = (free_port(), free_port());
+    let serve = format!(
+        "serve --insecure --listen 127.0.0.1:{grpc} --web 127.0.0.1:{web} --history /var/lib/faultline/history.db"
+    );
+    let _corr = if podman {
+        guards.push(Container(corr_name.clone()));
+        KillOnDrop(
+            podman_run(&corr_name)
+                .args(["--user", "65532:65532", "--cap-drop=all"])
+                .arg("-v")
+                .arg(format!("{}:/var/lib/faultline", history.display()))
+                .arg("localhost/faultline/correlator:latest")
+                .args(serve.split(' '))
+                .spawn()
+                .expect("podman run the correlator image"),
+        )
+    } else {
+        KillOnDrop(
+            chrooted(
+                &corr_root,
+                &format!(
+                    "mount --bind '{}' \"$R/var/lib/faultline\"",
+                    history.display()
+                ),
+                &[
+                    "--gid=65532".into(),
+                    "--groups=65532".into(),
+                    "--uid=65532".into(),
+                ],
+                &format!("exec /usr/local/bin/faultline-correlator {serve}"),
+            )
+            .spawn()
+            .expect("start the correlator image"),
+        )
+    };
+    wait_for("the correlator's /healthz", Duration::from_secs(30), || {
+        get(&format!("http://127.0.0.1:{web}/healthz"))
+    });
+    let corr_pid = if podman {
+        podman_pid(&corr_name)
+    } else {
+        pid_in(&corr_root, "faultline-corre")
+    }
+    .expect("correlator pid");
+    let status = std::fs::read_to_string(format!("/proc/{corr_pid}/status")).expect("status");
+    assert!(status.contains("\nCapEff:\t0000000000000000\n"), "{status}");
+    assert!(
+        status.lines().any(|l| l.starts_with("Uid:\t65532")),
+        "{status}"
+    );
+
+    // The collector: the DaemonSet's mounts, bounded to its capabilities.
+    let standins = PathBuf::from(tests::STANDINS_DIR);
+    let args = format!(
+        "--config /etc/faultline/collector.toml --proc-root /host/proc --window 0.5 --metrics-addr 127.0.0.1:0 --no-otlp --correlator http://127.0.0.1:{grpc} --nvml-library /opt/standins/nvml/libnvidia-ml.so.1"
+    );
+    let mut col = if podman {
+        let caps: Vec<&str> = GRANTED
+            .iter()
+            .zip(GRANTED_NAMES)
+            .filter(|(c, _)| bounding() & (1u64 << **c) != 0)
+            .map(|(_, n)| n)
+            .collect();
+        guards.push(Container(col_name.clone()));
+        let mut c = podman_run(&col_name);
+        c.args(["--pid=host", "--cap-drop=all"])
+            .arg(format!("--cap-add={}", caps.join(",")))
+            .arg("--security-opt")
+            .arg(format!(
+                "seccomp={}",
+                repo.join("deploy/seccomp/faultline-collector.json")
+                    .display()
+            ))
+            .args(["-e", &format!("NODE_NAME={HOST}"), "-e", "FAKE_NVML_GPUS=2"])
+            .args(["-v", "/sys:/sys:ro", "-v", "/proc:/host/proc:ro"])
+            .arg("-v")
+            .arg(format!("{}:/var/lib/faultline", spool.display()))
+            .arg("-v")
+            .arg(format!("{}:/opt/standins:ro", standins.display()))
+            .arg("localhost/faultline/collector:latest")
+            .args(args.split(' '))
+            .stdout(Stdio::piped());
+        KillOnDrop(c.spawn().expect("podman run the collector image"))
+    } else {
+        let mounts = format!(
+            "mount --rbind /sys \"$R/sys\"\nmount -o remount,bind,ro \"$R/sys\"\n\
+             mkdir -p \"$R/host/proc\" \"$R/opt/standins\"\nmount --rbind /proc \"$R/host/proc\"\n\
+             mount --bind '{}' \"$R/var/lib/faultline\"\nmount --bind '{}' \"$R/opt/standins\"\n\
+             mount -o remount,bind,ro \"$R/opt/standins\"",
+            spool.display(),
+            standins.display()
+        );
+        let drop: Vec<String> = (0..=40u32)
+            .filter(|c| !GRANTED.contains(c))
+            .map(|c| c.to_string())
+            .collect();
+        KillOnDrop(
+            chrooted(
+                &col_root,
+                &mounts,
+                &[format!("--drop={}", drop.join(","))],
+                &format!(
+                    "NODE_NAME={HOST} FAKE_NVML_GPUS=2 exec /usr/local/bin/faultline-collector {args}"
+                ),
+            )
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the collector image"),
+        )
+    };
+    let lines = tests::lines_of(&mut col.0);
+    let addr = loop {
+        let l = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| {
+                let mut err = String::new();
+                if let Some(mut s) = col.0.stderr.take() {
+                    use std::io::Read as _;
+                    let _ = s.read_to_string(&mut err);
+                }
+                panic!("collector image printed no metrics address: {e}\n{err}")
+            });
+        if let Some(a) = l.strip_prefix("metrics on http://") {
+            break a.trim_end_matches("/metrics").to_string();
+        }
+    };
+    wait_for("the collector's /readyz", Duration::from_secs(30), || {
+        get(&format!("http://{addr}/readyz")).filter(|r| r.contains("ready"))
+    });
+    let col_pid = if podman {
+        podman_pid(&col_name)
+    } else {
+        pid_in(&col_root, "faultline-colle")
+    }
+    .expect("collector pid");
+    let status = std::fs::read_to_string(format!("/proc/{col_pid}/status")).expect("status");
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:\t"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff");
+    let granted: u64 = GRANTED.iter().map(|c| 1u64 << c).sum();
+    assert_eq!(eff & !granted, 0, "only the granted capabilities: {eff:x}");
+    assert_eq!(
+        eff & ((1 << 38) | (1 << 39)),
+        (1 << 38) | (1 << 39),
+        "CAP_BPF and CAP_PERFMON: {eff:x}"
+    );
+    let metrics = wait_for("probes attached", Duration::from_secs(30), || {
+        get(&format!("http://{addr}/metrics")).filter(|m| {
+            m.lines()
+                .any(|l| l.starts_with("faultline_probe_attached{") && l.ends_with(" 1"))
+                && m.contains("DCGM_FI_DEV_GPU_TEMP{")
+        })
+    });
+    let attached: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("faultline_probe_attached{") && l.ends_with(" 1"))
+        .collect();
+    assert!(
+        attached.iter().any(|l| l.contains("block")),
+        "the block tracepoints attached: {attached:?}"
+    );
+    assert!(
+        metrics.contains(&format!("Hostname=\"{HOST}\"")),
+        "NODE_NAME names the host"
+    );
+    // The correlator receives its windows.
+    wait_for(
+        "the correlator hears the collector",
+        Duration::from_secs(30),
+        || {
+            get(&format!("http://127.0.0.1:{web}/metrics")).filter(|m| {
+                m.contains(&format!(
+                    "faultline_correlator_collector_lag_seconds{{host=\"{HOST}\"}}"
+                ))
+            })
+        },
+    );
+    assert!(
+        std::fs::read_dir(&spool).map(|d| d.count()).unwrap_or(0) <= 64,
+        "the spool drains"
+    );
+    drop(col);
+    drop(guards);
+}
