@@ -34,6 +34,8 @@ APT_PACKAGES=(
   gcc libc6-dev make
   # loop devices and block I/O workloads in tests.
   util-linux e2fsprogs
+  # the benchmarks' peer rows (`cargo xtask bench`: bpftrace count()/hist()).
+  bpftrace
   # curl for /metrics checks.
   curl ca-certificates
   # the OTLP end-to-end test's venv (Python OpenTelemetry SDK).

@@ -64,6 +64,7 @@ fn main() {
     shared_lib(&cuda, &out.join("plain/libcuda.so.1"), &[]);
     shared_lib(&cuda, &out.join("nop5/libcuda.so.1"), &["-DNOP5_ENTRY"]);
     program(&src.join("cuda_workload.c"), &out.join("cuda_workload"));
+    program(&src.join("launch_storm.c"), &out.join("launch_storm"));
     shared_lib(
         &src.join("fake_verbs.c"),
         &out.join("libfakeverbs.so.1"),

@@ -1,6 +1,8 @@
 //! Block probe overhead: IOPS of 4 KiB O_DIRECT random reads on a loop
-//! device backed by a tmpfs file, in alternating rounds without and with the
-//! probes attached. Target: with/without ≥ 0.97.
+//! device backed by a tmpfs file, in rounds that measure, side by side: no
+//! probes, faultline on BTF raw tracepoints, faultline on the classic
+//! tracepoints, and the peer (bpftrace running biolatency's program).
+//! Target: faultline (BTF) / without ≥ 0.97, and cheaper than the peer.
 use std::{
     os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
     path::Path,
@@ -12,20 +14,77 @@ use std::{
 };
 
 use anyhow::{ensure, Context as _, Result};
-use collector::probes::{ProbeOptions, Probes};
+use collector::probes::{BlockAttach, ProbeOptions, Probes};
 use serde::Serialize;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Rounds per configuration (alternating without/with).
-    #[arg(long, default_value_t = 25)]
+    /// Rounds; each measures every configuration once, in an order rotated
+    /// from round to round.
+    #[arg(long, default_value_t = 16)]
     rounds: u32,
-    /// Seconds per round.
+    /// Seconds per measurement.
     #[arg(long, default_value_t = 0.4)]
     seconds: f64,
     /// Reader threads.
     #[arg(long, default_value_t = 1)]
     threads: u32,
+    /// Skip the bpftrace peer row.
+    #[arg(long)]
+    no_peer: bool,
+}
+
+/// The configurations measured side by side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Config {
+    Without,
+    /// faultline, BTF-enabled raw tracepoints keyed by the request pointer.
+    FaultlineBtf,
+    /// faultline forced onto the classic tracepoints (`[block] btf = false`).
+    FaultlineClassic,
+    /// bpftrace: biolatency's program (start time keyed by (dev, sector),
+    /// hist() of the latency at done).
+    Bpftrace,
+}
+
+impl Config {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Without => "without probes",
+            Self::FaultlineBtf => "faultline (tp_btf, request pointer)",
+            Self::FaultlineClassic => "faultline (classic tracepoints)",
+            Self::Bpftrace => "bpftrace biolatency-style hist()",
+        }
+    }
+}
+
+/// The peer: what biolatency does on a kernel with block_io_start/done (and
+/// without kprobes): start time keyed by (dev, sector), a log2 histogram of
+/// the latency in µs at done.
+const BPFTRACE_BIOLATENCY: &str =
+    "tracepoint:block:block_io_start { @start[args->dev, args->sector] = nsecs; }
+tracepoint:block:block_io_done /@start[args->dev, args->sector]/ {
+  @usecs = hist((nsecs - @start[args->dev, args->sector]) / 1000);
+  delete(@start[args->dev, args->sector]);
+}";
+
+#[derive(Serialize)]
+struct Row {
+    config: Config,
+    label: &'static str,
+    iops: Vec<f64>,
+    median_iops: f64,
+    /// Per-round IOPS / the same round's IOPS without probes.
+    paired_ratios: Vec<f64>,
+    median_ratio_over_without: f64,
+    /// Added wall time per request: 1/IOPS − 1/IOPS_without (median
+    /// IOPS), what the probes cost the reading thread.
+    added_ns_per_request: f64,
+    /// In-kernel program time per request (kernel run-time accounting,
+    /// separate pass); empty for "without".
+    program_cost: Vec<ProgramCost>,
+    program_ns_per_request: f64,
 }
 
 #[derive(Serialize)]
@@ -34,24 +93,17 @@ struct Result_ {
     workload: String,
     rounds: u32,
     seconds_per_round: f64,
-    iops_without: Vec<f64>,
-    iops_with: Vec<f64>,
-    median_without: f64,
-    median_with: f64,
-    /// Median of the per-round ratios (with / without), ABBA-ordered pairs.
-    ratio_with_over_without: f64,
-    paired_ratios: Vec<f64>,
+    peer: String,
+    rows: Vec<Row>,
     target_ratio_min: f64,
     requests_counted_by_probes: u64,
-    program_cost: Vec<ProgramCost>,
+    /// faultline (BTF) program time per request / bpftrace's.
+    faultline_over_bpftrace_program_ns: Option<f64>,
+    /// faultline (BTF) added wall time per request / bpftrace's.
+    faultline_over_bpftrace_added_ns: Option<f64>,
 }
 
-#[derive(Serialize)]
-struct ProgramCost {
-    program: String,
-    runs: u64,
-    ns_per_run: f64,
-}
+use crate::peer::{Bpftrace, ProgramCost};
 
 fn reader_round(dev: &Path, threads: u32, secs: f64) -> Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -94,6 +146,47 @@ fn reader_round(dev: &Path, threads: u32, secs: f64) -> Result<f64> {
     Ok(ops.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// Probes of one configuration, attached for as long as the value lives.
+enum Attached {
+    None,
+    Faultline(Box<Probes>),
+    Peer(Bpftrace),
+}
+
+fn attach(c: Config) -> Result<Attached> {
+    let opts = |btf| ProbeOptions {
+        cuda: false,
+        verbs: false,
+        exec: false,
+        block_btf: btf,
+        ..ProbeOptions::default()
+    };
+    Ok(match c {
+        Config::Without => Attached::None,
+        Config::FaultlineBtf | Config::FaultlineClassic => {
+            let btf = c == Config::FaultlineBtf;
+            let p = Probes::load(&opts(btf))?;
+            ensure!(
+                p.block_active(),
+                "block probes not attached: {:?}",
+                p.status()
+            );
+            let want = if btf {
+                BlockAttach::Btf
+            } else {
+                BlockAttach::Classic
+            };
+            ensure!(
+                p.block_attach() == want,
+                "block probes attached as {:?}, wanted {want:?}",
+                p.block_attach()
+            );
+            Attached::Faultline(Box::new(p))
+        }
+        Config::Bpftrace => Attached::Peer(Bpftrace::start(BPFTRACE_BIOLATENCY)?),
+    })
+}
+
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     ensure!(
         a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
@@ -111,70 +204,145 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let _guard = rt.enter();
     let (ma, mi) = lo.major_minor()?;
     let dev = collector::storage::make_dev(ma, mi);
-    let mut without = Vec::new();
-    let mut with = Vec::new();
+    let mut configs = vec![
+        Config::Without,
+        Config::FaultlineBtf,
+        Config::FaultlineClassic,
+    ];
+    let peer = !a.no_peer && crate::peer::available();
+    if peer {
+        configs.push(Config::Bpftrace);
+    } else if !a.no_peer {
+        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
+    }
+    let n = configs.len();
+    let mut iops: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut counted = 0u64;
-    let opts = ProbeOptions {
-        cuda: false,
-        verbs: false,
-        ..ProbeOptions::default()
-    };
-    // ABBA order: even rounds measure without first, odd rounds with first,
-    // so slow drifts of the machine cancel out in the paired ratios.
-    let mut ratios = Vec::new();
-    for round in 0..a.rounds {
-        let mut w = 0.0;
-        let mut p = 0.0;
-        for half in 0..2 {
-            if (round + half) % 2 == 0 {
-                w = reader_round(&lo.path, a.threads, a.seconds)?;
-            } else {
-                let probes = Probes::load(&opts)?;
-                ensure!(
-                    probes.block_active(),
-                    "block probes not attached: {:?}",
-                    probes.status()
-                );
-                let before = probes.block_snapshot()?.device_op_total(dev, 0).requests;
-                p = reader_round(&lo.path, a.threads, a.seconds)?;
-                counted += probes.block_snapshot()?.device_op_total(dev, 0).requests - before;
+    for round in 0..a.rounds as usize {
+        // Rotate the order each round so drifts of the machine spread evenly.
+        let mut this = vec![0.0; n];
+        for k in 0..n {
+            let i = (round + k) % n;
+            let att = attach(configs[i])?;
+            let before = match &att {
+                Attached::Faultline(p) => p.block_snapshot()?.device_op_total(dev, 0).requests,
+                _ => 0,
+            };
+            this[i] = reader_round(&lo.path, a.threads, a.seconds)?;
+            if let Attached::Faultline(p) = &att {
+                counted += p.block_snapshot()?.device_op_total(dev, 0).requests - before;
+            }
+            if let Attached::Peer(b) = att {
+                b.stop()?;
             }
         }
-        without.push(w);
-        with.push(p);
-        if w > 0.0 {
-            ratios.push(p / w);
+        for i in 0..n {
+            iops[i].push(this[i]);
+            if this[0] > 0.0 {
+                ratios[i].push(this[i] / this[0]);
+            }
         }
     }
     // In-kernel cost per program run, from the kernel's own accounting, in a
     // separate pass (the accounting itself adds two clock reads per run).
-    let probe_ns = {
+    let mut costs: Vec<Vec<ProgramCost>> = vec![Vec::new(); n];
+    {
         let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
-        let probes = Probes::load(&opts)?;
-        reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
-        probes
-            .program_run_stats()
-            .into_iter()
-            .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
-            .map(|(n, c, t)| ProgramCost {
-                program: n,
-                runs: c,
-                ns_per_run: t as f64 / c as f64,
-            })
-            .collect::<Vec<_>>()
+        for (i, c) in configs.iter().enumerate().skip(1) {
+            match attach(*c)? {
+                Attached::Faultline(p) => {
+                    reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
+                    costs[i] = p
+                        .program_run_stats()
+                        .into_iter()
+                        .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
+                        .map(|(n, c, t)| ProgramCost {
+                            program: n,
+                            runs: c,
+                            ns_per_run: t as f64 / c as f64,
+                        })
+                        .collect();
+                }
+                Attached::Peer(b) => {
+                    reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
+                    costs[i] = b.run_stats();
+                    b.stop()?;
+                }
+                Attached::None => {}
+            }
+        }
+    }
+    let mw = crate::median(&iops[0]);
+    let rows: Vec<Row> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let m = crate::median(&iops[i]);
+            // Runs per request: programs that fire once per request (all of
+            // ours and the peer's on this read-only workload).
+            let per_req: f64 = costs[i].iter().map(|p| p.ns_per_run).sum();
+            Row {
+                config: c,
+                label: c.label(),
+                iops: iops[i].clone(),
+                median_iops: m,
+                paired_ratios: ratios[i].clone(),
+                median_ratio_over_without: crate::median(&ratios[i]),
+                added_ns_per_request: if m > 0.0 && mw > 0.0 {
+                    1e9 / m - 1e9 / mw
+                } else {
+                    0.0
+                },
+                program_cost: std::mem::take(&mut costs[i]),
+                program_ns_per_request: per_req,
+            }
+        })
+        .collect();
+    let find = |c: Config| rows.iter().find(|r| r.config == c);
+    let (ours, theirs) = (find(Config::FaultlineBtf), find(Config::Bpftrace));
+    let over_prog = match (ours, theirs) {
+        (Some(o), Some(t)) if t.program_ns_per_request > 0.0 => {
+            Some(o.program_ns_per_request / t.program_ns_per_request)
+        }
+        _ => None,
     };
-    let mw = crate::median(&without);
-    let mp = crate::median(&with);
-    let ratio = crate::median(&ratios);
+    let over_added = match (ours, theirs) {
+        (Some(o), Some(t)) if t.added_ns_per_request > 0.0 => {
+            Some(o.added_ns_per_request / t.added_ns_per_request)
+        }
+        _ => None,
+    };
     println!(
-        "block probe overhead: 4 KiB O_DIRECT random reads, {} threads, loop on tmpfs",
-        a.threads
+        "block probe overhead: 4 KiB O_DIRECT random reads, {} threads, loop on tmpfs, {} rounds × {} s",
+        a.threads, a.rounds, a.seconds
     );
-    println!("| configuration | median IOPS | rounds |");
-    println!("|---|---|---|");
-    println!("| without probes | {mw:.0} | {} |", fmt_list(&without));
-    println!("| with probes | {mp:.0} | {} |", fmt_list(&with));
-    println!("| median of paired ratios with/without | {ratio:.3} | target ≥ 0.97 |");
+    println!("| configuration | median IOPS | median paired ratio / without | added wall ns per request | in-kernel program ns per request |");
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.0} | {:.3} | {:.0} | {:.0} |",
+            r.label,
+            r.median_iops,
+            r.median_ratio_over_without,
+            r.added_ns_per_request,
+            r.program_ns_per_request
+        );
+    }
+    for r in rows.iter().filter(|r| !r.program_cost.is_empty()) {
+        let parts: Vec<String> = r
+            .program_cost
+            .iter()
+            .map(|c| format!("{} {:.0} ns × {}", c.program, c.ns_per_run, c.runs))
+            .collect();
+        println!("  {}: {}", r.label, parts.join(", "));
+    }
+    if let Some(x) = over_prog {
+        println!("faultline (tp_btf) / bpftrace, in-kernel ns per request: {x:.2}");
+    }
+    if let Some(x) = over_added {
+        println!("faultline (tp_btf) / bpftrace, added wall ns per request: {x:.2}");
+    }
     let res = Result_ {
         benchmark: "block_probe_overhead",
         workload: format!(
@@ -183,37 +351,19 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         ),
         rounds: a.rounds,
         seconds_per_round: a.seconds,
-        iops_without: without,
-        iops_with: with,
-        median_without: mw,
-        median_with: mp,
-        ratio_with_over_without: ratio,
-        paired_ratios: ratios.clone(),
+        peer: if peer {
+            crate::peer::version()
+        } else {
+            String::new()
+        },
+        rows,
         target_ratio_min: 0.97,
         requests_counted_by_probes: counted,
-        program_cost: probe_ns,
+        faultline_over_bpftrace_program_ns: over_prog,
+        faultline_over_bpftrace_added_ns: over_added,
     };
-    let per_request_ns: f64 = res.program_cost.iter().map(|c| c.ns_per_run).sum();
-    println!(
-        "in-kernel probe time per request: {per_request_ns:.0} ns = {:.1}% of the median \
-         request time without probes ({:.1} µs)",
-        100.0 * per_request_ns * mw / 1e9,
-        1e6 / mw.max(1.0)
-    );
-    println!("| program | runs | ns per run (kernel accounting) |");
-    println!("|---|---|---|");
-    for c in &res.program_cost {
-        println!("| {} | {} | {:.0} |", c.program, c.runs, c.ns_per_run);
-    }
     let path = out_dir.join("block.json");
     std::fs::write(&path, serde_json::to_string_pretty(&res)?)?;
     println!("wrote {}", path.display());
     Ok(())
-}
-
-fn fmt_list(v: &[f64]) -> String {
-    v.iter()
-        .map(|x| format!("{x:.0}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -6,7 +6,9 @@ mod footprint;
 mod history;
 mod ingest;
 mod ingest_tls;
+mod launch;
 mod otlp;
+mod peer;
 mod procstat;
 mod ring;
 mod uprobe;
@@ -31,8 +33,13 @@ enum Which {
     /// Block probes' cost: 4 KiB direct random-read IOPS on a loop device
     /// with and without the probes attached.
     Block(block::Args),
-    /// Uprobe cost per cuLaunchKernel call: none / empty uprobe / faultline.
+    /// Uprobe cost per cuLaunchKernel call: none / empty uprobe / faultline /
+    /// bpftrace count().
     Uprobe(uprobe::Args),
+    /// Launch-heavy stand-in: throughput without probes, with faultline
+    /// exact, in bounded-overhead mode, and with bpftrace count(); bounded
+    /// mode's launch count against the stand-in's truth.
+    Launch(launch::Args),
     /// CPU and RSS of the collector on a simulated 8-GPU, 8-HCA host.
     Footprint(footprint::Args),
     /// Correlator ingest throughput and scaling over gRPC on loopback.
@@ -55,6 +62,7 @@ fn main() -> Result<()> {
     match cli.which {
         Which::Block(a) => block::run(&a, &cli.out_dir),
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
+        Which::Launch(a) => launch::run(&a, &cli.out_dir),
         Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
         Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
         Which::IngestTls(a) => ingest_tls::run(&a, &cli.out_dir),

@@ -101,10 +101,15 @@ struct Variant {
     no_probe_ns: Vec<f64>,
     empty_uprobe_ns: Vec<f64>,
     faultline_ns: Vec<f64>,
+    /// bpftrace `uprobe:LIB:cuLaunchKernel { @ = count(); }` (empty when
+    /// bpftrace is not installed).
+    bpftrace_count_ns: Vec<f64>,
     median_no_probe_ns: f64,
     median_empty_uprobe_ns: f64,
     median_faultline_ns: f64,
+    median_bpftrace_count_ns: f64,
     ratio_faultline_over_empty: f64,
+    ratio_bpftrace_count_over_empty: f64,
 }
 
 #[derive(Serialize)]
@@ -113,10 +118,11 @@ struct Report {
     calls_per_measurement: u64,
     rounds: u32,
     target_ratio_max: f64,
+    peer: String,
     variants: Vec<Variant>,
 }
 
-fn variant(lib_path: &Path, entry: &'static str, a: &Args) -> Result<Variant> {
+fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result<Variant> {
     let lib = Lib::open(lib_path)?;
     let opts = ProbeOptions {
         exec: false,
@@ -131,7 +137,11 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args) -> Result<Variant> {
         },
         ..ProbeOptions::default()
     };
-    let (mut none, mut empty, mut full) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut none, mut empty, mut full, mut bt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let bt_prog = format!(
+        "uprobe:{}:cuLaunchKernel {{ @ = count(); }}",
+        lib_path.display()
+    );
     lib.measure(a.calls / 10); // warm-up
     for _ in 0..a.rounds {
         none.push(lib.measure(a.calls));
@@ -146,11 +156,26 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args) -> Result<Variant> {
             }
             full.push(lib.measure(a.calls));
         }
+        if peer {
+            let b = crate::peer::Bpftrace::start(&bt_prog)?;
+            bt.push(lib.measure(a.calls));
+            let out = b.stop()?;
+            // It must have counted every call (`@: N` at exit).
+            let n: u64 = out
+                .lines()
+                .find_map(|l| l.strip_prefix("@: "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if n < a.calls {
+                bail!("bpftrace counted {n} of {} calls: {out}", a.calls);
+            }
+        }
     }
-    let (mn, me, mf) = (
+    let (mn, me, mf, mb) = (
         crate::median(&none),
         crate::median(&empty),
         crate::median(&full),
+        crate::median(&bt),
     );
     Ok(Variant {
         library: lib_path.display().to_string(),
@@ -158,10 +183,13 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args) -> Result<Variant> {
         no_probe_ns: none,
         empty_uprobe_ns: empty,
         faultline_ns: full,
+        bpftrace_count_ns: bt,
         median_no_probe_ns: mn,
         median_empty_uprobe_ns: me,
         median_faultline_ns: mf,
+        median_bpftrace_count_ns: mb,
         ratio_faultline_over_empty: if me > 0.0 { mf / me } else { 0.0 },
+        ratio_bpftrace_count_over_empty: if me > 0.0 { mb / me } else { 0.0 },
     })
 }
 
@@ -172,25 +200,36 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let _g = rt.enter();
     let plain: PathBuf = tests::fake_libcuda();
     let nop5: PathBuf = tests::fake_libcuda_nop5();
+    let peer = crate::peer::available();
+    if !peer {
+        println!("bpftrace not found: no peer column (scripts/setup.sh installs it)");
+    }
     let variants = vec![
-        variant(&plain, "ordinary (int3 trap, like the real driver)", a)
-            .context("plain stand-in")?,
-        variant(&nop5, "5-byte nop (optimised uprobe)", a).context("nop5 stand-in")?,
+        variant(
+            &plain,
+            "ordinary (int3 trap, like the real driver)",
+            a,
+            peer,
+        )
+        .context("plain stand-in")?,
+        variant(&nop5, "5-byte nop (optimised uprobe)", a, peer).context("nop5 stand-in")?,
     ];
     println!(
         "uprobe cost: ns per cuLaunchKernel call, {} calls × {} rounds, medians",
         a.calls, a.rounds
     );
-    println!("| entry | no probe | empty uprobe | faultline | faultline / empty |");
-    println!("|---|---|---|---|---|");
+    println!("| entry | no probe | empty uprobe | faultline | bpftrace count() | faultline / empty | bpftrace / empty |");
+    println!("|---|---|---|---|---|---|---|");
     for v in &variants {
         println!(
-            "| {} | {:.1} | {:.0} | {:.0} | {:.3} |",
+            "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} |",
             v.entry,
             v.median_no_probe_ns,
             v.median_empty_uprobe_ns,
             v.median_faultline_ns,
-            v.ratio_faultline_over_empty
+            v.median_bpftrace_count_ns,
+            v.ratio_faultline_over_empty,
+            v.ratio_bpftrace_count_over_empty
         );
     }
     let report = Report {
@@ -198,6 +237,11 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         calls_per_measurement: a.calls,
         rounds: a.rounds,
         target_ratio_max: 1.15,
+        peer: if peer {
+            crate::peer::version()
+        } else {
+            String::new()
+        },
         variants,
     };
     let path = out_dir.join("uprobe.json");

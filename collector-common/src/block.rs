@@ -88,6 +88,41 @@ pub struct InflightVal {
 }
 const _: () = assert!(core::mem::size_of::<InflightVal>() == 32);
 
+/// In-flight record of the BTF-enabled probes, keyed by the kernel's
+/// `struct request *` between start and done: the device and op are read
+/// once at start, so the completion side needs no reads of the request.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RqInflight {
+    pub issue_ns: u64,
+    pub cgroup_id: u64,
+    /// Bytes completed so far (`block_rq_complete`), moved into the aggregate at done.
+    pub bytes: u64,
+    /// Start sector (read only while per-request sampling is on; else 0).
+    pub sector: u64,
+    pub pid: u32,
+    /// `major << 20 | minor` of the request's disk.
+    pub dev: u32,
+    /// One of [`op`].
+    pub op: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<RqInflight>() == 48);
+
+/// Maps a request's `cmd_flags & REQ_OP_MASK` to [`op`] exactly as the
+/// classic tracepoints' `rwbs` decodes (`blk_fill_rwbs()`): read, write,
+/// flush, discard and secure erase ("DE") as discard; anything else other.
+#[inline(always)]
+pub fn op_of_cmd_flags(cmd_flags: u32) -> u32 {
+    match cmd_flags & 0xff {
+        0 => op::READ,
+        1 => op::WRITE,
+        2 => op::FLUSH,
+        3 | 5 => op::DISCARD,
+        _ => op::OTHER,
+    }
+}
+
 /// Sampled per-request record for the timeline (optional stream).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,11 +182,25 @@ mod pod {
     unsafe impl aya::Pod for super::InflightKey {}
     unsafe impl aya::Pod for super::InflightVal {}
     unsafe impl aya::Pod for super::BlockRequestData {}
+    unsafe impl aya::Pod for super::RqInflight {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_ops_decode_like_rwbs() {
+        // REQ_OP_* values (include/linux/blk_types.h), with flag bits above
+        // the op mask (e.g. REQ_PREFLUSH on a write stays a write).
+        assert_eq!(op_of_cmd_flags(0), op::READ);
+        assert_eq!(op_of_cmd_flags(1), op::WRITE);
+        assert_eq!(op_of_cmd_flags(1 | 1 << 18), op::WRITE);
+        assert_eq!(op_of_cmd_flags(2 | 1 << 18), op::FLUSH);
+        assert_eq!(op_of_cmd_flags(3), op::DISCARD);
+        assert_eq!(op_of_cmd_flags(5), op::DISCARD);
+        assert_eq!(op_of_cmd_flags(9), op::OTHER);
+    }
 
     #[test]
     fn buckets_match_log2() {

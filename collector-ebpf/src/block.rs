@@ -16,7 +16,9 @@
 //!   which the kernel accounts outside `blk_account_io_done()`.
 //!
 //! In-flight requests are keyed by (dev, sector, op): the classic tracepoints
-//! do not expose the request pointer.
+//! do not expose the request pointer. These programs are the fallback for
+//! kernels without BTF (or `[block] btf = false`); `block_btf.rs` has the same
+//! attach points as BTF-enabled raw tracepoints keyed by the request pointer.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_get_current_pid_tgid,
@@ -45,11 +47,11 @@ pub const MODE_RQ: u32 = 1;
 
 // SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
-static BLOCK_MODE: Global<u32> = Global::new(MODE_IO);
+pub(crate) static BLOCK_MODE: Global<u32> = Global::new(MODE_IO);
 /// Emit one sampled per-request event every N completions per CPU; 0 = off.
 // SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
-static BLOCK_SAMPLE_EVERY: Global<u32> = Global::new(0);
+pub(crate) static BLOCK_SAMPLE_EVERY: Global<u32> = Global::new(0);
 // Offsets shared by block_rq_issue / block_io_start / block_io_done (same layout).
 // SAFETY: a unique symbol name, which the loader looks up to set the value.
 #[unsafe(no_mangle)]
@@ -177,7 +179,7 @@ fn start(ctx: &TracePointContext) -> Result<u32, u32> {
 
 /// Returns the aggregate slot for `key`, creating it zeroed.
 #[inline(always)]
-fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
+pub(crate) fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
     // The zero value comes from a one-entry array: BlockStats is larger than
     // the stack allows.
     let zero = BLOCK_ZERO.get_ptr(0)?;
@@ -232,7 +234,7 @@ fn done(ikey: &InflightKey, rec: Option<InflightVal>, bytes: Option<u64>) -> Res
 }
 
 #[inline(always)]
-fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id: u64) {
+pub(crate) fn maybe_sample(dev: u32, op: u32, sector: u64, lat: u64, bytes: u64, cgroup_id: u64) {
     let every = BLOCK_SAMPLE_EVERY.load();
     if every == 0 {
         return;

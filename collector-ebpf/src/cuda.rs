@@ -102,6 +102,18 @@ static CUDA_NAME_SCRATCH: PerCpuArray<KernelName> = PerCpuArray::with_max_entrie
 #[map(name = "CUDA_RATE")]
 static CUDA_RATE: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
+/// Bounded-overhead mode's gate: non-zero while the launch probes are being
+/// detached or attached, so launches count exactly over the time userspace
+/// accounts as attached (the uprobe links themselves come and go slowly).
+#[map(name = "CUDA_LAUNCH_PAUSED")]
+static CUDA_LAUNCH_PAUSED: aya_ebpf::maps::Array<u32> =
+    aya_ebpf::maps::Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn launches_paused() -> bool {
+    CUDA_LAUNCH_PAUSED.get(0).is_some_and(|v| *v != 0)
+}
+
 /// Optional per-event stream.
 #[map(name = "CUDA_EVENTS")]
 static CUDA_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
@@ -305,6 +317,9 @@ fn record_launch(
 /// uprobe: `cuLaunchKernel` / `cuLaunchCooperativeKernel` (cookie = kind).
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
+    if launches_paused() {
+        return 0;
+    }
     let kind = cookie(&ctx) as u32;
     let func: u64 = ctx.arg(0).unwrap_or(0);
     let gx: u64 = ctx.arg(1).unwrap_or(0);
@@ -344,6 +359,9 @@ struct LaunchConfig {
 /// uprobe: `cuLaunchKernelEx`.
 #[uprobe]
 pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
+    if launches_paused() {
+        return 0;
+    }
     let cfg_ptr: u64 = ctx.arg(0).unwrap_or(0);
     let func: u64 = ctx.arg(1).unwrap_or(0);
     // SAFETY: user pointer read through the helper, which checks it.

@@ -12,6 +12,7 @@
 #![allow(internal_features)]
 
 mod block;
+mod block_btf;
 mod cuda;
 mod exec;
 mod helpers;

@@ -18,6 +18,10 @@ pub struct CudaSnapshot {
     pub calls: BTreeMap<CallKey, CallStats>,
     /// (pid, `CUfunction`) → kernel name.
     pub names: BTreeMap<(u32, u64), String>,
+    /// Share of the time since the previous snapshot the launch probes were
+    /// attached: 1 = exact; below 1 the launch counters are estimates
+    /// (bounded-overhead mode, `crate::launch_budget`).
+    pub launch_fraction: f64,
 }
 
 impl CudaSnapshot {
@@ -27,6 +31,7 @@ impl CudaSnapshot {
             launches: BTreeMap::new(),
             calls: BTreeMap::new(),
             names: BTreeMap::new(),
+            launch_fraction: 1.0,
         }
     }
 

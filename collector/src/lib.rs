@@ -20,6 +20,7 @@ pub mod http;
 pub mod ib;
 pub mod identity;
 pub mod jobmap;
+pub mod launch_budget;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;

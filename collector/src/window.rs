@@ -124,6 +124,9 @@ pub fn cuda(prev: &CudaSnapshot, cur: &CudaSnapshot, ids: &mut IdentityCache) ->
         .map(|((pid, device), mut c)| {
             c.pid = pid;
             c.device = device;
+            if cur.launch_fraction < 1.0 && c.launches > 0 {
+                c.launches_sampled_fraction = cur.launch_fraction;
+            }
             if let Some(id) = ids.get(pid) {
                 c.job = id.job().unwrap_or_default();
                 c.rank = id.rank();

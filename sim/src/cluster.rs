@@ -1080,6 +1080,7 @@ impl Cluster {
                         sync_wait_ns: 200_000_000,
                         copy_bytes: 1 << 20,
                         errors: 0,
+                        launches_sampled_fraction: 0.0,
                     })
                     .collect()
             } else {

@@ -326,6 +326,11 @@ pub fn fake_libcuda_nop5() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("nop5/libcuda.so.1")
 }
 
+/// The `launch_storm` program (launch-heavy stand-in: threads × launches).
+pub fn launch_storm() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("launch_storm")
+}
+
 /// The `cuda_workload` program.
 pub fn cuda_workload() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("cuda_workload")

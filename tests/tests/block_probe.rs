@@ -3,13 +3,27 @@
 //! `/sys/block/loopN/stat` over the same interval, and its window rows must
 //! reach the wire with the device's class and latency histogram.
 use collector::{
-    probes::{ProbeOptions, Probes},
+    probes::{BlockAttach, ProbeOptions, Probes},
     storage::{make_dev, quantile_ns, BlockWindow, Names},
 };
 use collector_common::block::op;
 
+/// The BTF-enabled raw tracepoints keyed by the request pointer (the
+/// default on a kernel with BTF, as this one has).
 #[test]
 fn block_counts_and_bytes_equal_the_kernels_accounting() {
+    counts_equal_the_kernels_accounting(true, BlockAttach::Btf);
+}
+
+/// The classic tracepoints keyed by (dev, sector, op), the fallback for
+/// kernels without BTF, forced with `[block] btf = false`.
+#[test]
+fn classic_tracepoint_fallback_equals_the_kernels_accounting() {
+    counts_equal_the_kernels_accounting(false, BlockAttach::Classic);
+}
+
+#[allow(clippy::unwrap_used)] // a test body, like the #[test] fns (clippy.toml)
+fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_probe") {
         return;
@@ -22,12 +36,14 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
         let opts = ProbeOptions {
             exec: false,
             block: true,
+            block_btf,
             cuda: false,
             verbs: false,
             ..ProbeOptions::default()
         };
         let probes = Probes::load(&opts).expect("load probes");
         assert!(probes.block_active(), "{:?}", probes.status());
+        assert_eq!(probes.block_attach(), want);
 
         let k_before = lo.stat().unwrap();
         let f_before = probes.block_snapshot().unwrap();

@@ -151,6 +151,7 @@ fn main() -> Result<()> {
             let which: Vec<Vec<String>> = if args.is_empty() {
                 vec![
                     vec!["uprobe".into()],
+                    vec!["launch".into()],
                     vec!["block".into()],
                     vec!["ring".into()],
                     vec!["footprint".into()],
@@ -172,6 +173,7 @@ fn main() -> Result<()> {
             let mut first = true;
             for name in [
                 "uprobe",
+                "launch",
                 "block",
                 "ring",
                 "footprint",

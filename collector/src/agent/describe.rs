@@ -30,6 +30,21 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "CUDA map entries of exited processes removed",
     ),
     (
+        "faultline_cuda_launch_attached_fraction",
+        true,
+        "Share of each period the CUDA launch probes are attached (1 = exact counts; below 1 launch counts are scaled estimates: bounded-overhead mode)",
+    ),
+    (
+        "faultline_cuda_launch_hit_cost_seconds",
+        true,
+        "CPU cost of one launch-probe hit the overhead budget uses (measured at start or configured)",
+    ),
+    (
+        "faultline_cuda_launch_toggles_total",
+        false,
+        "Attaches and detaches of the CUDA launch probes in bounded-overhead mode",
+    ),
+    (
         "faultline_record_errors_total",
         false,
         "Windows that could not be written to the record file (--record)",

@@ -82,6 +82,12 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         EventDrain::<crate::probes::block::BlockSample>::take(&mut probes, block_sampled)?;
     let mut cuda_events =
         EventDrain::<crate::probes::cuda::CudaEvent>::take(&mut probes, cuda_streamed)?;
+    let mut launch = crate::probes::launch_control::LaunchController::new(
+        &cfg.cuda,
+        &cfg.collector.proc_root,
+        &probes,
+        |l| console.info(l),
+    );
     let mut ids = IdentityCache::new(&cfg.collector.proc_root, 4096);
     let identity = host::identity(&cfg.collector.proc_root, cfg.collector.hostname.as_deref());
     let host = identity.hostname.clone();
@@ -126,6 +132,14 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
             }
             r = drain::next(&mut cuda_events, |e| console.detail(e)) => {
                 r.context("reading the CUDA event ring")?;
+                continue;
+            }
+            _ = sleep_until(launch.as_ref().map(|l| l.next_event(probes.launch_probes_attached()))) => {
+                if let Some(l) = launch.as_mut() {
+                    if let Some(line) = l.on_event(&mut probes)? {
+                        console.info(line);
+                    }
+                }
                 continue;
             }
             _ = tick.tick() => false,
@@ -203,10 +217,19 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     Ok(())
 }
 
+/// Sleeps until `t`; never returns for `None`.
+async fn sleep_until(t: Option<std::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn probe_options(cfg: &FileConfig) -> Result<ProbeOptions> {
     let mut opts = ProbeOptions {
         block: cfg.block.enabled,
         block_sample_every: cfg.block.sample_every,
+        block_btf: cfg.block.btf,
         cuda: cfg.cuda.enabled,
         cuda_events_per_sec: cfg.cuda.events_per_sec,
         verbs: cfg.verbs.enabled,

@@ -156,6 +156,9 @@ pub struct BlockSection {
     pub enabled: bool,
     /// One sampled per-request event every N completions per CPU (0 = off).
     pub sample_every: u32,
+    /// BTF-enabled raw tracepoints keyed by the request pointer when the
+    /// kernel has BTF; false forces the classic tracepoints.
+    pub btf: bool,
 }
 
 impl Default for BlockSection {
@@ -163,6 +166,7 @@ impl Default for BlockSection {
         Self {
             enabled: true,
             sample_every: 0,
+            btf: true,
         }
     }
 }
@@ -175,6 +179,14 @@ pub struct CudaSection {
     pub library: Option<PathBuf>,
     /// Per-event stream budget, events/s per CPU (0 = aggregates only).
     pub events_per_sec: u32,
+    /// Bounded-overhead mode: the largest share of a process's CPU time its
+    /// launch traps may take before the launch probes are duty-cycled
+    /// (0 = always exact).
+    pub launch_budget: f64,
+    /// Duty-cycle period of the launch probes, milliseconds.
+    pub launch_period_ms: u64,
+    /// Cost of one launch-probe hit, ns; 0 = measured at start.
+    pub launch_hit_cost_ns: u64,
 }
 
 impl Default for CudaSection {
@@ -183,6 +195,9 @@ impl Default for CudaSection {
             enabled: true,
             library: None,
             events_per_sec: 0,
+            launch_budget: 0.01,
+            launch_period_ms: 1000,
+            launch_hit_cost_ns: 0,
         }
     }
 }

@@ -2,16 +2,24 @@
 //! uprobes, the verbs library's and provider's uprobes.
 use aya::{
     programs::{
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-        TracePoint, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+        BtfTracePoint, TracePoint, UProbe,
     },
-    Ebpf,
+    Btf, Ebpf,
 };
 
 use super::*;
 use crate::tracefs::Tracefs;
 
-pub(super) fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Result<(), String> {
+/// Attaches `spec`: as its BTF-enabled raw tracepoint program when `btf`
+/// (the kernel's BTF) is given and the spec has one, else as a classic
+/// tracepoint.
+pub(super) fn attach(
+    ebpf: &mut Ebpf,
+    tracefs: &Tracefs,
+    spec: &ProbeSpec,
+    btf: Option<&Btf>,
+) -> Result<(), String> {
     match spec.attach {
         Attach::Tracepoint { category, name } => {
             if !tracefs.has_tracepoint(category, name) {
@@ -19,6 +27,18 @@ pub(super) fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Re
                     "tracepoint {category}/{name} not found in {}/events (kernel lacks it)",
                     tracefs.root().display()
                 ));
+            }
+            if let (Some(btf), Some(program)) = (btf, spec.btf_program) {
+                let prog: &mut BtfTracePoint = ebpf
+                    .program_mut(program)
+                    .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
+                    .try_into()
+                    .map_err(|e| format!("program {program}: {e}"))?;
+                prog.load(name, btf)
+                    .map_err(|e| format!("verifier rejected {program}: {e:#}"))?;
+                prog.attach()
+                    .map_err(|e| format!("attach tp_btf {name}: {e}"))?;
+                return Ok(());
             }
             let prog: &mut TracePoint = ebpf
                 .program_mut(spec.program)
@@ -34,13 +54,30 @@ pub(super) fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, spec: &ProbeSpec) -> Re
     }
 }
 
+/// Unloads (and so detaches) the BTF program of `spec`, if it was loaded.
+pub(super) fn unload_btf(ebpf: &mut Ebpf, spec: &ProbeSpec) {
+    let Some(program) = spec.btf_program else {
+        return;
+    };
+    let prog: Option<&mut BtfTracePoint> =
+        ebpf.program_mut(program).and_then(|p| p.try_into().ok());
+    if let Some(p) = prog {
+        let _ = p.unload();
+    }
+}
+
 /// Attaches the CUDA uprobes to the discovered library. Every outcome is
 /// recorded in `status`; nothing here stops the collector.
+/// Returns the library and the launch symbols' links (for duty-cycling).
+#[allow(clippy::type_complexity)]
 pub(super) fn attach_cuda(
     ebpf: &mut Ebpf,
     opts: &ProbeOptions,
     status: &mut Vec<ProbeStatus>,
-) -> Option<std::path::PathBuf> {
+) -> (
+    Option<std::path::PathBuf>,
+    Vec<(&'static str, &'static str, u64, UProbeLinkId)>,
+) {
     let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
         Ok(p) => p,
         Err(e) => {
@@ -49,16 +86,17 @@ pub(super) fn attach_cuda(
                 name: "cuda",
                 state: ProbeState::Inactive(e.to_string()),
             });
-            return None;
+            return (None, Vec::new());
         }
     };
     let mut loaded: Vec<&'static str> = Vec::new();
     let mut attached = 0usize;
+    let mut launch_links = Vec::new();
     for spec in table::CUDA_PROBES {
         let mut outcome = Ok(());
         for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
             let Some(prog_name) = prog_name else { continue };
-            let r = attach_one(
+            let r = attach_one_link(
                 ebpf,
                 &mut loaded,
                 prog_name,
@@ -74,9 +112,16 @@ pub(super) fn attach_cuda(
                     lib.display()
                 )
             });
-            if r.is_err() {
-                outcome = r;
-                break;
+            match r {
+                Ok(id) => {
+                    if table::is_launch_program(prog_name) {
+                        launch_links.push((prog_name, spec.symbol, spec.cookie, id));
+                    }
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
             }
         }
         let state = match outcome {
@@ -106,7 +151,7 @@ pub(super) fn attach_cuda(
         });
     }
     tracing::info!(library = %lib.display(), attached, of = table::CUDA_PROBES.len(), "CUDA probes");
-    (attached > 0).then_some(lib)
+    ((attached > 0).then_some(lib), launch_links)
 }
 
 /// Loads `prog` once and attaches it at `loc` in `target` for all processes.
@@ -118,6 +163,18 @@ pub(super) fn attach_one(
     cookie: u64,
     target: &std::path::Path,
 ) -> Result<(), String> {
+    attach_one_link(ebpf, loaded, prog, loc, cookie, target).map(|_| ())
+}
+
+/// [`attach_one`], returning the link (to detach it later).
+pub(super) fn attach_one_link(
+    ebpf: &mut Ebpf,
+    loaded: &mut Vec<&'static str>,
+    prog: &'static str,
+    loc: UProbeAttachLocation<'_>,
+    cookie: u64,
+    target: &std::path::Path,
+) -> Result<UProbeLinkId, String> {
     let p: &mut UProbe = ebpf
         .program_mut(prog)
         .ok_or_else(|| format!("program {prog} missing from the eBPF object"))?
@@ -133,8 +190,7 @@ pub(super) fn attach_one(
         cookie: Some(cookie),
     };
     p.attach(point, target, UProbeScope::AllProcesses)
-        .map_err(|e| e.to_string())?;
-    Ok(())
+        .map_err(|e| e.to_string())
 }
 
 /// Attaches the verbs probes: control path on libibverbs' exports, data path

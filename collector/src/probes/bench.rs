@@ -51,6 +51,79 @@ impl EmptyUprobe {
     }
 }
 
+/// CPU cost of one uprobe hit on this kernel, ns: an empty uprobe on libc's
+/// `getppid`, attached for this thread only, timed over `calls` calls
+/// against the same calls without it (the least of 7 pairs: preemption on a
+/// loaded machine only adds). The trap
+/// dominates a launch probe's cost (the README's uprobe table), so this is
+/// what bounded-overhead mode budgets with.
+pub fn measure_uprobe_hit_ns(calls: u32) -> Result<f64, ProbeError> {
+    use aya::programs::{
+        uprobe::{UProbeAttachPoint, UProbeScope},
+        UProbe,
+    };
+    if BENCH_OBJECT.is_empty() {
+        return Err(ProbeError::Stub);
+    }
+    let libc = std::fs::read_to_string("/proc/self/maps")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .find(|p| {
+                    std::path::Path::new(p)
+                        .file_name()
+                        .and_then(|f| f.to_str())
+                        .is_some_and(|f| f.starts_with("libc.so") || f.starts_with("libc-"))
+                })
+                .map(std::path::PathBuf::from)
+        })
+        .ok_or_else(|| ProbeError::Required {
+            probe: "uprobe calibration",
+            reason: "libc not found in /proc/self/maps".into(),
+        })?;
+    let time = |n: u32| {
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            // SAFETY: getppid has no preconditions.
+            std::hint::black_box(unsafe { libc::getppid() });
+        }
+        t0.elapsed().as_nanos() as f64 / f64::from(n.max(1))
+    };
+    let mut ebpf = EbpfLoader::new()
+        .load(BENCH_OBJECT)
+        .map_err(|e| ProbeError::Load(Box::new(e)))?;
+    let err = |reason: String| ProbeError::Required {
+        probe: "uprobe calibration",
+        reason,
+    };
+    let p: &mut UProbe = ebpf
+        .program_mut("bench_empty_uprobe")
+        .ok_or_else(|| err("bench_empty_uprobe missing".into()))?
+        .try_into()
+        .map_err(|e| err(format!("{e}")))?;
+    p.load().map_err(|e| err(format!("{e:#}")))?;
+    let mut diffs = Vec::new();
+    for _ in 0..7 {
+        let without = time(calls);
+        let id = p
+            .attach(
+                UProbeAttachPoint {
+                    location: UProbeAttachLocation::Symbol("getppid"),
+                    cookie: None,
+                },
+                &libc,
+                UProbeScope::CallingProcess,
+            )
+            .map_err(|e| err(e.to_string()))?;
+        let with = time(calls);
+        p.detach(id).map_err(|e| err(e.to_string()))?;
+        diffs.push((with - without).max(0.0));
+    }
+    // The smallest difference: preemption (a loaded machine) only inflates.
+    Ok(diffs.into_iter().fold(f64::INFINITY, f64::min))
+}
+
 /// One record of the ring-drain benchmark's synthetic producer.
 #[derive(Clone, Copy, Debug)]
 pub struct BenchRecord {

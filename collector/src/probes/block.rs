@@ -2,9 +2,9 @@
 use std::collections::BTreeMap;
 
 use aya::maps::{HashMap, MapData};
-use collector_common::block::{BlockKey, BlockStats, InflightKey, InflightVal};
+use collector_common::block::{BlockKey, BlockStats, InflightKey, InflightVal, RqInflight};
 
-use super::{ProbeError, Probes};
+use super::{BlockAttach, ProbeError, Probes};
 use crate::storage::BlockSnapshot;
 
 impl Probes {
@@ -33,6 +33,31 @@ impl Probes {
             stats.insert(k, v);
         }
         // In-flight depth per device: the requests between start and done.
+        let mut inflight: BTreeMap<u32, u64> = BTreeMap::new();
+        if self.block_attach() == BlockAttach::Btf {
+            let map = self
+                .ebpf()
+                .map("BLOCK_INFLIGHT_RQ")
+                .ok_or(ProbeError::MissingMap("BLOCK_INFLIGHT_RQ"))?;
+            let inf = HashMap::<&MapData, u64, RqInflight>::try_from(map).map_err(|source| {
+                ProbeError::Map {
+                    name: "BLOCK_INFLIGHT_RQ",
+                    source,
+                }
+            })?;
+            for entry in inf.iter() {
+                let (_, v) = entry.map_err(|source| ProbeError::Map {
+                    name: "BLOCK_INFLIGHT_RQ",
+                    source,
+                })?;
+                *inflight.entry(v.dev).or_default() += 1;
+            }
+            return Ok(BlockSnapshot {
+                taken: std::time::Instant::now(),
+                stats,
+                inflight,
+            });
+        }
         let inf_map = self
             .ebpf()
             .map("BLOCK_INFLIGHT")
@@ -44,7 +69,6 @@ impl Probes {
                     source,
                 }
             })?;
-        let mut inflight: BTreeMap<u32, u64> = BTreeMap::new();
         for key in inf.keys() {
             let k = key.map_err(|source| ProbeError::Map {
                 name: "BLOCK_INFLIGHT",

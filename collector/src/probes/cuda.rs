@@ -70,11 +70,14 @@ impl Probes {
             let (k, v) = e.map_err(err("CUDA_CALL_AGG"))?;
             calls.insert(k, v);
         }
+        let taken = std::time::Instant::now();
+        let launch_fraction = self.scale_launches(&mut launches, taken);
         Ok(CudaSnapshot {
-            taken: std::time::Instant::now(),
+            taken,
             launches,
             calls,
             names,
+            launch_fraction,
         })
     }
 }

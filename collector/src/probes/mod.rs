@@ -6,9 +6,12 @@
 mod attach;
 pub mod bench;
 pub mod block;
+pub mod btf;
 pub mod cuda;
 pub mod drain;
 pub mod exec;
+pub mod launch_control;
+pub mod launch_duty;
 pub mod ring;
 pub mod table;
 pub mod verbs;
@@ -26,9 +29,9 @@ use crate::{
     privilege::{self, PrivilegeError},
     tracefs::{Tracefs, TracefsError},
 };
-use attach::{attach, attach_cuda, attach_verbs};
-pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyUprobe};
-pub use table::{Attach, BlockMode, ProbeSpec, PROBES};
+use attach::{attach, attach_cuda, attach_verbs, unload_btf};
+pub use bench::{bench_object, measure_uprobe_hit_ns, BenchProducer, BenchRecord, EmptyUprobe};
+pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
 static PROBES_OBJECT: &[u8] =
@@ -54,6 +57,8 @@ pub enum ProbeError {
     Load(#[source] Box<aya::EbpfError>),
     #[error("required probe {probe} failed: {reason}")]
     Required { probe: &'static str, reason: String },
+    #[error("CUDA launch probes: {0}")]
+    Launch(String),
     #[error("eBPF map {0} missing from the object")]
     MissingMap(&'static str),
     #[error("eBPF map {name}: {source}")]
@@ -77,6 +82,9 @@ pub struct ProbeOptions {
     pub block: bool,
     /// Emit one sampled per-request block event every N completions per CPU (0 = off).
     pub block_sample_every: u32,
+    /// Block probes on BTF-enabled raw tracepoints when the kernel has BTF;
+    /// false forces the classic tracepoints.
+    pub block_btf: bool,
     pub cuda: bool,
     /// Where to find `libcuda.so.1`.
     pub cuda_search: crate::cuda_lib::Search,
@@ -112,6 +120,7 @@ impl Default for ProbeOptions {
             exec: true,
             block: true,
             block_sample_every: 0,
+            block_btf: true,
             cuda: true,
             cuda_search: crate::cuda_lib::Search::default(),
             cuda_events_per_sec: 0,
@@ -156,7 +165,10 @@ pub struct Probes {
     ebpf: Ebpf,
     status: Vec<ProbeStatus>,
     block_mode: BlockMode,
+    block_attach: BlockAttach,
     cuda_library: Option<std::path::PathBuf>,
+    /// The launch uprobes' attach state (bounded-overhead mode).
+    launch: std::sync::Mutex<launch_duty::LaunchDuty>,
 }
 
 impl Probes {
@@ -170,7 +182,28 @@ impl Probes {
         privilege::check_host()?;
         let tracefs = Tracefs::system()?;
         let block_mode = BlockMode::detect(&tracefs);
-        let globals = table::globals(&tracefs, opts, block_mode)?;
+        let mut globals = table::globals(&tracefs, opts, block_mode)?;
+        // BTF-enabled block probes: struct offsets from the kernel's BTF, and
+        // the BTF itself for the attach; without either, classic tracepoints.
+        let mut kernel_btf = None;
+        if opts.block && opts.block_btf {
+            match btf::block_globals(btf::VMLINUX_BTF)
+                .map_err(|e| e.to_string())
+                .and_then(|g| {
+                    aya::Btf::from_sys_fs()
+                        .map(|b| (g, b))
+                        .map_err(|e| format!("parsing {}: {e}", btf::VMLINUX_BTF))
+                }) {
+                Ok((g, b)) => {
+                    globals.extend(g);
+                    kernel_btf = Some(b);
+                }
+                Err(why) => tracing::warn!(
+                    reason = %why,
+                    "BTF block probes unavailable; using the classic block tracepoints"
+                ),
+            }
+        }
 
         let mut loader = EbpfLoader::new();
         for (name, value) in &globals {
@@ -182,14 +215,38 @@ impl Probes {
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         start_log_forwarding(&mut ebpf);
 
+        // Block programs first as BTF raw tracepoints; if any of them fails,
+        // all of them are unloaded and the family attaches classically.
+        let mut block_attach = BlockAttach::Classic;
+        if let Some(btf) = &kernel_btf {
+            let used: Vec<&ProbeSpec> = PROBES
+                .iter()
+                .filter(|s| s.btf_program.is_some() && s.unused_in(block_mode).is_none())
+                .collect();
+            let failed = used
+                .iter()
+                .find_map(|s| attach(&mut ebpf, &tracefs, s, Some(btf)).err());
+            match failed {
+                None => block_attach = BlockAttach::Btf,
+                Some(why) => {
+                    tracing::warn!(reason = %why, "BTF block probes failed; using the classic block tracepoints");
+                    for s in &used {
+                        unload_btf(&mut ebpf, s);
+                    }
+                }
+            }
+        }
+
         let mut status = Vec::with_capacity(PROBES.len());
         for spec in PROBES {
             let state = if let Some(why) = spec.unused_in(block_mode) {
                 ProbeState::Unused(why)
             } else if !spec.enabled(opts) {
                 ProbeState::Disabled
+            } else if block_attach == BlockAttach::Btf && spec.btf_program.is_some() {
+                ProbeState::Attached
             } else {
-                match attach(&mut ebpf, &tracefs, spec) {
+                match attach(&mut ebpf, &tracefs, spec, None) {
                     Ok(()) => ProbeState::Attached,
                     Err(reason) if spec.required => {
                         return Err(ProbeError::Required {
@@ -220,15 +277,16 @@ impl Probes {
                 state,
             });
         }
-        let cuda_library = if opts.cuda {
+        let (cuda_library, launch_links) = if opts.cuda {
             attach_cuda(&mut ebpf, opts, &mut status)
         } else {
             status.push(ProbeStatus {
                 name: "cuda",
                 state: ProbeState::Disabled,
             });
-            None
+            (None, Vec::new())
         };
+        let launch = launch_duty::LaunchDuty::new(cuda_library.clone(), launch_links);
         if opts.verbs {
             attach_verbs(&mut ebpf, opts, &mut status);
         } else {
@@ -237,11 +295,16 @@ impl Probes {
                 state: ProbeState::Disabled,
             });
         }
+        if opts.block {
+            tracing::info!(attach = block_attach.as_str(), "block probes");
+        }
         Ok(Self {
             ebpf,
             status,
             block_mode,
+            block_attach,
             cuda_library,
+            launch: std::sync::Mutex::new(launch),
         })
     }
 
@@ -253,6 +316,11 @@ impl Probes {
     /// How the block probes time requests on this kernel.
     pub fn block_mode(&self) -> BlockMode {
         self.block_mode
+    }
+
+    /// How the block programs are attached (BTF raw tracepoints or classic).
+    pub fn block_attach(&self) -> BlockAttach {
+        self.block_attach
     }
 
     /// Whether the block probes count requests (the counting tracepoints attached).

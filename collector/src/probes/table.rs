@@ -30,6 +30,9 @@ pub struct ProbeSpec {
     pub required: bool,
     /// Only used in this block mode.
     pub only_in: Option<BlockMode>,
+    /// The same probe as a BTF-enabled raw tracepoint program (used when the
+    /// kernel has BTF, see [`BlockAttach`]).
+    pub btf_program: Option<&'static str>,
 }
 
 impl ProbeSpec {
@@ -52,6 +55,24 @@ impl ProbeSpec {
                 Some("block_io_start/block_io_done time block I/O on this kernel")
             }
             _ => None,
+        }
+    }
+}
+
+/// How the block programs attach: BTF-enabled raw tracepoints keyed by the
+/// request pointer when the kernel publishes BTF (and `[block] btf` is on),
+/// else the classic tracepoints keyed by (dev, sector, op).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockAttach {
+    Btf,
+    Classic,
+}
+
+impl BlockAttach {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Btf => "btf",
+            Self::Classic => "classic",
         }
     }
 }
@@ -101,28 +122,28 @@ const fn tp(
         family,
         required,
         only_in,
+        btf_program: None,
+    }
+}
+
+const fn block_tp(
+    name: &'static str,
+    btf_program: &'static str,
+    only_in: Option<BlockMode>,
+) -> ProbeSpec {
+    ProbeSpec {
+        btf_program: Some(btf_program),
+        ..tp(name, "block", Family::Block, false, only_in)
     }
 }
 
 pub const PROBES: &[ProbeSpec] = &[
     // Exec events refresh the process identity cache; without them attribution is stale.
     tp("sched_process_exec", "sched", Family::Exec, true, None),
-    tp(
-        "block_io_start",
-        "block",
-        Family::Block,
-        false,
-        Some(BlockMode::Io),
-    ),
-    tp(
-        "block_io_done",
-        "block",
-        Family::Block,
-        false,
-        Some(BlockMode::Io),
-    ),
-    tp("block_rq_issue", "block", Family::Block, false, None),
-    tp("block_rq_complete", "block", Family::Block, false, None),
+    block_tp("block_io_start", "block_btf_io_start", Some(BlockMode::Io)),
+    block_tp("block_io_done", "block_btf_io_done", Some(BlockMode::Io)),
+    block_tp("block_rq_issue", "block_btf_rq_issue", None),
+    block_tp("block_rq_complete", "block_btf_rq_complete", None),
 ];
 
 /// Globals to patch before load: (symbol, value).
@@ -221,6 +242,11 @@ const fn up(
 }
 
 use collector_common::cuda::call;
+
+/// The launch programs: the ones bounded-overhead mode duty-cycles.
+pub fn is_launch_program(program: &str) -> bool {
+    matches!(program, "cuda_launch" | "cuda_launch_ex")
+}
 
 /// The CUDA driver-API probes (see `collector-ebpf/src/cuda.rs` for prototypes).
 pub const CUDA_PROBES: &[UprobeSpec] = &[

@@ -1,0 +1,368 @@
+//! Launch-heavy stand-in: `launch_storm` (threads calling `cuLaunchKernel`
+//! on the stand-in driver in a loop, each launch followed by a fixed amount
+//! of CPU work, ≥ 100k launches/s in all) run side by side with no probes,
+//! faultline exact (launch probes always attached), faultline in
+//! bounded-overhead mode (the collector's controller and budget), and the
+//! peer (bpftrace `count()` on the same function). Throughput is the
+//! stand-in's own count over its own run time; bounded mode's estimated
+//! launch count is compared with that truth.
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use collector::{
+    cuda_lib::Search,
+    probes::{launch_control::LaunchController, ProbeOptions, Probes},
+};
+use serde::Serialize;
+
+use crate::peer::Bpftrace;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Rounds; each runs every configuration once, order rotated per round.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds the stand-in runs per measurement.
+    #[arg(long, default_value_t = 8.0)]
+    seconds: f64,
+    /// Launching threads.
+    #[arg(long, default_value_t = 4)]
+    threads: u32,
+    /// CPU work after each launch, ns (the driver's own launch cost).
+    #[arg(long, default_value_t = 10_000)]
+    work_ns: u64,
+    /// Bounded mode's budget (share of the process's CPU).
+    #[arg(long, default_value_t = 0.01)]
+    budget: f64,
+    /// Bounded mode's duty period, ms.
+    #[arg(long, default_value_t = 1000)]
+    period_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Config {
+    Without,
+    FaultlineExact,
+    FaultlineBounded,
+    Bpftrace,
+}
+
+impl Config {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Without => "without probes",
+            Self::FaultlineExact => "faultline exact",
+            Self::FaultlineBounded => "faultline bounded (budget)",
+            Self::Bpftrace => "bpftrace count()",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    config: Config,
+    label: &'static str,
+    launches_per_sec: Vec<f64>,
+    median_launches_per_sec: f64,
+    /// Per-round throughput / the same round's without.
+    paired_ratios: Vec<f64>,
+    median_ratio_over_without: f64,
+    /// What the tool counted / the stand-in's truth, per round (empty for "without").
+    count_over_truth: Vec<f64>,
+    /// Bounded mode: the attached share the controller settled on, per window.
+    fractions: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    benchmark: &'static str,
+    workload: String,
+    rounds: u32,
+    budget: f64,
+    uprobe_hit_cost_ns: f64,
+    peer: String,
+    rows: Vec<Row>,
+    target_bounded_ratio_min: f64,
+    target_count_error_max: f64,
+}
+
+struct Storm {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    pid: u32,
+}
+
+fn spawn(a: &Args) -> Result<Storm> {
+    let mut child = Command::new(tests::launch_storm())
+        .arg(tests::fake_libcuda())
+        .args([
+            a.threads.to_string(),
+            a.seconds.to_string(),
+            a.work_ns.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawning launch_storm")?;
+    let lines = tests::lines_of(&mut child);
+    let pid = lines
+        .recv_timeout(Duration::from_secs(10))
+        .ok()
+        .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
+        .context("launch_storm did not start")?;
+    Ok(Storm { child, lines, pid })
+}
+
+/// Waits for the stand-in's end line: (launches, seconds).
+fn finish(mut s: Storm) -> Result<(u64, f64)> {
+    let status = s.child.wait()?;
+    ensure!(status.success(), "launch_storm failed: {status}");
+    for l in s.lines.iter() {
+        if let Some(rest) = l.strip_prefix("launches ") {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            if let (Some(n), Some(secs)) = (f.first(), f.get(2)) {
+                return Ok((n.parse()?, secs.parse()?));
+            }
+        }
+    }
+    bail!("launch_storm printed no count")
+}
+
+fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
+    Ok(p.cuda_snapshot()?
+        .launches
+        .iter()
+        .filter(|(k, _)| k.pid == pid)
+        .map(|(_, v)| v.launches)
+        .sum())
+}
+
+/// One measurement: (launches/s, counted/truth, controller fractions).
+fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f64>)> {
+    let opts = ProbeOptions {
+        exec: false,
+        block: false,
+        verbs: false,
+        cuda: true,
+        cuda_search: Search {
+            configured: Some(tests::fake_libcuda()),
+            ld_cache: false,
+            proc_root: None,
+            usual: vec![],
+        },
+        ..ProbeOptions::default()
+    };
+    Ok(match c {
+        Config::Without => {
+            let (n, secs) = finish(spawn(a)?)?;
+            (n as f64 / secs, None, Vec::new())
+        }
+        Config::FaultlineExact => {
+            let p = Probes::load(&opts)?;
+            let s = spawn(a)?;
+            let pid = s.pid;
+            let (n, secs) = finish(s)?;
+            let counted = launches_of(&p, pid)?;
+            (n as f64 / secs, Some(counted as f64 / n as f64), Vec::new())
+        }
+        Config::FaultlineBounded => {
+            let mut p = Probes::load(&opts)?;
+            let mut ctl = LaunchController::with(
+                a.budget,
+                Duration::from_millis(a.period_ms),
+                hit_ns * 1e-9,
+                Path::new("/proc"),
+            );
+            let first = p.cuda_snapshot()?;
+            let mut s = spawn(a)?;
+            let pid = s.pid;
+            let before: u64 = first
+                .launches
+                .iter()
+                .filter(|(k, _)| k.pid == pid)
+                .map(|(_, v)| v.launches)
+                .sum();
+            // The agent's loop: a window each second, toggles on schedule.
+            let mut fractions = Vec::new();
+            let mut next_window = Instant::now() + Duration::from_secs(1);
+            let estimate = loop {
+                let exited = s.child.try_wait()?.is_some();
+                let now = Instant::now();
+                if exited || now >= next_window {
+                    let snap = p.cuda_snapshot()?;
+                    fractions.push(ctl.fraction());
+                    next_window = now + Duration::from_secs(1);
+                    if exited {
+                        break snap
+                            .launches
+                            .iter()
+                            .filter(|(k, _)| k.pid == pid)
+                            .map(|(_, v)| v.launches)
+                            .sum::<u64>()
+                            - before;
+                    }
+                    continue;
+                }
+                let t = ctl.next_event(p.launch_probes_attached());
+                if t <= now {
+                    ctl.on_event(&mut p)?;
+                } else {
+                    std::thread::sleep(t.min(next_window) - now);
+                }
+            };
+            // Collect the exit line (the child has exited).
+            let status = s.child.wait()?;
+            ensure!(status.success(), "launch_storm failed: {status}");
+            let (n, secs) = s
+                .lines
+                .iter()
+                .find_map(|l| {
+                    let rest = l.strip_prefix("launches ")?.to_string();
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    Some((
+                        f.first()?.parse::<u64>().ok()?,
+                        f.get(2)?.parse::<f64>().ok()?,
+                    ))
+                })
+                .context("launch_storm printed no count")?;
+            (n as f64 / secs, Some(estimate as f64 / n as f64), fractions)
+        }
+        Config::Bpftrace => {
+            let prog = format!(
+                "uprobe:{}:cuLaunchKernel {{ @ = count(); }}",
+                tests::fake_libcuda().display()
+            );
+            let b = Bpftrace::start(&prog)?;
+            let (n, secs) = finish(spawn(a)?)?;
+            let out = b.stop()?;
+            let counted: u64 = out
+                .lines()
+                .find_map(|l| l.strip_prefix("@: "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            (n as f64 / secs, Some(counted as f64 / n as f64), Vec::new())
+        }
+    })
+}
+
+pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
+    ensure!(
+        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
+        "rounds, seconds and threads must be positive"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _g = rt.enter();
+    let hit_ns = collector::probes::measure_uprobe_hit_ns(500)? * 1.1;
+    let mut configs = vec![
+        Config::Without,
+        Config::FaultlineExact,
+        Config::FaultlineBounded,
+    ];
+    let peer = crate::peer::available();
+    if peer {
+        configs.push(Config::Bpftrace);
+    } else {
+        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
+    }
+    let n = configs.len();
+    let mut tput: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut counts: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut fracs: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for round in 0..a.rounds as usize {
+        let mut this = vec![0.0; n];
+        for k in 0..n {
+            let i = (round + k) % n;
+            let (t, c, f) = measure(configs[i], a, hit_ns)
+                .with_context(|| format!("{} round {round}", configs[i].label()))?;
+            this[i] = t;
+            if let Some(c) = c {
+                counts[i].push(c);
+            }
+            fracs[i].extend(f);
+        }
+        for i in 0..n {
+            tput[i].push(this[i]);
+            ratios[i].push(this[i] / this[0].max(1e-9));
+        }
+    }
+    let rows: Vec<Row> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Row {
+            config: c,
+            label: c.label(),
+            median_launches_per_sec: crate::median(&tput[i]),
+            launches_per_sec: tput[i].clone(),
+            median_ratio_over_without: crate::median(&ratios[i]),
+            paired_ratios: ratios[i].clone(),
+            count_over_truth: counts[i].clone(),
+            fractions: fracs[i].clone(),
+        })
+        .collect();
+    println!(
+        "launch-heavy stand-in: {} threads × (cuLaunchKernel + {} µs CPU), {} s × {} rounds; uprobe hit {:.0} ns",
+        a.threads,
+        a.work_ns as f64 / 1e3,
+        a.seconds,
+        a.rounds,
+        hit_ns
+    );
+    println!("| configuration | median launches/s | median ratio / without | counted / truth (per round) |");
+    println!("|---|---|---|---|");
+    for r in &rows {
+        let c: Vec<String> = r
+            .count_over_truth
+            .iter()
+            .map(|x| format!("{x:.3}"))
+            .collect();
+        println!(
+            "| {} | {:.0} | {:.3} | {} |",
+            r.label,
+            r.median_launches_per_sec,
+            r.median_ratio_over_without,
+            if c.is_empty() {
+                "—".into()
+            } else {
+                c.join(", ")
+            }
+        );
+    }
+    if let Some(b) = rows.iter().find(|r| r.config == Config::FaultlineBounded) {
+        println!(
+            "bounded mode: attached fraction per window {:?}",
+            b.fractions
+                .iter()
+                .map(|f| (f * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>()
+        );
+    }
+    let report = Report {
+        benchmark: "cuda_launch_bounded_overhead",
+        workload: format!(
+            "launch_storm: {} threads, cuLaunchKernel + {} ns CPU per launch, {} s",
+            a.threads, a.work_ns, a.seconds
+        ),
+        rounds: a.rounds,
+        budget: a.budget,
+        uprobe_hit_cost_ns: hit_ns,
+        peer: if peer {
+            crate::peer::version()
+        } else {
+            String::new()
+        },
+        rows,
+        target_bounded_ratio_min: 0.98,
+        target_count_error_max: 0.05,
+    };
+    let path = out_dir.join("launch.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

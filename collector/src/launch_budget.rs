@@ -1,0 +1,300 @@
+//! Bounded-overhead mode for the CUDA launch probes.
+//!
+//! Every `cuLaunchKernel` of a probed process pays a uprobe trap. When a
+//! process launches so often that the traps would cost more than a budget
+//! (default 1 %) of its CPU time, the collector duty-cycles the launch
+//! probes: they are attached for a fraction `d` of each period and detached
+//! for the rest (no trap at all), and the launch counts of that time are
+//! estimates scaled up from what the attached part saw, marked as sampled.
+//! Blocking calls (synchronisation, copies, alloc) and kernel names keep
+//! their own probes and stay exact.
+//!
+//! This module is the arithmetic, pure so tests can check it: the duty
+//! fraction from the measured rates, and the scaling of cumulative counters.
+use std::collections::{BTreeMap, BTreeSet};
+
+use collector_common::cuda::{LaunchKey, LaunchStats};
+
+/// Never attach for less than this share of a period: the estimate needs
+/// launches to scale from.
+pub const MIN_FRACTION: f64 = 0.01;
+
+/// Launches an interval needs before its process can be judged over budget.
+pub const MIN_LAUNCHES: u64 = 200;
+
+/// The trap-slowdown correction is capped here (see [`Scaler::apply`]).
+pub const MAX_TRAP_SHARE: f64 = 0.5;
+
+/// One process's window, as the controller sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProcWindow {
+    pub pid: u32,
+    /// Launches the probes counted (raw, while attached).
+    pub launches: u64,
+    /// The process's CPU seconds (user + system) over the window.
+    pub cpu_s: f64,
+}
+
+/// What the controller decided for the next period.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Attached share of each period (1 = exact, probes always attached).
+    pub fraction: f64,
+    /// The process that set it and the share of its CPU the launch traps
+    /// would take fully attached.
+    pub worst: Option<(u32, f64)>,
+    /// Per process: the share of its CPU the traps took while attached
+    /// (the scaling's correction, [`Scaler::apply`]).
+    pub shares: BTreeMap<u32, f64>,
+}
+
+/// The attached fraction for the next period: the largest `d ≤ 1` such that
+/// every process's trap cost `launches/s × hit_cost ÷ its CPU/s`, fully
+/// attached, times `d` stays within `budget`. `attached_s` is how long the
+/// probes were attached during the window (so rates are per attached second).
+pub fn decide(
+    budget: f64,
+    hit_cost_s: f64,
+    attached_s: f64,
+    window_s: f64,
+    procs: &[ProcWindow],
+) -> Decision {
+    if budget <= 0.0 || attached_s <= 0.0 || window_s <= 0.0 {
+        return Decision {
+            fraction: 1.0,
+            worst: None,
+            shares: BTreeMap::new(),
+        };
+    }
+    let mut worst: Option<(u32, f64)> = None;
+    let mut shares = BTreeMap::new();
+    for p in procs {
+        // A short burst is no launch-heavy process (and a scaled estimate
+        // of a burst would be wrong): only sustained launching counts.
+        if p.launches < MIN_LAUNCHES || p.cpu_s <= 0.0 {
+            continue;
+        }
+        // Launches per second while attached, and CPU per second.
+        let rate = p.launches as f64 / attached_s;
+        let cpu = p.cpu_s / window_s;
+        let share = rate * hit_cost_s / cpu;
+        shares.insert(p.pid, share);
+        if worst.is_none_or(|(_, s)| share > s) {
+            worst = Some((p.pid, share));
+        }
+    }
+    let fraction = match worst {
+        Some((_, share)) if share > budget => (budget / share).clamp(MIN_FRACTION, 1.0),
+        _ => 1.0,
+    };
+    Decision {
+        fraction,
+        worst,
+        shares,
+    }
+}
+
+/// Turns raw cumulative launch counters (counted only while attached) into
+/// estimated cumulative counters, so every consumer of a snapshot (window
+/// rows, `/metrics`, the console) sees rates of the whole time.
+#[derive(Debug, Default)]
+pub struct Scaler {
+    /// key → (raw counters at the last snapshot, estimated cumulative counters).
+    keys: BTreeMap<LaunchKey, (LaunchStats, LaunchStats)>,
+}
+
+fn scale(v: u64, f: f64) -> u64 {
+    (v as f64 * f).round() as u64
+}
+
+impl Scaler {
+    /// The raw counters of `k` at the last [`Self::apply`].
+    pub fn raw(&self, k: &LaunchKey) -> Option<&LaunchStats> {
+        self.keys.get(k).map(|(raw, _)| raw)
+    }
+
+    /// Rewrites `launches` (raw cumulative, as read from the kernel) into
+    /// estimated cumulative values. Over the interval since the last call the
+    /// probes were attached for `attached` of it (0 < attached ≤ 1); `trap_share`
+    /// (per pid) is the share of the process's CPU the traps took while attached.
+    ///
+    /// The estimate of an interval's launches is `raw ÷ attached ÷ (1 −
+    /// trap_share)`: the attached part is scaled to the whole interval, and
+    /// corrected for the traps slowing a launch-bound process down while they
+    /// are attached (capped at [`MAX_TRAP_SHARE`]). At `attached = 1` the
+    /// counters pass through exactly. Keys gone from `launches` (pruned) are
+    /// forgotten, so memory follows the kernel map.
+    pub fn apply(
+        &mut self,
+        launches: &mut BTreeMap<LaunchKey, LaunchStats>,
+        attached: f64,
+        trap_share: &BTreeMap<u32, f64>,
+    ) {
+        let live: BTreeSet<LaunchKey> = launches.keys().copied().collect();
+        self.keys.retain(|k, _| live.contains(k));
+        for (k, v) in launches.iter_mut() {
+            let (raw_prev, est) = self
+                .keys
+                .entry(*k)
+                .or_insert((LaunchStats::default(), LaunchStats::default()));
+            let exact = attached >= 1.0;
+            let f = if exact {
+                1.0
+            } else {
+                let s = trap_share
+                    .get(&k.pid)
+                    .copied()
+                    .unwrap_or(0.0)
+                    .clamp(0.0, MAX_TRAP_SHARE);
+                1.0 / attached.max(MIN_FRACTION) / (1.0 - s)
+            };
+            let d = |now: u64, before: u64| now.saturating_sub(before);
+            let step = |now: u64, before: u64| {
+                if exact {
+                    d(now, before)
+                } else {
+                    scale(d(now, before), f)
+                }
+            };
+            est.launches += step(v.launches, raw_prev.launches);
+            est.launches_ex += step(v.launches_ex, raw_prev.launches_ex);
+            est.launches_cooperative += step(v.launches_cooperative, raw_prev.launches_cooperative);
+            est.blocks += step(v.blocks, raw_prev.blocks);
+            est.threads += step(v.threads, raw_prev.threads);
+            est.shared_mem_bytes += step(v.shared_mem_bytes, raw_prev.shared_mem_bytes);
+            *raw_prev = *v;
+            let mut out = *est;
+            out.last_grid = v.last_grid;
+            out.last_block = v.last_block;
+            *v = out;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32) -> LaunchKey {
+        LaunchKey {
+            pid,
+            device: 0,
+            func: 0x1000,
+        }
+    }
+
+    fn stats(n: u64) -> LaunchStats {
+        LaunchStats {
+            launches: n,
+            blocks: 2 * n,
+            threads: 256 * n,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn within_budget_stays_exact() {
+        // 1,000 launches/s at 2 µs each on a process using one core: 0.2 %.
+        let d = decide(
+            0.01,
+            2e-6,
+            1.0,
+            1.0,
+            &[ProcWindow {
+                pid: 7,
+                launches: 1000,
+                cpu_s: 1.0,
+            }],
+        );
+        assert_eq!(d.fraction, 1.0);
+        let (pid, share) = d.worst.unwrap();
+        assert_eq!(pid, 7);
+        assert!((share - 0.002).abs() < 1e-12);
+    }
+
+    #[test]
+    fn over_budget_duty_cycles_to_the_budget() {
+        // 100k launches/s counted in 0.25 s attached (400k/s attached rate)
+        // at 2 µs on 4 cores: share 0.2 fully attached → d = 0.01 / 0.2.
+        let d = decide(
+            0.01,
+            2e-6,
+            0.25,
+            1.0,
+            &[
+                ProcWindow {
+                    pid: 1,
+                    launches: 100_000,
+                    cpu_s: 4.0,
+                },
+                ProcWindow {
+                    pid: 2,
+                    launches: 10,
+                    cpu_s: 1.0,
+                },
+            ],
+        );
+        assert!((d.fraction - 0.05).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.worst.unwrap().0, 1);
+        // Far over budget: floored at MIN_FRACTION.
+        let d = decide(
+            0.01,
+            15e-6,
+            1.0,
+            1.0,
+            &[ProcWindow {
+                pid: 1,
+                launches: 100_000,
+                cpu_s: 1.0,
+            }],
+        );
+        assert_eq!(d.fraction, MIN_FRACTION);
+        // Budget 0 switches the mode off.
+        assert_eq!(decide(0.0, 15e-6, 1.0, 1.0, &[]).fraction, 1.0);
+    }
+
+    #[test]
+    fn a_burst_stays_exact() {
+        // 25 launches in a short-lived process: over budget on paper, but
+        // too few to judge.
+        let d = decide(
+            0.01,
+            15e-6,
+            0.05,
+            0.05,
+            &[ProcWindow {
+                pid: 3,
+                launches: 25,
+                cpu_s: 0.01,
+            }],
+        );
+        assert_eq!(d.fraction, 1.0);
+    }
+
+    #[test]
+    fn scaler_is_exact_when_attached_and_scales_when_sampled() {
+        let mut s = Scaler::default();
+        let none = BTreeMap::new();
+        let mut m = BTreeMap::from([(key(1), stats(100))]);
+        s.apply(&mut m, 1.0, &none);
+        assert_eq!(m[&key(1)].launches, 100);
+        // Next interval: 50 more raw launches seen while attached a quarter of the time.
+        let mut m = BTreeMap::from([(key(1), stats(150))]);
+        s.apply(&mut m, 0.25, &none);
+        assert_eq!(m[&key(1)].launches, 100 + 200);
+        assert_eq!(m[&key(1)].blocks, 200 + 400);
+        // With a 20 % trap share the estimate is corrected up by 1 / 0.8.
+        let share = BTreeMap::from([(1, 0.2)]);
+        let mut m = BTreeMap::from([(key(1), stats(190))]);
+        s.apply(&mut m, 0.25, &share);
+        assert_eq!(m[&key(1)].launches, 300 + 200);
+        // Back to exact: deltas pass through unscaled.
+        let mut m = BTreeMap::from([(key(1), stats(200))]);
+        s.apply(&mut m, 1.0, &none);
+        assert_eq!(m[&key(1)].launches, 510);
+        // A pruned key is forgotten.
+        let mut m = BTreeMap::new();
+        s.apply(&mut m, 1.0, &none);
+        assert!(s.keys.is_empty());
+    }
+}

@@ -1,0 +1,275 @@
+//! Bounded-overhead mode's controller (see [`crate::launch_budget`]): each
+//! window it compares every launching process's trap cost with the budget
+//! and sets the share of each period the launch probes stay attached; between
+//! windows it attaches and detaches them on that schedule.
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use super::{ProbeError, Probes};
+use crate::{
+    config::CudaSection,
+    launch_budget::{self, ProcWindow},
+};
+
+/// How often the controller compares launch cost with the budget: often
+/// enough that a launch-heavy process is bounded within a fraction of a second.
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Counted (attached) time a check needs before it decides.
+const MIN_ATTACHED_S: f64 = 0.02;
+
+pub struct LaunchController {
+    budget: f64,
+    period: Duration,
+    hit_cost_s: f64,
+    fraction: f64,
+    /// Start of the current period (attached from here for `fraction × period`).
+    phase: Instant,
+    /// pid → CPU seconds at the previous check.
+    cpu_prev: HashMap<u32, f64>,
+    /// At the previous check: when, the launch probes' total attached time,
+    /// raw launches per pid.
+    prev: Option<(Instant, Duration, std::collections::BTreeMap<u32, u64>)>,
+    next_check: Instant,
+    started: Instant,
+    proc_root: PathBuf,
+    ticks: f64,
+}
+
+impl LaunchController {
+    /// `None` when the mode is off (`launch_budget = 0`) or nothing is
+    /// probed; `say` gets the line for the console.
+    pub fn new(
+        cfg: &CudaSection,
+        proc_root: &std::path::Path,
+        probes: &Probes,
+        say: impl Fn(String),
+    ) -> Option<Self> {
+        if cfg.launch_budget <= 0.0 || !probes.has_launch_probes() {
+            return None;
+        }
+        let hit_cost_ns = if cfg.launch_hit_cost_ns > 0 {
+            cfg.launch_hit_cost_ns as f64
+        } else {
+            match crate::probes::measure_uprobe_hit_ns(500) {
+                // The program's own work on top of the trap: ~10 % (README uprobe table).
+                Ok(ns) => ns * 1.1,
+                Err(e) => {
+                    // Without a measurement, a typical bare-metal int3 trap.
+                    tracing::warn!(error = %e, "cannot measure the uprobe hit cost; assuming 2 µs (set cuda.launch_hit_cost_ns)");
+                    2000.0
+                }
+            }
+        };
+        metrics::gauge!("faultline_cuda_launch_hit_cost_seconds").set(hit_cost_ns * 1e-9);
+        metrics::gauge!("faultline_cuda_launch_attached_fraction").set(1.0);
+        say(format!(
+            "cuda launch probes: bounded-overhead mode on (budget {:.2}% of a process's CPU, hit cost {:.0} ns)",
+            cfg.launch_budget * 100.0,
+            hit_cost_ns
+        ));
+        Some(Self::with(
+            cfg.launch_budget,
+            Duration::from_millis(cfg.launch_period_ms.max(10)),
+            hit_cost_ns * 1e-9,
+            proc_root,
+        ))
+    }
+
+    /// A controller with explicit budget, period and per-hit cost (seconds).
+    pub fn with(
+        budget: f64,
+        period: Duration,
+        hit_cost_s: f64,
+        proc_root: &std::path::Path,
+    ) -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Self {
+            budget,
+            period,
+            hit_cost_s,
+            fraction: 1.0,
+            phase: Instant::now(),
+            cpu_prev: HashMap::new(),
+            prev: None,
+            started: Instant::now(),
+            next_check: Instant::now() + CHECK_EVERY,
+            proc_root: proc_root.to_path_buf(),
+            ticks: if ticks > 0 { ticks as f64 } else { 100.0 },
+        }
+    }
+
+    /// The attached share of each period now (1 = exact).
+    pub fn fraction(&self) -> f64 {
+        self.fraction
+    }
+
+    /// When the launch probes should next be attached or detached (`None`
+    /// while exact).
+    pub fn next_toggle(&self, attached: bool) -> Option<Instant> {
+        if self.fraction >= 1.0 {
+            return None;
+        }
+        Some(if attached {
+            self.phase + self.period.mul_f64(self.fraction)
+        } else {
+            self.phase + self.period
+        })
+    }
+
+    /// Attaches or detaches on schedule.
+    pub fn toggle(&mut self, probes: &mut Probes) -> Result<(), ProbeError> {
+        let attached = probes.launch_probes_attached();
+        probes.set_launch_attached(!attached)?;
+        if !attached {
+            // The period starts when counting does (attaching takes ms).
+            self.phase = Instant::now();
+        }
+        metrics::counter!("faultline_cuda_launch_toggles_total").increment(1);
+        Ok(())
+    }
+
+    /// CPU seconds (user + system) of `pid` and its age in seconds, from
+    /// `/proc/<pid>/stat` and `/proc/uptime`.
+    fn cpu_s(&self, pid: u32) -> Option<(f64, f64)> {
+        let text =
+            std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
+        // Fields after the command (which may hold spaces and parentheses).
+        let rest = &text[text.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime, stime and starttime are fields 14, 15 and 22 of the line
+        // (12, 13 and 20 here).
+        let utime: f64 = f.get(11)?.parse().ok()?;
+        let stime: f64 = f.get(12)?.parse().ok()?;
+        let start: f64 = f.get(19)?.parse().ok()?;
+        let uptime: f64 = std::fs::read_to_string(self.proc_root.join("uptime"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        Some(((utime + stime) / self.ticks, uptime - start / self.ticks))
+    }
+
+    /// When [`Self::on_event`] should next run: the next toggle or check.
+    pub fn next_event(&self, attached: bool) -> Instant {
+        match self.next_toggle(attached) {
+            Some(t) => t.min(self.next_check),
+            None => self.next_check,
+        }
+    }
+
+    /// Runs what is due: a check of the budget (every [`CHECK_EVERY`]) or
+    /// a toggle. Returns a console line when the mode changes.
+    pub fn on_event(&mut self, probes: &mut Probes) -> Result<Option<String>, ProbeError> {
+        let now = Instant::now();
+        if now >= self.next_check {
+            self.next_check = now + CHECK_EVERY;
+            return self.check(probes);
+        }
+        if self
+            .next_toggle(probes.launch_probes_attached())
+            .is_some_and(|t| t <= now)
+        {
+            self.toggle(probes)?;
+        }
+        Ok(None)
+    }
+
+    /// Decides the next fraction from the launches and CPU since the last
+    /// check. Returns the console line, if any.
+    pub fn check(&mut self, probes: &mut Probes) -> Result<Option<String>, ProbeError> {
+        let now = Instant::now();
+        let totals = probes.raw_launch_totals()?;
+        let attached_total = probes.launch_attached_total();
+        // The first check measures from the controller's start.
+        let (t0, att0, tot0) =
+            self.prev
+                .clone()
+                .unwrap_or((self.started, Duration::ZERO, Default::default()));
+        let secs = now.saturating_duration_since(t0).as_secs_f64();
+        let attached_s = attached_total.saturating_sub(att0).as_secs_f64();
+        if self.fraction < 1.0 && attached_s < MIN_ATTACHED_S {
+            // Too little counted time to measure yet: the next check covers
+            // a longer interval (the decision and the trap shares stay).
+            return Ok(None);
+        }
+        self.prev = Some((now, attached_total, totals.clone()));
+        let mut procs = Vec::new();
+        let mut cpu_now = HashMap::new();
+        for (&pid, &total) in &totals {
+            let Some((cpu, age)) = self.cpu_s(pid) else {
+                continue;
+            };
+            cpu_now.insert(pid, cpu);
+            match (self.cpu_prev.get(&pid), tot0.get(&pid)) {
+                (Some(prev), Some(&before)) => procs.push(ProcWindow {
+                    pid,
+                    launches: total.saturating_sub(before),
+                    cpu_s: (cpu - prev).max(0.0),
+                }),
+                // First sight: its whole life so far, scaled to this
+                // interval (its launches were counted at the current
+                // fraction), so a launch-heavy process is bounded from its
+                // first check on.
+                _ if age > 0.0 && secs > 0.0 => {
+                    let attached_age = age * self.fraction;
+                    if attached_age > 0.0 && attached_s > 0.0 {
+                        procs.push(ProcWindow {
+                            pid,
+                            launches: (total as f64 * attached_s / attached_age) as u64,
+                            cpu_s: cpu * secs / age,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.cpu_prev = cpu_now;
+        let iv = crate::probes::launch_duty::Interval {
+            attached_s,
+            secs,
+            ..Default::default()
+        };
+        let d = launch_budget::decide(self.budget, self.hit_cost_s, iv.attached_s, iv.secs, &procs);
+        let was = self.fraction;
+        self.fraction = d.fraction;
+        probes.set_launch_trap_share(d.shares.clone());
+        metrics::gauge!("faultline_cuda_launch_attached_fraction").set(self.fraction);
+        if self.fraction >= 1.0 && !probes.launch_probes_attached() {
+            probes.set_launch_attached(true)?;
+        }
+        let worst = d
+            .worst
+            .map(|(pid, s)| {
+                format!(
+                    "pid {pid}'s launch traps would take {:.1}% of its CPU",
+                    s * 100.0
+                )
+            })
+            .unwrap_or_default();
+        Ok(if (was >= 1.0) != (self.fraction >= 1.0) {
+            Some(if self.fraction < 1.0 {
+                format!(
+                    "cuda launch probes: sampled — attached {:.1}% of each {:.1} s ({worst} > budget {:.2}%); launch counts are scaled estimates, blocking calls stay exact",
+                    self.fraction * 100.0,
+                    self.period.as_secs_f64(),
+                    self.budget * 100.0
+                )
+            } else {
+                format!("cuda launch probes: exact again ({worst})")
+            })
+        } else {
+            (self.fraction < 1.0).then(|| {
+                format!(
+                    "cuda launches sampled: probes attached {:.1}% of each period ({worst})",
+                    self.fraction * 100.0
+                )
+            })
+        })
+    }
+}
