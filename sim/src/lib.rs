@@ -36,12 +36,18 @@ pub struct SimArgs {
     /// bit error rate; ramp=0: seconds of log-linear ramp from the port's
     /// base BER), ib-link-down, ib-link-flap (period=6, down=2: seconds
     /// between downs and of each down), gpu-thermal, gpu-power, xid, ecc-dbe,
-    /// storage-stall (factor=20: slowdown of one device), node-loss.
+    /// storage-stall (factor=20: slowdown of one device), node-loss; tenants
+    /// (a second team's job `etl-batch` sharing the target's node):
+    /// interference-storage (factor=8: its I/O demand on the device),
+    /// interference-link (demand=1.3: the port's demand over line rate),
+    /// interference-gpu (share=0.5: of the time-sliced GPU).
     /// Confounders, which must raise nothing: job-end (gap=120: seconds until
     /// the next job), counter-reset, collector-restart, congestion
     /// (fraction=0.3 of the ports, duration=300 s), single-errors
     /// (fraction=0.01 of the ports get one symbol error, every=20 s on
-    /// average), storage-fleet-slow (factor=5). Every kind takes `at=SECONDS`
+    /// average), storage-fleet-slow (factor=5), victim-more-data (factor=2:
+    /// the training job's data per step), aggressor-harmless (demand=1.3:
+    /// the tenant saturates a port, nobody slows). Every kind takes `at=SECONDS`
     /// (onset; default `--onset`). ENTITY like `n017/mlx5_2/1`, `n003/gpu5`,
     /// `n009/nvme0n1` or `n009`; chosen by the seed when omitted. Example:
     /// `ib-link-degrade@n017/mlx5_2/1:ber=1e-9,ramp=600`.

@@ -24,6 +24,11 @@ struct Rank {
     hca: String,
     /// Start of the current slow run (event time).
     slow_since: Option<i64>,
+    /// Consecutive windows of this rank's host in which it was slow: the
+    /// first window of a change is judged against the other hosts' previous
+    /// slot (their windows of this slot have not arrived yet), so a slowdown
+    /// of the whole job looks like stragglers until the second.
+    slow_windows: u32,
 }
 
 /// A slow rank: either a straggler finding or evidence for a cause.
@@ -80,6 +85,7 @@ impl StragglerDetector {
                     device: s.device,
                     hca: s.hca.clone(),
                     slow_since: None,
+                    slow_windows: 0,
                 });
             r.seconds = s.seconds;
             r.host = host.to_string();
@@ -105,12 +111,15 @@ impl StragglerDetector {
                     continue;
                 };
                 r.slow_since = if m > 0.0 && r.seconds > SLOW_FACTOR * m {
+                    r.slow_windows = r.slow_windows.saturating_add(1);
                     Some(r.slow_since.unwrap_or(w.start_unix_ms))
                 } else {
+                    r.slow_windows = 0;
                     None
                 };
-                if r.slow_since
-                    .is_some_and(|t| w.end_unix_ms - t >= self.persist_ms)
+                if r.slow_windows >= 2
+                    && r.slow_since
+                        .is_some_and(|t| w.end_unix_ms - t >= self.persist_ms)
                 {
                     slow.push(Slow {
                         job: job.to_string(),
