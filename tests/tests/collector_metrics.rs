@@ -46,24 +46,26 @@ fn fake_ib() -> tests::FakeIb {
     ib
 }
 
-#[test]
-fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
-    let _k = tests::kernel_lock();
-    if !tests::require_bpf("collector_metrics") {
-        return;
-    }
-    if Command::new("promtool").arg("--version").output().is_err() {
-        assert!(
-            !tests::in_ci(),
-            "promtool missing: scripts/setup.sh installs Debian's prometheus package"
-        );
-        eprintln!("skipping: promtool not installed (scripts/setup.sh)");
-        return;
-    }
-    let ib = fake_ib();
+/// A running `--quiet` collector with its console lines, the lines read so
+/// far and its metrics address (its first window closed).
+struct Live {
+    child: tests::KillOnDrop,
+    rx: Receiver<String>,
+    seen: Vec<String>,
+    addr: String,
+}
+
+/// Starts the collector on the CUDA and verbs stand-ins and `ib`'s sysfs
+/// tree, with `extra` arguments and `envs`.
+fn start_collector(
+    window: &str,
+    ib: &tests::FakeIb,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> Live {
     let mut child = tests::KillOnDrop(
         Command::new(tests::bin("faultline-collector"))
-            .args(["--quiet", "--window", "0.3", "--duration", "30"])
+            .args(["--quiet", "--window", window, "--duration", "60"])
             .args(["--metrics-addr", "127.0.0.1:0", "--no-otlp"])
             // The verbs probes on the stand-in libibverbs + provider.
             .arg("--verbs-library")
@@ -75,11 +77,10 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
             ))
             .arg("--cuda-library")
             .arg(tests::fake_libcuda())
-            .arg("--nvml-library")
-            .arg(tests::fake_nvml())
             .arg("--sysfs-root")
             .arg(ib.root())
-            .env("FAKE_NVML_GPUS", "2")
+            .args(extra)
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -102,6 +103,37 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         |l| l.starts_with("window 1:"),
         "the first window",
     );
+    Live {
+        child,
+        rx,
+        seen,
+        addr,
+    }
+}
+
+#[test]
+fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("collector_metrics") {
+        return;
+    }
+    if Command::new("promtool").arg("--version").output().is_err() {
+        assert!(
+            !tests::in_ci(),
+            "promtool missing: scripts/setup.sh installs Debian's prometheus package"
+        );
+        eprintln!("skipping: promtool not installed (scripts/setup.sh)");
+        return;
+    }
+    let ib = fake_ib();
+    let nvml = tests::fake_nvml();
+    let nvml_args = ["--nvml-library", nvml.to_str().expect("utf-8 path")];
+    let Live {
+        child: _child,
+        rx,
+        mut seen,
+        addr,
+    } = start_collector("0.3", &ib, &nvml_args, &[("FAKE_NVML_GPUS", "2")]);
     // Things a verbose console prints a line for: a CUDA process, a port
     // going down with errors.
     let out = Command::new(tests::cuda_workload())
@@ -255,43 +287,13 @@ fn a_jobs_counters_survive_its_process_exiting() {
     if !tests::require_bpf("collector_metrics") {
         return;
     }
-    let mut child = tests::KillOnDrop(
-        Command::new(tests::bin("faultline-collector"))
-            .args(["--quiet", "--window", "0.2", "--duration", "60"])
-            .args(["--metrics-addr", "127.0.0.1:0", "--no-otlp", "--no-nvml"])
-            .arg("--verbs-library")
-            .arg(tests::fake_verbs())
-            .arg("--verbs-provider")
-            .arg(format!(
-                "{}:fakeprov_poll_cq:fakeprov_post_send:fakeprov_post_recv",
-                tests::fake_verbs().display()
-            ))
-            .arg("--cuda-library")
-            .arg(tests::fake_libcuda())
-            .arg("--sysfs-root")
-            .arg(fake_ib().root())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the collector"),
-    );
-    let rx = tests::lines_of(&mut child.0);
-    let mut seen = Vec::new();
-    let addr = wait_for(
-        &rx,
-        &mut seen,
-        |l| l.starts_with("metrics on http://"),
-        "the metrics address",
-    )
-    .trim_start_matches("metrics on http://")
-    .trim_end_matches("/metrics")
-    .to_string();
-    wait_for(
-        &rx,
-        &mut seen,
-        |l| l.starts_with("window 1:"),
-        "the first window",
-    );
+    let ib = fake_ib();
+    let Live {
+        child: _child,
+        rx,
+        mut seen,
+        addr,
+    } = start_collector("0.2", &ib, &["--no-nvml"], &[]);
 
     let slurm = [("SLURM_JOB_ID", "4711"), ("SLURM_PROCID", "3")];
     let mut cuda = tests::KillOnDrop(
