@@ -11,6 +11,6 @@ pub mod gpu;
 pub mod ib;
 pub mod otlp;
 pub mod rdma;
-pub mod usage;
 pub mod retired;
+pub mod usage;
 pub mod verbs;
