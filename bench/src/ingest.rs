@@ -237,7 +237,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities,
             "window_close_to_candidate_seconds": latency}));
     }
-    let path = a.json.clone().unwrap_or_else(|| out_dir.join("ingest.json"));
+    let path = a
+        .json
+        .clone()
+        .unwrap_or_else(|| out_dir.join("ingest.json"));
     std::fs::write(
         &path,
         serde_json::to_string_pretty(
