@@ -533,3 +533,60 @@ impl IncidentManager {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mgr() -> IncidentManager {
+        IncidentManager::new(IncidentConfig {
+            quiet_s: 2.0,
+            quiet_windows: 2,
+            update_delta: 0.05,
+        })
+    }
+
+    fn states(ups: &[CandidateUpdate]) -> Vec<(String, String)> {
+        ups.iter()
+            .map(|u| (u.state.clone(), u.entity.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_window_resolves_only_its_own_hosts_and_evaluated_incidents() {
+        let mut m = mgr();
+        let f = |e: &str| Finding::new("gpu_thermal_throttle", e, 0.8);
+        // "a" opens a GPU incident and one on an entity it evaluates; "ab"
+        // (a host whose name starts with "a") opens its own.
+        let ups = m.apply(1000, "a", vec![], vec![f("a/gpu0"), f("job/0")], &[]);
+        assert_eq!(ups.len(), 2);
+        m.apply(1000, "ab", vec![], vec![f("ab/gpu0")], &[]);
+        // Many quiet windows from "ab" resolve only "ab/gpu0".
+        let mut got = Vec::new();
+        for t in 2..10 {
+            got.extend(states(&m.apply(t * 1000, "ab", vec![], vec![], &[])));
+        }
+        assert_eq!(got, vec![("resolved".into(), "ab/gpu0".into())]);
+        // Quiet windows from "a" (which evaluates job/0) resolve both of
+        // its incidents once 2 windows and 2 s have passed, in key order.
+        let mut got = Vec::new();
+        for t in 2..5 {
+            got.extend(states(&m.apply(
+                t * 1000,
+                "a",
+                vec!["job/0".to_string()],
+                vec![],
+                &[],
+            )));
+        }
+        assert_eq!(
+            got,
+            vec![
+                ("resolved".into(), "a/gpu0".into()),
+                ("resolved".into(), "job/0".into())
+            ]
+        );
+        assert!(m.open().is_empty());
+        assert!(m.by_entity.is_empty());
+    }
+}
