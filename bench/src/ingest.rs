@@ -16,6 +16,14 @@ pub struct Args {
     /// Windows per collector.
     #[arg(long, default_value_t = 5)]
     windows: u64,
+    /// The `faultline-correlator` binary to measure (default: the one next
+    /// to this bench), e.g. an older build to compare side by side.
+    #[arg(long)]
+    correlator: Option<std::path::PathBuf>,
+    /// Write the table's JSON here (default: `ingest.json` in the bench
+    /// output directory).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 const COUNTERS: &[&str] = &[
@@ -108,9 +116,12 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let bin = std::env::current_exe()?.with_file_name("faultline-correlator");
+    let bin = match &a.correlator {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("faultline-correlator"),
+    };
     let mut rows = Vec::new();
-    println!("correlator ingest over gRPC on loopback: {} windows per collector, {SAMPLES_PER_WINDOW} samples per window", a.windows);
+    println!("correlator ingest over gRPC on loopback ({}): {} windows per collector, {SAMPLES_PER_WINDOW} samples per window", bin.display(), a.windows);
     println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity | window close → candidate (s) |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for &n in &a.sizes {
@@ -226,7 +237,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities,
             "window_close_to_candidate_seconds": latency}));
     }
-    let path = out_dir.join("ingest.json");
+    let path = a
+        .json
+        .clone()
+        .unwrap_or_else(|| out_dir.join("ingest.json"));
     std::fs::write(
         &path,
         serde_json::to_string_pretty(

@@ -23,6 +23,9 @@ pub struct Hooks {
     pub history: Option<history::Recorder>,
 }
 
+/// Under a backlog, the `OpenIncidents` snapshot is at most this stale.
+const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Runs the engine until `rx` closes.
 pub fn spawn_engine(
     engine: Engine,
@@ -47,6 +50,8 @@ pub fn spawn_engine_with(
             *o = engine.open();
             crate::telemetry::open_incidents(&o);
         }
+        let mut dirty = false;
+        let mut snapped = std::time::Instant::now();
         while let Some(w) = rx.recv().await {
             let ups = engine.ingest(&w);
             crate::telemetry::window(&w);
@@ -58,11 +63,18 @@ pub fn spawn_engine_with(
                     h.update(u);
                 }
             }
-            if !ups.is_empty() {
+            // The snapshot costs O(open incidents): rebuilt when the queue
+            // is drained (so it is current whenever the engine is idle) or
+            // at most every SNAPSHOT_EVERY under a sustained backlog, not
+            // after every window with an update.
+            dirty |= !ups.is_empty();
+            if dirty && (rx.is_empty() || snapped.elapsed() >= SNAPSHOT_EVERY) {
                 if let Ok(mut o) = open.lock() {
                     *o = engine.open();
                     crate::telemetry::open_incidents(&o);
                 }
+                dirty = false;
+                snapped = std::time::Instant::now();
             }
             for u in ups {
                 tracing::info!(kind = %u.kind, entity = %u.entity, state = %u.state, confidence = u.confidence, "candidate");

@@ -136,6 +136,9 @@ pub struct IncidentManager {
     cfg: IncidentConfig,
     /// Open incidents by (family, entity).
     open: BTreeMap<(&'static str, String), Incident>,
+    /// The families open per entity (an index of `open` by entity), so a
+    /// host window visits only its own incidents, not every open one.
+    by_entity: BTreeMap<String, Vec<&'static str>>,
     seq: u64,
     /// At most this many open incidents (`limits.max_open_incidents`; 0 =
     /// unbounded); findings that would open more are dropped and counted.
@@ -154,6 +157,25 @@ fn fnv(s: &str) -> u64 {
 }
 
 impl IncidentManager {
+    fn insert_open(&mut self, key: (&'static str, String), i: Incident) {
+        let fams = self.by_entity.entry(key.1.clone()).or_default();
+        if !fams.contains(&key.0) {
+            fams.push(key.0);
+        }
+        self.open.insert(key, i);
+    }
+
+    fn remove_open(&mut self, key: &(&'static str, String)) -> Option<Incident> {
+        let i = self.open.remove(key)?;
+        if let Some(fams) = self.by_entity.get_mut(&key.1) {
+            fams.retain(|f| *f != key.0);
+            if fams.is_empty() {
+                self.by_entity.remove(&key.1);
+            }
+        }
+        Some(i)
+    }
+
     pub fn new(cfg: IncidentConfig) -> Self {
         Self {
             cfg,
@@ -183,7 +205,7 @@ impl IncidentManager {
             .collect();
         let mut out = Vec::new();
         for k in keys {
-            if let Some(mut i) = self.open.remove(&k) {
+            if let Some(mut i) = self.remove_open(&k) {
                 i.evidence.push(format!(
                     "stale: no window from its host for {idle_s:.0} s (limits.idle_forget_s); forgotten"
                 ));
@@ -320,21 +342,43 @@ impl IncidentManager {
                         restored: false,
                     };
                     out.push(Self::update(ts, "opened", &i));
-                    self.open.insert(key, i);
+                    self.insert_open(key, i);
                 }
             }
         }
         let prefix = format!("{host}/");
         let mut resolved = Vec::new();
         if !seen.contains(&("node_lost", host.to_string())) {
-            if let Some(i) = self.open.remove(&("node_lost", host.to_string())) {
+            if let Some(i) = self.remove_open(&("node_lost", host.to_string())) {
                 out.push(Self::update(ts, "resolved", &i));
             }
         }
         let quiet_ms = (self.cfg.quiet_s * 1000.0) as i64;
-        for (key, i) in self.open.iter_mut() {
-            let owned = i.entity.starts_with(&prefix) || evaluated.contains(&i.entity);
-            if seen.contains(key) || !owned || key.0 == "node_lost" || held.contains(&i.entity) {
+        // The incidents this window owns: entities under `host/` (one
+        // range of the index) and the evaluated ones, in `open`'s order.
+        let mut owned: Vec<(&'static str, String)> = Vec::new();
+        let under = self
+            .by_entity
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(e, _)| e.starts_with(&prefix));
+        for (e, fams) in under {
+            owned.extend(fams.iter().map(|f| (*f, e.clone())));
+        }
+        for e in &evaluated {
+            if let Some(fams) = self.by_entity.get(e) {
+                owned.extend(fams.iter().map(|f| (*f, e.clone())));
+            }
+        }
+        owned.sort_unstable();
+        owned.dedup();
+        for key in owned {
+            let Some(i) = self.open.get_mut(&key) else {
+                continue;
+            };
+            if seen.contains(&key) || key.0 == "node_lost" || held.contains(&i.entity) {
                 continue;
             }
             if i.restored {
@@ -344,11 +388,11 @@ impl IncidentManager {
             }
             i.quiet += 1;
             if i.quiet >= self.cfg.quiet_windows && ts - i.last_seen_ms >= quiet_ms {
-                resolved.push(key.clone());
+                resolved.push(key);
             }
         }
         for key in resolved {
-            if let Some(i) = self.open.remove(&key) {
+            if let Some(i) = self.remove_open(&key) {
                 out.push(Self::update(ts, "resolved", &i));
             }
         }
@@ -382,7 +426,7 @@ impl IncidentManager {
             .into_iter()
             .filter(|e| !e.starts_with("explains "))
             .collect();
-        self.open.insert(
+        self.insert_open(
             key,
             Incident {
                 id: s.id,
@@ -471,7 +515,7 @@ impl IncidentManager {
             .open
             .get(by)
             .map(|c| (c.id.clone(), c.kind, c.entity.clone()))?;
-        let mut i = self.open.remove(&(family(kind).0, entity.to_string()))?;
+        let mut i = self.remove_open(&(family(kind).0, entity.to_string()))?;
         i.evidence.push(format!(
             "explained by incident {} ({} on {}): followed there",
             cause.0, cause.1, cause.2
@@ -487,5 +531,62 @@ impl IncidentManager {
             .collect();
         v.sort_by(|a, b| b.confidence.total_cmp(&a.confidence));
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mgr() -> IncidentManager {
+        IncidentManager::new(IncidentConfig {
+            quiet_s: 2.0,
+            quiet_windows: 2,
+            update_delta: 0.05,
+        })
+    }
+
+    fn states(ups: &[CandidateUpdate]) -> Vec<(String, String)> {
+        ups.iter()
+            .map(|u| (u.state.clone(), u.entity.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_window_resolves_only_its_own_hosts_and_evaluated_incidents() {
+        let mut m = mgr();
+        let f = |e: &str| Finding::new("gpu_thermal_throttle", e, 0.8);
+        // "a" opens a GPU incident and one on an entity it evaluates; "ab"
+        // (a host whose name starts with "a") opens its own.
+        let ups = m.apply(1000, "a", vec![], vec![f("a/gpu0"), f("job/0")], &[]);
+        assert_eq!(ups.len(), 2);
+        m.apply(1000, "ab", vec![], vec![f("ab/gpu0")], &[]);
+        // Many quiet windows from "ab" resolve only "ab/gpu0".
+        let mut got = Vec::new();
+        for t in 2..10 {
+            got.extend(states(&m.apply(t * 1000, "ab", vec![], vec![], &[])));
+        }
+        assert_eq!(got, vec![("resolved".into(), "ab/gpu0".into())]);
+        // Quiet windows from "a" (which evaluates job/0) resolve both of
+        // its incidents once 2 windows and 2 s have passed, in key order.
+        let mut got = Vec::new();
+        for t in 2..5 {
+            got.extend(states(&m.apply(
+                t * 1000,
+                "a",
+                vec!["job/0".to_string()],
+                vec![],
+                &[],
+            )));
+        }
+        assert_eq!(
+            got,
+            vec![
+                ("resolved".into(), "a/gpu0".into()),
+                ("resolved".into(), "job/0".into())
+            ]
+        );
+        assert!(m.open().is_empty());
+        assert!(m.by_entity.is_empty());
     }
 }
