@@ -164,6 +164,13 @@ impl Family {
 /// (family, job, rank, label value) → count.
 pub type VerbsSeries = BTreeMap<(Family, String, String, &'static str), u64>;
 
+/// Adds `other`'s counts to `into`'s.
+pub fn absorb(into: &mut VerbsSeries, other: &VerbsSeries) {
+    for (k, n) in other {
+        *into.entry(k.clone()).or_default() += n;
+    }
+}
+
 /// Prometheus text of summed verbs series.
 pub fn render_series(sums: &VerbsSeries) -> String {
     use crate::prom_text::{Kind, Text};

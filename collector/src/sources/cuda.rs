@@ -63,17 +63,15 @@ impl Source for CudaSource {
             cx.gpu.cuda_pids.entry(pid).or_default().insert(dev);
         }
         // After this window's rows: the exited processes' last counts are in them.
+        let now = std::time::Instant::now();
         if !dead.is_empty() {
             let n = cx.probes.cuda_prune(&dead)?;
             metrics::counter!("faultline_cuda_pruned_entries_total").increment(n);
             cx.ids.forget(&dead);
-            self.retired_pairs
-                .retire(exited.jobs(), std::time::Instant::now());
+            self.retired_pairs.retire(exited.jobs(), now);
             self.retired.absorb(&exited);
         }
-        let gone = self
-            .retired_pairs
-            .expire(&live.jobs(), std::time::Instant::now());
+        let gone = self.retired_pairs.expire(&live.jobs(), now);
         self.retired.forget(&gone);
         self.prev = cur;
         Ok(())

@@ -6,7 +6,7 @@ use proto::v1 as pb;
 use super::retired::Retired;
 use crate::{
     agent::{Ctx, Source},
-    probes::verbs::{render_series, VerbsSeries, VerbsSnapshot},
+    probes::verbs::{absorb, render_series, VerbsSeries, VerbsSnapshot},
 };
 
 pub struct VerbsSource {
@@ -45,29 +45,22 @@ impl Source for VerbsSource {
         let exited = cur.series(|pid| dead.contains(&pid), |pid| ids.job_rank(pid));
         // This window exports every process's counts, the exited ones' last.
         let mut all = self.retired.clone();
-        for s in [&live, &exited] {
-            for (k, n) in s {
-                *all.entry(k.clone()).or_default() += n;
-            }
-        }
+        absorb(&mut all, &live);
+        absorb(&mut all, &exited);
         cx.expo.set_section("verbs", render_series(&all));
+        let now = std::time::Instant::now();
         if !dead.is_empty() {
             let n = cx.probes.verbs_prune(&dead)?;
             metrics::counter!("faultline_verbs_pruned_entries_total").increment(n);
             cx.ids.forget(&dead);
-            let now = std::time::Instant::now();
             self.retired_pairs.retire(
                 exited.keys().map(|(_, j, r, _)| (j.clone(), r.clone())),
                 now,
             );
-            for (k, n) in exited {
-                *self.retired.entry(k).or_default() += n;
-            }
+            absorb(&mut self.retired, &exited);
         }
         let live_pairs = live.keys().map(|(_, j, r, _)| (j.clone(), r.clone()));
-        let gone = self
-            .retired_pairs
-            .expire(&live_pairs.collect(), std::time::Instant::now());
+        let gone = self.retired_pairs.expire(&live_pairs.collect(), now);
         self.retired
             .retain(|(_, j, r, _), _| !gone.contains(&(j.clone(), r.clone())));
         self.prev = cur;
