@@ -26,9 +26,16 @@ pub struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 0.4)]
     seconds: f64,
-    /// Reader threads.
-    #[arg(long, default_value_t = 1)]
+    /// Reader threads. Four keep both CPUs of a small machine busy, so the
+    /// IOPS ratio measures the probes' CPU cost; one reader measures mostly
+    /// the wake-up latency of a VM's idle CPUs, which drifts by tens of
+    /// percent between rounds.
+    #[arg(long, default_value_t = 4)]
     threads: u32,
+    /// Passes of the in-kernel cost measurement (alternating configurations;
+    /// the median per program is reported).
+    #[arg(long, default_value_t = 3)]
+    cost_passes: u32,
     /// Skip the bpftrace peer row.
     #[arg(long)]
     no_peer: bool,
@@ -246,33 +253,59 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     }
     // In-kernel cost per program run, from the kernel's own accounting, in a
     // separate pass (the accounting itself adds two clock reads per run).
-    let mut costs: Vec<Vec<ProgramCost>> = vec![Vec::new(); n];
+    let mut passes: Vec<Vec<Vec<ProgramCost>>> = vec![Vec::new(); n];
     {
         let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
-        for (i, c) in configs.iter().enumerate().skip(1) {
-            match attach(*c)? {
-                Attached::Faultline(p) => {
-                    reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
-                    costs[i] = p
-                        .program_run_stats()
-                        .into_iter()
-                        .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
-                        .map(|(n, c, t)| ProgramCost {
-                            program: n,
-                            runs: c,
-                            ns_per_run: t as f64 / c as f64,
-                        })
-                        .collect();
+        for pass in 0..a.cost_passes.max(1) as usize {
+            for k in 0..n - 1 {
+                let i = 1 + (pass + k) % (n - 1);
+                match attach(configs[i])? {
+                    Attached::Faultline(p) => {
+                        reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
+                        passes[i].push(
+                            p.program_run_stats()
+                                .into_iter()
+                                .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
+                                .map(|(n, c, t)| ProgramCost {
+                                    program: n,
+                                    runs: c,
+                                    ns_per_run: t as f64 / c as f64,
+                                })
+                                .collect(),
+                        );
+                    }
+                    Attached::Peer(b) => {
+                        reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
+                        passes[i].push(b.run_stats());
+                        b.stop()?;
+                    }
+                    Attached::None => {}
                 }
-                Attached::Peer(b) => {
-                    reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
-                    costs[i] = b.run_stats();
-                    b.stop()?;
-                }
-                Attached::None => {}
             }
         }
     }
+    // Per program: the median ns per run over the passes, runs summed.
+    let mut costs: Vec<Vec<ProgramCost>> = passes
+        .iter()
+        .map(|ps| {
+            let mut names: Vec<String> = ps.iter().flatten().map(|c| c.program.clone()).collect();
+            names.sort();
+            names.dedup();
+            names
+                .into_iter()
+                .map(|name| {
+                    let of: Vec<&ProgramCost> =
+                        ps.iter().flatten().filter(|c| c.program == name).collect();
+                    let ns: Vec<f64> = of.iter().map(|c| c.ns_per_run).collect();
+                    ProgramCost {
+                        runs: of.iter().map(|c| c.runs).sum(),
+                        ns_per_run: crate::median(&ns),
+                        program: name,
+                    }
+                })
+                .collect()
+        })
+        .collect();
     let mw = crate::median(&iops[0]);
     let rows: Vec<Row> = configs
         .iter()

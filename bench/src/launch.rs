@@ -170,6 +170,8 @@ fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f6
             (n as f64 / secs, Some(counted as f64 / n as f64), Vec::new())
         }
         Config::FaultlineBounded => {
+            // Run counts of the launch program: every trap, counted or gated.
+            let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
             let mut p = Probes::load(&opts)?;
             let mut ctl = LaunchController::with(
                 a.budget,
@@ -214,6 +216,17 @@ fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f6
                     std::thread::sleep(t.min(next_window) - now);
                 }
             };
+            let runs: u64 = p
+                .program_run_stats()
+                .iter()
+                .filter(|(n, _, _)| n == "cuda_launch")
+                .map(|(_, c, _)| *c)
+                .sum();
+            let raw = p.raw_launch_totals()?.get(&pid).copied().unwrap_or(0);
+            println!(
+                "  bounded: {runs} traps, {raw} counted ({} gated)",
+                runs.saturating_sub(raw)
+            );
             // Collect the exit line (the child has exited).
             let status = s.child.wait()?;
             ensure!(status.success(), "launch_storm failed: {status}");
@@ -258,7 +271,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .enable_all()
         .build()?;
     let _g = rt.enter();
-    let hit_ns = collector::probes::measure_uprobe_hit_ns(500)? * 1.1;
+    let hit_ns = collector::probes::measure_uprobe_hit_ns(500)?;
     let mut configs = vec![
         Config::Without,
         Config::FaultlineExact,

@@ -8,20 +8,20 @@
 //! - `block_io_start(struct request *rq)`: start the clock in the submitter.
 //! - `block_io_done(struct request *rq)`: count the request (where the kernel
 //!   counts it in `/sys/block/<dev>/stat`).
+//! - `block_rq_issue(struct request *rq)`: the request's bytes and flushes
+//!   (mode IO), or the clock of every request (mode RQ).
 //! - `block_rq_complete(struct request *rq, blk_status_t error, unsigned int
-//!   nr_bytes)`: completed bytes (mode RQ: also the count).
-//! - `block_rq_issue(struct request *rq)`: flushes (mode IO) or every request
-//!   (mode RQ).
+//!   nr_bytes)`: mode RQ only: completed bytes and the count.
 //!
 //! Struct offsets (`request.q`, `request.cmd_flags`, `request.__sector`,
 //! `request.__data_len`, `request_queue.disk`, `gendisk.major`,
 //! `gendisk.first_minor`) come from the running kernel's BTF and are patched
-//! into the globals below before load; fields are read with
-//! `bpf_probe_read_kernel`.
+//! into the globals below before load; fields are read with direct loads the
+//! verifier checks against BTF (no helper call).
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{btf_tracepoint, map},
-    maps::{HashMap, PerCpuArray},
+    maps::HashMap,
     programs::BtfTracePointContext,
     Global,
 };
@@ -31,7 +31,7 @@ use collector_common::{
 };
 
 use crate::{
-    block::{agg_slot, maybe_sample, BLOCK_MODE, BLOCK_SAMPLE_EVERY, MODE_IO, MODE_RQ},
+    block::{agg_slot, maybe_sample, BLOCK_MODE, BLOCK_SAMPLE_EVERY, MODE_RQ},
     helpers::{add, cgroup_id, now_ns},
     stats::bump,
 };
@@ -58,55 +58,45 @@ static BTF_DISK_OFF_FIRST_MINOR: Global<u32> = Global::new(4);
 #[map(name = "BLOCK_INFLIGHT_RQ")]
 static BLOCK_INFLIGHT_RQ: HashMap<u64, RqInflight> = HashMap::with_max_entries(65536, 0);
 
-/// Per-CPU one-entry cache `[request_queue *, dev]`: consecutive requests
-/// mostly share a queue, which saves three reads per request.
-#[map(name = "BLOCK_DEV_CACHE")]
-static BLOCK_DEV_CACHE: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
-
+/// A field of a kernel struct at `base + off`. The pointers come from the
+/// raw tracepoint's typed arguments and the offsets from read-only globals
+/// the verifier sees as constants, so these are plain loads the verifier
+/// checks against the kernel's BTF (and guards against faults), not helper
+/// calls: the cheapest way to read the request.
 #[inline(always)]
-fn read<T: Copy>(base: u64, off: u32) -> Option<T> {
-    // SAFETY: the helper checks the kernel address and fails cleanly.
-    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.ok()
+fn read<T: Copy>(base: u64, off: u32) -> T {
+    // SAFETY: `base` is a BTF-typed kernel pointer (a tracepoint argument or
+    // a field read from one) and `off` a member offset from the same BTF;
+    // the verifier turns the load into a fault-guarded kernel read.
+    unsafe { core::ptr::read_volatile((base + u64::from(off)) as *const T) }
 }
 
 /// `disk_devt(rq->q->disk)` as the tracepoints report it (0 without a disk).
 #[inline(always)]
 fn rq_dev(rq: u64) -> u32 {
-    let Some(q) = read::<u64>(rq, BTF_RQ_OFF_Q.load()) else {
+    let q: u64 = read(rq, BTF_RQ_OFF_Q.load());
+    if q == 0 {
         return 0;
-    };
-    let cache = BLOCK_DEV_CACHE.get_ptr_mut(0);
-    if let Some(c) = cache {
-        // SAFETY: per-CPU slot; the program is not re-entered on this CPU.
-        if unsafe { (*c)[0] } == q && q != 0 {
-            return unsafe { (*c)[1] } as u32;
-        }
     }
-    let disk = read::<u64>(q, BTF_Q_OFF_DISK.load()).unwrap_or(0);
-    let dev = if disk == 0 {
-        0
-    } else {
-        let major = read::<u32>(disk, BTF_DISK_OFF_MAJOR.load()).unwrap_or(0);
-        let minor = read::<u32>(disk, BTF_DISK_OFF_FIRST_MINOR.load()).unwrap_or(0);
-        (major << 20) | (minor & 0xfffff)
-    };
-    if let Some(c) = cache {
-        // SAFETY: as above.
-        unsafe { *c = [q, u64::from(dev)] };
+    let disk: u64 = read(q, BTF_Q_OFF_DISK.load());
+    if disk == 0 {
+        return 0;
     }
-    dev
+    let major: u32 = read(disk, BTF_DISK_OFF_MAJOR.load());
+    let minor: u32 = read(disk, BTF_DISK_OFF_FIRST_MINOR.load());
+    (major << 20) | (minor & 0xfffff)
 }
 
 #[inline(always)]
 fn rq_op(rq: u64) -> u32 {
-    read::<u32>(rq, BTF_RQ_OFF_CMD_FLAGS.load()).map_or(op::OTHER, op_of_cmd_flags)
+    op_of_cmd_flags(read::<u32>(rq, BTF_RQ_OFF_CMD_FLAGS.load()))
 }
 
 /// Starts the clock for `rq`, whose op is `op`.
 #[inline(always)]
 fn start(rq: u64, op: u32) {
     let sector = if BLOCK_SAMPLE_EVERY.load() != 0 && op != op::FLUSH {
-        read::<u64>(rq, BTF_RQ_OFF_SECTOR.load()).unwrap_or(0)
+        read::<u64>(rq, BTF_RQ_OFF_SECTOR.load())
     } else {
         0
     };
@@ -143,7 +133,7 @@ fn done(rq: u64, extra_bytes: u64) {
                 r.dev,
                 r.op,
                 r.cgroup_id,
-                Some(now.saturating_sub(r.issue_ns)),
+                (r.issue_ns != 0).then(|| now.saturating_sub(r.issue_ns)),
                 r.bytes + extra_bytes,
                 r.sector,
             )
@@ -196,61 +186,67 @@ pub fn block_btf_io_done(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// tp_btf `block_rq_issue`: every request in mode RQ; in mode IO only
-/// flushes (the kernel's flush request skips `blk_account_io_start()`).
+/// tp_btf `block_rq_issue`: every request in mode RQ. In mode IO: flushes
+/// (the kernel's flush request skips `blk_account_io_start()`), and every
+/// other request's bytes. At dispatch `__data_len` holds the request's final
+/// size (bios merge into it only before), which is what the stat's sectors
+/// count at completion; a requeued request is issued again with what is left,
+/// so the largest size seen is kept. Taking the bytes here spares mode IO a
+/// fourth program per request (`block_rq_complete`).
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
     let op = rq_op(rq);
-    if BLOCK_MODE.load() == MODE_IO && op != op::FLUSH {
+    if BLOCK_MODE.load() == MODE_RQ || op == op::FLUSH {
+        start(rq, op);
         return 0;
     }
-    start(rq, op);
+    let len = (u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load())) >> 9) << 9;
+    match BLOCK_INFLIGHT_RQ.get_ptr_mut(&rq) {
+        // SAFETY: valid map value pointer; a request is issued on one CPU at a time.
+        Some(r) => unsafe {
+            if len > (*r).bytes {
+                (*r).bytes = len;
+            }
+        },
+        None => {
+            // Started before the attach: counted untimed at done, cgroup 0.
+            let val = RqInflight {
+                issue_ns: 0,
+                cgroup_id: 0,
+                bytes: len,
+                sector: 0,
+                pid: 0,
+                dev: rq_dev(rq),
+                op,
+                _pad: 0,
+            };
+            if BLOCK_INFLIGHT_RQ.insert(&rq, &val, 0).is_err() {
+                bump(stat::BLOCK_START_MAP_FULL);
+            }
+        }
+    }
     0
 }
 
-/// tp_btf `block_rq_complete`: completed bytes (`nr_bytes` rounded down to
-/// sectors, as the stat's sectors count them); in mode RQ the final
-/// completion (all remaining bytes) also counts the request.
+/// tp_btf `block_rq_complete` (attached in mode RQ only): completed bytes
+/// (`nr_bytes` rounded down to sectors, as the stat's sectors count them);
+/// the final completion (all remaining bytes) also counts the request.
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn block_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
     let nr_bytes: u64 = ctx.arg::<u64>(2) & 0xffff_ffff;
     let bytes = (nr_bytes >> 9) << 9;
-    let rec = BLOCK_INFLIGHT_RQ.get_ptr_mut(&rq);
-    if BLOCK_MODE.load() == MODE_RQ {
-        // `__data_len` still holds the bytes left before this completion.
-        let left = read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load()).map_or(0, u64::from);
-        if let Some(r) = rec {
-            if nr_bytes < left {
-                // SAFETY: valid map value pointer; one request completes on one CPU.
-                unsafe { (*r).bytes += bytes };
-                bump(stat::BLOCK_PARTIAL);
-                return 0;
-            }
-        }
-        done(rq, bytes);
-        return 0;
-    }
-    if bytes == 0 {
-        return 0;
-    }
-    match rec {
-        // SAFETY: as above.
-        Some(r) => unsafe { (*r).bytes += bytes },
-        None => {
-            // Started before the attach: bytes straight to the aggregate.
-            let key = BlockKey {
-                dev: rq_dev(rq),
-                op: rq_op(rq),
-                cgroup_id: 0,
-            };
-            match agg_slot(&key) {
-                // SAFETY: valid map value pointer.
-                Some(s) => unsafe { add(&raw mut (*s).bytes, bytes) },
-                None => bump(stat::BLOCK_AGG_MAP_FULL),
-            }
+    // `__data_len` still holds the bytes left before this completion.
+    let left = u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load()));
+    if nr_bytes < left {
+        if let Some(r) = BLOCK_INFLIGHT_RQ.get_ptr_mut(&rq) {
+            // SAFETY: valid map value pointer; one request completes on one CPU.
+            unsafe { (*r).bytes += bytes };
+            bump(stat::BLOCK_PARTIAL);
+            return 0;
         }
     }
+    done(rq, bytes);
     0
 }

@@ -221,7 +221,7 @@ impl Probes {
         if let Some(btf) = &kernel_btf {
             let used: Vec<&ProbeSpec> = PROBES
                 .iter()
-                .filter(|s| s.btf_program.is_some() && s.unused_in(block_mode).is_none())
+                .filter(|s| s.btf_program.is_some() && s.btf_unused_in(block_mode).is_none())
                 .collect();
             let failed = used
                 .iter()
@@ -239,7 +239,12 @@ impl Probes {
 
         let mut status = Vec::with_capacity(PROBES.len());
         for spec in PROBES {
-            let state = if let Some(why) = spec.unused_in(block_mode) {
+            let unused = if block_attach == BlockAttach::Btf && spec.btf_program.is_some() {
+                spec.btf_unused_in(block_mode)
+            } else {
+                spec.unused_in(block_mode)
+            };
+            let state = if let Some(why) = unused {
                 ProbeState::Unused(why)
             } else if !spec.enabled(opts) {
                 ProbeState::Disabled
@@ -327,9 +332,14 @@ impl Probes {
     pub fn block_active(&self) -> bool {
         match self.block_mode {
             BlockMode::Io => {
+                // Bytes come from block_rq_issue on BTF, block_rq_complete classically.
+                let bytes = match self.block_attach {
+                    BlockAttach::Btf => "block_rq_issue",
+                    BlockAttach::Classic => "block_rq_complete",
+                };
                 self.is_attached("block_io_start")
                     && self.is_attached("block_io_done")
-                    && self.is_attached("block_rq_complete")
+                    && self.is_attached(bytes)
             }
             BlockMode::Rq => {
                 self.is_attached("block_rq_issue") && self.is_attached("block_rq_complete")

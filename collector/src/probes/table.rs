@@ -33,6 +33,9 @@ pub struct ProbeSpec {
     /// The same probe as a BTF-enabled raw tracepoint program (used when the
     /// kernel has BTF, see [`BlockAttach`]).
     pub btf_program: Option<&'static str>,
+    /// The BTF program is only used in this block mode (the BTF path needs
+    /// fewer programs: it takes a request's bytes at `block_rq_issue`).
+    pub btf_only_in: Option<BlockMode>,
 }
 
 impl ProbeSpec {
@@ -55,6 +58,16 @@ impl ProbeSpec {
                 Some("block_io_start/block_io_done time block I/O on this kernel")
             }
             _ => None,
+        }
+    }
+
+    /// Why this probe's BTF program is not used in `mode`.
+    pub fn btf_unused_in(&self, mode: BlockMode) -> Option<&'static str> {
+        match (self.btf_only_in, mode) {
+            (Some(BlockMode::Rq), BlockMode::Io) => Some(
+                "on BTF raw tracepoints block_rq_issue takes the bytes and block_io_done the count",
+            ),
+            _ => self.unused_in(mode),
         }
     }
 }
@@ -123,6 +136,7 @@ const fn tp(
         required,
         only_in,
         btf_program: None,
+        btf_only_in: None,
     }
 }
 
@@ -143,7 +157,10 @@ pub const PROBES: &[ProbeSpec] = &[
     block_tp("block_io_start", "block_btf_io_start", Some(BlockMode::Io)),
     block_tp("block_io_done", "block_btf_io_done", Some(BlockMode::Io)),
     block_tp("block_rq_issue", "block_btf_rq_issue", None),
-    block_tp("block_rq_complete", "block_btf_rq_complete", None),
+    ProbeSpec {
+        btf_only_in: Some(BlockMode::Rq),
+        ..block_tp("block_rq_complete", "block_btf_rq_complete", None)
+    },
 ];
 
 /// Globals to patch before load: (symbol, value).
