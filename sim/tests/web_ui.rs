@@ -100,7 +100,34 @@ fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
     }
     let dir = out_dir("web_ui");
     let web = free_port();
-    // A slow simulation, so the page is open before the incident.
+    let port = free_port();
+    let mut cd = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let d = Driver {
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let t = Instant::now();
+    while get(&format!("{}/status", d.base)).is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "chromedriver not up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = d.call(
+        "POST",
+        "/session",
+        Some(json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1100", "--user-data-dir=".to_string() + &dir.join("profile").display().to_string()]
+        }}}})),
+    );
+    let session = s["sessionId"].as_str().expect("a session").to_string();
+    // The browser is up before the simulation starts (under a loaded test
+    // run chromium takes seconds), and the simulation is slow, so the page
+    // is open before the incident.
     let mut sim = Command::new(SIM)
         .args([
             "--nodes",
@@ -130,31 +157,6 @@ fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
         assert!(t.elapsed() < Duration::from_secs(20), "UI not up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let port = free_port();
-    let mut cd = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let d = Driver {
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let t = Instant::now();
-    while get(&format!("{}/status", d.base)).is_none() {
-        assert!(t.elapsed() < Duration::from_secs(20), "chromedriver not up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let s = d.call(
-        "POST",
-        "/session",
-        Some(json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
-            "binary": CHROMIUM,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1100", "--user-data-dir=".to_string() + &dir.join("profile").display().to_string()]
-        }}}})),
-    );
-    let session = s["sessionId"].as_str().expect("a session").to_string();
     let go = |path: &str| {
         d.call(
             "POST",
