@@ -259,28 +259,26 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         for pass in 0..a.cost_passes.max(1) as usize {
             for k in 0..n - 1 {
                 let i = 1 + (pass + k) % (n - 1);
-                match attach(configs[i])? {
-                    Attached::Faultline(p) => {
-                        reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
-                        passes[i].push(
-                            p.program_run_stats()
-                                .into_iter()
-                                .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
-                                .map(|(n, c, t)| ProgramCost {
-                                    program: n,
-                                    runs: c,
-                                    ns_per_run: t as f64 / c as f64,
-                                })
-                                .collect(),
-                        );
-                    }
+                let att = attach(configs[i])?;
+                reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
+                passes[i].push(match att {
+                    Attached::Faultline(p) => p
+                        .program_run_stats()
+                        .into_iter()
+                        .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
+                        .map(|(n, c, t)| ProgramCost {
+                            program: n,
+                            runs: c,
+                            ns_per_run: t as f64 / c as f64,
+                        })
+                        .collect(),
                     Attached::Peer(b) => {
-                        reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
-                        passes[i].push(b.run_stats());
+                        let c = b.run_stats();
                         b.stop()?;
+                        c
                     }
-                    Attached::None => {}
-                }
+                    Attached::None => Vec::new(),
+                });
             }
         }
     }

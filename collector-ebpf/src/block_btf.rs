@@ -19,7 +19,7 @@
 //! into the globals below before load; fields are read with direct loads the
 //! verifier checks against BTF (no helper call).
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, map},
     maps::HashMap,
     programs::BtfTracePointContext,

@@ -221,7 +221,9 @@ impl Probes {
         if let Some(btf) = &kernel_btf {
             let used: Vec<&ProbeSpec> = PROBES
                 .iter()
-                .filter(|s| s.btf_program.is_some() && s.btf_unused_in(block_mode).is_none())
+                .filter(|s| {
+                    s.btf_program.is_some() && s.unused_with(block_mode, BlockAttach::Btf).is_none()
+                })
                 .collect();
             let failed = used
                 .iter()
@@ -239,12 +241,7 @@ impl Probes {
 
         let mut status = Vec::with_capacity(PROBES.len());
         for spec in PROBES {
-            let unused = if block_attach == BlockAttach::Btf && spec.btf_program.is_some() {
-                spec.btf_unused_in(block_mode)
-            } else {
-                spec.unused_in(block_mode)
-            };
-            let state = if let Some(why) = unused {
+            let state = if let Some(why) = spec.unused_with(block_mode, block_attach) {
                 ProbeState::Unused(why)
             } else if !spec.enabled(opts) {
                 ProbeState::Disabled

@@ -61,10 +61,11 @@ impl ProbeSpec {
         }
     }
 
-    /// Why this probe's BTF program is not used in `mode`.
-    pub fn btf_unused_in(&self, mode: BlockMode) -> Option<&'static str> {
-        match (self.btf_only_in, mode) {
-            (Some(BlockMode::Rq), BlockMode::Io) => Some(
+    /// Why this probe is not used in `mode` when the block family attaches
+    /// as `attach` (on BTF some programs are not needed).
+    pub fn unused_with(&self, mode: BlockMode, attach: BlockAttach) -> Option<&'static str> {
+        match (attach, self.btf_program, self.btf_only_in, mode) {
+            (BlockAttach::Btf, Some(_), Some(BlockMode::Rq), BlockMode::Io) => Some(
                 "on BTF raw tracepoints block_rq_issue takes the bytes and block_io_done the count",
             ),
             _ => self.unused_in(mode),
