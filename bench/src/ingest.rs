@@ -48,6 +48,8 @@ const COUNTERS: &[&str] = &[
     "excessive_buffer_overrun_errors",
     "port_xmit_wait",
 ];
+/// The first this many of [`COUNTERS`] count traffic; the rest are errors.
+const TRAFFIC_COUNTERS: usize = 8;
 
 /// Window times: an hour before the bench started, one second per
 /// sequence number (inside the correlator's clock bounds, docs/security.md).
@@ -84,9 +86,18 @@ fn window_with(node: usize, seq: u64, hot: bool) -> Window {
                 port: 1,
                 state: 4,
                 phys_state: 5,
+                // A healthy port: traffic counters rise, error counters stay.
                 counters: COUNTERS
                     .iter()
-                    .map(|c| ((*c).to_string(), seq * 1_000_000))
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let v = if i < TRAFFIC_COUNTERS {
+                            seq * 1_000_000
+                        } else {
+                            0
+                        };
+                        ((*c).to_string(), v)
+                    })
                     .collect(),
                 ..IbPort::default()
             })
@@ -122,8 +133,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     };
     let mut rows = Vec::new();
     println!("correlator ingest over gRPC on loopback ({}): {} windows per collector, {SAMPLES_PER_WINDOW} samples per window", bin.display(), a.windows);
-    println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity | window close → candidate (s) |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity | window close → candidate (s) | other updates |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &n in &a.sizes {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -146,7 +157,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         let pid = child.0.id();
         let url = format!("http://127.0.0.1:{port}");
         let windows = a.windows;
-        let (wall, cpu, rss, latency) = rt.block_on(async {
+        let (wall, cpu, rss, latency, others) = rt.block_on(async {
             let chan = loop {
                 match tonic::transport::Endpoint::from_shared(url.clone())?
                     .connect()
@@ -156,6 +167,12 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                     Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
                 }
             };
+            // Subscribed from the start: a healthy cluster opens nothing, so
+            // every update before the hot GPU's is a false alarm.
+            let mut sub = proto::v1::candidates_client::CandidatesClient::new(chan.clone())
+                .subscribe(proto::v1::SubscribeRequest::default())
+                .await?
+                .into_inner();
             let c0 = crate::procstat::cpu_seconds(pid).unwrap_or(0.0);
             let t0 = Instant::now();
             let mut tasks = Vec::new();
@@ -181,11 +198,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             // Latency: two more rounds in which node 0's GPU 0 throttles; time
             // from the start of the second round (its windows closing) to the
             // subscriber's `opened` update.
-            let mut sub = proto::v1::candidates_client::CandidatesClient::new(chan.clone())
-                .subscribe(proto::v1::SubscribeRequest::default())
-                .await?
-                .into_inner();
             let mut latency = None;
+            let mut others = None;
             for round in 1..=2u64 {
                 let t_round = Instant::now();
                 let mut tasks = Vec::new();
@@ -208,34 +222,54 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                     t.await??;
                 }
                 if round == 2 {
+                    let mut seen: std::collections::BTreeMap<String, u64> = Default::default();
                     let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-                        while let Ok(Some(u)) = sub.message().await {
-                            if u.state == "opened" && u.kind == "gpu_thermal_throttle" {
-                                return Some(t_round.elapsed().as_secs_f64());
+                        loop {
+                            match sub.message().await {
+                                Ok(Some(u)) => {
+                                    if u.state == "opened"
+                                        && u.kind == "gpu_thermal_throttle"
+                                        && u.entity.starts_with("n0000/")
+                                    {
+                                        return Some(t_round.elapsed().as_secs_f64());
+                                    }
+                                    *seen.entry(format!("{} {}", u.state, u.kind)).or_default() += 1;
+                                }
+                                Ok(None) => return None,
+                                Err(e) => {
+                                    eprintln!("ingest bench: subscription ended: {e}");
+                                    return None;
+                                }
                             }
                         }
-                        None
                     })
                     .await;
                     latency = got.ok().flatten();
+                    if latency.is_some() {
+                        others = Some(seen.values().sum::<u64>());
+                    }
+                    if latency.is_none() || !seen.is_empty() {
+                        eprintln!("ingest bench, {n} collectors: other updates before the candidate: {seen:?}");
+                    }
                 }
             }
-            anyhow::Ok((wall, cpu, rss, latency))
+            anyhow::Ok((wall, cpu, rss, latency, others))
         })?;
         let _ = child.0.kill();
         let samples = n as u64 * windows * SAMPLES_PER_WINDOW;
         let per_core = samples as f64 / cpu.max(1e-3);
         let entities = n * (8 + 8 + 1);
         println!(
-            "| {n} | {} | {samples} | {wall:.2} | {cpu:.2} | {per_core:.0} | {:.1} | {:.1} | {} |",
+            "| {n} | {} | {samples} | {wall:.2} | {cpu:.2} | {per_core:.0} | {:.1} | {:.1} | {} | {} |",
             n as u64 * windows,
             rss as f64 / (1 << 20) as f64,
             rss as f64 / 1024.0 / entities as f64,
-            latency.map_or_else(|| "-".to_string(), |l| format!("{l:.3}"))
+            latency.map_or_else(|| "-".to_string(), |l| format!("{l:.3}")),
+            others.map_or_else(|| "-".to_string(), |o| o.to_string())
         );
         rows.push(json!({"collectors": n, "windows": n as u64 * windows, "samples": samples, "wall_seconds": wall,
             "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities,
-            "window_close_to_candidate_seconds": latency}));
+            "window_close_to_candidate_seconds": latency, "other_updates": others}));
     }
     let path = a
         .json

@@ -474,17 +474,17 @@ impl Ingest for IngestService {
                     allowed_host = Some(o.hostname.clone());
                 }
             }
+            last = w.seq;
             if self.state.admit(&w, self.max_windows_per_sec)? {
                 accepted += 1;
                 if let Some(tx) = &self.engine {
-                    if tx.send(w.clone()).await.is_err() {
+                    if tx.send(w).await.is_err() {
                         return Err(Status::unavailable("correlator engine stopped"));
                     }
                 }
             } else {
                 duplicates += 1;
             }
-            last = w.seq;
         }
         Ok(Response::new(StreamSummary {
             accepted,

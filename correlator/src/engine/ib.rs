@@ -235,7 +235,7 @@ pub struct IbDetector {
     /// Port entity → link name, from the fabric topology: both ends of a
     /// link report under one entity.
     topology: HashMap<String, String>,
-    fabric: Option<Fabric>,
+    fabric: super::slot_cache::SlotCache<Fabric>,
 }
 
 /// Parses a topology file: one link per line, `LINK ENDPOINT [ENDPOINT]`,
@@ -281,6 +281,25 @@ pub fn parse_topology(text: &str) -> Result<HashMap<String, String>, String> {
 fn delta(prev: &BTreeMap<String, u64>, cur: &HashMap<String, u64>, name: &str) -> Option<u64> {
     let (c, p) = (cur.get(name)?, prev.get(name)?);
     c.checked_sub(*p)
+}
+
+/// Makes `prev` this window's counters. A port reports the same counter
+/// names every window, so the values are overwritten in place (no key
+/// allocated); a changed name set is copied whole.
+fn remember(prev: &mut BTreeMap<String, u64>, cur: &HashMap<String, u64>) {
+    if prev.len() == cur.len() {
+        let mut hit = 0;
+        for (k, v) in cur {
+            if let Some(p) = prev.get_mut(k) {
+                *p = *v;
+                hit += 1;
+            }
+        }
+        if hit == cur.len() {
+            return;
+        }
+    }
+    *prev = cur.iter().map(|(k, v)| (k.clone(), *v)).collect();
 }
 
 /// Sum of the deltas of `names` present on both sides; `None` on a reset
@@ -388,22 +407,23 @@ impl IbDetector {
     /// Fabric medians, recomputed at most once per half window of event
     /// time (hosts' window ends differ by their clocks): O(ports) per slot.
     fn fabric(&mut self, end_ms: i64, len_ms: i64) -> Fabric {
-        if let Some(f) = self.fabric {
-            if (end_ms - f.0).abs() < (len_ms / 2).max(1) {
-                return f;
-            }
-        }
-        let bers: Vec<f64> = self.ports.values().filter_map(|s| s.ber).collect();
-        let retries: Vec<f64> = self.ports.values().filter_map(|s| s.retry_ratio).collect();
-        let f = (
-            end_ms,
-            median(&bers),
-            median(&retries),
-            bers.len(),
-            retries.len(),
-        );
-        self.fabric = Some(f);
-        f
+        let ports = &self.ports;
+        self.fabric.get(end_ms, len_ms, || {
+            let bers: Vec<f64> = ports.values().filter_map(|s| s.ber).collect();
+            let retries: Vec<f64> = ports.values().filter_map(|s| s.retry_ratio).collect();
+            (
+                end_ms,
+                median(&bers),
+                median(&retries),
+                bers.len(),
+                retries.len(),
+            )
+        })
+    }
+
+    /// Times the fabric medians were recomputed.
+    pub fn fabric_recomputed(&self) -> u64 {
+        self.fabric.recomputed
     }
 
     /// Updates the host's ports from a window and returns findings for them.
@@ -588,8 +608,8 @@ impl IbDetector {
                     judged.push((entity.clone(), p.port));
                 }
             }
-            st.counters = p.counters.iter().map(|(k, v)| (k.clone(), *v)).collect();
-            st.hw = p.hw_counters.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            remember(&mut st.counters, &p.counters);
+            remember(&mut st.hw, &p.hw_counters);
         }
         if !names.is_empty() {
             self.by_host.insert(host.to_string(), names);
@@ -849,6 +869,25 @@ impl IbDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembered_counters_equal_the_latest_window_even_when_names_change() {
+        let cur = |kv: &[(&str, u64)]| -> HashMap<String, u64> {
+            kv.iter().map(|(k, v)| ((*k).to_string(), *v)).collect()
+        };
+        let mut prev = BTreeMap::new();
+        for w in [
+            cur(&[("symbol_error", 1), ("link_downed", 0)]),
+            cur(&[("symbol_error", 5), ("link_downed", 2)]),
+            // Same count, one name swapped: the old name must not linger.
+            cur(&[("symbol_error", 6), ("port_rcv_errors", 3)]),
+            cur(&[("symbol_error", 7)]),
+        ] {
+            remember(&mut prev, &w);
+            let want: BTreeMap<String, u64> = w.into_iter().collect();
+            assert_eq!(prev, want);
+        }
+    }
 
     #[test]
     fn running_totals_equal_a_recount_of_the_kept_samples() {

@@ -12,6 +12,7 @@ pub mod ib;
 pub mod incidents;
 pub mod interference;
 pub mod node;
+pub mod slot_cache;
 pub mod stats;
 pub mod storage;
 pub mod straggler;

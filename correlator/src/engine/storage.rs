@@ -44,7 +44,7 @@ pub struct StorageDetector {
     cfg: StorageConfig,
     devs: HashMap<String, DevState>,
     /// Peer medians per class, recomputed once per half window of event time.
-    peers: Option<(i64, Peers)>,
+    peers: super::slot_cache::SlotCache<Peers>,
 }
 
 /// One device's window: requests, latency sum and max (ns), bytes,
@@ -87,52 +87,12 @@ impl StorageDetector {
         }
     }
 
+    /// Class peers and the fleet shift of the slot ending at `end_ms`.
     fn class_peers(&mut self, end_ms: i64, len_ms: i64) -> Peers {
-        if let Some((t, p)) = &self.peers {
-            if (end_ms - t).abs() < (len_ms / 2).max(1) {
-                return p.clone();
-            }
-        }
+        let devs = &self.devs;
         // Devices whose latest quantiles are recent (within 3 windows).
-        let fresh = end_ms - 3 * len_ms;
-        let mut by: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
-        let (mut r50, mut r99) = (Vec::new(), Vec::new());
-        for d in self.devs.values() {
-            if d.at_ms < fresh {
-                continue;
-            }
-            let ratio = |x: Option<f64>, own: &OwnBaseline| {
-                let b = own.value().filter(|b| own.warm() && *b > 0.0)?;
-                Some(x? / b)
-            };
-            if let Some(r) = ratio(d.p50, &d.own_p50) {
-                r50.push(r);
-            }
-            if let Some(r) = ratio(d.p99, &d.own_p99) {
-                r99.push(r);
-            }
-            if let Some(p50) = d.p50 {
-                let e = by.entry(d.class.clone()).or_default();
-                e.0.push(p50);
-                if let Some(p99) = d.p99 {
-                    e.1.push(p99);
-                }
-            }
-        }
-        let peers = Peers {
-            by_class: by
-                .into_iter()
-                .map(|(c, (a, b))| {
-                    let n = a.len();
-                    (c, (median(&a), median(&b), n))
-                })
-                .collect(),
-            shift50: median(&r50),
-            shift99: median(&r99),
-            n_shift: r50.len(),
-        };
-        self.peers = Some((end_ms, peers.clone()));
-        peers
+        self.peers
+            .get(end_ms, len_ms, || peers_of(devs, end_ms - 3 * len_ms))
     }
 
     pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
@@ -303,4 +263,46 @@ impl StorageDetector {
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.devs.retain(|e, _| !gone.contains(super::host_of(e)));
     }
+}
+
+/// The yardsticks over every device whose latest window ended at or after
+/// `fresh`: O(devices).
+fn peers_of(devs: &HashMap<String, DevState>, fresh: i64) -> Peers {
+    let mut by: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    let (mut r50, mut r99) = (Vec::new(), Vec::new());
+    for d in devs.values() {
+        if d.at_ms < fresh {
+            continue;
+        }
+        let ratio = |x: Option<f64>, own: &OwnBaseline| {
+            let b = own.value().filter(|b| own.warm() && *b > 0.0)?;
+            Some(x? / b)
+        };
+        if let Some(r) = ratio(d.p50, &d.own_p50) {
+            r50.push(r);
+        }
+        if let Some(r) = ratio(d.p99, &d.own_p99) {
+            r99.push(r);
+        }
+        if let Some(p50) = d.p50 {
+            let e = by.entry(d.class.clone()).or_default();
+            e.0.push(p50);
+            if let Some(p99) = d.p99 {
+                e.1.push(p99);
+            }
+        }
+    }
+    let peers = Peers {
+        by_class: by
+            .into_iter()
+            .map(|(c, (a, b))| {
+                let n = a.len();
+                (c, (median(&a), median(&b), n))
+            })
+            .collect(),
+        shift50: median(&r50),
+        shift99: median(&r99),
+        n_shift: r50.len(),
+    };
+    peers
 }
