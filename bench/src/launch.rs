@@ -180,6 +180,11 @@ fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f6
                 Path::new("/proc"),
             );
             let first = p.cuda_snapshot()?;
+            let me = std::process::id();
+            let (cpu0, t0) = (
+                crate::procstat::cpu_seconds(me).unwrap_or(0.0),
+                Instant::now(),
+            );
             let mut s = spawn(a)?;
             let pid = s.pid;
             let before: u64 = first
@@ -222,7 +227,13 @@ fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f6
                 .filter(|(n, _, _)| n == "cuda_launch")
                 .map(|(_, c, _)| *c)
                 .sum();
+            let agent_cpu = (crate::procstat::cpu_seconds(me).unwrap_or(0.0) - cpu0)
+                / t0.elapsed().as_secs_f64();
             let raw = p.raw_launch_totals()?.get(&pid).copied().unwrap_or(0);
+            println!(
+                "  bounded: the agent's loop (snapshots, checks, attach/detach) used {:.2} % of a CPU",
+                100.0 * agent_cpu
+            );
             println!(
                 "  bounded: {runs} traps, {raw} counted ({} gated)",
                 runs.saturating_sub(raw)

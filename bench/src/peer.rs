@@ -44,10 +44,21 @@ pub fn version() -> String {
         .unwrap_or_default()
 }
 
-fn prog_ids() -> BTreeSet<u32> {
+/// Ids of the BPF programs loaded now.
+pub fn prog_ids() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(|p| p.ok().map(|p| p.id()))
         .collect()
+}
+
+/// In-kernel time (ns, while BPF_ENABLE_STATS is on) that programs loaded
+/// since `before` have run so far.
+pub fn run_ns_since(before: &BTreeSet<u32>) -> u64 {
+    aya::programs::loaded_programs()
+        .filter_map(|p| p.ok())
+        .filter(|p| !before.contains(&p.id()))
+        .map(|p| p.run_time().as_nanos() as u64)
+        .sum()
 }
 
 impl Bpftrace {

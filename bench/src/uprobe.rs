@@ -110,6 +110,17 @@ struct Variant {
     median_bpftrace_count_ns: f64,
     ratio_faultline_over_empty: f64,
     ratio_bpftrace_count_over_empty: f64,
+    /// In-kernel program time per call (BPF run-time stats, one extra pass
+    /// after the timed rounds): what each program itself costs, without the
+    /// trap that all three pay alike.
+    program_ns_per_call: ProgramNs,
+}
+
+#[derive(Serialize, Default)]
+struct ProgramNs {
+    empty: f64,
+    faultline: f64,
+    bpftrace_count: f64,
 }
 
 #[derive(Serialize)]
@@ -171,6 +182,33 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result
             }
         }
     }
+    // In-kernel cost pass: run-time stats on, each configuration once.
+    let mut prog = ProgramNs::default();
+    {
+        let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
+        let per_call = |before: &std::collections::BTreeSet<u32>| {
+            crate::peer::run_ns_since(before) as f64 / a.calls as f64
+        };
+        let before = crate::peer::prog_ids();
+        {
+            let _e = EmptyUprobe::attach(lib_path, "cuLaunchKernel")?;
+            lib.measure(a.calls);
+            prog.empty = per_call(&before);
+        }
+        let before = crate::peer::prog_ids();
+        {
+            let _p = Probes::load(&opts)?;
+            lib.measure(a.calls);
+            prog.faultline = per_call(&before);
+        }
+        if peer {
+            let before = crate::peer::prog_ids();
+            let b = crate::peer::Bpftrace::start(&bt_prog)?;
+            lib.measure(a.calls);
+            prog.bpftrace_count = per_call(&before);
+            b.stop()?;
+        }
+    }
     let (mn, me, mf, mb) = (
         crate::median(&none),
         crate::median(&empty),
@@ -190,6 +228,7 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result
         median_bpftrace_count_ns: mb,
         ratio_faultline_over_empty: if me > 0.0 { mf / me } else { 0.0 },
         ratio_bpftrace_count_over_empty: if me > 0.0 { mb / me } else { 0.0 },
+        program_ns_per_call: prog,
     })
 }
 
@@ -218,18 +257,21 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         "uprobe cost: ns per cuLaunchKernel call, {} calls × {} rounds, medians",
         a.calls, a.rounds
     );
-    println!("| entry | no probe | empty uprobe | faultline | bpftrace count() | faultline / empty | bpftrace / empty |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| entry | no probe | empty uprobe | faultline | bpftrace count() | faultline / empty | bpftrace / empty | program ns/call: empty, faultline, bpftrace |");
+    println!("|---|---|---|---|---|---|---|---|");
     for v in &variants {
         println!(
-            "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} |",
+            "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} | {:.0}, {:.0}, {:.0} |",
             v.entry,
             v.median_no_probe_ns,
             v.median_empty_uprobe_ns,
             v.median_faultline_ns,
             v.median_bpftrace_count_ns,
             v.ratio_faultline_over_empty,
-            v.ratio_bpftrace_count_over_empty
+            v.ratio_bpftrace_count_over_empty,
+            v.program_ns_per_call.empty,
+            v.program_ns_per_call.faultline,
+            v.program_ns_per_call.bpftrace_count
         );
     }
     let report = Report {

@@ -96,8 +96,25 @@ pub struct LaunchStats {
     /// Dimensions of the latest launch.
     pub last_grid: [u32; 3],
     pub last_block: [u32; 3],
+    /// `cuLaunchKernel` / `cuLaunchCooperativeKernel` pass blockDimZ and
+    /// sharedMemBytes on the stack; reading user memory is the launch
+    /// program's largest cost, so it is read on a slot's first launch and
+    /// then every [`STACK_READ_EVERY`]th (per CPU), and these two hold the
+    /// latest read. Caches: not summed across CPUs.
+    pub stack_block_z: u32,
+    pub stack_shared_mem: u32,
+    /// Launches through the stack-argument entry points since the last read.
+    pub since_stack_read: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<LaunchStats>() == 48 + 24);
+const _: () = assert!(core::mem::size_of::<LaunchStats>() == 48 + 24 + 16);
+
+/// The launch program reads blockDimZ and sharedMemBytes from the stack on
+/// one launch in this many per (process, GPU, kernel) and CPU; the launches
+/// in between use the latest values read. Sums are exact when a kernel
+/// keeps its block depth and dynamic shared memory (the usual case); a
+/// change is seen at most this many launches late on each CPU.
+pub const STACK_READ_EVERY: u32 = 64;
 
 /// Call aggregate key.
 #[repr(C)]

@@ -45,7 +45,7 @@ use collector_common::{
     block::{lat_bucket, LAT_BUCKETS},
     cuda::{
         call, CallKey, CallStats, CudaEventData, HandleKey, InCall, KernelName, LaunchKey,
-        LaunchStats, NAME_LEN, UNKNOWN_DEVICE,
+        LaunchStats, NAME_LEN, STACK_READ_EVERY, UNKNOWN_DEVICE,
     },
     stat, Event, EventHeader, EventKind,
 };
@@ -89,6 +89,18 @@ static CUDA_CTX_DEVICE: LruHashMap<HandleKey, i32> = LruHashMap::with_max_entrie
 /// Thread id → device ordinal of its current context.
 #[map(name = "CUDA_THREAD_DEVICE")]
 static CUDA_THREAD_DEVICE: LruHashMap<u32, i32> = LruHashMap::with_max_entries(65536, 0);
+
+/// Bumped on every write to `CUDA_THREAD_DEVICE`: invalidates every CPU's
+/// `CUDA_DEVICE_CACHE`.
+#[map(name = "CUDA_THREAD_DEVICE_GEN")]
+static CUDA_THREAD_DEVICE_GEN: aya_ebpf::maps::Array<u64> =
+    aya_ebpf::maps::Array::with_max_entries(1, 0);
+
+/// Per CPU: the device of the last thread that launched here, as
+/// `[tid + 1, CUDA_THREAD_DEVICE_GEN when read, device]`. A launching thread
+/// mostly stays on its CPU, so the launch path skips the hash lookup.
+#[map(name = "CUDA_DEVICE_CACHE")]
+static CUDA_DEVICE_CACHE: PerCpuArray<[u64; 3]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Calls between entry and return: key `[pid_tgid, slot]`.
 #[map(name = "CUDA_IN_CALL")]
@@ -139,12 +151,39 @@ fn cookie(ctx: &impl EbpfContext) -> u64 {
     unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
 }
 
+/// The device of thread `tid`'s current context: from this CPU's cache when
+/// it holds `tid` and no thread's device changed since it was filled.
 #[inline(always)]
 fn current_device(tid: u32) -> i32 {
+    let gen = CUDA_THREAD_DEVICE_GEN.get(0).copied().unwrap_or(0);
+    let cache = CUDA_DEVICE_CACHE.get_ptr_mut(0);
+    if let Some(c) = cache {
+        // SAFETY: per-CPU slot, no other writer while the program runs here.
+        unsafe {
+            if (*c)[0] == u64::from(tid) + 1 && (*c)[1] == gen {
+                return (*c)[2] as i32;
+            }
+        }
+    }
     // SAFETY: the value is copied out immediately.
-    unsafe { CUDA_THREAD_DEVICE.get(&tid) }
+    let dev = unsafe { CUDA_THREAD_DEVICE.get(&tid) }
         .copied()
-        .unwrap_or(UNKNOWN_DEVICE)
+        .unwrap_or(UNKNOWN_DEVICE);
+    if let Some(c) = cache {
+        // SAFETY: as above.
+        unsafe { *c = [u64::from(tid) + 1, gen, dev as u32 as u64] };
+    }
+    dev
+}
+
+/// Records thread `tid`'s device and invalidates the per-CPU caches (the
+/// map first: a cache refilled in between reads the new value).
+#[inline(always)]
+fn set_thread_device(tid: u32, dev: i32) {
+    let _ = CUDA_THREAD_DEVICE.insert(&tid, &dev, 0);
+    if let Some(g) = CUDA_THREAD_DEVICE_GEN.get_ptr_mut(0) {
+        add(g, 1);
+    }
 }
 
 #[inline(always)]
@@ -258,16 +297,26 @@ fn emit(pid_tgid: u64, now: u64, data: &CudaEventData) {
     bump(stat::CUDA_EVENTS);
 }
 
+/// Where a launch's blockDimZ, sharedMemBytes and hStream come from.
+#[derive(Clone, Copy)]
+enum Rest {
+    /// Read already (`cuLaunchKernelEx`'s config struct).
+    Known { bz: u32, shmem: u32, stream: u64 },
+    /// On the user stack at this `rsp` (`cuLaunchKernel` and
+    /// `cuLaunchCooperativeKernel`: 8-byte slots above the return address).
+    Stack(u64),
+}
+
+/// `(blockDimZ, sharedMemBytes, hStream)` from the stack: one read.
 #[inline(always)]
-fn record_launch(
-    pid_tgid: u64,
-    kind: u32,
-    func: u64,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shmem: u32,
-    stream: u64,
-) {
+fn read_stack(sp: u64) -> (u32, u32, u64) {
+    // SAFETY: user pointer read through the helper, which checks it.
+    let st = unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    (st[0] as u32, st[1] as u32, st[2])
+}
+
+#[inline(always)]
+fn record_launch(pid_tgid: u64, kind: u32, func: u64, grid: [u32; 3], bxy: [u32; 2], rest: Rest) {
     let pid = (pid_tgid >> 32) as u32;
     let device = current_device(pid_tgid as u32);
     let key = LaunchKey { pid, device, func };
@@ -276,10 +325,23 @@ fn record_launch(
         return;
     };
     bump(stat::CUDA_CALLS);
+    // SAFETY (all `*s`): valid per-CPU map value pointer; uprobes run with
+    // migration disabled and a thread cannot re-enter its own uprobe.
+    let (bz, shmem) = match rest {
+        Rest::Known { bz, shmem, .. } => (bz, shmem),
+        Rest::Stack(sp) => unsafe {
+            if (*s).since_stack_read == 0 {
+                let (bz, shmem, _) = read_stack(sp);
+                (*s).stack_block_z = bz;
+                (*s).stack_shared_mem = shmem;
+            }
+            (*s).since_stack_read = ((*s).since_stack_read + 1) % STACK_READ_EVERY;
+            ((*s).stack_block_z, (*s).stack_shared_mem)
+        },
+    };
+    let block = [bxy[0], bxy[1], bz];
     let blocks = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
     let threads = blocks * u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
-    // SAFETY: valid per-CPU map value pointer; uprobes run with migration
-    // disabled and a thread cannot re-enter its own uprobe.
     unsafe {
         (*s).launches += 1;
         if kind == call::LAUNCH_KERNEL_EX {
@@ -294,6 +356,11 @@ fn record_launch(
         (*s).last_block = block;
     }
     if CUDA_EVENTS_PER_SEC.load() != 0 {
+        // The event stream carries each launch's own arguments.
+        let (bz, shmem, stream) = match rest {
+            Rest::Known { bz, shmem, stream } => (bz, shmem, stream),
+            Rest::Stack(sp) => read_stack(sp),
+        };
         let now = now_ns();
         emit(
             pid_tgid,
@@ -306,7 +373,7 @@ fn record_launch(
                 bytes: 0,
                 dur_ns: 0,
                 grid,
-                block,
+                block: [bxy[0], bxy[1], bz],
                 shared_mem_bytes: shmem,
                 result: 0,
             },
@@ -329,18 +396,13 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     let by: u64 = ctx.arg(5).unwrap_or(0);
     // SAFETY: regs is the probe's pt_regs.
     let sp = unsafe { (*ctx.regs).rsp };
-    // Stack arguments occupy 8-byte slots above the return address; one read
-    // fetches blockDimZ, sharedMemBytes and hStream.
-    let st = unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) }.unwrap_or([0; 3]);
-    let (bz, shmem, stream) = (st[0] as u32, st[1] as u32, st[2]);
     record_launch(
         bpf_get_current_pid_tgid(),
         kind,
         func,
         [gx as u32, gy as u32, gz as u32],
-        [bx as u32, by as u32, bz],
-        shmem,
-        stream,
+        [bx as u32, by as u32],
+        Rest::Stack(sp),
     );
     0
 }
@@ -372,9 +434,12 @@ pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
         call::LAUNCH_KERNEL_EX,
         func,
         cfg.grid,
-        cfg.block,
-        cfg.shared_mem_bytes,
-        cfg.stream,
+        [cfg.block[0], cfg.block[1]],
+        Rest::Known {
+            bz: cfg.block[2],
+            shmem: cfg.shared_mem_bytes,
+            stream: cfg.stream,
+        },
     );
     0
 }
@@ -650,7 +715,7 @@ pub fn cuda_ctx_return(ctx: RetProbeContext) -> u32 {
     };
     let _ = CUDA_CTX_DEVICE.insert(&hk, &rec.device, 0);
     if rec.kind == 1 {
-        let _ = CUDA_THREAD_DEVICE.insert(&(pid_tgid as u32), &rec.device, 0);
+        set_thread_device(pid_tgid as u32, rec.device);
     }
     0
 }
@@ -669,6 +734,6 @@ pub fn cuda_ctx_set_current(ctx: ProbeContext) -> u32 {
     let dev = unsafe { CUDA_CTX_DEVICE.get(&hk) }
         .copied()
         .unwrap_or(UNKNOWN_DEVICE);
-    let _ = CUDA_THREAD_DEVICE.insert(&(pid_tgid as u32), &dev, 0);
+    set_thread_device(pid_tgid as u32, dev);
     0
 }

@@ -292,7 +292,7 @@ fn peers_of(devs: &HashMap<String, DevState>, fresh: i64) -> Peers {
             }
         }
     }
-    let peers = Peers {
+    Peers {
         by_class: by
             .into_iter()
             .map(|(c, (a, b))| {
@@ -303,6 +303,5 @@ fn peers_of(devs: &HashMap<String, DevState>, fresh: i64) -> Peers {
         shift50: median(&r50),
         shift99: median(&r99),
         n_shift: r50.len(),
-    };
-    peers
+    }
 }
