@@ -58,6 +58,14 @@ enum Which {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // The library code's warnings (RUST_LOG overrides the level).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     std::fs::create_dir_all(&cli.out_dir)?;
     match cli.which {
         Which::Block(a) => block::run(&a, &cli.out_dir),

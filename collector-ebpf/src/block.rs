@@ -23,7 +23,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_get_current_pid_tgid,
     macros::{map, tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TracePointContext,
     Global,
 };
@@ -79,9 +79,15 @@ static BLKC_OFF_NR_SECTOR: Global<u32> = Global::new(24);
 #[unsafe(no_mangle)]
 static BLKC_OFF_RWBS: Global<u32> = Global::new(34);
 
-/// Totals per (dev, op, cgroup) since attach.
+/// Totals per (dev, op, cgroup) since attach, per CPU: plain adds to a line
+/// no other CPU writes (a shared value's atomic adds bounce its cache line
+/// between the CPUs completing I/O). Not preallocated, so memory follows the
+/// keys in use, not `max_entries × CPUs`. Only one program per mode writes a
+/// key's value (`done`, plus `add_bytes` on the classic path, whose
+/// programs never nest on a CPU), so the adds cannot interleave.
 #[map(name = "BLOCK_AGG")]
-static BLOCK_AGG: HashMap<BlockKey, BlockStats> = HashMap::with_max_entries(16384, 0);
+static BLOCK_AGG: PerCpuHashMap<BlockKey, BlockStats> =
+    PerCpuHashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
 /// Requests between start and done.
 #[map(name = "BLOCK_INFLIGHT")]
@@ -187,6 +193,30 @@ pub(crate) fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
     get_or_insert!(BLOCK_AGG, key, unsafe { &*zero })
 }
 
+/// Counts one finished request of `bytes` (and its latency when timed) into
+/// this CPU's aggregate `s` (from [`agg_slot`]).
+#[inline(always)]
+pub(crate) fn count_request(s: *mut BlockStats, bytes: u64, latency: Option<u64>) {
+    bump(stat::BLOCK_COMPLETED);
+    // SAFETY (all field accesses): `s` is a valid per-CPU map value pointer
+    // with no other writer on this CPU (see `BLOCK_AGG`).
+    unsafe {
+        (*s).requests += 1;
+        (*s).bytes += bytes;
+        if let Some(lat) = latency {
+            (*s).timed += 1;
+            (*s).latency_sum_ns += lat;
+            if lat > (*s).latency_max_ns {
+                (*s).latency_max_ns = lat;
+            }
+            let b = lat_bucket(lat);
+            if b < LAT_BUCKETS {
+                (*s).hist[b] += 1;
+            }
+        }
+    }
+}
+
 /// Counts a finished request (and its latency when it was timed); `rec` is
 /// its in-flight record, looked up by the caller. `bytes` is added too when
 /// `Some` (mode RQ counts bytes and requests in one place).
@@ -209,26 +239,10 @@ fn done(ikey: &InflightKey, rec: Option<InflightVal>, bytes: Option<u64>) -> Res
         bump(stat::BLOCK_AGG_MAP_FULL);
         return Ok(0);
     };
-    bump(stat::BLOCK_COMPLETED);
-    // SAFETY (all field pointers): `s` is a valid map value pointer.
-    unsafe {
-        add(&raw mut (*s).requests, 1);
-        let b = bytes.unwrap_or(0) + rec_bytes;
-        if b > 0 {
-            add(&raw mut (*s).bytes, b);
-        }
-        if let Some(lat) = latency {
-            add(&raw mut (*s).timed, 1);
-            add(&raw mut (*s).latency_sum_ns, lat);
-            if lat > (*s).latency_max_ns {
-                (*s).latency_max_ns = lat;
-            }
-            let b = lat_bucket(lat);
-            if b < LAT_BUCKETS {
-                add(&raw mut (*s).hist[b], 1);
-            }
-            maybe_sample(dev, op, sector, lat, bytes.unwrap_or(0), cgroup_id);
-        }
+    let b = bytes.unwrap_or(0) + rec_bytes;
+    count_request(s, b, latency);
+    if let Some(lat) = latency {
+        maybe_sample(dev, op, sector, lat, bytes.unwrap_or(0), cgroup_id);
     }
     Ok(0)
 }
@@ -324,8 +338,8 @@ fn add_bytes(dev: u32, op: u32, rec: Option<*mut InflightVal>, bytes: u64) -> Re
         bump(stat::BLOCK_AGG_MAP_FULL);
         return Ok(0);
     };
-    // SAFETY: valid map value pointer.
-    unsafe { add(&raw mut (*s).bytes, bytes) };
+    // SAFETY: valid per-CPU map value pointer, no other writer on this CPU.
+    unsafe { (*s).bytes += bytes };
     Ok(0)
 }
 

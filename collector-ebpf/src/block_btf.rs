@@ -18,21 +18,23 @@
 //! `gendisk.first_minor`) come from the running kernel's BTF and are patched
 //! into the globals below before load; fields are read with direct loads the
 //! verifier checks against BTF (no helper call).
+use core::sync::atomic::{compiler_fence, Ordering};
+
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, map},
-    maps::HashMap,
+    maps::{Array, HashMap},
     programs::BtfTracePointContext,
     Global,
 };
 use collector_common::{
-    block::{lat_bucket, op, op_of_cmd_flags, BlockKey, RqInflight, LAT_BUCKETS},
+    block::{op, op_of_cmd_flags, rq_slot, BlockKey, RqInflight, RqSlot, RQ_SLOTS},
     stat,
 };
 
 use crate::{
-    block::{agg_slot, maybe_sample, BLOCK_MODE, BLOCK_SAMPLE_EVERY, MODE_RQ},
-    helpers::{add, cgroup_id, now_ns},
+    block::{agg_slot, count_request, maybe_sample, BLOCK_MODE, BLOCK_SAMPLE_EVERY, MODE_RQ},
+    helpers::{cgroup_id, claim, now_ns},
     stats::bump,
 };
 
@@ -52,11 +54,93 @@ static BTF_DISK_OFF_MAJOR: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static BTF_DISK_OFF_FIRST_MINOR: Global<u32> = Global::new(4);
 
-/// Requests between start and done, keyed by `struct request *`. A request
-/// the probes never see finish (started before a detach) is overwritten when
-/// the kernel reuses the request, so the map is bounded by the tag space.
+/// Requests between start and done, by `struct request *`: slot
+/// [`rq_slot`]`(rq)` of this table when it is free (claimed with a
+/// compare-and-swap, released at done: array indexing, no hash, no lock, no
+/// allocation), else `BLOCK_INFLIGHT_RQ`. A record the probes never see
+/// finish (started before a detach) is overwritten when the kernel reuses the
+/// request, so both are bounded by the tag space. Mmapable: the collector
+/// counts in-flight requests by reading it as memory.
+#[map(name = "BLOCK_RQ_SLOTS")]
+static BLOCK_RQ_SLOTS: Array<RqSlot> =
+    Array::with_max_entries(RQ_SLOTS, aya_ebpf::bindings::BPF_F_MMAPABLE);
+
+/// Overflow of `BLOCK_RQ_SLOTS`: requests whose slot another in-flight
+/// request holds.
 #[map(name = "BLOCK_INFLIGHT_RQ")]
-static BLOCK_INFLIGHT_RQ: HashMap<u64, RqInflight> = HashMap::with_max_entries(65536, 0);
+static BLOCK_INFLIGHT_RQ: HashMap<u64, RqInflight> = HashMap::with_max_entries(16384, 0);
+
+/// `rq` as a plain number: its distance from this table's first value. The
+/// verifier allows only adds and subtracts on a BTF pointer (hashing needs
+/// shifts and a multiply), and the difference of two pointers is a scalar to
+/// a privileged program; the table does not move, so the number is one to
+/// one with the request.
+#[inline(always)]
+fn scalar(rq: u64) -> Option<u64> {
+    let base = BLOCK_RQ_SLOTS.get_ptr(0)? as u64;
+    Some(rq.wrapping_sub(base))
+}
+
+/// The slot of `rq` and `rq` as a number (the slot's owner value and the
+/// overflow map's key; never 0, which marks a free slot).
+#[inline(always)]
+fn slot_of(rq: u64) -> Option<(*mut RqSlot, u64)> {
+    let id = scalar(rq)?;
+    Some((BLOCK_RQ_SLOTS.get_ptr_mut(rq_slot(id))?, id))
+}
+
+/// `rq`'s record, in its slot or the overflow map.
+#[inline(always)]
+fn record_mut(rq: u64) -> Option<*mut RqInflight> {
+    let (s, id) = slot_of(rq)?;
+    // SAFETY: valid array value pointer; a request's own slot is written
+    // only by its own start/issue/done, which the block layer orders.
+    unsafe {
+        if (*s).rq == id {
+            return Some(&raw mut (*s).rec);
+        }
+    }
+    BLOCK_INFLIGHT_RQ.get_ptr_mut(&id)
+}
+
+/// Stores `val` as `rq`'s record (replacing one it left behind); false when
+/// both the slot and the overflow map are taken.
+#[inline(always)]
+fn put(rq: u64, val: &RqInflight) -> bool {
+    let Some((s, id)) = slot_of(rq) else {
+        return false;
+    };
+    // SAFETY: as in `record_mut`; the slot is ours once the swap from 0
+    // succeeded (or it already was).
+    unsafe {
+        let prev = claim(&raw mut (*s).rq, id);
+        if prev == 0 || prev == id {
+            (*s).rec = *val;
+            return true;
+        }
+    }
+    BLOCK_INFLIGHT_RQ.insert(&id, val, 0).is_ok()
+}
+
+/// Removes and returns `rq`'s record.
+#[inline(always)]
+fn take(rq: u64) -> Option<RqInflight> {
+    let (s, id) = slot_of(rq)?;
+    // SAFETY: as in `record_mut`. The record is copied out before the slot
+    // is released (the fence keeps the compiler from reordering).
+    unsafe {
+        if (*s).rq == id {
+            let rec = (*s).rec;
+            compiler_fence(Ordering::SeqCst);
+            core::ptr::write_volatile(&raw mut (*s).rq, 0);
+            return Some(rec);
+        }
+    }
+    // SAFETY: the value is copied out before the entry is removed.
+    let rec = unsafe { BLOCK_INFLIGHT_RQ.get(&id) }.copied()?;
+    let _ = BLOCK_INFLIGHT_RQ.remove(&id);
+    Some(rec)
+}
 
 /// A field of a kernel struct at `base + off`. The pointers come from the
 /// raw tracepoint's typed arguments and the offsets from read-only globals
@@ -111,9 +195,9 @@ fn start(rq: u64, op: u32) {
         _pad: 0,
     };
     bump(stat::BLOCK_ISSUED);
-    // BPF_ANY: a record left by a request the probes never saw finish is
-    // replaced by the request that reuses its memory.
-    if BLOCK_INFLIGHT_RQ.insert(&rq, &val, 0).is_err() {
+    // A record left by a request the probes never saw finish is replaced
+    // by the request that reuses its memory.
+    if !put(rq, &val) {
         bump(stat::BLOCK_START_MAP_FULL);
     }
 }
@@ -123,21 +207,17 @@ fn start(rq: u64, op: u32) {
 /// and counted untimed, cgroup 0). `extra_bytes` is added too (mode RQ).
 #[inline(always)]
 fn done(rq: u64, extra_bytes: u64) {
-    // SAFETY: the value is copied out before the entry is removed.
-    let rec = unsafe { BLOCK_INFLIGHT_RQ.get(&rq) }.copied();
+    let rec = take(rq);
     let now = now_ns();
     let (dev, op, cgroup_id, latency, bytes, sector) = match rec {
-        Some(r) => {
-            let _ = BLOCK_INFLIGHT_RQ.remove(&rq);
-            (
-                r.dev,
-                r.op,
-                r.cgroup_id,
-                (r.issue_ns != 0).then(|| now.saturating_sub(r.issue_ns)),
-                r.bytes + extra_bytes,
-                r.sector,
-            )
-        }
+        Some(r) => (
+            r.dev,
+            r.op,
+            r.cgroup_id,
+            (r.issue_ns != 0).then(|| now.saturating_sub(r.issue_ns)),
+            r.bytes + extra_bytes,
+            r.sector,
+        ),
         None => {
             bump(stat::BLOCK_UNMATCHED);
             (rq_dev(rq), rq_op(rq), 0, None, extra_bytes, 0)
@@ -148,25 +228,9 @@ fn done(rq: u64, extra_bytes: u64) {
         bump(stat::BLOCK_AGG_MAP_FULL);
         return;
     };
-    bump(stat::BLOCK_COMPLETED);
-    // SAFETY (all field pointers): `s` is a valid map value pointer.
-    unsafe {
-        add(&raw mut (*s).requests, 1);
-        if bytes > 0 {
-            add(&raw mut (*s).bytes, bytes);
-        }
-        if let Some(lat) = latency {
-            add(&raw mut (*s).timed, 1);
-            add(&raw mut (*s).latency_sum_ns, lat);
-            if lat > (*s).latency_max_ns {
-                (*s).latency_max_ns = lat;
-            }
-            let b = lat_bucket(lat);
-            if b < LAT_BUCKETS {
-                add(&raw mut (*s).hist[b], 1);
-            }
-            maybe_sample(dev, op, sector, lat, bytes, cgroup_id);
-        }
+    count_request(s, bytes, latency);
+    if let Some(lat) = latency {
+        maybe_sample(dev, op, sector, lat, bytes, cgroup_id);
     }
 }
 
@@ -202,7 +266,7 @@ pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let len = (u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load())) >> 9) << 9;
-    match BLOCK_INFLIGHT_RQ.get_ptr_mut(&rq) {
+    match record_mut(rq) {
         // SAFETY: valid map value pointer; a request is issued on one CPU at a time.
         Some(r) => unsafe {
             if len > (*r).bytes {
@@ -221,7 +285,7 @@ pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
                 op,
                 _pad: 0,
             };
-            if BLOCK_INFLIGHT_RQ.insert(&rq, &val, 0).is_err() {
+            if !put(rq, &val) {
                 bump(stat::BLOCK_START_MAP_FULL);
             }
         }
@@ -240,7 +304,7 @@ pub fn block_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
     // `__data_len` still holds the bytes left before this completion.
     let left = u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load()));
     if nr_bytes < left {
-        if let Some(r) = BLOCK_INFLIGHT_RQ.get_ptr_mut(&rq) {
+        if let Some(r) = record_mut(rq) {
             // SAFETY: valid map value pointer; one request completes on one CPU.
             unsafe { (*r).bytes += bytes };
             bump(stat::BLOCK_PARTIAL);

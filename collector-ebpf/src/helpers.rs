@@ -1,7 +1,7 @@
 //! Helpers every probe family uses: wall-clock-free time, the current
 //! cgroup, lock-free adds into map values, and the get-or-insert-zeroed of
 //! an aggregation slot.
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
+use core::intrinsics::{atomic_cxchg, atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns};
 
@@ -26,6 +26,16 @@ pub fn add(p: *mut u64, v: u64) {
     // SAFETY: callers pass a pointer into a map value (from `get_ptr_mut`),
     // valid and aligned for the program's run.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+/// Sets the u64 at `p` to `new` if it is 0 (BPF_CMPXCHG); returns what it
+/// held before (0 = claimed).
+#[inline(always)]
+pub fn claim(p: *mut u64, new: u64) -> u64 {
+    // SAFETY: as for `add`: a pointer into a map value, valid and aligned.
+    unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(p, 0, new).0
+    }
 }
 
 /// The value slot of `$key` in `$map` (a `HashMap` or `PerCpuHashMap`),

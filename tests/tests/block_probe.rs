@@ -81,6 +81,14 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
         assert_eq!(k.write_sectors * 512, issued.write_bytes);
 
         assert_eq!(fl.timed, fl.requests, "flush requests timed from issue");
+        // Every request finished: none left in the in-flight records (on
+        // the BTF path: slots released at done, counted through the mapping).
+        assert_eq!(
+            f_after.inflight.get(&dev).copied().unwrap_or(0),
+            0,
+            "{:?}",
+            f_after.inflight
+        );
         for (name, s) in [("read", &r), ("write", &w)] {
             assert_eq!(s.timed, s.requests, "{name}: every request timed");
             let p50 = quantile_ns(&s.hist, 0.5).unwrap();

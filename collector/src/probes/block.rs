@@ -1,8 +1,12 @@
 //! Reading the block probes' in-kernel aggregates.
 use std::collections::BTreeMap;
 
-use aya::maps::{HashMap, MapData};
-use collector_common::block::{BlockKey, BlockStats, InflightKey, InflightVal, RqInflight};
+use aya::maps::{HashMap, MapData, PerCpuHashMap};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use collector_common::block::{
+    BlockKey, BlockStats, InflightKey, InflightVal, RqInflight, RqSlot, RQ_SLOTS,
+};
 
 use super::{BlockAttach, ProbeError, Probes};
 use crate::storage::BlockSnapshot;
@@ -15,26 +19,35 @@ impl Probes {
             .ebpf()
             .map("BLOCK_AGG")
             .ok_or(ProbeError::MissingMap("BLOCK_AGG"))?;
-        let agg =
-            HashMap::<&MapData, BlockKey, BlockStats>::try_from(agg_map).map_err(|source| {
-                ProbeError::Map {
-                    name: "BLOCK_AGG",
-                    source,
-                }
-            })?;
+        let agg = PerCpuHashMap::<&MapData, BlockKey, BlockStats>::try_from(agg_map).map_err(
+            |source| ProbeError::Map {
+                name: "BLOCK_AGG",
+                source,
+            },
+        )?;
         let mut stats = BTreeMap::new();
         for entry in agg.iter() {
             // An entry deleted between key and value lookup is skipped by the
             // iterator; other errors are real.
-            let (k, v) = entry.map_err(|source| ProbeError::Map {
+            let (k, per_cpu) = entry.map_err(|source| ProbeError::Map {
                 name: "BLOCK_AGG",
                 source,
             })?;
+            let mut v = BlockStats::ZERO;
+            for c in per_cpu.iter() {
+                v.merge(c);
+            }
             stats.insert(k, v);
         }
         // In-flight depth per device: the requests between start and done.
         let mut inflight: BTreeMap<u32, u64> = BTreeMap::new();
         if self.block_attach() == BlockAttach::Btf {
+            let name = "BLOCK_RQ_SLOTS";
+            let Some(aya::maps::Map::Array(slots)) = self.ebpf().map(name) else {
+                return Err(ProbeError::MissingMap(name));
+            };
+            count_slots(slots.fd().as_fd(), &mut inflight)
+                .map_err(|source| ProbeError::Mmap { name, source })?;
             let map = self
                 .ebpf()
                 .map("BLOCK_INFLIGHT_RQ")
@@ -82,6 +95,49 @@ impl Probes {
             inflight,
         })
     }
+}
+
+/// Adds the occupied slots of the BTF probes' in-flight table to
+/// `inflight` per device. The array is `BPF_F_MMAPABLE`: one read-only
+/// mapping and a pass over memory, not a lookup syscall per slot (65,536 of
+/// them each window). A slot being rewritten while it is read may count
+/// under its previous device: a gauge, off by one for that instant.
+fn count_slots(fd: BorrowedFd<'_>, inflight: &mut BTreeMap<u32, u64>) -> std::io::Result<()> {
+    let len = RQ_SLOTS as usize * std::mem::size_of::<RqSlot>();
+    // SAFETY: a fresh shared read-only mapping of the map's value area
+    // (`len` bytes, what the kernel allows for an mmapable array of this
+    // size); checked for failure, unmapped below, never written.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let base = p as *const RqSlot;
+    for i in 0..RQ_SLOTS as usize {
+        // SAFETY: `i < RQ_SLOTS`, inside the mapping; the kernel writes
+        // these fields concurrently, so they are read volatile, as plain u64s.
+        let (rq, dev) = unsafe {
+            let s = base.add(i);
+            (
+                std::ptr::read_volatile(&raw const (*s).rq),
+                std::ptr::read_volatile(&raw const (*s).rec.dev),
+            )
+        };
+        if rq != 0 {
+            *inflight.entry(dev).or_default() += 1;
+        }
+    }
+    // SAFETY: the mapping made above, no references into it remain.
+    unsafe { libc::munmap(p, len) };
+    Ok(())
 }
 
 /// One sampled block request from the `BLOCK_EVENTS` ring (written only

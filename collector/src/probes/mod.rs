@@ -67,6 +67,12 @@ pub enum ProbeError {
         #[source]
         source: aya::maps::MapError,
     },
+    #[error("mapping eBPF map {name} into memory: {source}; the kernel must allow mmap of BPF arrays (5.5+)")]
+    Mmap {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("registering ring buffer {name} with the runtime: {source}")]
     Poll {
         name: &'static str,
