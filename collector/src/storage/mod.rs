@@ -70,15 +70,9 @@ pub fn make_dev(major: u32, minor: u32) -> u32 {
     (major << 20) | (minor & 0xf_ffff)
 }
 
+/// Adds `v` into `into` (counters add, the maximum is the larger).
 pub fn accumulate(into: &mut BlockStats, v: &BlockStats) {
-    into.requests += v.requests;
-    into.bytes += v.bytes;
-    into.latency_sum_ns += v.latency_sum_ns;
-    into.latency_max_ns = into.latency_max_ns.max(v.latency_max_ns);
-    into.timed += v.timed;
-    for (a, b) in into.hist.iter_mut().zip(v.hist.iter()) {
-        *a += b;
-    }
+    into.merge(v);
 }
 
 /// `cur - prev`, never negative. A key whose counters went down (the map was
