@@ -29,8 +29,8 @@ use aya_ebpf::{
 };
 use collector_common::{
     block::{
-        lat_bucket, op, BlockKey, BlockRequestData, BlockStats, InflightKey, InflightVal,
-        LAT_BUCKETS,
+        agg_slot_index, lat_bucket, op, AggSlot, BlockKey, BlockRequestData, BlockStats,
+        InflightKey, InflightVal, AGG_SLOTS, LAT_BUCKETS,
     },
     stat, Event, EventHeader, EventKind,
 };
@@ -88,6 +88,12 @@ static BLKC_OFF_RWBS: Global<u32> = Global::new(34);
 #[map(name = "BLOCK_AGG")]
 static BLOCK_AGG: PerCpuHashMap<BlockKey, BlockStats> =
     PerCpuHashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// This CPU's aggregate slots, in front of `BLOCK_AGG` (see
+/// `collector_common::block::AGG_SLOTS`): an array index and a key compare
+/// instead of a hash lookup for the keys that own their slot.
+#[map(name = "BLOCK_AGG_SLOTS")]
+static BLOCK_AGG_SLOTS: PerCpuArray<AggSlot> = PerCpuArray::with_max_entries(AGG_SLOTS, 0);
 
 /// Requests between start and done.
 #[map(name = "BLOCK_INFLIGHT")]
@@ -183,9 +189,29 @@ fn start(ctx: &TracePointContext) -> Result<u32, u32> {
     Ok(0)
 }
 
-/// Returns the aggregate slot for `key`, creating it zeroed.
+/// Returns this CPU's aggregate for `key`: its slot in `BLOCK_AGG_SLOTS`
+/// (claimed when free: the array starts zeroed and a slot is never given
+/// back), else its `BLOCK_AGG` value, created zeroed.
 #[inline(always)]
 pub(crate) fn agg_slot(key: &BlockKey) -> Option<*mut BlockStats> {
+    if let Some(s) = BLOCK_AGG_SLOTS.get_ptr_mut(agg_slot_index(key)) {
+        // SAFETY: valid per-CPU array value pointer; only the one program
+        // per mode that counts requests writes it on this CPU (see `BLOCK_AGG`).
+        unsafe {
+            if (*s).used == 0 {
+                (*s).key = *key;
+                // The key is in place before the slot reads as used (the
+                // collector may copy the slot meanwhile).
+                core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+                core::ptr::write_volatile(&raw mut (*s).used, 1);
+                return Some(&raw mut (*s).stats);
+            }
+            let k = &(*s).key;
+            if k.dev == key.dev && k.op == key.op && k.cgroup_id == key.cgroup_id {
+                return Some(&raw mut (*s).stats);
+            }
+        }
+    }
     // The zero value comes from a one-entry array: BlockStats is larger than
     // the stack allows.
     let zero = BLOCK_ZERO.get_ptr(0)?;

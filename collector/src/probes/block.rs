@@ -1,11 +1,12 @@
 //! Reading the block probes' in-kernel aggregates.
 use std::collections::BTreeMap;
 
-use aya::maps::{HashMap, MapData, PerCpuHashMap};
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use collector_common::block::{
-    BlockKey, BlockStats, InflightKey, InflightVal, RqInflight, RqSlot, RQ_SLOTS,
+    AggSlot, BlockKey, BlockStats, InflightKey, InflightVal, RqInflight, RqSlot, AGG_SLOTS,
+    RQ_SLOTS,
 };
 
 use super::{BlockAttach, ProbeError, Probes};
@@ -33,11 +34,23 @@ impl Probes {
                 name: "BLOCK_AGG",
                 source,
             })?;
-            let mut v = BlockStats::ZERO;
+            let t = stats.entry(k).or_insert(BlockStats::ZERO);
             for c in per_cpu.iter() {
-                v.merge(c);
+                t.merge(c);
             }
-            stats.insert(k, v);
+        }
+        // The keys that own a slot on some CPU: summed over the CPUs.
+        let name = "BLOCK_AGG_SLOTS";
+        let slots_map = self.ebpf().map(name).ok_or(ProbeError::MissingMap(name))?;
+        let slots = PerCpuArray::<&MapData, AggSlot>::try_from(slots_map)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        for i in 0..AGG_SLOTS {
+            let per_cpu = slots
+                .get(&i, 0)
+                .map_err(|source| ProbeError::Map { name, source })?;
+            for s in per_cpu.iter().filter(|s| s.used != 0) {
+                stats.entry(s.key).or_insert(BlockStats::ZERO).merge(&s.stats);
+            }
         }
         // In-flight depth per device: the requests between start and done.
         let mut inflight: BTreeMap<u32, u64> = BTreeMap::new();
