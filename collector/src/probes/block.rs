@@ -49,7 +49,10 @@ impl Probes {
                 .get(&i, 0)
                 .map_err(|source| ProbeError::Map { name, source })?;
             for s in per_cpu.iter().filter(|s| s.used != 0) {
-                stats.entry(s.key).or_insert(BlockStats::ZERO).merge(&s.stats);
+                stats
+                    .entry(s.key)
+                    .or_insert(BlockStats::ZERO)
+                    .merge(&s.stats);
             }
         }
         // In-flight depth per device: the requests between start and done.
