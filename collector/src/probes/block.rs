@@ -1,8 +1,10 @@
 //! Reading the block probes' in-kernel aggregates.
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd, AsRawFd, BorrowedFd},
+};
 
 use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use collector_common::block::{
     AggSlot, BlockKey, BlockStats, InflightKey, InflightVal, RqInflight, RqSlot, AGG_SLOTS,
