@@ -139,10 +139,12 @@ pub struct AggSlot {
 }
 const _: () = assert!(core::mem::size_of::<AggSlot>() == 24 + core::mem::size_of::<BlockStats>());
 
+/// 2^64 / φ: the multiplier of the Fibonacci (multiplicative) hashes below.
+const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// The aggregate slot of `k`: a multiplicative hash of its fields.
 #[inline(always)]
 pub fn agg_slot_index(k: &BlockKey) -> u32 {
-    const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
     let h = ((u64::from(k.dev) << 8) | u64::from(k.op)).wrapping_mul(PHI) ^ k.cgroup_id;
     (h.wrapping_mul(PHI) >> 56) as u32 % AGG_SLOTS
 }
@@ -153,7 +155,8 @@ pub fn agg_slot_index(k: &BlockKey) -> u32 {
 pub const RQ_SLOTS: u32 = 1 << RQ_SLOT_BITS;
 pub const RQ_SLOT_BITS: u32 = 16;
 
-/// One slot: the owning request's pointer (0 = free) and its record.
+/// One slot: the owning request as a number (its pointer's distance from
+/// the table, never 0; 0 = free) and its record.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RqSlot {
@@ -162,11 +165,12 @@ pub struct RqSlot {
 }
 const _: () = assert!(core::mem::size_of::<RqSlot>() == 56);
 
-/// The slot of request pointer `rq`: a multiplicative (Fibonacci) hash of
-/// the pointer, which spreads the tag set's evenly spaced requests.
+/// The slot of request `rq` (a pointer, or its distance from a fixed
+/// address): a multiplicative hash, which spreads the tag set's evenly
+/// spaced requests.
 #[inline(always)]
 pub fn rq_slot(rq: u64) -> u32 {
-    ((rq >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RQ_SLOT_BITS)) as u32
+    ((rq >> 4).wrapping_mul(PHI) >> (64 - RQ_SLOT_BITS)) as u32
 }
 
 /// Maps a request's `cmd_flags & REQ_OP_MASK` to [`op`] exactly as the
@@ -289,22 +293,27 @@ mod tests {
         assert_eq!(t.hist.iter().sum::<u64>(), t.timed);
     }
 
+    /// Distinct values among `slots`, each below `N * 64` (no_std: a bitmap).
+    fn distinct<const N: usize>(slots: impl Iterator<Item = u32>) -> usize {
+        let mut used = [0u64; N];
+        let mut n = 0;
+        for s in slots {
+            assert!((s as usize) < N * 64, "slot {s}");
+            let (w, b) = (s as usize / 64, s % 64);
+            if used[w] & (1 << b) == 0 {
+                used[w] |= 1 << b;
+                n += 1;
+            }
+        }
+        n
+    }
+
     #[test]
     fn request_slots_spread_a_tag_set() {
         // 1024 requests of 384 bytes each, as a tag set allocates them.
         let base = 0xffff_8881_0400_0000u64;
-        // no_std: a bitmap of the slots taken.
-        let mut used = [0u64; RQ_SLOTS as usize / 64];
-        let mut distinct = 0;
-        for i in 0..1024u64 {
-            let s = rq_slot(base + i * 384);
-            assert!(s < RQ_SLOTS);
-            let (w, b) = (s as usize / 64, s % 64);
-            if used[w] & (1 << b) == 0 {
-                used[w] |= 1 << b;
-                distinct += 1;
-            }
-        }
+        let distinct =
+            distinct::<{ RQ_SLOTS as usize / 64 }>((0..1024u64).map(|i| rq_slot(base + i * 384)));
         // Few collisions: at most 2 % of the requests share a slot.
         assert!(distinct >= 1004, "{distinct} distinct slots");
     }
@@ -312,26 +321,16 @@ mod tests {
     #[test]
     fn aggregate_slots_spread_devices_ops_and_cgroups() {
         // 8 devices × 2 ops × 8 cgroups = 128 keys into 256 slots.
-        let mut used = [0u64; AGG_SLOTS as usize / 64];
-        let mut distinct = 0;
-        for dev in 0..8u32 {
-            for op in [op::READ, op::WRITE] {
-                for cg in 0..8u64 {
-                    let k = BlockKey {
-                        dev: (259 << 20) | dev,
-                        op,
-                        cgroup_id: 4000 + cg * 17,
-                    };
-                    let s = agg_slot_index(&k);
-                    assert!(s < AGG_SLOTS);
-                    let (w, b) = (s as usize / 64, s % 64);
-                    if used[w] & (1 << b) == 0 {
-                        used[w] |= 1 << b;
-                        distinct += 1;
-                    }
-                }
-            }
-        }
+        let keys = (0..8u32).flat_map(|dev| {
+            [op::READ, op::WRITE].into_iter().flat_map(move |op| {
+                (0..8u64).map(move |cg| BlockKey {
+                    dev: (259 << 20) | dev,
+                    op,
+                    cgroup_id: 4000 + cg * 17,
+                })
+            })
+        });
+        let distinct = distinct::<{ AGG_SLOTS as usize / 64 }>(keys.map(|k| agg_slot_index(&k)));
         // A random map of 128 keys to 256 slots leaves ~101 distinct; the
         // rest of the keys still count, through the hash map.
         assert!(distinct >= 85, "{distinct} distinct slots");

@@ -36,7 +36,7 @@ use collector_common::{
 };
 
 use crate::{
-    helpers::{add, cgroup_id, get_or_insert, now_ns},
+    helpers::{cgroup_id, get_or_insert, now_ns},
     stats::bump,
 };
 

@@ -42,7 +42,7 @@ impl BlockSnapshot {
         let mut t = BlockStats::ZERO;
         for (k, v) in &self.stats {
             if k.dev == dev && k.op == op {
-                accumulate(&mut t, v);
+                t.merge(v);
             }
         }
         t
@@ -68,11 +68,6 @@ pub fn dev_major_minor(dev: u32) -> (u32, u32) {
 /// Builds the kernel-internal `dev_t` from major and minor numbers.
 pub fn make_dev(major: u32, minor: u32) -> u32 {
     (major << 20) | (minor & 0xf_ffff)
-}
-
-/// Adds `v` into `into` (counters add, the maximum is the larger).
-pub fn accumulate(into: &mut BlockStats, v: &BlockStats) {
-    into.merge(v);
 }
 
 /// `cur - prev`, never negative. A key whose counters went down (the map was

@@ -7,17 +7,16 @@ use std::collections::BTreeMap;
 
 use collector_common::block::BlockStats;
 
-use super::{accumulate, op_name, BlockSnapshot, Names};
+use super::{op_name, BlockSnapshot, Names};
 use crate::prom_text::{Kind, Text};
 
 pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
     let mut by: BTreeMap<(String, &'static str), BlockStats> = BTreeMap::new();
     for (k, v) in &snap.stats {
         let Some(op) = op_name(k.op) else { continue };
-        let e = by
-            .entry((names.device(k.dev), op))
-            .or_insert(BlockStats::ZERO);
-        accumulate(e, v);
+        by.entry((names.device(k.dev), op))
+            .or_insert(BlockStats::ZERO)
+            .merge(v);
     }
     let mut t = Text::new();
     for ((d, o), v) in &by {
