@@ -79,6 +79,9 @@ pub fn spawn(
     Ok((h, stats))
 }
 
+/// The longest wait between connection attempts once the input closed.
+const DRAIN_RETRY: Duration = Duration::from_millis(100);
+
 /// How long one `Resume` call may take before the attempt counts as failed.
 const RESUME_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -171,14 +174,21 @@ impl Sender {
         }
     }
 
-    /// Waits `wait`, spooling input meanwhile; returns early at the end of
-    /// the drain time.
+    /// Waits `wait`, spooling input meanwhile; returns early when the input
+    /// closes (shutdown: the drain time is for delivering, not for sitting
+    /// out a backoff that may be longer than it) and at the end of the drain
+    /// time.
     async fn wait(&mut self, wait: Duration) {
         let until = Instant::now() + wait;
         loop {
             let end = self.closing.map_or(until, |c| c.min(until));
             tokio::select! {
-                w = self.rx.recv(), if self.closing.is_none() => self.input(w),
+                w = self.rx.recv(), if self.closing.is_none() => {
+                    self.input(w);
+                    if self.closing.is_some() {
+                        return;
+                    }
+                }
                 () = tokio::time::sleep_until(end) => return,
             }
         }
@@ -458,7 +468,12 @@ async fn run(
         if s.closing_due() || (s.closing.is_some() && s.spool.is_empty()) {
             return;
         }
-        let wait = backoff.next_wait();
+        let mut wait = backoff.next_wait();
+        if s.closing.is_some() {
+            // Draining: retry at a short fixed interval until the drain time
+            // ends, so a correlator that comes back during it gets the spool.
+            wait = wait.min(DRAIN_RETRY);
+        }
         s.wait(wait).await;
     }
 }

@@ -55,17 +55,31 @@ impl std::io::Write for Lines {
     }
 }
 
-#[test]
-fn an_unreachable_correlator_is_a_warning_once_per_outage_not_per_retry() {
-    let (log_tx, mut log_rx) = tokio::sync::mpsc::unbounded_channel();
+/// A sender aimed at a port nothing listens on (every connect is refused at
+/// once), with `backoff` as both its minimum and maximum backoff and `drain`
+/// as its drain time. `script` gets the input and the log lines (at debug)
+/// and returns what it collected; the sender is aborted afterwards.
+fn against_a_closed_port<F, Fut>(backoff: Duration, drain: Duration, script: F) -> Vec<String>
+where
+    F: FnOnce(
+        mpsc::Sender<Window>,
+        JoinHandle<()>,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Fut,
+    Fut: std::future::Future<Output = Vec<String>>,
+{
+    let (log_tx, log_rx) = tokio::sync::mpsc::unbounded_channel();
     let sub = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
         .with_ansi(false)
         .with_writer(move || Lines(log_tx.clone()))
         .finish();
-    let dir = std::env::temp_dir().join(format!("faultline-outage-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "faultline-outage-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
-    // A port nothing listens on: every connect is refused at once.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = closed.local_addr().expect("addr").port();
     drop(closed);
@@ -73,35 +87,55 @@ fn an_unreachable_correlator_is_a_warning_once_per_outage_not_per_retry() {
         endpoint: format!("http://127.0.0.1:{port}"),
         spool_dir: dir.clone(),
         spool_max_bytes: 1 << 20,
-        backoff_min: Duration::from_millis(1),
-        backoff_max: Duration::from_millis(5),
+        backoff_min: backoff,
+        backoff_max: backoff,
         resume_every: Duration::from_secs(1),
         auth: super::super::tls::ClientAuth::default(),
     };
-    let lines: Vec<String> = tracing::subscriber::with_default(sub, || {
+    let lines = tracing::subscriber::with_default(sub, || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         rt.block_on(async {
             let (tx, rx) = mpsc::channel(4);
-            let (h, _stats) = spawn(cfg, rx, Duration::ZERO).expect("spawn");
-            // Wait (on the log itself) for five failed attempts.
-            let mut seen = Vec::new();
-            while seen
-                .iter()
-                .filter(|l: &&String| l.contains("unreachable"))
-                .count()
-                < 5
-            {
-                seen.push(log_rx.recv().await.expect("log lines"));
-            }
-            drop(tx);
-            h.abort();
-            seen
+            let (h, _stats) = spawn(cfg, rx, drain).expect("spawn");
+            script(tx, h, log_rx).await
         })
     });
     let _ = std::fs::remove_dir_all(&dir);
+    lines
+}
+
+/// Log lines until `n` of them mention an unreachable correlator.
+async fn until_unreachable(
+    log: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    n: usize,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    while seen
+        .iter()
+        .filter(|l: &&String| l.contains("unreachable"))
+        .count()
+        < n
+    {
+        seen.push(log.recv().await.expect("log lines"));
+    }
+    seen
+}
+
+#[test]
+fn an_unreachable_correlator_is_a_warning_once_per_outage_not_per_retry() {
+    let lines = against_a_closed_port(
+        Duration::from_millis(5),
+        Duration::ZERO,
+        |tx, h, mut log| async move {
+            let seen = until_unreachable(&mut log, 5).await;
+            drop(tx);
+            h.abort();
+            seen
+        },
+    );
     let warns: Vec<_> = lines
         .iter()
         .filter(|l| l.contains(" WARN collector::stream::sender:"))
@@ -114,4 +148,56 @@ fn an_unreachable_correlator_is_a_warning_once_per_outage_not_per_retry() {
         .count();
     assert!(debug >= 4, "{lines:#?}");
     assert!(lines.iter().any(|l| l.contains("attempts=5")), "{lines:#?}");
+}
+
+/// Shutdown in the middle of a long backoff: the drain time is spent
+/// retrying at `DRAIN_RETRY`, not sitting out the backoff (a correlator that
+/// came back just before the SIGTERM used to miss the collector's last
+/// windows whenever the backoff outlasted the drain time).
+#[test]
+fn shutdown_cuts_a_long_backoff_short_and_retries_through_the_drain_time() {
+    let drain = Duration::from_secs(1);
+    let mut took = Duration::ZERO;
+    let lines = against_a_closed_port(Duration::from_secs(60), drain, |tx, h, mut log| {
+        let took = &mut took;
+        async move {
+            // The first refusal puts the sender into a backoff of up to 60 s.
+            let mut seen = until_unreachable(&mut log, 1).await;
+            // One window to deliver (an empty spool ends the drain at once).
+            let w = Window {
+                origin: Some(proto::v1::Origin {
+                    hostname: "n1".into(),
+                    instance: "i1".into(),
+                    ..Default::default()
+                }),
+                seq: 1,
+                ..Window::default()
+            };
+            tx.send(w).await.expect("sender input");
+            let asked = tokio::time::Instant::now();
+            drop(tx);
+            tokio::time::timeout(Duration::from_secs(10), h)
+                .await
+                .expect("the sender outlived its drain time")
+                .expect("sender task");
+            *took = asked.elapsed();
+            while let Ok(l) = log.try_recv() {
+                seen.push(l);
+            }
+            seen
+        }
+    });
+    let retries = lines
+        .iter()
+        .filter(|l| l.contains("correlator still unreachable"))
+        .count();
+    // 1 s at one attempt per ≤ 100 ms (refused at once): about ten.
+    assert!(
+        retries >= 5,
+        "{retries} attempts in the drain time: {lines:#?}"
+    );
+    assert!(
+        took >= drain && took < drain + Duration::from_secs(2),
+        "sender returned after {took:?}, drain {drain:?}"
+    );
 }
