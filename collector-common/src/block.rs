@@ -140,7 +140,7 @@ pub struct AggSlot {
 const _: () = assert!(core::mem::size_of::<AggSlot>() == 24 + core::mem::size_of::<BlockStats>());
 
 /// 2^64 / φ: the multiplier of the Fibonacci (multiplicative) hashes below.
-const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
+pub(crate) const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The aggregate slot of `k`: a multiplicative hash of its fields.
 #[inline(always)]
@@ -254,6 +254,7 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::distinct;
 
     #[test]
     fn request_ops_decode_like_rwbs() {
@@ -291,21 +292,6 @@ mod tests {
         assert_eq!((t.latency_sum_ns, t.latency_max_ns), (14000, 9000));
         assert_eq!((t.hist[11], t.hist[13]), (2, 1));
         assert_eq!(t.hist.iter().sum::<u64>(), t.timed);
-    }
-
-    /// Distinct values among `slots`, each below `N * 64` (no_std: a bitmap).
-    fn distinct<const N: usize>(slots: impl Iterator<Item = u32>) -> usize {
-        let mut used = [0u64; N];
-        let mut n = 0;
-        for s in slots {
-            assert!((s as usize) < N * 64, "slot {s}");
-            let (w, b) = (s as usize / 64, s % 64);
-            if used[w] & (1 << b) == 0 {
-                used[w] |= 1 << b;
-                n += 1;
-            }
-        }
-        n
     }
 
     #[test]

@@ -11,6 +11,24 @@ pub mod cuda;
 pub mod exec;
 pub mod verbs;
 
+#[cfg(test)]
+pub(crate) mod test_util {
+    /// Distinct values among `slots`, each below `N * 64` (no_std: a bitmap).
+    pub fn distinct<const N: usize>(slots: impl Iterator<Item = u32>) -> usize {
+        let mut used = [0u64; N];
+        let mut n = 0;
+        for s in slots {
+            assert!((s as usize) < N * 64, "slot {s}");
+            let (w, b) = (s as usize / 64, s % 64);
+            if used[w] & (1 << b) == 0 {
+                used[w] |= 1 << b;
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 /// Header common to every event written into a ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -33,8 +33,8 @@
 //! - `cuCtxSetCurrent(CUcontext ctx)` → [`cuda_ctx_set_current`]: thread → device.
 use aya_ebpf::{
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -44,8 +44,9 @@ use aya_ebpf::{
 use collector_common::{
     block::{lat_bucket, LAT_BUCKETS},
     cuda::{
-        call, CallKey, CallStats, CudaEventData, HandleKey, InCall, KernelName, LaunchKey,
-        LaunchStats, NAME_LEN, STACK_READ_EVERY, UNKNOWN_DEVICE,
+        call, launch_slot, CallKey, CallStats, CudaEventData, HandleKey, InCall, KernelName,
+        LaunchKey, LaunchSlot, LaunchStats, LAUNCH_SLOTS, NAME_LEN, STACK_READ_EVERY,
+        UNKNOWN_DEVICE,
     },
     stat, Event, EventHeader, EventKind,
 };
@@ -65,6 +66,15 @@ static CUDA_EVENTS_PER_SEC: Global<u32> = Global::new(0);
 #[map(name = "CUDA_LAUNCH_AGG")]
 static CUDA_LAUNCH_AGG: PerCpuHashMap<LaunchKey, LaunchStats> =
     PerCpuHashMap::with_max_entries(32768, 0);
+
+/// Direct-mapped launch slots in front of `CUDA_LAUNCH_AGG`, `LAUNCH_SLOTS`
+/// per CPU (`collector_common::cuda::LAUNCH_SLOTS`): an array lookup instead
+/// of a hash lookup on the hottest path. The collector sizes it to the
+/// possible CPUs at load; a CPU beyond its size uses the hash map. Mmapable:
+/// the collector reads it, and frees dead processes' slots, in place.
+#[map(name = "CUDA_LAUNCH_SLOTS")]
+static CUDA_LAUNCH_SLOTS: aya_ebpf::maps::Array<LaunchSlot> =
+    aya_ebpf::maps::Array::with_max_entries(LAUNCH_SLOTS, aya_ebpf::bindings::BPF_F_MMAPABLE);
 
 #[map(name = "CUDA_CALL_AGG")]
 static CUDA_CALL_AGG: HashMap<CallKey, CallStats> = HashMap::with_max_entries(16384, 0);
@@ -114,16 +124,29 @@ static CUDA_NAME_SCRATCH: PerCpuArray<KernelName> = PerCpuArray::with_max_entrie
 #[map(name = "CUDA_RATE")]
 static CUDA_RATE: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Bounded-overhead mode's gate: non-zero while the launch probes are being
-/// detached or attached, so launches count exactly over the time userspace
-/// accounts as attached (the uprobe links themselves come and go slowly).
-#[map(name = "CUDA_LAUNCH_PAUSED")]
-static CUDA_LAUNCH_PAUSED: aya_ebpf::maps::Array<u32> =
+/// Bounded-overhead mode's gate, `[open_at, close_at]` in `bpf_ktime_get_ns`
+/// time (CLOCK_MONOTONIC): launches count while `open_at ≤ now < close_at`,
+/// or always while `close_at == 0` (exact mode; the map starts zeroed). The
+/// collector sets each attached phase's window ahead of time, once the links
+/// are in place, so the counted time is exactly the window whatever the
+/// collector's own scheduling delays (which, on a CPU-saturated host, made a
+/// 20 ms phase's accounted length off by milliseconds).
+#[map(name = "CUDA_LAUNCH_GATE")]
+static CUDA_LAUNCH_GATE: aya_ebpf::maps::Array<[u64; 2]> =
     aya_ebpf::maps::Array::with_max_entries(1, 0);
 
+/// Whether a launch now counts (see `CUDA_LAUNCH_GATE`); reads the clock only
+/// in bounded mode.
 #[inline(always)]
-fn launches_paused() -> bool {
-    CUDA_LAUNCH_PAUSED.get(0).is_some_and(|v| *v != 0)
+fn launch_counts() -> bool {
+    let Some(g) = CUDA_LAUNCH_GATE.get(0) else {
+        return true;
+    };
+    if g[1] == 0 {
+        return true;
+    }
+    let now = now_ns();
+    g[0] <= now && now < g[1]
 }
 
 /// Optional per-event stream.
@@ -315,18 +338,48 @@ fn read_stack(sp: u64) -> (u32, u32, u64) {
     (st[0] as u32, st[1] as u32, st[2])
 }
 
+/// This CPU's launch counters for `key`: its slot in `CUDA_LAUNCH_SLOTS`
+/// when the slot is its own or free (claimed by writing the key; a free
+/// slot's counters are zero), else its `CUDA_LAUNCH_AGG` value, created
+/// zeroed.
+#[inline(always)]
+fn launch_stats(key: &LaunchKey) -> Option<*mut LaunchStats> {
+    // SAFETY: no preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let i = cpu
+        .wrapping_mul(LAUNCH_SLOTS)
+        .wrapping_add(launch_slot(key));
+    if let Some(slot) = CUDA_LAUNCH_SLOTS.get_ptr_mut(i) {
+        // SAFETY: valid array value pointer; only launches on this CPU write
+        // this CPU's slots (the collector writes a slot only after its
+        // process exited).
+        unsafe {
+            let k = &raw mut (*slot).key;
+            if (*k).pid == key.pid && (*k).device == key.device && (*k).func == key.func {
+                return Some(&raw mut (*slot).stats);
+            }
+            if (*k).pid == 0 {
+                *k = *key;
+                return Some(&raw mut (*slot).stats);
+            }
+        }
+    }
+    get_or_insert!(CUDA_LAUNCH_AGG, key, &LaunchStats::default())
+}
+
 #[inline(always)]
 fn record_launch(pid_tgid: u64, kind: u32, func: u64, grid: [u32; 3], bxy: [u32; 2], rest: Rest) {
     let pid = (pid_tgid >> 32) as u32;
     let device = current_device(pid_tgid as u32);
     let key = LaunchKey { pid, device, func };
-    let Some(s) = get_or_insert!(CUDA_LAUNCH_AGG, &key, &LaunchStats::default()) else {
+    let Some(s) = launch_stats(&key) else {
         bump(stat::CUDA_AGG_MAP_FULL);
         return;
     };
     bump(stat::CUDA_CALLS);
-    // SAFETY (all `*s`): valid per-CPU map value pointer; uprobes run with
-    // migration disabled and a thread cannot re-enter its own uprobe.
+    // SAFETY (all `*s`): valid pointer to this CPU's slot or per-CPU map
+    // value; uprobes run with migration disabled and a thread cannot re-enter
+    // its own uprobe.
     let (bz, shmem) = match rest {
         Rest::Known { bz, shmem, .. } => (bz, shmem),
         Rest::Stack(sp) => unsafe {
@@ -384,7 +437,7 @@ fn record_launch(pid_tgid: u64, kind: u32, func: u64, grid: [u32; 3], bxy: [u32;
 /// uprobe: `cuLaunchKernel` / `cuLaunchCooperativeKernel` (cookie = kind).
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
-    if launches_paused() {
+    if !launch_counts() {
         return 0;
     }
     let kind = cookie(&ctx) as u32;
@@ -421,7 +474,7 @@ struct LaunchConfig {
 /// uprobe: `cuLaunchKernelEx`.
 #[uprobe]
 pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
-    if launches_paused() {
+    if !launch_counts() {
         return 0;
     }
     let cfg_ptr: u64 = ctx.arg(0).unwrap_or(0);

@@ -234,6 +234,70 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
     });
 }
 
+/// More kernels than a CPU has launch slots: the keys that find their slot
+/// taken count in the hash map, every count stays exact, and a process's
+/// slots are freed when it is pruned, zeroed, so the next process that
+/// claims them starts from zero.
+#[test]
+fn launch_slots_overflow_into_the_hash_map_and_are_freed_with_their_process() {
+    const KERNELS: usize = 600;
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("cuda_slots") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let mut probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
+        let tokens =
+            |n: u32| -> Vec<String> {
+                std::iter::once("device:0".to_string())
+                    .chain((0..KERNELS).flat_map(|i| {
+                        [format!("func:k{i}"), format!("launch:{n}:2,1,1:32,1,1:64")]
+                    }))
+                    .collect()
+            };
+        let run = |n: u32| {
+            let t = tokens(n);
+            run_workload(0, &t.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let check = |probes: &Probes, pid: u32, n: u64| {
+            let snap = probes.cuda_snapshot().expect("snapshot");
+            let by_name = snap.launches_by_name(pid);
+            assert_eq!(by_name.len(), KERNELS);
+            for (name, v) in &by_name {
+                assert_eq!(
+                    (v.launches, v.blocks, v.threads, v.shared_mem_bytes),
+                    (n, 2 * n, 2 * 32 * n, 64 * n),
+                    "{name}"
+                );
+            }
+        };
+        let pid = run(3);
+        check(&probes, pid, 3);
+        let in_slots: std::collections::BTreeSet<_> = probes
+            .launch_slot_keys()
+            .into_iter()
+            .filter(|k| k.pid == pid)
+            .collect();
+        // 256 slots per CPU: a random map of 600 keys to one CPU's slots
+        // claims ~232 of them; the other ~370 keys count only in the hash map.
+        assert!(
+            in_slots.len() >= 150 && in_slots.len() < KERNELS,
+            "{} of {KERNELS} keys in slots",
+            in_slots.len()
+        );
+
+        let dead = std::collections::BTreeSet::from([pid]);
+        let removed = probes.cuda_prune(&dead).expect("prune");
+        assert!(removed as usize >= KERNELS, "{removed}");
+        assert!(probes.launch_slot_keys().iter().all(|k| k.pid != pid));
+
+        // A slot freed without zeroing would add the first run's 3 here.
+        let pid2 = run(5);
+        check(&probes, pid2, 5);
+        assert!(probes.launch_slot_keys().iter().any(|k| k.pid == pid2));
+    });
+}
+
 #[test]
 fn missing_libcuda_is_reported_and_other_probes_keep_working() {
     let _k = tests::kernel_lock();

@@ -1,17 +1,13 @@
 //! Reading the block probes' in-kernel aggregates.
-use std::{
-    collections::BTreeMap,
-    os::fd::{AsFd, AsRawFd, BorrowedFd},
-};
+use std::collections::BTreeMap;
 
 use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap};
 
 use collector_common::block::{
     AggSlot, BlockKey, BlockStats, InflightKey, InflightVal, RqInflight, RqSlot, AGG_SLOTS,
-    RQ_SLOTS,
 };
 
-use super::{BlockAttach, ProbeError, Probes};
+use super::{mmap_array::MmapArray, BlockAttach, ProbeError, Probes};
 use crate::storage::BlockSnapshot;
 
 impl Probes {
@@ -60,12 +56,7 @@ impl Probes {
         // In-flight depth per device: the requests between start and done.
         let mut inflight: BTreeMap<u32, u64> = BTreeMap::new();
         if self.block_attach() == BlockAttach::Btf {
-            let name = "BLOCK_RQ_SLOTS";
-            let Some(aya::maps::Map::Array(slots)) = self.ebpf().map(name) else {
-                return Err(ProbeError::MissingMap(name));
-            };
-            count_slots(slots.fd().as_fd(), &mut inflight)
-                .map_err(|source| ProbeError::Mmap { name, source })?;
+            count_slots(&self.rq_slots, &mut inflight);
             let map = self
                 .ebpf()
                 .map("BLOCK_INFLIGHT_RQ")
@@ -116,46 +107,18 @@ impl Probes {
 }
 
 /// Adds the occupied slots of the BTF probes' in-flight table to
-/// `inflight` per device. The array is `BPF_F_MMAPABLE`: one read-only
-/// mapping and a pass over memory, not a lookup syscall per slot (65,536 of
+/// `inflight` per device. The array is `BPF_F_MMAPABLE`: mapped once at
+/// load, read-only, and read with a pass over memory, not a lookup syscall per slot (65,536 of
 /// them each window). A slot being rewritten while it is read may count
 /// under its previous device: a gauge, off by one for that instant.
-fn count_slots(fd: BorrowedFd<'_>, inflight: &mut BTreeMap<u32, u64>) -> std::io::Result<()> {
-    let len = RQ_SLOTS as usize * std::mem::size_of::<RqSlot>();
-    // SAFETY: a fresh shared read-only mapping of the map's value area
-    // (`len` bytes, what the kernel allows for an mmapable array of this
-    // size); checked for failure, unmapped below, never written.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    let base = p as *const RqSlot;
-    for i in 0..RQ_SLOTS as usize {
-        // SAFETY: `i < RQ_SLOTS`, inside the mapping; the kernel writes
-        // these fields concurrently, so they are read volatile, as plain u64s.
-        let (rq, dev) = unsafe {
-            let s = base.add(i);
-            (
-                std::ptr::read_volatile(&raw const (*s).rq),
-                std::ptr::read_volatile(&raw const (*s).rec.dev),
-            )
-        };
-        if rq != 0 {
-            *inflight.entry(dev).or_default() += 1;
+fn count_slots(slots: &MmapArray<RqSlot>, inflight: &mut BTreeMap<u32, u64>) {
+    for i in 0..slots.len() {
+        if let Some(s) = slots.get(i) {
+            if s.rq != 0 {
+                *inflight.entry(s.rec.dev).or_default() += 1;
+            }
         }
     }
-    // SAFETY: the mapping made above, no references into it remain.
-    unsafe { libc::munmap(p, len) };
-    Ok(())
 }
 
 /// One sampled block request from the `BLOCK_EVENTS` ring (written only

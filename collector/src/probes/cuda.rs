@@ -2,7 +2,9 @@
 use std::collections::BTreeMap;
 
 use aya::maps::{HashMap, MapData, PerCpuHashMap};
-use collector_common::cuda::{CallKey, CallStats, HandleKey, KernelName, LaunchKey, LaunchStats};
+use collector_common::cuda::{
+    CallKey, CallStats, HandleKey, KernelName, LaunchKey, LaunchSlot, LaunchStats,
+};
 
 use super::{ProbeError, Probes};
 use crate::cuda::CudaSnapshot;
@@ -15,23 +17,42 @@ fn map<'a, K: aya::Pod, V: aya::Pod>(
     HashMap::try_from(m).map_err(|source| ProbeError::Map { name, source })
 }
 
-/// Sums one key's per-CPU launch totals. `last_*` come from the CPU with the
-/// most launches (the latest launch is not ordered across CPUs).
-fn sum_launch_stats<'a>(vals: impl Iterator<Item = &'a LaunchStats>) -> LaunchStats {
-    let mut t = LaunchStats::default();
-    let mut best = 0;
-    for v in vals {
-        crate::cuda::add_launches(&mut t, v);
-        if v.launches > best {
-            best = v.launches;
-            t.last_grid = v.last_grid;
-            t.last_block = v.last_block;
+/// One key's launch totals summed over its per-CPU values and slots.
+/// `last_*` come from the value with the most launches (the latest launch is
+/// not ordered across CPUs).
+#[derive(Default)]
+struct LaunchSum {
+    total: LaunchStats,
+    best: u64,
+}
+
+impl LaunchSum {
+    fn add(&mut self, v: &LaunchStats) {
+        crate::cuda::add_launches(&mut self.total, v);
+        if v.launches > self.best {
+            self.best = v.launches;
+            self.total.last_grid = v.last_grid;
+            self.total.last_block = v.last_block;
         }
     }
-    t
 }
 
 impl Probes {
+    /// The claimed launch slots of every CPU, copied out of the mapping. A
+    /// slot the kernel is updating while it is read may show a launch's
+    /// counts partly (they are cumulative: the next read has all of it).
+    pub(crate) fn launch_slot_values(&self) -> impl Iterator<Item = LaunchSlot> + '_ {
+        (0..self.launch_slots.len())
+            .filter_map(|i| self.launch_slots.get(i))
+            .filter(|s| s.key.pid != 0)
+    }
+
+    /// The keys holding a launch slot now, one entry per slot (a key that
+    /// launched on several CPUs holds one on each).
+    pub fn launch_slot_keys(&self) -> Vec<LaunchKey> {
+        self.launch_slot_values().map(|s| s.key).collect()
+    }
+
     /// Cumulative CUDA aggregates, with each launched function's name joined
     /// from the name map (`None` when its `cuModuleGetFunction` was not seen).
     pub fn cuda_snapshot(&self) -> Result<CudaSnapshot, ProbeError> {
@@ -50,11 +71,20 @@ impl Probes {
         let calls_map = map::<CallKey, CallStats>(self, "CUDA_CALL_AGG")?;
         let names_map = map::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES")?;
         let err = |name| move |source| ProbeError::Map { name, source };
-        let mut launches = BTreeMap::new();
-        let mut names = BTreeMap::new();
+        let mut sums: BTreeMap<LaunchKey, LaunchSum> = BTreeMap::new();
         for e in launches_map.iter() {
             let (k, per_cpu) = e.map_err(err("CUDA_LAUNCH_AGG"))?;
-            let v = sum_launch_stats(per_cpu.iter());
+            let sum = sums.entry(k).or_default();
+            for v in per_cpu.iter() {
+                sum.add(v);
+            }
+        }
+        for s in self.launch_slot_values() {
+            sums.entry(s.key).or_default().add(&s.stats);
+        }
+        let mut launches = BTreeMap::new();
+        let mut names = BTreeMap::new();
+        for (k, sum) in sums {
             let hk = HandleKey {
                 pid: k.pid,
                 _pad: 0,
@@ -63,7 +93,7 @@ impl Probes {
             if let Ok(n) = names_map.get(&hk, 0) {
                 names.insert((k.pid, k.func), crate::cuda::name_str(&n.name));
             }
-            launches.insert(k, v);
+            launches.insert(k, sum.total);
         }
         let mut calls = BTreeMap::new();
         for e in calls_map.iter() {
@@ -71,7 +101,7 @@ impl Probes {
             calls.insert(k, v);
         }
         let taken = std::time::Instant::now();
-        let launch_fraction = self.scale_launches(&mut launches, taken);
+        let launch_fraction = self.scale_launches(&mut launches);
         Ok(CudaSnapshot {
             taken,
             launches,
@@ -139,10 +169,41 @@ impl Probes {
                 removed += u64::from(h.remove(&k).is_ok());
             }
         }
+        removed += self.free_launch_slots(dead);
         removed += super::prune_hash::<CallKey, CallStats>(self, "CUDA_CALL_AGG", dead, |k| k.pid)?;
         removed +=
             super::prune_hash::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES", dead, |k| k.pid)?;
         Ok(removed)
+    }
+}
+
+impl Probes {
+    /// Frees the launch slots of processes in `dead`: counters zeroed
+    /// first, then the key, so a launch that claims the slot once it is free
+    /// starts from zero. No program writes a dead process's slot, and none
+    /// claims it before its key is cleared. Returns the slots freed.
+    fn free_launch_slots(&self, dead: &std::collections::BTreeSet<u32>) -> u64 {
+        let mut freed = 0;
+        for i in 0..self.launch_slots.len() {
+            let Some(s) = self.launch_slots.get(i) else {
+                continue;
+            };
+            if s.key.pid == 0 || !dead.contains(&s.key.pid) {
+                continue;
+            }
+            if let Some(p) = self.launch_slots.ptr(i) {
+                // SAFETY: a pointer into the writable mapping; fields written
+                // volatile, in order (x86-64 keeps store order; the fence keeps
+                // the compiler from reordering them).
+                unsafe {
+                    std::ptr::write_volatile(&raw mut (*p).stats, LaunchStats::default());
+                    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+                    std::ptr::write_volatile(&raw mut (*p).key, LaunchKey::default());
+                }
+                freed += 1;
+            }
+        }
+        freed
     }
 }
 

@@ -143,7 +143,10 @@ impl LaunchController {
     /// Attaches or detaches on schedule.
     pub fn toggle(&mut self, probes: &mut Probes) -> Result<(), ProbeError> {
         let attached = probes.launch_probes_attached();
-        probes.set_launch_attached(!attached)?;
+        // Attached, launches count for exactly the attached share of the
+        // period (the gate's window), however late this runs.
+        let window = self.period.mul_f64(self.fraction);
+        probes.set_launch_attached(!attached, Some(window))?;
         if !attached {
             // The period starts when counting does (attaching takes ms).
             self.phase = Instant::now();
@@ -290,8 +293,9 @@ impl LaunchController {
         self.fraction = d.fraction;
         probes.set_launch_trap_share(d.shares.clone());
         metrics::gauge!("faultline_cuda_launch_attached_fraction").set(self.fraction);
-        if self.fraction >= 1.0 && !probes.launch_probes_attached() {
-            probes.set_launch_attached(true)?;
+        if self.fraction >= 1.0 {
+            // Exact: attached, counting without a window.
+            probes.set_launch_attached(true, None)?;
         }
         let worst = d
             .worst

@@ -2,11 +2,7 @@
 //! [`crate::launch_budget`]): detaching and re-attaching the links of the
 //! launch symbols, keeping account of how long they were attached, and
 //! scaling the launch counters of each snapshot by it.
-use std::{
-    collections::BTreeMap,
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use aya::programs::{
     uprobe::{UProbeAttachLocation, UProbeLinkId},
@@ -26,25 +22,43 @@ struct LaunchLink {
     link: Option<UProbeLinkId>,
 }
 
-/// The launch probes' attach state and the accounting of attached time.
+/// The launch probes' attach state and the accounting of counted time.
 #[derive(Debug, Default)]
 pub struct LaunchDuty {
     lib: Option<PathBuf>,
     links: Vec<LaunchLink>,
     attached: bool,
-    /// Attached since (while attached).
-    since: Option<Instant>,
-    /// Attached time accumulated since the last snapshot.
-    acc: Duration,
-    /// Attached time accumulated in all (up to the current attach).
-    total: Duration,
-    last_snapshot: Option<Instant>,
+    /// The gate's window while open, CLOCK_MONOTONIC ns: launches count from
+    /// `.0` to `.1` (`u64::MAX`: no end, exact mode).
+    window: Option<(u64, u64)>,
+    /// Counted ns of the windows already closed.
+    closed_ns: u64,
+    /// At the last snapshot: when (CLOCK_MONOTONIC ns) and the counted ns.
+    last_snapshot: Option<(u64, u64)>,
     scaler: Scaler,
     /// Per pid: the share of its CPU the traps took while attached (from the controller).
     trap_share: BTreeMap<u32, f64>,
     /// Of the last snapshot interval: attached seconds, interval seconds,
     /// and raw launches per pid counted in it.
     pub last_interval: Interval,
+}
+
+/// How far ahead of the clock a gate change is scheduled: longer than the
+/// map update takes, so the kernel switches at the stated time and not when
+/// the update lands (a preempted collector used to land it milliseconds late).
+const GATE_LEAD: Duration = Duration::from_micros(500);
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+pub(crate) fn mono_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
 }
 
 /// The interval between the last two snapshots, for the controller.
@@ -75,32 +89,33 @@ impl LaunchDuty {
                 })
                 .collect(),
             attached,
-            since: attached.then(Instant::now),
+            // The gate starts zeroed: open, without end.
+            window: attached.then(|| (mono_ns(), u64::MAX)),
             ..Default::default()
         }
     }
 
-    /// Attached share of the time since the last snapshot (1 when the
-    /// launch probes were never detached in it); resets the accounting.
-    fn take_fraction(&mut self, now: Instant) -> (f64, f64) {
-        let Some(last) = self.last_snapshot.replace(now) else {
-            self.acc = Duration::ZERO;
-            if let Some(s) = self.since.replace(now) {
-                self.total += now.saturating_duration_since(s);
-            }
+    /// Counted ns up to `now`: the closed windows and the open one's part.
+    fn counted_ns(&self, now: u64) -> u64 {
+        self.closed_ns
+            + self
+                .window
+                .map_or(0, |(open, close)| now.min(close).saturating_sub(open))
+    }
+
+    /// Counted share of the time since the last snapshot (1 when the
+    /// launch probes counted all of it) and the counted seconds.
+    fn take_fraction(&mut self, now: u64) -> (f64, f64) {
+        let counted = self.counted_ns(now);
+        let Some((last, counted_then)) = self.last_snapshot.replace((now, counted)) else {
             return (1.0, 0.0);
         };
-        let mut on = self.acc;
-        if let Some(s) = self.since.replace(now) {
-            on += now.saturating_duration_since(s.max(last));
-            self.total += now.saturating_duration_since(s);
-        }
-        self.acc = Duration::ZERO;
-        let secs = now.saturating_duration_since(last).as_secs_f64();
+        let on = counted.saturating_sub(counted_then) as f64 * 1e-9;
+        let secs = now.saturating_sub(last) as f64 * 1e-9;
         if secs <= 0.0 {
             return (1.0, 0.0);
         }
-        ((on.as_secs_f64() / secs).min(1.0), on.as_secs_f64())
+        ((on / secs).min(1.0), on)
     }
 }
 
@@ -113,10 +128,7 @@ impl Probes {
     /// Total time the launch probes have counted (attached, gate open).
     pub fn launch_attached_total(&self) -> Duration {
         self.launch.lock().map_or(Duration::ZERO, |d| {
-            d.total
-                + d.since.map_or(Duration::ZERO, |s| {
-                    Instant::now().saturating_duration_since(s)
-                })
+            Duration::from_nanos(d.counted_ns(mono_ns()))
         })
     }
 
@@ -132,6 +144,9 @@ impl Probes {
             let (k, per_cpu) = e.map_err(|source| ProbeError::Map { name, source })?;
             *out.entry(k.pid).or_default() += per_cpu.iter().map(|v| v.launches).sum::<u64>();
         }
+        for s in self.launch_slot_values() {
+            *out.entry(s.key.pid).or_default() += s.stats.launches;
+        }
         Ok(out)
     }
 
@@ -142,15 +157,21 @@ impl Probes {
 
     /// Attaches or detaches the launch uprobes (`cuLaunchKernel`,
     /// `cuLaunchCooperativeKernel`, `cuLaunchKernelEx`). Detached, a launch
-    /// pays no trap.
-    pub fn set_launch_attached(&mut self, on: bool) -> Result<(), ProbeError> {
+    /// pays no trap. Attaching with `window`, launches count for exactly
+    /// that long, starting just after the links are in place; without, they
+    /// count until detached (exact mode; also switches an attached window to it).
+    pub fn set_launch_attached(
+        &mut self,
+        on: bool,
+        window: Option<Duration>,
+    ) -> Result<(), ProbeError> {
         let mut duty = std::mem::take(
             &mut *self
                 .launch
                 .lock()
                 .map_err(|_| ProbeError::Launch("state lock poisoned".into()))?,
         );
-        let r = set_links(&mut self.ebpf, &mut duty, on);
+        let r = set_links(&mut self.ebpf, &mut duty, on, window);
         if let Ok(mut g) = self.launch.lock() {
             *g = duty;
         }
@@ -175,15 +196,12 @@ impl Probes {
 
     /// Scales `launches` (raw cumulative) into estimates by the attached
     /// share since the previous snapshot; returns that share (1 = exact).
-    pub(super) fn scale_launches(
-        &self,
-        launches: &mut BTreeMap<LaunchKey, LaunchStats>,
-        now: Instant,
-    ) -> f64 {
+    pub(super) fn scale_launches(&self, launches: &mut BTreeMap<LaunchKey, LaunchStats>) -> f64 {
         let Ok(mut d) = self.launch.lock() else {
             return 1.0;
         };
-        let (fraction, attached_s) = d.take_fraction(now);
+        // The clock read right after the counters were.
+        let (fraction, attached_s) = d.take_fraction(mono_ns());
         // Raw launches per pid in the interval (before scaling), for the controller.
         let mut raw: BTreeMap<u32, u64> = BTreeMap::new();
         let mut raw_total: BTreeMap<u32, u64> = BTreeMap::new();
@@ -210,18 +228,57 @@ impl Probes {
     }
 }
 
-/// Opens or closes the launch programs' gate (`CUDA_LAUNCH_PAUSED`).
-fn set_paused(ebpf: &mut aya::Ebpf, paused: bool) -> Result<(), ProbeError> {
-    let name = "CUDA_LAUNCH_PAUSED";
+/// Sets the launch programs' gate (`CUDA_LAUNCH_GATE`) to count while
+/// `open ≤ now < close` (`close == 0`: always).
+fn set_gate(ebpf: &mut aya::Ebpf, open: u64, close: u64) -> Result<(), ProbeError> {
+    let name = "CUDA_LAUNCH_GATE";
     let m = ebpf.map_mut(name).ok_or(ProbeError::MissingMap(name))?;
-    let mut a = aya::maps::Array::<&mut aya::maps::MapData, u32>::try_from(m)
+    let mut a = aya::maps::Array::<&mut aya::maps::MapData, [u64; 2]>::try_from(m)
         .map_err(|source| ProbeError::Map { name, source })?;
-    a.set(0, u32::from(paused), 0)
+    a.set(0, [open, close], 0)
         .map_err(|source| ProbeError::Map { name, source })
 }
 
-fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<(), ProbeError> {
-    if duty.attached == on {
+/// Closes the open window, if any, at a time the kernel is told ahead of it
+/// (waiting out at most [`GATE_LEAD`]), and accounts its counted time.
+fn close_window(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty) -> Result<(), ProbeError> {
+    let Some((open, close)) = duty.window else {
+        return Ok(());
+    };
+    let end = close.min(mono_ns().saturating_add(GATE_LEAD.as_nanos() as u64));
+    if end < close {
+        set_gate(ebpf, open, end)?;
+    }
+    let now = mono_ns();
+    if now < end {
+        std::thread::sleep(Duration::from_nanos(end - now));
+    }
+    // Closed for good (the window above has ended by now).
+    set_gate(ebpf, u64::MAX, 1)?;
+    duty.closed_ns += end.saturating_sub(open);
+    duty.window = None;
+    Ok(())
+}
+
+fn set_links(
+    ebpf: &mut aya::Ebpf,
+    duty: &mut LaunchDuty,
+    on: bool,
+    window: Option<Duration>,
+) -> Result<(), ProbeError> {
+    if duty.lib.is_none() {
+        return Ok(());
+    }
+    if on && duty.attached {
+        // Attached already: only a switch to exact counting changes anything.
+        if window.is_none() && duty.window.is_none_or(|(_, c)| c != u64::MAX) {
+            close_window(ebpf, duty)?;
+            set_gate(ebpf, 0, 0)?;
+            duty.window = Some((mono_ns(), u64::MAX));
+        }
+        return Ok(());
+    }
+    if !on && !duty.attached {
         return Ok(());
     }
     let Some(lib) = duty.lib.clone() else {
@@ -229,8 +286,6 @@ fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<()
     };
     if on {
         let mut loaded: Vec<&'static str> = duty.links.iter().map(|l| l.program).collect();
-        // cuLaunchKernel (first in the table) is attached last and detached
-        // first, so its counting time is exactly the accounted one.
         for l in duty.links.iter_mut().rev() {
             let id = attach_one_link(
                 ebpf,
@@ -243,20 +298,26 @@ fn set_links(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty, on: bool) -> Result<()
             .map_err(|reason| ProbeError::Launch(format!("re-attaching {}: {reason}", l.symbol)))?;
             l.link = Some(id);
         }
-        // Counting starts with the gate open, once every link is in place.
-        set_paused(ebpf, false)?;
-        duty.since = Some(Instant::now());
-    } else {
-        // Counting stops when a link is closed; the kernel's unregistering
-        // then waits for an RCU grace period (hundreds of ms), so the links
-        // are closed on a thread of their own, not on the agent's.
-        // Counting stops at the gate, synchronously.
-        set_paused(ebpf, true)?;
-        if let Some(s) = duty.since.take() {
-            let on = Instant::now().saturating_duration_since(s);
-            duty.acc += on;
-            duty.total += on;
+        // Counting starts once every link is in place: at a stated time
+        // just ahead, for the window's length.
+        match window {
+            Some(len) => {
+                let open = mono_ns().saturating_add(GATE_LEAD.as_nanos() as u64);
+                let close = open.saturating_add(len.as_nanos() as u64);
+                set_gate(ebpf, open, close)?;
+                duty.window = Some((open, close));
+            }
+            None => {
+                set_gate(ebpf, 0, 0)?;
+                duty.window = Some((mono_ns(), u64::MAX));
+            }
         }
+    } else {
+        // Counting stops at the gate, at a stated time, before any link
+        // goes; the kernel's unregistering then waits for an RCU grace
+        // period (hundreds of ms), so the links are closed on a thread of
+        // their own, not on the agent's.
+        close_window(ebpf, duty)?;
         let mut taken = Vec::new();
         for l in &mut duty.links {
             let Some(id) = l.link.take() else { continue };

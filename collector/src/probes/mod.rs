@@ -12,6 +12,7 @@ pub mod drain;
 pub mod exec;
 pub mod launch_control;
 pub mod launch_duty;
+mod mmap_array;
 pub mod ring;
 pub mod table;
 pub mod verbs;
@@ -22,7 +23,12 @@ use aya::{
     maps::{MapData, PerCpuArray},
     Ebpf, EbpfLoader,
 };
-use collector_common::stat;
+use collector_common::{
+    block::{RqSlot, RQ_SLOTS},
+    cuda::{LaunchSlot, LAUNCH_SLOTS},
+    stat,
+};
+use mmap_array::MmapArray;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
@@ -175,6 +181,24 @@ pub struct Probes {
     cuda_library: Option<std::path::PathBuf>,
     /// The launch uprobes' attach state (bounded-overhead mode).
     launch: std::sync::Mutex<launch_duty::LaunchDuty>,
+    /// The BTF block probes' in-flight table, mapped (read-only).
+    rq_slots: MmapArray<RqSlot>,
+    /// The launch slots, mapped (written only to free dead processes' slots).
+    launch_slots: MmapArray<LaunchSlot>,
+}
+
+/// Maps the mmapable array `name` (`len` values) for the life of the probes.
+fn map_slots<T: aya::Pod>(
+    ebpf: &Ebpf,
+    name: &'static str,
+    len: u32,
+    writable: bool,
+) -> Result<MmapArray<T>, ProbeError> {
+    let Some(aya::maps::Map::Array(m)) = ebpf.map(name) else {
+        return Err(ProbeError::MissingMap(name));
+    };
+    MmapArray::map(std::os::fd::AsFd::as_fd(m.fd()), len as usize, writable)
+        .map_err(|source| ProbeError::Mmap { name, source })
 }
 
 impl Probes {
@@ -216,9 +240,19 @@ impl Probes {
             loader.override_global(name, value, true);
         }
         loader.override_global("CUDA_EVENTS_PER_SEC", &opts.cuda_events_per_sec, true);
+        // One row of launch slots per possible CPU (the program indexes by CPU).
+        let cpus = aya::util::nr_cpus().unwrap_or(1).max(1) as u32;
+        loader.map_max_entries("CUDA_LAUNCH_SLOTS", cpus.saturating_mul(LAUNCH_SLOTS));
         let mut ebpf = loader
             .load(PROBES_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
+        let rq_slots = map_slots::<RqSlot>(&ebpf, "BLOCK_RQ_SLOTS", RQ_SLOTS, false)?;
+        let launch_slots = map_slots::<LaunchSlot>(
+            &ebpf,
+            "CUDA_LAUNCH_SLOTS",
+            cpus.saturating_mul(LAUNCH_SLOTS),
+            true,
+        )?;
         start_log_forwarding(&mut ebpf);
 
         // Block programs first as BTF raw tracepoints; if any of them fails,
@@ -313,6 +347,8 @@ impl Probes {
             block_attach,
             cuda_library,
             launch: std::sync::Mutex::new(launch),
+            rq_slots,
+            launch_slots,
         })
     }
 
