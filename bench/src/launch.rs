@@ -142,7 +142,7 @@ fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
 }
 
 /// One measurement: (launches/s, counted/truth, controller fractions).
-fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f64>)> {
+fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
     let opts = ProbeOptions {
         exec: false,
         block: false,
@@ -173,12 +173,13 @@ fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f6
             // Run counts of the launch program: every trap, counted or gated.
             let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
             let mut p = Probes::load(&opts)?;
-            let mut ctl = LaunchController::with(
+            // As the collector runs it: the hit cost measured at start and
+            // again while the stand-in is bounded.
+            let mut ctl = LaunchController::calibrating(
                 a.budget,
                 Duration::from_millis(a.period_ms),
-                hit_ns * 1e-9,
                 Path::new("/proc"),
-            );
+            )?;
             let first = p.cuda_snapshot()?;
             let me = std::process::id();
             let (cpu0, t0) = (
@@ -235,8 +236,9 @@ fn measure(c: Config, a: &Args, hit_ns: f64) -> Result<(f64, Option<f64>, Vec<f6
                 100.0 * agent_cpu
             );
             println!(
-                "  bounded: {runs} traps, {raw} counted ({} gated)",
-                runs.saturating_sub(raw)
+                "  bounded: {runs} traps, {raw} counted ({} gated); hit cost at the end {:.0} ns",
+                runs.saturating_sub(raw),
+                ctl.hit_cost_s() * 1e9
             );
             // Collect the exit line (the child has exited).
             let status = s.child.wait()?;
@@ -303,7 +305,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         let mut this = vec![0.0; n];
         for k in 0..n {
             let i = (round + k) % n;
-            let (t, c, f) = measure(configs[i], a, hit_ns)
+            let (t, c, f) = measure(configs[i], a)
                 .with_context(|| format!("{} round {round}", configs[i].label()))?;
             this[i] = t;
             if let Some(c) = c {

@@ -407,14 +407,13 @@ fn sampled_launch_counts_are_within_the_stated_error() {
     tests::runtime().block_on(async {
         let mut probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
         assert!(probes.has_launch_probes());
-        let hit_ns = collector::probes::measure_uprobe_hit_ns(500).expect("uprobe hit cost");
-        eprintln!("uprobe hit cost {hit_ns:.0} ns");
-        let mut ctl = LaunchController::with(
+        let mut ctl = LaunchController::calibrating(
             0.03,
             Duration::from_millis(500),
-            hit_ns * 1e-9,
             std::path::Path::new("/proc"),
-        );
+        )
+        .expect("uprobe hit cost");
+        eprintln!("uprobe hit cost {:.0} ns", ctl.hit_cost_s() * 1e9);
         let mut child = Command::new(tests::launch_storm())
             .arg(tests::fake_libcuda())
             .args(["4", "8", "80000"])

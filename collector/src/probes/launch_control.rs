@@ -52,7 +52,22 @@ pub struct LaunchController {
     ticks: f64,
     /// pid → consecutive checks over budget.
     strikes: HashMap<u32, u32>,
+    /// Measures the per-hit cost again at each check while a process is
+    /// over budget (`None` when `launch_hit_cost_ns` is configured).
+    calibrator: Option<crate::probes::HitCalibrator>,
+    /// When the hit cost was last measured.
+    calibrated: Instant,
 }
+
+/// While a process is over budget the hit cost is measured again this
+/// often, with this many calls per side and pairs (about 3 ms of the
+/// agent's CPU at 10 µs traps), and a new measurement has this weight in
+/// the running estimate. Every check (about once a second when bounded)
+/// doubled the agent's own CPU without making the estimate better.
+const RECALIBRATE_EVERY: Duration = Duration::from_secs(10);
+const RECALIBRATE_CALLS: u32 = 100;
+const RECALIBRATE_PAIRS: u32 = 3;
+const RECALIBRATE_WEIGHT: f64 = 0.3;
 
 impl LaunchController {
     /// `None` when the mode is off (`launch_budget = 0`) or nothing is
@@ -66,15 +81,21 @@ impl LaunchController {
         if cfg.launch_budget <= 0.0 || !probes.has_launch_probes() {
             return None;
         }
+        let mut calibrator = None;
         let hit_cost_ns = if cfg.launch_hit_cost_ns > 0 {
             cfg.launch_hit_cost_ns as f64
         } else {
-            match crate::probes::measure_uprobe_hit_ns(500) {
-                // The empty trap alone: in a launching process the program's
-                // own work adds little (measured: a launch storm's cost per
-                // launch is within 5 % of this, while back-to-back calls
-                // in the uprobe benchmark show 1.07–1.2× it).
-                Ok(ns) => ns,
+            // The empty trap alone: in a launching process the program's
+            // own work adds little (measured: a launch storm's cost per
+            // launch is within 5 % of this).
+            match crate::probes::HitCalibrator::new().and_then(|mut c| {
+                let ns = c.measure(500, 7)?;
+                Ok((c, ns))
+            }) {
+                Ok((c, ns)) => {
+                    calibrator = Some(c);
+                    ns
+                }
                 Err(e) => {
                     // Without a measurement, a typical bare-metal int3 trap.
                     tracing::warn!(error = %e, "cannot measure the uprobe hit cost; assuming 2 µs (set cuda.launch_hit_cost_ns)");
@@ -89,12 +110,34 @@ impl LaunchController {
             cfg.launch_budget * 100.0,
             hit_cost_ns
         ));
-        Some(Self::with(
+        let mut ctl = Self::with(
             cfg.launch_budget,
             Duration::from_millis(cfg.launch_period_ms.max(10)),
             hit_cost_ns * 1e-9,
             proc_root,
-        ))
+        );
+        ctl.calibrator = calibrator;
+        Some(ctl)
+    }
+
+    /// A controller that measures the per-hit cost itself, at start and
+    /// again at each check while a process is over budget (what the
+    /// collector does unless `cuda.launch_hit_cost_ns` is set).
+    pub fn calibrating(
+        budget: f64,
+        period: Duration,
+        proc_root: &std::path::Path,
+    ) -> Result<Self, ProbeError> {
+        let mut c = crate::probes::HitCalibrator::new()?;
+        let ns = c.measure(500, 7)?;
+        let mut ctl = Self::with(budget, period, ns * 1e-9, proc_root);
+        ctl.calibrator = Some(c);
+        Ok(ctl)
+    }
+
+    /// The per-hit cost the controller budgets with now, seconds.
+    pub fn hit_cost_s(&self) -> f64 {
+        self.hit_cost_s
     }
 
     /// A controller with explicit budget, period and per-hit cost (seconds).
@@ -119,6 +162,8 @@ impl LaunchController {
             proc_root: proc_root.to_path_buf(),
             ticks: if ticks > 0 { ticks as f64 } else { 100.0 },
             strikes: HashMap::new(),
+            calibrator: None,
+            calibrated: Instant::now(),
         }
     }
 
@@ -255,6 +300,23 @@ impl LaunchController {
             }
         }
         self.cpu_prev = cpu_now;
+        // A launch-heavy process is being (or about to be) bounded: its
+        // scaling rests on the per-hit cost, which drifts with the machine.
+        let due = now.saturating_duration_since(self.calibrated) >= RECALIBRATE_EVERY;
+        if due && (self.fraction < 1.0 || !self.strikes.is_empty()) {
+            self.calibrated = now;
+            if let Some(c) = self.calibrator.as_mut() {
+                match c.measure(RECALIBRATE_CALLS, RECALIBRATE_PAIRS) {
+                    Ok(ns) if ns > 0.0 => {
+                        self.hit_cost_s += RECALIBRATE_WEIGHT * (ns * 1e-9 - self.hit_cost_s);
+                        metrics::gauge!("faultline_cuda_launch_hit_cost_seconds")
+                            .set(self.hit_cost_s);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "re-measuring the uprobe hit cost"),
+                }
+            }
+        }
         let iv = crate::probes::launch_duty::Interval {
             attached_s,
             secs,

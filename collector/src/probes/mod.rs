@@ -36,7 +36,9 @@ use crate::{
     tracefs::{Tracefs, TracefsError},
 };
 use attach::{attach, attach_cuda, attach_verbs, unload_btf};
-pub use bench::{bench_object, measure_uprobe_hit_ns, BenchProducer, BenchRecord, EmptyUprobe};
+pub use bench::{
+    bench_object, measure_uprobe_hit_ns, BenchProducer, BenchRecord, EmptyUprobe, HitCalibrator,
+};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
