@@ -133,7 +133,13 @@ struct Report {
     variants: Vec<Variant>,
 }
 
-fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result<Variant> {
+fn variant(
+    lib_path: &Path,
+    entry: &'static str,
+    a: &Args,
+    calls: u64,
+    peer: bool,
+) -> Result<Variant> {
     let lib = Lib::open(lib_path)?;
     let opts = ProbeOptions {
         exec: false,
@@ -153,32 +159,40 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result
         "uprobe:{}:cuLaunchKernel {{ @ = count(); }}",
         lib_path.display()
     );
-    lib.measure(a.calls / 10); // warm-up
-    for _ in 0..a.rounds {
-        none.push(lib.measure(a.calls));
-        {
-            let _e = EmptyUprobe::attach(lib_path, "cuLaunchKernel")?;
-            empty.push(lib.measure(a.calls));
-        }
-        {
-            let p = Probes::load(&opts)?;
-            if !p.is_attached("cuLaunchKernel") {
-                bail!("cuLaunchKernel probe not attached: {:?}", p.status());
-            }
-            full.push(lib.measure(a.calls));
-        }
-        if peer {
-            let b = crate::peer::Bpftrace::start(&bt_prog)?;
-            bt.push(lib.measure(a.calls));
-            let out = b.stop()?;
-            // It must have counted every call (`@: N` at exit).
-            let n: u64 = out
-                .lines()
-                .find_map(|l| l.strip_prefix("@: "))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if n < a.calls {
-                bail!("bpftrace counted {n} of {} calls: {out}", a.calls);
+    lib.measure(calls / 10); // warm-up
+                             // Each round measures every configuration once, in an order rotated by
+                             // the round, so a drift of the machine does not favour one of them; the
+                             // ratios are medians of each round's own ratios.
+    let configs = if peer { 4 } else { 3 };
+    for round in 0..a.rounds as usize {
+        for k in 0..configs {
+            match (round + k) % configs {
+                0 => none.push(lib.measure(calls)),
+                1 => {
+                    let _e = EmptyUprobe::attach(lib_path, "cuLaunchKernel")?;
+                    empty.push(lib.measure(calls));
+                }
+                2 => {
+                    let p = Probes::load(&opts)?;
+                    if !p.is_attached("cuLaunchKernel") {
+                        bail!("cuLaunchKernel probe not attached: {:?}", p.status());
+                    }
+                    full.push(lib.measure(calls));
+                }
+                _ => {
+                    let b = crate::peer::Bpftrace::start(&bt_prog)?;
+                    bt.push(lib.measure(calls));
+                    let out = b.stop()?;
+                    // It must have counted every call (`@: N` at exit).
+                    let n: u64 = out
+                        .lines()
+                        .find_map(|l| l.strip_prefix("@: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if n < calls {
+                        bail!("bpftrace counted {n} of {calls} calls: {out}");
+                    }
+                }
             }
         }
     }
@@ -187,24 +201,24 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result
     {
         let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
         let per_call = |before: &std::collections::BTreeSet<u32>| {
-            crate::peer::run_ns_since(before) as f64 / a.calls as f64
+            crate::peer::run_ns_since(before) as f64 / calls as f64
         };
         let before = crate::peer::prog_ids();
         {
             let _e = EmptyUprobe::attach(lib_path, "cuLaunchKernel")?;
-            lib.measure(a.calls);
+            lib.measure(calls);
             prog.empty = per_call(&before);
         }
         let before = crate::peer::prog_ids();
         {
             let _p = Probes::load(&opts)?;
-            lib.measure(a.calls);
+            lib.measure(calls);
             prog.faultline = per_call(&before);
         }
         if peer {
             let before = crate::peer::prog_ids();
             let b = crate::peer::Bpftrace::start(&bt_prog)?;
-            lib.measure(a.calls);
+            lib.measure(calls);
             prog.bpftrace_count = per_call(&before);
             b.stop()?;
         }
@@ -215,6 +229,7 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result
         crate::median(&full),
         crate::median(&bt),
     );
+    let (rf, rb) = (paired(&full, &empty), paired(&bt, &empty));
     Ok(Variant {
         library: lib_path.display().to_string(),
         entry,
@@ -226,10 +241,28 @@ fn variant(lib_path: &Path, entry: &'static str, a: &Args, peer: bool) -> Result
         median_empty_uprobe_ns: me,
         median_faultline_ns: mf,
         median_bpftrace_count_ns: mb,
-        ratio_faultline_over_empty: if me > 0.0 { mf / me } else { 0.0 },
-        ratio_bpftrace_count_over_empty: if me > 0.0 { mb / me } else { 0.0 },
+        ratio_faultline_over_empty: rf,
+        ratio_bpftrace_count_over_empty: rb,
         program_ns_per_call: prog,
     })
+}
+
+/// nop5 measurements make this many times `--calls` calls.
+const NOP5_CALLS_FACTOR: u64 = 10;
+
+/// Median over rounds of `x[i] / base[i]` (0 without data).
+fn paired(x: &[f64], base: &[f64]) -> f64 {
+    let r: Vec<f64> = x
+        .iter()
+        .zip(base)
+        .filter(|(_, b)| **b > 0.0)
+        .map(|(x, b)| x / b)
+        .collect();
+    if r.is_empty() {
+        0.0
+    } else {
+        crate::median(&r)
+    }
 }
 
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
@@ -243,19 +276,31 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     if !peer {
         println!("bpftrace not found: no peer column (scripts/setup.sh installs it)");
     }
+    // nop5 calls are ~20× cheaper: 10× as many keep each measurement
+    // longer than a scheduler tick's worth of noise.
     let variants = vec![
         variant(
             &plain,
             "ordinary (int3 trap, like the real driver)",
             a,
+            a.calls,
             peer,
         )
         .context("plain stand-in")?,
-        variant(&nop5, "5-byte nop (optimised uprobe)", a, peer).context("nop5 stand-in")?,
+        variant(
+            &nop5,
+            "5-byte nop (optimised uprobe)",
+            a,
+            a.calls * NOP5_CALLS_FACTOR,
+            peer,
+        )
+        .context("nop5 stand-in")?,
     ];
     println!(
-        "uprobe cost: ns per cuLaunchKernel call, {} calls × {} rounds, medians",
-        a.calls, a.rounds
+        "uprobe cost: ns per cuLaunchKernel call, {} calls (nop5: {}) × {} rounds, order rotated per round; medians, ratios are medians of each round's ratio",
+        a.calls,
+        a.calls * NOP5_CALLS_FACTOR,
+        a.rounds
     );
     println!("| entry | no probe | empty uprobe | faultline | bpftrace count() | faultline / empty | bpftrace / empty | program ns/call: empty, faultline, bpftrace |");
     println!("|---|---|---|---|---|---|---|---|");
