@@ -185,7 +185,8 @@ pub struct CudaSection {
     pub launch_budget: f64,
     /// Duty-cycle period of the launch probes, milliseconds.
     pub launch_period_ms: u64,
-    /// Cost of one launch-probe hit, ns; 0 = measured at start.
+    /// Cost of one launch-probe hit, ns; 0 = measured at start and every
+    /// 10 s while a process is bounded.
     pub launch_hit_cost_ns: u64,
 }
 
