@@ -26,8 +26,8 @@ pub struct Args {
     /// Rounds; each runs every configuration once, order rotated per round.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
-    /// Seconds the stand-in runs per measurement.
-    #[arg(long, default_value_t = 8.0)]
+    /// Seconds the stand-in runs per measurement (several duty periods).
+    #[arg(long, default_value_t = 24.0)]
     seconds: f64,
     /// Launching threads.
     #[arg(long, default_value_t = 4)]
@@ -38,8 +38,8 @@ pub struct Args {
     /// Bounded mode's budget (share of the process's CPU).
     #[arg(long, default_value_t = 0.01)]
     budget: f64,
-    /// Bounded mode's duty period, ms.
-    #[arg(long, default_value_t = 1000)]
+    /// Bounded mode's duty period, ms (the collector's default).
+    #[arg(long, default_value_t = 4000)]
     period_ms: u64,
 }
 

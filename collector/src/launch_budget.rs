@@ -102,74 +102,98 @@ pub fn decide(
 /// rows, `/metrics`, the console) sees rates of the whole time.
 #[derive(Debug, Default)]
 pub struct Scaler {
-    /// key → (raw counters at the last snapshot, estimated cumulative counters).
-    keys: BTreeMap<LaunchKey, (LaunchStats, LaunchStats)>,
+    keys: BTreeMap<LaunchKey, KeyScale>,
 }
 
-fn scale(v: u64, f: f64) -> u64 {
-    (v as f64 * f).round() as u64
+/// Counted time an interval needs before its launches set a key's rate; a
+/// shorter piece of a window (a snapshot cutting it) keeps the last rate.
+pub const MIN_RATE_S: f64 = 0.01;
+
+#[derive(Debug, Default)]
+struct KeyScale {
+    /// Raw counters at the last snapshot.
+    raw: LaunchStats,
+    /// Estimated cumulative counters.
+    est: LaunchStats,
+    /// Per counted second, of the latest interval with enough counted time:
+    /// launches, `_ex`, cooperative, blocks, threads, shared memory bytes.
+    rate: Option<[f64; 6]>,
+}
+
+fn fields(v: &LaunchStats) -> [u64; 6] {
+    [
+        v.launches,
+        v.launches_ex,
+        v.launches_cooperative,
+        v.blocks,
+        v.threads,
+        v.shared_mem_bytes,
+    ]
 }
 
 impl Scaler {
     /// The raw counters of `k` at the last [`Self::apply`].
     pub fn raw(&self, k: &LaunchKey) -> Option<&LaunchStats> {
-        self.keys.get(k).map(|(raw, _)| raw)
+        self.keys.get(k).map(|s| &s.raw)
     }
 
     /// Rewrites `launches` (raw cumulative, as read from the kernel) into
-    /// estimated cumulative values. Over the interval since the last call the
-    /// probes were attached for `attached` of it (0 < attached ≤ 1); `trap_share`
-    /// (per pid) is the share of the process's CPU the traps took while attached.
+    /// estimated cumulative values. Of the `interval_s` seconds since the
+    /// last call the probes counted `counted_s`; `trap_share` (per pid) is
+    /// the share of the process's CPU the traps took while attached.
     ///
-    /// With `a = attached` and `s = trap_share` (capped at
-    /// [`MAX_TRAP_SHARE`]), the estimate of an interval's launches is
-    /// `raw × (1 + (1 − a) ÷ (a × (1 − s)))`: the attached part is what was
-    /// counted, and the detached part launched at the attached rate sped up
-    /// by the traps it did not pay (`÷ (1 − s)`). (Scaling the whole raw
-    /// count by `1 ÷ (a (1 − s))` also "corrects" the attached part, which
-    /// really ran slowed: at a = 0.19, s = 0.5 that overstated the launches
-    /// by 10 %.) At `a = 1` the counters pass through exactly. Keys gone from `launches` (pruned) are
+    /// An interval's estimate is what was counted plus the uncounted time
+    /// at the key's attached rate sped up by the traps it did not pay:
+    /// `Δraw + (interval − counted) × rate ÷ (1 − s)`, `s` capped at
+    /// [`MAX_TRAP_SHARE`]. The rate is `Δraw ÷ counted` of the latest
+    /// interval with at least [`MIN_RATE_S`] counted, so a duty period longer
+    /// than the snapshot interval (most snapshots then hold no counted time)
+    /// is still scaled by what the last window saw; within one interval this
+    /// is `raw × (1 + (1 − a) ÷ (a (1 − s)))` for an attached share `a`.
+    /// (Scaling the whole raw count by `1 ÷ (a (1 − s))` would also "correct"
+    /// the counted part, which really ran slowed: at a = 0.19, s = 0.5 that
+    /// overstated the launches by 10 %.) Counted all the time, the counters
+    /// pass through exactly. Keys gone from `launches` (pruned) are
     /// forgotten, so memory follows the kernel map.
     pub fn apply(
         &mut self,
         launches: &mut BTreeMap<LaunchKey, LaunchStats>,
-        attached: f64,
+        counted_s: f64,
+        interval_s: f64,
         trap_share: &BTreeMap<u32, f64>,
     ) {
         let live: BTreeSet<LaunchKey> = launches.keys().copied().collect();
         self.keys.retain(|k, _| live.contains(k));
+        let exact = interval_s <= 0.0 || counted_s >= interval_s;
+        let uncounted = (interval_s - counted_s).max(0.0);
         for (k, v) in launches.iter_mut() {
-            let (raw_prev, est) = self
-                .keys
-                .entry(*k)
-                .or_insert((LaunchStats::default(), LaunchStats::default()));
-            let exact = attached >= 1.0;
-            let f = if exact {
-                1.0
+            let ks = self.keys.entry(*k).or_default();
+            let now = fields(v);
+            let before = fields(&ks.raw);
+            let delta: [u64; 6] = std::array::from_fn(|i| now[i].saturating_sub(before[i]));
+            let extra: [u64; 6] = if exact {
+                [0; 6]
             } else {
+                if counted_s >= MIN_RATE_S {
+                    ks.rate = Some(delta.map(|d| d as f64 / counted_s));
+                }
                 let s = trap_share
                     .get(&k.pid)
                     .copied()
                     .unwrap_or(0.0)
                     .clamp(0.0, MAX_TRAP_SHARE);
-                let a = attached.max(MIN_FRACTION);
-                1.0 + (1.0 - a) / (a * (1.0 - s))
+                ks.rate.map_or([0; 6], |r| {
+                    r.map(|x| (x * uncounted / (1.0 - s)).round() as u64)
+                })
             };
-            let d = |now: u64, before: u64| now.saturating_sub(before);
-            let step = |now: u64, before: u64| {
-                if exact {
-                    d(now, before)
-                } else {
-                    scale(d(now, before), f)
-                }
-            };
-            est.launches += step(v.launches, raw_prev.launches);
-            est.launches_ex += step(v.launches_ex, raw_prev.launches_ex);
-            est.launches_cooperative += step(v.launches_cooperative, raw_prev.launches_cooperative);
-            est.blocks += step(v.blocks, raw_prev.blocks);
-            est.threads += step(v.threads, raw_prev.threads);
-            est.shared_mem_bytes += step(v.shared_mem_bytes, raw_prev.shared_mem_bytes);
-            *raw_prev = *v;
+            let est = &mut ks.est;
+            est.launches += delta[0] + extra[0];
+            est.launches_ex += delta[1] + extra[1];
+            est.launches_cooperative += delta[2] + extra[2];
+            est.blocks += delta[3] + extra[3];
+            est.threads += delta[4] + extra[4];
+            est.shared_mem_bytes += delta[5] + extra[5];
+            ks.raw = *v;
             let mut out = *est;
             out.last_grid = v.last_grid;
             out.last_block = v.last_block;
@@ -283,26 +307,57 @@ mod tests {
         let mut s = Scaler::default();
         let none = BTreeMap::new();
         let mut m = BTreeMap::from([(key(1), stats(100))]);
-        s.apply(&mut m, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none);
         assert_eq!(m[&key(1)].launches, 100);
         // Next interval: 50 more raw launches seen while attached a quarter of the time.
         let mut m = BTreeMap::from([(key(1), stats(150))]);
-        s.apply(&mut m, 0.25, &none);
+        s.apply(&mut m, 0.25, 1.0, &none);
         assert_eq!(m[&key(1)].launches, 100 + 200);
         assert_eq!(m[&key(1)].blocks, 200 + 400);
         // With a 20 % trap share the detached part (3/4 of the time) ran
         // 1 / 0.8 faster than the attached part: 40 counted + 40 × 3 / 0.8.
         let share = BTreeMap::from([(1, 0.2)]);
         let mut m = BTreeMap::from([(key(1), stats(190))]);
-        s.apply(&mut m, 0.25, &share);
+        s.apply(&mut m, 0.25, 1.0, &share);
         assert_eq!(m[&key(1)].launches, 300 + 190);
         // Back to exact: deltas pass through unscaled.
         let mut m = BTreeMap::from([(key(1), stats(200))]);
-        s.apply(&mut m, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none);
         assert_eq!(m[&key(1)].launches, 500);
         // A pruned key is forgotten.
         let mut m = BTreeMap::new();
-        s.apply(&mut m, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none);
         assert!(s.keys.is_empty());
+    }
+
+    #[test]
+    fn a_period_longer_than_the_snapshot_interval_scales_by_the_last_window() {
+        let mut s = Scaler::default();
+        let none = BTreeMap::new();
+        let mut m = BTreeMap::from([(key(1), stats(0))]);
+        s.apply(&mut m, 1.0, 1.0, &none);
+        // A 1 s snapshot holding a 40 ms window: 400 counted (10k/s).
+        let mut m = BTreeMap::from([(key(1), stats(400))]);
+        s.apply(&mut m, 0.04, 1.0, &none);
+        assert_eq!(m[&key(1)].launches, 400 + 9_600);
+        assert_eq!(m[&key(1)].blocks, 2 * 10_000);
+        // No window in the next snapshot: the last window's rate goes on
+        // (scaling by this interval's own counted share would add nothing).
+        let mut m = BTreeMap::from([(key(1), stats(400))]);
+        s.apply(&mut m, 0.0, 1.0, &none);
+        assert_eq!(m[&key(1)].launches, 20_000);
+        // A 5 ms piece of a window is too short to set the rate; it is counted
+        // and the rest of the second goes at the last rate.
+        let mut m = BTreeMap::from([(key(1), stats(430))]);
+        s.apply(&mut m, 0.005, 1.0, &none);
+        assert_eq!(m[&key(1)].launches, 20_000 + 30 + 9_950);
+        // A window that sees no launch: the process stopped launching, and
+        // nothing more is extrapolated.
+        let mut m = BTreeMap::from([(key(1), stats(430))]);
+        s.apply(&mut m, 0.04, 1.0, &none);
+        let mut m2 = BTreeMap::from([(key(1), stats(430))]);
+        s.apply(&mut m2, 0.0, 1.0, &none);
+        assert_eq!(m[&key(1)].launches, 29_980);
+        assert_eq!(m2[&key(1)].launches, 29_980);
     }
 }

@@ -183,7 +183,10 @@ pub struct CudaSection {
     /// launch traps may take before the launch probes are duty-cycled
     /// (0 = always exact).
     pub launch_budget: f64,
-    /// Duty-cycle period of the launch probes, milliseconds.
+    /// Duty-cycle period of the launch probes, milliseconds. Each period
+    /// attaches and detaches the probes once, and on the VM measured here
+    /// that costs the process more than the traps do at short periods
+    /// (throughput kept: 0.83 at 250 ms, 0.96 at 1 s, 0.985 at 4 s).
     pub launch_period_ms: u64,
     /// Cost of one launch-probe hit, ns; 0 = measured at start and every
     /// 10 s while a process is bounded.
@@ -197,7 +200,7 @@ impl Default for CudaSection {
             library: None,
             events_per_sec: 0,
             launch_budget: 0.01,
-            launch_period_ms: 1000,
+            launch_period_ms: 4000,
             launch_hit_cost_ns: 0,
         }
     }

@@ -59,15 +59,15 @@ pub struct LaunchController {
     calibrated: Instant,
 }
 
-/// While a process is over budget the hit cost is measured again this
-/// often, with this many calls per side and pairs (about 3 ms of the
-/// agent's CPU at 10 µs traps), and a new measurement has this weight in
-/// the running estimate. Every check (about once a second when bounded)
-/// doubled the agent's own CPU without making the estimate better.
-const RECALIBRATE_EVERY: Duration = Duration::from_secs(10);
+/// While a process is over budget the hit cost is measured again at most
+/// this often (at each completed check with the default 4 s period), with
+/// this many calls per side and pairs (about 3 ms of the agent's CPU at
+/// 10 µs traps), and a new measurement has this weight in the running
+/// estimate. A VM's trap cost moved between 9 and 17 µs within minutes here.
+const RECALIBRATE_EVERY: Duration = Duration::from_secs(2);
 const RECALIBRATE_CALLS: u32 = 100;
 const RECALIBRATE_PAIRS: u32 = 3;
-const RECALIBRATE_WEIGHT: f64 = 0.3;
+const RECALIBRATE_WEIGHT: f64 = 0.5;
 
 impl LaunchController {
     /// `None` when the mode is off (`launch_budget = 0`) or nothing is

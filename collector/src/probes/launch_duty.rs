@@ -103,19 +103,20 @@ impl LaunchDuty {
                 .map_or(0, |(open, close)| now.min(close).saturating_sub(open))
     }
 
-    /// Counted share of the time since the last snapshot (1 when the
-    /// launch probes counted all of it) and the counted seconds.
-    fn take_fraction(&mut self, now: u64) -> (f64, f64) {
+    /// Of the time since the last snapshot: the counted share (1 when the
+    /// launch probes counted all of it), the counted seconds and the
+    /// interval's seconds (0 at the first snapshot).
+    fn take_fraction(&mut self, now: u64) -> (f64, f64, f64) {
         let counted = self.counted_ns(now);
         let Some((last, counted_then)) = self.last_snapshot.replace((now, counted)) else {
-            return (1.0, 0.0);
+            return (1.0, 0.0, 0.0);
         };
         let on = counted.saturating_sub(counted_then) as f64 * 1e-9;
         let secs = now.saturating_sub(last) as f64 * 1e-9;
         if secs <= 0.0 {
-            return (1.0, 0.0);
+            return (1.0, 0.0, 0.0);
         }
-        ((on / secs).min(1.0), on)
+        ((on / secs).min(1.0), on, secs)
     }
 }
 
@@ -201,7 +202,7 @@ impl Probes {
             return 1.0;
         };
         // The clock read right after the counters were.
-        let (fraction, attached_s) = d.take_fraction(mono_ns());
+        let (fraction, attached_s, interval_s) = d.take_fraction(mono_ns());
         // Raw launches per pid in the interval (before scaling), for the controller.
         let mut raw: BTreeMap<u32, u64> = BTreeMap::new();
         let mut raw_total: BTreeMap<u32, u64> = BTreeMap::new();
@@ -212,12 +213,11 @@ impl Probes {
             *raw_total.entry(k.pid).or_default() += v.launches;
         }
         let share = d.trap_share.clone();
-        d.scaler.apply(launches, fraction, &share);
-        let interval_s = if fraction > 0.0 {
-            attached_s / fraction
+        if fraction >= 1.0 {
+            d.scaler.apply(launches, 1.0, 1.0, &share);
         } else {
-            0.0
-        };
+            d.scaler.apply(launches, attached_s, interval_s, &share);
+        }
         d.last_interval = Interval {
             attached_s,
             secs: interval_s,
