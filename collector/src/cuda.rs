@@ -18,9 +18,10 @@ pub struct CudaSnapshot {
     pub calls: BTreeMap<CallKey, CallStats>,
     /// (pid, `CUfunction`) → kernel name.
     pub names: BTreeMap<(u32, u64), String>,
-    /// Share of the time since the previous snapshot the launch probes were
-    /// attached: 1 = exact; below 1 the launch counters are estimates
-    /// (bounded-overhead mode, `crate::launch_budget`).
+    /// 1 when the launch probes counted all the time since the previous
+    /// snapshot (exact); below 1 the launch counters are estimates
+    /// (bounded-overhead mode, `crate::launch_budget`) and this is the
+    /// attached share of each duty period.
     pub launch_fraction: f64,
 }
 

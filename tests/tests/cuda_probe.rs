@@ -451,6 +451,8 @@ fn sampled_launch_counts_are_within_the_stated_error() {
                     launches_of(&snap)
                 );
                 fractions.push(ctl.fraction());
+                // Sampled is never reported as 0 (the wire's "exact").
+                assert!(snap.launch_fraction > 0.0, "{}", snap.launch_fraction);
                 next_window = now + Duration::from_millis(1000);
                 if exited {
                     break snap;

@@ -354,6 +354,7 @@ impl LaunchController {
         let was = self.fraction;
         self.fraction = d.fraction;
         probes.set_launch_trap_share(d.shares.clone());
+        probes.set_launch_duty(self.fraction);
         metrics::gauge!("faultline_cuda_launch_attached_fraction").set(self.fraction);
         if self.fraction >= 1.0 {
             // Exact: attached, counting without a window.

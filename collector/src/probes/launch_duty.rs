@@ -38,6 +38,8 @@ pub struct LaunchDuty {
     scaler: Scaler,
     /// Per pid: the share of its CPU the traps took while attached (from the controller).
     trap_share: BTreeMap<u32, f64>,
+    /// The controller's attached share of each period (1 = exact).
+    duty: f64,
     /// Of the last snapshot interval: attached seconds, interval seconds,
     /// and raw launches per pid counted in it.
     pub last_interval: Interval,
@@ -91,6 +93,7 @@ impl LaunchDuty {
             attached,
             // The gate starts zeroed: open, without end.
             window: attached.then(|| (mono_ns(), u64::MAX)),
+            duty: 1.0,
             ..Default::default()
         }
     }
@@ -187,6 +190,14 @@ impl Probes {
         }
     }
 
+    /// Sets the controller's attached share of each period (1 = exact),
+    /// which snapshots report as their sampled fraction.
+    pub fn set_launch_duty(&self, duty: f64) {
+        if let Ok(mut d) = self.launch.lock() {
+            d.duty = duty;
+        }
+    }
+
     /// The last snapshot interval's attached time and raw launches per pid.
     pub fn launch_interval(&self) -> Interval {
         self.launch
@@ -195,8 +206,11 @@ impl Probes {
             .unwrap_or_default()
     }
 
-    /// Scales `launches` (raw cumulative) into estimates by the attached
-    /// share since the previous snapshot; returns that share (1 = exact).
+    /// Scales `launches` (raw cumulative) into estimates by the counted time
+    /// since the previous snapshot; returns 1 when it was all counted (exact),
+    /// else the controller's attached share of each period (never 0: a
+    /// snapshot between two windows of a long period counted nothing, yet
+    /// is an estimate, not exact).
     pub(super) fn scale_launches(&self, launches: &mut BTreeMap<LaunchKey, LaunchStats>) -> f64 {
         let Ok(mut d) = self.launch.lock() else {
             return 1.0;
@@ -224,7 +238,13 @@ impl Probes {
             raw_launches: raw,
             raw_total,
         };
-        fraction
+        if fraction >= 1.0 {
+            1.0
+        } else if d.duty < 1.0 {
+            d.duty
+        } else {
+            fraction.max(crate::launch_budget::MIN_FRACTION)
+        }
     }
 }
 
