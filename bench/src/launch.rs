@@ -265,11 +265,7 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
             let b = Bpftrace::start(&prog)?;
             let (n, secs) = finish(spawn(a)?)?;
             let out = b.stop()?;
-            let counted: u64 = out
-                .lines()
-                .find_map(|l| l.strip_prefix("@: "))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
+            let counted = crate::peer::count_printed(&out);
             (n as f64 / secs, Some(counted as f64 / n as f64), Vec::new())
         }
     })

@@ -44,6 +44,15 @@ pub fn version() -> String {
         .unwrap_or_default()
 }
 
+/// The value of a `@ = count();` map that bpftrace printed at exit
+/// (`@: N`); 0 when absent.
+pub fn count_printed(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("@: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Ids of the BPF programs loaded now.
 pub fn prog_ids() -> BTreeSet<u32> {
     aya::programs::loaded_programs()

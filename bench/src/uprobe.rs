@@ -184,11 +184,7 @@ fn variant(
                     bt.push(lib.measure(calls));
                     let out = b.stop()?;
                     // It must have counted every call (`@: N` at exit).
-                    let n: u64 = out
-                        .lines()
-                        .find_map(|l| l.strip_prefix("@: "))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
+                    let n = crate::peer::count_printed(&out);
                     if n < calls {
                         bail!("bpftrace counted {n} of {calls} calls: {out}");
                     }
