@@ -189,7 +189,7 @@ pub struct CudaSection {
     /// (throughput kept: 0.83 at 250 ms, 0.96 at 1 s, 0.985 at 4 s).
     pub launch_period_ms: u64,
     /// Cost of one launch-probe hit, ns; 0 = measured at start and every
-    /// 10 s while a process is bounded.
+    /// 2 s while a process is bounded.
     pub launch_hit_cost_ns: u64,
 }
 
