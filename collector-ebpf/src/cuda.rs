@@ -359,7 +359,13 @@ fn launch_stats(key: &LaunchKey) -> Option<*mut LaunchStats> {
                 return Some(&raw mut (*slot).stats);
             }
             if (*k).pid == 0 {
-                *k = *key;
+                // The rest of the key is in place before the pid marks the
+                // slot as claimed (the collector may copy the slot meanwhile),
+                // as `block::agg_slot` does with its `used` flag.
+                (*k).device = key.device;
+                (*k).func = key.func;
+                core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+                core::ptr::write_volatile(&raw mut (*k).pid, key.pid);
                 return Some(&raw mut (*slot).stats);
             }
         }

@@ -68,13 +68,7 @@ pub struct HitCalibrator {
 /// CPU time of the calling thread, ns: preemption by other threads (a
 /// saturated host, the very case bounded mode is for) does not count.
 fn thread_cpu_ns() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill; the clock always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+    super::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) as f64
 }
 
 /// Thread CPU ns per call of `f` over `n` calls.

@@ -53,27 +53,16 @@ impl Probes {
         self.launch_slot_values().map(|s| s.key).collect()
     }
 
-    /// Cumulative CUDA aggregates, with each launched function's name joined
-    /// from the name map (`None` when its `cuModuleGetFunction` was not seen).
-    pub fn cuda_snapshot(&self) -> Result<CudaSnapshot, ProbeError> {
-        let launches_map = {
-            let m = self
-                .ebpf()
-                .map("CUDA_LAUNCH_AGG")
-                .ok_or(ProbeError::MissingMap("CUDA_LAUNCH_AGG"))?;
-            PerCpuHashMap::<&MapData, LaunchKey, LaunchStats>::try_from(m).map_err(|source| {
-                ProbeError::Map {
-                    name: "CUDA_LAUNCH_AGG",
-                    source,
-                }
-            })?
-        };
-        let calls_map = map::<CallKey, CallStats>(self, "CUDA_CALL_AGG")?;
-        let names_map = map::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES")?;
-        let err = |name| move |source| ProbeError::Map { name, source };
+    /// Raw cumulative launch counters per key, as the kernel counted them
+    /// (not scaled): the per-CPU hash values and the slots, summed.
+    pub(crate) fn raw_launches(&self) -> Result<BTreeMap<LaunchKey, LaunchStats>, ProbeError> {
+        let name = "CUDA_LAUNCH_AGG";
+        let m = self.ebpf().map(name).ok_or(ProbeError::MissingMap(name))?;
+        let h = PerCpuHashMap::<&MapData, LaunchKey, LaunchStats>::try_from(m)
+            .map_err(|source| ProbeError::Map { name, source })?;
         let mut sums: BTreeMap<LaunchKey, LaunchSum> = BTreeMap::new();
-        for e in launches_map.iter() {
-            let (k, per_cpu) = e.map_err(err("CUDA_LAUNCH_AGG"))?;
+        for e in h.iter() {
+            let (k, per_cpu) = e.map_err(|source| ProbeError::Map { name, source })?;
             let sum = sums.entry(k).or_default();
             for v in per_cpu.iter() {
                 sum.add(v);
@@ -82,9 +71,18 @@ impl Probes {
         for s in self.launch_slot_values() {
             sums.entry(s.key).or_default().add(&s.stats);
         }
-        let mut launches = BTreeMap::new();
+        Ok(sums.into_iter().map(|(k, s)| (k, s.total)).collect())
+    }
+
+    /// Cumulative CUDA aggregates, with each launched function's name joined
+    /// from the name map (`None` when its `cuModuleGetFunction` was not seen).
+    pub fn cuda_snapshot(&self) -> Result<CudaSnapshot, ProbeError> {
+        let mut launches = self.raw_launches()?;
+        let calls_map = map::<CallKey, CallStats>(self, "CUDA_CALL_AGG")?;
+        let names_map = map::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES")?;
+        let err = |name| move |source| ProbeError::Map { name, source };
         let mut names = BTreeMap::new();
-        for (k, sum) in sums {
+        for k in launches.keys() {
             let hk = HandleKey {
                 pid: k.pid,
                 _pad: 0,
@@ -93,7 +91,6 @@ impl Probes {
             if let Ok(n) = names_map.get(&hk, 0) {
                 names.insert((k.pid, k.func), crate::cuda::name_str(&n.name));
             }
-            launches.insert(k, sum.total);
         }
         let mut calls = BTreeMap::new();
         for e in calls_map.iter() {

@@ -52,15 +52,7 @@ const GATE_LEAD: Duration = Duration::from_micros(500);
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
 pub(crate) fn mono_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
+    super::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// The interval between the last two snapshots, for the controller.
@@ -138,18 +130,9 @@ impl Probes {
 
     /// Raw launches per pid as the kernel counted them (not scaled).
     pub fn raw_launch_totals(&self) -> Result<BTreeMap<u32, u64>, ProbeError> {
-        let name = "CUDA_LAUNCH_AGG";
-        let m = self.ebpf().map(name).ok_or(ProbeError::MissingMap(name))?;
-        let h =
-            aya::maps::PerCpuHashMap::<&aya::maps::MapData, LaunchKey, LaunchStats>::try_from(m)
-                .map_err(|source| ProbeError::Map { name, source })?;
         let mut out: BTreeMap<u32, u64> = BTreeMap::new();
-        for e in h.iter() {
-            let (k, per_cpu) = e.map_err(|source| ProbeError::Map { name, source })?;
-            *out.entry(k.pid).or_default() += per_cpu.iter().map(|v| v.launches).sum::<u64>();
-        }
-        for s in self.launch_slot_values() {
-            *out.entry(s.key.pid).or_default() += s.stats.launches;
+        for (k, v) in self.raw_launches()? {
+            *out.entry(k.pid).or_default() += v.launches;
         }
         Ok(out)
     }
@@ -227,11 +210,7 @@ impl Probes {
             *raw_total.entry(k.pid).or_default() += v.launches;
         }
         let share = d.trap_share.clone();
-        if fraction >= 1.0 {
-            d.scaler.apply(launches, 1.0, 1.0, &share);
-        } else {
-            d.scaler.apply(launches, attached_s, interval_s, &share);
-        }
+        d.scaler.apply(launches, attached_s, interval_s, &share);
         d.last_interval = Interval {
             attached_s,
             secs: interval_s,

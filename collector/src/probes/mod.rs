@@ -189,6 +189,19 @@ pub struct Probes {
     launch_slots: MmapArray<LaunchSlot>,
 }
 
+/// Clock `id` (`clock_gettime`) in ns.
+pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill; the callers pass clocks that exist.
+    unsafe { libc::clock_gettime(id, &mut t) };
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
 /// Maps the mmapable array `name` (`len` values) for the life of the probes.
 fn map_slots<T: aya::Pod>(
     ebpf: &Ebpf,
