@@ -326,6 +326,12 @@ pub fn fake_libcuda_nop5() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("nop5/libcuda.so.1")
 }
 
+/// The stand-in `libcuda.so.1` built with CET (`-fcf-protection=full`) and
+/// frame pointers: its functions start `endbr64; push %rbp`.
+pub fn fake_libcuda_cet() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("cet/libcuda.so.1")
+}
+
 /// The `launch_storm` program (launch-heavy stand-in: threads × launches).
 pub fn launch_storm() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("launch_storm")

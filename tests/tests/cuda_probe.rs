@@ -28,8 +28,12 @@ fn opts(lib: Option<PathBuf>) -> ProbeOptions {
 }
 
 fn run_workload(sync_us: u32, tokens: &[&str]) -> u32 {
+    run_workload_on(&tests::fake_libcuda(), sync_us, tokens)
+}
+
+fn run_workload_on(lib: &std::path::Path, sync_us: u32, tokens: &[&str]) -> u32 {
     let out = Command::new(tests::cuda_workload())
-        .arg(tests::fake_libcuda())
+        .arg(lib)
         .args(tokens)
         .env("FAKE_CUDA_SYNC_US", sync_us.to_string())
         .output()
@@ -51,12 +55,46 @@ fn run_workload(sync_us: u32, tokens: &[&str]) -> u32 {
 
 #[test]
 fn cuda_probes_count_exactly_what_the_workload_did() {
+    exact_counts(&tests::fake_libcuda());
+}
+
+/// The same workload against a CET build of the stand-in: every function
+/// starts `endbr64; push %rbp`, so the probes go 4 bytes in, onto the push
+/// (see `collector::probes::entry`); counts, names, durations and the
+/// launch arguments read from the stack must be exactly as at the entry.
+#[test]
+fn probes_past_endbr64_count_exactly_what_the_workload_did() {
+    let lib = tests::fake_libcuda_cet();
+    for sym in [
+        "cuLaunchKernel",
+        "cuStreamSynchronize",
+        "cuModuleGetFunction",
+    ] {
+        let code = collector::probes::entry::code_of(&lib, sym, 5).expect("read the stand-in");
+        assert_eq!(
+            code[..4],
+            collector::probes::entry::ENDBR64,
+            "{sym}: {code:x?}"
+        );
+        assert_eq!(code[4], 0x55, "{sym} then pushes %rbp: {code:x?}");
+        assert_eq!(collector::probes::entry::offset_of(&lib, sym), 4);
+    }
+    // The plain build starts with an ordinary instruction: probed at entry.
+    assert_eq!(
+        collector::probes::entry::offset_of(&tests::fake_libcuda(), "cuLaunchKernel"),
+        0
+    );
+    exact_counts(&lib);
+}
+
+fn exact_counts(lib: &std::path::Path) {
     let _k = tests::kernel_lock();
     if !tests::require_bpf("cuda_probe") {
         return;
     }
+    let run_workload = |sync_us: u32, tokens: &[&str]| run_workload_on(lib, sync_us, tokens);
     tests::runtime().block_on(async {
-        let mut probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
+        let mut probes = Probes::load(&opts(Some(lib.to_path_buf()))).expect("load probes");
         let inactive: Vec<_> = probes
             .status()
             .iter()
@@ -190,7 +228,7 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
             );
             assert!(s.dur_max_ns >= want && s.dur_max_ns < want + 150_000_000);
         }
-        let k = probes.kernel_stats().unwrap();
+        let k = probes.kernel_stats().expect("kernel stats");
         assert_eq!(k[stat::CUDA_AGG_MAP_FULL as usize], 0);
         assert_eq!(k[stat::CUDA_UNMATCHED_RETURN as usize], 0);
         // gemm_kernel twice (two processes), softmax, lib_attention as CUkernel

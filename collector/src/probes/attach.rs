@@ -76,7 +76,7 @@ pub(super) fn attach_cuda(
     status: &mut Vec<ProbeStatus>,
 ) -> (
     Option<std::path::PathBuf>,
-    Vec<(&'static str, &'static str, u64, UProbeLinkId)>,
+    Vec<(&'static str, &'static str, u64, u64, UProbeLinkId)>,
 ) {
     let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
         Ok(p) => p,
@@ -94,13 +94,23 @@ pub(super) fn attach_cuda(
     let mut launch_links = Vec::new();
     for spec in table::CUDA_PROBES {
         let mut outcome = Ok(());
+        // Past a leading endbr64 (see `entry`): entry and return probe on
+        // the same address, one breakpoint.
+        let skip = super::entry::offset_of(&lib, spec.symbol);
+        if skip > 0 {
+            tracing::debug!(
+                symbol = spec.symbol,
+                skip,
+                "probing past endbr64, onto the prologue"
+            );
+        }
         for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
             let Some(prog_name) = prog_name else { continue };
             let r = attach_one_link(
                 ebpf,
                 &mut loaded,
                 prog_name,
-                UProbeAttachLocation::Symbol(spec.symbol),
+                location(spec.symbol, skip),
                 spec.cookie,
                 &lib,
             )
@@ -115,7 +125,7 @@ pub(super) fn attach_cuda(
             match r {
                 Ok(id) => {
                     if table::is_launch_program(prog_name) {
-                        launch_links.push((prog_name, spec.symbol, spec.cookie, id));
+                        launch_links.push((prog_name, spec.symbol, skip, spec.cookie, id));
                     }
                 }
                 Err(e) => {
@@ -167,6 +177,15 @@ pub(super) fn attach_one(
 }
 
 /// [`attach_one`], returning the link (to detach it later).
+/// `symbol`, or `skip` bytes into it.
+pub(super) fn location(symbol: &str, skip: u64) -> UProbeAttachLocation<'_> {
+    if skip == 0 {
+        UProbeAttachLocation::Symbol(symbol)
+    } else {
+        UProbeAttachLocation::SymbolOffset(symbol, skip)
+    }
+}
+
 pub(super) fn attach_one_link(
     ebpf: &mut Ebpf,
     loaded: &mut Vec<&'static str>,

@@ -4,10 +4,7 @@
 //! scaling the launch counters of each snapshot by it.
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
-use aya::programs::{
-    uprobe::{UProbeAttachLocation, UProbeLinkId},
-    UProbe,
-};
+use aya::programs::{uprobe::UProbeLinkId, UProbe};
 use collector_common::cuda::{LaunchKey, LaunchStats};
 
 use super::{attach::attach_one_link, ProbeError, Probes};
@@ -18,6 +15,8 @@ use crate::launch_budget::Scaler;
 struct LaunchLink {
     program: &'static str,
     symbol: &'static str,
+    /// Bytes into the symbol where the probe goes (`super::entry`).
+    skip: u64,
     cookie: u64,
     link: Option<UProbeLinkId>,
 }
@@ -68,16 +67,17 @@ pub struct Interval {
 impl LaunchDuty {
     pub(super) fn new(
         lib: Option<PathBuf>,
-        links: Vec<(&'static str, &'static str, u64, UProbeLinkId)>,
+        links: Vec<(&'static str, &'static str, u64, u64, UProbeLinkId)>,
     ) -> Self {
         let attached = !links.is_empty();
         Self {
             lib,
             links: links
                 .into_iter()
-                .map(|(program, symbol, cookie, link)| LaunchLink {
+                .map(|(program, symbol, skip, cookie, link)| LaunchLink {
                     program,
                     symbol,
+                    skip,
                     cookie,
                     link: Some(link),
                 })
@@ -290,7 +290,7 @@ fn set_links(
                 ebpf,
                 &mut loaded,
                 l.program,
-                UProbeAttachLocation::Symbol(l.symbol),
+                super::attach::location(l.symbol, l.skip),
                 l.cookie,
                 &lib,
             )

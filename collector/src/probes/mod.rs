@@ -9,6 +9,7 @@ pub mod block;
 pub mod btf;
 pub mod cuda;
 pub mod drain;
+pub mod entry;
 pub mod exec;
 pub mod launch_control;
 pub mod launch_duty;
