@@ -41,6 +41,21 @@ pub struct Args {
     /// Bounded mode's duty period, ms (the collector's default).
     #[arg(long, default_value_t = 4000)]
     period_ms: u64,
+    /// The stand-in's build: `plain` (entries single-stepped, the worst
+    /// case) or `cet` (`endbr64; push %rbp`: faultline probes the emulated
+    /// push, bpftrace the symbol).
+    #[arg(long, default_value = "plain", value_parser = ["plain", "cet"])]
+    entry: String,
+}
+
+impl Args {
+    fn library(&self) -> std::path::PathBuf {
+        if self.entry == "cet" {
+            tests::fake_libcuda_cet()
+        } else {
+            tests::fake_libcuda()
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -99,7 +114,7 @@ struct Storm {
 
 fn spawn(a: &Args) -> Result<Storm> {
     let mut child = Command::new(tests::launch_storm())
-        .arg(tests::fake_libcuda())
+        .arg(a.library())
         .args([
             a.threads.to_string(),
             a.seconds.to_string(),
@@ -149,7 +164,7 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
         verbs: false,
         cuda: true,
         cuda_search: Search {
-            configured: Some(tests::fake_libcuda()),
+            configured: Some(a.library()),
             ld_cache: false,
             proc_root: None,
             usual: vec![],
@@ -260,7 +275,7 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
         Config::Bpftrace => {
             let prog = format!(
                 "uprobe:{}:cuLaunchKernel {{ @ = count(); }}",
-                tests::fake_libcuda().display()
+                a.library().display()
             );
             let b = Bpftrace::start(&prog)?;
             let (n, secs) = finish(spawn(a)?)?;
@@ -368,8 +383,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let report = Report {
         benchmark: "cuda_launch_bounded_overhead",
         workload: format!(
-            "launch_storm: {} threads, cuLaunchKernel + {} ns CPU per launch, {} s",
-            a.threads, a.work_ns, a.seconds
+            "launch_storm ({} stand-in): {} threads, cuLaunchKernel + {} ns CPU per launch, {} s",
+            a.entry, a.threads, a.work_ns, a.seconds
         ),
         rounds: a.rounds,
         budget: a.budget,
