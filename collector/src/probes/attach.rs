@@ -92,11 +92,11 @@ pub(super) fn attach_cuda(
     let mut loaded: Vec<&'static str> = Vec::new();
     let mut attached = 0usize;
     let mut launch_links = Vec::new();
-    for spec in table::CUDA_PROBES {
+    // Past a leading endbr64 (see `entry`): entry and return probe on the
+    // same address, one breakpoint. The library is parsed once for all.
+    let skips = super::entry::offsets_of(&lib, table::CUDA_PROBES.iter().map(|p| p.symbol));
+    for (spec, &skip) in table::CUDA_PROBES.iter().zip(&skips) {
         let mut outcome = Ok(());
-        // Past a leading endbr64 (see `entry`): entry and return probe on
-        // the same address, one breakpoint.
-        let skip = super::entry::offset_of(&lib, spec.symbol);
         if skip > 0 {
             tracing::debug!(
                 symbol = spec.symbol,
@@ -176,7 +176,6 @@ pub(super) fn attach_one(
     attach_one_link(ebpf, loaded, prog, loc, cookie, target).map(|_| ())
 }
 
-/// [`attach_one`], returning the link (to detach it later).
 /// `symbol`, or `skip` bytes into it.
 pub(super) fn location(symbol: &str, skip: u64) -> UProbeAttachLocation<'_> {
     if skip == 0 {
@@ -186,6 +185,7 @@ pub(super) fn location(symbol: &str, skip: u64) -> UProbeAttachLocation<'_> {
     }
 }
 
+/// [`attach_one`], returning the link (to detach it later).
 pub(super) fn attach_one_link(
     ebpf: &mut Ebpf,
     loaded: &mut Vec<&'static str>,

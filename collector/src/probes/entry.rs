@@ -30,18 +30,27 @@ pub fn skip(code: &[u8]) -> u64 {
     }
 }
 
-/// The first `len` bytes of `symbol`'s code in the ELF file `path`
-/// (dynamic symbols first, then the symbol table).
-pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
-    let f = File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
-    let cache = ReadCache::new(f);
-    let obj =
-        object::File::parse(&cache).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+/// An ELF file, parsed, for reading its symbols' code.
+type Elf<'a> = object::File<'a, &'a ReadCache<File>>;
+
+fn open(path: &Path) -> Result<ReadCache<File>, String> {
+    File::open(path)
+        .map(ReadCache::new)
+        .map_err(|e| format!("opening {}: {e}", path.display()))
+}
+
+fn parse<'a>(path: &Path, cache: &'a ReadCache<File>) -> Result<Elf<'a>, String> {
+    object::File::parse(cache).map_err(|e| format!("parsing {}: {e}", path.display()))
+}
+
+/// The first `len` bytes of `symbol`'s code in `obj` (dynamic symbols
+/// first, then the symbol table).
+fn code_in(obj: &Elf<'_>, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
     let sym = obj
         .dynamic_symbols()
         .chain(obj.symbols())
         .find(|s| s.name() == Ok(symbol) && s.is_definition())
-        .ok_or_else(|| format!("{symbol} not defined in {}", path.display()))?;
+        .ok_or_else(|| format!("{symbol} not defined"))?;
     let index = sym
         .section_index()
         .ok_or_else(|| format!("{symbol} is in no section"))?;
@@ -56,17 +65,44 @@ pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
         .ok_or_else(|| format!("{symbol}'s code is outside its section"))
 }
 
-/// The offset from `symbol` at which to attach its uprobes in `path`: past
-/// a leading `endbr64`, else 0 (also when the code cannot be read: the
-/// attach then reports its own error).
+/// The first `len` bytes of `symbol`'s code in the ELF file `path`.
+pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
+    let cache = open(path)?;
+    code_in(&parse(path, &cache)?, symbol, len).map_err(|e| format!("{e} in {}", path.display()))
+}
+
+/// For each of `symbols`, the offset from it at which to attach its uprobes
+/// in `path`: past a leading `endbr64`, else 0 (also when the code cannot
+/// be read: the attach then reports its own error). The file is parsed once.
+pub fn offsets_of<'s>(path: &Path, symbols: impl Iterator<Item = &'s str>) -> Vec<u64> {
+    let cache = open(path);
+    let obj = cache
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|c| parse(path, c));
+    symbols
+        .map(|symbol| {
+            match obj
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|o| code_in(o, symbol, ENDBR64.len() as u64))
+            {
+                Ok(code) => skip(&code),
+                Err(e) => {
+                    tracing::debug!(symbol, error = %e, "reading a probed function's first instruction");
+                    0
+                }
+            }
+        })
+        .collect()
+}
+
+/// [`offsets_of`] for one symbol.
 pub fn offset_of(path: &Path, symbol: &str) -> u64 {
-    match code_of(path, symbol, ENDBR64.len() as u64) {
-        Ok(code) => skip(&code),
-        Err(e) => {
-            tracing::debug!(symbol, error = %e, "reading a probed function's first instruction");
-            0
-        }
-    }
+    offsets_of(path, std::iter::once(symbol))
+        .first()
+        .copied()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
