@@ -44,16 +44,31 @@ pub struct Args {
     /// The stand-in's build: `plain` (entries single-stepped, the worst
     /// case) or `cet` (`endbr64; push %rbp`: faultline probes the emulated
     /// push, bpftrace the symbol).
-    #[arg(long, default_value = "plain", value_parser = ["plain", "cet"])]
-    entry: String,
+    #[arg(long, value_enum, default_value_t = Build::Plain)]
+    entry: Build,
+}
+
+/// The stand-in's builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Build {
+    Plain,
+    Cet,
+}
+
+impl Build {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Cet => "cet",
+        }
+    }
 }
 
 impl Args {
     fn library(&self) -> std::path::PathBuf {
-        if self.entry == "cet" {
-            tests::fake_libcuda_cet()
-        } else {
-            tests::fake_libcuda()
+        match self.entry {
+            Build::Cet => tests::fake_libcuda_cet(),
+            Build::Plain => tests::fake_libcuda(),
         }
     }
 }
@@ -100,6 +115,8 @@ struct Report {
     rounds: u32,
     budget: f64,
     uprobe_hit_cost_ns: f64,
+    /// The kind of instruction faultline's launch probe sits on.
+    probed_entry: &'static str,
     peer: String,
     rows: Vec<Row>,
     target_bounded_ratio_min: f64,
@@ -190,10 +207,14 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
             let mut p = Probes::load(&opts)?;
             // As the collector runs it: the hit cost measured at start and
             // again while the stand-in is bounded.
+            let kind = p
+                .launch_entry_kind()
+                .context("no launch probes attached")?;
             let mut ctl = LaunchController::calibrating(
                 a.budget,
                 Duration::from_millis(a.period_ms),
                 Path::new("/proc"),
+                kind,
             )?;
             let first = p.cuda_snapshot()?;
             let me = std::process::id();
@@ -295,7 +316,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .enable_all()
         .build()?;
     let _g = rt.enter();
-    let hit_ns = collector::probes::measure_uprobe_hit_ns(500)?;
+    // The hit cost on an entry of the kind faultline probes in this build.
+    let kind = collector::probes::entry::placement_of(&a.library(), "cuLaunchKernel").kind;
+    let hit_ns = collector::probes::measure_uprobe_hit_ns(kind, 500)?;
     let mut configs = vec![
         Config::Without,
         Config::FaultlineExact,
@@ -344,12 +367,14 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         })
         .collect();
     println!(
-        "launch-heavy stand-in: {} threads × (cuLaunchKernel + {} µs CPU), {} s × {} rounds; uprobe hit {:.0} ns",
+        "launch-heavy stand-in ({} build): {} threads × (cuLaunchKernel + {} µs CPU), {} s × {} rounds; uprobe hit {:.0} ns on a {} entry",
+        a.entry.name(),
         a.threads,
         a.work_ns as f64 / 1e3,
         a.seconds,
         a.rounds,
-        hit_ns
+        hit_ns,
+        kind.name()
     );
     println!("| configuration | median launches/s | median ratio / without | counted / truth (per round) |");
     println!("|---|---|---|---|");
@@ -384,11 +409,15 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         benchmark: "cuda_launch_bounded_overhead",
         workload: format!(
             "launch_storm ({} stand-in): {} threads, cuLaunchKernel + {} ns CPU per launch, {} s",
-            a.entry, a.threads, a.work_ns, a.seconds
+            a.entry.name(),
+            a.threads,
+            a.work_ns,
+            a.seconds
         ),
         rounds: a.rounds,
         budget: a.budget,
         uprobe_hit_cost_ns: hit_ns,
+        probed_entry: kind.name(),
         peer: if peer {
             crate::peer::version()
         } else {

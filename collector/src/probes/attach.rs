@@ -69,15 +69,11 @@ pub(super) fn unload_btf(ebpf: &mut Ebpf, spec: &ProbeSpec) {
 /// Attaches the CUDA uprobes to the discovered library. Every outcome is
 /// recorded in `status`; nothing here stops the collector.
 /// Returns the library and the launch symbols' links (for duty-cycling).
-#[allow(clippy::type_complexity)]
 pub(super) fn attach_cuda(
     ebpf: &mut Ebpf,
     opts: &ProbeOptions,
     status: &mut Vec<ProbeStatus>,
-) -> (
-    Option<std::path::PathBuf>,
-    Vec<(&'static str, &'static str, u64, u64, UProbeLinkId)>,
-) {
+) -> (Option<std::path::PathBuf>, Vec<super::launch_duty::LaunchLink>) {
     let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
         Ok(p) => p,
         Err(e) => {
@@ -94,16 +90,17 @@ pub(super) fn attach_cuda(
     let mut launch_links = Vec::new();
     // Past a leading endbr64 (see `entry`): entry and return probe on the
     // same address, one breakpoint. The library is parsed once for all.
-    let skips = super::entry::offsets_of(&lib, table::CUDA_PROBES.iter().map(|p| p.symbol));
-    for (spec, &skip) in table::CUDA_PROBES.iter().zip(&skips) {
+    let placements =
+        super::entry::placements_of(&lib, table::CUDA_PROBES.iter().map(|p| p.symbol));
+    for (spec, &placement) in table::CUDA_PROBES.iter().zip(&placements) {
         let mut outcome = Ok(());
-        if skip > 0 {
-            tracing::debug!(
-                symbol = spec.symbol,
-                skip,
-                "probing past endbr64, onto the prologue"
-            );
-        }
+        let skip = placement.skip;
+        tracing::debug!(
+            symbol = spec.symbol,
+            skip,
+            entry = placement.kind.name(),
+            "probe placement (past a leading endbr64, onto the prologue)"
+        );
         for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
             let Some(prog_name) = prog_name else { continue };
             let r = attach_one_link(
@@ -125,7 +122,13 @@ pub(super) fn attach_cuda(
             match r {
                 Ok(id) => {
                     if table::is_launch_program(prog_name) {
-                        launch_links.push((prog_name, spec.symbol, skip, spec.cookie, id));
+                        launch_links.push(super::launch_duty::LaunchLink {
+                            program: prog_name,
+                            symbol: spec.symbol,
+                            placement,
+                            cookie: spec.cookie,
+                            link: Some(id),
+                        });
                     }
                 }
                 Err(e) => {

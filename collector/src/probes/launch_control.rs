@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{ProbeError, Probes};
+use super::{entry::EntryKind, ProbeError, Probes};
 use crate::{
     config::CudaSection,
     launch_budget::{self, ProcWindow},
@@ -88,7 +88,9 @@ impl LaunchController {
             // The empty trap alone: in a launching process the program's
             // own work adds little (measured: a launch storm's cost per
             // launch is within 5 % of this).
-            match crate::probes::HitCalibrator::new().and_then(|mut c| {
+            // Calibrated on an entry of the launch probe's own kind.
+            let kind = probes.launch_entry_kind().unwrap_or(EntryKind::Stepped);
+            match crate::probes::HitCalibrator::new(kind).and_then(|mut c| {
                 let ns = c.measure(500, 7)?;
                 Ok((c, ns))
             }) {
@@ -106,9 +108,14 @@ impl LaunchController {
         metrics::gauge!("faultline_cuda_launch_hit_cost_seconds").set(hit_cost_ns * 1e-9);
         metrics::gauge!("faultline_cuda_launch_attached_fraction").set(1.0);
         say(format!(
-            "cuda launch probes: bounded-overhead mode on (budget {:.2}% of a process's CPU, hit cost {:.0} ns)",
+            "cuda launch probes: bounded-overhead mode on (budget {:.2}% of a process's CPU, hit cost {:.0} ns{})",
             cfg.launch_budget * 100.0,
-            hit_cost_ns
+            hit_cost_ns,
+            match &calibrator {
+                Some(c) => format!(" measured on a {} entry, the launch probe's kind", c.kind().name()),
+                None if cfg.launch_hit_cost_ns > 0 => " as configured".to_string(),
+                None => " assumed".to_string(),
+            }
         ));
         let mut ctl = Self::with(
             cfg.launch_budget,
@@ -120,15 +127,17 @@ impl LaunchController {
         Some(ctl)
     }
 
-    /// A controller that measures the per-hit cost itself, at start and
-    /// again at each check while a process is over budget (what the
+    /// A controller that measures the per-hit cost itself on an entry of
+    /// `kind` (the launch probe's, [`Probes::launch_entry_kind`]), at start
+    /// and again at each check while a process is over budget (what the
     /// collector does unless `cuda.launch_hit_cost_ns` is set).
     pub fn calibrating(
         budget: f64,
         period: Duration,
         proc_root: &std::path::Path,
+        kind: EntryKind,
     ) -> Result<Self, ProbeError> {
-        let mut c = crate::probes::HitCalibrator::new()?;
+        let mut c = crate::probes::HitCalibrator::new(kind)?;
         let ns = c.measure(500, 7)?;
         let mut ctl = Self::with(budget, period, ns * 1e-9, proc_root);
         ctl.calibrator = Some(c);

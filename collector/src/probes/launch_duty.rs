@@ -7,18 +7,23 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 use aya::programs::{uprobe::UProbeLinkId, UProbe};
 use collector_common::cuda::{LaunchKey, LaunchStats};
 
-use super::{attach::attach_one_link, ProbeError, Probes};
+use super::{
+    attach::attach_one_link,
+    entry::{EntryKind, Placement},
+    ProbeError, Probes,
+};
 use crate::launch_budget::Scaler;
 
-/// One launch symbol's uprobe: program, symbol, cookie, and its link while attached.
+/// One launch symbol's uprobe: program, symbol, placement, cookie, and its
+/// link while attached.
 #[derive(Debug)]
-struct LaunchLink {
-    program: &'static str,
-    symbol: &'static str,
-    /// Bytes into the symbol where the probe goes (`super::entry`).
-    skip: u64,
-    cookie: u64,
-    link: Option<UProbeLinkId>,
+pub(super) struct LaunchLink {
+    pub program: &'static str,
+    pub symbol: &'static str,
+    /// Where in the symbol the probe goes and on what (`super::entry`).
+    pub placement: Placement,
+    pub cookie: u64,
+    pub link: Option<UProbeLinkId>,
 }
 
 /// The launch probes' attach state and the accounting of counted time.
@@ -65,23 +70,11 @@ pub struct Interval {
 }
 
 impl LaunchDuty {
-    pub(super) fn new(
-        lib: Option<PathBuf>,
-        links: Vec<(&'static str, &'static str, u64, u64, UProbeLinkId)>,
-    ) -> Self {
+    pub(super) fn new(lib: Option<PathBuf>, links: Vec<LaunchLink>) -> Self {
         let attached = !links.is_empty();
         Self {
             lib,
-            links: links
-                .into_iter()
-                .map(|(program, symbol, skip, cookie, link)| LaunchLink {
-                    program,
-                    symbol,
-                    skip,
-                    cookie,
-                    link: Some(link),
-                })
-                .collect(),
+            links,
             attached,
             // The gate starts zeroed: open, without end.
             window: attached.then(|| (mono_ns(), u64::MAX)),
@@ -140,6 +133,18 @@ impl Probes {
     /// Whether there are launch probes to duty-cycle.
     pub fn has_launch_probes(&self) -> bool {
         self.launch.lock().is_ok_and(|d| !d.links.is_empty())
+    }
+
+    /// The kind of instruction the launch probes sit on, which sets what a
+    /// hit costs: `cuLaunchKernel`'s (nearly every launch goes through
+    /// it), else the first launch symbol's. `None` without launch probes.
+    pub fn launch_entry_kind(&self) -> Option<EntryKind> {
+        let d = self.launch.lock().ok()?;
+        d.links
+            .iter()
+            .find(|l| l.symbol == "cuLaunchKernel")
+            .or_else(|| d.links.first())
+            .map(|l| l.placement.kind)
     }
 
     /// Attaches or detaches the launch uprobes (`cuLaunchKernel`,
@@ -290,7 +295,7 @@ fn set_links(
                 ebpf,
                 &mut loaded,
                 l.program,
-                super::attach::location(l.symbol, l.skip),
+                super::attach::location(l.symbol, l.placement.skip),
                 l.cookie,
                 &lib,
             )

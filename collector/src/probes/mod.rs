@@ -7,6 +7,7 @@ mod attach;
 pub mod bench;
 pub mod block;
 pub mod btf;
+pub mod calibrate;
 pub mod cuda;
 pub mod drain;
 pub mod entry;
@@ -37,9 +38,8 @@ use crate::{
     tracefs::{Tracefs, TracefsError},
 };
 use attach::{attach, attach_cuda, attach_verbs, unload_btf};
-pub use bench::{
-    bench_object, measure_uprobe_hit_ns, BenchProducer, BenchRecord, EmptyUprobe, HitCalibrator,
-};
+pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyUprobe};
+pub use calibrate::{measure_uprobe_hit_ns, HitCalibrator};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
