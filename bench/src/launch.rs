@@ -207,9 +207,7 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
             let mut p = Probes::load(&opts)?;
             // As the collector runs it: the hit cost measured at start and
             // again while the stand-in is bounded.
-            let kind = p
-                .launch_entry_kind()
-                .context("no launch probes attached")?;
+            let kind = p.launch_entry_kind().context("no launch probes attached")?;
             let mut ctl = LaunchController::calibrating(
                 a.budget,
                 Duration::from_millis(a.period_ms),

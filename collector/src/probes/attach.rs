@@ -73,7 +73,10 @@ pub(super) fn attach_cuda(
     ebpf: &mut Ebpf,
     opts: &ProbeOptions,
     status: &mut Vec<ProbeStatus>,
-) -> (Option<std::path::PathBuf>, Vec<super::launch_duty::LaunchLink>) {
+) -> (
+    Option<std::path::PathBuf>,
+    Vec<super::launch_duty::LaunchLink>,
+) {
     let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
         Ok(p) => p,
         Err(e) => {
@@ -90,8 +93,7 @@ pub(super) fn attach_cuda(
     let mut launch_links = Vec::new();
     // Past a leading endbr64 (see `entry`): entry and return probe on the
     // same address, one breakpoint. The library is parsed once for all.
-    let placements =
-        super::entry::placements_of(&lib, table::CUDA_PROBES.iter().map(|p| p.symbol));
+    let placements = super::entry::placements_of(&lib, table::CUDA_PROBES.iter().map(|p| p.symbol));
     for (spec, &placement) in table::CUDA_PROBES.iter().zip(&placements) {
         let mut outcome = Ok(());
         let skip = placement.skip;

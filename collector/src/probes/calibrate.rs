@@ -206,7 +206,12 @@ impl HitCalibrator {
             "/proc/self/exe",
             UProbeScope::CallingProcess,
         )
-        .map_err(|e| err(format!("{} entry at {offset:#x} of /proc/self/exe: {e}", kind.name())))?;
+        .map_err(|e| {
+            err(format!(
+                "{} entry at {offset:#x} of /proc/self/exe: {e}",
+                kind.name()
+            ))
+        })?;
         Ok(Self {
             _ebpf: ebpf,
             kind,
@@ -267,7 +272,9 @@ mod tests {
     fn the_functions_are_found_in_the_mapped_binary() {
         let off = file_offset_of(function_of(EntryKind::Push) as usize).expect("mapped");
         let exe = std::fs::read("/proc/self/exe").expect("read the test binary");
-        let at = exe.get(off as usize..off as usize + 8).expect("offset inside the file");
+        let at = exe
+            .get(off as usize..off as usize + 8)
+            .expect("offset inside the file");
         assert_eq!(at, code_of(EntryKind::Push));
     }
 }

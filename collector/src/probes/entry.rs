@@ -150,10 +150,7 @@ pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
 /// leading `endbr64`, else at the start (also when the code cannot be read:
 /// the attach then reports its own error, and the kind is taken as
 /// single-stepped, the costly one). The file is parsed once.
-pub fn placements_of<'s>(
-    path: &Path,
-    symbols: impl Iterator<Item = &'s str>,
-) -> Vec<Placement> {
+pub fn placements_of<'s>(path: &Path, symbols: impl Iterator<Item = &'s str>) -> Vec<Placement> {
     let cache = open(path);
     let obj = cache
         .as_ref()
@@ -210,20 +207,20 @@ mod tests {
     fn entries_are_classified_the_way_the_kernel_takes_them() {
         use EntryKind::*;
         let cases: &[(&[u8], EntryKind)] = &[
-            (&[0x55, 0x48, 0x89, 0xe5], Push),        // push %rbp
-            (&[0x41, 0x57, 0x41, 0x56], Push),        // push %r15
-            (&[0x90, 0xc3], Nop),                     // nop
-            (&[0x66, 0x90], Nop),                     // xchg %ax,%ax
-            (&[0x0f, 0x1f, 0x40, 0x00], LongNop),     // nopl 0x0(%rax)
-            (&[0x0f, 0x1f, 0x44, 0x00, 0x00], Nop5),  // the optimisable nop
-            (&[0xe9, 0, 0, 0, 0], Branch),            // jmp rel32
-            (&[0x74, 0x05], Branch),                  // je rel8
-            (&[0x0f, 0x84, 0, 0, 0, 0], Branch),      // je rel32
-            (&[0x48, 0x85, 0xff], Stepped),           // test %rdi,%rdi
-            (&[0x48, 0x89, 0xf8], Stepped),           // mov %rdi,%rax
-            (&[0x48, 0x83, 0xec, 0x28], Stepped),     // sub $0x28,%rsp
-            (&[0xf3, 0x0f, 0x1e, 0xfa], Stepped),     // endbr64 itself
-            (&[0x40, 0x55], Stepped),                 // rex push: stepped
+            (&[0x55, 0x48, 0x89, 0xe5], Push),       // push %rbp
+            (&[0x41, 0x57, 0x41, 0x56], Push),       // push %r15
+            (&[0x90, 0xc3], Nop),                    // nop
+            (&[0x66, 0x90], Nop),                    // xchg %ax,%ax
+            (&[0x0f, 0x1f, 0x40, 0x00], LongNop),    // nopl 0x0(%rax)
+            (&[0x0f, 0x1f, 0x44, 0x00, 0x00], Nop5), // the optimisable nop
+            (&[0xe9, 0, 0, 0, 0], Branch),           // jmp rel32
+            (&[0x74, 0x05], Branch),                 // je rel8
+            (&[0x0f, 0x84, 0, 0, 0, 0], Branch),     // je rel32
+            (&[0x48, 0x85, 0xff], Stepped),          // test %rdi,%rdi
+            (&[0x48, 0x89, 0xf8], Stepped),          // mov %rdi,%rax
+            (&[0x48, 0x83, 0xec, 0x28], Stepped),    // sub $0x28,%rsp
+            (&[0xf3, 0x0f, 0x1e, 0xfa], Stepped),    // endbr64 itself
+            (&[0x40, 0x55], Stepped),                // rex push: stepped
             (&[], Stepped),
         ];
         for (code, kind) in cases {
@@ -231,10 +228,19 @@ mod tests {
         }
         // Past endbr64: the prologue's push.
         let cet = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5];
-        assert_eq!(Placement::of(&cet), Placement { skip: 4, kind: Push });
+        assert_eq!(
+            Placement::of(&cet),
+            Placement {
+                skip: 4,
+                kind: Push
+            }
+        );
         assert_eq!(
             Placement::of(&[0x48, 0x85, 0xff]),
-            Placement { skip: 0, kind: Stepped }
+            Placement {
+                skip: 0,
+                kind: Stepped
+            }
         );
     }
 }
