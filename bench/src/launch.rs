@@ -425,7 +425,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         target_bounded_ratio_min: 0.98,
         target_count_error_max: 0.05,
     };
-    let path = out_dir.join("launch.json");
+    let path = out_dir.join(match a.entry {
+        Build::Plain => "launch.json",
+        Build::Cet => "launch_cet.json",
+    });
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {}", path.display());
     Ok(())

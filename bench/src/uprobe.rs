@@ -1,7 +1,7 @@
 //! Uprobe cost: ns per `cuLaunchKernel` call on the stand-in driver with no
 //! probe, with an empty uprobe, and with faultline's probes, for both the
-//! plain stand-in (ordinary function entry, like the real driver: the kernel
-//! traps with int3) and the nop5 stand-in (5-byte-nop entry: the kernel's
+//! plain stand-in (an ordinary, single-stepped first instruction: the
+//! kernel traps with int3, then single-steps it) and the nop5 stand-in (5-byte-nop entry: the kernel's
 //! optimised uprobe path). Rounds alternate between configurations.
 use std::{
     ffi::CString,
@@ -277,7 +277,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let variants = vec![
         variant(
             &plain,
-            "ordinary (int3 trap, like the real driver)",
+            "ordinary (int3 trap + single step)",
             a,
             a.calls,
             peer,

@@ -152,6 +152,7 @@ fn main() -> Result<()> {
                 vec![
                     vec!["uprobe".into()],
                     vec!["launch".into()],
+                    vec!["launch".into(), "--entry".into(), "cet".into()],
                     vec!["block".into()],
                     vec!["ring".into()],
                     vec!["footprint".into()],
@@ -174,6 +175,7 @@ fn main() -> Result<()> {
             for name in [
                 "uprobe",
                 "launch",
+                "launch_cet",
                 "block",
                 "ring",
                 "footprint",
