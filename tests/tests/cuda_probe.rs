@@ -500,14 +500,14 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
                 .map(|(_, v)| v.launches)
                 .sum()
         };
-        let first = probes.cuda_snapshot().unwrap();
+        let first = probes.cuda_snapshot().expect("snapshot");
         let mut fractions = Vec::new();
         let mut next_window = Instant::now() + Duration::from_millis(1000);
         let last = loop {
             let exited = child.try_wait().expect("try_wait").is_some();
             let now = Instant::now();
             if exited || now >= next_window {
-                let snap = probes.cuda_snapshot().unwrap();
+                let snap = probes.cuda_snapshot().expect("snapshot");
                 let iv = probes.launch_interval();
                 eprintln!(
                     "window: attached {:.4} s of {:.3} s raw {:?} frac {} est {}",
@@ -528,7 +528,7 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
             }
             let t = ctl.next_event(probes.launch_probes_attached());
             if t <= now {
-                ctl.on_event(&mut probes).unwrap();
+                ctl.on_event(&mut probes).expect("controller event");
             } else {
                 std::thread::sleep(t.min(next_window) - now);
             }
