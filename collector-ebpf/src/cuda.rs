@@ -7,7 +7,7 @@
 //! - `CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
 //!   blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes, CUstream hStream,
 //!   void **kernelParams, void **extra)` and `cuLaunchCooperativeKernel` (same
-//!   leading arguments, no `extra`) → [`cuda_launch`]. On x86-64 the 7th..9th
+//!   leading arguments, no `extra`) → [`cuda_launch`] and [`cuda_launch_coop`]. On x86-64 the 7th..9th
 //!   arguments are on the stack: `[sp+8]` blockDimZ, `[sp+16]` sharedMemBytes,
 //!   `[sp+24]` hStream.
 //! - `CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
@@ -382,7 +382,8 @@ fn record_launch(pid_tgid: u64, kind: u32, func: u64, grid: [u32; 3], bxy: [u32;
         bump(stat::CUDA_AGG_MAP_FULL);
         return;
     };
-    bump(stat::CUDA_CALLS);
+    // Launches are not added to `stat::CUDA_CALLS`: they have their own
+    // counters, and the launch path touches as few cache lines as it can.
     // SAFETY (all `*s`): valid pointer to this CPU's slot or per-CPU map
     // value; uprobes run with migration disabled and a thread cannot re-enter
     // its own uprobe.
@@ -440,13 +441,25 @@ fn record_launch(pid_tgid: u64, kind: u32, func: u64, grid: [u32; 3], bxy: [u32;
     }
 }
 
-/// uprobe: `cuLaunchKernel` / `cuLaunchCooperativeKernel` (cookie = kind).
+/// uprobe: `cuLaunchKernel`. One program per launch symbol, the kind a
+/// constant: no attach-cookie helper call on the hottest path (it was a
+/// measurable part of the program's cost).
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
+    launch(&ctx, call::LAUNCH_KERNEL)
+}
+
+/// uprobe: `cuLaunchCooperativeKernel` (the same leading arguments).
+#[uprobe]
+pub fn cuda_launch_coop(ctx: ProbeContext) -> u32 {
+    launch(&ctx, call::LAUNCH_COOPERATIVE)
+}
+
+#[inline(always)]
+fn launch(ctx: &ProbeContext, kind: u32) -> u32 {
     if !launch_counts() {
         return 0;
     }
-    let kind = cookie(&ctx) as u32;
     let func: u64 = ctx.arg(0).unwrap_or(0);
     let gx: u64 = ctx.arg(1).unwrap_or(0);
     let gy: u64 = ctx.arg(2).unwrap_or(0);

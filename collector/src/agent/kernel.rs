@@ -99,7 +99,7 @@ pub const BENCH_ONLY: &[u32] = &[stat::BENCH_EVENTS, stat::BENCH_RING_FULL];
 /// HELP for the families above.
 pub fn describe() {
     use metrics::describe_counter as d;
-    d!("faultline_probe_kernel_events_total", "Events counted in the kernel per probe (exec events, block issues and completions, CUDA calls, events and names, verbs completions)");
+    d!("faultline_probe_kernel_events_total", "Events counted in the kernel per probe (exec events, block issues and completions, CUDA calls other than launches, events and names, verbs completions)");
     d!(
         "faultline_ring_lost_total",
         "Events dropped in the kernel because a ring was full"

@@ -263,7 +263,10 @@ use collector_common::cuda::call;
 
 /// The launch programs: the ones bounded-overhead mode duty-cycles.
 pub fn is_launch_program(program: &str) -> bool {
-    matches!(program, "cuda_launch" | "cuda_launch_ex")
+    matches!(
+        program,
+        "cuda_launch" | "cuda_launch_coop" | "cuda_launch_ex"
+    )
 }
 
 /// The CUDA driver-API probes (see `collector-ebpf/src/cuda.rs` for prototypes).
@@ -277,7 +280,7 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
     ),
     up(
         "cuLaunchCooperativeKernel",
-        "cuda_launch",
+        "cuda_launch_coop",
         None,
         call::LAUNCH_COOPERATIVE as u64,
         true,
