@@ -41,6 +41,34 @@ struct Lib {
     launch: LaunchFn,
 }
 
+/// The stand-in's copies of `cuLaunchKernel` (same entry code), one per
+/// configuration of the interleaved measurement besides faultline's.
+const COPY_EMPTY: &str = "faultline_bench_copy_empty";
+const COPY_PEER: &str = "faultline_bench_copy_peer";
+const COPY_NONE: &str = "faultline_bench_copy_none";
+
+/// One call of a launch-shaped function, as the timed loops make it.
+#[inline(always)]
+fn call_launch(launch: LaunchFn, i: u64) -> i32 {
+    let f = 0x1000 as *mut libc::c_void;
+    // SAFETY: the stand-in only inspects the scalar arguments.
+    unsafe {
+        launch(
+            std::hint::black_box(f),
+            1 + (i & 1) as u32,
+            1,
+            1,
+            128,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
 impl Lib {
     fn open(path: &Path) -> Result<Self> {
         let c = CString::new(path.as_os_str().as_encoded_bytes())?;
@@ -49,14 +77,24 @@ impl Lib {
         if handle.is_null() {
             bail!("dlopen {} failed", path.display());
         }
+        let mut lib = Self {
+            handle,
+            launch: dummy_launch,
+        };
+        lib.launch = lib.symbol("cuLaunchKernel")?;
+        Ok(lib)
+    }
+
+    /// A launch-shaped function of the stand-in.
+    fn symbol(&self, name: &str) -> Result<LaunchFn> {
+        let c = CString::new(name)?;
         // SAFETY: valid handle and symbol name.
-        let sym = unsafe { libc::dlsym(handle, c"cuLaunchKernel".as_ptr()) };
+        let sym = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
         if sym.is_null() {
-            bail!("cuLaunchKernel not in {}", path.display());
+            bail!("{name} not in the stand-in (rebuild it: cargo build -p tests)");
         }
-        // SAFETY: the stand-in exports cuLaunchKernel with this C signature.
-        let launch: LaunchFn = unsafe { std::mem::transmute::<*mut libc::c_void, LaunchFn>(sym) };
-        Ok(Self { handle, launch })
+        // SAFETY: the stand-in exports it with cuLaunchKernel's C signature.
+        Ok(unsafe { std::mem::transmute::<*mut libc::c_void, LaunchFn>(sym) })
     }
 
     /// ns per call over `n` calls, in the calling thread's CPU time (user
@@ -65,26 +103,9 @@ impl Lib {
     /// process, the collector's threads, the VM's neighbours) does not
     /// count; wall time swung by ±50 ns a call on nop5 entries here.
     fn measure(&self, n: u64) -> f64 {
-        let f = 0x1000 as *mut libc::c_void;
         let t0 = thread_cpu_ns();
         for i in 0..n {
-            // SAFETY: the stand-in only inspects the scalar arguments.
-            let r = unsafe {
-                (self.launch)(
-                    std::hint::black_box(f),
-                    1 + (i & 1) as u32,
-                    1,
-                    1,
-                    128,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                )
-            };
-            std::hint::black_box(r);
+            std::hint::black_box(call_launch(self.launch, i));
         }
         thread_cpu_ns().saturating_sub(t0) as f64 / n as f64
     }
@@ -99,6 +120,23 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: a valid timespec to fill; the clock exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
     (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Placeholder until the real symbol is looked up.
+unsafe extern "C" fn dummy_launch(
+    _: *mut libc::c_void,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: *mut libc::c_void,
+    _: *mut *mut libc::c_void,
+    _: *mut *mut libc::c_void,
+) -> i32 {
+    0
 }
 
 impl Drop for Lib {
@@ -128,6 +166,121 @@ struct Variant {
     /// after the timed rounds): what each program itself costs, without the
     /// trap that all three pay alike.
     program_ns_per_call: ProgramNs,
+    /// All configurations in place at once, each on its own copy of the
+    /// function, the calls alternating (see [`interleaved`]).
+    interleaved: Interleaved,
+}
+
+/// Per-call costs (10 %-trimmed means) with every configuration in place at once: the empty
+/// uprobe, faultline and bpftrace each on their own copy of
+/// `cuLaunchKernel` (same entry code) and one copy unprobed, called in turn
+/// (the order rotated call by call), each call timed by the TSC. The
+/// machine's drift (this VM's single-step trap moved between 9.8 and 14 µs
+/// within a minute) then falls on every configuration alike, which
+/// separate timed runs cannot give.
+#[derive(Serialize, Default)]
+struct Interleaved {
+    calls_each: u64,
+    mean_no_probe_ns: f64,
+    mean_empty_uprobe_ns: f64,
+    mean_faultline_ns: f64,
+    mean_bpftrace_count_ns: f64,
+    /// (faultline − no probe) / (empty − no probe): the probe's cost over
+    /// the empty probe's, the call itself and the timing taken out.
+    ratio_faultline_over_empty: f64,
+    ratio_bpftrace_count_over_empty: f64,
+}
+
+/// Mean of the middle 80 % of `v`: the preemptions and interrupts in the
+/// top tail are dropped, and unlike a median it resolves differences below
+/// the counter's step (this VM's TSC reads advance by ~10 ns).
+fn trimmed_mean(v: &mut [u64]) -> f64 {
+    v.sort_unstable();
+    let cut = v.len() / 10;
+    let mid = &v[cut..v.len() - cut];
+    if mid.is_empty() {
+        return 0.0;
+    }
+    mid.iter().map(|&x| x as f64).sum::<f64>() / mid.len() as f64
+}
+
+/// The TSC.
+#[inline(always)]
+fn ticks() -> u64 {
+    // SAFETY: rdtsc is available on every x86-64 CPU.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+fn interleaved(
+    lib: &Lib,
+    lib_path: &Path,
+    opts: &ProbeOptions,
+    bt_prog: &str,
+    calls: u64,
+    peer: bool,
+) -> Result<Interleaved> {
+    // Order: none, empty, faultline, bpftrace.
+    let fns = [
+        lib.symbol(COPY_NONE)?,
+        lib.symbol(COPY_EMPTY)?,
+        lib.launch,
+        lib.symbol(COPY_PEER)?,
+    ];
+    let _e = EmptyUprobe::attach(lib_path, COPY_EMPTY)?;
+    let p = Probes::load(opts)?;
+    if !p.is_attached("cuLaunchKernel") {
+        bail!("cuLaunchKernel probe not attached: {:?}", p.status());
+    }
+    let b = if peer {
+        Some(crate::peer::Bpftrace::start(bt_prog)?)
+    } else {
+        None
+    };
+    for i in 0..calls / 20 {
+        for f in fns {
+            std::hint::black_box(call_launch(f, i));
+        }
+    }
+    let mut t: [Vec<u64>; 4] = std::array::from_fn(|_| Vec::with_capacity(calls as usize));
+    let (w0, c0) = (std::time::Instant::now(), ticks());
+    for i in 0..calls {
+        for k in 0..4 {
+            let j = (i as usize + k) % 4;
+            let t0 = ticks();
+            std::hint::black_box(call_launch(fns[j], i));
+            t[j].push(ticks().wrapping_sub(t0));
+        }
+    }
+    let ns_per_tick = w0.elapsed().as_nanos() as f64 / ticks().wrapping_sub(c0).max(1) as f64;
+    if let Some(b) = b {
+        let out = b.stop()?;
+        let n = crate::peer::count_printed(&out);
+        if n < calls {
+            bail!("bpftrace counted {n} of {calls} calls on {COPY_PEER}: {out}");
+        }
+    }
+    drop(p);
+    let mean: Vec<f64> = t
+        .iter_mut()
+        .map(|v| trimmed_mean(v) * ns_per_tick)
+        .collect();
+    let over = |x: f64| {
+        let d = mean[1] - mean[0];
+        if d > 0.0 {
+            (x - mean[0]) / d
+        } else {
+            0.0
+        }
+    };
+    Ok(Interleaved {
+        calls_each: calls,
+        mean_no_probe_ns: mean[0],
+        mean_empty_uprobe_ns: mean[1],
+        mean_faultline_ns: mean[2],
+        mean_bpftrace_count_ns: if peer { mean[3] } else { 0.0 },
+        ratio_faultline_over_empty: over(mean[2]),
+        ratio_bpftrace_count_over_empty: if peer { over(mean[3]) } else { 0.0 },
+    })
 }
 
 #[derive(Serialize, Default)]
@@ -240,6 +393,8 @@ fn variant(
         crate::median(&bt),
     );
     let (rf, rb) = (paired(&full, &empty), paired(&bt, &empty));
+    let inter = interleaved(&lib, lib_path, &opts, &bt_prog.replace("cuLaunchKernel", COPY_PEER), calls, peer)
+        .context("interleaved measurement")?;
     Ok(Variant {
         library: lib_path.display().to_string(),
         entry,
@@ -254,6 +409,7 @@ fn variant(
         ratio_faultline_over_empty: rf,
         ratio_bpftrace_count_over_empty: rb,
         program_ns_per_call: prog,
+        interleaved: inter,
     })
 }
 
@@ -327,6 +483,25 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             v.program_ns_per_call.empty,
             v.program_ns_per_call.faultline,
             v.program_ns_per_call.bpftrace_count
+        );
+    }
+    println!(
+        "interleaved: every configuration in place at once, each on its own copy of the function, calls alternating ({} each), TSC per call, 10 %-trimmed means; ratios (x − no probe) / (empty − no probe)",
+        variants.first().map_or(0, |v| v.interleaved.calls_each)
+    );
+    println!("| entry | no probe | empty uprobe | faultline | bpftrace count() | faultline / empty | bpftrace / empty |");
+    println!("|---|---|---|---|---|---|---|");
+    for v in &variants {
+        let i = &v.interleaved;
+        println!(
+            "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} |",
+            v.entry,
+            i.mean_no_probe_ns,
+            i.mean_empty_uprobe_ns,
+            i.mean_faultline_ns,
+            i.mean_bpftrace_count_ns,
+            i.ratio_faultline_over_empty,
+            i.ratio_bpftrace_count_over_empty
         );
     }
     let report = Report {

@@ -174,17 +174,31 @@ CUresult FN(cuKernelGetFunction)(CUfunction *pFunc, CUkernel kernel) {
 }
 TRAMP(cuKernelGetFunction)
 
-CUresult FN(cuLaunchKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                            unsigned int gridDimZ, unsigned int blockDimX,
-                            unsigned int blockDimY, unsigned int blockDimZ,
-                            unsigned int sharedMemBytes, CUstream hStream,
-                            void **kernelParams, void **extra) {
-    (void)hStream; (void)kernelParams; (void)extra; (void)sharedMemBytes;
-    if (!f || !gridDimX || !gridDimY || !gridDimZ || !blockDimX || !blockDimY || !blockDimZ)
-        return CUDA_ERROR_INVALID_VALUE;
-    return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-TRAMP(cuLaunchKernel)
+/* cuLaunchKernel's body; `invalid` differs between copies so that no
+ * compiler merges them (identical-code folding would turn a copy into a
+ * jump to another, changing its entry). */
+#define LAUNCH_LIKE(name, invalid)                                               \
+    CUresult FN(name)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,  \
+                      unsigned int gridDimZ, unsigned int blockDimX,             \
+                      unsigned int blockDimY, unsigned int blockDimZ,            \
+                      unsigned int sharedMemBytes, CUstream hStream,             \
+                      void **kernelParams, void **extra) {                       \
+        (void)hStream; (void)kernelParams; (void)extra; (void)sharedMemBytes;    \
+        if (!f || !gridDimX || !gridDimY || !gridDimZ || !blockDimX ||           \
+            !blockDimY || !blockDimZ)                                            \
+            return invalid;                                                      \
+        return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;              \
+    }                                                                            \
+    TRAMP(name)
+
+LAUNCH_LIKE(cuLaunchKernel, CUDA_ERROR_INVALID_VALUE)
+
+/* Copies of cuLaunchKernel, same entry code, for the uprobe benchmark's
+ * interleaved measurement: each tool probes its own copy, and the calls
+ * alternate, so the machine's drift falls on all of them alike. */
+LAUNCH_LIKE(faultline_bench_copy_empty, 9001)
+LAUNCH_LIKE(faultline_bench_copy_peer, 9002)
+LAUNCH_LIKE(faultline_bench_copy_none, 9003)
 
 CUresult FN(cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction f,
                               void **kernelParams, void **extra) {
