@@ -393,8 +393,15 @@ fn variant(
         crate::median(&bt),
     );
     let (rf, rb) = (paired(&full, &empty), paired(&bt, &empty));
-    let inter = interleaved(&lib, lib_path, &opts, &bt_prog.replace("cuLaunchKernel", COPY_PEER), calls, peer)
-        .context("interleaved measurement")?;
+    let inter = interleaved(
+        &lib,
+        lib_path,
+        &opts,
+        &bt_prog.replace("cuLaunchKernel", COPY_PEER),
+        calls,
+        peer,
+    )
+    .context("interleaved measurement")?;
     Ok(Variant {
         library: lib_path.display().to_string(),
         entry,
