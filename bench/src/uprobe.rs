@@ -219,6 +219,14 @@ fn interleaved(
     calls: u64,
     peer: bool,
 ) -> Result<Interleaved> {
+    // Every copy must be probed on the same kind of entry as cuLaunchKernel.
+    let want = collector::probes::entry::placement_of(lib_path, "cuLaunchKernel");
+    for copy in [COPY_NONE, COPY_EMPTY, COPY_PEER] {
+        let got = collector::probes::entry::placement_of(lib_path, copy);
+        if got != want {
+            bail!("{copy} starts {got:?}, cuLaunchKernel {want:?}: the copies must match");
+        }
+    }
     // Order: none, empty, faultline, bpftrace.
     let fns = [
         lib.symbol(COPY_NONE)?,
