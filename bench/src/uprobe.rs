@@ -113,13 +113,7 @@ impl Lib {
 
 /// CLOCK_THREAD_CPUTIME_ID, ns.
 fn thread_cpu_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill; the clock exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
+    collector::probes::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Placeholder until the real symbol is looked up.
@@ -219,12 +213,19 @@ fn interleaved(
     calls: u64,
     peer: bool,
 ) -> Result<Interleaved> {
-    // Every copy must be probed on the same kind of entry as cuLaunchKernel.
-    let want = collector::probes::entry::placement_of(lib_path, "cuLaunchKernel");
-    for copy in [COPY_NONE, COPY_EMPTY, COPY_PEER] {
-        let got = collector::probes::entry::placement_of(lib_path, copy);
-        if got != want {
-            bail!("{copy} starts {got:?}, cuLaunchKernel {want:?}: the copies must match");
+    // Every copy must be probed on the same kind of entry as cuLaunchKernel
+    // (the library parsed once for all four).
+    let copies = [COPY_NONE, COPY_EMPTY, COPY_PEER];
+    let placed = collector::probes::entry::placements_of(
+        lib_path,
+        std::iter::once("cuLaunchKernel").chain(copies),
+    );
+    for (copy, got) in copies.iter().zip(&placed[1..]) {
+        if *got != placed[0] {
+            bail!(
+                "{copy} starts {got:?}, cuLaunchKernel {:?}: the copies must match",
+                placed[0]
+            );
         }
     }
     // Order: none, empty, faultline, bpftrace.

@@ -582,15 +582,7 @@ fn hit_cost_is_calibrated_on_the_launch_probes_own_kind() {
         v.sort_by(f64::total_cmp);
         v[1]
     };
-    let kinds = [
-        EntryKind::Push,
-        EntryKind::Nop,
-        EntryKind::LongNop,
-        EntryKind::Nop5,
-        EntryKind::Branch,
-        EntryKind::Stepped,
-    ];
-    let ns: Vec<(EntryKind, f64)> = kinds.iter().map(|&k| (k, cost(k))).collect();
+    let ns: Vec<(EntryKind, f64)> = EntryKind::ALL.iter().map(|&k| (k, cost(k))).collect();
     eprintln!("hit cost by entry kind, ns: {ns:?}");
     let of = |k: EntryKind| ns.iter().find(|(x, _)| *x == k).map_or(0.0, |(_, c)| *c);
     // Every probed entry costs something: the trap is there.

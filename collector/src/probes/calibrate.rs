@@ -256,14 +256,7 @@ mod tests {
 
     #[test]
     fn each_calibration_entry_is_of_its_kind() {
-        for kind in [
-            EntryKind::Push,
-            EntryKind::Nop,
-            EntryKind::LongNop,
-            EntryKind::Nop5,
-            EntryKind::Branch,
-            EntryKind::Stepped,
-        ] {
+        for kind in EntryKind::ALL {
             let code = code_of(kind);
             assert_eq!(EntryKind::of(&code), kind, "{code:02x?}");
             assert_eq!(super::super::entry::skip(&code), 0, "{code:02x?}");

@@ -27,7 +27,7 @@ pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 /// How the kernel takes a uprobe on an instruction, by kind: what a hit
 /// costs depends on it more than on anything else (the module docs), so
 /// bounded-overhead mode calibrates its per-hit cost on an entry of the
-/// probed function's own kind (`super::bench::HitCalibrator`).
+/// probed function's own kind (`super::calibrate::HitCalibrator`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryKind {
     /// `push` of a general register: emulated in the trap.
@@ -46,6 +46,16 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    /// Every kind.
+    pub const ALL: [Self; 6] = [
+        Self::Push,
+        Self::Nop,
+        Self::LongNop,
+        Self::Nop5,
+        Self::Branch,
+        Self::Stepped,
+    ];
+
     /// The instruction at the start of `code`'s kind.
     pub fn of(code: &[u8]) -> Self {
         if code.starts_with(&NOP5) {
@@ -81,6 +91,13 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Where a function whose code cannot be read is probed: at its start,
+    /// taken as single-stepped (the costly kind).
+    pub const UNREAD: Self = Self {
+        skip: 0,
+        kind: EntryKind::Stepped,
+    };
+
     /// The placement for a function whose code starts with `code`.
     pub fn of(code: &[u8]) -> Self {
         let skip = skip(code);
@@ -166,10 +183,7 @@ pub fn placements_of<'s>(path: &Path, symbols: impl Iterator<Item = &'s str>) ->
                 Ok(code) => Placement::of(&code),
                 Err(e) => {
                     tracing::debug!(symbol, error = %e, "reading a probed function's first instruction");
-                    Placement {
-                        skip: 0,
-                        kind: EntryKind::Stepped,
-                    }
+                    Placement::UNREAD
                 }
             }
         })
@@ -181,10 +195,7 @@ pub fn placement_of(path: &Path, symbol: &str) -> Placement {
     placements_of(path, std::iter::once(symbol))
         .first()
         .copied()
-        .unwrap_or(Placement {
-            skip: 0,
-            kind: EntryKind::Stepped,
-        })
+        .unwrap_or(Placement::UNREAD)
 }
 
 #[cfg(test)]

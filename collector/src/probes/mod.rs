@@ -191,7 +191,7 @@ pub struct Probes {
 }
 
 /// Clock `id` (`clock_gettime`) in ns.
-pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
+pub fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
