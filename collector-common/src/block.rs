@@ -107,20 +107,22 @@ const _: () = assert!(core::mem::size_of::<InflightVal>() == 32);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RqInflight {
+    /// The probe's own start time; 0 when the kernel's `start_time_ns` (the
+    /// one `/sys/block/<dev>/stat` uses) times the request instead.
     pub issue_ns: u64,
     pub cgroup_id: u64,
     /// Bytes completed so far (`block_rq_complete`), moved into the aggregate at done.
     pub bytes: u64,
     /// Start sector (read only while per-request sampling is on; else 0).
     pub sector: u64,
-    pub pid: u32,
     /// `major << 20 | minor` of the request's disk.
     pub dev: u32,
     /// One of [`op`].
     pub op: u32,
-    pub _pad: u32,
+    /// Pads [`RqSlot`] to one cache line.
+    pub _pad: [u64; 2],
 }
-const _: () = assert!(core::mem::size_of::<RqInflight>() == 48);
+const _: () = assert!(core::mem::size_of::<RqInflight>() == 56);
 
 /// Per-CPU direct-mapped aggregate slots (`BLOCK_AGG_SLOTS`) in front of
 /// the per-CPU hash map `BLOCK_AGG`: on each CPU a key claims slot
@@ -156,14 +158,17 @@ pub const RQ_SLOTS: u32 = 1 << RQ_SLOT_BITS;
 pub const RQ_SLOT_BITS: u32 = 16;
 
 /// One slot: the owning request as a number (its pointer's distance from
-/// the table, never 0; 0 = free) and its record.
+/// the table, never 0; 0 = free) and its record. 64 bytes: the table is
+/// mmapable, so its values start on a page and each slot fills exactly one
+/// cache line (the start and the done of a request often run on different
+/// CPUs; a slot across two lines moved both between them).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RqSlot {
     pub rq: u64,
     pub rec: RqInflight,
 }
-const _: () = assert!(core::mem::size_of::<RqSlot>() == 56);
+const _: () = assert!(core::mem::size_of::<RqSlot>() == 64);
 
 /// The slot of request `rq` (a pointer, or its distance from a fixed
 /// address): a multiplicative hash, which spreads the tag set's evenly

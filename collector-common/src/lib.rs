@@ -122,6 +122,10 @@ pub mod stat {
     /// Partial completions of timed block requests (the record followed the
     /// request's advancing sector).
     pub const BLOCK_PARTIAL: u32 = 20;
+    /// Block requests counted without a latency: the kernel did not time
+    /// them (no `RQF_IO_STAT`: the device's `queue/iostats` is off) and the
+    /// probes had not yet switched to their own start clock.
+    pub const BLOCK_UNTIMED: u32 = 21;
     /// Number of slots.
-    pub const COUNT: u32 = 21;
+    pub const COUNT: u32 = 22;
 }

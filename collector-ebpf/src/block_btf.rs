@@ -5,23 +5,32 @@
 //! record is formatted, no `rwbs` string built), and with the request pointer
 //! as the in-flight key a partial completion needs no re-keying.
 //!
-//! - `block_io_start(struct request *rq)`: start the clock in the submitter.
+//! - `block_io_start(struct request *rq)`: note the submitter's cgroup.
 //! - `block_io_done(struct request *rq)`: count the request (where the kernel
-//!   counts it in `/sys/block/<dev>/stat`).
+//!   counts it in `/sys/block/<dev>/stat`), timed from the kernel's own start
+//!   stamp `rq->start_time_ns` (what the stat's time fields use), so no
+//!   program reads the clock twice per request.
 //! - `block_rq_issue(struct request *rq)`: the request's bytes and flushes
 //!   (mode IO), or the clock of every request (mode RQ).
 //! - `block_rq_complete(struct request *rq, blk_status_t error, unsigned int
 //!   nr_bytes)`: mode RQ only: completed bytes and the count.
 //!
-//! Struct offsets (`request.q`, `request.cmd_flags`, `request.__sector`,
-//! `request.__data_len`, `request_queue.disk`, `gendisk.major`,
-//! `gendisk.first_minor`) come from the running kernel's BTF and are patched
-//! into the globals below before load; fields are read with direct loads the
+//! Struct offsets (`request.q`, `request.cmd_flags`, `request.rq_flags`,
+//! `request.__sector`, `request.__data_len`, `request.start_time_ns`,
+//! `request_queue.disk`, `gendisk.major`, `gendisk.first_minor`) and the bit
+//! of `RQF_IO_STAT` come from the running kernel's BTF and are patched into
+//! the globals below before load; fields are read with direct loads the
 //! verifier checks against BTF (no helper call).
+//!
+//! The kernel stamps `start_time_ns` only for requests it accounts
+//! (`RQF_IO_STAT`: the device's `queue/iostats` is on, the default). A
+//! completed read, write or discard without the flag switches every later
+//! start to the probe's own clock (`BLOCK_OWN_CLOCK`), as does a kernel whose
+//! BTF does not name the flag; the requests completed before the switch are
+//! counted untimed (`stat::BLOCK_UNTIMED`).
 use core::sync::atomic::{compiler_fence, Ordering};
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap},
     programs::BtfTracePointContext,
@@ -44,6 +53,14 @@ static BTF_RQ_OFF_Q: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static BTF_RQ_OFF_CMD_FLAGS: Global<u32> = Global::new(24);
 #[unsafe(no_mangle)]
+static BTF_RQ_OFF_RQ_FLAGS: Global<u32> = Global::new(28);
+#[unsafe(no_mangle)]
+static BTF_RQ_OFF_START_TIME: Global<u32> = Global::new(96);
+/// `RQF_IO_STAT` as a mask of `request.rq_flags`; 0 = not in the kernel's
+/// BTF, so the probes always take their own start time.
+#[unsafe(no_mangle)]
+static BTF_RQF_IO_STAT: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
 static BTF_RQ_OFF_DATA_LEN: Global<u32> = Global::new(44);
 #[unsafe(no_mangle)]
 static BTF_RQ_OFF_SECTOR: Global<u32> = Global::new(48);
@@ -64,6 +81,13 @@ static BTF_DISK_OFF_FIRST_MINOR: Global<u32> = Global::new(4);
 #[map(name = "BLOCK_RQ_SLOTS")]
 static BLOCK_RQ_SLOTS: Array<RqSlot> =
     Array::with_max_entries(RQ_SLOTS, aya_ebpf::bindings::BPF_F_MMAPABLE);
+
+/// Non-zero once a completed read, write or discard carried no kernel start
+/// stamp (a device with `queue/iostats` off): from then on `block_io_start`
+/// takes the probe's own start time too. One flag for all devices: the
+/// extra clock read is the price of timing such a device at all.
+#[map(name = "BLOCK_OWN_CLOCK")]
+static BLOCK_OWN_CLOCK: Array<u32> = Array::with_max_entries(1, 0);
 
 /// Overflow of `BLOCK_RQ_SLOTS`: requests whose slot another in-flight
 /// request holds.
@@ -176,23 +200,43 @@ fn rq_op(rq: u64) -> u32 {
     op_of_cmd_flags(read::<u32>(rq, BTF_RQ_OFF_CMD_FLAGS.load()))
 }
 
-/// Starts the clock for `rq`, whose op is `op`.
+/// Whether `block_io_start` takes its own start time (see `BLOCK_OWN_CLOCK`).
 #[inline(always)]
-fn start(rq: u64, op: u32) {
+fn own_clock() -> bool {
+    if BTF_RQF_IO_STAT.load() == 0 {
+        return true;
+    }
+    BLOCK_OWN_CLOCK.get(0).is_some_and(|f| *f != 0)
+}
+
+/// The kernel's start stamp of `rq` when it accounts the request.
+#[inline(always)]
+fn kernel_start(rq: u64) -> Option<u64> {
+    let mask = BTF_RQF_IO_STAT.load();
+    if mask == 0 || read::<u32>(rq, BTF_RQ_OFF_RQ_FLAGS.load()) & mask == 0 {
+        return None;
+    }
+    let t: u64 = read(rq, BTF_RQ_OFF_START_TIME.load());
+    (t != 0).then_some(t)
+}
+
+/// Records `rq`'s start (its op is `op`): the submitter's cgroup, the
+/// device, and the time when `own_clock` (else the kernel's stamp times it).
+#[inline(always)]
+fn start(rq: u64, op: u32, own_clock: bool) {
     let sector = if BLOCK_SAMPLE_EVERY.load() != 0 && op != op::FLUSH {
         read::<u64>(rq, BTF_RQ_OFF_SECTOR.load())
     } else {
         0
     };
     let val = RqInflight {
-        issue_ns: now_ns(),
+        issue_ns: if own_clock { now_ns() } else { 0 },
         cgroup_id: cgroup_id(),
         bytes: 0,
         sector,
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         dev: rq_dev(rq),
         op,
-        _pad: 0,
+        _pad: [0; 2],
     };
     bump(stat::BLOCK_ISSUED);
     // A record left by a request the probes never saw finish is replaced
@@ -203,26 +247,44 @@ fn start(rq: u64, op: u32) {
 }
 
 /// Counts a finished request: its in-flight record's device, op, cgroup and
-/// latency (a request started before the attach is read from the request
-/// and counted untimed, cgroup 0). `extra_bytes` is added too (mode RQ).
+/// latency, timed from the record's own start time or else the kernel's
+/// stamp (a request started before the attach is read from the request,
+/// cgroup 0). `extra_bytes` is added too (mode RQ).
 #[inline(always)]
 fn done(rq: u64, extra_bytes: u64) {
     let rec = take(rq);
-    let now = now_ns();
-    let (dev, op, cgroup_id, latency, bytes, sector) = match rec {
+    let (dev, op, cgroup_id, own_start, bytes, sector) = match rec {
         Some(r) => (
             r.dev,
             r.op,
             r.cgroup_id,
-            (r.issue_ns != 0).then(|| now.saturating_sub(r.issue_ns)),
+            r.issue_ns,
             r.bytes + extra_bytes,
             r.sector,
         ),
         None => {
             bump(stat::BLOCK_UNMATCHED);
-            (rq_dev(rq), rq_op(rq), 0, None, extra_bytes, 0)
+            (rq_dev(rq), rq_op(rq), 0, 0, extra_bytes, 0)
         }
     };
+    let started = if own_start != 0 {
+        Some(own_start)
+    } else {
+        kernel_start(rq)
+    };
+    let latency = started.map(|t| now_ns().saturating_sub(t));
+    if latency.is_none() && rec.is_some() {
+        bump(stat::BLOCK_UNTIMED);
+        // A read, write or discard the kernel did not time: its device does
+        // not keep I/O statistics, so take our own start times from now on.
+        // (Passthrough and other ops are never stamped by the kernel.)
+        if matches!(op, op::READ | op::WRITE | op::DISCARD) {
+            if let Some(f) = BLOCK_OWN_CLOCK.get_ptr_mut(0) {
+                // SAFETY: a one-entry array's value; every writer stores 1.
+                unsafe { core::ptr::write_volatile(f, 1) };
+            }
+        }
+    }
     let key = BlockKey { dev, op, cgroup_id };
     let Some(s) = agg_slot(&key) else {
         bump(stat::BLOCK_AGG_MAP_FULL);
@@ -238,7 +300,7 @@ fn done(rq: u64, extra_bytes: u64) {
 #[btf_tracepoint(function = "block_io_start")]
 pub fn block_btf_io_start(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
-    start(rq, rq_op(rq));
+    start(rq, rq_op(rq), own_clock());
     0
 }
 
@@ -262,7 +324,10 @@ pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
     let op = rq_op(rq);
     if BLOCK_MODE.load() == MODE_RQ || op == op::FLUSH {
-        start(rq, op);
+        // Timed from issue with the probe's own clock: the flush request's
+        // kernel stamp is not the flush's start, and mode RQ times issue to
+        // completion.
+        start(rq, op, true);
         return 0;
     }
     let len = (u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load())) >> 9) << 9;
@@ -274,16 +339,16 @@ pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
             }
         },
         None => {
-            // Started before the attach: counted untimed at done, cgroup 0.
+            // Started before the attach: cgroup 0, timed by the kernel's
+            // stamp at done.
             let val = RqInflight {
                 issue_ns: 0,
                 cgroup_id: 0,
                 bytes: len,
                 sector: 0,
-                pid: 0,
                 dev: rq_dev(rq),
                 op,
-                _pad: 0,
+                _pad: [0; 2],
             };
             if !put(rq, &val) {
                 bump(stat::BLOCK_START_MAP_FULL);

@@ -137,6 +137,16 @@ impl LoopDevice {
         ))
     }
 
+    /// Turns the kernel's I/O statistics for the device on or off
+    /// (`queue/iostats`). The setting outlives a detach (loop devices are
+    /// reused), so a test that turns it off turns it back on.
+    pub fn set_iostats(&self, on: bool) -> io::Result<()> {
+        fs::write(
+            format!("/sys/block/{}/queue/iostats", self.name),
+            if on { "1" } else { "0" },
+        )
+    }
+
     /// The kernel's own accounting, `/sys/block/<name>/stat`.
     pub fn stat(&self) -> io::Result<DiskStat> {
         let s = fs::read_to_string(format!("/sys/block/{}/stat", self.name))?;
@@ -159,8 +169,12 @@ impl Drop for LoopDevice {
 pub struct DiskStat {
     pub read_ios: u64,
     pub read_sectors: u64,
+    /// Time spent on reads, ms: the sum of (done − the request's
+    /// `start_time_ns`) in ns, divided down when shown.
+    pub read_ms: u64,
     pub write_ios: u64,
     pub write_sectors: u64,
+    pub write_ms: u64,
     pub in_flight: u64,
     pub discard_ios: u64,
     pub discard_sectors: u64,
@@ -179,8 +193,10 @@ impl DiskStat {
         Some(Self {
             read_ios: v[0],
             read_sectors: v[2],
+            read_ms: v[3],
             write_ios: v[4],
             write_sectors: v[6],
+            write_ms: v[7],
             in_flight: v[8],
             discard_ios: v[11],
             discard_sectors: v[13],
@@ -192,8 +208,10 @@ impl DiskStat {
         Self {
             read_ios: self.read_ios - before.read_ios,
             read_sectors: self.read_sectors - before.read_sectors,
+            read_ms: self.read_ms - before.read_ms,
             write_ios: self.write_ios - before.write_ios,
             write_sectors: self.write_sectors - before.write_sectors,
+            write_ms: self.write_ms - before.write_ms,
             in_flight: self.in_flight,
             discard_ios: self.discard_ios - before.discard_ios,
             discard_sectors: self.discard_sectors - before.discard_sectors,

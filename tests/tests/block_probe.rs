@@ -148,6 +148,131 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
     });
 }
 
+/// The BTF programs time a request from the kernel's own start stamp
+/// (`rq->start_time_ns`), the one behind the stat's time fields: over 2,000
+/// reads faultline's latency sum equals the kernel's read time, to the
+/// stat's millisecond plus at most 2 µs per request (faultline's clock is
+/// read in `block_io_done`, just after the kernel's).
+#[test]
+fn latency_totals_equal_the_kernels_time_fields() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("block_latency") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
+        let (ma, mi) = lo.major_minor().expect("major:minor");
+        let dev = make_dev(ma, mi);
+        let probes = Probes::load(&ProbeOptions {
+            exec: false,
+            block: true,
+            cuda: false,
+            verbs: false,
+            ..ProbeOptions::default()
+        })
+        .expect("load probes");
+        assert_eq!(probes.block_attach(), BlockAttach::Btf);
+        let k_before = lo.stat().unwrap();
+        let f_before = probes.block_snapshot().unwrap();
+        let n = 2000;
+        let issued = tests::direct_io_workload(&lo.path, 0, 4096, n, 4096, 0, 0).unwrap();
+        let k = lo.stat().unwrap().since(&k_before);
+        let f_after = probes.block_snapshot().unwrap();
+        let r = collector::storage::delta(
+            Some(&f_before.device_op_total(dev, op::READ)),
+            &f_after.device_op_total(dev, op::READ),
+        );
+        eprintln!(
+            "reads {} timed {} faultline {} ns, kernel {} ms",
+            r.requests, r.timed, r.latency_sum_ns, k.read_ms
+        );
+        assert_eq!(
+            (issued.reads, k.read_ios, r.requests, r.timed),
+            (n, n, n, n)
+        );
+        let kernel_ns = k.read_ms * 1_000_000;
+        // The stat shows floor(ns / 1e6) of its running total: a difference of
+        // two readings is within 1 ms of the time it added.
+        assert!(
+            r.latency_sum_ns + 1_000_000 >= kernel_ns,
+            "faultline {} ns below the kernel's {} ms",
+            r.latency_sum_ns,
+            k.read_ms
+        );
+        assert!(
+            r.latency_sum_ns <= kernel_ns + 1_000_000 + n * 2_000,
+            "faultline {} ns above the kernel's {} ms",
+            r.latency_sum_ns,
+            k.read_ms
+        );
+    });
+}
+
+/// A device whose `queue/iostats` is off gets no start stamp from the
+/// kernel: its first completed request is counted untimed (and counted in
+/// `BLOCK_UNTIMED`), and every later one is timed by the probes' own clock.
+#[test]
+fn a_device_without_iostats_is_timed_by_the_probes_own_clock() {
+    use collector_common::stat;
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("block_own_clock") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        struct IostatsOff<'a>(&'a tests::LoopDevice);
+        impl Drop for IostatsOff<'_> {
+            fn drop(&mut self) {
+                let _ = self.0.set_iostats(true);
+            }
+        }
+        let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
+        let (ma, mi) = lo.major_minor().expect("major:minor");
+        let dev = make_dev(ma, mi);
+        lo.set_iostats(false).expect("queue/iostats");
+        let _restore = IostatsOff(&lo);
+        let probes = Probes::load(&ProbeOptions {
+            exec: false,
+            block: true,
+            cuda: false,
+            verbs: false,
+            ..ProbeOptions::default()
+        })
+        .expect("load probes");
+        assert_eq!(probes.block_attach(), BlockAttach::Btf);
+        let k_before = lo.stat().unwrap();
+        let s_before = probes.kernel_stats().unwrap();
+        let f_before = probes.block_snapshot().unwrap();
+        let n = 200;
+        tests::direct_io_workload(&lo.path, 0, 4096, n, 4096, 0, 0).unwrap();
+        let k = lo.stat().unwrap().since(&k_before);
+        let s_after = probes.kernel_stats().unwrap();
+        let f_after = probes.block_snapshot().unwrap();
+        let r = collector::storage::delta(
+            Some(&f_before.device_op_total(dev, op::READ)),
+            &f_after.device_op_total(dev, op::READ),
+        );
+        let untimed =
+            s_after[stat::BLOCK_UNTIMED as usize] - s_before[stat::BLOCK_UNTIMED as usize];
+        eprintln!(
+            "kernel {k:?}; faultline {} reads, {} timed, {untimed} untimed",
+            r.requests, r.timed
+        );
+        assert_eq!(k.read_ios, 0, "the kernel counts nothing with iostats off");
+        assert_eq!(r.requests, n);
+        // The reads are synchronous: the first one's completion switches the
+        // clock before the second starts (0 when another device without
+        // iostats switched it first).
+        assert!(untimed <= 1, "{untimed}");
+        assert_eq!(r.timed + untimed, n);
+        let mean = r.latency_sum_ns / r.timed.max(1);
+        assert!(
+            mean > 0 && mean <= r.latency_max_ns,
+            "mean {mean} max {}",
+            r.latency_max_ns
+        );
+    });
+}
+
 /// With `[block] sample_every = 1` every timed completion is one record in
 /// `BLOCK_EVENTS`, and the agent's drain takes every one of them: none is
 /// left in the ring, none was dropped for a full ring.

@@ -36,6 +36,11 @@ pub const KERNEL_COUNTERS: &[(&str, &str, u32)] = &[
         stat::BLOCK_PARTIAL,
     ),
     (
+        "faultline_block_untimed_total",
+        "block",
+        stat::BLOCK_UNTIMED,
+    ),
+    (
         "faultline_probe_map_full_total",
         "block_inflight",
         stat::BLOCK_START_MAP_FULL,
@@ -109,6 +114,7 @@ pub fn describe() {
         "faultline_block_partial_completions_total",
         "Partial completions of timed block requests"
     );
+    d!("faultline_block_untimed_total", "Block requests counted without a latency: the kernel did not time them (queue/iostats off) before the probes switched to their own start clock");
     d!(
         "faultline_probe_map_full_total",
         "Updates lost because an aggregation map was full"

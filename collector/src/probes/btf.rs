@@ -4,7 +4,8 @@
 //!
 //! A minimal reader of the BTF type section (format:
 //! `Documentation/bpf/btf.rst`): it walks the type records once and keeps
-//! the named structs' members; nothing else of the kernel's types is kept.
+//! the named structs' members and the named enumerators' values; nothing
+//! else of the kernel's types is kept.
 use std::collections::HashMap;
 
 /// Where the kernel publishes its own BTF.
@@ -28,16 +29,21 @@ pub enum BtfError {
 
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_ENUM64: u32 = 19;
 
 /// The structs of interest and their members: name → (member → (bit offset, type id)).
 pub struct StructOffsets {
     structs: HashMap<String, Vec<(String, u32, u32)>>,
     /// Type id → members of the anonymous structs/unions inside the wanted ones.
     anon: HashMap<u32, Vec<(String, u32, u32)>>,
+    /// The wanted enumerators (of any enum) and their values.
+    enumerators: HashMap<String, i64>,
 }
 
 impl StructOffsets {
-    /// Reads `path` and keeps the members of the structs named in `wanted`.
+    /// Reads `path` and keeps the members of the structs, and the values of
+    /// the enumerators, named in `wanted`.
     pub fn load(path: &str, wanted: &[&str]) -> Result<Self, BtfError> {
         let data = std::fs::read(path).map_err(|source| BtfError::Read {
             path: path.into(),
@@ -74,6 +80,7 @@ impl StructOffsets {
         let mut structs = HashMap::new();
         let mut all_members: HashMap<u32, Vec<(String, u32, u32)>> = HashMap::new();
         let mut anon_ids = Vec::new();
+        let mut enumerators = HashMap::new();
         let mut p = types;
         let mut id = 1u32;
         while p + 12 <= types_end {
@@ -113,6 +120,27 @@ impl StructOffsets {
                     all_members.insert(id, members);
                 }
             }
+            if kind == KIND_ENUM || kind == KIND_ENUM64 {
+                let (size, signed) = (if kind == KIND_ENUM { 8 } else { 12 }, kind_flag);
+                for i in 0..vlen {
+                    let e = p + size * i;
+                    let ename = name(u32_at(e)?)?;
+                    if !wanted.contains(&ename) {
+                        continue;
+                    }
+                    let lo = u32_at(e + 4)?;
+                    let v = if kind == KIND_ENUM {
+                        if signed {
+                            i64::from(lo as i32)
+                        } else {
+                            i64::from(lo)
+                        }
+                    } else {
+                        ((u64::from(u32_at(e + 8)?) << 32) | u64::from(lo)) as i64
+                    };
+                    enumerators.entry(ename.to_string()).or_insert(v);
+                }
+            }
             p += extra;
             id += 1;
         }
@@ -121,7 +149,16 @@ impl StructOffsets {
             .into_iter()
             .filter_map(|t| all_members.remove(&t).map(|m| (t, m)))
             .collect();
-        Some(Self { structs, anon })
+        Some(Self {
+            structs,
+            anon,
+            enumerators,
+        })
+    }
+
+    /// The value of enumerator `name`, if the BTF has it (and it was wanted).
+    pub fn enumerator(&self, name: &str) -> Option<i64> {
+        self.enumerators.get(name).copied()
     }
 
     /// Byte offset of `member` in `strukt` (also inside anonymous
@@ -149,7 +186,10 @@ impl StructOffsets {
 
 /// The globals of the BTF block programs: (symbol, byte offset).
 pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
-    let s = StructOffsets::load(path, &["request", "request_queue", "gendisk"])?;
+    let s = StructOffsets::load(
+        path,
+        &["request", "request_queue", "gendisk", "__RQF_IO_STAT"],
+    )?;
     Ok(vec![
         ("BTF_RQ_OFF_Q", s.offset("request", "q")?),
         ("BTF_RQ_OFF_CMD_FLAGS", s.offset("request", "cmd_flags")?),
@@ -161,6 +201,20 @@ pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
             "BTF_DISK_OFF_FIRST_MINOR",
             s.offset("gendisk", "first_minor")?,
         ),
+        ("BTF_RQ_OFF_RQ_FLAGS", s.offset("request", "rq_flags")?),
+        (
+            "BTF_RQ_OFF_START_TIME",
+            s.offset("request", "start_time_ns")?,
+        ),
+        // The kernel's start stamp times a request only with this flag;
+        // without it in the BTF (`enum rqf_flags` is 6.8+) the probes keep
+        // their own clock (mask 0).
+        (
+            "BTF_RQF_IO_STAT",
+            s.enumerator("__RQF_IO_STAT")
+                .filter(|b| (0..32).contains(b))
+                .map_or(0, |b| 1u32 << b),
+        ),
     ])
 }
 
@@ -168,9 +222,10 @@ pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
 mod tests {
     use super::*;
 
-    /// A hand-made BTF blob: `struct s { int a; union { int b; long c; }; int d; }`.
+    /// A hand-made BTF blob: `struct s { int a; union { int b; long c; }; int d; }`
+    /// and `enum e { X = 3, Y = -1 }`.
     fn blob() -> Vec<u8> {
-        let strs = b"\0s\0a\0b\0c\0d\0int\0".to_vec();
+        let strs = b"\0s\0a\0b\0c\0d\0int\0e\0X\0Y\0".to_vec();
         let off = |n: &str| {
             let pat = format!("\0{n}\0");
             (strs
@@ -192,6 +247,10 @@ mod tests {
         push(&[0, (5 << 24) | 2, 8]);
         push(&[off("b"), 1, 0]);
         push(&[off("c"), 1, 0]);
+        // [4] ENUM "e" vlen 2, signed (kind_flag), size 4: X = 3, Y = -1
+        push(&[off("e"), (1 << 31) | (6 << 24) | 2, 4]);
+        push(&[off("X"), 3]);
+        push(&[off("Y"), u32::MAX]);
         let mut d = Vec::new();
         d.extend_from_slice(&0xeb9fu16.to_le_bytes());
         d.extend_from_slice(&[1, 0]);
@@ -215,6 +274,18 @@ mod tests {
     }
 
     #[test]
+    fn finds_wanted_enumerators_only() {
+        let s = StructOffsets::parse(&blob(), &["s", "X", "Y"]).unwrap();
+        assert_eq!(s.enumerator("X"), Some(3));
+        assert_eq!(s.enumerator("Y"), Some(-1));
+        assert_eq!(s.enumerator("Z"), None);
+        let s = StructOffsets::parse(&blob(), &["s"]).unwrap();
+        assert_eq!(s.enumerator("X"), None);
+        // The members after the enum are still read.
+        assert_eq!(s.offset("s", "d").unwrap(), 12);
+    }
+
+    #[test]
     fn truncated_blob_is_refused() {
         let b = blob();
         assert!(StructOffsets::parse(&b[..30], &["s"]).is_none());
@@ -230,6 +301,10 @@ mod tests {
         }
         let g = block_globals(VMLINUX_BTF).unwrap();
         assert_eq!(g[0], ("BTF_RQ_OFF_Q", 0));
-        assert!(g.iter().all(|(_, o)| *o < 4096), "{g:?}");
+        let (flag, offsets): (Vec<_>, Vec<_>) =
+            g.iter().partition(|(n, _)| *n == "BTF_RQF_IO_STAT");
+        assert!(offsets.iter().all(|(_, o)| *o < 4096), "{g:?}");
+        // One bit, or 0 on a kernel whose BTF does not name it.
+        assert!(flag[0].1.count_ones() <= 1, "{flag:?}");
     }
 }
