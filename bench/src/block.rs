@@ -1,8 +1,10 @@
 //! Block probe overhead: IOPS of 4 KiB O_DIRECT random reads on a loop
 //! device backed by a tmpfs file, in rounds that measure, side by side: no
-//! probes, faultline on BTF raw tracepoints, faultline on the classic
-//! tracepoints, and the peer (bpftrace running biolatency's program).
-//! Target: faultline (BTF) / without ≥ 0.97, and cheaper than the peer.
+//! probes, empty programs on the same three tracepoints (what any program
+//! there costs before it does anything), faultline on BTF raw tracepoints,
+//! faultline on the classic tracepoints, and the peer (bpftrace running
+//! biolatency's program). Target: faultline (BTF) / without ≥ 0.97, and
+//! cheaper than the peer.
 use std::{
     os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
     path::Path,
@@ -26,6 +28,12 @@ pub struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 0.4)]
     seconds: f64,
+    /// Seconds of the same reads, not measured, after each configuration is
+    /// in place (every one, "without" too): the measurement starts after
+    /// the previous configuration's teardown and this one's attach have
+    /// settled (freed programs and maps, a peer process's exit).
+    #[arg(long, default_value_t = 0.2)]
+    warmup: f64,
     /// Reader threads. Four keep both CPUs of a small machine busy, so the
     /// IOPS ratio measures the probes' CPU cost; one reader measures mostly
     /// the wake-up latency of a VM's idle CPUs, which drifts by tens of
@@ -39,6 +47,10 @@ pub struct Args {
     /// Skip the bpftrace peer row.
     #[arg(long)]
     no_peer: bool,
+    /// Skip the classic-tracepoint row (more rounds of the others in the
+    /// same time).
+    #[arg(long)]
+    no_classic: bool,
 }
 
 /// The configurations measured side by side.
@@ -46,6 +58,8 @@ pub struct Args {
 #[serde(rename_all = "snake_case")]
 enum Config {
     Without,
+    /// Empty programs on faultline's three BTF tracepoints.
+    Empty,
     /// faultline, BTF-enabled raw tracepoints keyed by the request pointer.
     FaultlineBtf,
     /// faultline forced onto the classic tracepoints (`[block] btf = false`).
@@ -59,6 +73,7 @@ impl Config {
     fn label(self) -> &'static str {
         match self {
             Self::Without => "without probes",
+            Self::Empty => "empty programs (same 3 tracepoints)",
             Self::FaultlineBtf => "faultline (tp_btf, request pointer)",
             Self::FaultlineClassic => "faultline (classic tracepoints)",
             Self::Bpftrace => "bpftrace biolatency-style hist()",
@@ -100,6 +115,7 @@ struct Result_ {
     workload: String,
     rounds: u32,
     seconds_per_round: f64,
+    warmup_seconds: f64,
     peer: String,
     rows: Vec<Row>,
     target_ratio_min: f64,
@@ -108,9 +124,25 @@ struct Result_ {
     faultline_over_bpftrace_program_ns: Option<f64>,
     /// faultline (BTF) added wall time per request / bpftrace's.
     faultline_over_bpftrace_added_ns: Option<f64>,
+    /// Median over rounds of faultline (BTF) IOPS / the same round's
+    /// IOPS with the empty programs: the cost of faultline's work alone.
+    faultline_over_empty_paired: Option<f64>,
 }
 
 use crate::peer::{Bpftrace, ProgramCost};
+
+/// The per-run costs of the programs named `prefix…` that ran.
+fn costs_of(stats: Vec<(String, u64, u64)>, prefix: &str) -> Vec<ProgramCost> {
+    stats
+        .into_iter()
+        .filter(|(n, c, _)| n.starts_with(prefix) && *c > 0)
+        .map(|(n, c, t)| ProgramCost {
+            program: n,
+            runs: c,
+            ns_per_run: t as f64 / c as f64,
+        })
+        .collect()
+}
 
 fn reader_round(dev: &Path, threads: u32, secs: f64) -> Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -156,6 +188,7 @@ fn reader_round(dev: &Path, threads: u32, secs: f64) -> Result<f64> {
 /// Probes of one configuration, attached for as long as the value lives.
 enum Attached {
     None,
+    Empty(collector::probes::EmptyBlock),
     Faultline(Box<Probes>),
     Peer(Bpftrace),
 }
@@ -170,6 +203,7 @@ fn attach(c: Config) -> Result<Attached> {
     };
     Ok(match c {
         Config::Without => Attached::None,
+        Config::Empty => Attached::Empty(collector::probes::EmptyBlock::attach()?),
         Config::FaultlineBtf | Config::FaultlineClassic => {
             let btf = c == Config::FaultlineBtf;
             let p = Probes::load(&opts(btf))?;
@@ -211,11 +245,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let _guard = rt.enter();
     let (ma, mi) = lo.major_minor()?;
     let dev = collector::storage::make_dev(ma, mi);
-    let mut configs = vec![
-        Config::Without,
-        Config::FaultlineBtf,
-        Config::FaultlineClassic,
-    ];
+    let mut configs = vec![Config::Without, Config::Empty, Config::FaultlineBtf];
+    if !a.no_classic {
+        configs.push(Config::FaultlineClassic);
+    }
     let peer = !a.no_peer && crate::peer::available();
     if peer {
         configs.push(Config::Bpftrace);
@@ -236,6 +269,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 Attached::Faultline(p) => p.block_snapshot()?.device_op_total(dev, 0).requests,
                 _ => 0,
             };
+            if a.warmup > 0.0 {
+                reader_round(&lo.path, a.threads, a.warmup)?;
+            }
             this[i] = reader_round(&lo.path, a.threads, a.seconds)?;
             if let Attached::Faultline(p) = &att {
                 counted += p.block_snapshot()?.device_op_total(dev, 0).requests - before;
@@ -262,16 +298,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 let att = attach(configs[i])?;
                 reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
                 passes[i].push(match att {
-                    Attached::Faultline(p) => p
-                        .program_run_stats()
-                        .into_iter()
-                        .filter(|(n, c, _)| n.starts_with("block_") && *c > 0)
-                        .map(|(n, c, t)| ProgramCost {
-                            program: n,
-                            runs: c,
-                            ns_per_run: t as f64 / c as f64,
-                        })
-                        .collect(),
+                    Attached::Faultline(p) => costs_of(p.program_run_stats(), "block_"),
+                    Attached::Empty(e) => costs_of(e.program_run_stats(), "bench_empty_"),
                     Attached::Peer(b) => {
                         let c = b.run_stats();
                         b.stop()?;
@@ -338,6 +366,24 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         }
         _ => None,
     };
+    let over_empty = {
+        let (b, e) = (
+            configs.iter().position(|&c| c == Config::FaultlineBtf),
+            configs.iter().position(|&c| c == Config::Empty),
+        );
+        match (b, e) {
+            (Some(b), Some(e)) => {
+                let r: Vec<f64> = iops[b]
+                    .iter()
+                    .zip(&iops[e])
+                    .filter(|(_, &e)| e > 0.0)
+                    .map(|(&b, &e)| b / e)
+                    .collect();
+                (!r.is_empty()).then(|| crate::median(&r))
+            }
+            _ => None,
+        }
+    };
     let over_added = match (ours, theirs) {
         (Some(o), Some(t)) if t.added_ns_per_request > 0.0 => {
             Some(o.added_ns_per_request / t.added_ns_per_request)
@@ -374,6 +420,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     if let Some(x) = over_added {
         println!("faultline (tp_btf) / bpftrace, added wall ns per request: {x:.2}");
     }
+    if let Some(x) = over_empty {
+        println!("faultline (tp_btf) / empty programs, median paired IOPS ratio: {x:.3}");
+    }
     let res = Result_ {
         benchmark: "block_probe_overhead",
         workload: format!(
@@ -382,6 +431,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         ),
         rounds: a.rounds,
         seconds_per_round: a.seconds,
+        warmup_seconds: a.warmup,
         peer: if peer {
             crate::peer::version()
         } else {
@@ -392,6 +442,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         requests_counted_by_probes: counted,
         faultline_over_bpftrace_program_ns: over_prog,
         faultline_over_bpftrace_added_ns: over_added,
+        faultline_over_empty_paired: over_empty,
     };
     let path = out_dir.join("block.json");
     std::fs::write(&path, serde_json::to_string_pretty(&res)?)?;

@@ -1,15 +1,16 @@
 //! The benchmarks' programs (object `faultline-bench-probes`, never loaded by
 //! the collector itself): the synthetic producer for the ring-buffer drain
-//! benchmark and an empty uprobe for the uprobe baseline.
+//! benchmark, an empty uprobe for the uprobe baseline, and empty programs on
+//! the block tracepoints for the block baseline.
 //!
 //! tracepoint `syscalls:sys_enter_getppid`: when the calling process is the
 //! benchmark's (`BENCH_TGID`), writes `BENCH_BATCH` 32-byte records into
 //! `BENCH_RING`; a full ring is counted in `STATS[BENCH_RING_FULL]`.
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
-    macros::{map, tracepoint, uprobe},
+    macros::{btf_tracepoint, map, tracepoint, uprobe},
     maps::RingBuf,
-    programs::{ProbeContext, TracePointContext},
+    programs::{BtfTracePointContext, ProbeContext, TracePointContext},
     Global,
 };
 use collector_common::stat;
@@ -54,5 +55,26 @@ pub fn bench_ring_producer(_ctx: TracePointContext) -> u32 {
 /// of the trap itself, without faultline's work).
 #[uprobe]
 pub fn bench_empty_uprobe(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// Empty BTF-enabled raw tracepoint programs on the three block tracepoints
+/// faultline's BTF path uses: the block benchmark's "empty" row, what any
+/// program there costs before it does anything (the tracepoint's call into
+/// BPF, once per request at each of the three).
+#[btf_tracepoint(function = "block_io_start")]
+pub fn bench_empty_io_start(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+/// See [`bench_empty_io_start`].
+#[btf_tracepoint(function = "block_io_done")]
+pub fn bench_empty_io_done(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+/// See [`bench_empty_io_start`].
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn bench_empty_rq_issue(_ctx: BtfTracePointContext) -> i32 {
     0
 }

@@ -17,10 +17,12 @@
 //!
 //! Struct offsets (`request.q`, `request.cmd_flags`, `request.rq_flags`,
 //! `request.__sector`, `request.__data_len`, `request.start_time_ns`,
-//! `request_queue.disk`, `gendisk.major`, `gendisk.first_minor`) and the bit
-//! of `RQF_IO_STAT` come from the running kernel's BTF and are patched into
-//! the globals below before load; fields are read with direct loads the
-//! verifier checks against BTF (no helper call).
+//! `request_queue.disk`, `gendisk.major`, `gendisk.first_minor`, and the
+//! submitter's cgroup id through `task_struct.cgroups`, `css_set.dfl_cgrp`,
+//! `cgroup.kn`, `kernfs_node.id`) and the bit of `RQF_IO_STAT` come from the
+//! running kernel's BTF and are patched into the globals below before load;
+//! fields are read with direct loads the verifier checks against BTF (no
+//! helper call).
 //!
 //! The kernel stamps `start_time_ns` only for requests it accounts
 //! (`RQF_IO_STAT`: the device's `queue/iostats` is on, the default). A
@@ -31,6 +33,7 @@
 use core::sync::atomic::{compiler_fence, Ordering};
 
 use aya_ebpf::{
+    helpers::bpf_get_current_task_btf,
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap},
     programs::BtfTracePointContext,
@@ -43,7 +46,7 @@ use collector_common::{
 
 use crate::{
     block::{agg_slot, count_request, maybe_sample, BLOCK_MODE, BLOCK_SAMPLE_EVERY, MODE_RQ},
-    helpers::{cgroup_id, claim, now_ns},
+    helpers::{claim, now_ns},
     stats::bump,
 };
 
@@ -56,6 +59,14 @@ static BTF_RQ_OFF_CMD_FLAGS: Global<u32> = Global::new(24);
 static BTF_RQ_OFF_RQ_FLAGS: Global<u32> = Global::new(28);
 #[unsafe(no_mangle)]
 static BTF_RQ_OFF_START_TIME: Global<u32> = Global::new(96);
+#[unsafe(no_mangle)]
+static BTF_TASK_OFF_CGROUPS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static BTF_CSS_SET_OFF_DFL_CGRP: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static BTF_CGROUP_OFF_KN: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static BTF_KN_OFF_ID: Global<u32> = Global::new(0);
 /// `RQF_IO_STAT` as a mask of `request.rq_flags`; 0 = not in the kernel's
 /// BTF, so the probes always take their own start time.
 #[unsafe(no_mangle)]
@@ -127,10 +138,23 @@ fn record_mut(rq: u64) -> Option<*mut RqInflight> {
     BLOCK_INFLIGHT_RQ.get_ptr_mut(&id)
 }
 
-/// Stores `val` as `rq`'s record (replacing one it left behind); false when
-/// both the slot and the overflow map are taken.
+/// What a start records of a request (the fields of [`RqInflight`]).
+#[derive(Clone, Copy)]
+struct Start {
+    issue_ns: u64,
+    cgroup_id: u64,
+    bytes: u64,
+    sector: u64,
+    dev: u32,
+    op: u32,
+}
+
+/// Stores `v` as `rq`'s record (replacing one it left behind); false when
+/// both the slot and the overflow map are taken. The fields go straight
+/// into the slot: no record is built on the stack and copied (the compiler
+/// turned that into a call to `memset` and a 56-byte copy).
 #[inline(always)]
-fn put(rq: u64, val: &RqInflight) -> bool {
+fn put(rq: u64, v: &Start) -> bool {
     let Some((s, id)) = slot_of(rq) else {
         return false;
     };
@@ -139,11 +163,26 @@ fn put(rq: u64, val: &RqInflight) -> bool {
     unsafe {
         let prev = claim(&raw mut (*s).rq, id);
         if prev == 0 || prev == id {
-            (*s).rec = *val;
+            let r = &raw mut (*s).rec;
+            (*r).issue_ns = v.issue_ns;
+            (*r).cgroup_id = v.cgroup_id;
+            (*r).bytes = v.bytes;
+            (*r).sector = v.sector;
+            (*r).dev = v.dev;
+            (*r).op = v.op;
             return true;
         }
     }
-    BLOCK_INFLIGHT_RQ.insert(&id, val, 0).is_ok()
+    let val = RqInflight {
+        issue_ns: v.issue_ns,
+        cgroup_id: v.cgroup_id,
+        bytes: v.bytes,
+        sector: v.sector,
+        dev: v.dev,
+        op: v.op,
+        _pad: [0; 2],
+    };
+    BLOCK_INFLIGHT_RQ.insert(&id, &val, 0).is_ok()
 }
 
 /// Removes and returns `rq`'s record.
@@ -200,6 +239,31 @@ fn rq_op(rq: u64) -> u32 {
     op_of_cmd_flags(read::<u32>(rq, BTF_RQ_OFF_CMD_FLAGS.load()))
 }
 
+/// The current task's cgroup v2 id, `current->cgroups->dfl_cgrp->kn->id`:
+/// what `bpf_get_current_cgroup_id()` returns, read with four loads from the
+/// BTF-typed task pointer (the helper call and its RCU read section cost
+/// more than the loads; a tracing program runs under RCU already). 0 if a
+/// link is missing.
+#[inline(always)]
+fn current_cgroup_id() -> u64 {
+    // SAFETY: the helper takes no arguments; it returns the current task
+    // as a BTF-typed pointer, never null in a task or interrupt context.
+    let task = unsafe { bpf_get_current_task_btf() } as u64;
+    let cset: u64 = read(task, BTF_TASK_OFF_CGROUPS.load());
+    if cset == 0 {
+        return 0;
+    }
+    let cgrp: u64 = read(cset, BTF_CSS_SET_OFF_DFL_CGRP.load());
+    if cgrp == 0 {
+        return 0;
+    }
+    let kn: u64 = read(cgrp, BTF_CGROUP_OFF_KN.load());
+    if kn == 0 {
+        return 0;
+    }
+    read(kn, BTF_KN_OFF_ID.load())
+}
+
 /// Whether `block_io_start` takes its own start time (see `BLOCK_OWN_CLOCK`).
 #[inline(always)]
 fn own_clock() -> bool {
@@ -229,14 +293,13 @@ fn start(rq: u64, op: u32, own_clock: bool) {
     } else {
         0
     };
-    let val = RqInflight {
+    let val = Start {
         issue_ns: if own_clock { now_ns() } else { 0 },
-        cgroup_id: cgroup_id(),
+        cgroup_id: current_cgroup_id(),
         bytes: 0,
         sector,
         dev: rq_dev(rq),
         op,
-        _pad: [0; 2],
     };
     bump(stat::BLOCK_ISSUED);
     // A record left by a request the probes never saw finish is replaced
@@ -341,14 +404,13 @@ pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
         None => {
             // Started before the attach: cgroup 0, timed by the kernel's
             // stamp at done.
-            let val = RqInflight {
+            let val = Start {
                 issue_ns: 0,
                 cgroup_id: 0,
                 bytes: len,
                 sector: 0,
                 dev: rq_dev(rq),
                 op,
-                _pad: [0; 2],
             };
             if !put(rq, &val) {
                 bump(stat::BLOCK_START_MAP_FULL);

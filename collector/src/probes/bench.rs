@@ -51,6 +51,60 @@ impl EmptyUprobe {
     }
 }
 
+/// A loaded object with empty programs on the block tracepoints of the BTF
+/// path (`block_io_start`, `block_io_done`, `block_rq_issue`): the
+/// baseline of the block benchmark, the cost of the tracepoints' calls into
+/// BPF before any work.
+pub struct EmptyBlock {
+    ebpf: Ebpf,
+}
+
+impl EmptyBlock {
+    /// The programs, with the tracepoint each is attached to.
+    pub const PROGRAMS: [(&'static str, &'static str); 3] = [
+        ("bench_empty_io_start", "block_io_start"),
+        ("bench_empty_io_done", "block_io_done"),
+        ("bench_empty_rq_issue", "block_rq_issue"),
+    ];
+
+    pub fn attach() -> Result<Self, ProbeError> {
+        if BENCH_OBJECT.is_empty() {
+            return Err(ProbeError::Stub);
+        }
+        privilege::check_host()?;
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Required {
+            probe: "bench_empty_io_start",
+            reason: format!("kernel BTF: {e}"),
+        })?;
+        let mut ebpf = EbpfLoader::new()
+            .load(BENCH_OBJECT)
+            .map_err(|e| ProbeError::Load(Box::new(e)))?;
+        for (program, tracepoint) in Self::PROGRAMS {
+            let r = (|| -> Result<(), String> {
+                let prog: &mut aya::programs::BtfTracePoint = ebpf
+                    .program_mut(program)
+                    .ok_or("program missing from the bench object")?
+                    .try_into()
+                    .map_err(|e| format!("{e}"))?;
+                prog.load(tracepoint, &btf).map_err(|e| format!("{e:#}"))?;
+                prog.attach().map_err(|e| format!("{e}"))?;
+                Ok(())
+            })();
+            r.map_err(|reason| ProbeError::Required {
+                probe: program,
+                reason,
+            })?;
+        }
+        Ok(Self { ebpf })
+    }
+
+    /// (program, runs, run time ns) from the kernel's run-time accounting
+    /// (counting only while `enable_run_stats` is held).
+    pub fn program_run_stats(&self) -> Vec<(String, u64, u64)> {
+        super::run_stats_of(&self.ebpf)
+    }
+}
+
 /// One record of the ring-drain benchmark's synthetic producer.
 #[derive(Clone, Copy, Debug)]
 pub struct BenchRecord {

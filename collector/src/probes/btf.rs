@@ -188,7 +188,16 @@ impl StructOffsets {
 pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
     let s = StructOffsets::load(
         path,
-        &["request", "request_queue", "gendisk", "__RQF_IO_STAT"],
+        &[
+            "request",
+            "request_queue",
+            "gendisk",
+            "task_struct",
+            "css_set",
+            "cgroup",
+            "kernfs_node",
+            "__RQF_IO_STAT",
+        ],
     )?;
     Ok(vec![
         ("BTF_RQ_OFF_Q", s.offset("request", "q")?),
@@ -202,6 +211,12 @@ pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
             s.offset("gendisk", "first_minor")?,
         ),
         ("BTF_RQ_OFF_RQ_FLAGS", s.offset("request", "rq_flags")?),
+        // The submitter's cgroup id, `current->cgroups->dfl_cgrp->kn->id`
+        // (what `bpf_get_current_cgroup_id()` returns), read with loads.
+        ("BTF_TASK_OFF_CGROUPS", s.offset("task_struct", "cgroups")?),
+        ("BTF_CSS_SET_OFF_DFL_CGRP", s.offset("css_set", "dfl_cgrp")?),
+        ("BTF_CGROUP_OFF_KN", s.offset("cgroup", "kn")?),
+        ("BTF_KN_OFF_ID", s.offset("kernfs_node", "id")?),
         (
             "BTF_RQ_OFF_START_TIME",
             s.offset("request", "start_time_ns")?,
@@ -303,7 +318,7 @@ mod tests {
         assert_eq!(g[0], ("BTF_RQ_OFF_Q", 0));
         let (flag, offsets): (Vec<_>, Vec<_>) =
             g.iter().partition(|(n, _)| *n == "BTF_RQF_IO_STAT");
-        assert!(offsets.iter().all(|(_, o)| *o < 4096), "{g:?}");
+        assert!(offsets.iter().all(|(_, o)| *o < 1 << 16), "{g:?}");
         // One bit, or 0 on a kernel whose BTF does not name it.
         assert!(flag[0].1.count_ones() <= 1, "{flag:?}");
     }

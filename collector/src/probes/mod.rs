@@ -38,7 +38,7 @@ use crate::{
     tracefs::{Tracefs, TracefsError},
 };
 use attach::{attach, attach_cuda, attach_verbs, unload_btf};
-pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyUprobe};
+pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyBlock, EmptyUprobe};
 pub use calibrate::{measure_uprobe_hit_ns, HitCalibrator};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
@@ -426,24 +426,7 @@ impl Probes {
     /// total ns), from `/proc/self/fdinfo`. The counters only move while
     /// BPF run-time stats are enabled ([`enable_run_stats`]).
     pub fn program_run_stats(&self) -> Vec<(String, u64, u64)> {
-        use std::os::fd::{AsFd as _, AsRawFd as _};
-        let mut out = Vec::new();
-        for (name, prog) in self.ebpf.programs() {
-            let Ok(fd) = prog.fd() else { continue };
-            let raw = fd.as_fd().as_raw_fd();
-            let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")) else {
-                continue;
-            };
-            let field = |k: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(k))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            out.push((name.to_string(), field("run_cnt:"), field("run_time_ns:")));
-        }
-        out.sort();
-        out
+        run_stats_of(&self.ebpf)
     }
 
     /// Access to the loaded object for probe families that read maps.
@@ -454,6 +437,29 @@ impl Probes {
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
     }
+}
+
+/// Kernel run statistics of `ebpf`'s loaded programs: (program,
+/// invocations, total ns), from `/proc/self/fdinfo`, sorted by program.
+fn run_stats_of(ebpf: &Ebpf) -> Vec<(String, u64, u64)> {
+    use std::os::fd::{AsFd as _, AsRawFd as _};
+    let mut out = Vec::new();
+    for (name, prog) in ebpf.programs() {
+        let Ok(fd) = prog.fd() else { continue };
+        let raw = fd.as_fd().as_raw_fd();
+        let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")) else {
+            continue;
+        };
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        out.push((name.to_string(), field("run_cnt:"), field("run_time_ns:")));
+    }
+    out.sort();
+    out
 }
 
 /// The per-CPU `STATS` array of a loaded object, summed over CPUs.
