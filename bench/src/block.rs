@@ -44,6 +44,13 @@ pub struct Args {
     /// the median per program is reported).
     #[arg(long, default_value_t = 3)]
     cost_passes: u32,
+    /// Leave the reader threads unpinned. By default reader t runs on CPU
+    /// t mod CPUs, the same placement in every round and configuration:
+    /// unpinned, the scheduler's placement of readers, loop worker and
+    /// softirq thread swung a round's IOPS by ±15 % (a spread that swamps a
+    /// cost of a few percent).
+    #[arg(long)]
+    no_pin: bool,
     /// Skip the bpftrace peer row.
     #[arg(long)]
     no_peer: bool,
@@ -100,6 +107,9 @@ struct Row {
     /// Per-round IOPS / the same round's IOPS without probes.
     paired_ratios: Vec<f64>,
     median_ratio_over_without: f64,
+    /// Median IOPS / median IOPS without probes (less sensitive than the
+    /// paired ratio to a round in which only one of the pair ran slow).
+    ratio_of_medians: f64,
     /// Added wall time per request: 1/IOPS − 1/IOPS_without (median
     /// IOPS), what the probes cost the reading thread.
     added_ns_per_request: f64,
@@ -116,6 +126,7 @@ struct Result_ {
     rounds: u32,
     seconds_per_round: f64,
     warmup_seconds: f64,
+    readers_pinned: bool,
     peer: String,
     rows: Vec<Row>,
     target_ratio_min: f64,
@@ -144,7 +155,17 @@ fn costs_of(stats: Vec<(String, u64, u64)>, prefix: &str) -> Vec<ProgramCost> {
         .collect()
 }
 
-fn reader_round(dev: &Path, threads: u32, secs: f64) -> Result<f64> {
+/// Pins the calling thread to `cpu` (best effort: unpinned if refused).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn reader_round(dev: &Path, threads: u32, secs: f64, pin: bool) -> Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let ops = Arc::new(AtomicU64::new(0));
     let mut hs = Vec::new();
@@ -156,7 +177,11 @@ fn reader_round(dev: &Path, threads: u32, secs: f64) -> Result<f64> {
             .with_context(|| format!("open {}", dev.display()))?;
         let stop = stop.clone();
         let ops = ops.clone();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         hs.push(std::thread::spawn(move || {
+            if pin {
+                pin_to_cpu(t as usize % cpus);
+            }
             let buf = tests::AlignedBuf::new(4096, 0);
             let blocks: u64 = (64 << 20) / 4096;
             let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(t);
@@ -270,9 +295,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 _ => 0,
             };
             if a.warmup > 0.0 {
-                reader_round(&lo.path, a.threads, a.warmup)?;
+                reader_round(&lo.path, a.threads, a.warmup, !a.no_pin)?;
             }
-            this[i] = reader_round(&lo.path, a.threads, a.seconds)?;
+            this[i] = reader_round(&lo.path, a.threads, a.seconds, !a.no_pin)?;
             if let Attached::Faultline(p) = &att {
                 counted += p.block_snapshot()?.device_op_total(dev, 0).requests - before;
             }
@@ -296,7 +321,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             for k in 0..n - 1 {
                 let i = 1 + (pass + k) % (n - 1);
                 let att = attach(configs[i])?;
-                reader_round(&lo.path, a.threads, a.seconds.max(1.0))?;
+                reader_round(&lo.path, a.threads, a.seconds.max(1.0), !a.no_pin)?;
                 passes[i].push(match att {
                     Attached::Faultline(p) => costs_of(p.program_run_stats(), "block_"),
                     Attached::Empty(e) => costs_of(e.program_run_stats(), "bench_empty_"),
@@ -348,6 +373,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 median_iops: m,
                 paired_ratios: ratios[i].clone(),
                 median_ratio_over_without: crate::median(&ratios[i]),
+                ratio_of_medians: if mw > 0.0 { m / mw } else { 0.0 },
                 added_ns_per_request: if m > 0.0 && mw > 0.0 {
                     1e9 / m - 1e9 / mw
                 } else {
@@ -394,14 +420,15 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         "block probe overhead: 4 KiB O_DIRECT random reads, {} threads, loop on tmpfs, {} rounds × {} s",
         a.threads, a.rounds, a.seconds
     );
-    println!("| configuration | median IOPS | median paired ratio / without | added wall ns per request | in-kernel program ns per request |");
-    println!("|---|---|---|---|---|");
+    println!("| configuration | median IOPS | median paired ratio / without | ratio of medians | added wall ns per request | in-kernel program ns per request |");
+    println!("|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.0} | {:.3} | {:.0} | {:.0} |",
+            "| {} | {:.0} | {:.3} | {:.3} | {:.0} | {:.0} |",
             r.label,
             r.median_iops,
             r.median_ratio_over_without,
+            r.ratio_of_medians,
             r.added_ns_per_request,
             r.program_ns_per_request
         );
@@ -432,6 +459,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         rounds: a.rounds,
         seconds_per_round: a.seconds,
         warmup_seconds: a.warmup,
+        readers_pinned: !a.no_pin,
         peer: if peer {
             crate::peer::version()
         } else {
