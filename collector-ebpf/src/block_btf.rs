@@ -359,7 +359,8 @@ fn done(rq: u64, extra_bytes: u64) {
     }
 }
 
-/// tp_btf `block_io_start` (mode IO): start the clock in the submitter.
+/// tp_btf `block_io_start` (mode IO): the submitter's cgroup (and the
+/// probe's own start time only where the kernel stamps none).
 #[btf_tracepoint(function = "block_io_start")]
 pub fn block_btf_io_start(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
