@@ -6,7 +6,10 @@ use collector::{
     probes::{BlockAttach, ProbeOptions, Probes},
     storage::{make_dev, quantile_ns, BlockWindow, Names},
 };
-use collector_common::block::op;
+use collector_common::{
+    block::{op, BlockStats},
+    stat,
+};
 
 /// The BTF-enabled raw tracepoints keyed by the request pointer (the
 /// default on a kernel with BTF, as this one has).
@@ -148,6 +151,42 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
     });
 }
 
+/// What `n` synchronous 4 KiB reads of `lo` looked like with the BTF
+/// probes loaded: the kernel's stat, faultline's read totals for the device
+/// and the `STATS[BLOCK_UNTIMED]` increase, all over the same interval.
+#[allow(clippy::unwrap_used)] // a test helper, like the #[test] fns (clippy.toml)
+fn btf_reads(lo: &tests::LoopDevice, n: u64) -> (tests::DiskStat, BlockStats, u64) {
+    let (ma, mi) = lo.major_minor().expect("major:minor");
+    let dev = make_dev(ma, mi);
+    let probes = Probes::load(&ProbeOptions {
+        exec: false,
+        block: true,
+        cuda: false,
+        verbs: false,
+        ..ProbeOptions::default()
+    })
+    .expect("load probes");
+    assert_eq!(probes.block_attach(), BlockAttach::Btf);
+    let k_before = lo.stat().unwrap();
+    let s_before = probes.kernel_stats().unwrap();
+    let f_before = probes.block_snapshot().unwrap();
+    let issued = tests::direct_io_workload(&lo.path, 0, 4096, n, 4096, 0, 0).unwrap();
+    assert_eq!(issued.reads, n);
+    let k = lo.stat().unwrap().since(&k_before);
+    let s_after = probes.kernel_stats().unwrap();
+    let f_after = probes.block_snapshot().unwrap();
+    let ours = collector::storage::delta(
+        Some(&f_before.device_op_total(dev, op::READ)),
+        &f_after.device_op_total(dev, op::READ),
+    );
+    let untimed = s_after[stat::BLOCK_UNTIMED as usize] - s_before[stat::BLOCK_UNTIMED as usize];
+    eprintln!(
+        "kernel {k:?}; faultline {} reads, {} timed ({} ns), {untimed} untimed",
+        ours.requests, ours.timed, ours.latency_sum_ns
+    );
+    (k, ours, untimed)
+}
+
 /// The BTF programs time a request from the kernel's own start stamp
 /// (`rq->start_time_ns`), the one behind the stat's time fields: over 2,000
 /// reads faultline's latency sum equals the kernel's read time, to the
@@ -161,35 +200,9 @@ fn latency_totals_equal_the_kernels_time_fields() {
     }
     tests::runtime().block_on(async {
         let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
-        let (ma, mi) = lo.major_minor().expect("major:minor");
-        let dev = make_dev(ma, mi);
-        let probes = Probes::load(&ProbeOptions {
-            exec: false,
-            block: true,
-            cuda: false,
-            verbs: false,
-            ..ProbeOptions::default()
-        })
-        .expect("load probes");
-        assert_eq!(probes.block_attach(), BlockAttach::Btf);
-        let k_before = lo.stat().unwrap();
-        let f_before = probes.block_snapshot().unwrap();
         let n = 2000;
-        let issued = tests::direct_io_workload(&lo.path, 0, 4096, n, 4096, 0, 0).unwrap();
-        let k = lo.stat().unwrap().since(&k_before);
-        let f_after = probes.block_snapshot().unwrap();
-        let r = collector::storage::delta(
-            Some(&f_before.device_op_total(dev, op::READ)),
-            &f_after.device_op_total(dev, op::READ),
-        );
-        eprintln!(
-            "reads {} timed {} faultline {} ns, kernel {} ms",
-            r.requests, r.timed, r.latency_sum_ns, k.read_ms
-        );
-        assert_eq!(
-            (issued.reads, k.read_ios, r.requests, r.timed),
-            (n, n, n, n)
-        );
+        let (k, r, untimed) = btf_reads(&lo, n);
+        assert_eq!((k.read_ios, r.requests, r.timed, untimed), (n, n, n, 0));
         let kernel_ns = k.read_ms * 1_000_000;
         // The stat shows floor(ns / 1e6) of its running total: a difference of
         // two readings is within 1 ms of the time it added.
@@ -213,7 +226,6 @@ fn latency_totals_equal_the_kernels_time_fields() {
 /// `BLOCK_UNTIMED`), and every later one is timed by the probes' own clock.
 #[test]
 fn a_device_without_iostats_is_timed_by_the_probes_own_clock() {
-    use collector_common::stat;
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_own_clock") {
         return;
@@ -226,37 +238,10 @@ fn a_device_without_iostats_is_timed_by_the_probes_own_clock() {
             }
         }
         let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
-        let (ma, mi) = lo.major_minor().expect("major:minor");
-        let dev = make_dev(ma, mi);
         lo.set_iostats(false).expect("queue/iostats");
         let _restore = IostatsOff(&lo);
-        let probes = Probes::load(&ProbeOptions {
-            exec: false,
-            block: true,
-            cuda: false,
-            verbs: false,
-            ..ProbeOptions::default()
-        })
-        .expect("load probes");
-        assert_eq!(probes.block_attach(), BlockAttach::Btf);
-        let k_before = lo.stat().unwrap();
-        let s_before = probes.kernel_stats().unwrap();
-        let f_before = probes.block_snapshot().unwrap();
         let n = 200;
-        tests::direct_io_workload(&lo.path, 0, 4096, n, 4096, 0, 0).unwrap();
-        let k = lo.stat().unwrap().since(&k_before);
-        let s_after = probes.kernel_stats().unwrap();
-        let f_after = probes.block_snapshot().unwrap();
-        let r = collector::storage::delta(
-            Some(&f_before.device_op_total(dev, op::READ)),
-            &f_after.device_op_total(dev, op::READ),
-        );
-        let untimed =
-            s_after[stat::BLOCK_UNTIMED as usize] - s_before[stat::BLOCK_UNTIMED as usize];
-        eprintln!(
-            "kernel {k:?}; faultline {} reads, {} timed, {untimed} untimed",
-            r.requests, r.timed
-        );
+        let (k, r, untimed) = btf_reads(&lo, n);
         assert_eq!(k.read_ios, 0, "the kernel counts nothing with iostats off");
         assert_eq!(r.requests, n);
         // The reads are synchronous: the first one's completion switches the
@@ -284,7 +269,6 @@ fn sampled_block_events_are_drained_one_per_timed_request() {
     }
     tests::runtime().block_on(async {
         use collector::probes::{block::BlockSample, drain::EventDrain};
-        use collector_common::stat;
         let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
         let (ma, mi) = lo.major_minor().expect("major:minor");
         let dev = make_dev(ma, mi);
