@@ -169,6 +169,7 @@ fn reader_round(dev: &Path, threads: u32, secs: f64, pin: bool) -> Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let ops = Arc::new(AtomicU64::new(0));
     let mut hs = Vec::new();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for t in 0..threads {
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -177,7 +178,6 @@ fn reader_round(dev: &Path, threads: u32, secs: f64, pin: bool) -> Result<f64> {
             .with_context(|| format!("open {}", dev.display()))?;
         let stop = stop.clone();
         let ops = ops.clone();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         hs.push(std::thread::spawn(move || {
             if pin {
                 pin_to_cpu(t as usize % cpus);
@@ -398,15 +398,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             configs.iter().position(|&c| c == Config::Empty),
         );
         match (b, e) {
-            (Some(b), Some(e)) => {
-                let r: Vec<f64> = iops[b]
-                    .iter()
-                    .zip(&iops[e])
-                    .filter(|(_, &e)| e > 0.0)
-                    .map(|(&b, &e)| b / e)
-                    .collect();
-                (!r.is_empty()).then(|| crate::median(&r))
-            }
+            (Some(b), Some(e)) => iops[e]
+                .iter()
+                .any(|&x| x > 0.0)
+                .then(|| crate::paired(&iops[b], &iops[e])),
             _ => None,
         }
     };

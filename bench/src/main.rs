@@ -81,6 +81,22 @@ fn main() -> Result<()> {
 }
 
 /// Median of a non-empty slice.
+/// Median of the per-round ratios `x[i] / base[i]` (rounds with a zero
+/// base left out); 0 when there are none.
+pub fn paired(x: &[f64], base: &[f64]) -> f64 {
+    let r: Vec<f64> = x
+        .iter()
+        .zip(base)
+        .filter(|(_, b)| **b > 0.0)
+        .map(|(x, b)| x / b)
+        .collect();
+    if r.is_empty() {
+        0.0
+    } else {
+        median(&r)
+    }
+}
+
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);

@@ -77,24 +77,19 @@ impl Lib {
         if handle.is_null() {
             bail!("dlopen {} failed", path.display());
         }
-        let mut lib = Self {
-            handle,
-            launch: dummy_launch,
-        };
-        lib.launch = lib.symbol("cuLaunchKernel")?;
-        Ok(lib)
+        match launch_symbol(handle, "cuLaunchKernel") {
+            Ok(launch) => Ok(Self { handle, launch }),
+            Err(e) => {
+                // SAFETY: handle from dlopen, not used after this.
+                unsafe { libc::dlclose(handle) };
+                Err(e)
+            }
+        }
     }
 
     /// A launch-shaped function of the stand-in.
     fn symbol(&self, name: &str) -> Result<LaunchFn> {
-        let c = CString::new(name)?;
-        // SAFETY: valid handle and symbol name.
-        let sym = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
-        if sym.is_null() {
-            bail!("{name} not in the stand-in (rebuild it: cargo build -p tests)");
-        }
-        // SAFETY: the stand-in exports it with cuLaunchKernel's C signature.
-        Ok(unsafe { std::mem::transmute::<*mut libc::c_void, LaunchFn>(sym) })
+        launch_symbol(self.handle, name)
     }
 
     /// ns per call over `n` calls, in the calling thread's CPU time (user
@@ -116,21 +111,16 @@ fn thread_cpu_ns() -> u64 {
     collector::probes::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
-/// Placeholder until the real symbol is looked up.
-unsafe extern "C" fn dummy_launch(
-    _: *mut libc::c_void,
-    _: u32,
-    _: u32,
-    _: u32,
-    _: u32,
-    _: u32,
-    _: u32,
-    _: u32,
-    _: *mut libc::c_void,
-    _: *mut *mut libc::c_void,
-    _: *mut *mut libc::c_void,
-) -> i32 {
-    0
+/// The launch-shaped function `name` of the stand-in opened as `handle`.
+fn launch_symbol(handle: *mut libc::c_void, name: &str) -> Result<LaunchFn> {
+    let c = CString::new(name)?;
+    // SAFETY: valid handle and symbol name.
+    let sym = unsafe { libc::dlsym(handle, c.as_ptr()) };
+    if sym.is_null() {
+        bail!("{name} not in the stand-in (rebuild it: cargo build -p tests)");
+    }
+    // SAFETY: the stand-in exports it with cuLaunchKernel's C signature.
+    Ok(unsafe { std::mem::transmute::<*mut libc::c_void, LaunchFn>(sym) })
 }
 
 impl Drop for Lib {
@@ -401,7 +391,7 @@ fn variant(
         crate::median(&full),
         crate::median(&bt),
     );
-    let (rf, rb) = (paired(&full, &empty), paired(&bt, &empty));
+    let (rf, rb) = (crate::paired(&full, &empty), crate::paired(&bt, &empty));
     let inter = interleaved(
         &lib,
         lib_path,
@@ -431,21 +421,6 @@ fn variant(
 
 /// nop5 measurements make this many times `--calls` calls.
 const NOP5_CALLS_FACTOR: u64 = 10;
-
-/// Median over rounds of `x[i] / base[i]` (0 without data).
-fn paired(x: &[f64], base: &[f64]) -> f64 {
-    let r: Vec<f64> = x
-        .iter()
-        .zip(base)
-        .filter(|(_, b)| **b > 0.0)
-        .map(|(x, b)| x / b)
-        .collect();
-    if r.is_empty() {
-        0.0
-    } else {
-        crate::median(&r)
-    }
-}
 
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -11,6 +11,26 @@ use aya::{
 use super::*;
 use crate::tracefs::Tracefs;
 
+/// Loads `program` of `ebpf` as a BTF-enabled raw tracepoint program on
+/// tracepoint `name` (types from `btf`, the kernel's) and attaches it.
+pub(super) fn attach_btf_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &str,
+    name: &str,
+    btf: &Btf,
+) -> Result<(), String> {
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
+        .try_into()
+        .map_err(|e| format!("program {program}: {e}"))?;
+    prog.load(name, btf)
+        .map_err(|e| format!("verifier rejected {program}: {e:#}"))?;
+    prog.attach()
+        .map_err(|e| format!("attach tp_btf {name}: {e}"))?;
+    Ok(())
+}
+
 /// Attaches `spec`: as its BTF-enabled raw tracepoint program when `btf`
 /// (the kernel's BTF) is given and the spec has one, else as a classic
 /// tracepoint.
@@ -29,16 +49,7 @@ pub(super) fn attach(
                 ));
             }
             if let (Some(btf), Some(program)) = (btf, spec.btf_program) {
-                let prog: &mut BtfTracePoint = ebpf
-                    .program_mut(program)
-                    .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
-                    .try_into()
-                    .map_err(|e| format!("program {program}: {e}"))?;
-                prog.load(name, btf)
-                    .map_err(|e| format!("verifier rejected {program}: {e:#}"))?;
-                prog.attach()
-                    .map_err(|e| format!("attach tp_btf {name}: {e}"))?;
-                return Ok(());
+                return attach_btf_tracepoint(ebpf, program, name, btf);
             }
             let prog: &mut TracePoint = ebpf
                 .program_mut(spec.program)

@@ -6,7 +6,10 @@ use aya::{
 };
 use collector_common::stat;
 
-use super::{attach::attach_one, read_stats, ring, ProbeError};
+use super::{
+    attach::{attach_btf_tracepoint, attach_one},
+    read_stats, ring, ProbeError,
+};
 
 /// The benchmarks' eBPF object (`collector-ebpf/src/bench_main.rs`), kept
 /// out of the collector's: its 8 MiB ring and its programs serve only
@@ -80,19 +83,11 @@ impl EmptyBlock {
             .load(BENCH_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         for (program, tracepoint) in Self::PROGRAMS {
-            let r = (|| -> Result<(), String> {
-                let prog: &mut aya::programs::BtfTracePoint = ebpf
-                    .program_mut(program)
-                    .ok_or("program missing from the bench object")?
-                    .try_into()
-                    .map_err(|e| format!("{e}"))?;
-                prog.load(tracepoint, &btf).map_err(|e| format!("{e:#}"))?;
-                prog.attach().map_err(|e| format!("{e}"))?;
-                Ok(())
-            })();
-            r.map_err(|reason| ProbeError::Required {
-                probe: program,
-                reason,
+            attach_btf_tracepoint(&mut ebpf, program, tracepoint, &btf).map_err(|reason| {
+                ProbeError::Required {
+                    probe: program,
+                    reason,
+                }
             })?;
         }
         Ok(Self { ebpf })

@@ -121,7 +121,9 @@ impl StructOffsets {
                 }
             }
             if kind == KIND_ENUM || kind == KIND_ENUM64 {
-                let (size, signed) = (if kind == KIND_ENUM { 8 } else { 12 }, kind_flag);
+                // Records of (name, value) or (name, value low, value high);
+                // kind_flag marks a signed 32-bit value.
+                let size = if kind == KIND_ENUM { 8 } else { 12 };
                 for i in 0..vlen {
                     let e = p + size * i;
                     let ename = name(u32_at(e)?)?;
@@ -129,14 +131,10 @@ impl StructOffsets {
                         continue;
                     }
                     let lo = u32_at(e + 4)?;
-                    let v = if kind == KIND_ENUM {
-                        if signed {
-                            i64::from(lo as i32)
-                        } else {
-                            i64::from(lo)
-                        }
-                    } else {
-                        ((u64::from(u32_at(e + 8)?) << 32) | u64::from(lo)) as i64
+                    let v = match (kind, kind_flag) {
+                        (KIND_ENUM, true) => i64::from(lo as i32),
+                        (KIND_ENUM, false) => i64::from(lo),
+                        _ => ((u64::from(u32_at(e + 8)?) << 32) | u64::from(lo)) as i64,
                     };
                     enumerators.entry(ename.to_string()).or_insert(v);
                 }
