@@ -1,6 +1,6 @@
 //! Block probe overhead: IOPS of 4 KiB O_DIRECT random reads on a loop
 //! device backed by a tmpfs file, in rounds that measure, side by side: no
-//! probes, empty programs on the same three tracepoints (what any program
+//! probes, empty programs on the same two tracepoints (what any program
 //! there costs before it does anything), faultline on BTF raw tracepoints,
 //! faultline on the classic tracepoints, and the peer (bpftrace running
 //! biolatency's program). Target: faultline (BTF) / without ≥ 0.97, and
@@ -65,7 +65,7 @@ pub struct Args {
 #[serde(rename_all = "snake_case")]
 enum Config {
     Without,
-    /// Empty programs on faultline's three BTF tracepoints.
+    /// Empty programs on faultline's two BTF tracepoints.
     Empty,
     /// faultline, BTF-enabled raw tracepoints keyed by the request pointer.
     FaultlineBtf,
@@ -80,7 +80,7 @@ impl Config {
     fn label(self) -> &'static str {
         match self {
             Self::Without => "without probes",
-            Self::Empty => "empty programs (same 3 tracepoints)",
+            Self::Empty => "empty programs (same 2 tracepoints)",
             Self::FaultlineBtf => "faultline (tp_btf, request pointer)",
             Self::FaultlineClassic => "faultline (classic tracepoints)",
             Self::Bpftrace => "bpftrace biolatency-style hist()",

@@ -58,23 +58,17 @@ pub fn bench_empty_uprobe(_ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Empty BTF-enabled raw tracepoint programs on the three block tracepoints
-/// faultline's BTF path uses: the block benchmark's "empty" row, what any
-/// program there costs before it does anything (the tracepoint's call into
-/// BPF, once per request at each of the three).
+/// Empty BTF-enabled raw tracepoint programs on the two block tracepoints
+/// faultline's BTF path uses per request (mode IO): the block benchmark's
+/// "empty" row, what any program there costs before it does anything (the
+/// tracepoint's call into BPF, once per request at each of the two).
 #[btf_tracepoint(function = "block_io_start")]
 pub fn bench_empty_io_start(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
 /// See [`bench_empty_io_start`].
-#[btf_tracepoint(function = "block_io_done")]
-pub fn bench_empty_io_done(_ctx: BtfTracePointContext) -> i32 {
-    0
-}
-
-/// See [`bench_empty_io_start`].
-#[btf_tracepoint(function = "block_rq_issue")]
-pub fn bench_empty_rq_issue(_ctx: BtfTracePointContext) -> i32 {
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn bench_empty_rq_complete(_ctx: BtfTracePointContext) -> i32 {
     0
 }

@@ -377,7 +377,8 @@ pub fn block_io_start(ctx: TracePointContext) -> u32 {
     }
 }
 
-/// tracepoint `block:block_io_done` (mode IO): count the request.
+/// tracepoint `block:block_io_done` (mode IO): count the request (one that
+/// `block_io_start` or, for flushes, `block_rq_issue` recorded).
 #[tracepoint(category = "block", name = "block_io_done")]
 pub fn block_io_done(ctx: TracePointContext) -> u32 {
     let r = (|| {
@@ -390,8 +391,15 @@ pub fn block_io_done(ctx: TracePointContext) -> u32 {
         };
         let ikey = InflightKey { dev, op, sector };
         // SAFETY: the value is copied out before `done` removes the entry.
-        let rec = unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied();
-        done(&ikey, rec, None)
+        let Some(rec) = (unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied()) else {
+            // Not counted: the end of a PREFLUSH/FUA sequence, whose request
+            // was counted when its data completed (this tracepoint cannot
+            // tell the two apart; the kernel counts one of them), or a
+            // request started before the attach.
+            bump(stat::BLOCK_UNMATCHED);
+            return Ok(0);
+        };
+        done(&ikey, Some(rec), None)
     })();
     match r {
         Ok(r) | Err(r) => r,

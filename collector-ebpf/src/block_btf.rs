@@ -1,28 +1,35 @@
 //! Block-layer probes on BTF-enabled raw tracepoints (`tp_btf`), keyed by the
-//! kernel's `struct request *`: the same attach points, counting rules and
-//! aggregates as the classic programs in `block.rs`, without their costs.
-//! A raw tracepoint hands the program the `TP_PROTO` arguments (no event
-//! record is formatted, no `rwbs` string built), and with the request pointer
-//! as the in-flight key a partial completion needs no re-keying.
+//! kernel's `struct request *`: the same aggregates as the classic programs
+//! in `block.rs`, without their costs. A raw tracepoint hands the program the
+//! `TP_PROTO` arguments (no event record is formatted, no `rwbs` string
+//! built), and with the request pointer as the in-flight key a partial
+//! completion needs no re-keying. Two programs run per request in mode IO
+//! (each tracepoint's call into BPF is a fixed cost, paid per request):
 //!
-//! - `block_io_start(struct request *rq)`: note the submitter's cgroup.
-//! - `block_io_done(struct request *rq)`: count the request (where the kernel
-//!   counts it in `/sys/block/<dev>/stat`), timed from the kernel's own start
-//!   stamp `rq->start_time_ns` (what the stat's time fields use), so no
-//!   program reads the clock twice per request.
-//! - `block_rq_issue(struct request *rq)`: the request's bytes and flushes
-//!   (mode IO), or the clock of every request (mode RQ).
+//! - `block_io_start(struct request *rq)` (mode IO): note the submitter's
+//!   cgroup, in the submitter's context.
 //! - `block_rq_complete(struct request *rq, blk_status_t error, unsigned int
-//!   nr_bytes)`: mode RQ only: completed bytes and the count.
+//!   nr_bytes)`: the completed bytes (what the stat's sectors add, per
+//!   completion), and at the request's last completion the count, timed from
+//!   the kernel's own start stamp `rq->start_time_ns` (what the stat's time
+//!   fields use), so no program reads the clock twice per request.
+//! - `block_rq_issue(struct request *rq)` (mode RQ only): the issue time.
+//!
+//! Which completions count a request mirrors `blk_account_io_done()`: the
+//! data part of a PREFLUSH/FUA sequence (`RQF_FLUSH_SEQ`) completes once for
+//! its data and again, with no bytes, when the sequence ends; only the second
+//! counts. The flush machinery's own flush request (`REQ_OP_FLUSH` with
+//! `RQF_FLUSH_SEQ`, never started through `block_io_start`) is the stat's
+//! flush and is timed from its stamp, as the stat times it.
 //!
 //! Struct offsets (`request.q`, `request.cmd_flags`, `request.rq_flags`,
 //! `request.__sector`, `request.__data_len`, `request.start_time_ns`,
 //! `request_queue.disk`, `gendisk.major`, `gendisk.first_minor`, and the
 //! submitter's cgroup id through `task_struct.cgroups`, `css_set.dfl_cgrp`,
-//! `cgroup.kn`, `kernfs_node.id`) and the bit of `RQF_IO_STAT` come from the
-//! running kernel's BTF and are patched into the globals below before load;
-//! fields are read with direct loads the verifier checks against BTF (no
-//! helper call).
+//! `cgroup.kn`, `kernfs_node.id`) and the bits of `RQF_IO_STAT` and
+//! `RQF_FLUSH_SEQ` come from the running kernel's BTF and are patched into
+//! the globals below before load; fields are read with direct loads the
+//! verifier checks against BTF (no helper call).
 //!
 //! The kernel stamps `start_time_ns` only for requests it accounts
 //! (`RQF_IO_STAT`: the device's `queue/iostats` is on, the default). A
@@ -45,7 +52,7 @@ use collector_common::{
 };
 
 use crate::{
-    block::{agg_slot, count_request, maybe_sample, BLOCK_MODE, BLOCK_SAMPLE_EVERY, MODE_RQ},
+    block::{agg_slot, count_request, maybe_sample, BLOCK_SAMPLE_EVERY},
     helpers::{claim, now_ns},
     stats::bump,
 };
@@ -71,6 +78,10 @@ static BTF_KN_OFF_ID: Global<u32> = Global::new(0);
 /// BTF, so the probes always take their own start time.
 #[unsafe(no_mangle)]
 static BTF_RQF_IO_STAT: Global<u32> = Global::new(0);
+/// `RQF_FLUSH_SEQ` as a mask of `request.rq_flags`; 0 = unknown, so every
+/// last completion counts (a PREFLUSH/FUA write with data counts twice).
+#[unsafe(no_mangle)]
+static BTF_RQF_FLUSH_SEQ: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static BTF_RQ_OFF_DATA_LEN: Global<u32> = Global::new(44);
 #[unsafe(no_mangle)]
@@ -273,11 +284,14 @@ fn own_clock() -> bool {
     BLOCK_OWN_CLOCK.get(0).is_some_and(|f| *f != 0)
 }
 
-/// The kernel's start stamp of `rq` when it accounts the request.
+/// The kernel's start stamp of `rq` (op `op`, flags `rq_flags`) when it
+/// accounts the request (`RQF_IO_STAT`), or when it is a flush: the flush
+/// machinery's flush request is stamped when it is set up, and the stat's
+/// flush time counts from that stamp.
 #[inline(always)]
-fn kernel_start(rq: u64) -> Option<u64> {
+fn kernel_start(rq: u64, op: u32, rq_flags: u32) -> Option<u64> {
     let mask = BTF_RQF_IO_STAT.load();
-    if mask == 0 || read::<u32>(rq, BTF_RQ_OFF_RQ_FLAGS.load()) & mask == 0 {
+    if op != op::FLUSH && (mask == 0 || rq_flags & mask == 0) {
         return None;
     }
     let t: u64 = read(rq, BTF_RQ_OFF_START_TIME.load());
@@ -309,12 +323,14 @@ fn start(rq: u64, op: u32, own_clock: bool) {
     }
 }
 
-/// Counts a finished request: its in-flight record's device, op, cgroup and
-/// latency, timed from the record's own start time or else the kernel's
-/// stamp (a request started before the attach is read from the request,
-/// cgroup 0). `extra_bytes` is added too (mode RQ).
+/// Counts a finished request (op `op`, flags `rq_flags` as read now): its
+/// in-flight record's device, op, cgroup and bytes plus `extra_bytes`, timed
+/// from the record's own start time or else the kernel's stamp. A request
+/// without a record is read from the request, cgroup 0: the flush
+/// machinery's flush request (mode IO: it skips `block_io_start`), or one
+/// started before the attach (counted unmatched).
 #[inline(always)]
-fn done(rq: u64, extra_bytes: u64) {
+fn done(rq: u64, op: u32, rq_flags: u32, extra_bytes: u64) {
     let rec = take(rq);
     let (dev, op, cgroup_id, own_start, bytes, sector) = match rec {
         Some(r) => (
@@ -326,14 +342,16 @@ fn done(rq: u64, extra_bytes: u64) {
             r.sector,
         ),
         None => {
-            bump(stat::BLOCK_UNMATCHED);
-            (rq_dev(rq), rq_op(rq), 0, 0, extra_bytes, 0)
+            if op != op::FLUSH {
+                bump(stat::BLOCK_UNMATCHED);
+            }
+            (rq_dev(rq), op, 0, 0, extra_bytes, 0)
         }
     };
     let started = if own_start != 0 {
         Some(own_start)
     } else {
-        kernel_start(rq)
+        kernel_start(rq, op, rq_flags)
     };
     let latency = started.map(|t| now_ns().saturating_sub(t));
     if latency.is_none() && rec.is_some() {
@@ -368,62 +386,21 @@ pub fn block_btf_io_start(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// tp_btf `block_io_done` (mode IO): count the request.
-#[btf_tracepoint(function = "block_io_done")]
-pub fn block_btf_io_done(ctx: BtfTracePointContext) -> i32 {
-    let rq: u64 = ctx.arg(0);
-    done(rq, 0);
-    0
-}
-
-/// tp_btf `block_rq_issue`: every request in mode RQ. In mode IO: flushes
-/// (the kernel's flush request skips `blk_account_io_start()`), and every
-/// other request's bytes. At dispatch `__data_len` holds the request's final
-/// size (bios merge into it only before), which is what the stat's sectors
-/// count at completion; a requeued request is issued again with what is left,
-/// so the largest size seen is kept. Taking the bytes here spares mode IO a
-/// fourth program per request (`block_rq_complete`).
+/// tp_btf `block_rq_issue` (attached in mode RQ only): every request,
+/// timed from issue with the probe's own clock.
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
-    let op = rq_op(rq);
-    if BLOCK_MODE.load() == MODE_RQ || op == op::FLUSH {
-        // Timed from issue with the probe's own clock: the flush request's
-        // kernel stamp is not the flush's start, and mode RQ times issue to
-        // completion.
-        start(rq, op, true);
-        return 0;
-    }
-    let len = (u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load())) >> 9) << 9;
-    match record_mut(rq) {
-        // SAFETY: valid map value pointer; a request is issued on one CPU at a time.
-        Some(r) => unsafe {
-            if len > (*r).bytes {
-                (*r).bytes = len;
-            }
-        },
-        None => {
-            // Started before the attach: cgroup 0, timed by the kernel's
-            // stamp at done.
-            let val = Start {
-                issue_ns: 0,
-                cgroup_id: 0,
-                bytes: len,
-                sector: 0,
-                dev: rq_dev(rq),
-                op,
-            };
-            if !put(rq, &val) {
-                bump(stat::BLOCK_START_MAP_FULL);
-            }
-        }
-    }
+    start(rq, rq_op(rq), true);
     0
 }
 
-/// tp_btf `block_rq_complete` (attached in mode RQ only): completed bytes
-/// (`nr_bytes` rounded down to sectors, as the stat's sectors count them);
-/// the final completion (all remaining bytes) also counts the request.
+/// tp_btf `block_rq_complete`: completed bytes (`nr_bytes` rounded down to
+/// sectors, as the stat's sectors count them, completion by completion);
+/// the request's last completion also counts it. Not the last: a partial
+/// completion (fewer bytes than `__data_len` still holds), and the data part
+/// of a PREFLUSH/FUA sequence, which the kernel completes again, with no
+/// bytes, when the sequence ends (and counts only then).
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn block_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
@@ -431,14 +408,20 @@ pub fn block_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let bytes = (nr_bytes >> 9) << 9;
     // `__data_len` still holds the bytes left before this completion.
     let left = u64::from(read::<u32>(rq, BTF_RQ_OFF_DATA_LEN.load()));
-    if nr_bytes < left {
+    let rq_flags: u32 = read(rq, BTF_RQ_OFF_RQ_FLAGS.load());
+    let op = rq_op(rq);
+    let partial = nr_bytes < left;
+    let seq_data = op != op::FLUSH && rq_flags & BTF_RQF_FLUSH_SEQ.load() != 0;
+    if partial || seq_data {
         if let Some(r) = record_mut(rq) {
             // SAFETY: valid map value pointer; one request completes on one CPU.
             unsafe { (*r).bytes += bytes };
-            bump(stat::BLOCK_PARTIAL);
+            if partial {
+                bump(stat::BLOCK_PARTIAL);
+            }
             return 0;
         }
     }
-    done(rq, bytes);
+    done(rq, op, rq_flags, bytes);
     0
 }

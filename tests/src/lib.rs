@@ -331,6 +331,32 @@ pub fn direct_io_workload(
     Ok(issued)
 }
 
+/// `n` synchronous `wsize`-byte O_DIRECT writes with `RWF_DSYNC` (each a
+/// `REQ_FUA` write: on a device with a write-back cache and no FUA, as a
+/// loop device is, the block layer sends its data and then a flush), at a
+/// stride that keeps them from merging. Returns the bytes written.
+pub fn dsync_writes(dev: &std::path::Path, n: u64, wsize: usize) -> io::Result<u64> {
+    use std::os::{fd::AsRawFd, unix::fs::OpenOptionsExt};
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(dev)?;
+    let buf = AlignedBuf::new(wsize, 0xa5);
+    for i in 0..n {
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        let off = (i * 2 * wsize as u64) as libc::off_t;
+        // SAFETY: valid fd; one iovec over an aligned buffer of wsize bytes.
+        let w = unsafe { libc::pwritev2(f.as_raw_fd(), &iov, 1, off, libc::RWF_DSYNC) };
+        if w != wsize as isize {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(n * wsize as u64)
+}
+
 /// Directory of the C stand-ins built by `tests/build.rs`.
 pub const STANDINS_DIR: &str = env!("FAULTLINE_STANDINS_DIR");
 

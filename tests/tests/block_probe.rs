@@ -151,6 +151,72 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
     });
 }
 
+/// A `REQ_FUA` write on a device with a write-back cache and no FUA (a loop
+/// device) is sent as its data and then a flush, and its request completes
+/// twice: once for the data, once when the flush sequence ends. The kernel
+/// counts it as one write (and the flush as one); so must faultline, on both
+/// paths.
+#[test]
+fn fua_writes_count_once_as_the_kernel_counts_them() {
+    for (block_btf, want) in [(true, BlockAttach::Btf), (false, BlockAttach::Classic)] {
+        tests::runtime().block_on(async { fua_writes_count_once(block_btf, want) });
+    }
+}
+
+#[allow(clippy::unwrap_used)] // a test helper, like the #[test] fns (clippy.toml)
+fn fua_writes_count_once(block_btf: bool, want: BlockAttach) {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("block_fua") {
+        return;
+    }
+    let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
+    let (ma, mi) = lo.major_minor().expect("major:minor");
+    let dev = make_dev(ma, mi);
+    let probes = Probes::load(&ProbeOptions {
+        exec: false,
+        block: true,
+        block_btf,
+        cuda: false,
+        verbs: false,
+        ..ProbeOptions::default()
+    })
+    .expect("load probes");
+    assert_eq!(probes.block_attach(), want);
+    let n = 100;
+    let k_before = lo.stat().unwrap();
+    let f_before = probes.block_snapshot().unwrap();
+    let bytes = tests::dsync_writes(&lo.path, n, 8192).unwrap();
+    let k = lo.stat().unwrap().since(&k_before);
+    let f_after = probes.block_snapshot().unwrap();
+    let f = |o: u32| {
+        collector::storage::delta(
+            Some(&f_before.device_op_total(dev, o)),
+            &f_after.device_op_total(dev, o),
+        )
+    };
+    let (w, fl) = (f(op::WRITE), f(op::FLUSH));
+    eprintln!(
+        "{want:?}: kernel {k:?}; faultline write {}/{} ({} timed) flush {}",
+        w.requests, w.bytes, w.timed, fl.requests
+    );
+    // Each write is the FUA write (its data, then a post-flush) and the
+    // fsync that `RWF_DSYNC` adds on a block device (an empty PREFLUSH
+    // write: a flush, then the write's end): 2 writes and 2 flushes.
+    assert_eq!((k.write_ios, k.write_sectors * 512), (2 * n, bytes));
+    assert_eq!(k.flush_ios, 2 * n, "{k:?}");
+    assert_eq!(
+        (w.requests, w.bytes),
+        (k.write_ios, bytes),
+        "{want:?} writes"
+    );
+    assert_eq!(fl.requests, k.flush_ios, "{want:?} flushes");
+    assert_eq!(
+        (w.timed, fl.timed),
+        (w.requests, fl.requests),
+        "{want:?} timed"
+    );
+}
+
 /// What `n` synchronous 4 KiB reads of `lo` looked like with the BTF
 /// probes loaded: the kernel's stat, faultline's read totals for the device
 /// and the `STATS[BLOCK_UNTIMED]` increase, all over the same interval.
@@ -188,12 +254,14 @@ fn btf_reads(lo: &tests::LoopDevice, n: u64) -> (tests::DiskStat, BlockStats, u6
 }
 
 /// The BTF programs time a request from the kernel's own start stamp
-/// (`rq->start_time_ns`), the one behind the stat's time fields: over 2,000
-/// reads faultline's latency sum equals the kernel's read time, to the
-/// stat's millisecond plus at most 2 µs per request (faultline's clock is
-/// read in `block_io_done`, just after the kernel's).
+/// (`rq->start_time_ns`, the one behind the stat's time fields) to the
+/// driver's completion (`block_rq_complete`); the stat's clock stops a
+/// little later, after the request's bios are ended (for these synchronous
+/// reads: waking the reader). So over 2,000 reads faultline's latency sum is
+/// at most the kernel's read time (to the stat's millisecond), and short of
+/// it by less than 20 µs per request (7 µs measured here, a VM's wake-up).
 #[test]
-fn latency_totals_equal_the_kernels_time_fields() {
+fn latency_totals_match_the_kernels_time_fields() {
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_latency") {
         return;
@@ -207,16 +275,20 @@ fn latency_totals_equal_the_kernels_time_fields() {
         // The stat shows floor(ns / 1e6) of its running total: a difference of
         // two readings is within 1 ms of the time it added.
         assert!(
-            r.latency_sum_ns + 1_000_000 >= kernel_ns,
-            "faultline {} ns below the kernel's {} ms",
+            r.latency_sum_ns <= kernel_ns + 1_000_000,
+            "faultline {} ns above the kernel's {} ms",
             r.latency_sum_ns,
             k.read_ms
         );
         assert!(
-            r.latency_sum_ns <= kernel_ns + 1_000_000 + n * 2_000,
-            "faultline {} ns above the kernel's {} ms",
+            r.latency_sum_ns + 1_000_000 + n * 20_000 >= kernel_ns,
+            "faultline {} ns far below the kernel's {} ms",
             r.latency_sum_ns,
             k.read_ms
+        );
+        eprintln!(
+            "the stat's clock ran {:.1} µs per request past the driver's completion",
+            (kernel_ns as f64 - r.latency_sum_ns as f64) / n as f64 / 1e3
         );
     });
 }

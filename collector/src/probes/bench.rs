@@ -55,7 +55,7 @@ impl EmptyUprobe {
 }
 
 /// A loaded object with empty programs on the block tracepoints of the BTF
-/// path (`block_io_start`, `block_io_done`, `block_rq_issue`): the
+/// path (`block_io_start`, `block_rq_complete`): the
 /// baseline of the block benchmark, the cost of the tracepoints' calls into
 /// BPF before any work.
 pub struct EmptyBlock {
@@ -64,10 +64,9 @@ pub struct EmptyBlock {
 
 impl EmptyBlock {
     /// The programs, with the tracepoint each is attached to.
-    pub const PROGRAMS: [(&'static str, &'static str); 3] = [
+    pub const PROGRAMS: [(&'static str, &'static str); 2] = [
         ("bench_empty_io_start", "block_io_start"),
-        ("bench_empty_io_done", "block_io_done"),
-        ("bench_empty_rq_issue", "block_rq_issue"),
+        ("bench_empty_rq_complete", "block_rq_complete"),
     ];
 
     pub fn attach() -> Result<Self, ProbeError> {

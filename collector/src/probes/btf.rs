@@ -195,8 +195,17 @@ pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
             "cgroup",
             "kernfs_node",
             "__RQF_IO_STAT",
+            "__RQF_FLUSH_SEQ",
         ],
     )?;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let flush_seq = flush_seq_mask(s.enumerator("__RQF_FLUSH_SEQ"), &release);
+    if flush_seq == 0 {
+        tracing::warn!(
+            release = release.trim(),
+            "RQF_FLUSH_SEQ not in the kernel's BTF: a PREFLUSH/FUA write with data is counted twice by the block probes (once for its data, once when its flush sequence ends)"
+        );
+    }
     Ok(vec![
         ("BTF_RQ_OFF_Q", s.offset("request", "q")?),
         ("BTF_RQ_OFF_CMD_FLAGS", s.offset("request", "cmd_flags")?),
@@ -220,7 +229,7 @@ pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
             s.offset("request", "start_time_ns")?,
         ),
         // The kernel's start stamp times a request only with this flag;
-        // without it in the BTF (`enum rqf_flags` is 6.8+) the probes keep
+        // without it in the BTF (the flags are an enum from 6.11) the probes keep
         // their own clock (mask 0).
         (
             "BTF_RQF_IO_STAT",
@@ -228,12 +237,45 @@ pub fn block_globals(path: &str) -> Result<Vec<(&'static str, u32)>, BtfError> {
                 .filter(|b| (0..32).contains(b))
                 .map_or(0, |b| 1u32 << b),
         ),
+        // Which completion of a PREFLUSH/FUA write counts it.
+        ("BTF_RQF_FLUSH_SEQ", flush_seq),
     ])
+}
+
+/// The first kernel whose request flags are an enum (`__RQF_*`); before
+/// it they were macros, `RQF_FLUSH_SEQ` = `1 << 4` from 4.x to 6.10.
+const RQF_ENUM_SINCE: (u32, u32) = (6, 11);
+
+/// `RQF_FLUSH_SEQ` as a mask: the BTF's enumerator when it has one; else
+/// the macros' bit on a kernel `release` (`uname -r`) from before the enum;
+/// else 0 (unknown: an enum kernel whose BTF lacks it).
+pub fn flush_seq_mask(enumerator: Option<i64>, release: &str) -> u32 {
+    if let Some(b) = enumerator.filter(|b| (0..32).contains(b)) {
+        return 1 << b;
+    }
+    let mut parts = release.trim().split(['.', '-']);
+    let num = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
+    match (num(parts.next()), num(parts.next())) {
+        (Some(major), Some(minor)) if (major, minor) < RQF_ENUM_SINCE => 1 << 4,
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flush_seq_from_the_enumerator_else_the_macro_bit_before_6_11() {
+        assert_eq!(flush_seq_mask(Some(1), "6.18.44-fc-v1252"), 1 << 1);
+        assert_eq!(flush_seq_mask(Some(1), "6.8.0-49-generic"), 1 << 1);
+        assert_eq!(flush_seq_mask(None, "6.8.0-49-generic\n"), 1 << 4);
+        assert_eq!(flush_seq_mask(None, "5.14.0-503.el9.x86_64"), 1 << 4);
+        assert_eq!(flush_seq_mask(None, "6.11.0"), 0);
+        assert_eq!(flush_seq_mask(None, "6.12.10-200.fc41.x86_64"), 0);
+        assert_eq!(flush_seq_mask(None, ""), 0);
+        assert_eq!(flush_seq_mask(Some(40), "6.12.0"), 0);
+    }
 
     /// A hand-made BTF blob: `struct s { int a; union { int b; long c; }; int d; }`
     /// and `enum e { X = 3, Y = -1 }`.

@@ -387,14 +387,11 @@ impl Probes {
     pub fn block_active(&self) -> bool {
         match self.block_mode {
             BlockMode::Io => {
-                // Bytes come from block_rq_issue on BTF, block_rq_complete classically.
-                let bytes = match self.block_attach {
-                    BlockAttach::Btf => "block_rq_issue",
-                    BlockAttach::Classic => "block_rq_complete",
-                };
+                // On BTF block_rq_complete counts; classically block_io_done
+                // counts and block_rq_complete takes the bytes.
                 self.is_attached("block_io_start")
-                    && self.is_attached("block_io_done")
-                    && self.is_attached(bytes)
+                    && self.is_attached("block_rq_complete")
+                    && (self.block_attach == BlockAttach::Btf || self.is_attached("block_io_done"))
             }
             BlockMode::Rq => {
                 self.is_attached("block_rq_issue") && self.is_attached("block_rq_complete")

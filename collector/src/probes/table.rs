@@ -33,9 +33,10 @@ pub struct ProbeSpec {
     /// The same probe as a BTF-enabled raw tracepoint program (used when the
     /// kernel has BTF, see [`BlockAttach`]).
     pub btf_program: Option<&'static str>,
-    /// The BTF program is only used in this block mode (the BTF path needs
-    /// fewer programs: it takes a request's bytes at `block_rq_issue`).
-    pub btf_only_in: Option<BlockMode>,
+    /// The block modes the BTF program is used in (the BTF path needs fewer
+    /// programs: in mode IO `block_rq_complete` takes the bytes and the
+    /// count, and `block_io_start`'s record carries the submitter).
+    pub btf_modes: &'static [BlockMode],
 }
 
 impl ProbeSpec {
@@ -64,11 +65,14 @@ impl ProbeSpec {
     /// Why this probe is not used in `mode` when the block family attaches
     /// as `attach` (on BTF some programs are not needed).
     pub fn unused_with(&self, mode: BlockMode, attach: BlockAttach) -> Option<&'static str> {
-        match (attach, self.btf_program, self.btf_only_in, mode) {
-            (BlockAttach::Btf, Some(_), Some(BlockMode::Rq), BlockMode::Io) => Some(
-                "on BTF raw tracepoints block_rq_issue takes the bytes and block_io_done the count",
+        if let Some(why) = self.unused_in(mode) {
+            return Some(why);
+        }
+        match (attach, self.family) {
+            (BlockAttach::Btf, Family::Block) if !self.btf_modes.contains(&mode) => Some(
+                "on BTF raw tracepoints block_io_start notes the submitter and block_rq_complete counts the request",
             ),
-            _ => self.unused_in(mode),
+            _ => None,
         }
     }
 }
@@ -137,17 +141,19 @@ const fn tp(
         required,
         only_in,
         btf_program: None,
-        btf_only_in: None,
+        btf_modes: &[],
     }
 }
 
 const fn block_tp(
     name: &'static str,
-    btf_program: &'static str,
+    btf_program: Option<&'static str>,
     only_in: Option<BlockMode>,
+    btf_modes: &'static [BlockMode],
 ) -> ProbeSpec {
     ProbeSpec {
-        btf_program: Some(btf_program),
+        btf_program,
+        btf_modes,
         ..tp(name, "block", Family::Block, false, only_in)
     }
 }
@@ -155,13 +161,25 @@ const fn block_tp(
 pub const PROBES: &[ProbeSpec] = &[
     // Exec events refresh the process identity cache; without them attribution is stale.
     tp("sched_process_exec", "sched", Family::Exec, true, None),
-    block_tp("block_io_start", "block_btf_io_start", Some(BlockMode::Io)),
-    block_tp("block_io_done", "block_btf_io_done", Some(BlockMode::Io)),
-    block_tp("block_rq_issue", "block_btf_rq_issue", None),
-    ProbeSpec {
-        btf_only_in: Some(BlockMode::Rq),
-        ..block_tp("block_rq_complete", "block_btf_rq_complete", None)
-    },
+    block_tp(
+        "block_io_start",
+        Some("block_btf_io_start"),
+        Some(BlockMode::Io),
+        &[BlockMode::Io],
+    ),
+    block_tp("block_io_done", None, Some(BlockMode::Io), &[]),
+    block_tp(
+        "block_rq_issue",
+        Some("block_btf_rq_issue"),
+        None,
+        &[BlockMode::Rq],
+    ),
+    block_tp(
+        "block_rq_complete",
+        Some("block_btf_rq_complete"),
+        None,
+        &[BlockMode::Io, BlockMode::Rq],
+    ),
 ];
 
 /// Globals to patch before load: (symbol, value).
