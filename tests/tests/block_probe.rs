@@ -47,6 +47,27 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
         let probes = Probes::load(&opts).expect("load probes");
         assert!(probes.block_active(), "{:?}", probes.status());
         assert_eq!(probes.block_attach(), want);
+        // Two programs per request on BTF (start, complete); classically
+        // also block_io_done (the count) and block_rq_issue (flushes).
+        let attached: Vec<_> = [
+            "block_io_start",
+            "block_io_done",
+            "block_rq_issue",
+            "block_rq_complete",
+        ]
+        .into_iter()
+        .filter(|p| probes.is_attached(p))
+        .collect();
+        let expected = match want {
+            BlockAttach::Btf => vec!["block_io_start", "block_rq_complete"],
+            BlockAttach::Classic => vec![
+                "block_io_start",
+                "block_io_done",
+                "block_rq_issue",
+                "block_rq_complete",
+            ],
+        };
+        assert_eq!(attached, expected, "{:?}", probes.status());
 
         let k_before = lo.stat().unwrap();
         let f_before = probes.block_snapshot().unwrap();
