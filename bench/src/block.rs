@@ -21,8 +21,9 @@ use serde::Serialize;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Rounds; each measures every configuration once, in an order rotated
-    /// from round to round.
+    /// Rounds; each measures every probed configuration once, in an order
+    /// rotated from round to round, each between two measurements without
+    /// probes.
     #[arg(long, default_value_t = 16)]
     rounds: u32,
     /// Seconds per measurement.
@@ -104,9 +105,13 @@ struct Row {
     label: &'static str,
     iops: Vec<f64>,
     median_iops: f64,
-    /// Per-round IOPS / the same round's IOPS without probes.
+    /// Per-round IOPS / the mean of the measurements without probes just
+    /// before and just after it.
     paired_ratios: Vec<f64>,
     median_ratio_over_without: f64,
+    /// Quartiles of `paired_ratios`: the spread of the rounds.
+    paired_ratio_p25: f64,
+    paired_ratio_p75: f64,
     /// Median IOPS / median IOPS without probes (less sensitive than the
     /// paired ratio to a round in which only one of the pair ran slow).
     ratio_of_medians: f64,
@@ -253,6 +258,28 @@ fn attach(c: Config) -> Result<Attached> {
     })
 }
 
+/// One measurement of `config`: attach, the unmeasured warm-up, the
+/// measured reads (IOPS), teardown. Requests faultline counted on the device
+/// are added to `counted`.
+fn measure(config: Config, dev_path: &Path, a: &Args, dev: u32, counted: &mut u64) -> Result<f64> {
+    let att = attach(config)?;
+    let before = match &att {
+        Attached::Faultline(p) => p.block_snapshot()?.device_op_total(dev, 0).requests,
+        _ => 0,
+    };
+    if a.warmup > 0.0 {
+        reader_round(dev_path, a.threads, a.warmup, !a.no_pin)?;
+    }
+    let x = reader_round(dev_path, a.threads, a.seconds, !a.no_pin)?;
+    if let Attached::Faultline(p) = &att {
+        *counted += p.block_snapshot()?.device_op_total(dev, 0).requests - before;
+    }
+    if let Attached::Peer(b) = att {
+        b.stop()?;
+    }
+    Ok(x)
+}
+
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     ensure!(
         a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
@@ -285,31 +312,24 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut counted = 0u64;
     for round in 0..a.rounds as usize {
-        // Rotate the order each round so drifts of the machine spread evenly.
-        let mut this = vec![0.0; n];
-        for k in 0..n {
-            let i = (round + k) % n;
-            let att = attach(configs[i])?;
-            let before = match &att {
-                Attached::Faultline(p) => p.block_snapshot()?.device_op_total(dev, 0).requests,
-                _ => 0,
-            };
-            if a.warmup > 0.0 {
-                reader_round(&lo.path, a.threads, a.warmup, !a.no_pin)?;
+        // Each probed configuration is measured between two measurements
+        // without probes and compared with their mean, so a drift of the
+        // machine within the round cancels to first order; the order of the
+        // probed ones rotates each round.
+        let mut without = measure(Config::Without, &lo.path, a, dev, &mut counted)?;
+        iops[0].push(without);
+        ratios[0].push(1.0);
+        for k in 0..n - 1 {
+            let i = 1 + (round + k) % (n - 1);
+            let x = measure(configs[i], &lo.path, a, dev, &mut counted)?;
+            let after = measure(Config::Without, &lo.path, a, dev, &mut counted)?;
+            iops[0].push(after);
+            iops[i].push(x);
+            let base = (without + after) / 2.0;
+            if base > 0.0 {
+                ratios[i].push(x / base);
             }
-            this[i] = reader_round(&lo.path, a.threads, a.seconds, !a.no_pin)?;
-            if let Attached::Faultline(p) = &att {
-                counted += p.block_snapshot()?.device_op_total(dev, 0).requests - before;
-            }
-            if let Attached::Peer(b) = att {
-                b.stop()?;
-            }
-        }
-        for i in 0..n {
-            iops[i].push(this[i]);
-            if this[0] > 0.0 {
-                ratios[i].push(this[i] / this[0]);
-            }
+            without = after;
         }
     }
     // In-kernel cost per program run, from the kernel's own accounting, in a
@@ -373,6 +393,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 median_iops: m,
                 paired_ratios: ratios[i].clone(),
                 median_ratio_over_without: crate::median(&ratios[i]),
+                paired_ratio_p25: crate::quantile(&ratios[i], 0.25),
+                paired_ratio_p75: crate::quantile(&ratios[i], 0.75),
                 ratio_of_medians: if mw > 0.0 { m / mw } else { 0.0 },
                 added_ns_per_request: if m > 0.0 && mw > 0.0 {
                     1e9 / m - 1e9 / mw
@@ -415,14 +437,16 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         "block probe overhead: 4 KiB O_DIRECT random reads, {} threads, loop on tmpfs, {} rounds × {} s",
         a.threads, a.rounds, a.seconds
     );
-    println!("| configuration | median IOPS | median paired ratio / without | ratio of medians | added wall ns per request | in-kernel program ns per request |");
+    println!("| configuration | median IOPS | median paired ratio / without (quartiles) | ratio of medians | added wall ns per request | in-kernel program ns per request |");
     println!("|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.0} | {:.3} | {:.3} | {:.0} | {:.0} |",
+            "| {} | {:.0} | {:.3} ({:.3}–{:.3}) | {:.3} | {:.0} | {:.0} |",
             r.label,
             r.median_iops,
             r.median_ratio_over_without,
+            r.paired_ratio_p25,
+            r.paired_ratio_p75,
             r.ratio_of_medians,
             r.added_ns_per_request,
             r.program_ns_per_request

@@ -97,6 +97,19 @@ pub fn paired(x: &[f64], base: &[f64]) -> f64 {
     }
 }
 
+/// The `q` quantile of `v` (0 ≤ q ≤ 1), interpolated between the two
+/// nearest values (0 for an empty slice).
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let Some(last) = s.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let pos = q.clamp(0.0, 1.0) * last as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+}
+
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -108,5 +121,22 @@ pub fn median(v: &[f64]) -> f64 {
         s[n / 2]
     } else {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quantiles_interpolate_between_neighbours() {
+        let v = [4.0, 1.0, 3.0, 2.0, 5.0];
+        assert_eq!(super::quantile(&v, 0.5), 3.0);
+        assert_eq!(super::quantile(&v, 0.25), 2.0);
+        assert_eq!(super::quantile(&v, 0.1), 1.4);
+        assert_eq!(super::quantile(&v, 1.0), 5.0);
+        assert_eq!(super::quantile(&[], 0.5), 0.0);
+        assert_eq!(
+            super::quantile(&[1.0, 2.0], 0.5),
+            super::median(&[1.0, 2.0])
+        );
     }
 }

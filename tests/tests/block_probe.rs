@@ -3,7 +3,7 @@
 //! `/sys/block/loopN/stat` over the same interval, and its window rows must
 //! reach the wire with the device's class and latency histogram.
 use collector::{
-    probes::{BlockAttach, ProbeOptions, Probes},
+    probes::{BlockAttach, BlockMode, ProbeOptions, Probes},
     storage::{make_dev, quantile_ns, BlockWindow, Names},
 };
 use collector_common::{
@@ -170,6 +170,88 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
             assert_ne!(b.hist.last(), Some(&0), "{b:?}");
         }
     });
+}
+
+/// Mode RQ, the path of kernels before 6.5 (no `block_io_start`): requests
+/// timed from issue to completion, on both attaches, forced on this kernel.
+/// Counts and bytes still equal the stat's, and every request is timed: an
+/// fsync's empty PREFLUSH write is never issued to the driver (the flush
+/// machinery sends its flush instead), so it ends without a record and is
+/// timed from the kernel's start stamp (on the BTF path; classically it is
+/// counted untimed).
+#[test]
+fn mode_rq_counts_equal_the_kernels_accounting() {
+    for (block_btf, want) in [(true, BlockAttach::Btf), (false, BlockAttach::Classic)] {
+        tests::runtime().block_on(async { mode_rq_counts(block_btf, want) });
+    }
+}
+
+#[allow(clippy::unwrap_used)] // a test helper, like the #[test] fns (clippy.toml)
+fn mode_rq_counts(block_btf: bool, want: BlockAttach) {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("block_mode_rq") {
+        return;
+    }
+    let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
+    let (ma, mi) = lo.major_minor().expect("major:minor");
+    let dev = make_dev(ma, mi);
+    let probes = Probes::load(&ProbeOptions {
+        exec: false,
+        block: true,
+        block_btf,
+        block_mode: Some(BlockMode::Rq),
+        cuda: false,
+        verbs: false,
+        ..ProbeOptions::default()
+    })
+    .expect("load probes");
+    assert_eq!(
+        (probes.block_attach(), probes.block_mode()),
+        (want, BlockMode::Rq)
+    );
+    assert!(probes.block_active(), "{:?}", probes.status());
+    assert!(!probes.is_attached("block_io_start") && !probes.is_attached("block_io_done"));
+    let k_before = lo.stat().unwrap();
+    let f_before = probes.block_snapshot().unwrap();
+    let issued = tests::direct_io_workload(&lo.path, 40, 4096, 24, 16384, 10, 3).unwrap();
+    let k = lo.stat().unwrap().since(&k_before);
+    let f_after = probes.block_snapshot().unwrap();
+    let f = |o: u32| {
+        collector::storage::delta(
+            Some(&f_before.device_op_total(dev, o)),
+            &f_after.device_op_total(dev, o),
+        )
+    };
+    let (r, w, fl, d) = (f(op::READ), f(op::WRITE), f(op::FLUSH), f(op::DISCARD));
+    eprintln!(
+        "{want:?}: kernel {k:?}; faultline read {}/{} write {}/{} ({} timed) flush {} discard {}/{}",
+        r.requests, r.bytes, w.requests, w.bytes, w.timed, fl.requests, d.requests, d.bytes
+    );
+    assert_eq!(
+        (r.requests, r.bytes),
+        (k.read_ios, k.read_sectors * 512),
+        "{want:?} reads"
+    );
+    assert_eq!(
+        (w.requests, w.bytes),
+        (k.write_ios, k.write_sectors * 512),
+        "{want:?} writes"
+    );
+    assert_eq!(
+        (d.requests, d.bytes),
+        (k.discard_ios, k.discard_sectors * 512),
+        "{want:?} discards"
+    );
+    assert_eq!(fl.requests, k.flush_ios, "{want:?} flushes");
+    assert_eq!(
+        (r.timed, fl.timed, d.timed),
+        (r.requests, fl.requests, d.requests)
+    );
+    let fsyncs = match want {
+        BlockAttach::Btf => 0,
+        BlockAttach::Classic => issued.flushes,
+    };
+    assert_eq!(w.timed + fsyncs, w.requests, "{want:?}: writes timed");
 }
 
 /// A `REQ_FUA` write on a device with a write-back cache and no FUA (a loop

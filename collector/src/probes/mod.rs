@@ -100,6 +100,11 @@ pub struct ProbeOptions {
     /// Block probes on BTF-enabled raw tracepoints when the kernel has BTF;
     /// false forces the classic tracepoints.
     pub block_btf: bool,
+    /// How block requests are timed; `None` picks from the kernel's
+    /// tracepoints (mode IO where `block_io_start`/`block_io_done` exist,
+    /// 6.5+). `Some(BlockMode::Rq)` runs the path of older kernels (issue to
+    /// completion) on a new one, which is how the tests cover it.
+    pub block_mode: Option<BlockMode>,
     pub cuda: bool,
     /// Where to find `libcuda.so.1`.
     pub cuda_search: crate::cuda_lib::Search,
@@ -136,6 +141,7 @@ impl Default for ProbeOptions {
             block: true,
             block_sample_every: 0,
             block_btf: true,
+            block_mode: None,
             cuda: true,
             cuda_search: crate::cuda_lib::Search::default(),
             cuda_events_per_sec: 0,
@@ -227,7 +233,9 @@ impl Probes {
         }
         privilege::check_host()?;
         let tracefs = Tracefs::system()?;
-        let block_mode = BlockMode::detect(&tracefs);
+        let block_mode = opts
+            .block_mode
+            .unwrap_or_else(|| BlockMode::detect(&tracefs));
         let mut globals = table::globals(&tracefs, opts, block_mode)?;
         // BTF-enabled block probes: struct offsets from the kernel's BTF, and
         // the BTF itself for the attach; without either, classic tracepoints.
