@@ -1,6 +1,7 @@
 //! Builds the C stand-ins used by the tests and benchmarks with the system C
-//! compiler: the fake `libcuda.so.1` (plain, with 5-byte-nop entries, and a
-//! CET build whose entries start `endbr64; push %rbp`),
+//! compiler: the fake `libcuda.so.1` (plain, with 5-byte-nop entries, with
+//! single-stepped `mov %rdi,%rax` entries, and a CET build whose entries
+//! start `endbr64; push %rbp`),
 //! libibverbs provider and `libnvidia-ml.so.1`, and the `cuda_workload` and
 //! `verbs_workload` programs. Their paths reach the code through
 //! `FAULTLINE_STANDINS_DIR`.
@@ -58,12 +59,17 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR")).join("standins");
     let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir")).join("standins");
     println!("cargo:rerun-if-changed={}", src.display());
-    for sub in ["plain", "nop5", "cet", "nvml"] {
+    for sub in ["plain", "nop5", "stepped", "cet", "nvml"] {
         fs::create_dir_all(out.join(sub)).expect("mkdir");
     }
     let cuda = src.join("fake_libcuda.c");
     shared_lib(&cuda, &out.join("plain/libcuda.so.1"), &[]);
     shared_lib(&cuda, &out.join("nop5/libcuda.so.1"), &["-DNOP5_ENTRY"]);
+    shared_lib(
+        &cuda,
+        &out.join("stepped/libcuda.so.1"),
+        &["-DSTEPPED_ENTRY"],
+    );
     // As a CET-enabled distribution compiler builds it: `endbr64; push %rbp`.
     shared_lib(
         &cuda,

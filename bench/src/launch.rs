@@ -41,9 +41,11 @@ pub struct Args {
     /// Bounded mode's duty period, ms (the collector's default).
     #[arg(long, default_value_t = 4000)]
     period_ms: u64,
-    /// The stand-in's build: `plain` (entries single-stepped, the worst
-    /// case) or `cet` (`endbr64; push %rbp`: faultline probes the emulated
-    /// push, bpftrace the symbol).
+    /// The stand-in's build: `plain` (functions start `test %rdi,%rdi; je`,
+    /// as compiled: faultline probes the emulated `je`, bpftrace the
+    /// symbol, single-stepped), `stepped` (entries `mov %rdi,%rax`:
+    /// single-stepped for both, the worst case) or `cet` (`endbr64; push
+    /// %rbp`: faultline probes the emulated push, bpftrace the symbol).
     #[arg(long, value_enum, default_value_t = Build::Plain)]
     entry: Build,
 }
@@ -52,6 +54,7 @@ pub struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Build {
     Plain,
+    Stepped,
     Cet,
 }
 
@@ -59,6 +62,7 @@ impl Build {
     fn name(self) -> &'static str {
         match self {
             Self::Plain => "plain",
+            Self::Stepped => "stepped",
             Self::Cet => "cet",
         }
     }
@@ -69,6 +73,7 @@ impl Args {
         match self.entry {
             Build::Cet => tests::fake_libcuda_cet(),
             Build::Plain => tests::fake_libcuda(),
+            Build::Stepped => tests::fake_libcuda_stepped(),
         }
     }
 }
@@ -427,6 +432,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     };
     let path = out_dir.join(match a.entry {
         Build::Plain => "launch.json",
+        Build::Stepped => "launch_stepped.json",
         Build::Cet => "launch_cet.json",
     });
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;

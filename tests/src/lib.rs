@@ -365,6 +365,12 @@ pub fn fake_libcuda() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("plain/libcuda.so.1")
 }
 
+/// The stand-in `libcuda.so.1` whose entries start with a single-stepped
+/// register write (`mov %rdi,%rax`): no probe can be placed past it.
+pub fn fake_libcuda_stepped() -> PathBuf {
+    PathBuf::from(STANDINS_DIR).join("stepped/libcuda.so.1")
+}
+
 /// The stand-in `libcuda.so.1` whose entries start with a 5-byte nop.
 pub fn fake_libcuda_nop5() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("nop5/libcuda.so.1")

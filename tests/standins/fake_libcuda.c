@@ -7,9 +7,12 @@
  * kernel names, copies really copy, and synchronisation sleeps for
  * FAKE_CUDA_SYNC_US microseconds (default 0).
  *
- * Built twice: plainly (functions start like ordinary compiled code, as in the
- * real driver) and with -DNOP5_ENTRY, where every exported symbol starts with a
- * 5-byte nop and jumps to its body (the kernel's optimised-uprobe path).
+ * Built plainly (functions start like ordinary compiled code, as in the real
+ * driver), with -DNOP5_ENTRY, where every exported symbol starts with a 5-byte
+ * nop and jumps to its body (the kernel's optimised-uprobe path), and with
+ * -DSTEPPED_ENTRY, where every exported symbol starts `mov %rdi,%rax` (an
+ * instruction the kernel single-steps, and a register write no probe may be
+ * moved past) and jumps to its body: the costliest entry there is.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -51,11 +54,16 @@ struct fake_func { char name[256]; };
 struct fake_kernel { char name[256]; };
 struct fake_lib { int unused; };
 
+#if defined(NOP5_ENTRY) || defined(STEPPED_ENTRY)
 #ifdef NOP5_ENTRY
+#define ENTRY_BYTES ".byte 0x0f,0x1f,0x44,0x00,0x00\n"
+#else
+#define ENTRY_BYTES "mov %rdi,%rax\n"
+#endif
 #define FN(name) __attribute__((visibility("hidden"))) impl_##name
 #define TRAMP(name)                                                              \
     __asm__(".globl " #name "\n.type " #name ",@function\n" #name ":\n"          \
-            ".byte 0x0f,0x1f,0x44,0x00,0x00\njmp impl_" #name "\n"               \
+            ENTRY_BYTES "jmp impl_" #name "\n"                                   \
             ".size " #name ",.-" #name "\n");
 #else
 #define FN(name) __attribute__((noinline)) name

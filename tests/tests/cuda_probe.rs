@@ -88,16 +88,43 @@ fn probes_past_endbr64_count_exactly_what_the_workload_did() {
             }
         );
     }
-    // The plain build starts with an ordinary instruction (`test
-    // %rdi,%rdi`): probed at entry, single-stepped.
+    // The stepped build starts `mov %rdi,%rax` (a register write): probed
+    // at entry, single-stepped.
     assert_eq!(
-        collector::probes::entry::placement_of(&tests::fake_libcuda(), "cuLaunchKernel"),
+        collector::probes::entry::placement_of(&tests::fake_libcuda_stepped(), "cuLaunchKernel"),
         Placement {
             skip: 0,
             kind: EntryKind::Stepped
         }
     );
     exact_counts(&lib);
+}
+
+/// The plain build's functions start by checking their arguments, `test
+/// %rdi,%rdi; je …`, as compilers emit them: the probes go 3 bytes in, onto
+/// the emulated jump (the `test` writes only the flags), and counts, names,
+/// durations and the launch arguments (registers and stack) are exactly as
+/// at entry; [`cuda_probes_count_exactly_what_the_workload_did`] runs the
+/// workload on it.
+#[test]
+fn probes_past_an_argument_check_sit_on_the_emulated_jump() {
+    let lib = tests::fake_libcuda();
+    let code = collector::probes::entry::code_of(&lib, "cuLaunchKernel", 5).expect("read");
+    assert_eq!(code[..3], [0x48, 0x85, 0xff], "test %rdi,%rdi: {code:x?}");
+    assert_eq!(code[3], 0x74, "then je: {code:x?}");
+    assert_eq!(
+        collector::probes::entry::placement_of(&lib, "cuLaunchKernel"),
+        Placement {
+            skip: 3,
+            kind: EntryKind::Branch
+        }
+    );
+}
+
+/// Every call of the stepped build counts exactly too (probes at entry).
+#[test]
+fn probes_on_a_stepped_entry_count_exactly_what_the_workload_did() {
+    exact_counts(&tests::fake_libcuda_stepped());
 }
 
 fn exact_counts(lib: &std::path::Path) {
@@ -434,29 +461,36 @@ fn per_event_stream_is_rate_limited_and_every_drop_counted() {
 }
 
 /// Bounded-overhead mode against a launch-heavy stand-in (4 threads, each
-/// launch followed by 80 µs of CPU) on the plain build, whose entries are
-/// single-stepped (9–14 µs a trap on this VM, the worst case): its launch
-/// traps cost more than the budget (3 %), so the controller duty-cycles the
-/// launch probes, and the scaled launch count of the process stays within
-/// the stated error of the truth the stand-in prints. The stated error is
-/// 10 % where traps take about a tenth of a process's CPU while attached
-/// (README): the attached share is counted exactly; the detached share's
-/// estimate rests on the trap share, from the per-hit cost calibrated on an
-/// entry of the probe's own kind (single-stepped here). 80 µs launches put
-/// the stand-in where a bare-metal launch-heavy process is (a ~1 µs trap on
-/// a few-µs launch); with 10 µs launches the traps take half its CPU and
-/// the estimate's sensitivity to the calibration doubles (the launch
-/// benchmark shows that regime).
+/// launch followed by 80 µs of CPU) on the stepped build, whose entries are
+/// single-stepped and cannot be probed past (9–14 µs a trap on this VM, the
+/// worst case): its launch traps cost more than the budget (3 %), so the
+/// controller duty-cycles the launch probes, and the scaled launch count of
+/// the process stays within the stated error of the truth the stand-in
+/// prints. The stated error is 10 % where traps take about a tenth of a
+/// process's CPU while attached (README): the attached share is counted
+/// exactly; the detached share's estimate rests on the trap share, from the
+/// per-hit cost calibrated on an entry of the probe's own kind
+/// (single-stepped here). 80 µs launches put the stand-in where a
+/// bare-metal launch-heavy process is (a ~1 µs trap on a few-µs launch);
+/// with 10 µs launches the traps take half its CPU and the estimate's
+/// sensitivity to the calibration doubles (`faultline-bench launch --entry
+/// stepped` shows that regime).
 #[test]
-fn sampled_launch_counts_are_within_the_stated_error() {
-    sampled_counts_within(&tests::fake_libcuda(), 80_000, 0.10);
+fn sampled_launch_counts_on_a_stepped_entry_are_within_the_stated_error() {
+    sampled_counts_within(&tests::fake_libcuda_stepped(), 80_000, 0.10);
 }
 
-/// The same on the CET build with 10 µs launches (about 190k launches/s
-/// across the 4 threads, the launch-heavy case): the launch probe
-/// sits on the prologue's emulated `push`, calibrated as such, so traps
-/// take under a tenth of the process's CPU and the count is within the
-/// issue's 5 %.
+/// The launch-heavy case (10 µs launches, about 190k launches/s
+/// across the 4 threads) on the plain build: the launch probe sits on the
+/// emulated `je` after the argument check, calibrated as a branch, so traps
+/// take under a tenth of the process's CPU and the count is within 5 %.
+#[test]
+fn sampled_launch_counts_past_an_argument_check_are_within_5_percent() {
+    sampled_counts_within(&tests::fake_libcuda(), 10_000, 0.05);
+}
+
+/// The same on the CET build: the launch probe sits on the prologue's
+/// emulated `push`, calibrated as such.
 #[test]
 fn sampled_launch_counts_on_a_cet_build_are_within_5_percent() {
     sampled_counts_within(&tests::fake_libcuda_cet(), 10_000, 0.05);
@@ -596,6 +630,9 @@ fn hit_cost_is_calibrated_on_the_launch_probes_own_kind() {
         assert_eq!(probes.launch_entry_kind(), Some(EntryKind::Push));
         drop(probes);
         let probes = Probes::load(&opts(Some(tests::fake_libcuda()))).expect("load probes");
+        assert_eq!(probes.launch_entry_kind(), Some(EntryKind::Branch));
+        drop(probes);
+        let probes = Probes::load(&opts(Some(tests::fake_libcuda_stepped()))).expect("load probes");
         assert_eq!(probes.launch_entry_kind(), Some(EntryKind::Stepped));
     });
 }

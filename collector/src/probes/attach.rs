@@ -112,7 +112,7 @@ pub(super) fn attach_cuda(
             symbol = spec.symbol,
             skip,
             entry = placement.kind.name(),
-            "probe placement (past a leading endbr64, onto the prologue)"
+            "probe placement (past a leading endbr64 and flag-only checks, onto an emulated instruction)"
         );
         for (prog_name, is_ret) in [(Some(spec.entry), false), (spec.ret, true)] {
             let Some(prog_name) = prog_name else { continue };

@@ -6,13 +6,22 @@
 //! VM measured here a single-stepped entry cost 9.3–9.6 µs per hit and an
 //! emulated one 0.7–0.8 µs: the single step is most of a hit.
 //!
-//! A CET-enabled build (`-fcf-protection`, the default of several
-//! distributions' compilers) starts every function with `endbr64`, which is
-//! single-stepped. `endbr64` changes no register, flag or memory, so the
-//! probe goes on the next instruction instead, usually the prologue's first
-//! `push`: the arguments, stack pointer and return address are exactly as at
-//! entry, and every call still passes there. Entry probe and return probe of
-//! a function go on the same address, so they share one breakpoint.
+//! So a probe goes on the first instruction the kernel emulates, as long as
+//! everything before it changes nothing a probe reads: no register but the
+//! flags, no memory, not the stack pointer. The arguments, the stack and the
+//! return address are then exactly as at entry, and every call still passes
+//! there (straight-line code from the entry), so entry probe and return
+//! probe of a function share that one breakpoint. Two such runs are common:
+//!
+//! - a CET-enabled build (`-fcf-protection`, the default of several
+//!   distributions' compilers) starts every function with `endbr64`, which
+//!   is single-stepped; the next instruction is usually the prologue's
+//!   `push`;
+//! - a function that checks its arguments first starts `test %rdi,%rdi;
+//!   je …` (or `cmp`): the conditional jump is emulated.
+//!
+//! Past an instruction that writes anything else (`mov`, `sub %rsp`, a
+//! `push` with a REX.W prefix…) the probe stays at the start, single-stepped.
 use std::{fs::File, path::Path};
 
 use object::{Object, ObjectSection, ObjectSymbol, ReadCache};
@@ -108,18 +117,61 @@ impl Placement {
     }
 }
 
-/// Bytes of a function's code read to place its probes: `endbr64` and the
-/// longest instruction classified after it.
-const READ: u64 = 16;
+/// Bytes of a function's code read to place its probes: `endbr64`, a few
+/// flag-only instructions and the longest instruction classified after them.
+const READ: u64 = 32;
 
-/// Bytes at the start of a function's code to probe past: the `endbr64`
-/// marker, if that is how it starts.
+/// The length of the instruction at the start of `code` if it writes only
+/// the flags (`test` and `cmp` of registers and immediates, with an optional
+/// REX prefix), else `None`. Memory operands are not taken, so nothing
+/// skipped can fault either.
+pub fn flags_only_len(code: &[u8]) -> Option<usize> {
+    let rex = usize::from(matches!(code.first(), Some(0x40..=0x4f)));
+    let rest = code.get(rex..)?;
+    // `mod` = 11: a register operand.
+    let reg = |m: u8| m >> 6 == 0b11;
+    // The `/digit` of a group opcode.
+    let digit = |m: u8| (m >> 3) & 7;
+    let len = match rest {
+        // test r/m, r; cmp r/m, r and r, r/m.
+        [0x84 | 0x85 | 0x38 | 0x39 | 0x3a | 0x3b, m, ..] if reg(*m) => 2,
+        // cmp al, imm8; test al, imm8.
+        [0x3c | 0xa8, _, ..] => 2,
+        // cmp eax, imm32; test eax, imm32.
+        [0x3d | 0xa9, _, _, _, _, ..] => 5,
+        // cmp r/m8, imm8 and cmp r/m, imm8 (group 1, /7).
+        [0x80 | 0x83, m, _, ..] if reg(*m) && digit(*m) == 7 => 3,
+        // cmp r/m, imm32 (group 1, /7).
+        [0x81, m, _, _, _, _, ..] if reg(*m) && digit(*m) == 7 => 6,
+        // test r/m8, imm8 (group 3, /0).
+        [0xf6, m, _, ..] if reg(*m) && digit(*m) == 0 => 3,
+        // test r/m, imm32 (group 3, /0).
+        [0xf7, m, _, _, _, _, ..] if reg(*m) && digit(*m) == 0 => 6,
+        _ => return None,
+    };
+    Some(rex + len)
+}
+
+/// Bytes at the start of a function's code to probe past: a leading
+/// `endbr64`, then flag-only instructions ([`flags_only_len`]) when they lead
+/// to an instruction the kernel emulates; else just the `endbr64`.
 pub fn skip(code: &[u8]) -> u64 {
-    if code.starts_with(&ENDBR64) {
-        ENDBR64.len() as u64
+    let base = if code.starts_with(&ENDBR64) {
+        ENDBR64.len()
     } else {
         0
+    };
+    let mut at = base;
+    while let Some(rest) = code.get(at..).filter(|r| !r.is_empty()) {
+        if EntryKind::of(rest) != EntryKind::Stepped {
+            return at as u64;
+        }
+        match flags_only_len(rest) {
+            Some(n) => at += n,
+            None => break,
+        }
     }
+    base as u64
 }
 
 /// An ELF file, parsed, for reading its symbols' code.
@@ -163,8 +215,8 @@ pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
     code_in(&parse(path, &cache)?, symbol, len).map_err(|e| format!("{e} in {}", path.display()))
 }
 
-/// For each of `symbols`, where to attach its uprobes in `path`: past a
-/// leading `endbr64`, else at the start (also when the code cannot be read:
+/// For each of `symbols`, where to attach its uprobes in `path`: at
+/// [`skip`], else at the start (also when the code cannot be read:
 /// the attach then reports its own error, and the kind is taken as
 /// single-stepped, the costly one). The file is parsed once.
 pub fn placements_of<'s>(path: &Path, symbols: impl Iterator<Item = &'s str>) -> Vec<Placement> {
@@ -203,15 +255,62 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_leading_endbr64_is_skipped() {
+    fn probes_skip_only_what_changes_nothing_they_read() {
+        // A leading endbr64, onto the push.
         assert_eq!(skip(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55]), 4);
-        // push %rbp, a 5-byte nop, test %rdi,%rdi: probed where they are.
+        // push %rbp and a 5-byte nop: probed where they are.
         assert_eq!(skip(&[0x55, 0x48, 0x89, 0xe5]), 0);
         assert_eq!(skip(&[0x0f, 0x1f, 0x44, 0x00, 0x00]), 0);
+        // test %rdi,%rdi; je: onto the (emulated) jump.
+        assert_eq!(skip(&[0x48, 0x85, 0xff, 0x74, 0x4b]), 3);
+        // endbr64; test %esi,%esi; cmp $0x7,%edx; jne rel32.
+        let code = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x85, 0xf6, 0x83, 0xfa, 0x07, 0x0f, 0x85, 0, 0, 0, 0,
+        ];
+        assert_eq!(skip(&code), 9);
+        // test %r8d,%r8d; sete %al (writes %al): at the start.
+        assert_eq!(skip(&[0x45, 0x85, 0xc0, 0x0f, 0x94, 0xc0, 0x74, 0x00]), 0);
+        // endbr64; test %rdi,%rdi; sete: just past the endbr64.
+        assert_eq!(
+            skip(&[0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x85, 0xff, 0x0f, 0x94]),
+            4
+        );
+        // test with a memory operand (may fault) is not skipped.
+        assert_eq!(skip(&[0x48, 0x85, 0x3f, 0x74, 0x00]), 0);
+        // mov %rdi,%rax; jmp: mov writes a register.
+        assert_eq!(skip(&[0x48, 0x89, 0xf8, 0xeb, 0x00]), 0);
+        // Code that ends mid-way: nothing past what was read.
         assert_eq!(skip(&[0x48, 0x85, 0xff]), 0);
+        assert_eq!(skip(&[0x48, 0x85]), 0);
         // endbr32 is not endbr64; a short read is nothing to skip.
         assert_eq!(skip(&[0xf3, 0x0f, 0x1e, 0xfb]), 0);
         assert_eq!(skip(&[0xf3, 0x0f]), 0);
+    }
+
+    #[test]
+    fn flag_only_instructions_are_decoded_to_their_length() {
+        let cases: &[(&[u8], Option<usize>)] = &[
+            (&[0x48, 0x85, 0xff], Some(3)),             // test %rdi,%rdi
+            (&[0x85, 0xf6], Some(2)),                   // test %esi,%esi
+            (&[0x84, 0xc0], Some(2)),                   // test %al,%al
+            (&[0x48, 0x39, 0xf7], Some(3)),             // cmp %rsi,%rdi
+            (&[0x3c, 0x05], Some(2)),                   // cmp $5,%al
+            (&[0x3d, 1, 0, 0, 0], Some(5)),             // cmp $1,%eax
+            (&[0x83, 0xff, 0x07], Some(3)),             // cmp $7,%edi
+            (&[0x48, 0x81, 0xfe, 0, 1, 0, 0], Some(7)), // cmp $0x100,%rsi
+            (&[0x40, 0xf6, 0xc7, 0x01], Some(4)),       // test $1,%dil
+            (&[0xf7, 0xc6, 0, 0, 1, 0], Some(6)),       // test $0x10000,%esi
+            (&[0x83, 0xc7, 0x07], None),                // add $7,%edi
+            (&[0x83, 0x3f, 0x07], None),                // cmpl $7,(%rdi)
+            (&[0xf7, 0xd7], None),                      // not %edi
+            (&[0x48, 0x89, 0xf8], None),                // mov %rdi,%rax
+            (&[0x66, 0x85, 0xff], None),                // operand-size prefix
+            (&[0x48, 0x81, 0xfe, 0], None),             // cut short
+            (&[], None),
+        ];
+        for (code, len) in cases {
+            assert_eq!(flags_only_len(code), *len, "{code:02x?}");
+        }
     }
 
     #[test]
@@ -247,7 +346,14 @@ mod tests {
             }
         );
         assert_eq!(
-            Placement::of(&[0x48, 0x85, 0xff]),
+            Placement::of(&[0x48, 0x85, 0xff, 0x74, 0x4b]),
+            Placement {
+                skip: 3,
+                kind: Branch
+            }
+        );
+        assert_eq!(
+            Placement::of(&[0x48, 0x89, 0xf8, 0xeb, 0x00]),
             Placement {
                 skip: 0,
                 kind: Stepped
