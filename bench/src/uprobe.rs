@@ -431,7 +431,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .enable_all()
         .build()?;
     let _g = rt.enter();
-    let plain: PathBuf = tests::fake_libcuda_stepped();
+    let stepped: PathBuf = tests::fake_libcuda_stepped();
     let nop5: PathBuf = tests::fake_libcuda_nop5();
     let peer = crate::peer::available();
     if !peer {
@@ -441,8 +441,8 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     // longer than a scheduler tick's worth of noise.
     let variants = vec![
         variant(
-            &plain,
-            "ordinary (int3 trap + single step)",
+            &stepped,
+            "single-stepped mov (int3 trap + single step)",
             a,
             a.calls,
             peer,

@@ -57,17 +57,31 @@ pub struct LaunchController {
     calibrator: Option<crate::probes::HitCalibrator>,
     /// When the hit cost was last measured.
     calibrated: Instant,
+    /// The last [`RECALIBRATE_KEEP`] measurements of the hit cost, seconds.
+    recent_hit_s: std::collections::VecDeque<f64>,
 }
 
 /// While a process is over budget the hit cost is measured again at most
 /// this often (at each completed check with the default 4 s period), with
 /// this many calls per side and pairs (about 3 ms of the agent's CPU at
-/// 10 µs traps), and a new measurement has this weight in the running
-/// estimate. A VM's trap cost moved between 9 and 17 µs within minutes here.
+/// 10 µs traps), and the cost used is the median of the last
+/// [`RECALIBRATE_KEEP`] measurements. A VM's trap cost moved between 9 and
+/// 17 µs within minutes here, and single measurements spiked above what the
+/// launching process paid: a spike moved a running mean (weight 0.5) and
+/// with it a whole period's scaled count (+21 % in one benchmark round on
+/// single-stepped entries); the median of five ignores up to two.
 const RECALIBRATE_EVERY: Duration = Duration::from_secs(2);
 const RECALIBRATE_CALLS: u32 = 100;
 const RECALIBRATE_PAIRS: u32 = 3;
-const RECALIBRATE_WEIGHT: f64 = 0.5;
+pub const RECALIBRATE_KEEP: usize = 5;
+
+/// The per-hit cost from the recent measurements: their median (the upper
+/// one of an even count), `None` when there are none.
+pub fn recent_cost(recent: &std::collections::VecDeque<f64>) -> Option<f64> {
+    let mut v: Vec<f64> = recent.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
 
 impl LaunchController {
     /// `None` when the mode is off (`launch_budget = 0`) or nothing is
@@ -173,6 +187,7 @@ impl LaunchController {
             strikes: HashMap::new(),
             calibrator: None,
             calibrated: Instant::now(),
+            recent_hit_s: std::collections::VecDeque::from([hit_cost_s]),
         }
     }
 
@@ -317,7 +332,13 @@ impl LaunchController {
             if let Some(c) = self.calibrator.as_mut() {
                 match c.measure(RECALIBRATE_CALLS, RECALIBRATE_PAIRS) {
                     Ok(ns) if ns > 0.0 => {
-                        self.hit_cost_s += RECALIBRATE_WEIGHT * (ns * 1e-9 - self.hit_cost_s);
+                        if self.recent_hit_s.len() >= RECALIBRATE_KEEP {
+                            self.recent_hit_s.pop_front();
+                        }
+                        self.recent_hit_s.push_back(ns * 1e-9);
+                        if let Some(c) = recent_cost(&self.recent_hit_s) {
+                            self.hit_cost_s = c;
+                        }
                         metrics::gauge!("faultline_cuda_launch_hit_cost_seconds")
                             .set(self.hit_cost_s);
                     }
@@ -397,5 +418,28 @@ impl LaunchController {
                 )
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+
+    #[test]
+    fn the_hit_cost_is_the_median_of_recent_measurements() {
+        let us = |v: &[f64]| v.iter().map(|x| x * 1e-6).collect::<VecDeque<f64>>();
+        let c = |v: &[f64]| recent_cost(&us(v)).map(|x| (x * 1e9).round());
+        assert_eq!(c(&[]), None);
+        assert_eq!(c(&[12.9]), Some(12_900.0));
+        // A high start and a spike: the median stays with what recurs.
+        assert_eq!(c(&[12.9, 9.5, 9.4]), Some(9_500.0));
+        assert_eq!(c(&[9.5, 9.4, 17.0, 9.6, 9.3]), Some(9_500.0));
+        // Two of five spiking still leave it.
+        assert_eq!(c(&[17.0, 9.4, 16.0, 9.6, 9.3]), Some(9_600.0));
+        // A real move is followed once it is most of the window.
+        assert_eq!(c(&[9.4, 12.0, 12.1, 11.9, 9.3]), Some(11_900.0));
+        assert_eq!(c(&[f64::NAN, 9.0]), Some(9_000.0));
     }
 }
