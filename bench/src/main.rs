@@ -80,7 +80,6 @@ fn main() -> Result<()> {
     }
 }
 
-/// Median of a non-empty slice.
 /// Median of the per-round ratios `x[i] / base[i]` (rounds with a zero
 /// base left out); 0 when there are none.
 pub fn paired(x: &[f64], base: &[f64]) -> f64 {
@@ -90,11 +89,7 @@ pub fn paired(x: &[f64], base: &[f64]) -> f64 {
         .filter(|(_, b)| **b > 0.0)
         .map(|(x, b)| x / b)
         .collect();
-    if r.is_empty() {
-        0.0
-    } else {
-        median(&r)
-    }
+    median(&r)
 }
 
 /// The `q` quantile of `v` (0 ≤ q ≤ 1), interpolated between the two
@@ -110,6 +105,7 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
     s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
 }
 
+/// Median of `v` (0 for an empty slice).
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);

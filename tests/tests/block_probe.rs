@@ -4,12 +4,38 @@
 //! reach the wire with the device's class and latency histogram.
 use collector::{
     probes::{BlockAttach, BlockMode, ProbeOptions, Probes},
-    storage::{make_dev, quantile_ns, BlockWindow, Names},
+    storage::{make_dev, quantile_ns, BlockSnapshot, BlockWindow, Names},
 };
 use collector_common::{
     block::{op, BlockStats},
     stat,
 };
+
+/// Options that load the block probes alone, on the BTF path or the classic one.
+fn block_only(block_btf: bool) -> ProbeOptions {
+    ProbeOptions {
+        exec: false,
+        block: true,
+        block_btf,
+        cuda: false,
+        verbs: false,
+        ..ProbeOptions::default()
+    }
+}
+
+/// The loop device's number as the probes key it.
+fn dev_of(lo: &tests::LoopDevice) -> u32 {
+    let (ma, mi) = lo.major_minor().expect("major:minor");
+    make_dev(ma, mi)
+}
+
+/// Faultline's totals for op `o` of device `dev` between two snapshots.
+fn op_delta(before: &BlockSnapshot, after: &BlockSnapshot, dev: u32, o: u32) -> BlockStats {
+    collector::storage::delta(
+        Some(&before.device_op_total(dev, o)),
+        &after.device_op_total(dev, o),
+    )
+}
 
 /// The BTF-enabled raw tracepoints keyed by the request pointer (the
 /// default on a kernel with BTF, as this one has).
@@ -33,18 +59,9 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
     }
     tests::runtime().block_on(async {
         let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
-        let (ma, mi) = lo.major_minor().expect("major:minor");
-        let dev = make_dev(ma, mi);
+        let dev = dev_of(&lo);
 
-        let opts = ProbeOptions {
-            exec: false,
-            block: true,
-            block_btf,
-            cuda: false,
-            verbs: false,
-            ..ProbeOptions::default()
-        };
-        let probes = Probes::load(&opts).expect("load probes");
+        let probes = Probes::load(&block_only(block_btf)).expect("load probes");
         assert!(probes.block_active(), "{:?}", probes.status());
         assert_eq!(probes.block_attach(), want);
         // Two programs per request on BTF (start, complete); classically
@@ -76,11 +93,7 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
         let f_after = probes.block_snapshot().unwrap();
         eprintln!("issued {issued:?}\nkernel {k:?}");
 
-        let f = |o: u32| {
-            let a = f_after.device_op_total(dev, o);
-            let b = f_before.device_op_total(dev, o);
-            collector::storage::delta(Some(&b), &a)
-        };
+        let f = |o: u32| op_delta(&f_before, &f_after, dev, o);
         let (r, w, fl, d) = (f(op::READ), f(op::WRITE), f(op::FLUSH), f(op::DISCARD));
         eprintln!(
             "faultline read {}/{} write {}/{} flush {}/{} discard {}/{}",
@@ -193,16 +206,10 @@ fn mode_rq_counts(block_btf: bool, want: BlockAttach) {
         return;
     }
     let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
-    let (ma, mi) = lo.major_minor().expect("major:minor");
-    let dev = make_dev(ma, mi);
+    let dev = dev_of(&lo);
     let probes = Probes::load(&ProbeOptions {
-        exec: false,
-        block: true,
-        block_btf,
         block_mode: Some(BlockMode::Rq),
-        cuda: false,
-        verbs: false,
-        ..ProbeOptions::default()
+        ..block_only(block_btf)
     })
     .expect("load probes");
     assert_eq!(
@@ -216,12 +223,7 @@ fn mode_rq_counts(block_btf: bool, want: BlockAttach) {
     let issued = tests::direct_io_workload(&lo.path, 40, 4096, 24, 16384, 10, 3).unwrap();
     let k = lo.stat().unwrap().since(&k_before);
     let f_after = probes.block_snapshot().unwrap();
-    let f = |o: u32| {
-        collector::storage::delta(
-            Some(&f_before.device_op_total(dev, o)),
-            &f_after.device_op_total(dev, o),
-        )
-    };
+    let f = |o: u32| op_delta(&f_before, &f_after, dev, o);
     let (r, w, fl, d) = (f(op::READ), f(op::WRITE), f(op::FLUSH), f(op::DISCARD));
     eprintln!(
         "{want:?}: kernel {k:?}; faultline read {}/{} write {}/{} ({} timed) flush {} discard {}/{}",
@@ -273,17 +275,8 @@ fn fua_writes_count_once(block_btf: bool, want: BlockAttach) {
         return;
     }
     let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
-    let (ma, mi) = lo.major_minor().expect("major:minor");
-    let dev = make_dev(ma, mi);
-    let probes = Probes::load(&ProbeOptions {
-        exec: false,
-        block: true,
-        block_btf,
-        cuda: false,
-        verbs: false,
-        ..ProbeOptions::default()
-    })
-    .expect("load probes");
+    let dev = dev_of(&lo);
+    let probes = Probes::load(&block_only(block_btf)).expect("load probes");
     assert_eq!(probes.block_attach(), want);
     let n = 100;
     let k_before = lo.stat().unwrap();
@@ -291,12 +284,7 @@ fn fua_writes_count_once(block_btf: bool, want: BlockAttach) {
     let bytes = tests::dsync_writes(&lo.path, n, 8192).unwrap();
     let k = lo.stat().unwrap().since(&k_before);
     let f_after = probes.block_snapshot().unwrap();
-    let f = |o: u32| {
-        collector::storage::delta(
-            Some(&f_before.device_op_total(dev, o)),
-            &f_after.device_op_total(dev, o),
-        )
-    };
+    let f = |o: u32| op_delta(&f_before, &f_after, dev, o);
     let (w, fl) = (f(op::WRITE), f(op::FLUSH));
     eprintln!(
         "{want:?}: kernel {k:?}; faultline write {}/{} ({} timed) flush {}",
@@ -325,16 +313,8 @@ fn fua_writes_count_once(block_btf: bool, want: BlockAttach) {
 /// and the `STATS[BLOCK_UNTIMED]` increase, all over the same interval.
 #[allow(clippy::unwrap_used)] // a test helper, like the #[test] fns (clippy.toml)
 fn btf_reads(lo: &tests::LoopDevice, n: u64) -> (tests::DiskStat, BlockStats, u64) {
-    let (ma, mi) = lo.major_minor().expect("major:minor");
-    let dev = make_dev(ma, mi);
-    let probes = Probes::load(&ProbeOptions {
-        exec: false,
-        block: true,
-        cuda: false,
-        verbs: false,
-        ..ProbeOptions::default()
-    })
-    .expect("load probes");
+    let dev = dev_of(lo);
+    let probes = Probes::load(&block_only(true)).expect("load probes");
     assert_eq!(probes.block_attach(), BlockAttach::Btf);
     let k_before = lo.stat().unwrap();
     let s_before = probes.kernel_stats().unwrap();
@@ -344,10 +324,7 @@ fn btf_reads(lo: &tests::LoopDevice, n: u64) -> (tests::DiskStat, BlockStats, u6
     let k = lo.stat().unwrap().since(&k_before);
     let s_after = probes.kernel_stats().unwrap();
     let f_after = probes.block_snapshot().unwrap();
-    let ours = collector::storage::delta(
-        Some(&f_before.device_op_total(dev, op::READ)),
-        &f_after.device_op_total(dev, op::READ),
-    );
+    let ours = op_delta(&f_before, &f_after, dev, op::READ);
     let untimed = s_after[stat::BLOCK_UNTIMED as usize] - s_before[stat::BLOCK_UNTIMED as usize];
     eprintln!(
         "kernel {k:?}; faultline {} reads, {} timed ({} ns), {untimed} untimed",
@@ -445,15 +422,10 @@ fn sampled_block_events_are_drained_one_per_timed_request() {
     tests::runtime().block_on(async {
         use collector::probes::{block::BlockSample, drain::EventDrain};
         let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
-        let (ma, mi) = lo.major_minor().expect("major:minor");
-        let dev = make_dev(ma, mi);
+        let dev = dev_of(&lo);
         let opts = ProbeOptions {
-            exec: false,
-            block: true,
             block_sample_every: 1,
-            cuda: false,
-            verbs: false,
-            ..ProbeOptions::default()
+            ..block_only(true)
         };
         let mut probes = Probes::load(&opts).expect("load probes");
         let mut drain = EventDrain::<BlockSample>::take(&mut probes, true)
@@ -466,10 +438,7 @@ fn sampled_block_events_are_drained_one_per_timed_request() {
         let k_after = probes.kernel_stats().unwrap();
         let timed: u64 = [op::READ, op::WRITE, op::FLUSH, op::DISCARD]
             .iter()
-            .map(|&o| {
-                let b = before.device_op_total(dev, o);
-                collector::storage::delta(Some(&b), &after.device_op_total(dev, o)).timed
-            })
+            .map(|&o| op_delta(&before, &after, dev, o).timed)
             .sum();
         let events = drain.take_ready();
         let ours: Vec<_> = events.iter().filter(|e| e.data.dev == dev).collect();

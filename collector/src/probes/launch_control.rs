@@ -3,7 +3,7 @@
 //! and sets the share of each period the launch probes stay attached; between
 //! windows it attaches and detaches them on that schedule.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -43,7 +43,7 @@ pub struct LaunchController {
     phase: Instant,
     /// pid → (when, CPU seconds) at recent checks, back to
     /// [`CPU_HORIZON`] ago: the CPU rate is taken over that span.
-    cpu_hist: HashMap<u32, std::collections::VecDeque<(Instant, f64)>>,
+    cpu_hist: HashMap<u32, VecDeque<(Instant, f64)>>,
     /// At the previous check: when, the launch probes' total attached time,
     /// raw launches per pid.
     prev: Option<(Instant, Duration, std::collections::BTreeMap<u32, u64>)>,
@@ -59,7 +59,7 @@ pub struct LaunchController {
     /// When the hit cost was last measured.
     calibrated: Instant,
     /// The last [`RECALIBRATE_KEEP`] measurements of the hit cost, seconds.
-    recent_hit_s: std::collections::VecDeque<f64>,
+    recent_hit_s: VecDeque<f64>,
     /// Whether those were taken while a process was launch-heavy (else the
     /// next check with one over budget measures afresh).
     under_load: bool,
@@ -96,7 +96,7 @@ const CPU_HIST_MAX: usize = 128;
 /// least `horizon` old, else the oldest there is. `None` with no earlier
 /// reading.
 pub fn cpu_rate(
-    hist: &mut std::collections::VecDeque<(Instant, f64)>,
+    hist: &mut VecDeque<(Instant, f64)>,
     now: Instant,
     cpu: f64,
     horizon: Duration,
@@ -119,7 +119,7 @@ pub fn cpu_rate(
 
 /// The per-hit cost from the recent measurements: their median (the upper
 /// one of an even count), `None` when there are none.
-pub fn recent_cost(recent: &std::collections::VecDeque<f64>) -> Option<f64> {
+pub fn recent_cost(recent: &VecDeque<f64>) -> Option<f64> {
     let mut v: Vec<f64> = recent.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied()
@@ -229,7 +229,7 @@ impl LaunchController {
             strikes: HashMap::new(),
             calibrator: None,
             calibrated: Instant::now(),
-            recent_hit_s: std::collections::VecDeque::from([hit_cost_s]),
+            recent_hit_s: VecDeque::from([hit_cost_s]),
             under_load: false,
         }
     }
@@ -343,11 +343,10 @@ impl LaunchController {
                 continue;
             };
             seen.insert(pid);
-            let hist = self.cpu_hist.entry(pid).or_default();
-            let known = !hist.is_empty();
-            let rate = cpu_rate(hist, now, cpu, CPU_HORIZON);
-            match (known, rate, tot0.get(&pid)) {
-                (true, Some(rate), Some(&before)) => procs.push(ProcWindow {
+            // No rate at a pid's first reading: then its first sight below.
+            let rate = cpu_rate(self.cpu_hist.entry(pid).or_default(), now, cpu, CPU_HORIZON);
+            match (rate, tot0.get(&pid)) {
+                (Some(rate), Some(&before)) => procs.push(ProcWindow {
                     pid,
                     launches: total.saturating_sub(before),
                     cpu_s: rate * secs,
@@ -500,8 +499,6 @@ impl LaunchController {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-
     use super::*;
 
     #[test]
