@@ -149,6 +149,43 @@ if [[ "$(cat "$DEPLOY_VENV/.faultline-stamp" 2>/dev/null)" != "$deploy_want" ]];
   printf '%s' "$deploy_want" >"$DEPLOY_VENV/.faultline-stamp"
 fi
 
+# NVIDIA's real user-space libraries from PyPI, as test fixtures (no GPU
+# needed to load them): libcudart.so.12 runs over the stand-in driver
+# (tests/tests/real_cudart.rs), the NCCL probes attach to the real
+# libnccl.so.2 (tests/tests/nccl_probe.rs), and nvidia-ml-py is a second NVML
+# reader for `cargo xtask gpu-check`. Pinned; --no-deps (the wheels are
+# self-contained shared libraries). The NCCL wheel is ~350 MB once.
+NVIDIA_PY_PACKAGES=(
+  "nvidia-cuda-runtime-cu12==12.9.79"
+  "nvidia-nccl-cu12==2.32.3"
+  "nvidia-ml-py==13.615.71"
+)
+NVIDIA_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/nvidia-venv"
+nvidia_want="${NVIDIA_PY_PACKAGES[*]}"
+if [[ "$(cat "$NVIDIA_VENV/.faultline-stamp" 2>/dev/null)" != "$nvidia_want" ]]; then
+  log "installing NVIDIA's CUDA runtime, NCCL and nvidia-ml-py wheels into $NVIDIA_VENV (~350 MB)"
+  python3 -m venv "$NVIDIA_VENV"
+  "$NVIDIA_VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps "${NVIDIA_PY_PACKAGES[@]}"
+  printf '%s' "$nvidia_want" >"$NVIDIA_VENV/.faultline-stamp"
+fi
+
+# The Python OpenTelemetry SDK's OTLP/HTTP JSON exporter (pinned) for
+# collector/tests/otlp_python.rs (`http/json`, plain and gzip), in its own
+# venv under the target dir: it pins other versions of packages that the
+# protobuf exporters in otlp-venv pin too, so the two cannot share one.
+OTEL_JSON_PY_PACKAGES=(
+  "opentelemetry-sdk==1.45.2"
+  "opentelemetry-exporter-otlp-json-http==0.66b1"
+)
+OTEL_JSON_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/otlp-json-venv"
+otel_json_want="${OTEL_JSON_PY_PACKAGES[*]}"
+if [[ "$(cat "$OTEL_JSON_VENV/.faultline-stamp" 2>/dev/null)" != "$otel_json_want" ]]; then
+  log "installing the Python OpenTelemetry OTLP/JSON exporter into $OTEL_JSON_VENV"
+  python3 -m venv "$OTEL_JSON_VENV"
+  "$OTEL_JSON_VENV/bin/pip" install --quiet --disable-pip-version-check "${OTEL_JSON_PY_PACKAGES[@]}"
+  printf '%s' "$otel_json_want" >"$OTEL_JSON_VENV/.faultline-stamp"
+fi
+
 # aya attaches tracepoints through tracefs.
 if [[ ! -e /sys/kernel/tracing/events ]]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || log "could not mount tracefs at /sys/kernel/tracing"

@@ -2,8 +2,9 @@
 //! compiler: the fake `libcuda.so.1` (plain, with 5-byte-nop entries, with
 //! single-stepped `mov %rdi,%rax` entries, and a CET build whose entries
 //! start `endbr64; push %rbp`),
-//! libibverbs provider and `libnvidia-ml.so.1`, and the `cuda_workload` and
-//! `verbs_workload` programs. Their paths reach the code through
+//! libibverbs provider, `libnvidia-ml.so.1` and `libnccl.so.2`, and the
+//! `cuda_workload`, `cudart_workload` (NVIDIA's real CUDA runtime over the
+//! stand-in driver), `verbs_workload` and `nccl_workload` programs. Their paths reach the code through
 //! `FAULTLINE_STANDINS_DIR`.
 use std::{
     env, fs,
@@ -59,7 +60,15 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR")).join("standins");
     let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir")).join("standins");
     println!("cargo:rerun-if-changed={}", src.display());
-    for sub in ["plain", "nop5", "stepped", "cet", "nvml"] {
+    for sub in [
+        "plain",
+        "nop5",
+        "stepped",
+        "cet",
+        "nvml",
+        "nccl",
+        "nccl-push",
+    ] {
         fs::create_dir_all(out.join(sub)).expect("mkdir");
     }
     let cuda = src.join("fake_libcuda.c");
@@ -81,6 +90,7 @@ fn main() {
         ],
     );
     program(&src.join("cuda_workload.c"), &out.join("cuda_workload"));
+    program(&src.join("cudart_workload.c"), &out.join("cudart_workload"));
     program(&src.join("launch_storm.c"), &out.join("launch_storm"));
     shared_lib(
         &src.join("fake_verbs.c"),
@@ -93,5 +103,24 @@ fn main() {
         &out.join("nvml/libnvidia-ml.so.1"),
         &[],
     );
+    shared_lib(
+        &src.join("fake_nccl.c"),
+        &out.join("nccl/libnccl.so.2"),
+        &[],
+    );
+    program(&src.join("nccl_workload.c"), &out.join("nccl_workload"));
+    // As NVIDIA's libnccl.so.2 is built: every probed API starts with a
+    // `push` (frame pointers, no shrink-wrapping, no tail calls), for the
+    // NCCL overhead benchmark's `nccl_storm`.
+    shared_lib(
+        &src.join("fake_nccl.c"),
+        &out.join("nccl-push/libnccl.so.2"),
+        &[
+            "-fno-omit-frame-pointer",
+            "-fno-shrink-wrap",
+            "-fno-optimize-sibling-calls",
+        ],
+    );
+    program(&src.join("nccl_storm.c"), &out.join("nccl_storm"));
     println!("cargo:rustc-env=FAULTLINE_STANDINS_DIR={}", out.display());
 }

@@ -7,6 +7,7 @@ mod history;
 mod ingest;
 mod ingest_tls;
 mod launch;
+mod nccl;
 mod otlp;
 mod peer;
 mod procstat;
@@ -40,6 +41,10 @@ enum Which {
     /// exact, in bounded-overhead mode, and with bpftrace count(); bounded
     /// mode's launch count against the stand-in's truth.
     Launch(launch::Args),
+    /// NCCL probes' cost on a collective-heavy stand-in: NCCL calls/s
+    /// without probes, with faultline's NCCL probes and with bpftrace
+    /// count() on the same symbols; faultline's counts against the truth.
+    Nccl(nccl::Args),
     /// CPU and RSS of the collector on a simulated 8-GPU, 8-HCA host.
     Footprint(footprint::Args),
     /// Correlator ingest throughput and scaling over gRPC on loopback.
@@ -71,6 +76,7 @@ fn main() -> Result<()> {
         Which::Block(a) => block::run(&a, &cli.out_dir),
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
         Which::Launch(a) => launch::run(&a, &cli.out_dir),
+        Which::Nccl(a) => nccl::run(&a, &cli.out_dir),
         Which::Footprint(a) => footprint::run(&a, &cli.out_dir),
         Which::Ingest(a) => ingest::run(&a, &cli.out_dir),
         Which::IngestTls(a) => ingest_tls::run(&a, &cli.out_dir),

@@ -19,7 +19,9 @@ pub mod call {
     pub const EVENT_SYNC: u32 = 11;
     pub const MEM_ALLOC: u32 = 12;
     pub const MEM_FREE: u32 = 13;
-    pub const COUNT: u32 = 14;
+    /// `cuMemcpy` / `cuMemcpy_ptds` (unified addressing: any direction, synchronous).
+    pub const MEMCPY: u32 = 14;
+    pub const COUNT: u32 = 15;
 
     /// Label value of a call kind.
     pub fn name(kind: u32) -> &'static str {
@@ -38,6 +40,7 @@ pub mod call {
             EVENT_SYNC => "cuEventSynchronize",
             MEM_ALLOC => "cuMemAlloc",
             MEM_FREE => "cuMemFree",
+            MEMCPY => "cuMemcpy",
             _ => "unknown",
         }
     }

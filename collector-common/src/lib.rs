@@ -9,6 +9,7 @@
 pub mod block;
 pub mod cuda;
 pub mod exec;
+pub mod nccl;
 pub mod verbs;
 
 #[cfg(test)]
@@ -126,6 +127,12 @@ pub mod stat {
     /// them (no `RQF_IO_STAT`: the device's `queue/iostats` is off) and the
     /// probes had not yet switched to their own start clock.
     pub const BLOCK_UNTIMED: u32 = 21;
+    /// NCCL calls counted (collectives, point-to-point, groups).
+    pub const NCCL_CALLS: u32 = 22;
+    /// NCCL aggregate or communicator map full: a call or communicator lost.
+    pub const NCCL_MAP_FULL: u32 = 23;
+    /// An NCCL init return probe found no entry record.
+    pub const NCCL_UNMATCHED_RETURN: u32 = 24;
     /// Number of slots.
-    pub const COUNT: u32 = 22;
+    pub const COUNT: u32 = 25;
 }

@@ -29,8 +29,12 @@
 //! - `cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)` and
 //!   `cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)` →
 //!   [`cuda_ctx_retain_enter`] / [`cuda_ctx_create_enter`] + [`cuda_ctx_return`]:
-//!   context → device.
+//!   context → device (and thread → device when the thread had made that
+//!   context current before, as the CUDA runtime does with the primary context).
 //! - `cuCtxSetCurrent(CUcontext ctx)` → [`cuda_ctx_set_current`]: thread → device.
+//! - The `_ptds` / `_ptsz` per-thread-default-stream exports and the generic
+//!   `cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t)` (and `cuMemcpy_ptds`)
+//!   share their legacy export's programs and kinds (`collector/src/probes/table.rs`).
 use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
@@ -95,6 +99,13 @@ static CUDA_KERNEL_NAMES: LruHashMap<HandleKey, KernelName> =
 /// `CUcontext` → device ordinal, per process.
 #[map(name = "CUDA_CTX_DEVICE")]
 static CUDA_CTX_DEVICE: LruHashMap<HandleKey, i32> = LruHashMap::with_max_entries(16384, 0);
+
+/// Thread id → a context it made current before its device was known
+/// (cleared when it makes a known one current). The CUDA runtime makes the
+/// primary context current before it retains it (it gets the handle from
+/// the driver's private interface), so the retain's return gives the device.
+#[map(name = "CUDA_THREAD_PENDING_CTX")]
+static CUDA_THREAD_PENDING_CTX: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
 /// Thread id → device ordinal of its current context.
 #[map(name = "CUDA_THREAD_DEVICE")]
@@ -177,7 +188,7 @@ fn cookie(ctx: &impl EbpfContext) -> u64 {
 /// The device of thread `tid`'s current context: from this CPU's cache when
 /// it holds `tid` and no thread's device changed since it was filled.
 #[inline(always)]
-fn current_device(tid: u32) -> i32 {
+pub(crate) fn current_device(tid: u32) -> i32 {
     let gen = CUDA_THREAD_DEVICE_GEN.get(0).copied().unwrap_or(0);
     let cache = CUDA_DEVICE_CACHE.get_ptr_mut(0);
     if let Some(c) = cache {
@@ -215,6 +226,7 @@ fn is_blocking(kind: u32) -> bool {
         kind,
         call::MEMCPY_HTOD
             | call::MEMCPY_DTOH
+            | call::MEMCPY
             | call::STREAM_SYNC
             | call::CTX_SYNC
             | call::EVENT_SYNC
@@ -521,6 +533,7 @@ fn call_bytes(ctx: &ProbeContext, kind: u32) -> u64 {
     match kind {
         call::MEMCPY_HTOD
         | call::MEMCPY_DTOH
+        | call::MEMCPY
         | call::MEMCPY_ASYNC
         | call::MEMCPY_HTOD_ASYNC
         | call::MEMCPY_DTOH_ASYNC => ctx.arg(2).unwrap_or(0),
@@ -786,8 +799,15 @@ pub fn cuda_ctx_return(ctx: RetProbeContext) -> u32 {
         handle: cuctx,
     };
     let _ = CUDA_CTX_DEVICE.insert(&hk, &rec.device, 0);
-    if rec.kind == 1 {
-        set_thread_device(pid_tgid as u32, rec.device);
+    let tid = pid_tgid as u32;
+    // SAFETY: copied out immediately.
+    let pending = unsafe { CUDA_THREAD_PENDING_CTX.get(&tid) }.copied();
+    if rec.kind == 1 || pending == Some(cuctx) {
+        // Created (and made current), or retained while already current.
+        set_thread_device(tid, rec.device);
+        if pending.is_some() {
+            let _ = CUDA_THREAD_PENDING_CTX.remove(&tid);
+        }
     }
     0
 }
@@ -806,6 +826,12 @@ pub fn cuda_ctx_set_current(ctx: ProbeContext) -> u32 {
     let dev = unsafe { CUDA_CTX_DEVICE.get(&hk) }
         .copied()
         .unwrap_or(UNKNOWN_DEVICE);
-    set_thread_device(pid_tgid as u32, dev);
+    let tid = pid_tgid as u32;
+    if dev == UNKNOWN_DEVICE && cuctx != 0 {
+        let _ = CUDA_THREAD_PENDING_CTX.insert(&tid, &cuctx, 0);
+    } else {
+        let _ = CUDA_THREAD_PENDING_CTX.remove(&tid);
+    }
+    set_thread_device(tid, dev);
     0
 }

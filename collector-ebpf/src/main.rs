@@ -16,6 +16,7 @@ mod block_btf;
 mod cuda;
 mod exec;
 mod helpers;
+mod nccl;
 mod object;
 mod stats;
 mod verbs;

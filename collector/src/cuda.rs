@@ -335,6 +335,7 @@ fn is_copy(kind: u32) -> bool {
         kind,
         call::MEMCPY_HTOD
             | call::MEMCPY_DTOH
+            | call::MEMCPY
             | call::MEMCPY_ASYNC
             | call::MEMCPY_HTOD_ASYNC
             | call::MEMCPY_DTOH_ASYNC

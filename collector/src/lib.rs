@@ -21,6 +21,8 @@ pub mod ib;
 pub mod identity;
 pub mod jobmap;
 pub mod launch_budget;
+pub mod nccl;
+pub mod nccl_lib;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;

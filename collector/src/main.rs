@@ -65,6 +65,12 @@ struct RunArgs {
     /// Path of libcuda.so.1 [cuda.library] (default: ld.so cache, running processes, usual paths).
     #[arg(long, value_name = "PATH")]
     cuda_library: Option<std::path::PathBuf>,
+    /// Disable the NCCL probes [nccl.enabled].
+    #[arg(long)]
+    no_nccl: bool,
+    /// A libnccl.so.2 to probe, repeatable [nccl.library] (default: ld.so cache, running processes and their Python site-packages).
+    #[arg(long, value_name = "PATH")]
+    nccl_library: Vec<std::path::PathBuf>,
     /// Disable NVML sampling [nvml.enabled].
     #[arg(long)]
     no_nvml: bool,
@@ -173,6 +179,10 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     }
     c.block.enabled &= !args.no_block;
     c.cuda.enabled &= !args.no_cuda;
+    c.nccl.enabled &= !args.no_nccl;
+    if !args.nccl_library.is_empty() {
+        c.nccl.library = args.nccl_library.clone();
+    }
     c.nvml.enabled &= !args.no_nvml;
     c.nvml.dcgm_compat &= !args.no_dcgm_compat;
     if let Some(d) = &args.job_dir {

@@ -112,6 +112,7 @@ pub fn cuda(prev: &CudaSnapshot, cur: &CudaSnapshot, ids: &mut IdentityCache) ->
             }
             call::MEMCPY_HTOD
             | call::MEMCPY_DTOH
+            | call::MEMCPY
             | call::MEMCPY_ASYNC
             | call::MEMCPY_HTOD_ASYNC
             | call::MEMCPY_DTOH_ASYNC => {

@@ -2,12 +2,16 @@
 """A training loop or a model server reporting through the OpenTelemetry SDK.
 
 Used by collector/tests/otlp_python.rs against faultline's OTLP receiver:
-it records deterministic values, exports them every 0.3 s over OTLP gRPC
-or HTTP/protobuf, shuts the SDK down (which flushes) and prints on stdout,
-as one JSON object, what it recorded, for the test to compare.
+it records deterministic values, exports them every 0.3 s over OTLP gRPC,
+HTTP/protobuf or HTTP/JSON (`http-json`: the opentelemetry-exporter-otlp-json-http
+package, installed in its own venv), shuts the SDK down (which flushes) and
+prints on stdout, as one JSON object, what it recorded, for the test to
+compare. The exporters read the standard variables too, e.g.
+OTEL_EXPORTER_OTLP_COMPRESSION=gzip.
 
   workload.py train --protocol grpc --endpoint 127.0.0.1:4317 --job 4242 --rank 3
   workload.py serve --protocol http --endpoint http://127.0.0.1:4318/v1/metrics
+  workload.py serve --protocol http-json --endpoint http://127.0.0.1:4318/v1/metrics
 
 `loop` is a stand-in training loop in real time for the end-to-end tests
 (tests/tests/workload_e2e.rs): every step takes --step-s seconds, times the
@@ -36,6 +40,10 @@ def exporter(protocol, endpoint, **kw):
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
         return OTLPMetricExporter(endpoint=endpoint, insecure=True, **kw)
+    if protocol == "http-json":
+        from opentelemetry.exporter.otlp.json.http.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint, **kw)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     return OTLPMetricExporter(endpoint=endpoint, **kw)
@@ -164,7 +172,7 @@ def serve(args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["train", "serve", "loop"])
-    p.add_argument("--protocol", choices=["grpc", "http"], required=True)
+    p.add_argument("--protocol", choices=["grpc", "http", "http-json"], required=True)
     p.add_argument("--endpoint", required=True)
     p.add_argument("--job", default="4242")
     p.add_argument("--rank", type=int, default=3)

@@ -5,6 +5,8 @@
 //! - `cargo xtask run [-- ARGS]` builds, then runs the collector on this host.
 //! - `cargo xtask test` runs every test of the workspace.
 //! - `cargo xtask rdma-vm` runs the real-RDMA scenario in a soft-RoCE guest.
+//! - `cargo xtask gpu-check` checks the collector against a real NVIDIA GPU
+//!   (exit 3 where there is none; docs/gpu-check.md).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
@@ -14,6 +16,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
 mod fuzz;
+mod gpu_check;
 mod rdma_vm;
 
 #[derive(Debug, Parser)]
@@ -52,6 +55,12 @@ enum Cmd {
     /// a killed peer under faultline's collector and correlator, and check what
     /// they saw (pass/fail table, guest log and JSON in target/rdma-vm/).
     RdmaVm(rdma_vm::Args),
+    /// Real GPU: a toolkit-free CUDA workload (hand-written PTX, compiled
+    /// here against libcuda with dlopen) under the release collector; launch,
+    /// copy and sync counts must be exact and NVML values physical and equal
+    /// to nvidia-ml-py's (pass/fail table, JSON in target/gpu-check/). Exit 0
+    /// pass, 1 fail, 3 no GPU on this machine, 4 a prerequisite is missing.
+    GpuCheck(gpu_check::Args),
     /// Run every cargo-fuzz target (`fuzz/`) for a bounded time from the
     /// corpora in the repo (needs cargo-fuzz and the pinned nightly:
     /// scripts/setup.sh).
@@ -127,6 +136,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => test(&args),
         Cmd::Fuzz { secs } => fuzz::run(secs),
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
+        Cmd::GpuCheck(args) => std::process::exit(gpu_check::run(&args)),
         Cmd::BenchDetect { args } => {
             let mut c = cargo();
             c.args(["build", "--release", "-p", "sim"]);
@@ -154,6 +164,7 @@ fn main() -> Result<()> {
                     vec!["launch".into()],
                     vec!["launch".into(), "--entry".into(), "cet".into()],
                     vec!["launch".into(), "--entry".into(), "stepped".into()],
+                    vec!["nccl".into()],
                     vec!["block".into()],
                     vec!["ring".into()],
                     vec!["footprint".into()],
@@ -178,6 +189,7 @@ fn main() -> Result<()> {
                 "launch",
                 "launch_cet",
                 "launch_stepped",
+                "nccl",
                 "block",
                 "ring",
                 "footprint",

@@ -136,6 +136,11 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         false,
         "OTLP requests refused, by transport and reason",
     ),
+    (
+        "faultline_otlp_requests_total",
+        false,
+        "OTLP export requests decoded, by transport, encoding (protobuf, json) and compression (none, gzip)",
+    ),
 ];
 
 /// Registers the HELP of every recorder family.

@@ -96,6 +96,21 @@ pub const KERNEL_COUNTERS: &[(&str, &str, u32)] = &[
         "verbs",
         stat::VERBS_MAP_FULL,
     ),
+    (
+        "faultline_probe_kernel_events_total",
+        "nccl",
+        stat::NCCL_CALLS,
+    ),
+    (
+        "faultline_probe_map_full_total",
+        "nccl",
+        stat::NCCL_MAP_FULL,
+    ),
+    (
+        "faultline_nccl_unmatched_returns_total",
+        "nccl",
+        stat::NCCL_UNMATCHED_RETURN,
+    ),
 ];
 
 /// Slots only the ring-drain benchmark's programs count.
@@ -122,6 +137,10 @@ pub fn describe() {
     d!(
         "faultline_probe_rate_limited_total",
         "Per-event stream records dropped by the rate limit"
+    );
+    d!(
+        "faultline_nccl_unmatched_returns_total",
+        "NCCL communicator-creation returns without an entry record (that communicator is not known)"
     );
     d!(
         "faultline_cuda_unmatched_returns_total",

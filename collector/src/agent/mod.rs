@@ -241,6 +241,8 @@ fn probe_options(cfg: &FileConfig) -> Result<ProbeOptions> {
         ..ProbeOptions::default()
     };
     opts.cuda_search.configured = cfg.cuda.library.clone();
+    opts.nccl = cfg.nccl.enabled;
+    opts.nccl_search.configured = cfg.nccl.library.clone();
     Ok(opts)
 }
 
@@ -299,6 +301,13 @@ fn start_sources(
     }
     if probes.cuda_library().is_some() {
         out.push(Box::new(CudaSource::new(probes.cuda_snapshot()?)));
+    }
+    if !probes.nccl_libraries().is_empty() {
+        let maps = probes.nccl_maps()?;
+        let host = cfg.collector.hostname.clone().unwrap_or_default();
+        out.push(Box::new(crate::sources::nccl::NcclSource::new(
+            crate::nccl::ranks(&maps, &host),
+        )));
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));

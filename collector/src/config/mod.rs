@@ -32,6 +32,7 @@ pub struct FileConfig {
     pub collector: CollectorSection,
     pub block: BlockSection,
     pub cuda: CudaSection,
+    pub nccl: NcclSection,
     pub verbs: VerbsSection,
     pub nvml: NvmlSection,
     pub stream: StreamSection,
@@ -202,6 +203,25 @@ impl Default for CudaSection {
             launch_budget: 0.01,
             launch_period_ms: 4000,
             launch_hit_cost_ns: 0,
+        }
+    }
+}
+
+/// NCCL uprobes (`[nccl]`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NcclSection {
+    pub enabled: bool,
+    /// `libnccl.so.2` copies to probe; empty = discover (ld.so cache, the
+    /// maps of running processes, the wheel beside their site-packages).
+    pub library: Vec<PathBuf>,
+}
+
+impl Default for NcclSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            library: Vec::new(),
         }
     }
 }

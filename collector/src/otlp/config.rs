@@ -15,7 +15,7 @@ pub struct OtlpSection {
     /// gRPC `MetricsService/Export`.
     pub grpc_enabled: bool,
     pub grpc_addr: String,
-    /// HTTP/protobuf `POST /v1/metrics`.
+    /// HTTP `POST /v1/metrics` (protobuf or JSON, plain or gzip).
     pub http_enabled: bool,
     pub http_addr: String,
     /// Largest request body accepted (bytes): gRPC `ResourceExhausted`, HTTP 413 past it.

@@ -1,6 +1,8 @@
-//! gRPC `opentelemetry.proto.collector.metrics.v1.MetricsService/Export`.
-//! Malformed protobuf → `InvalidArgument`; a message over
-//! `otlp.max_body_bytes` → `ResourceExhausted` (see [`StatusMap`]).
+//! gRPC `opentelemetry.proto.collector.metrics.v1.MetricsService/Export`,
+//! messages plain or gzip-compressed (`grpc-encoding: gzip`). Malformed
+//! protobuf or gzip → `InvalidArgument`; a message over `otlp.max_body_bytes`,
+//! compressed or once decompressed → `ResourceExhausted`; another
+//! `grpc-encoding` → `UNIMPLEMENTED` (see [`StatusMap`]).
 use std::{
     convert::Infallible,
     net::SocketAddr,
@@ -15,6 +17,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use tokio::net::TcpListener;
 use tonic::{
     body::Body,
+    codec::CompressionEncoding,
     codegen::{http, BoxFuture, Service},
     server::NamedService,
     transport::server::TcpIncoming,
@@ -30,6 +33,13 @@ impl MetricsService for Export {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        // tonic decompressed the message if it was; counted by the
+        // request's declared `grpc-encoding`.
+        let gzip = request
+            .metadata()
+            .get("grpc-encoding")
+            .is_some_and(|v| v.as_encoded_bytes().eq_ignore_ascii_case(b"gzip"));
+        Shared::count_request("grpc", "protobuf", if gzip { "gzip" } else { "none" });
         Ok(tonic::Response::new(
             self.0.export(request.get_ref(), "grpc"),
         ))
@@ -37,9 +47,12 @@ impl MetricsService for Export {
 }
 
 /// Maps tonic's statuses for requests that never reach the handler to the
-/// ones the OTLP specification names: `Internal` for a protobuf decode error
-/// → `InvalidArgument`, `OutOfRange` for an oversized message →
-/// `ResourceExhausted`. Both are counted.
+/// ones the OTLP specification names, and counts them: `Internal` for a
+/// protobuf decode error or a message that does not decompress →
+/// `InvalidArgument`, `OutOfRange` for an oversized message →
+/// `ResourceExhausted`; tonic's own `ResourceExhausted` (a message over the
+/// limit once decompressed) and `Unimplemented` (an unsupported
+/// `grpc-encoding`) stay as they are.
 #[derive(Clone)]
 pub struct StatusMap<S>(S);
 
@@ -51,6 +64,10 @@ impl<S: NamedService> NamedService for StatusMap<S> {
 const REMAP: &[(&[u8], &str, &str, &str)] = &[
     (b"13", "decode", "3", "malformed"),
     (b"11", "too", "8", "too_large"),
+    (b"13", "decompressing", "3", "compression"),
+    (b"13", "compressed-flag", "3", "compression"),
+    (b"8", "decompressing", "8", "too_large"),
+    (b"12", "compressed with", "12", "content_encoding"),
 ];
 
 impl<S> Service<http::Request<Body>> for StatusMap<S>
@@ -74,18 +91,41 @@ where
             let code = h.get("grpc-status").map(|v| v.as_bytes().to_vec());
             let msg = h
                 .get("grpc-message")
-                .and_then(|m| m.to_str().ok())
-                .unwrap_or("")
-                .to_string();
+                .map(|m| percent_decode(m.as_bytes()))
+                .unwrap_or_default();
             for &(from, word, to, reason) in REMAP {
                 if code.as_deref() == Some(from) && msg.contains(word) {
                     h.insert("grpc-status", http::HeaderValue::from_static(to));
                     metrics::counter!("faultline_otlp_rejected_requests_total", "transport" => "grpc", "reason" => reason).increment(1);
+                    break;
                 }
             }
             Ok(resp)
         })
     }
+}
+
+/// A `grpc-message` as text (tonic percent-encodes spaces and more).
+fn percent_decode(b: &[u8]) -> String {
+    let hex = |c: u8| (c as char).to_digit(16);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let pair = (b[i] == b'%')
+            .then(|| Some((hex(*b.get(i + 1)?)?, hex(*b.get(i + 2)?)?)))
+            .flatten();
+        match pair {
+            Some((hi, lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Binds `addr` and serves until the task is aborted.
@@ -96,8 +136,11 @@ pub async fn serve(
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let max = shared.max_body_bytes;
+    // The limit bounds a compressed message and, separately, what it
+    // decompresses to (tonic stops inflating past it).
     let svc = StatusMap(
         MetricsServiceServer::new(Export(shared))
+            .accept_compressed(CompressionEncoding::Gzip)
             .max_decoding_message_size(max)
             .max_encoding_message_size(1 << 20),
     );

@@ -1,8 +1,11 @@
-//! HTTP/protobuf `POST /v1/metrics` (OTLP/HTTP, binary protobuf) on hyper's
-//! HTTP/1.1 server. Errors answer with a protobuf `google.rpc.Status` body,
-//! as OTLP/HTTP asks: 400 malformed, 413 over `otlp.max_body_bytes`, 415 not
-//! `application/x-protobuf` (JSON is not supported), 404/405 otherwise.
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+//! OTLP/HTTP `POST /v1/metrics` on hyper's HTTP/1.1 server: binary protobuf
+//! (`application/x-protobuf`) or OTLP/JSON (`application/json`, [`super::json`]),
+//! the body plain or `Content-Encoding: gzip`. The response has the request's
+//! content type; errors answer with a `google.rpc.Status` in it, as OTLP/HTTP
+//! asks: 400 malformed (or a body that does not decompress), 413 over
+//! `otlp.max_body_bytes` (before or after decompression), 415 another content
+//! type or encoding, 404/405 otherwise.
+use std::{io::Read as _, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
@@ -11,7 +14,9 @@ use hyper::{
     StatusCode,
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use prost::Message as _;
 use tokio::{net::TcpListener, sync::Semaphore};
 
@@ -31,35 +36,111 @@ struct RpcStatus {
     message: String,
 }
 
-fn reply(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+/// The request's (and so the response's) encoding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Protobuf,
+    Json,
+}
+
+impl Encoding {
+    fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Protobuf => "application/x-protobuf",
+            Encoding::Json => "application/json",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Encoding::Protobuf => "protobuf",
+            Encoding::Json => "json",
+        }
+    }
+}
+
+/// An `ExportMetricsServiceResponse` in OTLP/JSON: `{}` on full success,
+/// else `partialSuccess` (its int64 as a decimal string).
+pub fn encode_json_response(r: &ExportMetricsServiceResponse) -> Vec<u8> {
+    let v = match &r.partial_success {
+        None => serde_json::json!({}),
+        Some(p) => serde_json::json!({
+            "partialSuccess": {
+                "rejectedDataPoints": p.rejected_data_points.to_string(),
+                "errorMessage": p.error_message,
+            }
+        }),
+    };
+    v.to_string().into_bytes()
+}
+
+/// A `google.rpc.Status` in OTLP/JSON, the error body of a JSON request.
+pub fn encode_json_status(code: i32, message: &str) -> Vec<u8> {
+    serde_json::json!({ "code": code, "message": message })
+        .to_string()
+        .into_bytes()
+}
+
+fn reply(status: StatusCode, enc: Encoding, body: Vec<u8>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/x-protobuf"),
+        header::HeaderValue::from_static(enc.content_type()),
     );
     r
 }
 
 fn reject(
     status: StatusCode,
+    enc: Encoding,
     code: tonic::Code,
     reason: &'static str,
     message: String,
 ) -> Response<Full<Bytes>> {
     metrics::counter!("faultline_otlp_rejected_requests_total", "transport" => "http", "reason" => reason).increment(1);
-    let body = RpcStatus {
-        code: code as i32,
-        message,
+    let body = match enc {
+        Encoding::Protobuf => RpcStatus {
+            code: code as i32,
+            message,
+        }
+        .encode_to_vec(),
+        Encoding::Json => encode_json_status(code as i32, &message),
+    };
+    reply(status, enc, body)
+}
+
+/// Why a gzip body was not taken.
+enum Inflate {
+    TooLarge,
+    Corrupt(std::io::Error),
+}
+
+/// Decompresses a gzip body (one or more members) to at most `max` bytes.
+fn gunzip(body: &[u8], max: usize) -> Result<Vec<u8>, Inflate> {
+    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(max));
+    flate2::read::MultiGzDecoder::new(body)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(Inflate::Corrupt)?;
+    if out.len() > max {
+        return Err(Inflate::TooLarge);
     }
-    .encode_to_vec();
-    reply(status, body)
+    Ok(out)
+}
+
+fn header_str(req: &Request<Incoming>, name: header::HeaderName) -> Option<&str> {
+    req.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"))
 }
 
 async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<Bytes>> {
+    let pb = Encoding::Protobuf;
     if req.uri().path() != "/v1/metrics" {
         return reject(
             StatusCode::NOT_FOUND,
+            pb,
             tonic::Code::NotFound,
             "not_found",
             format!("no route {}", req.uri().path()),
@@ -68,54 +149,58 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
     if req.method() != Method::POST {
         return reject(
             StatusCode::METHOD_NOT_ALLOWED,
+            pb,
             tonic::Code::Unimplemented,
             "method",
             format!("{} not allowed; POST", req.method()),
         );
     }
-    let ctype = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ctype = header_str(&req, header::CONTENT_TYPE).unwrap_or("");
     let essence = ctype.split(';').next().unwrap_or("").trim();
-    if !essence.eq_ignore_ascii_case("application/x-protobuf") {
+    let enc = if essence.eq_ignore_ascii_case("application/x-protobuf") {
+        Encoding::Protobuf
+    } else if essence.eq_ignore_ascii_case("application/json") {
+        Encoding::Json
+    } else {
         return reject(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            pb,
             tonic::Code::InvalidArgument,
             "content_type",
-            format!("content type {ctype:?} not supported; send application/x-protobuf"),
+            format!(
+                "content type {ctype:?} not supported; send application/x-protobuf or application/json"
+            ),
         );
-    }
-    let encoding = req
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("identity");
-    if !encoding.eq_ignore_ascii_case("identity") {
+    };
+    let encoding = header_str(&req, header::CONTENT_ENCODING)
+        .unwrap_or("identity")
+        .trim();
+    let gzip = if encoding.eq_ignore_ascii_case("gzip") {
+        true
+    } else if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") {
+        false
+    } else {
         return reject(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            enc,
             tonic::Code::InvalidArgument,
             "content_encoding",
-            format!("content encoding {encoding:?} not supported; send uncompressed"),
+            format!("content encoding {encoding:?} not supported; send gzip or uncompressed"),
         );
-    }
+    };
     let max = shared.max_body_bytes;
-    let too_large = || {
+    let too_large = |what: &str| {
         reject(
             StatusCode::PAYLOAD_TOO_LARGE,
+            enc,
             tonic::Code::ResourceExhausted,
             "too_large",
-            format!("request body over {max} bytes (otlp.max_body_bytes)"),
+            format!("{what} over {max} bytes (otlp.max_body_bytes)"),
         )
     };
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+    let declared = header_str(&req, header::CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > max) {
-        return too_large();
+        return too_large("request body");
     }
     let body = match tokio::time::timeout(
         READ_TIMEOUT,
@@ -124,10 +209,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
     .await
     {
         Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return too_large("request body")
+        }
         Ok(Err(e)) => {
             return reject(
                 StatusCode::BAD_REQUEST,
+                enc,
                 tonic::Code::InvalidArgument,
                 "body",
                 format!("reading the body: {e}"),
@@ -136,19 +224,53 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
         Err(_) => {
             return reject(
                 StatusCode::REQUEST_TIMEOUT,
+                enc,
                 tonic::Code::DeadlineExceeded,
                 "timeout",
                 "body not received in time".into(),
             )
         }
     };
-    match ExportMetricsServiceRequest::decode(body) {
-        Ok(r) => reply(StatusCode::OK, shared.export(&r, "http").encode_to_vec()),
-        Err(e) => reject(
+    let body = if gzip {
+        match gunzip(&body, max) {
+            Ok(b) => Bytes::from(b),
+            Err(Inflate::TooLarge) => return too_large("decompressed request body"),
+            Err(Inflate::Corrupt(e)) => {
+                return reject(
+                    StatusCode::BAD_REQUEST,
+                    enc,
+                    tonic::Code::InvalidArgument,
+                    "compression",
+                    format!("malformed gzip body: {e}"),
+                )
+            }
+        }
+    } else {
+        body
+    };
+    let decoded = match enc {
+        Encoding::Protobuf => ExportMetricsServiceRequest::decode(body)
+            .map_err(|e| format!("malformed protobuf: {e}")),
+        Encoding::Json => {
+            super::json::decode_request(&body).map_err(|e| format!("malformed OTLP/JSON: {e}"))
+        }
+    };
+    match decoded {
+        Ok(r) => {
+            Shared::count_request("http", enc.label(), if gzip { "gzip" } else { "none" });
+            let resp = shared.export(&r, "http");
+            let body = match enc {
+                Encoding::Protobuf => resp.encode_to_vec(),
+                Encoding::Json => encode_json_response(&resp),
+            };
+            reply(StatusCode::OK, enc, body)
+        }
+        Err(message) => reject(
             StatusCode::BAD_REQUEST,
+            enc,
             tonic::Code::InvalidArgument,
             "malformed",
-            format!("malformed protobuf: {e}"),
+            message,
         ),
     }
 }

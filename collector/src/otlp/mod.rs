@@ -1,9 +1,11 @@
 //! The OTLP metrics receiver: workload signals (training step times,
 //! checkpoint durations, throughput, GenAI inference latencies and tokens)
-//! pushed by the host's processes over OTLP gRPC (`:4317`) or HTTP/protobuf
-//! (`:4318`), both on loopback by default.
+//! pushed by the host's processes over OTLP gRPC (`:4317`) or HTTP
+//! (`:4318`, protobuf or JSON), gzip-compressed or not, both on loopback by
+//! default.
 //!
-//! Path: [`grpc`]/[`http`] receive → [`decode`] maps names to signals
+//! Path: [`grpc`]/[`http`] receive (HTTP JSON through [`json`] into the same
+//! request type) → [`decode`] maps names to signals
 //! ([`names`]) and reads attribution attributes → [`aggregate`] turns
 //! cumulative series into deltas and aggregates per window (bounded, behind
 //! a short mutex) → the window loop takes the window and [`attribution`]
@@ -21,6 +23,8 @@ pub mod decode;
 pub mod grpc;
 #[cfg(feature = "otlp")]
 pub mod http;
+#[cfg(feature = "otlp")]
+pub mod json;
 
 pub use config::OtlpSection;
 
@@ -59,6 +63,16 @@ mod receiver {
                 max_body_bytes: cfg.max_body_bytes,
                 aggregator: Aggregator::new(Limits::new(cfg.max_series_per_window)),
             }
+        }
+
+        /// Counts one decoded request by transport, encoding (`protobuf`,
+        /// `json`) and compression (`none`, `gzip`).
+        pub fn count_request(
+            transport: &'static str,
+            encoding: &'static str,
+            compression: &'static str,
+        ) {
+            metrics::counter!("faultline_otlp_requests_total", "transport" => transport, "encoding" => encoding, "compression" => compression).increment(1);
         }
 
         /// Decodes and aggregates one request and counts what happened.

@@ -15,6 +15,7 @@ pub mod exec;
 pub mod launch_control;
 pub mod launch_duty;
 mod mmap_array;
+pub mod nccl;
 pub mod ring;
 pub mod table;
 pub mod verbs;
@@ -116,6 +117,9 @@ pub struct ProbeOptions {
     /// The provider's data-path functions; `None` resolves them through the
     /// ops table of a context on the first RDMA device.
     pub verbs_provider: Option<ProviderTarget>,
+    pub nccl: bool,
+    /// Where to find `libnccl.so.2` (every distinct copy found is attached).
+    pub nccl_search: crate::nccl_lib::Search,
 }
 
 /// Where a provider function is: by symbol, or at a file offset.
@@ -148,6 +152,8 @@ impl Default for ProbeOptions {
             verbs: true,
             verbs_library: None,
             verbs_provider: None,
+            nccl: true,
+            nccl_search: crate::nccl_lib::Search::default(),
         }
     }
 }
@@ -188,6 +194,8 @@ pub struct Probes {
     block_mode: BlockMode,
     block_attach: BlockAttach,
     cuda_library: Option<std::path::PathBuf>,
+    /// The NCCL libraries the uprobes are attached to.
+    nccl_libraries: Vec<std::path::PathBuf>,
     /// The launch uprobes' attach state (bounded-overhead mode).
     launch: std::sync::Mutex<launch_duty::LaunchDuty>,
     /// The BTF block probes' in-flight table, mapped (read-only).
@@ -361,6 +369,15 @@ impl Probes {
                 state: ProbeState::Disabled,
             });
         }
+        let nccl_libraries = if opts.nccl {
+            nccl::attach_nccl(&mut ebpf, &opts.nccl_search, &mut status)
+        } else {
+            status.push(ProbeStatus {
+                name: "nccl",
+                state: ProbeState::Disabled,
+            });
+            Vec::new()
+        };
         if opts.block {
             tracing::info!(attach = block_attach.as_str(), "block probes");
         }
@@ -370,6 +387,7 @@ impl Probes {
             block_mode,
             block_attach,
             cuda_library,
+            nccl_libraries,
             launch: std::sync::Mutex::new(launch),
             rq_slots,
             launch_slots,
@@ -379,6 +397,11 @@ impl Probes {
     /// The CUDA driver library the uprobes are attached to, if any.
     pub fn cuda_library(&self) -> Option<&std::path::Path> {
         self.cuda_library.as_deref()
+    }
+
+    /// The NCCL libraries the uprobes are attached to.
+    pub fn nccl_libraries(&self) -> &[std::path::PathBuf] {
+        &self.nccl_libraries
     }
 
     /// How the block probes time requests on this kernel.

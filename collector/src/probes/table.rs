@@ -296,6 +296,18 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         call::LAUNCH_KERNEL as u64,
         true,
     ),
+    // The per-thread-default-stream exports (`_ptsz` / `_ptds`): what
+    // `cuGetProcAddress` hands out with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+    // so what the CUDA runtime calls for work on `cudaStreamPerThread` or from
+    // code built with `--default-stream per-thread` (docs/cuda-entry-points.md).
+    // Same kinds as the legacy exports; optional, an old driver may lack one.
+    up(
+        "cuLaunchKernel_ptsz",
+        "cuda_launch",
+        None,
+        call::LAUNCH_KERNEL as u64,
+        false,
+    ),
     up(
         "cuLaunchCooperativeKernel",
         "cuda_launch_coop",
@@ -304,7 +316,21 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         true,
     ),
     up(
+        "cuLaunchCooperativeKernel_ptsz",
+        "cuda_launch_coop",
+        None,
+        call::LAUNCH_COOPERATIVE as u64,
+        false,
+    ),
+    up(
         "cuLaunchKernelEx",
+        "cuda_launch_ex",
+        None,
+        call::LAUNCH_KERNEL_EX as u64,
+        false,
+    ),
+    up(
+        "cuLaunchKernelEx_ptsz",
         "cuda_launch_ex",
         None,
         call::LAUNCH_KERNEL_EX as u64,
@@ -318,11 +344,25 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         true,
     ),
     up(
+        "cuGraphLaunch_ptsz",
+        "cuda_enter",
+        None,
+        call::GRAPH_LAUNCH as u64,
+        false,
+    ),
+    up(
         "cuMemcpyHtoD_v2",
         "cuda_enter",
         Some("cuda_return"),
         call::MEMCPY_HTOD as u64,
         true,
+    ),
+    up(
+        "cuMemcpyHtoD_v2_ptds",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_HTOD as u64,
+        false,
     ),
     up(
         "cuMemcpyDtoH_v2",
@@ -332,11 +372,41 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         true,
     ),
     up(
+        "cuMemcpyDtoH_v2_ptds",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_DTOH as u64,
+        false,
+    ),
+    // The generic copy (unified addressing): what the CUDA runtime calls for
+    // `cudaMemcpy` with `cudaMemcpyDefault`.
+    up(
+        "cuMemcpy",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY as u64,
+        true,
+    ),
+    up(
+        "cuMemcpy_ptds",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY as u64,
+        false,
+    ),
+    up(
         "cuMemcpyAsync",
         "cuda_enter",
         None,
         call::MEMCPY_ASYNC as u64,
         true,
+    ),
+    up(
+        "cuMemcpyAsync_ptsz",
+        "cuda_enter",
+        None,
+        call::MEMCPY_ASYNC as u64,
+        false,
     ),
     up(
         "cuMemcpyHtoDAsync_v2",
@@ -346,6 +416,13 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         true,
     ),
     up(
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "cuda_enter",
+        None,
+        call::MEMCPY_HTOD_ASYNC as u64,
+        false,
+    ),
+    up(
         "cuMemcpyDtoHAsync_v2",
         "cuda_enter",
         None,
@@ -353,11 +430,25 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         true,
     ),
     up(
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        "cuda_enter",
+        None,
+        call::MEMCPY_DTOH_ASYNC as u64,
+        false,
+    ),
+    up(
         "cuStreamSynchronize",
         "cuda_enter",
         Some("cuda_return"),
         call::STREAM_SYNC as u64,
         true,
+    ),
+    up(
+        "cuStreamSynchronize_ptsz",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::STREAM_SYNC as u64,
+        false,
     ),
     up(
         "cuCtxSynchronize",

@@ -15,8 +15,41 @@ pub struct DetectConfig {
     pub storage: StorageConfig,
     pub workload: WorkloadConfig,
     pub interference: InterferenceConfig,
+    pub nccl: NcclConfig,
     pub incidents: IncidentConfig,
     pub limits: LimitsConfig,
+}
+
+/// NCCL communicators (`collective_hang`, inferred step time; the
+/// anchors are in `engine::nccl` and docs/detection.md).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NcclConfig {
+    pub enabled: bool,
+    /// A communicator is hung when every rank has been silent this many of
+    /// its median intervals between collectives (a memoryless cadence stays
+    /// silent that long with probability e^-20) ...
+    pub hang_intervals: f64,
+    /// ... and at least this many seconds (window and clock granularity).
+    pub hang_min_s: f64,
+    /// Seconds after which a communicator nobody reports is forgotten.
+    pub forget_s: f64,
+    /// Communicators and ranks per communicator tracked (more are dropped, counted).
+    pub max_communicators: usize,
+    pub max_ranks: usize,
+}
+
+impl Default for NcclConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            hang_intervals: 20.0,
+            hang_min_s: 1.0,
+            forget_s: 600.0,
+            max_communicators: 4096,
+            max_ranks: 4096,
+        }
+    }
 }
 
 /// Interference between tenants on a shared resource (`interference`;

@@ -116,6 +116,7 @@ pub const KINDS: &[&str] = &[
     "job_slowdown",
     "inference_latency",
     "interference",
+    "collective_hang",
 ];
 
 /// An open incident as history stored it.

@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod ib;
 pub mod incidents;
 pub mod interference;
+pub mod nccl;
 pub mod node;
 pub mod slot_cache;
 pub mod stats;
@@ -38,6 +39,7 @@ pub struct Engine {
     pub straggler: straggler::StragglerDetector,
     pub workload: workload::WorkloadDetector,
     pub interference: interference::InterferenceDetector,
+    pub nccl: nccl::NcclDetector,
     pub incidents: IncidentManager,
     /// Seconds a workload symptom waits for a cause (`workload.explain_grace_s`).
     explain_grace_ms: i64,
@@ -61,6 +63,7 @@ impl Engine {
             storage: storage::StorageDetector::new(cfg.storage.clone()),
             workload: workload::WorkloadDetector::new(cfg.workload.clone()),
             interference: interference::InterferenceDetector::new(cfg.interference.clone()),
+            nccl: nccl::NcclDetector::new(cfg.nccl.clone()),
             straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
             incidents: IncidentManager::new(cfg.incidents.clone())
                 .with_cap(cfg.limits.max_open_incidents),
@@ -108,7 +111,8 @@ impl Engine {
             .map(|c| c.job.as_str())
             .chain(w.verbs.iter().map(|v| v.job.as_str()))
             .chain(w.steps.iter().map(|s| s.job.as_str()))
-            .chain(w.workload.iter().map(|s| s.job.as_str()));
+            .chain(w.workload.iter().map(|s| s.job.as_str()))
+            .chain(w.nccl.iter().map(|s| s.job.as_str()));
         let mut kept: HashSet<&str> = HashSet::new();
         let mut over_jobs = false;
         for j in jobs {
@@ -121,6 +125,7 @@ impl Engine {
         }
         let over = over_jobs
             || w.steps.len() > max_r
+            || w.nccl.len() > max_r
             || w.ib_ports.len() > max_e
             || w.gpus.len() > max_e
             || w.block.len() > max_e;
@@ -135,8 +140,9 @@ impl Engine {
         c.gpus.truncate(max_e);
         ent += c.block.len().saturating_sub(max_e);
         c.block.truncate(max_e);
-        let ranks = c.steps.len().saturating_sub(max_r);
+        let ranks = c.steps.len().saturating_sub(max_r) + c.nccl.len().saturating_sub(max_r);
         c.steps.truncate(max_r);
+        c.nccl.truncate(max_r);
         let mut dropped_jobs: HashSet<String> = HashSet::new();
         if over_jobs {
             let keep: HashSet<String> = kept.iter().map(|j| j.to_string()).collect();
@@ -151,6 +157,7 @@ impl Engine {
             c.verbs.retain(|x| keep_job(&x.job));
             c.steps.retain(|x| keep_job(&x.job));
             c.workload.retain(|x| keep_job(&x.job));
+            c.nccl.retain(|x| keep_job(&x.job));
         }
         self.drop_count("entities", ent);
         self.drop_count("ranks", ranks);
@@ -246,6 +253,7 @@ impl Engine {
         self.storage.forget_hosts(&gone);
         self.straggler.forget_hosts(&gone);
         self.interference.forget_hosts(&gone);
+        self.nccl.forget_hosts(&gone);
         metrics::counter!("faultline_engine_forgotten_hosts_total").increment(gone.len() as u64);
         tracing::info!(
             hosts = gone.len(),
@@ -269,6 +277,19 @@ impl Engine {
             .origin
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
+        // NCCL first: it sees the window's own OTLP steps, and jobs without
+        // any get a step time inferred from their collectives' cadence.
+        let (nccl_findings, nccl_evaluated) = self.nccl.observe(&host, w);
+        let inferred = self.nccl.inferred_steps(w);
+        let with_inferred;
+        let w = if inferred.is_empty() {
+            w
+        } else {
+            let mut c = w.clone();
+            c.steps.extend(inferred);
+            with_inferred = c;
+            &with_inferred
+        };
         let jobs = jobs_of(w);
         // The grace a symptom waits for a cause covers the infrastructure
         // detectors' own persistence (two windows) and the slot in which the
@@ -278,11 +299,13 @@ impl Engine {
         findings.extend(self.gpu.observe(&host, w, &jobs));
         findings.extend(self.storage.observe(&host, w, &jobs));
         findings.extend(self.node.observe(&host, w));
+        findings.extend(nccl_findings);
         let (slow, mut evaluated) = self.straggler.observe(&host, w);
         let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
         symptoms.extend(self.workload.observe(&host, w));
         findings.extend(self.interference.observe(&host, w, &symptoms));
         evaluated.extend(jobs.iter().cloned());
+        evaluated.extend(nccl_evaluated);
         evaluated.extend(
             w.workload
                 .iter()
@@ -308,6 +331,8 @@ impl Engine {
                 findings.push(s.finding());
             }
         }
+        // Links, GPUs and hosts name the communicators whose ranks cross them.
+        self.nccl.annotate(&mut findings);
         let held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
         let mut out = self
             .incidents
@@ -354,6 +379,7 @@ fn jobs_of(w: &Window) -> Vec<String> {
         .map(|c| c.job.clone())
         .chain(w.verbs.iter().map(|v| v.job.clone()))
         .chain(w.steps.iter().map(|s| s.job.clone()))
+        .chain(w.nccl.iter().map(|s| s.job.clone()))
         .filter(|j| !j.is_empty())
         .collect();
     j.sort();

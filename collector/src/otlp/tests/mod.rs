@@ -19,6 +19,7 @@ use super::{OtlpSection, Shared};
 use crate::identity::{ProcessIdentity, Workload};
 
 mod histograms;
+mod json;
 mod series;
 
 fn kv(k: &str, v: impl Into<Val>) -> KeyValue {

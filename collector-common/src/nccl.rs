@@ -1,0 +1,223 @@
+//! NCCL probe types: communicators as each rank created them, and
+//! collectives / point-to-point calls per (process, communicator, op).
+//!
+//! NCCL exports every API twice (`ncclX` weak, `pncclX` strong) at one
+//! address; the collector attaches once per address. `ncclBcast` is not
+//! probed: NCCL implements it by calling `ncclBroadcast` (through the PLT in
+//! 2.32.3), so its calls are counted as `Broadcast`.
+
+/// Bytes of an `ncclUniqueId` (`NCCL_UNIQUE_ID_BYTES`).
+pub const UNIQUE_ID_BYTES: usize = 128;
+
+/// Operation kinds (low byte of the collective programs' attach cookie).
+pub mod op {
+    pub const ALL_REDUCE: u32 = 0;
+    pub const ALL_GATHER: u32 = 1;
+    pub const REDUCE_SCATTER: u32 = 2;
+    pub const BROADCAST: u32 = 3;
+    pub const REDUCE: u32 = 4;
+    pub const ALL_TO_ALL: u32 = 5;
+    pub const SEND: u32 = 6;
+    pub const RECV: u32 = 7;
+    /// `ncclGroupStart` / `ncclGroupEnd`: counted per process (communicator 0).
+    pub const GROUP_START: u32 = 8;
+    pub const GROUP_END: u32 = 9;
+    pub const COUNT: u32 = 10;
+
+    /// Label value of an op (the API name without its prefix).
+    pub fn name(op: u32) -> &'static str {
+        match op {
+            ALL_REDUCE => "AllReduce",
+            ALL_GATHER => "AllGather",
+            REDUCE_SCATTER => "ReduceScatter",
+            BROADCAST => "Broadcast",
+            REDUCE => "Reduce",
+            ALL_TO_ALL => "AlltoAll",
+            SEND => "Send",
+            RECV => "Recv",
+            GROUP_START => "GroupStart",
+            GROUP_END => "GroupEnd",
+            _ => "unknown",
+        }
+    }
+
+    /// Whether every rank of the communicator takes part (its calls advance
+    /// the communicator's collective sequence); send/recv and groups do not.
+    pub fn is_collective(op: u32) -> bool {
+        op <= ALL_TO_ALL
+    }
+}
+
+/// Where a collective's count, datatype and communicator are among its
+/// arguments (x86-64 SysV: the 7th and later integer arguments are on the
+/// stack). Bits 8..16 of the attach cookie.
+pub mod layout {
+    /// `(send, recv, count, datatype, op|root, comm, stream)`: AllReduce,
+    /// ReduceScatter, Broadcast. count = arg 2, datatype = arg 3, comm = arg 5.
+    pub const COMM_ARG5: u32 = 0;
+    /// `(send, recv, count, datatype, comm, stream)`: AllGather, AlltoAll.
+    pub const COMM_ARG4: u32 = 1;
+    /// `(buff, count, datatype, peer, comm, stream)`: Send, Recv.
+    /// count = arg 1, datatype = arg 2, comm = arg 4.
+    pub const COUNT_ARG1: u32 = 2;
+    /// `(send, recv, count, datatype, op, root, comm, stream)`: Reduce; comm
+    /// is the 7th argument, on the stack at `[sp + 8]` at entry.
+    pub const COMM_STACK: u32 = 3;
+    /// No arguments (groups).
+    pub const NONE: u32 = 4;
+}
+
+/// The attach cookie of a collective program: op and argument layout.
+pub const fn cookie(op: u32, layout: u32) -> u64 {
+    (op | (layout << 8)) as u64
+}
+
+/// Communicator creation entry points (cookie of the init programs).
+pub mod init {
+    /// `ncclCommInitRank(comm*, nranks, ncclUniqueId id, rank)`: the id by
+    /// value, on the stack at `[sp + 8]`; rank in the 3rd integer register.
+    pub const INIT_RANK: u32 = 0;
+    /// `ncclCommInitRankConfig(comm*, nranks, id, rank, config*)`.
+    pub const INIT_RANK_CONFIG: u32 = 1;
+    /// `ncclCommInitRankScalable(comm*, nranks, rank, nId, ncclUniqueId *ids, config*)`.
+    pub const INIT_RANK_SCALABLE: u32 = 2;
+    /// `ncclCommInitAll(comm*, ndev, const int *devlist)`: every rank in one process.
+    pub const INIT_ALL: u32 = 3;
+    /// `ncclCommSplit(parent, color, key, comm*, config*)`.
+    pub const SPLIT: u32 = 4;
+
+    pub fn name(kind: u32) -> &'static str {
+        match kind {
+            INIT_RANK => "ncclCommInitRank",
+            INIT_RANK_CONFIG => "ncclCommInitRankConfig",
+            INIT_RANK_SCALABLE => "ncclCommInitRankScalable",
+            INIT_ALL => "ncclCommInitAll",
+            SPLIT => "ncclCommSplit",
+            _ => "unknown",
+        }
+    }
+}
+
+/// `ncclCommInitAll`: communicators read back at its return (one per device).
+pub const INIT_ALL_MAX: usize = 8;
+
+/// `ncclDataType_t` → bytes per element (0: unknown type).
+pub const fn datatype_size(dt: u32) -> u64 {
+    match dt {
+        0 | 1 => 1,   // ncclInt8, ncclUint8
+        2 | 3 => 4,   // ncclInt32, ncclUint32
+        4 | 5 => 8,   // ncclInt64, ncclUint64
+        6 => 2,       // ncclFloat16
+        7 => 4,       // ncclFloat32
+        8 => 8,       // ncclFloat64
+        9 => 2,       // ncclBfloat16
+        10 | 11 => 1, // ncclFloat8e4m3, ncclFloat8e5m2
+        _ => 0,
+    }
+}
+
+/// A communicator as one rank created it, keyed by (pid, `ncclComm_t`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CommInfo {
+    /// The `ncclUniqueId` the ranks passed (all ranks pass the same bytes);
+    /// for a split, the parent's id (see `color`); zero for `ncclCommInitAll`.
+    pub unique_id: [u8; UNIQUE_ID_BYTES],
+    /// `ncclComm_t` of the parent for a split, else 0.
+    pub parent: u64,
+    /// `bpf_ktime_get_ns` at the init's return.
+    pub created_ns: u64,
+    /// -1 when not passed (a split: NCCL computes it).
+    pub nranks: i32,
+    pub rank: i32,
+    /// CUDA device of the creating thread's current context (-1: unknown).
+    pub device: i32,
+    /// One of [`init`].
+    pub kind: u32,
+    /// Split colour; for `ncclCommInitAll` the index in its device list.
+    pub color: i32,
+    /// Split key.
+    pub key: i32,
+    /// `ncclResult_t` the init returned.
+    pub result: u32,
+    /// Set by `ncclCommDestroy` (1) or `ncclCommAbort` (2).
+    pub ended: u32,
+}
+const _: () = assert!(core::mem::size_of::<CommInfo>() == UNIQUE_ID_BYTES + 16 + 32);
+
+/// An init call between its entry and return, per thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct InInit {
+    pub info: CommInfo,
+    /// Where NCCL writes the new `ncclComm_t` (an array for `ncclCommInitAll`).
+    pub out: u64,
+    /// `ncclCommInitAll`'s device list pointer.
+    pub devlist: u64,
+}
+const _: () = assert!(core::mem::size_of::<InInit>() == core::mem::size_of::<CommInfo>() + 16);
+
+/// Aggregate key: which process called which op on which communicator.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpKey {
+    pub pid: u32,
+    /// One of [`op`].
+    pub op: u32,
+    /// `ncclComm_t` (0 for groups).
+    pub comm: u64,
+}
+const _: () = assert!(core::mem::size_of::<OpKey>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpStats {
+    pub calls: u64,
+    /// Sum of count × datatype size.
+    pub bytes: u64,
+    /// Calls with a datatype the probe does not know (their bytes are not summed).
+    pub unknown_dtype: u64,
+    /// `bpf_ktime_get_ns` of the first and latest call.
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<OpStats>() == 40);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all): `#[repr(C)]`, no implicit padding (sizes asserted), any bit pattern valid.
+    unsafe impl aya::Pod for super::CommInfo {}
+    unsafe impl aya::Pod for super::InInit {}
+    unsafe impl aya::Pod for super::OpKey {}
+    unsafe impl aya::Pod for super::OpStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datatype_sizes_follow_nccl_h() {
+        // nccl.h: ncclInt8 0 … ncclBfloat16 9, ncclFloat8e4m3 10, ncclFloat8e5m2 11.
+        let sizes: [u64; 12] = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1];
+        for (dt, s) in sizes.iter().enumerate() {
+            assert_eq!(datatype_size(dt as u32), *s, "datatype {dt}");
+        }
+        assert_eq!(datatype_size(12), 0);
+    }
+
+    #[test]
+    fn collectives_are_the_all_rank_ops() {
+        let coll: [u32; 6] = [
+            op::ALL_REDUCE,
+            op::ALL_GATHER,
+            op::REDUCE_SCATTER,
+            op::BROADCAST,
+            op::REDUCE,
+            op::ALL_TO_ALL,
+        ];
+        for o in 0..op::COUNT {
+            assert_eq!(op::is_collective(o), coll.contains(&o), "{}", op::name(o));
+        }
+    }
+}

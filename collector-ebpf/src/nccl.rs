@@ -1,0 +1,265 @@
+//! NCCL uprobes on `libnccl.so.2`. Hooked APIs (nccl.h prototypes; every
+//! one is exported as `ncclX` and `pncclX` at one address, attached once):
+//!
+//! - `ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)`,
+//!   `ncclCommInitRankConfig(…, int rank, ncclConfig_t *config)`: the 128-byte
+//!   id is passed by value, so on x86-64 it is in memory at `[sp + 8]` and
+//!   `rank` takes the 3rd integer register; `ncclCommInitRankScalable(comm*,
+//!   nranks, rank, nId, ncclUniqueId *ids, config*)`; `ncclCommInitAll(comm*,
+//!   ndev, const int *devlist)`; `ncclCommSplit(parent, color, key, comm*,
+//!   config*)` → [`nccl_init_enter`] + [`nccl_init_return`] (cookie
+//!   `collector_common::nccl::init`): (pid, `ncclComm_t`) → [`CommInfo`].
+//! - `ncclCommDestroy(comm)` / `ncclCommAbort(comm)` → [`nccl_comm_end`].
+//! - `ncclAllReduce`, `ncclReduceScatter`, `ncclBroadcast`, `ncclAllGather`,
+//!   `ncclAlltoAll`, `ncclReduce`, `ncclSend`, `ncclRecv`, `ncclGroupStart`,
+//!   `ncclGroupEnd` → [`nccl_call`] (cookie: op | argument layout << 8):
+//!   calls, count × datatype size, first and latest call time per
+//!   (pid, communicator, op).
+use aya_ebpf::{
+    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
+    macros::{map, uprobe, uretprobe},
+    maps::{HashMap, PerCpuArray},
+    programs::{ProbeContext, RetProbeContext},
+    EbpfContext,
+};
+use collector_common::{
+    cuda::HandleKey,
+    nccl::{datatype_size, init, layout, CommInfo, InInit, OpKey, OpStats, INIT_ALL_MAX},
+    stat,
+};
+
+use crate::{
+    helpers::{add, claim, get_or_insert, now_ns},
+    stats::bump,
+};
+
+/// (pid, `ncclComm_t`) → the communicator as this rank created it. Entries
+/// of exited processes are removed by the collector.
+#[map(name = "NCCL_COMMS")]
+static NCCL_COMMS: HashMap<HandleKey, CommInfo> = HashMap::with_max_entries(16384, 0);
+
+/// Calls per (pid, op, communicator).
+#[map(name = "NCCL_OPS")]
+static NCCL_OPS: HashMap<OpKey, OpStats> = HashMap::with_max_entries(16384, 0);
+
+/// Init calls between entry and return, per thread (`pid_tgid`).
+#[map(name = "NCCL_IN_INIT")]
+static NCCL_IN_INIT: HashMap<u64, InInit> = HashMap::with_max_entries(4096, 0);
+
+/// Scratch for an [`InInit`] (192 bytes: too large for the BPF stack).
+#[map(name = "NCCL_SCRATCH")]
+static NCCL_SCRATCH: PerCpuArray<InInit> = PerCpuArray::with_max_entries(1, 0);
+
+/// Return codes after which the new `ncclComm_t` is valid: `ncclSuccess`,
+/// and `ncclInProgress` (non-blocking communicators finish in the background).
+const NCCL_SUCCESS: u32 = 0;
+const NCCL_IN_PROGRESS: u32 = 7;
+
+#[inline(always)]
+fn cookie(ctx: &impl EbpfContext) -> u64 {
+    // SAFETY: valid program context.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+}
+
+/// uprobe: the communicator-creating calls (cookie = `init::*`).
+#[uprobe]
+pub fn nccl_init_enter(ctx: ProbeContext) -> u32 {
+    let kind = cookie(&ctx) as u32;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(s) = NCCL_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU scratch, no other user while the program runs here.
+    let s = unsafe { &mut *s };
+    s.info.unique_id = [0; collector_common::nccl::UNIQUE_ID_BYTES];
+    s.info.parent = 0;
+    s.info.created_ns = 0;
+    s.info.nranks = -1;
+    s.info.rank = -1;
+    s.info.device = crate::cuda::current_device(pid_tgid as u32);
+    s.info.kind = kind;
+    s.info.color = 0;
+    s.info.key = 0;
+    s.info.result = 0;
+    s.info.ended = 0;
+    s.devlist = 0;
+    let a = |n: usize| -> u64 { ctx.arg(n).unwrap_or(0) };
+    match kind {
+        init::INIT_RANK | init::INIT_RANK_CONFIG => {
+            s.out = a(0);
+            s.info.nranks = a(1) as i32;
+            s.info.rank = a(2) as i32;
+            // SAFETY: regs is the probe's pt_regs.
+            let sp = unsafe { (*ctx.regs).rsp };
+            // SAFETY: a user address read through the checked helper.
+            if let Ok(id) = unsafe { bpf_probe_read_user((sp + 8) as *const [u8; 128]) } {
+                s.info.unique_id = id;
+            }
+        }
+        init::INIT_RANK_SCALABLE => {
+            s.out = a(0);
+            s.info.nranks = a(1) as i32;
+            s.info.rank = a(2) as i32;
+            // SAFETY: as above; the first of the `nId` ids (all ranks pass the same list).
+            if let Ok(id) = unsafe { bpf_probe_read_user(a(4) as *const [u8; 128]) } {
+                s.info.unique_id = id;
+            }
+        }
+        init::INIT_ALL => {
+            s.out = a(0);
+            s.info.nranks = a(1) as i32;
+            s.devlist = a(2);
+        }
+        init::SPLIT => {
+            s.info.parent = a(0);
+            s.info.color = a(1) as i32;
+            s.info.key = a(2) as i32;
+            s.out = a(3);
+        }
+        _ => return 0,
+    }
+    if NCCL_IN_INIT.insert(&pid_tgid, s, 0).is_err() {
+        bump(stat::NCCL_MAP_FULL);
+    }
+    0
+}
+
+/// uretprobe: the init calls: the new communicator(s) into `NCCL_COMMS`.
+#[uretprobe]
+pub fn nccl_init_return(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(s) = NCCL_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: the map value is copied into the per-CPU scratch before removal.
+    let s = unsafe {
+        let Some(rec) = NCCL_IN_INIT.get(&pid_tgid) else {
+            bump(stat::NCCL_UNMATCHED_RETURN);
+            return 0;
+        };
+        *s = *rec;
+        &mut *s
+    };
+    let _ = NCCL_IN_INIT.remove(&pid_tgid);
+    let rc: u64 = ctx.ret();
+    let rc = rc as u32;
+    if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+        return 0;
+    }
+    s.info.result = rc;
+    s.info.created_ns = now_ns();
+    let pid = (pid_tgid >> 32) as u32;
+    if s.info.kind == init::INIT_ALL {
+        let n = s.info.nranks;
+        let mut first = 0u64;
+        for i in 0..INIT_ALL_MAX {
+            if i as i32 >= n {
+                break;
+            }
+            // SAFETY: user pointers read through the checked helper.
+            let Ok(comm) = (unsafe { bpf_probe_read_user((s.out + 8 * i as u64) as *const u64) })
+            else {
+                break;
+            };
+            if i == 0 {
+                first = comm;
+            }
+            s.info.rank = i as i32;
+            s.info.color = i as i32;
+            // The group's first communicator names it (all ranks in one process).
+            s.info.parent = first;
+            s.info.device = if s.devlist == 0 {
+                i as i32
+            } else {
+                // SAFETY: as above.
+                unsafe { bpf_probe_read_user((s.devlist + 4 * i as u64) as *const i32) }
+                    .unwrap_or(-1)
+            };
+            insert_comm(pid, comm, &s.info);
+        }
+        return 0;
+    }
+    // SAFETY: the call's `ncclComm_t *`, read through the checked helper.
+    let Ok(comm) = (unsafe { bpf_probe_read_user(s.out as *const u64) }) else {
+        return 0;
+    };
+    if comm != 0 {
+        insert_comm(pid, comm, &s.info);
+    }
+    0
+}
+
+#[inline(always)]
+fn insert_comm(pid: u32, comm: u64, info: &CommInfo) {
+    let key = HandleKey {
+        pid,
+        _pad: 0,
+        handle: comm,
+    };
+    if NCCL_COMMS.insert(&key, info, 0).is_err() {
+        bump(stat::NCCL_MAP_FULL);
+    }
+}
+
+/// uprobe: `ncclCommDestroy(comm)` (cookie 1) / `ncclCommAbort(comm)` (cookie 2).
+#[uprobe]
+pub fn nccl_comm_end(ctx: ProbeContext) -> u32 {
+    let how = cookie(&ctx) as u32;
+    let key = HandleKey {
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        _pad: 0,
+        handle: ctx.arg(0).unwrap_or(0),
+    };
+    if let Some(c) = NCCL_COMMS.get_ptr_mut(&key) {
+        // SAFETY: a valid map value pointer for the program's run.
+        unsafe { (*c).ended = how };
+    }
+    0
+}
+
+/// uprobe: collectives, point-to-point and groups (cookie: op | layout << 8).
+#[uprobe]
+pub fn nccl_call(ctx: ProbeContext) -> u32 {
+    let c = cookie(&ctx) as u32;
+    let (op, lay) = (c & 0xff, (c >> 8) & 0xff);
+    let a = |n: usize| -> u64 { ctx.arg(n).unwrap_or(0) };
+    let (count, dtype, comm) = match lay {
+        layout::COMM_ARG5 => (a(2), a(3) as u32, a(5)),
+        layout::COMM_ARG4 => (a(2), a(3) as u32, a(4)),
+        layout::COUNT_ARG1 => (a(1), a(2) as u32, a(4)),
+        layout::COMM_STACK => {
+            // SAFETY: regs is the probe's pt_regs.
+            let sp = unsafe { (*ctx.regs).rsp };
+            // SAFETY: the 7th argument, read through the checked helper.
+            let comm = unsafe { bpf_probe_read_user((sp + 8) as *const u64) }.unwrap_or(0);
+            (a(2), a(3) as u32, comm)
+        }
+        _ => (0, 0, 0),
+    };
+    let key = OpKey {
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        op,
+        comm,
+    };
+    let Some(s) = get_or_insert!(NCCL_OPS, &key, &OpStats::default()) else {
+        bump(stat::NCCL_MAP_FULL);
+        return 0;
+    };
+    bump(stat::NCCL_CALLS);
+    let now = now_ns();
+    let size = datatype_size(dtype);
+    // SAFETY: a valid map value pointer for the program's run.
+    unsafe {
+        add(&raw mut (*s).calls, 1);
+        if lay != layout::NONE {
+            if size == 0 {
+                add(&raw mut (*s).unknown_dtype, 1);
+            } else {
+                add(&raw mut (*s).bytes, count.wrapping_mul(size));
+            }
+        }
+        let _ = claim(&raw mut (*s).first_ns, now);
+        (*s).last_ns = now;
+    }
+    0
+}

@@ -1,0 +1,441 @@
+//! NCCL communicators and collectives: the probes' maps turned into a
+//! communicator id every rank computes alike, per-window rows and metrics.
+//!
+//! What the numbers mean (a host sees when a collective is *enqueued*, not
+//! when it completes on the GPU):
+//! - `seq`: collectives the rank has issued on the communicator so far. All
+//!   ranks issue a communicator's collectives in the same order, so ranks
+//!   with equal `seq` have reached the same collective; a rank whose `seq`
+//!   stays behind the others' while nobody advances is holding them up.
+//! - `interval_s`: the mean time between the rank's successive collectives
+//!   on the communicator during the window, the job's cadence (for a
+//!   data-parallel job: one or a few collectives per step). It includes the
+//!   time the CPU waits for the GPU, so it rises with a slow rank, a slow
+//!   link or a slow GPU alike; it is not a collective's duration.
+//! - bytes: count × datatype size as passed (per rank, not bus bytes).
+use std::collections::BTreeMap;
+
+use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, UNIQUE_ID_BYTES};
+use proto::v1 as pb;
+
+use crate::prom_text::{Kind, Text};
+
+/// The NCCL maps, copied out (cumulative).
+#[derive(Clone, Debug, Default)]
+pub struct NcclMaps {
+    /// (pid, `ncclComm_t`) → the communicator as that rank created it.
+    pub comms: BTreeMap<(u32, u64), CommInfo>,
+    pub ops: BTreeMap<OpKey, OpStats>,
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(bytes: impl IntoIterator<Item = u8>, seed: u64) -> u64 {
+    bytes.into_iter().fold(seed, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The id of the communicator an `ncclUniqueId` creates: every rank passes
+/// the same 128 bytes, so every rank computes the same id, with no scheduler.
+pub fn id_of_unique_id(unique_id: &[u8; UNIQUE_ID_BYTES]) -> u64 {
+    fnv(unique_id.iter().copied(), FNV_OFFSET)
+}
+
+/// A split's id: its parent's id and colour (the ranks that pass one colour
+/// to one parent form one communicator).
+pub fn id_of_split(parent: u64, color: i32) -> u64 {
+    fnv(
+        b"split"
+            .iter()
+            .copied()
+            .chain(parent.to_le_bytes())
+            .chain(color.to_le_bytes()),
+        FNV_OFFSET,
+    )
+}
+
+/// `ncclCommInitAll`: all ranks in one process; the id is the host's, the
+/// process's and the group's first handle (nobody else can be a member).
+pub fn id_of_init_all(host: &str, pid: u32, first: u64) -> u64 {
+    fnv(
+        b"all"
+            .iter()
+            .copied()
+            .chain(host.bytes())
+            .chain(pid.to_le_bytes())
+            .chain(first.to_le_bytes()),
+        FNV_OFFSET,
+    )
+}
+
+/// The communicator id of `(pid, comm)`, following splits to their root
+/// (bounded depth); `None` when a split's parent is not known (created
+/// before the probes attached).
+pub fn comm_id(maps: &NcclMaps, host: &str, pid: u32, comm: u64) -> Option<u64> {
+    let mut chain = Vec::new();
+    let mut cur = (pid, comm);
+    for _ in 0..16 {
+        let info = maps.comms.get(&cur)?;
+        match info.kind {
+            init::SPLIT => {
+                chain.push(info.color);
+                cur = (pid, info.parent);
+            }
+            init::INIT_ALL => {
+                let root = id_of_init_all(host, pid, info.parent);
+                return Some(chain.iter().rev().fold(root, |id, c| id_of_split(id, *c)));
+            }
+            _ => {
+                let root = id_of_unique_id(&info.unique_id);
+                return Some(chain.iter().rev().fold(root, |id, c| id_of_split(id, *c)));
+            }
+        }
+    }
+    None
+}
+
+/// Hex form of an id (the wire and label form).
+pub fn id_hex(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// One rank of one communicator on this host: cumulative counts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankState {
+    pub comm: String,
+    pub nranks: i32,
+    pub rank: i32,
+    pub device: i32,
+    pub pid: u32,
+    pub init: &'static str,
+    pub ended: bool,
+    /// op → (calls, bytes).
+    pub ops: BTreeMap<&'static str, (u64, u64)>,
+    /// Collectives issued so far.
+    pub seq: u64,
+    /// `CLOCK_MONOTONIC` ns of the latest collective (0: none).
+    pub last_ns: u64,
+}
+
+/// Every rank the maps know, by (pid, `ncclComm_t`); ops on handles that no
+/// init was seen for are kept under the handle's own id (`h:` + handle).
+pub fn ranks(maps: &NcclMaps, host: &str) -> BTreeMap<(u32, u64), RankState> {
+    let mut out: BTreeMap<(u32, u64), RankState> = BTreeMap::new();
+    for (&(pid, comm), info) in &maps.comms {
+        let id = comm_id(maps, host, pid, comm)
+            .map(id_hex)
+            .unwrap_or_else(|| format!("h:{pid}:{comm:x}"));
+        out.insert(
+            (pid, comm),
+            RankState {
+                comm: id,
+                nranks: info.nranks,
+                rank: info.rank,
+                device: info.device,
+                pid,
+                init: init::name(info.kind),
+                ended: info.ended != 0,
+                ..Default::default()
+            },
+        );
+    }
+    for (k, v) in &maps.ops {
+        if k.comm == 0 {
+            continue;
+        }
+        let r = out.entry((k.pid, k.comm)).or_insert_with(|| RankState {
+            comm: format!("h:{}:{:x}", k.pid, k.comm),
+            nranks: -1,
+            rank: -1,
+            device: -1,
+            pid: k.pid,
+            init: "unknown",
+            ..Default::default()
+        });
+        let e = r.ops.entry(op::name(k.op)).or_default();
+        e.0 += v.calls;
+        e.1 += v.bytes;
+        if op::is_collective(k.op) {
+            r.seq += v.calls;
+            r.last_ns = r.last_ns.max(v.last_ns);
+        }
+    }
+    out
+}
+
+/// Per-process group calls: pid → (ncclGroupStart, ncclGroupEnd).
+pub fn groups(maps: &NcclMaps) -> BTreeMap<u32, (u64, u64)> {
+    let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for (k, v) in maps.ops.iter().filter(|(k, _)| k.comm == 0) {
+        let e = out.entry(k.pid).or_default();
+        match k.op {
+            op::GROUP_START => e.0 += v.calls,
+            op::GROUP_END => e.1 += v.calls,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `CLOCK_REALTIME − CLOCK_MONOTONIC` now, ns (to date probe timestamps).
+pub fn realtime_offset_ns() -> i128 {
+    let now = |id| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec out-pointer and a valid clock id.
+        unsafe { libc::clock_gettime(id, &mut ts) };
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    };
+    now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
+}
+
+/// Who a process is: (job, rank) as identity knows it, and its HCAs.
+pub struct Who {
+    pub job: String,
+    pub rank: Option<u32>,
+    pub hcas: Vec<String>,
+}
+
+/// The window's rows: one per rank with activity, or created or ended in
+/// the window, with this window's op deltas.
+pub fn window_rows(
+    prev: &BTreeMap<(u32, u64), RankState>,
+    cur: &BTreeMap<(u32, u64), RankState>,
+    offset_ns: i128,
+    mut who: impl FnMut(u32) -> Who,
+) -> Vec<pb::NcclRank> {
+    let mut out = Vec::new();
+    for (k, r) in cur {
+        let p = prev.get(k);
+        let ops: Vec<pb::NcclOpCount> = r
+            .ops
+            .iter()
+            .filter_map(|(name, (calls, bytes))| {
+                let (pc, pb_) = p.and_then(|p| p.ops.get(name)).copied().unwrap_or((0, 0));
+                let dc = calls.saturating_sub(pc);
+                (dc > 0).then(|| pb::NcclOpCount {
+                    op: (*name).to_string(),
+                    calls: dc,
+                    bytes: bytes.saturating_sub(pb_),
+                })
+            })
+            .collect();
+        let changed = p.is_none_or(|p| p.ended != r.ended);
+        if ops.is_empty() && !changed {
+            // Silent this window: still a row, so the correlator sees the
+            // rank's sequence standing still (a hang is exactly that).
+            if r.ended {
+                continue;
+            }
+        }
+        let dseq = r.seq.saturating_sub(p.map_or(0, |p| p.seq));
+        let interval_s = match p {
+            Some(p) if p.last_ns > 0 && dseq > 0 && r.last_ns > p.last_ns => {
+                (r.last_ns - p.last_ns) as f64 / 1e9 / dseq as f64
+            }
+            _ => 0.0,
+        };
+        let w = who(r.pid);
+        out.push(pb::NcclRank {
+            comm: r.comm.clone(),
+            nranks: r.nranks,
+            rank: r.rank,
+            device: r.device,
+            pid: r.pid,
+            job: w.job,
+            job_rank: w.rank,
+            hcas: w.hcas,
+            ops,
+            seq: r.seq,
+            last_unix_ms: if r.last_ns == 0 {
+                0
+            } else {
+                ((i128::from(r.last_ns) + offset_ns) / 1_000_000) as i64
+            },
+            interval_s,
+            init: r.init.to_string(),
+            ended: r.ended,
+        });
+    }
+    out
+}
+
+/// The NCCL series for `/metrics` (cumulative per communicator, rank on
+/// this host and op).
+pub fn render(
+    ranks: &BTreeMap<(u32, u64), RankState>,
+    mut job: impl FnMut(u32) -> String,
+) -> String {
+    let mut t = Text::new();
+    for r in ranks.values() {
+        let rank = r.rank.to_string();
+        let nranks = r.nranks.to_string();
+        let gpu = if r.device < 0 {
+            String::new()
+        } else {
+            r.device.to_string()
+        };
+        let j = job(r.pid);
+        for (o, (calls, bytes)) in &r.ops {
+            let l: &[(&str, &str)] = &[("comm", &r.comm), ("rank", &rank), ("job", &j), ("op", o)];
+            t.sample(
+                "faultline_nccl_calls_total",
+                "NCCL calls per communicator, rank on this host and op (enqueued, not completed)",
+                Kind::Counter,
+                l,
+                calls,
+            );
+            t.sample(
+                "faultline_nccl_bytes_total",
+                "NCCL bytes per communicator, rank and op: count x datatype size as passed",
+                Kind::Counter,
+                l,
+                bytes,
+            );
+        }
+        t.sample(
+            "faultline_nccl_rank_info",
+            "A communicator rank on this host: its size, GPU and process (value 1)",
+            Kind::Gauge,
+            &[
+                ("comm", &r.comm),
+                ("rank", &rank),
+                ("nranks", &nranks),
+                ("gpu", &gpu),
+                ("job", &j),
+                ("pid", &r.pid.to_string()),
+            ],
+            1,
+        );
+        t.sample(
+            "faultline_nccl_collectives_issued",
+            "Collectives the rank has issued on the communicator (its sequence number)",
+            Kind::Gauge,
+            &[("comm", &r.comm), ("rank", &rank), ("job", &j)],
+            r.seq,
+        );
+    }
+    t.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(kind: u32, id: u8, rank: i32) -> CommInfo {
+        CommInfo {
+            unique_id: [id; UNIQUE_ID_BYTES],
+            parent: 0,
+            created_ns: 1,
+            nranks: 4,
+            rank,
+            device: rank,
+            kind,
+            color: 0,
+            key: 0,
+            result: 0,
+            ended: 0,
+        }
+    }
+
+    #[test]
+    fn ranks_of_one_unique_id_share_the_id_and_splits_follow_their_parent() {
+        let mut m = NcclMaps::default();
+        // Two processes (ranks 0 and 1) with different handles, same unique id.
+        m.comms.insert((10, 0xa0), info(init::INIT_RANK, 7, 0));
+        m.comms
+            .insert((11, 0xb0), info(init::INIT_RANK_CONFIG, 7, 1));
+        m.comms.insert((12, 0xc0), info(init::INIT_RANK, 8, 0));
+        let a = comm_id(&m, "h", 10, 0xa0).unwrap();
+        assert_eq!(Some(a), comm_id(&m, "h", 11, 0xb0));
+        assert_ne!(Some(a), comm_id(&m, "h", 12, 0xc0));
+        // Splits of the same parent with the same colour agree; colours differ.
+        let mut s = info(init::SPLIT, 0, -1);
+        s.parent = 0xa0;
+        s.color = 3;
+        m.comms.insert((10, 0xa1), s);
+        s.parent = 0xb0;
+        m.comms.insert((11, 0xb1), s);
+        s.color = 4;
+        m.comms.insert((11, 0xb2), s);
+        let sa = comm_id(&m, "h", 10, 0xa1).unwrap();
+        assert_eq!(Some(sa), comm_id(&m, "h", 11, 0xb1));
+        assert_ne!(Some(sa), comm_id(&m, "h", 11, 0xb2));
+        assert_ne!(sa, a);
+        // A split whose parent was created before the probes: unknown.
+        s.parent = 0xdead;
+        m.comms.insert((11, 0xb3), s);
+        assert_eq!(comm_id(&m, "h", 11, 0xb3), None);
+    }
+
+    #[test]
+    fn window_rows_carry_deltas_sequence_and_cadence() {
+        let mut m = NcclMaps::default();
+        m.comms.insert((10, 0xa0), info(init::INIT_RANK, 7, 0));
+        let key = |o| OpKey {
+            pid: 10,
+            op: o,
+            comm: 0xa0,
+        };
+        m.ops.insert(
+            key(op::ALL_REDUCE),
+            OpStats {
+                calls: 10,
+                bytes: 40_000,
+                unknown_dtype: 0,
+                first_ns: 1_000_000_000,
+                last_ns: 2_000_000_000,
+            },
+        );
+        let prev = ranks(&m, "h");
+        m.ops.insert(
+            key(op::ALL_REDUCE),
+            OpStats {
+                calls: 14,
+                bytes: 56_000,
+                unknown_dtype: 0,
+                first_ns: 1_000_000_000,
+                last_ns: 4_000_000_000,
+            },
+        );
+        m.ops.insert(
+            key(op::SEND),
+            OpStats {
+                calls: 3,
+                bytes: 300,
+                unknown_dtype: 0,
+                first_ns: 3_000_000_000,
+                last_ns: 3_500_000_000,
+            },
+        );
+        let cur = ranks(&m, "h");
+        let who = |_| Who {
+            job: "j".into(),
+            rank: Some(5),
+            hcas: vec!["mlx5_0".into()],
+        };
+        let rows = window_rows(&prev, &cur, 0, who);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(r.seq, 14, "sends are not collectives");
+        assert_eq!(
+            (r.interval_s * 1e3).round(),
+            500.0,
+            "2 s over 4 collectives"
+        );
+        let ar = r.ops.iter().find(|o| o.op == "AllReduce").unwrap();
+        assert_eq!((ar.calls, ar.bytes), (4, 16_000));
+        let s = r.ops.iter().find(|o| o.op == "Send").unwrap();
+        assert_eq!((s.calls, s.bytes), (3, 300));
+        assert_eq!(r.last_unix_ms, 4_000);
+        // Nothing new: the rank still reports (its sequence stands still).
+        let rows = window_rows(&cur, &cur, 0, who);
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].ops.is_empty());
+        assert_eq!(rows[0].interval_s, 0.0);
+    }
+}

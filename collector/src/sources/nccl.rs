@@ -1,0 +1,77 @@
+//! NCCL probes: communicator ranks on this host → `Window.nccl` rows, console
+//! lines and the `faultline_nccl_*` series; the entries of processes that
+//! exited are removed from the maps after their last window.
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use proto::v1 as pb;
+
+use crate::{
+    agent::{Ctx, Source},
+    nccl::{self, RankState, Who},
+};
+
+pub struct NcclSource {
+    prev: BTreeMap<(u32, u64), RankState>,
+}
+
+impl NcclSource {
+    pub fn new(prev: BTreeMap<(u32, u64), RankState>) -> Self {
+        Self { prev }
+    }
+}
+
+impl Source for NcclSource {
+    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+        let maps = cx.probes.nccl_maps()?;
+        let cur = nccl::ranks(&maps, cx.host);
+        let ids = &mut *cx.ids;
+        let rows = nccl::window_rows(
+            &self.prev,
+            &cur,
+            nccl::realtime_offset_ns(),
+            |pid| match ids.get(pid) {
+                Some(i) => Who {
+                    job: i.job().unwrap_or_default(),
+                    rank: i.rank(),
+                    hcas: i.hcas(),
+                },
+                None => Who {
+                    job: String::new(),
+                    rank: None,
+                    hcas: Vec::new(),
+                },
+            },
+        );
+        cx.expo
+            .set_section("nccl", nccl::render(&cur, |pid| ids.job_rank(pid).0));
+        if !cx.console.quiet {
+            for r in &rows {
+                let ops: Vec<String> = r
+                    .ops
+                    .iter()
+                    .map(|o| format!("{}={}/{}B", o.op, o.calls, o.bytes))
+                    .collect();
+                cx.console.detail(format_args!(
+                    "nccl comm={} rank={}/{} gpu={} pid={} seq={} interval={:.3}s {}",
+                    r.comm,
+                    r.rank,
+                    r.nranks,
+                    r.device,
+                    r.pid,
+                    r.seq,
+                    r.interval_s,
+                    ops.join(" ")
+                ));
+            }
+        }
+        wire.nccl = rows;
+        let dead = cx.ids.gone(cur.keys().map(|k| k.0));
+        if !dead.is_empty() {
+            let n = cx.probes.nccl_prune(&dead)?;
+            metrics::counter!("faultline_nccl_pruned_entries_total").increment(n);
+        }
+        self.prev = cur;
+        Ok(())
+    }
+}

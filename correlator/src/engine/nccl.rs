@@ -1,0 +1,537 @@
+//! NCCL communicators across hosts (`Window.nccl`): each communicator's
+//! footprint (hosts × GPUs × HCAs × jobs), `collective_hang`, and a step
+//! time inferred from collective cadence for jobs that send none over OTLP.
+//!
+//! **collective_hang.** Every rank issues a communicator's collectives in
+//! the same order, and a collective completes only when every rank has
+//! issued it. When a rank stops issuing, the others can run ahead only as
+//! far as NCCL's asynchrony allows and then wait: the communicator's
+//! sequence numbers stop moving, with the stopped ranks behind. Judged:
+//! every known rank silent (no new collective, per its host's own clock
+//! from the probe timestamp) for at least `hang_intervals` of the
+//! communicator's own median interval between collectives (a healthy
+//! memoryless cadence is silent that long with probability e^-20 at the
+//! default) and at least `hang_min_s`, while the ranks' sequences disagree.
+//! The ranks at the lowest sequence are the stalled ones. All ranks silent
+//! at one sequence is not a hang (a checkpoint, an evaluation pass, the
+//! end of the job): nobody is waiting on anybody.
+//!
+//! **Inferred step time.** A rank's mean interval between collectives on
+//! its widest communicator (most ranks) is proportional to its step time
+//! (the job issues the same collectives every step), which is all the
+//! change-point and straggler detectors need. It is used only for jobs that
+//! never sent an OTLP step time (OTLP wins when both exist).
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use proto::v1::{NcclRank, StepTime, Window};
+
+use super::{config::NcclConfig, incidents::Finding, median};
+
+/// One rank as last reported.
+#[derive(Clone, Debug)]
+struct Rank {
+    host: String,
+    pid: u32,
+    rank: i32,
+    nranks: i32,
+    device: i32,
+    job: String,
+    job_rank: Option<u32>,
+    hcas: Vec<String>,
+    seq: u64,
+    /// Latest collective, ms on its host's clock (0: none).
+    last_ms: i64,
+    /// Latest nonzero interval between collectives, s.
+    interval_s: f64,
+    ended: bool,
+}
+
+#[derive(Debug, Default)]
+struct Comm {
+    /// (host, pid) → rank.
+    ranks: BTreeMap<(String, u32), Rank>,
+    /// The open hang's entity, to resolve it once the communicator moves.
+    hang: Option<String>,
+    /// Latest window end of any host that reported it (eviction).
+    seen_ms: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct NcclDetector {
+    cfg: NcclConfig,
+    comms: HashMap<String, Comm>,
+    /// Latest window end per host (its clock).
+    host_now: HashMap<String, i64>,
+    /// Jobs that sent an OTLP step time: never inferred.
+    otlp_jobs: HashSet<String>,
+    /// Communicators with an open hang (judged on every window of the
+    /// stalled host, also when none of its ranks reports any more).
+    hung: HashSet<String>,
+    pub dropped: u64,
+}
+
+impl NcclDetector {
+    pub fn new(cfg: NcclConfig) -> Self {
+        Self {
+            cfg,
+            ..Self::default()
+        }
+    }
+
+    /// Communicators tracked.
+    pub fn communicators(&self) -> usize {
+        self.comms.len()
+    }
+
+    fn update(&mut self, host: &str, end_ms: i64, r: &NcclRank) {
+        if r.comm.is_empty() || r.comm.starts_with("h:") {
+            // A rank whose creation the probes did not see: no shared id.
+            return;
+        }
+        if !self.comms.contains_key(&r.comm) && self.comms.len() >= self.cfg.max_communicators {
+            self.dropped += 1;
+            return;
+        }
+        let c = self.comms.entry(r.comm.clone()).or_default();
+        c.seen_ms = c.seen_ms.max(end_ms);
+        let key = (host.to_string(), r.pid);
+        if !c.ranks.contains_key(&key) && c.ranks.len() >= self.cfg.max_ranks {
+            self.dropped += 1;
+            return;
+        }
+        let prev_interval = c.ranks.get(&key).map_or(0.0, |x| x.interval_s);
+        c.ranks.insert(
+            key,
+            Rank {
+                host: host.to_string(),
+                pid: r.pid,
+                rank: r.rank,
+                nranks: r.nranks,
+                device: r.device,
+                job: r.job.clone(),
+                job_rank: r.job_rank,
+                hcas: r.hcas.iter().take(8).cloned().collect(),
+                seq: r.seq,
+                last_ms: r.last_unix_ms,
+                interval_s: if r.interval_s > 0.0 {
+                    r.interval_s
+                } else {
+                    prev_interval
+                },
+                ended: r.ended,
+            },
+        );
+    }
+
+    /// Takes one window: updates the footprints and judges the
+    /// communicators this host has ranks in. Returns the findings and the
+    /// entities evaluated (open hangs of communicators that move again).
+    pub fn observe(&mut self, host: &str, w: &Window) -> (Vec<Finding>, Vec<String>) {
+        if !w.steps.is_empty() {
+            for s in &w.steps {
+                if self.otlp_jobs.len() < self.cfg.max_communicators {
+                    self.otlp_jobs.insert(s.job.clone());
+                }
+            }
+        }
+        self.host_now.insert(host.to_string(), w.end_unix_ms);
+        let mut touched = BTreeSet::new();
+        for r in &w.nccl {
+            self.update(host, w.end_unix_ms, r);
+            touched.insert(r.comm.clone());
+        }
+        let prefix = format!("{host}/");
+        for id in &self.hung {
+            let mine = self
+                .comms
+                .get(id)
+                .and_then(|c| c.hang.as_deref())
+                .is_some_and(|e| e.starts_with(&prefix));
+            if mine {
+                touched.insert(id.clone());
+            }
+        }
+        let mut findings = Vec::new();
+        let mut evaluated = Vec::new();
+        for id in touched {
+            let Some(c) = self.comms.get(&id) else {
+                continue;
+            };
+            match judge(&self.cfg, &id, c, &self.host_now) {
+                Some(f) => {
+                    let e = f.entity.clone();
+                    findings.push(f);
+                    if let Some(c) = self.comms.get_mut(&id) {
+                        c.hang = Some(e);
+                    }
+                    self.hung.insert(id);
+                }
+                None => {
+                    if let Some(e) = self.comms.get_mut(&id).and_then(|c| c.hang.take()) {
+                        evaluated.push(e);
+                    }
+                    self.hung.remove(&id);
+                }
+            }
+        }
+        // Communicators nobody reported for a long time (ended jobs).
+        let horizon = w.end_unix_ms - (self.cfg.forget_s * 1000.0) as i64;
+        self.comms
+            .retain(|_, c| c.seen_ms >= horizon && !c.ranks.values().all(|r| r.ended));
+        let comms = &self.comms;
+        self.hung.retain(|id| comms.contains_key(id));
+        (findings, evaluated)
+    }
+
+    /// Forgets the ranks of hosts that went idle (and communicators left empty).
+    pub fn forget_hosts(&mut self, gone: &HashSet<String>) {
+        for c in self.comms.values_mut() {
+            c.ranks.retain(|(h, _), _| !gone.contains(h));
+        }
+        self.comms.retain(|_, c| !c.ranks.is_empty());
+        let comms = &self.comms;
+        self.hung.retain(|id| comms.contains_key(id));
+        self.host_now.retain(|h, _| !gone.contains(h));
+    }
+
+    /// Step times inferred from collective cadence for this window's ranks
+    /// of jobs without OTLP steps: (job, job rank) → the interval on the
+    /// rank's widest communicator.
+    pub fn inferred_steps(&self, w: &Window) -> Vec<StepTime> {
+        let mut best: BTreeMap<(String, u32), &NcclRank> = BTreeMap::new();
+        for r in &w.nccl {
+            let Some(jr) = r.job_rank else { continue };
+            if r.job.is_empty() || r.interval_s <= 0.0 || self.otlp_jobs.contains(&r.job) {
+                continue;
+            }
+            let k = (r.job.clone(), jr);
+            let better = best.get(&k).is_none_or(|b| {
+                (r.nranks, r.interval_s.to_bits()) > (b.nranks, b.interval_s.to_bits())
+            });
+            if better {
+                best.insert(k, r);
+            }
+        }
+        best.into_iter()
+            .map(|((job, rank), r)| {
+                let prev = r.ops.iter().map(|o| o.calls).sum::<u64>();
+                StepTime {
+                    job,
+                    rank,
+                    seconds: r.interval_s,
+                    device: r.device,
+                    hca: r.hcas.first().cloned().unwrap_or_default(),
+                    count: u32::try_from(prev.max(1)).unwrap_or(u32::MAX),
+                    max_seconds: 0.0,
+                }
+            })
+            .collect()
+    }
+
+    /// Adds to each finding on a link, GPU or host the communicators whose
+    /// ranks run there and their jobs.
+    pub fn annotate(&self, findings: &mut [Finding]) {
+        for f in findings.iter_mut() {
+            let crosses = |r: &Rank| -> bool {
+                let host = &r.host;
+                match f.kind {
+                    k if k.starts_with("ib_link") => {
+                        let Some(rest) = f.entity.strip_prefix(&format!("{host}/")) else {
+                            return false;
+                        };
+                        let hca = rest.split('/').next().unwrap_or("");
+                        r.hcas.is_empty() || r.hcas.iter().any(|h| h == hca)
+                    }
+                    k if k.starts_with("gpu_") => {
+                        r.device >= 0 && f.entity == format!("{host}/gpu{}", r.device)
+                    }
+                    "node_lost" => &f.entity == host,
+                    _ => false,
+                }
+            };
+            let mut lines = Vec::new();
+            for (id, c) in &self.comms {
+                let on: Vec<&Rank> = c
+                    .ranks
+                    .values()
+                    .filter(|r| !r.ended && crosses(r))
+                    .collect();
+                if on.is_empty() {
+                    continue;
+                }
+                let hosts: BTreeSet<&str> = c.ranks.values().map(|r| r.host.as_str()).collect();
+                let jobs: BTreeSet<&str> = c
+                    .ranks
+                    .values()
+                    .map(|r| r.job.as_str())
+                    .filter(|j| !j.is_empty())
+                    .collect();
+                for j in &jobs {
+                    if !f.jobs.iter().any(|x| x == j) {
+                        f.jobs.push(j.to_string());
+                    }
+                }
+                let nranks = c.ranks.values().map(|r| r.nranks).max().unwrap_or(-1);
+                let ranks: Vec<String> = on.iter().map(|r| r.rank.to_string()).collect();
+                lines.push(format!(
+                    "NCCL communicator {id} ({} of {} ranks seen on {} hosts, job {}) has rank {} here",
+                    c.ranks.len(),
+                    nranks,
+                    hosts.len(),
+                    jobs.into_iter().collect::<Vec<_>>().join(","),
+                    ranks.join(",")
+                ));
+            }
+            lines.sort();
+            f.evidence.extend(lines.into_iter().take(8));
+        }
+    }
+}
+
+/// The hang finding of one communicator, if it is hung now.
+fn judge(cfg: &NcclConfig, id: &str, c: &Comm, host_now: &HashMap<String, i64>) -> Option<Finding> {
+    if !cfg.enabled {
+        return None;
+    }
+    let live: Vec<&Rank> = c.ranks.values().filter(|r| !r.ended).collect();
+    if live.len() < 2 {
+        return None;
+    }
+    let lo = live.iter().map(|r| r.seq).min()?;
+    let hi = live.iter().map(|r| r.seq).max()?;
+    if lo == hi || hi == 0 {
+        return None;
+    }
+    let intervals: Vec<f64> = live
+        .iter()
+        .map(|r| r.interval_s)
+        .filter(|i| *i > 0.0)
+        .collect();
+    let tau = median(&intervals);
+    let bound_ms = ((cfg.hang_intervals * tau).max(cfg.hang_min_s) * 1000.0) as i64;
+    // Each rank's silence on its own host's clock: its host's latest window
+    // end since its latest collective.
+    let silent = |r: &Rank| -> i64 {
+        let now = host_now.get(&r.host).copied().unwrap_or(0);
+        if r.last_ms <= 0 {
+            return 0;
+        }
+        now - r.last_ms
+    };
+    if live.iter().any(|r| silent(r) < bound_ms) {
+        return None;
+    }
+    let stalled: Vec<&&Rank> = live.iter().filter(|r| r.seq == lo).collect();
+    let waiting = live.len() - stalled.len();
+    let first_host = stalled.iter().map(|r| r.host.as_str()).min()?;
+    let entity = format!("{first_host}/nccl/{id}");
+    let jobs: BTreeSet<String> = live
+        .iter()
+        .map(|r| r.job.clone())
+        .filter(|j| !j.is_empty())
+        .collect();
+    let jobs: Vec<String> = jobs.into_iter().collect();
+    let mut ev = vec![format!(
+        "communicator {id}: {} rank(s) stopped at collective {lo}, {waiting} wait at up to {hi}; silent {:.1} s (bound {:.1} s = max({} x median interval {:.3} s, {} s))",
+        stalled.len(),
+        live.iter().map(|r| silent(r)).min().unwrap_or(0) as f64 / 1000.0,
+        bound_ms as f64 / 1000.0,
+        cfg.hang_intervals,
+        tau,
+        cfg.hang_min_s
+    )];
+    for r in stalled.iter().take(16) {
+        ev.push(format!(
+            "stalled rank {} on {} (pid {}, gpu {}{}{})",
+            r.rank,
+            r.host,
+            r.pid,
+            r.device,
+            if r.job.is_empty() {
+                String::new()
+            } else {
+                format!(", job {}", r.job)
+            },
+            r.job_rank.map(|j| format!(" rank {j}")).unwrap_or_default()
+        ));
+    }
+    let pids: Vec<String> = stalled
+        .iter()
+        .take(4)
+        .map(|r| format!("`py-spy dump --pid {}` on {}", r.pid, r.host))
+        .collect();
+    Some(
+        Finding::new("collective_hang", &entity, 0.85)
+            .with_evidence_list(ev)
+            .with_jobs(&jobs)
+            .with_mark(format!("stalled_at:{lo}"))
+            .with_runbook(format!(
+                "the stalled ranks are not issuing collectives: {}; their GPUs' XIDs (`nvidia-smi -q`) and their hosts' links; NCCL_DEBUG=INFO and the job's watchdog (TORCH_NCCL_TIMEOUT) logs; the waiting ranks are victims",
+                pids.join(", ")
+            )),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::v1::{NcclOpCount, Origin};
+
+    fn window(host: &str, end: i64, ranks: Vec<NcclRank>) -> Window {
+        Window {
+            origin: Some(Origin {
+                hostname: host.into(),
+                ..Default::default()
+            }),
+            start_unix_ms: end - 1000,
+            end_unix_ms: end,
+            nccl: ranks,
+            ..Default::default()
+        }
+    }
+
+    fn rank(comm: &str, rank: i32, pid: u32, seq: u64, last: i64, interval: f64) -> NcclRank {
+        NcclRank {
+            comm: comm.into(),
+            nranks: 4,
+            rank,
+            device: rank,
+            pid,
+            job: "train".into(),
+            job_rank: Some(rank as u32),
+            hcas: vec![format!("mlx5_{rank}")],
+            ops: vec![NcclOpCount {
+                op: "AllReduce".into(),
+                calls: 100,
+                bytes: 400,
+            }],
+            seq,
+            last_unix_ms: last,
+            interval_s: interval,
+            init: "ncclCommInitRank".into(),
+            ended: false,
+        }
+    }
+
+    #[test]
+    fn a_stopped_rank_is_named_once_everyone_waits() {
+        let mut d = NcclDetector::new(NcclConfig::default());
+        let c = "00000000000000aa";
+        // Healthy: 100 collectives/s on two hosts, two ranks each.
+        for t in 1..=5i64 {
+            let end = t * 1000;
+            for (h, base) in [("a", 0), ("b", 2)] {
+                let rows = (0..2)
+                    .map(|i| {
+                        rank(
+                            c,
+                            base + i,
+                            10 + (base + i) as u32,
+                            100 * t as u64,
+                            end - 5,
+                            0.01,
+                        )
+                    })
+                    .collect();
+                let (f, _) = d.observe(h, &window(h, end, rows));
+                assert!(f.is_empty(), "healthy at {t}: {f:?}");
+            }
+        }
+        // Rank 3 (host b) stops at 500; the others reach 501 and wait.
+        let mut found = Vec::new();
+        for t in 6..=8i64 {
+            let end = t * 1000;
+            let a = vec![
+                rank(c, 0, 10, 501, 5010, 0.0),
+                rank(c, 1, 11, 501, 5010, 0.0),
+            ];
+            let b = vec![
+                rank(c, 2, 12, 501, 5010, 0.0),
+                rank(c, 3, 13, 500, 4995, 0.0),
+            ];
+            found.extend(d.observe("a", &window("a", end, a)).0);
+            found.extend(d.observe("b", &window("b", end, b)).0);
+            if !found.is_empty() {
+                assert_eq!(t, 7, "silent 1.99 s at t=7 > bound max(20 x 10 ms, 1 s)");
+                break;
+            }
+        }
+        let f = &found[0];
+        assert_eq!(f.kind, "collective_hang");
+        assert_eq!(f.entity, format!("b/nccl/{c}"));
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.starts_with("stalled rank 3 on b (pid 13, gpu 3, job train rank 3)")),
+            "{f:?}"
+        );
+        assert!(!f.evidence.iter().any(|e| e.starts_with("stalled rank 0")));
+        assert_eq!(f.jobs, vec!["train".to_string()]);
+        // It moves again: the hang's entity is evaluated (to resolve it).
+        let rows = vec![
+            rank(c, 2, 12, 600, 9990, 0.01),
+            rank(c, 3, 13, 600, 9990, 0.01),
+        ];
+        let (f, ev) = d.observe("b", &window("b", 10_000, rows));
+        assert!(f.is_empty());
+        assert_eq!(ev, vec![format!("b/nccl/{c}")]);
+    }
+
+    #[test]
+    fn all_ranks_silent_at_one_sequence_is_not_a_hang() {
+        let mut d = NcclDetector::new(NcclConfig::default());
+        let c = "00000000000000bb";
+        for t in 1..=10i64 {
+            let rows = (0..4)
+                .map(|i| rank(c, i, 10 + i as u32, 500, 1000, 0.01))
+                .collect();
+            let (f, _) = d.observe("a", &window("a", t * 1000, rows));
+            assert!(f.is_empty(), "a checkpoint pause at {t}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn inferred_steps_use_the_widest_communicator_and_yield_to_otlp() {
+        let d = NcclDetector::new(NcclConfig::default());
+        let mut wide = rank("w", 0, 10, 10, 1, 0.5);
+        wide.nranks = 64;
+        let mut tp = rank("t", 0, 10, 10, 1, 0.01);
+        tp.nranks = 8;
+        let w = window("a", 1000, vec![tp, wide]);
+        let s = d.inferred_steps(&w);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].seconds, s[0].hca.as_str()), (0.5, "mlx5_0"));
+        let mut d = NcclDetector::new(NcclConfig::default());
+        let mut w2 = window("a", 1000, vec![]);
+        w2.steps.push(StepTime {
+            job: "train".into(),
+            ..Default::default()
+        });
+        d.observe("a", &w2);
+        assert!(d.inferred_steps(&w).is_empty(), "OTLP wins");
+    }
+
+    #[test]
+    fn link_and_gpu_findings_name_the_communicators_crossing_them() {
+        let mut d = NcclDetector::new(NcclConfig::default());
+        let rows = (0..2)
+            .map(|i| rank("cc", i, 10 + i as u32, 5, 900, 0.1))
+            .collect();
+        d.observe("a", &window("a", 1000, rows));
+        let mut f = vec![
+            Finding::new("ib_link_degraded", "a/mlx5_1/1", 0.9),
+            Finding::new("gpu_xid", "a/gpu0", 0.9),
+            Finding::new("ib_link_degraded", "a/mlx5_7/1", 0.9),
+        ];
+        d.annotate(&mut f);
+        assert!(
+            f[0].evidence[0].contains("communicator cc")
+                && f[0].evidence[0].ends_with("has rank 1 here"),
+            "{:?}",
+            f[0]
+        );
+        assert_eq!(f[0].jobs, vec!["train".to_string()]);
+        assert!(f[1].evidence[0].ends_with("has rank 0 here"));
+        assert!(f[2].evidence.is_empty() && f[2].jobs.is_empty());
+    }
+}

@@ -1,0 +1,292 @@
+/*
+ * Stand-in for NVIDIA's NCCL (libnccl.so.2) used by faultline's tests and
+ * benchmarks. It has NCCL's C ABI (nccl.h 2.x): the same prototypes, the
+ * 128-byte ncclUniqueId passed by value, ncclResult_t codes, and every API
+ * exported twice as NCCL does, the strong `pncclX` and a weak `ncclX` alias
+ * at the same address. `ncclBcast` is implemented through `ncclBroadcast`,
+ * as NCCL implements it.
+ *
+ * Ranks are processes. A communicator created from a unique id keeps each
+ * rank's collective sequence number in a shared-memory file named after the
+ * id (FAKE_NCCL_SHM_DIR, default /dev/shm), and a collective does what
+ * makes NCCL's ranks wait for each other: a rank may be at most
+ * FAKE_NCCL_DEPTH (default 1) collectives ahead of the slowest rank of its
+ * communicator, and waits inside the call otherwise. A rank that stops thus
+ * stops the others one collective later, as on a real job.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7,
+} ncclResult_t;
+
+typedef enum {
+    ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4,
+    ncclUint64 = 5, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8,
+    ncclBfloat16 = 9, ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11, ncclNumTypes = 12
+} ncclDataType_t;
+
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
+
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
+typedef struct fake_comm *ncclComm_t;
+typedef struct CUstream_st *cudaStream_t;
+/* ncclConfig_t's first fields (size, magic, version, blocking, ...). */
+typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; } ncclConfig_t;
+
+#define NCCL_SPLIT_NOCOLOR -1
+#define MAX_RANKS 64
+
+struct shared { volatile uint64_t seq[MAX_RANKS]; };
+
+struct fake_comm {
+    int nranks, rank, device;
+    uint64_t seq;
+    struct shared *shm; /* NULL: no cross-process ordering (InitAll, split) */
+};
+
+/* NCCL_API: strong pncclX, weak ncclX at the same address. */
+#define NCCL_API(ret, name, ...)                                                  \
+    __attribute__((visibility("default"), noinline)) ret p##name(__VA_ARGS__);    \
+    extern __attribute__((visibility("default"), weak, alias("p" #name))) ret     \
+        name(__VA_ARGS__);                                                        \
+    __attribute__((visibility("default"), noinline)) ret p##name(__VA_ARGS__)
+
+static int dtype_ok(ncclDataType_t t) { return (int)t >= 0 && t < ncclNumTypes; }
+
+static int depth(void) {
+    const char *s = getenv("FAKE_NCCL_DEPTH");
+    int d = s ? atoi(s) : 1;
+    return d < 0 ? 0 : d;
+}
+
+static struct shared *open_shared(const ncclUniqueId *id) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) h = (h ^ (unsigned char)id->internal[i]) * 1099511628211ull;
+    const char *dir = getenv("FAKE_NCCL_SHM_DIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/fake-nccl-%016llx", dir ? dir : "/dev/shm", (unsigned long long)h);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return NULL;
+    if (ftruncate(fd, sizeof(struct shared)) != 0) { close(fd); return NULL; }
+    void *p = mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* A collective: this rank's sequence advances; it may run at most depth()
+ * collectives ahead of the slowest rank. */
+static ncclResult_t collective(ncclComm_t comm) {
+    comm->seq++;
+    if (!comm->shm) return ncclSuccess;
+    __atomic_store_n(&comm->shm->seq[comm->rank], comm->seq, __ATOMIC_SEQ_CST);
+    uint64_t ahead = (uint64_t)depth();
+    for (;;) {
+        uint64_t min = UINT64_MAX;
+        for (int r = 0; r < comm->nranks; r++) {
+            uint64_t s = __atomic_load_n(&comm->shm->seq[r], __ATOMIC_SEQ_CST);
+            if (s < min) min = s;
+        }
+        if (min + ahead >= comm->seq) return ncclSuccess;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
+    if (!out || nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    struct fake_comm *c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->nranks = nranks;
+    c->rank = rank;
+    c->shm = open_shared(id);
+    if (!c->shm) { free(c); return ncclSystemError; }
+    *out = c;
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
+    if (!version) return ncclInvalidArgument;
+    *version = 23203;
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *id) {
+    if (!id) return ncclInvalidArgument;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0) return ncclSystemError;
+    ssize_t n = read(fd, id->internal, sizeof id->internal);
+    close(fd);
+    return n == (ssize_t)sizeof id->internal ? ncclSuccess : ncclSystemError;
+}
+
+NCCL_API(const char *, ncclGetErrorString, ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclSystemError: return "unhandled system error";
+    default: return "unknown result code";
+    }
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+    return init_rank(comm, nranks, &commId, rank);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank, ncclConfig_t *config) {
+    (void)config;
+    return init_rank(comm, nranks, &commId, rank);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId *commIds, ncclConfig_t *config) {
+    (void)config;
+    if (nId < 1 || !commIds) return ncclInvalidArgument;
+    return init_rank(newcomm, nranks, &commIds[0], myrank);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {
+    if (!comms || ndev < 1 || ndev > MAX_RANKS) return ncclInvalidArgument;
+    for (int i = 0; i < ndev; i++) {
+        struct fake_comm *c = calloc(1, sizeof *c);
+        if (!c) return ncclSystemError;
+        c->nranks = ndev;
+        c->rank = i;
+        c->device = devlist ? devlist[i] : i;
+        comms[i] = c;
+    }
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+         ncclConfig_t *config) {
+    (void)key;
+    (void)config;
+    if (!comm || !newcomm) return ncclInvalidArgument;
+    if (color == NCCL_SPLIT_NOCOLOR) { *newcomm = NULL; return ncclSuccess; }
+    struct fake_comm *c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->nranks = -1;
+    c->rank = -1;
+    c->device = comm->device;
+    *newcomm = c;
+    return ncclSuccess;
+}
+
+static ncclResult_t destroy(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    if (comm->shm) munmap((void *)comm->shm, sizeof(struct shared));
+    free(comm);
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return destroy(comm); }
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return destroy(comm); }
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) {
+    if (!comm || !count) return ncclInvalidArgument;
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank) {
+    if (!comm || !rank) return ncclInvalidArgument;
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+
+#define CHECK_ARGS(comm, dt) \
+    do { if (!(comm) || !dtype_ok(dt)) return ncclInvalidArgument; } while (0)
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)op; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)recvcount; (void)op; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)root; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return collective(comm);
+}
+
+/* As NCCL: the in-place broadcast is a broadcast (through the public symbol). */
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream) {
+    return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)op; (void)root; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)sendcount; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return peer >= 0 ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+    (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return peer >= 0 ? ncclSuccess : ncclInvalidArgument;
+}
+
+static __thread int group_depth;
+
+NCCL_API(ncclResult_t, ncclGroupStart, void) {
+    group_depth++;
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd, void) {
+    if (group_depth == 0) return ncclInvalidUsage;
+    group_depth--;
+    return ncclSuccess;
+}

@@ -1,0 +1,353 @@
+//! NCCL end to end, with no OTLP at all: ranks of one communicator (the
+//! stand-in `libnccl.so.2`, processes on this host) seen by the real
+//! collector's NCCL probes, streamed to the real correlator, judged there.
+//! - A rank stopped mid-job (SIGSTOP) raises `collective_hang` naming it
+//!   within 2 windows; it resolves once the rank runs again.
+//! - A degrading link on the HCA one rank's NCCL uses, while the job's
+//!   collectives slow down: one incident names the link, its BER, the
+//!   communicator crossing it, and the job with its step-time regression
+//!   inferred from collective cadence.
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use tests::{bin, stream::free_port, KillOnDrop};
+
+struct Run {
+    dir: PathBuf,
+    ib: tests::FakeIb,
+    sub: mpsc::Receiver<String>,
+    col: mpsc::Receiver<String>,
+    procs: Vec<KillOnDrop>,
+    ranks: Vec<u32>,
+}
+
+impl Run {
+    fn start(tag: &str, window: &str, correlator_cfg: &str) -> Self {
+        let ib = tests::FakeIb::new(tag);
+        for hca in 0..4 {
+            ib.active_port(&format!("mlx5_{hca}"), 1);
+        }
+        let dir = std::env::temp_dir().join(format!("faultline-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let cfg = dir.join("correlator.toml");
+        std::fs::write(&cfg, correlator_cfg).expect("config");
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut procs = Vec::new();
+        procs.push(KillOnDrop(
+            Command::new(bin("faultline-correlator"))
+                .args([
+                    "serve",
+                    "--insecure",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                ])
+                .arg("--config")
+                .arg(&cfg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("correlator"),
+        ));
+        let mut sub = tests::subscriber(&url, &["--json"]);
+        let sub_lines = tests::lines_of(&mut sub);
+        procs.push(KillOnDrop(sub));
+        let mut col = Command::new(bin("faultline-collector"))
+            .args(["--window", window, "--duration", "150", "--quiet"])
+            .args(["--no-verbs", "--no-nvml", "--no-block", "--no-otlp"])
+            .arg("--cuda-library")
+            .arg(tests::fake_libcuda())
+            .arg("--nccl-library")
+            .arg(tests::fake_nccl())
+            .args(["--metrics-addr", "127.0.0.1:0", "--correlator", &url])
+            .arg("--spool-dir")
+            .arg(dir.join("spool"))
+            .arg("--sysfs-root")
+            .arg(ib.root())
+            .arg("--record")
+            .arg(dir.join("windows.jsonl"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("collector");
+        let col_lines = tests::lines_of(&mut col);
+        procs.push(KillOnDrop(col));
+        let r = Self {
+            dir,
+            ib,
+            sub: sub_lines,
+            col: col_lines,
+            procs,
+            ranks: Vec::new(),
+        };
+        // The probes are attached once the first window closes.
+        r.window(1);
+        r
+    }
+
+    /// Starts `n` ranks of one communicator in loop mode (an all-reduce
+    /// every `sleep_us`), job 5150, rank i on GPU i using HCA mlx5_i.
+    fn ranks(&mut self, n: u32, sleep_us: u32) {
+        let mut lines = Vec::new();
+        for i in 0..n {
+            let mut child = Command::new(tests::nccl_workload())
+                .arg(tests::fake_nccl())
+                .arg(tests::fake_libcuda())
+                .arg(self.dir.join("comm.id"))
+                .args([
+                    n.to_string(),
+                    i.to_string(),
+                    i.to_string(),
+                    "0".into(),
+                    "loop".into(),
+                ])
+                .arg(sleep_us.to_string())
+                .env("FAKE_NCCL_SHM_DIR", &self.dir)
+                .env("NCCL_WORKLOAD_SLOW_FILE", self.dir.join("slow"))
+                .env("SLURM_JOB_ID", "5150")
+                .env("RANK", i.to_string())
+                .env("NCCL_IB_HCA", format!("mlx5_{i}:1"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("rank");
+            lines.push(tests::lines_of(&mut child));
+            self.ranks.push(child.id());
+            self.procs.push(KillOnDrop(child));
+        }
+        for (i, rx) in lines.iter().enumerate() {
+            let l = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("rank ready");
+            assert_eq!(l, format!("ready pid={}", self.ranks[i]));
+        }
+    }
+
+    /// Waits for the collector's window `n`.
+    fn window(&self, n: u64) {
+        loop {
+            let l = self
+                .col
+                .recv_timeout(Duration::from_secs(20))
+                .expect("collector output");
+            let k = l
+                .strip_prefix("window ")
+                .and_then(|r| r.split(':').next())
+                .and_then(|k| k.parse::<u64>().ok());
+            if k.is_some_and(|k| k >= n) {
+                return;
+            }
+        }
+    }
+
+    fn updates(&self) -> Vec<serde_json::Value> {
+        self.sub
+            .try_iter()
+            .filter_map(|l| serde_json::from_str(&l).ok())
+            .collect()
+    }
+
+    /// The NCCL rows the collector recorded (every window's).
+    fn recorded_nccl(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("windows.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|w| w["nccl"].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.procs.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn strs(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: a plain kill(2) on a child of this test.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill {pid}");
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+#[test]
+fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_e2e hang") {
+        return;
+    }
+    let mut r = Run::start(
+        "nccl-hang",
+        "1",
+        "[detect.incidents]\nquiet_windows = 2\nquiet_s = 2.0\n",
+    );
+    r.ranks(4, 10_000);
+    r.window(4);
+    // Every rank reports, with one communicator id, its GPU and HCA.
+    let rows = r.recorded_nccl();
+    let comms: std::collections::BTreeSet<&str> =
+        rows.iter().filter_map(|x| x["comm"].as_str()).collect();
+    assert_eq!(comms.len(), 1, "{comms:?}");
+    for (i, pid) in r.ranks.iter().enumerate() {
+        let mine = rows
+            .iter()
+            .find(|x| x["pid"] == *pid && x["seq"].as_u64() > Some(0))
+            .unwrap_or_else(|| panic!("rank {i} reported: {rows:?}"));
+        assert_eq!(mine["rank"], i as i64);
+        assert_eq!(mine["device"], i as i64);
+        assert_eq!(mine["job"], "5150");
+        assert_eq!(strs(&mine["hcas"]), vec![format!("mlx5_{i}")]);
+    }
+    assert!(
+        r.updates().iter().all(|u| u["kind"] != "collective_hang"),
+        "no hang while healthy"
+    );
+    let stopped = r.ranks[2];
+    signal(stopped, libc::SIGSTOP);
+    let stop_ms = now_ms();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut all = Vec::new();
+    let hang = loop {
+        all.extend(r.updates());
+        if let Some(u) = all
+            .iter()
+            .find(|u| u["kind"] == "collective_hang" && u["state"] == "opened")
+        {
+            break u.clone();
+        }
+        assert!(Instant::now() < deadline, "no collective_hang: {all:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ev = strs(&hang["evidence"]);
+    assert!(
+        ev.iter().any(|e| e.starts_with("stalled rank 2 on ")
+            && e.contains(&format!("pid {stopped}, gpu 2, job 5150 rank 2"))),
+        "{ev:?}"
+    );
+    assert_eq!(
+        ev.iter().filter(|e| e.starts_with("stalled rank")).count(),
+        1,
+        "only the stopped rank: {ev:?}"
+    );
+    assert_eq!(strs(&hang["affected_jobs"]), vec!["5150".to_string()]);
+    let late = hang["ts"].as_i64().expect("ts") - stop_ms;
+    assert!(
+        late <= 2_000 + 300,
+        "raised {late} ms after the stop (windows of 1 s)"
+    );
+    // The rank runs again: the communicator moves and the hang resolves.
+    signal(stopped, libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        all.extend(r.updates());
+        if all
+            .iter()
+            .any(|u| u["kind"] == "collective_hang" && u["state"] == "resolved")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "hang never resolved: {all:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let opened = all
+        .iter()
+        .filter(|u| u["kind"] == "collective_hang" && u["state"] == "opened")
+        .count();
+    assert_eq!(opened, 1, "one incident for the hang");
+}
+
+/// Advances the fake fabric by one 0.5 s window of traffic on every port,
+/// with `errors` symbol errors so far on mlx5_2.
+fn traffic(ib: &tests::FakeIb, w: u64, errors: u64) {
+    let words = w * 500_000_000;
+    for hca in 0..4 {
+        let dev = format!("mlx5_{hca}");
+        ib.counter(&dev, 1, "port_rcv_data", words);
+        ib.counter(&dev, 1, "port_xmit_data", words);
+    }
+    if errors > 0 {
+        ib.counter("mlx5_2", 1, "symbol_error", errors);
+    }
+}
+
+#[test]
+fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_e2e link") {
+        return;
+    }
+    let mut r = Run::start(
+        "nccl-link",
+        "0.5",
+        "[detect.workload]\nmin_persist_s = 3.0\nexplain_grace_s = 3.0\nwarm_observations = 20\n",
+    );
+    r.ranks(4, 20_000);
+    let slow = r.dir.join("slow");
+    let mut all = Vec::new();
+    let mut sym = 0;
+    for w in 1..=90u64 {
+        // 8 s healthy (the job's own cadence), then the link degrades and
+        // the whole job's collectives slow down with it.
+        if w == 16 {
+            std::fs::write(&slow, "1.5").expect("slow");
+        }
+        if w >= 16 {
+            sym += 40;
+        }
+        traffic(&r.ib, w, sym);
+        r.window(w + 1);
+        all.extend(r.updates());
+        let joined = all.iter().find(|u| {
+            u["kind"] == "ib_link_degraded"
+                && strs(&u["evidence"])
+                    .iter()
+                    .any(|e| e.starts_with("explains job 5150 step time +"))
+        });
+        if let Some(u) = joined {
+            let ev = strs(&u["evidence"]);
+            assert!(ev.iter().any(|e| e.starts_with("BER ")), "{ev:?}");
+            assert!(
+                ev.iter().any(|e| e.starts_with("NCCL communicator ")
+                    && e.contains("job 5150")
+                    && e.ends_with("has rank 2 here")),
+                "the communicator crossing the link: {ev:?}"
+            );
+            assert!(
+                u["entity"]
+                    .as_str()
+                    .is_some_and(|e| e.ends_with("/mlx5_2/1")),
+                "{u}"
+            );
+            assert!(
+                strs(&u["affected_jobs"]).contains(&"5150".to_string()),
+                "{u}"
+            );
+            let opened: Vec<&serde_json::Value> =
+                all.iter().filter(|u| u["state"] == "opened").collect();
+            assert_eq!(opened.len(), 1, "one incident for the fault: {opened:#?}");
+            assert_eq!(opened[0]["incident_id"], u["incident_id"]);
+            return;
+        }
+    }
+    panic!("no ib_link_degraded incident carried the job's regression: {all:#?}");
+}

@@ -1,0 +1,384 @@
+//! NCCL uprobes against the stand-in `libnccl.so.2` (NCCL's C ABI, ranks as
+//! processes, started after the probes attached) and against NVIDIA's real
+//! `libnccl.so.2` from the `nvidia-nccl-cu12` wheel. Counts and bytes per
+//! communicator and op are exact, every rank computes the same communicator
+//! id, and each rank's GPU is its creating thread's CUDA device.
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use collector::{
+    nccl::{self, RankState},
+    nccl_lib,
+    probes::{nccl::NCCL_APIS, ProbeOptions, ProbeState, Probes},
+};
+use collector_common::nccl::{op, OpKey};
+
+fn opts(nccl: &Path) -> ProbeOptions {
+    ProbeOptions {
+        exec: false,
+        block: false,
+        verbs: false,
+        cuda: true,
+        cuda_search: collector::cuda_lib::Search {
+            configured: Some(tests::fake_libcuda()),
+            ld_cache: false,
+            proc_root: None,
+            usual: vec![],
+        },
+        nccl: true,
+        nccl_search: nccl_lib::Search {
+            configured: vec![nccl.to_path_buf()],
+            ld_cache: false,
+            proc_root: None,
+        },
+        ..ProbeOptions::default()
+    }
+}
+
+struct Rank {
+    child: Child,
+    pid: u32,
+    rank: i32,
+    device: i32,
+}
+
+/// Starts one communicator's ranks (`nccl_workload … steps`) and waits for
+/// each to print `ready`.
+fn start_comm(dir: &Path, tag: &str, nranks: i32, first_device: i32, iters: u32) -> Vec<Rank> {
+    let idfile = dir.join(format!("{tag}.id"));
+    let mut ranks = Vec::new();
+    let mut lines = Vec::new();
+    for r in 0..nranks {
+        let mut child = Command::new(tests::nccl_workload())
+            .arg(tests::fake_nccl())
+            .arg(tests::fake_libcuda())
+            .arg(&idfile)
+            .args([
+                nranks.to_string(),
+                r.to_string(),
+                (first_device + r).to_string(),
+            ])
+            .args([iters.to_string(), "steps".into()])
+            .env("FAKE_NCCL_SHM_DIR", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start nccl_workload");
+        lines.push(tests::lines_of(&mut child));
+        ranks.push(Rank {
+            pid: child.id(),
+            child,
+            rank: r,
+            device: first_device + r,
+        });
+    }
+    for (rx, r) in lines.iter().zip(&ranks) {
+        let l = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("rank {} never got ready: {e}", r.rank));
+        assert_eq!(l, format!("ready pid={}", r.pid));
+    }
+    ranks
+}
+
+fn finish(ranks: &mut [Rank]) {
+    for r in ranks.iter_mut() {
+        let _ = r.child.stdin.as_mut().expect("stdin").write_all(b"\n");
+    }
+    for r in ranks.iter_mut() {
+        let st = r.child.wait().expect("wait");
+        assert!(st.success(), "rank {} exited {st}", r.rank);
+    }
+}
+
+fn rank_of(all: &BTreeMap<(u32, u64), RankState>, pid: u32, init: &str) -> Vec<RankState> {
+    all.values()
+        .filter(|r| r.pid == pid && r.init == init)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_probe") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("faultline-nccl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp");
+    tests::runtime().block_on(async {
+        let mut probes = Probes::load(&opts(&tests::fake_nccl())).expect("load probes");
+        let inactive: Vec<_> = probes
+            .status()
+            .iter()
+            .filter(|s| s.name.starts_with("nccl") && s.state != ProbeState::Attached)
+            .collect();
+        assert!(inactive.is_empty(), "every NCCL API attached: {inactive:?}");
+        assert_eq!(probes.nccl_libraries().len(), 1);
+
+        // Two communicators: four ranks on GPUs 0-3, two ranks on GPUs 4-5.
+        const A_ITERS: u64 = 5;
+        const B_ITERS: u64 = 3;
+        let mut a = start_comm(&dir, "a", 4, 0, A_ITERS as u32);
+        let mut b = start_comm(&dir, "b", 2, 4, B_ITERS as u32);
+
+        let maps = probes.nccl_maps().expect("maps");
+        let all = nccl::ranks(&maps, "host-a");
+        let groups = nccl::groups(&maps);
+        let mut ids = BTreeMap::new();
+        for (ranks, iters, tag) in [(&a, A_ITERS, "a"), (&b, B_ITERS, "b")] {
+            for r in ranks {
+                let init = if r.rank % 2 == 0 {
+                    "ncclCommInitRank"
+                } else {
+                    "ncclCommInitRankConfig"
+                };
+                let mine = rank_of(&all, r.pid, init);
+                assert_eq!(mine.len(), 1, "rank {} of {tag}: {all:?}", r.rank);
+                let m = &mine[0];
+                assert_eq!(
+                    (m.nranks, m.rank, m.device),
+                    (ranks.len() as i32, r.rank, r.device),
+                    "{tag} rank {}",
+                    r.rank
+                );
+                ids.entry(tag).or_insert_with(Vec::new).push(m.comm.clone());
+                // Every op: calls and count × datatype size, exactly.
+                let want: BTreeMap<&str, (u64, u64)> = [
+                    ("AllReduce", (iters, iters * 1024 * 4)),
+                    ("AllGather", (iters, iters * 256 * 2)),
+                    ("ReduceScatter", (iters, iters * 128 * 8)),
+                    // ncclBroadcast, and ncclBcast through it.
+                    ("Broadcast", (2 * iters, iters * (300 + 100 * 4))),
+                    ("Reduce", (iters, iters * 64 * 8)),
+                    ("AlltoAll", (iters, iters * 32 * 4)),
+                    ("Send", (iters, iters * 10 * 2)),
+                    ("Recv", (iters, iters * 10 * 2)),
+                ]
+                .into_iter()
+                .collect();
+                assert_eq!(m.ops, want, "{tag} rank {}", r.rank);
+                assert_eq!(m.seq, 7 * iters, "collectives issued");
+                assert!(!m.ended);
+                assert_eq!(groups.get(&r.pid), Some(&(2 * iters, 2 * iters)));
+                // The split by parity: one more communicator per rank.
+                let split = rank_of(&all, r.pid, "ncclCommSplit");
+                assert_eq!(split.len(), 1);
+                assert_eq!(
+                    split[0].ops,
+                    [("AllReduce", (iters, iters * 16 * 4))]
+                        .into_iter()
+                        .collect()
+                );
+                assert_eq!(split[0].device, r.device);
+                ids.entry(if r.rank % 2 == 0 { "a-even" } else { "a-odd" })
+                    .or_insert_with(Vec::new)
+                    .push(format!("{tag}:{}", split[0].comm));
+            }
+        }
+        // Every rank of a communicator computes the same id; no two agree otherwise.
+        for tag in ["a", "b"] {
+            let v = &ids[tag];
+            assert!(v.iter().all(|i| i == &v[0]), "{tag}: {v:?}");
+            assert_eq!(v[0].len(), 16, "{v:?}");
+        }
+        assert_ne!(ids["a"][0], ids["b"][0]);
+        let split_ids = |tag: &str, parity: &str| -> Vec<String> {
+            ids[parity]
+                .iter()
+                .filter_map(|s| s.strip_prefix(&format!("{tag}:")).map(String::from))
+                .collect()
+        };
+        let (ae, ao) = (split_ids("a", "a-even"), split_ids("a", "a-odd"));
+        assert_eq!(ae.len(), 2);
+        assert!(ae.iter().all(|i| i == &ae[0]) && ao.iter().all(|i| i == &ao[0]));
+        assert_ne!(ae[0], ao[0]);
+        assert_ne!(ae[0], ids["a"][0]);
+        assert_ne!(
+            split_ids("b", "a-even")[0],
+            ae[0],
+            "splits of another parent"
+        );
+
+        // The window rows carry the same numbers; destroy marks the ranks ended.
+        let rows = nccl::window_rows(&BTreeMap::new(), &all, nccl::realtime_offset_ns(), |_| {
+            nccl::Who {
+                job: "j1".into(),
+                rank: None,
+                hcas: vec![],
+            }
+        });
+        assert_eq!(rows.len(), 2 * 6);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64;
+        for r in &rows {
+            assert!(
+                (now_ms - r.last_unix_ms).abs() < 60_000,
+                "last collective dated now: {r:?}"
+            );
+        }
+        finish(&mut a);
+        finish(&mut b);
+        let maps = probes.nccl_maps().expect("maps");
+        let all = nccl::ranks(&maps, "host-a");
+        assert!(
+            all.values()
+                .filter(|r| r.init != "unknown")
+                .all(|r| r.ended),
+            "every communicator destroyed: {all:?}"
+        );
+        let dead = a.iter().chain(&b).map(|r| r.pid).collect();
+        assert!(probes.nccl_prune(&dead).expect("prune") >= 12);
+        assert!(probes.nccl_maps().expect("maps").comms.is_empty());
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// NVIDIA's real `libnccl.so.2` (nvidia-nccl-cu12 2.32.3): every probed API
+/// resolves, each once (`ncclX` and `pncclX` share an address), every probe
+/// attaches at its placement, and calls through the real library are counted
+/// with their arguments read right: without a GPU NCCL cannot create a
+/// communicator, so the workload calls the collectives with a NULL one, which
+/// NCCL refuses (ncclInvalidArgument) after the probe has fired.
+#[test]
+fn nccl_probes_attach_and_fire_on_nvidia_s_real_libnccl() {
+    let Some(real) = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2") else {
+        return;
+    };
+    let resolved = collector::probes::nccl::resolve(&real, NCCL_APIS).expect("parse libnccl");
+    for (api, r) in NCCL_APIS.iter().zip(&resolved) {
+        let (sym, _) = r.as_ref().unwrap_or_else(|e| panic!("{}: {e}", api.status));
+        assert_eq!(
+            sym,
+            &format!("pnccl{}", api.name),
+            "one address for both names"
+        );
+    }
+    let placements: Vec<_> = collector::probes::entry::placements_of(
+        &real,
+        resolved
+            .iter()
+            .map(|r| r.as_ref().map(|(s, _)| s.as_str()).unwrap_or("")),
+    )
+    .into_iter()
+    .collect();
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_probe real") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let probes = Probes::load(&opts(&real)).expect("load probes");
+        for api in NCCL_APIS {
+            let s = probes
+                .status()
+                .iter()
+                .find(|s| s.name == api.status)
+                .expect("status line");
+            assert_eq!(s.state, ProbeState::Attached, "{}", api.status);
+        }
+        eprintln!(
+            "real libnccl placements: {:?}",
+            NCCL_APIS
+                .iter()
+                .zip(&placements)
+                .map(|(a, p)| (a.name, p.skip, p.kind.name()))
+                .collect::<Vec<_>>()
+        );
+        const ITERS: u64 = 40;
+        let out = Command::new(tests::nccl_workload())
+            .arg(&real)
+            .args([
+                "-",
+                "/nonexistent",
+                "1",
+                "0",
+                "0",
+                &ITERS.to_string(),
+                "nullcomm",
+            ])
+            .output()
+            .expect("run nccl_workload");
+        assert!(
+            out.status.success(),
+            "{} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pid: u32 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("ready pid="))
+            .and_then(|p| p.parse().ok())
+            .expect("pid");
+        let maps = probes.nccl_maps().expect("maps");
+        let got = |o: u32| {
+            maps.ops
+                .get(&OpKey {
+                    pid,
+                    op: o,
+                    comm: 0,
+                })
+                .map(|s| (s.calls, s.bytes))
+        };
+        assert_eq!(got(op::ALL_REDUCE), Some((ITERS, ITERS * 1000 * 4)));
+        assert_eq!(got(op::ALL_GATHER), Some((ITERS, ITERS * 10 * 2)));
+        assert_eq!(
+            got(op::REDUCE),
+            Some((ITERS, ITERS * 64 * 8)),
+            "comm on the stack"
+        );
+        assert_eq!(got(op::SEND), Some((ITERS, ITERS * 10 * 2)));
+        assert_eq!(got(op::GROUP_START), Some((ITERS, 0)));
+        assert_eq!(got(op::GROUP_END), Some((ITERS, 0)));
+        assert!(
+            maps.comms.keys().all(|(p, _)| *p != pid),
+            "no communicator without a GPU"
+        );
+    });
+}
+
+/// Discovery finds the wheel's copy that a running Python process loaded.
+#[test]
+fn discovery_finds_the_wheel_copy_of_a_running_python() {
+    let Some(real) = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2") else {
+        return;
+    };
+    // .../site-packages/nvidia/nccl/lib/libnccl.so.2 → .../bin/python
+    let venv: PathBuf = real.ancestors().nth(7).expect("venv").to_path_buf();
+    let py = venv.join("bin/python");
+    // A Python process of the venv loads NCCL as torch would (ctypes).
+    let mut child = Command::new(&py)
+        .args([
+            "-c",
+            "import sys, ctypes; ctypes.CDLL(sys.argv[1]); print('up', flush=True); sys.stdin.read()",
+        ])
+        .arg(&real)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let rx = tests::lines_of(&mut child);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(30)).as_deref(),
+        Ok("up")
+    );
+    let found = nccl_lib::discover(&nccl_lib::Search {
+        configured: vec![],
+        ld_cache: false,
+        proc_root: Some(PathBuf::from("/proc")),
+    })
+    .expect("found");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        found.contains(&std::fs::canonicalize(&real).expect("canonical")),
+        "{found:?}"
+    );
+}
