@@ -214,7 +214,13 @@ impl NcclDetector {
         }
         best.into_iter()
             .map(|((job, rank), r)| {
-                let prev = r.ops.iter().map(|o| o.calls).sum::<u64>();
+                // The window's collectives (point-to-point is not cadence).
+                let prev = r
+                    .ops
+                    .iter()
+                    .filter(|o| !matches!(o.op.as_str(), "Send" | "Recv"))
+                    .map(|o| o.calls)
+                    .sum::<u64>();
                 StepTime {
                     job,
                     rank,
