@@ -131,23 +131,26 @@ if ! "$CARGO_BIN/cargo-fuzz" --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSIO
   cargo +stable install --locked --quiet "cargo-fuzz@${CARGO_FUZZ_VERSION}"
 fi
 
-# Python OpenTelemetry SDK (pinned) for the OTLP end-to-end test; the stamp
-# file records what is installed, so a re-run is instant.
-otel_want="${OTEL_PY_PACKAGES[*]}"
-if [[ "$(cat "$OTEL_VENV/.faultline-stamp" 2>/dev/null)" != "$otel_want" ]]; then
-  log "installing the Python OpenTelemetry SDK into $OTEL_VENV"
-  python3 -m venv "$OTEL_VENV"
-  "$OTEL_VENV/bin/pip" install --quiet --disable-pip-version-check "${OTEL_PY_PACKAGES[@]}"
-  printf '%s' "$otel_want" >"$OTEL_VENV/.faultline-stamp"
-fi
+# A venv under the target dir with `pip install FLAGS PACKAGES`: DIR, what
+# it is for, pip flags (or ""), the pinned packages. A stamp file records
+# the packages installed, so a re-run is instant.
+pip_venv() {
+  local dir="$1" what="$2" flags="$3"
+  shift 3
+  local want="$*"
+  if [[ "$(cat "$dir/.faultline-stamp" 2>/dev/null)" != "$want" ]]; then
+    log "installing $what into $dir"
+    python3 -m venv "$dir"
+    # shellcheck disable=SC2086 # flags: zero or more words
+    "$dir/bin/pip" install --quiet --disable-pip-version-check $flags "$@"
+    printf '%s' "$want" >"$dir/.faultline-stamp"
+  fi
+}
 
-deploy_want="${DEPLOY_PY_PACKAGES[*]}"
-if [[ "$(cat "$DEPLOY_VENV/.faultline-stamp" 2>/dev/null)" != "$deploy_want" ]]; then
-  log "installing kubernetes-validate into $DEPLOY_VENV"
-  python3 -m venv "$DEPLOY_VENV"
-  "$DEPLOY_VENV/bin/pip" install --quiet --disable-pip-version-check "${DEPLOY_PY_PACKAGES[@]}"
-  printf '%s' "$deploy_want" >"$DEPLOY_VENV/.faultline-stamp"
-fi
+# The Python OpenTelemetry SDK for the OTLP end-to-end tests, kubernetes-validate
+# for the deployment tests.
+pip_venv "$OTEL_VENV" "the Python OpenTelemetry SDK" "" "${OTEL_PY_PACKAGES[@]}"
+pip_venv "$DEPLOY_VENV" "kubernetes-validate" "" "${DEPLOY_PY_PACKAGES[@]}"
 
 # NVIDIA's real user-space libraries from PyPI, as test fixtures (no GPU
 # needed to load them): libcudart.so.12 runs over the stand-in driver
@@ -161,13 +164,8 @@ NVIDIA_PY_PACKAGES=(
   "nvidia-ml-py==13.615.71"
 )
 NVIDIA_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/nvidia-venv"
-nvidia_want="${NVIDIA_PY_PACKAGES[*]}"
-if [[ "$(cat "$NVIDIA_VENV/.faultline-stamp" 2>/dev/null)" != "$nvidia_want" ]]; then
-  log "installing NVIDIA's CUDA runtime, NCCL and nvidia-ml-py wheels into $NVIDIA_VENV (~350 MB)"
-  python3 -m venv "$NVIDIA_VENV"
-  "$NVIDIA_VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps "${NVIDIA_PY_PACKAGES[@]}"
-  printf '%s' "$nvidia_want" >"$NVIDIA_VENV/.faultline-stamp"
-fi
+pip_venv "$NVIDIA_VENV" "NVIDIA's CUDA runtime, NCCL and nvidia-ml-py wheels (~350 MB)" --no-deps \
+  "${NVIDIA_PY_PACKAGES[@]}"
 
 # The Python OpenTelemetry SDK's OTLP/HTTP JSON exporter (pinned) for
 # collector/tests/otlp_python.rs (`http/json`, plain and gzip), in its own
@@ -178,13 +176,7 @@ OTEL_JSON_PY_PACKAGES=(
   "opentelemetry-exporter-otlp-json-http==0.66b1"
 )
 OTEL_JSON_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/otlp-json-venv"
-otel_json_want="${OTEL_JSON_PY_PACKAGES[*]}"
-if [[ "$(cat "$OTEL_JSON_VENV/.faultline-stamp" 2>/dev/null)" != "$otel_json_want" ]]; then
-  log "installing the Python OpenTelemetry OTLP/JSON exporter into $OTEL_JSON_VENV"
-  python3 -m venv "$OTEL_JSON_VENV"
-  "$OTEL_JSON_VENV/bin/pip" install --quiet --disable-pip-version-check "${OTEL_JSON_PY_PACKAGES[@]}"
-  printf '%s' "$otel_json_want" >"$OTEL_JSON_VENV/.faultline-stamp"
-fi
+pip_venv "$OTEL_JSON_VENV" "the Python OpenTelemetry OTLP/JSON exporter" "" "${OTEL_JSON_PY_PACKAGES[@]}"
 
 # aya attaches tracepoints through tracefs.
 if [[ ! -e /sys/kernel/tracing/events ]]; then

@@ -4,6 +4,7 @@
 //! later is covered without per-pid work.
 use std::{
     fs,
+    ops::ControlFlow,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -132,8 +133,13 @@ pub fn parse_ld_cache_for(text: &str, soname: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// First mapped `libcuda.so*` in any process's `maps` (bounded scan).
-pub fn from_proc_maps(proc_root: &Path) -> Option<PathBuf> {
+/// Calls `visit` with every file path mapped by the processes under
+/// `proc_root` (the first 65,536 entries, each process's `maps` in order)
+/// until it breaks; returns what it broke with.
+pub fn visit_mapped_files<B>(
+    proc_root: &Path,
+    mut visit: impl FnMut(&Path) -> ControlFlow<B>,
+) -> Option<B> {
     let rd = fs::read_dir(proc_root).ok()?;
     for e in rd.flatten().take(65536) {
         let name = e.file_name();
@@ -143,20 +149,30 @@ pub fn from_proc_maps(proc_root: &Path) -> Option<PathBuf> {
         let Ok(maps) = fs::read_to_string(e.path().join("maps")) else {
             continue;
         };
-        for line in maps.lines() {
-            let Some(path) = line.split_whitespace().nth(5) else {
-                continue;
-            };
-            let file = Path::new(path).file_name().map(|f| f.to_string_lossy());
-            if file.is_some_and(|f| f.starts_with("libcuda.so")) {
-                let p = PathBuf::from(path);
-                if p.is_file() {
-                    return Some(p);
-                }
+        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+            if let ControlFlow::Break(b) = visit(Path::new(path)) {
+                return Some(b);
             }
         }
     }
     None
+}
+
+/// Whether `path`'s file name starts with `prefix` (`libcuda.so`).
+pub fn file_name_starts_with(path: &Path, prefix: &str) -> bool {
+    path.file_name()
+        .is_some_and(|f| f.to_string_lossy().starts_with(prefix))
+}
+
+/// First mapped `libcuda.so*` in any process's `maps` (bounded scan).
+pub fn from_proc_maps(proc_root: &Path) -> Option<PathBuf> {
+    visit_mapped_files(proc_root, |p| {
+        if file_name_starts_with(p, "libcuda.so") && p.is_file() {
+            ControlFlow::Break(p.to_path_buf())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
 }
 
 #[cfg(test)]

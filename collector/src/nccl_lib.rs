@@ -10,6 +10,7 @@
 use std::{
     collections::BTreeSet,
     fs,
+    ops::ControlFlow,
     path::{Path, PathBuf},
 };
 
@@ -95,38 +96,22 @@ pub fn wheel_copy(site_packages: &Path) -> PathBuf {
 /// the `site-packages` trees they map files from (bounded scan).
 pub fn from_proc_maps(proc_root: &Path) -> Vec<PathBuf> {
     let mut out = BTreeSet::new();
-    let Ok(rd) = fs::read_dir(proc_root) else {
-        return Vec::new();
-    };
-    for e in rd.flatten().take(65536) {
-        if !e
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
-            continue;
+    crate::cuda_lib::visit_mapped_files(proc_root, |p| {
+        if crate::cuda_lib::file_name_starts_with(p, "libnccl.so") && p.is_file() {
+            out.insert(p.to_path_buf());
         }
-        let Ok(maps) = fs::read_to_string(e.path().join("maps")) else {
-            continue;
-        };
-        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-            let p = Path::new(path);
-            let file = p.file_name().map(|f| f.to_string_lossy());
-            if file.is_some_and(|f| f.starts_with("libnccl.so")) && p.is_file() {
-                out.insert(p.to_path_buf());
-            }
-            if let Some(site) = site_packages_of(path) {
-                let w = wheel_copy(&site);
-                if w.is_file() {
-                    out.insert(w);
-                }
+        if let Some(site) = p.to_str().and_then(site_packages_of) {
+            let w = wheel_copy(&site);
+            if w.is_file() {
+                out.insert(w);
             }
         }
         if out.len() >= MAX_LIBRARIES {
-            break;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
-    }
+    });
     out.into_iter().collect()
 }
 

@@ -486,6 +486,20 @@ impl FakeIb {
         );
     }
 
+    /// Port 1 of mlx5_0..mlx5_3 after `w` windows of 0.5 s of traffic
+    /// (500 M words each), with `errors` symbol errors so far on mlx5_2.
+    pub fn traffic(&self, w: u64, errors: u64) {
+        let words = w * 500_000_000;
+        for hca in 0..4 {
+            let dev = format!("mlx5_{hca}");
+            self.counter(&dev, 1, "port_rcv_data", words);
+            self.counter(&dev, 1, "port_xmit_data", words);
+        }
+        if errors > 0 {
+            self.counter("mlx5_2", 1, "symbol_error", errors);
+        }
+    }
+
     pub fn remove(&self, dev: &str, port: u32, file: &str) {
         let _ = fs::remove_file(self.port_dir(dev, port).join(file));
     }
@@ -595,6 +609,39 @@ pub fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<St
         }
     });
     rx
+}
+
+/// Waits for the collector's console line of window `n` or later (`window
+/// N: …`); returns it.
+pub fn wait_window(col: &std::sync::mpsc::Receiver<String>, n: u64) -> String {
+    loop {
+        let l = col
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("collector output");
+        let k = l
+            .strip_prefix("window ")
+            .and_then(|r| r.split(':').next())
+            .and_then(|k| k.parse::<u64>().ok());
+        if k.is_some_and(|k| k >= n) {
+            return l;
+        }
+    }
+}
+
+/// The JSON incident updates a `subscribe --json` printed so far.
+pub fn updates(sub: &std::sync::mpsc::Receiver<String>) -> Vec<serde_json::Value> {
+    sub.try_iter()
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect()
+}
+
+/// A JSON array of strings (an update's `evidence`, `affected_jobs`).
+pub fn json_strs(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
 }
 
 /// `faultline-correlator subscribe --endpoint URL ARGS…` once the

@@ -129,26 +129,7 @@ impl Run {
 
     /// Waits for the collector's window `n`.
     fn window(&self, n: u64) {
-        loop {
-            let l = self
-                .col
-                .recv_timeout(Duration::from_secs(20))
-                .expect("collector output");
-            let k = l
-                .strip_prefix("window ")
-                .and_then(|r| r.split(':').next())
-                .and_then(|k| k.parse::<u64>().ok());
-            if k.is_some_and(|k| k >= n) {
-                return;
-            }
-        }
-    }
-
-    fn updates(&self) -> Vec<serde_json::Value> {
-        self.sub
-            .try_iter()
-            .filter_map(|l| serde_json::from_str(&l).ok())
-            .collect()
+        tests::wait_window(&self.col, n);
     }
 
     /// The NCCL rows the collector recorded (every window's).
@@ -167,14 +148,6 @@ impl Drop for Run {
         self.procs.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn strs(v: &serde_json::Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(str::to_string))
-        .collect()
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
@@ -216,10 +189,12 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
         assert_eq!(mine["rank"], i as i64);
         assert_eq!(mine["device"], i as i64);
         assert_eq!(mine["job"], "5150");
-        assert_eq!(strs(&mine["hcas"]), vec![format!("mlx5_{i}")]);
+        assert_eq!(tests::json_strs(&mine["hcas"]), vec![format!("mlx5_{i}")]);
     }
     assert!(
-        r.updates().iter().all(|u| u["kind"] != "collective_hang"),
+        tests::updates(&r.sub)
+            .iter()
+            .all(|u| u["kind"] != "collective_hang"),
         "no hang while healthy"
     );
     let stopped = r.ranks[2];
@@ -228,7 +203,7 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut all = Vec::new();
     let hang = loop {
-        all.extend(r.updates());
+        all.extend(tests::updates(&r.sub));
         if let Some(u) = all
             .iter()
             .find(|u| u["kind"] == "collective_hang" && u["state"] == "opened")
@@ -238,7 +213,7 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
         assert!(Instant::now() < deadline, "no collective_hang: {all:#?}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let ev = strs(&hang["evidence"]);
+    let ev = tests::json_strs(&hang["evidence"]);
     assert!(
         ev.iter().any(|e| e.starts_with("stalled rank 2 on ")
             && e.contains(&format!("pid {stopped}, gpu 2, job 5150 rank 2"))),
@@ -249,7 +224,10 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
         1,
         "only the stopped rank: {ev:?}"
     );
-    assert_eq!(strs(&hang["affected_jobs"]), vec!["5150".to_string()]);
+    assert_eq!(
+        tests::json_strs(&hang["affected_jobs"]),
+        vec!["5150".to_string()]
+    );
     let late = hang["ts"].as_i64().expect("ts") - stop_ms;
     assert!(
         late <= 2_000 + 300,
@@ -259,7 +237,7 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
     signal(stopped, libc::SIGCONT);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        all.extend(r.updates());
+        all.extend(tests::updates(&r.sub));
         if all
             .iter()
             .any(|u| u["kind"] == "collective_hang" && u["state"] == "resolved")
@@ -274,20 +252,6 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
         .filter(|u| u["kind"] == "collective_hang" && u["state"] == "opened")
         .count();
     assert_eq!(opened, 1, "one incident for the hang");
-}
-
-/// Advances the fake fabric by one 0.5 s window of traffic on every port,
-/// with `errors` symbol errors so far on mlx5_2.
-fn traffic(ib: &tests::FakeIb, w: u64, errors: u64) {
-    let words = w * 500_000_000;
-    for hca in 0..4 {
-        let dev = format!("mlx5_{hca}");
-        ib.counter(&dev, 1, "port_rcv_data", words);
-        ib.counter(&dev, 1, "port_xmit_data", words);
-    }
-    if errors > 0 {
-        ib.counter("mlx5_2", 1, "symbol_error", errors);
-    }
 }
 
 #[test]
@@ -314,17 +278,17 @@ fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() 
         if w >= 16 {
             sym += 40;
         }
-        traffic(&r.ib, w, sym);
+        r.ib.traffic(w, sym);
         r.window(w + 1);
-        all.extend(r.updates());
+        all.extend(tests::updates(&r.sub));
         let joined = all.iter().find(|u| {
             u["kind"] == "ib_link_degraded"
-                && strs(&u["evidence"])
+                && tests::json_strs(&u["evidence"])
                     .iter()
                     .any(|e| e.starts_with("explains job 5150 step time +"))
         });
         if let Some(u) = joined {
-            let ev = strs(&u["evidence"]);
+            let ev = tests::json_strs(&u["evidence"]);
             assert!(ev.iter().any(|e| e.starts_with("BER ")), "{ev:?}");
             assert!(
                 ev.iter().any(|e| e.starts_with("NCCL communicator ")
@@ -339,7 +303,7 @@ fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() 
                 "{u}"
             );
             assert!(
-                strs(&u["affected_jobs"]).contains(&"5150".to_string()),
+                tests::json_strs(&u["affected_jobs"]).contains(&"5150".to_string()),
                 "{u}"
             );
             let opened: Vec<&serde_json::Value> =

@@ -184,57 +184,18 @@ impl Run {
 
     /// Waits for the collector's window `n`; returns the window line.
     fn window(&self, n: u64) -> String {
-        loop {
-            let l = self
-                .col
-                .recv_timeout(Duration::from_secs(20))
-                .expect("collector output");
-            if let Some(k) = l
-                .strip_prefix("window ")
-                .and_then(|r| r.split(':').next())
-                .and_then(|k| k.parse::<u64>().ok())
-            {
-                if k >= n {
-                    return l;
-                }
-            }
-        }
+        tests::wait_window(&self.col, n)
     }
 
     /// Incident updates printed so far.
     fn updates(&self) -> Vec<serde_json::Value> {
-        self.sub
-            .try_iter()
-            .filter_map(|l| serde_json::from_str(&l).ok())
-            .collect()
+        tests::updates(&self.sub)
     }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.spool);
-    }
-}
-
-fn strs(v: &serde_json::Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(str::to_string))
-        .collect()
-}
-
-/// Advances the fake fabric by one 0.5 s window of traffic (and `errors`
-/// more symbol errors on mlx5_2).
-fn traffic(r: &Run, w: u64, errors: u64) {
-    let words = w * 500_000_000;
-    for hca in 0..4 {
-        let dev = format!("mlx5_{hca}");
-        r.ib.counter(&dev, 1, "port_rcv_data", words);
-        r.ib.counter(&dev, 1, "port_xmit_data", words);
-    }
-    if errors > 0 {
-        r.ib.counter("mlx5_2", 1, "symbol_error", errors);
     }
 }
 
@@ -254,20 +215,20 @@ fn a_slowed_training_loop_joins_the_degrading_link_under_one_incident() {
         if w >= 16 {
             sym += 40;
         }
-        traffic(&r, w, sym);
+        r.ib.traffic(w, sym);
         r.window(w + 1);
         all.extend(r.updates());
         let joined = all.iter().find(|u| {
             u["kind"] == "ib_link_degraded"
-                && strs(&u["evidence"])
+                && tests::json_strs(&u["evidence"])
                     .iter()
                     .any(|e| e.starts_with("explains job 4711 step time +"))
         });
         if let Some(u) = joined {
-            let ev = strs(&u["evidence"]);
+            let ev = tests::json_strs(&u["evidence"]);
             assert!(ev.iter().any(|e| e.starts_with("BER ")), "{ev:?}");
             assert!(
-                strs(&u["affected_jobs"]).contains(&"4711".to_string()),
+                tests::json_strs(&u["affected_jobs"]).contains(&"4711".to_string()),
                 "{u}"
             );
             assert!(
@@ -349,13 +310,13 @@ fn a_slowed_training_loop_on_a_healthy_fabric_is_a_job_slowdown() {
         if w == 16 {
             std::fs::write(&r.slow_file, "1.5").expect("slow");
         }
-        traffic(&r, w, 0);
+        r.ib.traffic(w, 0);
         r.window(w + 1);
         all.extend(r.updates());
         if let Some(u) = all.iter().find(|u| u["state"] == "opened") {
             assert_eq!(u["kind"], "job_slowdown", "{u}");
             assert_eq!(u["entity"], "4711", "{u}");
-            let ev = strs(&u["evidence"]);
+            let ev = tests::json_strs(&u["evidence"]);
             assert!(
                 ev.iter().any(|e| e.starts_with("job 4711 step time +")),
                 "{ev:?}"
