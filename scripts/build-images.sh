@@ -74,15 +74,17 @@ make_image() {
   tar -C "$root" -cf "$OUT/$name.tar.part" .
   mv "$OUT/$name.tar.part" "$OUT/$name.tar"
   if [[ -z "${FAULTLINE_IMAGES_NO_PODMAN:-}" ]] && command -v podman >/dev/null; then
-    local entry
+    local entry cmd
     if [[ "$name" == collector ]]; then
       entry='ENTRYPOINT ["/usr/local/bin/faultline-collector"]'
     else
       entry='ENTRYPOINT ["/usr/local/bin/faultline-correlator"]'
     fi
+    # The default command is the Dockerfile's (one source for both builds).
+    cmd="$(grep -m1 '^CMD ' "$REPO_ROOT/deploy/images/$name.Dockerfile")"
     # The previous build's image goes (no dangling copy per rebuild).
     podman rmi -f "localhost/faultline/$name:latest" >/dev/null 2>&1 || true
-    podman import --quiet --change "$entry" "$OUT/$name.tar" "localhost/faultline/$name:latest" >/dev/null &&
+    podman import --quiet --change "$entry" --change "$cmd" "$OUT/$name.tar" "localhost/faultline/$name:latest" >/dev/null &&
       log "imported localhost/faultline/$name:latest" ||
       log "podman import of $name failed (the rootfs and tar are still usable)"
   fi

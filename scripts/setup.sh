@@ -107,11 +107,13 @@ for c in rustfmt clippy; do
   fi
 done
 
-# Pinned nightly + rust-src for the eBPF crate (build-std=core).
+# Pinned nightly + rust-src for the eBPF crate (build-std=core), and its
+# clippy (the eBPF crate is linted with the toolchain that builds it).
 if ! rustup run "$EBPF_TOOLCHAIN" rustc --version >/dev/null 2>&1 ||
-  ! rustup component list --toolchain "$EBPF_TOOLCHAIN" --installed 2>/dev/null | grep -q '^rust-src'; then
-  log "installing $EBPF_TOOLCHAIN with rust-src"
-  rustup toolchain install "$EBPF_TOOLCHAIN" --profile minimal --component rust-src >/dev/null
+  ! rustup component list --toolchain "$EBPF_TOOLCHAIN" --installed 2>/dev/null | grep -q '^rust-src' ||
+  ! rustup component list --toolchain "$EBPF_TOOLCHAIN" --installed 2>/dev/null | grep -q '^clippy'; then
+  log "installing $EBPF_TOOLCHAIN with rust-src and clippy"
+  rustup toolchain install "$EBPF_TOOLCHAIN" --profile minimal --component rust-src --component clippy >/dev/null
 fi
 
 # bpf-linker built against Debian's LLVM of the same major as the nightly.

@@ -122,6 +122,9 @@ struct Row {
     /// separate pass); empty for "without".
     program_cost: Vec<ProgramCost>,
     program_ns_per_request: f64,
+    /// Why this configuration stopped being measured, if it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -145,7 +148,10 @@ struct Result_ {
     faultline_over_empty_paired: Option<f64>,
 }
 
-use crate::peer::{Bpftrace, ProgramCost};
+use crate::{
+    peer::{Bpftrace, ProgramCost},
+    report::Failures,
+};
 
 /// The per-run costs of the programs named `prefix…` that ran.
 fn costs_of(stats: Vec<(String, u64, u64)>, prefix: &str) -> Vec<ProgramCost> {
@@ -311,6 +317,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut iops: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut counted = 0u64;
+    // A probed configuration that fails is reported as failed and left out
+    // of the later rounds; the others go on.
+    let mut failed: Vec<Option<String>> = vec![None; n];
+    let mut failures = Failures::default();
     for round in 0..a.rounds as usize {
         // Each probed configuration is measured between two measurements
         // without probes and compared with their mean, so a drift of the
@@ -321,7 +331,17 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         ratios[0].push(1.0);
         for k in 0..n - 1 {
             let i = 1 + (round + k) % (n - 1);
-            let x = measure(configs[i], &lo.path, a, dev, &mut counted)?;
+            if failed[i].is_some() {
+                continue;
+            }
+            let x = match measure(configs[i], &lo.path, a, dev, &mut counted) {
+                Ok(x) => x,
+                Err(e) => {
+                    let what = format!("{} round {round}", configs[i].label());
+                    failed[i] = Some(failures.add(&what, &e));
+                    continue;
+                }
+            };
             let after = measure(Config::Without, &lo.path, a, dev, &mut counted)?;
             iops[0].push(after);
             iops[i].push(x);
@@ -340,18 +360,29 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         for pass in 0..a.cost_passes.max(1) as usize {
             for k in 0..n - 1 {
                 let i = 1 + (pass + k) % (n - 1);
-                let att = attach(configs[i])?;
-                reader_round(&lo.path, a.threads, a.seconds.max(1.0), !a.no_pin)?;
-                passes[i].push(match att {
-                    Attached::Faultline(p) => costs_of(p.program_run_stats(), "block_"),
-                    Attached::Empty(e) => costs_of(e.program_run_stats(), "bench_empty_"),
-                    Attached::Peer(b) => {
-                        let c = b.run_stats();
-                        b.stop()?;
-                        c
-                    }
-                    Attached::None => Vec::new(),
+                if failed[i].is_some() {
+                    continue;
+                }
+                let cost = attach(configs[i]).and_then(|att| {
+                    reader_round(&lo.path, a.threads, a.seconds.max(1.0), !a.no_pin)?;
+                    Ok(match att {
+                        Attached::Faultline(p) => costs_of(p.program_run_stats(), "block_"),
+                        Attached::Empty(e) => costs_of(e.program_run_stats(), "bench_empty_"),
+                        Attached::Peer(b) => {
+                            let c = b.run_stats();
+                            b.stop()?;
+                            c
+                        }
+                        Attached::None => Vec::new(),
+                    })
                 });
+                match cost {
+                    Ok(c) => passes[i].push(c),
+                    Err(e) => {
+                        let what = format!("{} cost pass {pass}", configs[i].label());
+                        failed[i] = Some(failures.add(&what, &e));
+                    }
+                }
             }
         }
     }
@@ -403,6 +434,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 },
                 program_cost: std::mem::take(&mut costs[i]),
                 program_ns_per_request: per_req,
+                failure: failed[i].clone(),
             }
         })
         .collect();
@@ -451,6 +483,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             r.added_ns_per_request,
             r.program_ns_per_request
         );
+        if let Some(f) = &r.failure {
+            println!("| {} | FAILED | {f} | | | |", r.label);
+        }
     }
     for r in rows.iter().filter(|r| !r.program_cost.is_empty()) {
         let parts: Vec<String> = r
@@ -491,8 +526,6 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         faultline_over_bpftrace_added_ns: over_added,
         faultline_over_empty_paired: over_empty,
     };
-    let path = out_dir.join("block.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&res)?)?;
-    println!("wrote {}", path.display());
-    Ok(())
+    crate::report::write(&out_dir.join("block.json"), &res, &failures)?;
+    failures.into_result()
 }

@@ -241,10 +241,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     );
     println!("| ratio write / enqueue | {:.0}x | |", w50 / e50.max(1e-9));
     println!("rollup of the run to 1 min and 1 h: {rollup_ms:.0} ms; {:.1} MiB in use; {dropped} windows dropped by the queue", bytes as f64 / (1 << 20) as f64);
-    let path = out_dir.join("history.json");
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(&json!({
+    crate::report::write(
+        &out_dir.join("history.json"),
+        json!({
+            "benchmark": "history",
             "incidents": a.incidents,
             "requests": a.requests,
             "api": api_rows,
@@ -257,9 +257,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             "rollup_ms": rollup_ms,
             "bytes_in_use": bytes,
             "queue_drops": dropped,
-        }))?,
+        }),
+        &crate::report::Failures::default(),
     )?;
-    println!("wrote {}", path.display());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -26,6 +26,15 @@ pub struct Args {
     json: Option<std::path::PathBuf>,
 }
 
+impl Args {
+    /// Where the result goes.
+    pub fn result_path(&self, out_dir: &Path) -> std::path::PathBuf {
+        self.json
+            .clone()
+            .unwrap_or_else(|| out_dir.join("ingest.json"))
+    }
+}
+
 const COUNTERS: &[&str] = &[
     "port_xmit_data",
     "port_rcv_data",
@@ -155,18 +164,14 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 .with_context(|| format!("starting {}", bin.display()))?,
         );
         let pid = child.0.id();
+        crate::wait::port(&mut child.0, port, "the correlator")?;
         let url = format!("http://127.0.0.1:{port}");
         let windows = a.windows;
         let (wall, cpu, rss, latency, others) = rt.block_on(async {
-            let chan = loop {
-                match tonic::transport::Endpoint::from_shared(url.clone())?
-                    .connect()
-                    .await
-                {
-                    Ok(c) => break c,
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-                }
-            };
+            let chan = tonic::transport::Endpoint::from_shared(url.clone())?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to the correlator on {url}"))?;
             // Subscribed from the start: a healthy cluster opens nothing, so
             // every update before the hot GPU's is a false alarm.
             let mut sub = proto::v1::candidates_client::CandidatesClient::new(chan.clone())
@@ -271,16 +276,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             "correlator_cpu_seconds": cpu, "samples_per_second_per_core": per_core, "rss_bytes": rss, "entities": entities,
             "window_close_to_candidate_seconds": latency, "other_updates": others}));
     }
-    let path = a
-        .json
-        .clone()
-        .unwrap_or_else(|| out_dir.join("ingest.json"));
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(
-            &json!({"benchmark": "correlator_ingest_scaling", "samples_per_window": SAMPLES_PER_WINDOW, "windows_per_collector": a.windows, "rows": rows, "note": "correlator CPU includes process start-up; RSS measured after ingest"}),
-        )?,
-    )?;
-    println!("wrote {}", path.display());
-    Ok(())
+    crate::report::write(
+        &a.result_path(out_dir),
+        json!({"benchmark": "correlator_ingest_scaling", "samples_per_window": SAMPLES_PER_WINDOW, "windows_per_collector": a.windows, "rows": rows, "note": "correlator CPU includes process start-up; RSS measured after ingest"}),
+        &crate::report::Failures::default(),
+    )
 }

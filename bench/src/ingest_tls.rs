@@ -85,15 +85,8 @@ fn serve(bin: &Path, pki: &Path, mode: Mode) -> Result<(tests::KillOnDrop, u16)>
         .stderr(std::process::Stdio::null())
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    let k = tests::KillOnDrop(child);
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        anyhow::ensure!(
-            t0.elapsed().as_secs() < 20,
-            "the correlator did not listen on {port}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut k = tests::KillOnDrop(child);
+    crate::wait::port(&mut k.0, port, "the correlator")?;
     Ok((k, port))
 }
 
@@ -220,10 +213,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         "mTLS / plaintext throughput: {ratio:.2} (target ≥ 0.80); CPU per window {:.2}×",
         tcpu / pcpu
     );
-    let path = out_dir.join("ingest_tls.json");
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(&json!({
+    crate::report::write(
+        &out_dir.join("ingest_tls.json"),
+        json!({
             "benchmark": "correlator_ingest_mtls_vs_plaintext",
             "collectors": a.collectors, "windows_per_collector": a.windows, "rounds": a.rounds,
             "samples_per_window": SAMPLES_PER_WINDOW,
@@ -231,8 +223,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             "mtls": {"connect_seconds": tc, "windows_per_second": tw, "cpu_us_per_window": tcpu, "rounds_windows_per_second": tall},
             "throughput_ratio": ratio, "cpu_ratio": tcpu / pcpu, "target_ratio": 0.8,
             "note": "one connection per collector in both modes; each mTLS collector presents its own host certificate; correlator CPU from /proc includes the handshakes",
-        }))?,
-    )?;
-    println!("wrote {}", path.display());
-    Ok(())
+        }),
+        &crate::report::Failures::default(),
+    )
 }

@@ -19,7 +19,7 @@ use collector::{
 };
 use serde::Serialize;
 
-use crate::peer::Bpftrace;
+use crate::{peer::Bpftrace, report::Failures};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -69,6 +69,15 @@ impl Build {
 }
 
 impl Args {
+    /// The result file of this build.
+    pub fn result_file(&self) -> &'static str {
+        match self.entry {
+            Build::Plain => "launch.json",
+            Build::Stepped => "launch_stepped.json",
+            Build::Cet => "launch_cet.json",
+        }
+    }
+
     fn library(&self) -> std::path::PathBuf {
         match self.entry {
             Build::Cet => tests::fake_libcuda_cet(),
@@ -111,6 +120,9 @@ struct Row {
     count_over_truth: Vec<f64>,
     /// Bounded mode: the attached share the controller settled on, per window.
     fractions: Vec<f64>,
+    /// Why this configuration stopped being measured, if it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -147,7 +159,7 @@ fn spawn(a: &Args) -> Result<Storm> {
         .context("spawning launch_storm")?;
     let lines = tests::lines_of(&mut child);
     let pid = lines
-        .recv_timeout(Duration::from_secs(10))
+        .recv_timeout(crate::wait::READY)
         .ok()
         .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
         .context("launch_storm did not start")?;
@@ -338,21 +350,37 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut counts: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut fracs: Vec<Vec<f64>> = vec![Vec::new(); n];
+    // A configuration that fails is reported as failed and left out of the
+    // later rounds; the others go on.
+    let mut failed: Vec<Option<String>> = vec![None; n];
+    let mut failures = Failures::default();
     for round in 0..a.rounds as usize {
-        let mut this = vec![0.0; n];
+        let mut this: Vec<Option<f64>> = vec![None; n];
         for k in 0..n {
             let i = (round + k) % n;
-            let (t, c, f) = measure(configs[i], a)
-                .with_context(|| format!("{} round {round}", configs[i].label()))?;
-            this[i] = t;
-            if let Some(c) = c {
-                counts[i].push(c);
+            if failed[i].is_some() {
+                continue;
             }
-            fracs[i].extend(f);
+            match measure(configs[i], a) {
+                Ok((t, c, f)) => {
+                    this[i] = Some(t);
+                    if let Some(c) = c {
+                        counts[i].push(c);
+                    }
+                    fracs[i].extend(f);
+                }
+                Err(e) => {
+                    let what = format!("{} round {round}", configs[i].label());
+                    failed[i] = Some(failures.add(&what, &e));
+                }
+            }
         }
         for i in 0..n {
-            tput[i].push(this[i]);
-            ratios[i].push(this[i] / this[0].max(1e-9));
+            let Some(t) = this[i] else { continue };
+            tput[i].push(t);
+            if let Some(base) = this[0] {
+                ratios[i].push(t / base.max(1e-9));
+            }
         }
     }
     let rows: Vec<Row> = configs
@@ -367,6 +395,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             paired_ratios: ratios[i].clone(),
             count_over_truth: counts[i].clone(),
             fractions: fracs[i].clone(),
+            failure: failed[i].clone(),
         })
         .collect();
     println!(
@@ -398,6 +427,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 c.join(", ")
             }
         );
+        if let Some(f) = &r.failure {
+            println!("| {} | FAILED | {f} | |", r.label);
+        }
     }
     if let Some(b) = rows.iter().find(|r| r.config == Config::FaultlineBounded) {
         println!(
@@ -430,12 +462,6 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         target_bounded_ratio_min: 0.98,
         target_count_error_max: 0.05,
     };
-    let path = out_dir.join(match a.entry {
-        Build::Plain => "launch.json",
-        Build::Stepped => "launch_stepped.json",
-        Build::Cet => "launch_cet.json",
-    });
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {}", path.display());
-    Ok(())
+    crate::report::write(&out_dir.join(a.result_file()), &report, &failures)?;
+    failures.into_result()
 }

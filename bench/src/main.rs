@@ -2,6 +2,7 @@
 //! Every figure is a ratio measured side by side in one run (alternating
 //! rounds), because absolute numbers on shared machines are noise.
 mod block;
+mod collector_proc;
 mod footprint;
 mod history;
 mod ingest;
@@ -11,12 +12,14 @@ mod nccl;
 mod otlp;
 mod peer;
 mod procstat;
+mod report;
 mod ring;
 mod uprobe;
+mod wait;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -61,6 +64,28 @@ enum Which {
     History(history::Args),
 }
 
+impl Which {
+    /// The benchmark's name and the file its result goes to.
+    fn result(&self, out_dir: &Path) -> (&'static str, PathBuf) {
+        let (name, file) = match self {
+            Self::Block(_) => ("block", "block.json"),
+            Self::Uprobe(_) => ("uprobe", "uprobe.json"),
+            Self::Launch(a) => ("launch", a.result_file()),
+            Self::Nccl(a) => ("nccl", a.result_file()),
+            Self::Footprint(_) => ("footprint", "footprint.json"),
+            Self::Ingest(a) => return ("ingest", a.result_path(out_dir)),
+            Self::IngestTls(_) => ("ingest-tls", "ingest_tls.json"),
+            Self::Ring(_) => ("ring", "ring.json"),
+            Self::Otlp(_) => ("otlp", "otlp.json"),
+            Self::History(_) => ("history", "history.json"),
+        };
+        (name, out_dir.join(file))
+    }
+}
+
+/// Runs the benchmark. One that fails still leaves its result file: the
+/// partial result it wrote (parts or rows marked failed), else a failed
+/// stub with the reason, never the previous run's numbers.
 fn main() -> Result<()> {
     let cli = Cli::parse();
     // The library code's warnings (RUST_LOG overrides the level).
@@ -72,7 +97,8 @@ fn main() -> Result<()> {
         )
         .init();
     std::fs::create_dir_all(&cli.out_dir)?;
-    match cli.which {
+    let (name, path) = cli.which.result(&cli.out_dir);
+    let r = match cli.which {
         Which::Block(a) => block::run(&a, &cli.out_dir),
         Which::Uprobe(a) => uprobe::run(&a, &cli.out_dir),
         Which::Launch(a) => launch::run(&a, &cli.out_dir),
@@ -83,7 +109,17 @@ fn main() -> Result<()> {
         Which::Ring(a) => ring::run(&a, &cli.out_dir),
         Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
         Which::History(a) => history::run(&a, &cli.out_dir),
+    };
+    if let Err(e) = &r {
+        if !report::written(&path) {
+            let stub = report::failed_result(name, e);
+            std::fs::write(&path, serde_json::to_string_pretty(&stub)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {} (failed)", path.display());
+        }
+        println!("| {name} | FAILED | {e:#} |");
     }
+    r
 }
 
 /// Median of the per-round ratios `x[i] / base[i]` (rounds with a zero

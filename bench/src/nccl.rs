@@ -13,10 +13,9 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::Duration,
 };
 
-use anyhow::{bail, ensure, Context as _, Result};
+use anyhow::{ensure, Context as _, Result};
 use collector::{
     nccl_lib::Search,
     probes::{ProbeOptions, ProbeState, Probes},
@@ -24,7 +23,7 @@ use collector::{
 use collector_common::nccl::op;
 use serde::Serialize;
 
-use crate::peer::Bpftrace;
+use crate::{peer::Bpftrace, report::Failures};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -62,6 +61,14 @@ enum Build {
 }
 
 impl Args {
+    /// The result file of this build.
+    pub fn result_file(&self) -> &'static str {
+        match self.entry {
+            Build::Push => "nccl.json",
+            Build::Plain => "nccl_plain.json",
+        }
+    }
+
     fn library(&self) -> PathBuf {
         match self.entry {
             Build::Push => tests::fake_nccl_push(),
@@ -134,6 +141,9 @@ struct Row {
     /// In-kernel program time per NCCL call (BPF run-time stats, one
     /// separate pass after the timed rounds), ns.
     program_ns_per_call: Option<f64>,
+    /// Why this configuration stopped being measured, if it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -204,7 +214,7 @@ fn spawn(a: &Args, seconds: f64) -> Result<Storm> {
         .context("spawning nccl_storm")?;
     let lines = tests::lines_of(&mut child);
     let pid = lines
-        .recv_timeout(Duration::from_secs(10))
+        .recv_timeout(crate::wait::READY)
         .ok()
         .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
         .context("nccl_storm did not start")?;
@@ -435,17 +445,33 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut counts: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut exact: Vec<Option<bool>> = vec![None; n];
     let mut mismatches: Vec<Vec<String>> = vec![Vec::new(); n];
+    // A configuration that fails is reported as failed and left out of the
+    // later rounds; the others go on.
+    let mut failed: Vec<Option<String>> = vec![None; n];
+    let mut failures = Failures::default();
     for round in 0..a.rounds as usize {
-        let mut this = vec![0.0; n];
+        let mut this: Vec<Option<f64>> = vec![None; n];
         for k in 0..n {
             let i = (round + k) % n;
-            let m = measure(configs[i], a, &symbols)
-                .with_context(|| format!("{} round {round}", configs[i].label()))?;
-            ensure!(
-                m.truth.seconds > 0.0 && m.truth.calls > 0,
-                "nccl_storm made no calls"
-            );
-            this[i] = m.truth.calls as f64 / m.truth.seconds;
+            if failed[i].is_some() {
+                continue;
+            }
+            let m = measure(configs[i], a, &symbols).and_then(|m| {
+                ensure!(
+                    m.truth.seconds > 0.0 && m.truth.calls > 0,
+                    "nccl_storm made no calls"
+                );
+                Ok(m)
+            });
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    let what = format!("{} round {round}", configs[i].label());
+                    failed[i] = Some(failures.add(&what, &e));
+                    continue;
+                }
+            };
+            this[i] = Some(m.truth.calls as f64 / m.truth.seconds);
             if let Some(c) = m.count_over_truth {
                 counts[i].push(c);
             }
@@ -455,12 +481,21 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             mismatches[i].extend(m.mismatch.map(|w| format!("round {round}: {w}")));
         }
         for i in 0..n {
-            tput[i].push(this[i]);
-            ratios[i].push(this[i] / this[0].max(1e-9));
-            added[i].push(f64::from(a.threads) * 1e9 * (1.0 / this[i] - 1.0 / this[0]));
+            let Some(x) = this[i] else { continue };
+            tput[i].push(x);
+            if let Some(base) = this[0] {
+                ratios[i].push(x / base.max(1e-9));
+                added[i].push(f64::from(a.threads) * 1e9 * (1.0 / x - 1.0 / base));
+            }
         }
     }
-    let (fl_ns, peer_ns) = program_costs(a, &symbols, peer)?;
+    let peer_ok = configs
+        .iter()
+        .position(|&c| c == Config::Bpftrace)
+        .is_some_and(|i| failed[i].is_none());
+    let (fl_ns, peer_ns) = failures
+        .part("program cost pass", program_costs(a, &symbols, peer_ok))
+        .map_or((None, None), |(f, p)| (Some(f), p));
     let rows: Vec<Row> = configs
         .iter()
         .enumerate()
@@ -477,9 +512,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             mismatches: mismatches[i].clone(),
             program_ns_per_call: match c {
                 Config::Without => None,
-                Config::Faultline => Some(fl_ns),
+                Config::Faultline => fl_ns,
                 Config::Bpftrace => peer_ns,
             },
+            failure: failed[i].clone(),
         })
         .collect();
     let workload = format!(
@@ -536,6 +572,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         );
     }
     for r in &rows {
+        if let Some(f) = &r.failure {
+            println!("  {}: FAILED {f}", r.label);
+        }
         for m in &r.mismatches {
             println!("  {}: {m}", r.label);
         }
@@ -557,24 +596,19 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         },
         rows,
     };
-    let path = out_dir.join(match a.entry {
-        Build::Push => "nccl.json",
-        Build::Plain => "nccl_plain.json",
-    });
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {}", path.display());
-    // Faultline's counts must equal the stand-in's (after the report is written).
+    // Faultline's counts must equal the stand-in's.
     if let Some(r) = report
         .rows
         .iter()
-        .find(|r| r.config == Config::Faultline && r.exact != Some(true))
+        .find(|r| r.config == Config::Faultline && r.failure.is_none() && r.exact != Some(true))
     {
-        bail!(
-            "faultline's NCCL counts differ from the stand-in's: {:?}",
-            r.mismatches
+        failures.add(
+            "faultline counts",
+            &anyhow::anyhow!("they differ from the stand-in's: {:?}", r.mismatches),
         );
     }
-    Ok(())
+    crate::report::write(&out_dir.join(a.result_file()), &report, &failures)?;
+    failures.into_result()
 }
 
 #[cfg(test)]

@@ -13,16 +13,16 @@
 //! 2. Footprint: the real `faultline-collector` with 8 training ranks
 //!    exporting once per second (4 gRPC, 4 HTTP) beside the same collector
 //!    with `--no-otlp`, both running at the same time; CPU and RSS from /proc;
-//!    `faultline_otlp_accepted_points_total` must account for every point sent.
+//!    `faultline_otlp_accepted_points_total` must account for every point sent,
+//!    and every rank's step time must reach `/metrics` through the windows.
+//!    Each part waits on signals (addresses printed, windows closed, counters
+//!    reaching the points sent), and a part that fails is written as failed
+//!    while the others still run.
 use std::{
-    io::{BufRead as _, Read as _, Write as _},
     net::SocketAddr,
     path::Path,
-    process::{Command, Stdio},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex, PoisonError,
-    },
+    process::Command,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -44,6 +44,8 @@ use prost::Message as _;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::{collector_proc::Collector, report::Failures};
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Seconds each transport is driven per round.
@@ -60,9 +62,12 @@ pub struct Args {
     /// output tokens).
     #[arg(long, default_value_t = 1024)]
     series: usize,
-    /// Seconds of the footprint measurement (after a 3 s warm-up).
+    /// Seconds of the footprint measurement (after the warm-up windows).
     #[arg(long, default_value_t = 30.0)]
     footprint_seconds: f64,
+    /// Windows both collectors close before the footprint is measured.
+    #[arg(long, default_value_t = 2)]
+    warmup_windows: u64,
     /// Skip the footprint part (it needs the collector binary and root).
     #[arg(long)]
     no_footprint: bool,
@@ -676,17 +681,7 @@ fn take_cost(series: usize) -> Result<(usize, usize, f64, f64)> {
     Ok((targets, rows, crate::median(&times), max))
 }
 
-/// A running collector and what it printed.
-struct Running {
-    child: ::tests::KillOnDrop,
-    pid: u32,
-    metrics: SocketAddr,
-    grpc: Option<SocketAddr>,
-    http: Option<SocketAddr>,
-    step_lines: Arc<AtomicU64>,
-}
-
-fn start_collector(bin: &Path, with_otlp: bool) -> Result<Running> {
+fn collector_cmd(bin: &Path, with_otlp: bool) -> Command {
     let mut cmd = Command::new(bin);
     cmd.args([
         "--quiet",
@@ -709,107 +704,26 @@ fn start_collector(bin: &Path, with_otlp: bool) -> Result<Running> {
     } else {
         cmd.arg("--no-otlp");
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let out = child.stdout.take().context("stdout")?;
-    let mut err = child.stderr.take().context("stderr")?;
-    let child = ::tests::KillOnDrop(child);
-    let pid = child.0.id();
-    let step_lines = Arc::new(AtomicU64::new(0));
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let sl = step_lines.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            if line.trim_start().starts_with("steps ") {
-                sl.fetch_add(1, Ordering::Relaxed);
-            } else {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let se = stderr.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = err.read(&mut buf) {
-            let mut s = se.lock().unwrap_or_else(PoisonError::into_inner);
-            if s.len() < 64 << 10 {
-                s.push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        }
-    });
-    let why = |what: &str| {
-        std::thread::sleep(Duration::from_millis(300));
-        let e = stderr.lock().unwrap_or_else(PoisonError::into_inner);
-        anyhow::anyhow!("{} ({what}); its stderr:\n{e}", bin.display())
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (mut metrics, mut grpc, mut http) = (None, None, None);
-    let addr = |s: &str| s.trim().trim_end_matches("/v1/metrics").parse().ok();
-    while metrics.is_none() || (with_otlp && (grpc.is_none() || http.is_none())) {
-        let line = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) => l,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                return Err(why("no addresses printed within 20 s"))
-            }
-            Err(_) => return Err(why("exited")),
-        };
-        if let Some(m) = line.strip_prefix("metrics on http://") {
-            metrics = m.trim().trim_end_matches("/metrics").parse().ok();
-        } else if let Some(a) = line.strip_prefix("otlp: grpc receiver on ") {
-            grpc = addr(a);
-        } else if let Some(a) = line.strip_prefix("otlp: http receiver on ") {
-            http = addr(a);
-        } else if line.contains("receiver not running") {
-            return Err(why(&line));
-        }
-    }
-    Ok(Running {
-        child,
-        pid,
-        metrics: metrics.context("metrics address")?,
-        grpc,
-        http,
-        step_lines,
-    })
+    cmd
 }
 
-/// Sum of a counter's samples on the collector's `/metrics`.
-fn scrape_counter(addr: SocketAddr, name: &str) -> Result<f64> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    Ok(text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
-}
-
-/// A training rank exporting once per second until `until`: points sent.
+/// A training rank exporting once per second until `stop` is set: points
+/// sent (every export acknowledged before this returns).
 async fn rank_at_1hz(
     mut ex: Exporter,
     grpc: bool,
     addr: SocketAddr,
-    until: Instant,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<u64> {
     let mut c = Client::connect(grpc, addr).await?;
     let mut iv = tokio::time::interval(Duration::from_secs(1));
     let mut sent = 0;
     loop {
-        iv.tick().await;
-        if Instant::now() >= until {
+        tokio::select! {
+            _ = iv.tick() => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
             return Ok(sent);
         }
         let rejected = c.export(ex.next()).await?;
@@ -818,35 +732,54 @@ async fn rank_at_1hz(
     }
 }
 
+/// The footprint's ranks: job 4242, ranks 0–7.
+const FP_JOB: u32 = 4242;
+const FP_RANKS: u32 = 8;
+
+/// Step-time series of the footprint's job on the collector's `/metrics`.
+fn step_series(text: &str) -> usize {
+    let job = format!("job=\"{FP_JOB}\"");
+    text.lines()
+        .filter(|l| l.starts_with("faultline_job_step_seconds{") && l.contains(&job))
+        .count()
+}
+
+fn accepted_points(c: &Collector) -> Result<f64> {
+    Ok(crate::collector_proc::samples(&c.scrape()?, "faultline_otlp_accepted_points_total").sum())
+}
+
 fn footprint(a: &Args, cl: &tokio::runtime::Runtime) -> Result<serde_json::Value> {
-    let bin = std::env::current_exe()?.with_file_name("faultline-collector");
-    ensure!(
-        bin.exists(),
-        "{} not built (cargo build --release -p collector, or cargo xtask bench otlp); --no-footprint skips this part",
-        bin.display()
-    );
-    let with = start_collector(&bin, true)?;
-    let without = start_collector(&bin, false)?;
+    let bin = crate::collector_proc::binary()?;
+    let mut with = Collector::start(collector_cmd(&bin, true), true)?;
+    let mut without = Collector::start(collector_cmd(&bin, false), false)?;
     let (grpc, http) = (
         with.grpc.context("gRPC address")?,
         with.http.context("HTTP address")?,
     );
-    let warm = 3.0;
-    let until = Instant::now() + Duration::from_secs_f64(warm + a.footprint_seconds + 0.5);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let start = now_ns();
-    let clients: Vec<_> = (0..8u32)
+    let clients: Vec<_> = (0..FP_RANKS)
         .map(|r| {
-            let ex = Exporter::rank(4242, r, "fp", start);
+            let ex = Exporter::rank(FP_JOB, r, "fp", start);
             let (is_grpc, addr) = if r < 4 { (true, grpc) } else { (false, http) };
-            cl.spawn(rank_at_1hz(ex, is_grpc, addr, until))
+            cl.spawn(rank_at_1hz(ex, is_grpc, addr, stop_rx.clone()))
         })
         .collect();
-    std::thread::sleep(Duration::from_secs_f64(warm));
-    let cpu = |r: &Running| crate::procstat::cpu_seconds(r.pid);
-    let c0 = (
-        cpu(&with).context("collector exited")?,
-        cpu(&without).context("collector (--no-otlp) exited")?,
-    );
+    // Steady state: every rank's first export accepted, and both collectors
+    // past their start-up windows.
+    let first = f64::from(FP_RANKS) * 2.0;
+    crate::wait::until(
+        "every rank's first export to be accepted",
+        crate::wait::READY,
+        || {
+            let n = accepted_points(&with)?;
+            Ok((n < first).then(|| format!("{n} of {first} points accepted")))
+        },
+    )?;
+    with.wait_windows(a.warmup_windows.max(1))?;
+    without.wait_windows(a.warmup_windows.max(1))?;
+    let c0 = (with.cpu_seconds()?, without.cpu_seconds()?);
+    let w0 = with.windows();
     let t0 = Instant::now();
     let mut peak = (0u64, 0u64);
     while t0.elapsed().as_secs_f64() < a.footprint_seconds {
@@ -858,35 +791,49 @@ fn footprint(a: &Args, cl: &tokio::runtime::Runtime) -> Result<serde_json::Value
             .1
             .max(crate::procstat::rss_bytes(without.pid).unwrap_or(0));
     }
-    let c1 = (
-        cpu(&with).context("collector exited")?,
-        cpu(&without).context("collector (--no-otlp) exited")?,
-    );
+    let c1 = (with.cpu_seconds()?, without.cpu_seconds()?);
     let wall = t0.elapsed().as_secs_f64();
+    let windows = with.windows() - w0;
     let last = (
         crate::procstat::rss_bytes(with.pid).unwrap_or(0),
         crate::procstat::rss_bytes(without.pid).unwrap_or(0),
     );
+    let _ = stop_tx.send(true);
     let mut sent = 0;
     for c in clients {
         sent += cl.block_on(c)??;
     }
-    let accepted = scrape_counter(with.metrics, "faultline_otlp_accepted_points_total")?;
-    // A window (1 s) to print the last steps.
-    std::thread::sleep(Duration::from_millis(1500));
-    let step_lines = with.step_lines.load(Ordering::Relaxed);
-    if sent == 0 || accepted as u64 != sent {
-        bail!("the collector's faultline_otlp_accepted_points_total is {accepted}, the clients sent {sent} points");
-    }
-    ensure!(
-        step_lines > 0,
-        "the collector's windows carried no step times"
-    );
+    // Every acknowledged point is counted (a counter reaching a value, not
+    // a guess at how long that takes).
+    let mut accepted = 0.0;
+    crate::wait::until(
+        "faultline_otlp_accepted_points_total to reach the points sent",
+        crate::wait::READY,
+        || {
+            accepted = accepted_points(&with)?;
+            if accepted > sent as f64 {
+                bail!("the collector accepted {accepted} points, the clients sent {sent}");
+            }
+            Ok((sent == 0 || accepted < sent as f64)
+                .then(|| format!("{accepted} of {sent} accepted")))
+        },
+    )?;
+    // The windows carried the ranks' step times: each rank's latest step
+    // time is on `/metrics` once a window took it.
+    let mut steps = 0;
+    crate::wait::until(
+        "the windows to carry every rank's step times (faultline_job_step_seconds)",
+        crate::wait::READY,
+        || {
+            steps = step_series(&with.scrape()?);
+            Ok((steps < FP_RANKS as usize).then(|| format!("{steps} of {FP_RANKS} ranks")))
+        },
+    )?;
     let pct = |d: f64| 100.0 * d / wall;
     let (cpu_with, cpu_without) = (pct(c1.0 - c0.0), pct(c1.1 - c0.1));
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     println!(
-        "footprint: faultline-collector --no-cuda --no-verbs --no-nvml --no-block --window 1, with 8 training ranks exporting at 1 Hz (4 gRPC, 4 HTTP; 2 points per export), beside the same collector with --no-otlp, both running at once, {wall:.0} s"
+        "footprint: faultline-collector --no-cuda --no-verbs --no-nvml --no-block --window 1, with {FP_RANKS} training ranks exporting at 1 Hz (4 gRPC, 4 HTTP; 2 points per export), beside the same collector with --no-otlp, both running at once, {wall:.0} s ({windows} windows)"
     );
     println!("| collector | CPU (% of one core) | peak RSS MiB | final RSS MiB |");
     println!("|---|---|---|---|");
@@ -907,12 +854,11 @@ fn footprint(a: &Args, cl: &tokio::runtime::Runtime) -> Result<serde_json::Value
         mib(last.0) - mib(last.1)
     );
     println!(
-        "accepted points (faultline_otlp_accepted_points_total): {accepted} of {sent} sent; step-time lines in the windows (rank × window): {step_lines}"
+        "accepted points (faultline_otlp_accepted_points_total): {accepted} of {sent} sent; ranks with step times on /metrics (faultline_job_step_seconds): {steps} of {FP_RANKS}"
     );
-    drop((with.child, without.child));
     Ok(
-        json!({"ranks": 8, "grpc_ranks": 4, "http_ranks": 4, "export_interval_seconds": 1, "seconds": wall,
-        "points_sent": sent, "points_accepted": accepted, "step_lines": step_lines,
+        json!({"ranks": FP_RANKS, "grpc_ranks": 4, "http_ranks": 4, "export_interval_seconds": 1, "seconds": wall,
+        "windows": windows, "points_sent": sent, "points_accepted": accepted, "ranks_with_step_times": steps,
         "with_otlp": {"cpu_percent_of_one_core": cpu_with, "peak_rss_bytes": peak.0, "final_rss_bytes": last.0},
         "no_otlp": {"cpu_percent_of_one_core": cpu_without, "peak_rss_bytes": peak.1, "final_rss_bytes": last.1},
         "difference": {"cpu_percent_of_one_core": cpu_with - cpu_without,
@@ -921,18 +867,14 @@ fn footprint(a: &Args, cl: &tokio::runtime::Runtime) -> Result<serde_json::Value
 }
 
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let load = crate::procstat::load_average();
     println!(
         "load average at start: {load} on {} CPUs (a noisy machine: compare the ratios)",
         std::thread::available_parallelism().map_or(0, usize::from)
     );
+    let mut failures = Failures::default();
     let cl = runtime("otlp-cl")?;
-    let tp = throughput(a, &cl)?;
+    let tp = failures.value("throughput", throughput(a, &cl));
     let mut sizes = vec![256, a.series, 2048];
     sizes.sort_unstable();
     sizes.dedup();
@@ -943,35 +885,37 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     println!("|---|---|---|---|");
     let mut takes = Vec::new();
     for n in sizes {
-        let (series, rows, med, max) = take_cost(n)?;
-        println!("| {series} | {rows} | {med:.0} | {max:.0} |");
-        takes.push(json!({"series": series, "window_rows": rows, "median_us": med, "max_us": max}));
+        let r = take_cost(n).map(|(series, rows, med, max)| {
+            println!("| {series} | {rows} | {med:.0} | {max:.0} |");
+            json!({"series": series, "window_rows": rows, "median_us": med, "max_us": max})
+        });
+        takes.push(failures.value(&format!("window take of {n} series"), r));
     }
-    let during = &tp["window_takes_during_run"];
-    println!(
-        "takes during the throughput run: {} takes, median {:.0} µs, max {:.0} µs, up to {} rows",
-        during["count"],
-        during["median_us"].as_f64().unwrap_or(0.0),
-        during["max_us"].as_f64().unwrap_or(0.0),
-        during["max_rows"]
-    );
+    if let Some(during) = tp.get("window_takes_during_run") {
+        println!(
+            "takes during the throughput run: {} takes, median {:.0} µs, max {:.0} µs, up to {} rows",
+            during["count"],
+            during["median_us"].as_f64().unwrap_or(0.0),
+            during["max_us"].as_f64().unwrap_or(0.0),
+            during["max_rows"]
+        );
+    }
     let fp = if a.no_footprint {
         serde_json::Value::Null
     } else {
-        footprint(a, &cl)?
+        failures.value("footprint", footprint(a, &cl))
     };
-    let path = out_dir.join("otlp.json");
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(&json!({
+    crate::report::write(
+        &out_dir.join("otlp.json"),
+        json!({
             "benchmark": "otlp_ingest", "load_average_at_start": load,
             "cpus": std::thread::available_parallelism().map_or(0, usize::from),
             "throughput": tp, "window_take": takes, "footprint": fp,
             "note": "clients run in the same process: points per process CPU-s include building and sending the requests; points per receiver CPU-s count only the receiver runtime's threads"
-        }))?,
+        }),
+        &failures,
     )?;
-    println!("wrote {}", path.display());
-    Ok(())
+    failures.into_result()
 }
 
 #[cfg(test)]

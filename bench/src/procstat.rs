@@ -52,3 +52,13 @@ fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
 }
+
+/// The load average (1, 5, 15 min) as `/proc/loadavg` gives it.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -71,15 +71,13 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     println!("| consumed | {consumed} | |");
     println!("| lost to a full ring (counted) | {lost} | |");
     println!("| unaccounted (written − consumed) | {unaccounted} | 0 |");
-    let path = out_dir.join("ring.json");
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(&json!({
+    crate::report::write(
+        &out_dir.join("ring.json"),
+        json!({
             "benchmark": "ring_drain", "seconds": elapsed, "records_per_second": rate, "written": written,
             "consumed": consumed, "lost_ring_full": lost, "unaccounted": unaccounted, "malformed": malformed,
             "target_records_per_second": 2_000_000
-        }))?,
-    )?;
-    println!("wrote {}", path.display());
-    Ok(())
+        }),
+        &crate::report::Failures::default(),
+    )
 }

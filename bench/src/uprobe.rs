@@ -511,8 +511,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         },
         variants,
     };
-    let path = out_dir.join("uprobe.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {}", path.display());
-    Ok(())
+    crate::report::write(
+        &out_dir.join("uprobe.json"),
+        &report,
+        &crate::report::Failures::default(),
+    )
 }

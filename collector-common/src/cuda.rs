@@ -21,7 +21,16 @@ pub mod call {
     pub const MEM_FREE: u32 = 13;
     /// `cuMemcpy` / `cuMemcpy_ptds` (unified addressing: any direction, synchronous).
     pub const MEMCPY: u32 = 14;
-    pub const COUNT: u32 = 15;
+    /// `cuMemcpyDtoD_v2` / `_ptds`: device to device, synchronous.
+    pub const MEMCPY_DTOD: u32 = 15;
+    /// `cuMemcpyDtoDAsync_v2` / `_ptsz`.
+    pub const MEMCPY_DTOD_ASYNC: u32 = 16;
+    /// `cuMemcpyPeer` / `_ptds`: between two contexts' memories (two GPUs),
+    /// synchronous; counted on the calling thread's device.
+    pub const MEMCPY_PEER: u32 = 17;
+    /// `cuMemcpyPeerAsync` / `_ptsz`.
+    pub const MEMCPY_PEER_ASYNC: u32 = 18;
+    pub const COUNT: u32 = 19;
 
     /// Label value of a call kind.
     pub fn name(kind: u32) -> &'static str {
@@ -41,8 +50,30 @@ pub mod call {
             MEM_ALLOC => "cuMemAlloc",
             MEM_FREE => "cuMemFree",
             MEMCPY => "cuMemcpy",
+            MEMCPY_DTOD => "cuMemcpyDtoD",
+            MEMCPY_DTOD_ASYNC => "cuMemcpyDtoDAsync",
+            MEMCPY_PEER => "cuMemcpyPeer",
+            MEMCPY_PEER_ASYNC => "cuMemcpyPeerAsync",
             _ => "unknown",
         }
+    }
+
+    /// The copies: their `bytes` are bytes copied (copy bytes in the
+    /// window rows, the `faultline_cuda_copy_bytes_total` series and usage).
+    pub fn is_copy(kind: u32) -> bool {
+        matches!(
+            kind,
+            MEMCPY_HTOD
+                | MEMCPY_DTOH
+                | MEMCPY
+                | MEMCPY_ASYNC
+                | MEMCPY_HTOD_ASYNC
+                | MEMCPY_DTOH_ASYNC
+                | MEMCPY_DTOD
+                | MEMCPY_DTOD_ASYNC
+                | MEMCPY_PEER
+                | MEMCPY_PEER_ASYNC
+        )
     }
 }
 
@@ -250,6 +281,40 @@ mod pod {
 mod tests {
     use super::*;
     use crate::test_util::distinct;
+
+    #[test]
+    fn every_kind_has_its_own_name_and_the_copies_are_the_cu_memcpy_kinds() {
+        let names: [&str; call::COUNT as usize] = core::array::from_fn(|k| call::name(k as u32));
+        for (i, a) in names.iter().enumerate() {
+            assert_ne!(*a, "unknown", "kind {i}");
+            assert!(!names[..i].contains(a), "{a} twice");
+        }
+        assert_eq!(call::name(call::COUNT), "unknown");
+        for k in 0..call::COUNT {
+            assert_eq!(
+                call::is_copy(k),
+                call::name(k).starts_with("cuMemcpy"),
+                "{}",
+                call::name(k)
+            );
+        }
+        // Device to device and peer copies are copies of their own kinds.
+        assert_eq!(
+            [
+                call::MEMCPY_DTOD,
+                call::MEMCPY_DTOD_ASYNC,
+                call::MEMCPY_PEER,
+                call::MEMCPY_PEER_ASYNC
+            ]
+            .map(call::name),
+            [
+                "cuMemcpyDtoD",
+                "cuMemcpyDtoDAsync",
+                "cuMemcpyPeer",
+                "cuMemcpyPeerAsync"
+            ]
+        );
+    }
 
     #[test]
     fn launch_slots_spread_a_process_s_kernels() {

@@ -183,6 +183,33 @@ pub struct OpStats {
 }
 const _: () = assert!(core::mem::size_of::<OpStats>() == 40);
 
+/// Collectives whose issue time each rank keeps (a power of two).
+pub const SEQ_RING: usize = 16;
+
+/// Per (pid, communicator): the collectives issued so far and the issue
+/// times (`bpf_ktime_get_ns`) of the latest [`SEQ_RING`], collective `n`
+/// (1-based) at `ts[n % SEQ_RING]`. Ranks of one communicator on a host are
+/// compared at the same sequence number: the lag of a rank behind the first
+/// to issue that collective.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqRing {
+    pub seq: u64,
+    pub ts: [u64; SEQ_RING],
+}
+const _: () = assert!(core::mem::size_of::<SeqRing>() == 8 + 8 * SEQ_RING);
+const _: () = assert!(SEQ_RING.is_power_of_two());
+
+impl SeqRing {
+    /// When collective `n` was issued, if it is still in the ring.
+    pub fn issued(&self, n: u64) -> Option<u64> {
+        if n == 0 || n > self.seq || self.seq - n >= SEQ_RING as u64 {
+            return None;
+        }
+        Some(self.ts[(n as usize) & (SEQ_RING - 1)])
+    }
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY (all): `#[repr(C)]`, no implicit padding (sizes asserted), any bit pattern valid.
@@ -190,6 +217,7 @@ mod pod {
     unsafe impl aya::Pod for super::InInit {}
     unsafe impl aya::Pod for super::OpKey {}
     unsafe impl aya::Pod for super::OpStats {}
+    unsafe impl aya::Pod for super::SeqRing {}
 }
 
 #[cfg(test)]

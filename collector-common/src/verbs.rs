@@ -66,6 +66,34 @@ pub struct AsyncKey {
 }
 const _: () = assert!(core::mem::size_of::<AsyncKey>() == 8);
 
+/// Longest HCA device name kept (`IBV_SYSFS_NAME_MAX` is 64).
+pub const DEV_NAME_LEN: usize = 64;
+
+/// QPs a process bound to an HCA port (`ibv_modify_qp` with `IBV_QP_PORT`),
+/// per (pid, device name, port): which ports a process's RDMA traffic uses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpPortKey {
+    pub pid: u32,
+    /// `ibv_qp_attr.port_num`.
+    pub port: u32,
+    /// `qp->context->device->name`, NUL-padded.
+    pub dev: [u8; DEV_NAME_LEN],
+}
+const _: () = assert!(core::mem::size_of::<QpPortKey>() == 8 + DEV_NAME_LEN);
+
+impl QpPortKey {
+    /// The device name's bytes up to its first NUL.
+    pub fn dev_bytes(&self) -> &[u8] {
+        let n = self
+            .dev
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.dev.len());
+        &self.dev[..n]
+    }
+}
+
 /// Most completions decoded per `poll_cq` return (the verifier needs a bound).
 pub const MAX_WC_PER_POLL: u32 = 32;
 /// Most work requests walked per `post_send`/`post_recv` call.
@@ -127,6 +155,7 @@ mod pod {
     unsafe impl aya::Pod for super::PostStats {}
     unsafe impl aya::Pod for super::QpStateKey {}
     unsafe impl aya::Pod for super::AsyncKey {}
+    unsafe impl aya::Pod for super::QpPortKey {}
 }
 
 /// Byte offsets and sizes in libibverbs' ABI (`<infiniband/verbs.h>`,
@@ -158,4 +187,12 @@ pub mod abi {
     pub const QP_ATTR_QP_STATE: u64 = 0;
     /// `offsetof(struct ibv_async_event, event_type)`.
     pub const ASYNC_EVENT_TYPE: u64 = 8;
+    /// `offsetof(struct ibv_qp_attr, port_num)` (a `uint8_t`).
+    pub const QP_ATTR_PORT_NUM: u64 = 129;
+    /// `offsetof(struct ibv_qp, context)`.
+    pub const QP_CONTEXT: u64 = 0;
+    /// `offsetof(struct ibv_context, device)`.
+    pub const CONTEXT_DEVICE: u64 = 0;
+    /// `offsetof(struct ibv_device, name)`.
+    pub const DEVICE_NAME: u64 = 24;
 }

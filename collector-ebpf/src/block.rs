@@ -391,7 +391,7 @@ pub fn block_io_done(ctx: TracePointContext) -> u32 {
         };
         let ikey = InflightKey { dev, op, sector };
         // SAFETY: the value is copied out before `done` removes the entry.
-        let Some(rec) = (unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied()) else {
+        let Some(rec) = unsafe { BLOCK_INFLIGHT.get(&ikey) }.copied() else {
             // Not counted: the end of a PREFLUSH/FUA sequence, whose request
             // was counted when its data completed (this tracepoint cannot
             // tell the two apart; the kernel counts one of them), or a

@@ -15,9 +15,15 @@
 //! - `cuGraphLaunch(CUgraphExec, CUstream)`, `cuMemcpyAsync(CUdeviceptr dst,
 //!   CUdeviceptr src, size_t ByteCount, CUstream)`, `cuMemcpyHtoDAsync_v2(CUdeviceptr,
 //!   const void *, size_t, CUstream)`, `cuMemcpyDtoHAsync_v2(void *, CUdeviceptr,
-//!   size_t, CUstream)`, `cuMemFree_v2(CUdeviceptr)` → [`cuda_enter`], counted at entry.
+//!   size_t, CUstream)`, `cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
+//!   srcDevice, size_t ByteCount, CUstream)`, `cuMemcpyPeerAsync(CUdeviceptr dstDevice,
+//!   CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount,
+//!   CUstream hStream)`, `cuMemFree_v2(CUdeviceptr)` → [`cuda_enter`], counted at entry.
 //! - `cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t)`, `cuMemcpyDtoH_v2(void *,
-//!   CUdeviceptr, size_t)`, `cuStreamSynchronize(CUstream)`, `cuCtxSynchronize(void)`,
+//!   CUdeviceptr, size_t)`, `cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+//!   size_t ByteCount)`, `cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
+//!   CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)`,
+//!   `cuStreamSynchronize(CUstream)`, `cuCtxSynchronize(void)`,
 //!   `cuEventSynchronize(CUevent)`, `cuMemAlloc_v2(CUdeviceptr *, size_t)` →
 //!   [`cuda_enter`] + [`cuda_return`]: duration and `CUresult`.
 //! - `cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)` and
@@ -227,6 +233,8 @@ fn is_blocking(kind: u32) -> bool {
         call::MEMCPY_HTOD
             | call::MEMCPY_DTOH
             | call::MEMCPY
+            | call::MEMCPY_DTOD
+            | call::MEMCPY_PEER
             | call::STREAM_SYNC
             | call::CTX_SYNC
             | call::EVENT_SYNC
@@ -528,16 +536,43 @@ pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// The first six integer arguments of the probed call (x86-64: `rdi`,
+/// `rsi`, `rdx`, `rcx`, `r8`, `r9`), each read once with a volatile load,
+/// whatever the kind. [`cuda_enter`] wants a different argument per kind;
+/// loads made only on the kind's branch are merged by the compiler into one
+/// load from a computed offset into the context, which the verifier refuses
+/// ("dereference of modified ctx ptr"). Six loads at constant offsets cost
+/// less than one map lookup.
 #[inline(always)]
-fn call_bytes(ctx: &ProbeContext, kind: u32) -> u64 {
+fn int_args(ctx: &ProbeContext) -> [u64; 6] {
+    let r = ctx.regs;
+    // SAFETY: `regs` is the probe's pt_regs, valid for the program's run.
+    unsafe {
+        [
+            core::ptr::read_volatile(&raw const (*r).rdi),
+            core::ptr::read_volatile(&raw const (*r).rsi),
+            core::ptr::read_volatile(&raw const (*r).rdx),
+            core::ptr::read_volatile(&raw const (*r).rcx),
+            core::ptr::read_volatile(&raw const (*r).r8),
+            core::ptr::read_volatile(&raw const (*r).r9),
+        ]
+    }
+}
+
+#[inline(always)]
+fn call_bytes(a: &[u64; 6], kind: u32) -> u64 {
     match kind {
         call::MEMCPY_HTOD
         | call::MEMCPY_DTOH
         | call::MEMCPY
         | call::MEMCPY_ASYNC
         | call::MEMCPY_HTOD_ASYNC
-        | call::MEMCPY_DTOH_ASYNC => ctx.arg(2).unwrap_or(0),
-        call::MEM_ALLOC => ctx.arg(1).unwrap_or(0),
+        | call::MEMCPY_DTOH_ASYNC
+        | call::MEMCPY_DTOD
+        | call::MEMCPY_DTOD_ASYNC => a[2],
+        // After the two (pointer, context) pairs.
+        call::MEMCPY_PEER | call::MEMCPY_PEER_ASYNC => a[4],
+        call::MEM_ALLOC => a[1],
         _ => 0,
     }
 }
@@ -548,7 +583,8 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     let kind = cookie(&ctx) as u32;
     let pid_tgid = bpf_get_current_pid_tgid();
     let device = current_device(pid_tgid as u32);
-    let bytes = call_bytes(&ctx, kind);
+    let a = int_args(&ctx);
+    let bytes = call_bytes(&a, kind);
     if is_blocking(kind) {
         let rec = InCall {
             start_ns: now_ns(),
@@ -570,10 +606,12 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     count_call((pid_tgid >> 32) as u32, device, kind, bytes, None, 0);
     if CUDA_EVENTS_PER_SEC.load() != 0 {
         let stream: u64 = match kind {
-            call::GRAPH_LAUNCH => ctx.arg(1).unwrap_or(0),
-            call::MEMCPY_ASYNC | call::MEMCPY_HTOD_ASYNC | call::MEMCPY_DTOH_ASYNC => {
-                ctx.arg(3).unwrap_or(0)
-            }
+            call::GRAPH_LAUNCH => a[1],
+            call::MEMCPY_ASYNC
+            | call::MEMCPY_HTOD_ASYNC
+            | call::MEMCPY_DTOH_ASYNC
+            | call::MEMCPY_DTOD_ASYNC => a[3],
+            call::MEMCPY_PEER_ASYNC => a[5],
             _ => 0,
         };
         let now = now_ns();

@@ -10,6 +10,9 @@
 // do not expose for the BPF target.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
+// aya-ebpf's map methods take `impl Borrow<K>`: keys are passed by reference
+// so that large keys are not copied again on the 512-byte BPF stack.
+#![allow(clippy::needless_borrows_for_generic_args)]
 
 mod block;
 mod block_btf;

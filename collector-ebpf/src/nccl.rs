@@ -24,7 +24,10 @@ use aya_ebpf::{
 };
 use collector_common::{
     cuda::HandleKey,
-    nccl::{datatype_size, init, layout, CommInfo, InInit, OpKey, OpStats, INIT_ALL_MAX},
+    nccl::{
+        datatype_size, init, layout, op, CommInfo, InInit, OpKey, OpStats, SeqRing, INIT_ALL_MAX,
+        SEQ_RING,
+    },
     stat,
 };
 
@@ -41,6 +44,10 @@ static NCCL_COMMS: HashMap<HandleKey, CommInfo> = HashMap::with_max_entries(1638
 /// Calls per (pid, op, communicator).
 #[map(name = "NCCL_OPS")]
 static NCCL_OPS: HashMap<OpKey, OpStats> = HashMap::with_max_entries(16384, 0);
+
+/// Collective issue times per (pid, communicator): [`SeqRing`].
+#[map(name = "NCCL_SEQ")]
+static NCCL_SEQ: HashMap<HandleKey, SeqRing> = HashMap::with_max_entries(16384, 0);
 
 /// Init calls between entry and return, per thread (`pid_tgid`).
 #[map(name = "NCCL_IN_INIT")]
@@ -261,5 +268,31 @@ pub fn nccl_call(ctx: ProbeContext) -> u32 {
         let _ = claim(&raw mut (*s).first_ns, now);
         (*s).last_ns = now;
     }
+    if op::is_collective(op) && comm != 0 {
+        stamp_seq(key.pid, comm, now);
+    }
     0
+}
+
+/// Records collective number `seq + 1` of (pid, comm) issued at `now`. NCCL
+/// requires a communicator's calls to be serialised by the application, so
+/// a plain read-modify-write per rank is exact.
+#[inline(always)]
+fn stamp_seq(pid: u32, comm: u64, now: u64) {
+    let key = HandleKey {
+        pid,
+        _pad: 0,
+        handle: comm,
+    };
+    let Some(r) = get_or_insert!(NCCL_SEQ, &key, &SeqRing::default()) else {
+        bump(stat::NCCL_MAP_FULL);
+        return;
+    };
+    // SAFETY: a valid map value pointer for the program's run; the index is
+    // masked into the array.
+    unsafe {
+        let n = (*r).seq + 1;
+        (*r).ts[(n as usize) & (SEQ_RING - 1)] = now;
+        (*r).seq = n;
+    }
 }

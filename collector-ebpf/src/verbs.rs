@@ -16,7 +16,9 @@
 //!   per (pid, QP); `ibv_qp.qp_num` at 52.
 //! - `int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)`
 //!   → [`verbs_modify_qp`]: with `IBV_QP_STATE` in the mask, `attr->qp_state`
-//!   (offset 0) counted per (pid, QP, state).
+//!   (offset 0) counted per (pid, QP, state); with `IBV_QP_PORT`,
+//!   `attr->port_num` (offset 129) and `qp->context->device->name` counted
+//!   per (pid, device, port): the HCA ports a process's QPs are bound to.
 //! - `int ibv_get_async_event(struct ibv_context *, struct ibv_async_event *event)`
 //!   → [`verbs_async_enter`] + [`verbs_async_return`]: `event->event_type` (offset 8).
 use aya_ebpf::{
@@ -29,8 +31,8 @@ use aya_ebpf::{
 use collector_common::{
     stat,
     verbs::{
-        abi, AsyncKey, PostKey, PostStats, QpStateKey, WcKey, WcStats, MAX_SGE_PER_WR,
-        MAX_WC_PER_POLL, MAX_WR_PER_POST,
+        abi, AsyncKey, PostKey, PostStats, QpPortKey, QpStateKey, WcKey, WcStats, DEV_NAME_LEN,
+        MAX_SGE_PER_WR, MAX_WC_PER_POLL, MAX_WR_PER_POST,
     },
 };
 
@@ -48,6 +50,9 @@ static VERBS_POST: HashMap<PostKey, PostStats> = HashMap::with_max_entries(16384
 #[map(name = "VERBS_QP_STATE")]
 static VERBS_QP_STATE: HashMap<QpStateKey, u64> = HashMap::with_max_entries(16384, 0);
 
+#[map(name = "VERBS_QP_PORT")]
+static VERBS_QP_PORT: HashMap<QpPortKey, u64> = HashMap::with_max_entries(4096, 0);
+
 #[map(name = "VERBS_ASYNC")]
 static VERBS_ASYNC: HashMap<AsyncKey, u64> = HashMap::with_max_entries(1024, 0);
 
@@ -58,6 +63,7 @@ static VERBS_IN_CALL: HashMap<[u64; 2], [u64; 2]> = HashMap::with_max_entries(65
 const SLOT_POLL: u64 = 0;
 const SLOT_ASYNC: u64 = 1;
 const IBV_QP_STATE: u64 = 1;
+const IBV_QP_PORT: u64 = 1 << 5;
 
 /// The `ibv_wc` fields faultline reads (offsets 8..32).
 #[repr(C)]
@@ -243,6 +249,9 @@ pub fn verbs_modify_qp(ctx: ProbeContext) -> u32 {
     let qp: u64 = ctx.arg(0).unwrap_or(0);
     let attr: u64 = ctx.arg(1).unwrap_or(0);
     let mask: u64 = ctx.arg(2).unwrap_or(0);
+    if mask & IBV_QP_PORT != 0 {
+        qp_port(qp, attr);
+    }
     if mask & IBV_QP_STATE == 0 {
         return 0;
     }
@@ -261,6 +270,40 @@ pub fn verbs_modify_qp(ctx: ProbeContext) -> u32 {
         None => bump(stat::VERBS_MAP_FULL),
     }
     0
+}
+
+/// Counts one QP bound to `attr->port_num` of `qp->context->device`.
+#[inline(always)]
+fn qp_port(qp: u64, attr: u64) {
+    // SAFETY (all reads): user pointers read through the checked helper.
+    let port =
+        unsafe { bpf_probe_read_user((attr + abi::QP_ATTR_PORT_NUM) as *const u8) }.unwrap_or(0);
+    let ctx = unsafe { bpf_probe_read_user((qp + abi::QP_CONTEXT) as *const u64) }.unwrap_or(0);
+    let dev = if ctx == 0 {
+        0
+    } else {
+        unsafe { bpf_probe_read_user((ctx + abi::CONTEXT_DEVICE) as *const u64) }.unwrap_or(0)
+    };
+    let mut k = QpPortKey {
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        port: u32::from(port),
+        dev: [0; DEV_NAME_LEN],
+    };
+    if dev != 0 {
+        // SAFETY: the buffer is DEV_NAME_LEN bytes; the helper NUL-terminates
+        // and zero-fills nothing past the string (the buffer starts zeroed).
+        unsafe {
+            generated::bpf_probe_read_user_str(
+                k.dev.as_mut_ptr().cast(),
+                DEV_NAME_LEN as u32,
+                (dev + abi::DEVICE_NAME) as *const core::ffi::c_void,
+            );
+        }
+    }
+    match get_or_insert!(VERBS_QP_PORT, &k, &0) {
+        Some(p) => add(p, 1),
+        None => bump(stat::VERBS_MAP_FULL),
+    }
 }
 
 /// uprobe: `ibv_get_async_event(context, event)`: remember `event`.

@@ -216,7 +216,7 @@ impl CudaSeries {
         }
         for (k, v) in snap.calls.iter().filter(|(k, _)| keep(k.pid)) {
             let (job, rank) = id(k.pid);
-            let bytes = if is_copy(k.kind) { v.bytes } else { 0 };
+            let bytes = if call::is_copy(k.kind) { v.bytes } else { 0 };
             add_call(
                 out.calls
                     .entry((job, rank, device_label(k.device), call::name(k.kind)))
@@ -330,22 +330,84 @@ fn add_waits(e: &mut CallStats, v: &CallStats) {
     }
 }
 
-fn is_copy(kind: u32) -> bool {
-    matches!(
-        kind,
-        call::MEMCPY_HTOD
-            | call::MEMCPY_DTOH
-            | call::MEMCPY
-            | call::MEMCPY_ASYNC
-            | call::MEMCPY_HTOD_ASYNC
-            | call::MEMCPY_DTOH_ASYNC
-    )
-}
-
 /// p50/p99 of a call's wait histogram, seconds.
 pub fn wait_quantiles(v: &CallStats) -> Option<(f64, f64)> {
     Some((
         quantile_ns(&v.hist, 0.5)? / 1e9,
         quantile_ns(&v.hist, 0.99)? / 1e9,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Device-to-device and peer copies are copy kinds of their own: their
+    /// bytes reach the console line, the `call`-labelled copy-bytes series
+    /// and the window row's (and so usage's) copy bytes.
+    #[test]
+    fn device_to_device_and_peer_copies_count_as_copies_of_their_own_kinds() {
+        let t0 = Instant::now();
+        let prev = CudaSnapshot::empty(t0);
+        let mut cur = CudaSnapshot::empty(t0 + Duration::from_secs(1));
+        for (kind, calls, bytes) in [
+            (call::MEMCPY_HTOD, 2, 8192),
+            (call::MEMCPY_DTOD, 3, 3 * 2500),
+            (call::MEMCPY_DTOD_ASYNC, 4, 4 * 2200),
+            (call::MEMCPY_PEER, 5, 5 * 1900),
+            (call::MEMCPY_PEER_ASYNC, 6, 6 * 1600),
+            (call::STREAM_SYNC, 7, 0),
+        ] {
+            let mut s = CallStats::ZERO;
+            s.calls = calls;
+            s.bytes = bytes;
+            let key = CallKey {
+                pid: 42,
+                device: 1,
+                kind,
+                _pad: 0,
+            };
+            cur.calls.insert(key, s);
+        }
+        let lines: Vec<String> = window_lines(&prev, &cur)
+            .into_iter()
+            .map(|l| l.text)
+            .collect();
+        for want in [
+            "cuda pid=42 gpu=1 call=cuMemcpyDtoD calls=3 bytes=7500",
+            "cuda pid=42 gpu=1 call=cuMemcpyDtoDAsync calls=4 bytes=8800",
+            "cuda pid=42 gpu=1 call=cuMemcpyPeer calls=5 bytes=9500",
+            "cuda pid=42 gpu=1 call=cuMemcpyPeerAsync calls=6 bytes=9600",
+        ] {
+            assert!(lines.iter().any(|l| l == want), "{want}: {lines:?}");
+        }
+
+        let text = render_prometheus(&cur, |_| ("j".into(), "0".into()));
+        for (c, calls, bytes) in [
+            ("cuMemcpyDtoD", 3, 7500),
+            ("cuMemcpyDtoDAsync", 4, 8800),
+            ("cuMemcpyPeer", 5, 9500),
+            ("cuMemcpyPeerAsync", 6, 9600),
+        ] {
+            let l = format!("job=\"j\",rank=\"0\",gpu=\"1\",call=\"{c}\"");
+            assert!(
+                text.contains(&format!("faultline_cuda_calls_total{{{l}}} {calls}\n")),
+                "{c}: {text}"
+            );
+            assert!(
+                text.contains(&format!("faultline_cuda_copy_bytes_total{{{l}}} {bytes}\n")),
+                "{c}: {text}"
+            );
+        }
+
+        let dir = std::env::temp_dir().join(format!("faultline-cuda-rows-{}", std::process::id()));
+        let mut ids = crate::identity::IdentityCache::new(&dir, 8);
+        let rows = crate::window::cuda(&prev, &cur, &mut ids);
+        assert_eq!(rows.len(), 1);
+        // All copies, host and device alike; the sync is not a copy.
+        assert_eq!(rows[0].copy_bytes, 8192 + 7500 + 8800 + 9500 + 9600);
+        assert_eq!(rows[0].sync_calls, 7);
+    }
 }

@@ -1,5 +1,6 @@
 //! The HTTP endpoint for Prometheus scrapes and probes, served by axum
-//! (hyper): `GET /metrics`, `GET /healthz`, `GET /readyz`.
+//! (hyper): `GET /metrics` (gzip-compressed when the client accepts gzip,
+//! as Prometheus does), `GET /healthz`, `GET /readyz`.
 use std::{
     net::SocketAddr,
     sync::{
@@ -10,7 +11,8 @@ use std::{
 
 use axum::{
     extract::State,
-    http::{header, StatusCode},
+    http::{header, HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
     routing::get,
     Router,
 };
@@ -70,11 +72,8 @@ fn router(expo: Exposition) -> Router {
     Router::new()
         .route(
             "/metrics",
-            get(|State(e): State<Exposition>| async move {
-                (
-                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    e.render(),
-                )
+            get(|State(e): State<Exposition>, h: HeaderMap| async move {
+                metrics_response(&e.render(), &h)
             }),
         )
         .route("/healthz", get(|| async { "ok\n" }))
@@ -92,16 +91,99 @@ fn router(expo: Exposition) -> Router {
         .with_state(expo)
 }
 
-/// Binds `addr` and serves (axum on hyper) until the runtime stops.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4";
+
+/// The exposition, gzip-compressed when the request accepts gzip.
+fn metrics_response(text: &str, h: &HeaderMap) -> Response {
+    let gzip = h
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(accepts_gzip);
+    if gzip {
+        match gzip_bytes(text.as_bytes()) {
+            Ok(body) => {
+                return (
+                    [
+                        (header::CONTENT_TYPE, TEXT_FORMAT),
+                        (header::CONTENT_ENCODING, "gzip"),
+                        (header::VARY, "Accept-Encoding"),
+                    ],
+                    body,
+                )
+                    .into_response()
+            }
+            // Compressing into memory does not fail; if it did, the
+            // scrape still gets the plain text.
+            Err(e) => {
+                metrics::counter!("faultline_metrics_gzip_errors_total").increment(1);
+                tracing::warn!(error = %e, "gzip of /metrics failed: sent uncompressed");
+            }
+        }
+    }
+    (
+        [
+            (header::CONTENT_TYPE, TEXT_FORMAT),
+            (header::VARY, "Accept-Encoding"),
+        ],
+        text.to_string(),
+    )
+        .into_response()
+}
+
+/// Whether an `Accept-Encoding` value accepts gzip: `gzip`, `x-gzip` or
+/// `*` with a quality above 0 (RFC 9110 §12.5.3).
+fn accepts_gzip(value: &str) -> bool {
+    value.split(',').any(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let coding = parts.next().unwrap_or_default();
+        if !["gzip", "x-gzip", "*"]
+            .iter()
+            .any(|c| coding.eq_ignore_ascii_case(c))
+        {
+            return false;
+        }
+        let q = parts
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+            .map_or(Some(1.0), |(_, v)| v.trim().parse::<f32>().ok());
+        q.is_some_and(|q| q > 0.0)
+    })
+}
+
+fn gzip_bytes(b: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut enc =
+        flate2::write::GzEncoder::new(Vec::with_capacity(b.len() / 4), flate2::Compression::fast());
+    enc.write_all(b)?;
+    enc.finish()
+}
+
+/// Binds `addr` and serves (axum on hyper) until the runtime stops, within
+/// the default connection limits and timeouts of [`proto::listen`]
+/// (metrics label `listener="metrics"`).
 pub async fn serve(addr: SocketAddr, expo: Exposition) -> std::io::Result<SocketAddr> {
+    use tonic::codegen::Service as _;
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let app = router(expo);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the metrics endpoint stopped");
+    let handler = move |req| {
+        let mut app = app.clone();
+        async move {
+            match app.call(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
         }
-    });
+    };
+    let limits = proto::listen::HttpLimitsConfig::default();
+    tokio::spawn(proto::listen::serve_http1(
+        listener,
+        proto::listen::Listener::new("metrics", limits.limits(), 1),
+        limits.http(),
+        handler,
+        std::future::pending(),
+    ));
     Ok(local)
 }
 
@@ -161,5 +243,71 @@ mod tests {
         assert!(get("/readyz", true).await.starts_with("HTTP/1.1 200"));
         assert!(get("/healthz", false).await.ends_with("ok\n"));
         assert!(get("/other", false).await.starts_with("HTTP/1.1 404"));
+    }
+
+    /// One `/metrics` request with `accept` as its Accept-Encoding (none
+    /// for `None`): (lowercased head, body bytes).
+    async fn scrape(addr: SocketAddr, accept: Option<&str>) -> (String, Vec<u8>) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let extra = accept.map_or(String::new(), |a| format!("Accept-Encoding: {a}\r\n"));
+        s.write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&out[..split]).to_ascii_lowercase();
+        (head, out[split + 4..].to_vec())
+    }
+
+    #[tokio::test]
+    async fn metrics_are_gzipped_when_the_scraper_asks() {
+        use std::io::Read as _;
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .build_recorder()
+            .handle();
+        let expo = Exposition::new(handle);
+        let text: String = (0..2000)
+            .map(|i| format!("faultline_test_metric{{gpu=\"{i}\"}} {i}\n"))
+            .collect();
+        expo.set_section("x", text.clone());
+        let addr = serve("127.0.0.1:0".parse().unwrap(), expo).await.unwrap();
+
+        // Prometheus's header.
+        let (head, body) = scrape(addr, Some("gzip")).await;
+        assert!(head.contains("\r\ncontent-encoding: gzip"), "{head}");
+        assert!(head.contains("\r\nvary: accept-encoding"), "{head}");
+        let mut plain = String::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_string(&mut plain)
+            .unwrap();
+        assert_eq!(plain, text);
+        assert!(
+            body.len() * 4 < text.len(),
+            "{} compressed bytes for {}",
+            body.len(),
+            text.len()
+        );
+
+        for (accept, gzipped) in [
+            (None, false),
+            (Some("identity"), false),
+            (Some("gzip;q=0"), false),
+            (Some("deflate, GZIP;q=0.5"), true),
+            (Some("*"), true),
+        ] {
+            let (head, body) = scrape(addr, accept).await;
+            assert_eq!(
+                head.contains("content-encoding: gzip"),
+                gzipped,
+                "{accept:?}: {head}"
+            );
+            if !gzipped {
+                assert_eq!(String::from_utf8(body).unwrap(), text, "{accept:?}");
+            }
+        }
     }
 }

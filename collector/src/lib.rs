@@ -26,6 +26,8 @@ pub mod nccl_lib;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod otlp;
+#[cfg(feature = "nvml")]
+pub mod podresources;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;

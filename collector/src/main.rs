@@ -83,6 +83,27 @@ struct RunArgs {
     /// Path of libnvidia-ml.so.1 [nvml.library] (default: the system's).
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<std::path::PathBuf>,
+    /// The kubelet's pod-resources socket, for the GPU series' pod,
+    /// namespace and container labels; "" turns it off
+    /// [nvml.pod_resources_socket, default /var/lib/kubelet/pod-resources/kubelet.sock].
+    #[arg(long, value_name = "PATH")]
+    pod_resources_socket: Option<std::path::PathBuf>,
+    /// Read only the InfiniBand devices whose name matches this regular
+    /// expression, as node_exporter's flag of the same name [ib.device_include].
+    #[arg(
+        long,
+        value_name = "REGEX",
+        alias = "collector.infiniband.device-include"
+    )]
+    ib_device_include: Option<String>,
+    /// Skip the InfiniBand devices whose name matches this regular
+    /// expression, as node_exporter's flag of the same name [ib.device_exclude].
+    #[arg(
+        long,
+        value_name = "REGEX",
+        alias = "collector.infiniband.device-exclude"
+    )]
+    ib_device_exclude: Option<String>,
     /// Disable the verbs (RDMA) probes [verbs.enabled].
     #[arg(long)]
     no_verbs: bool,
@@ -204,6 +225,15 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     if args.nvml_library.is_some() {
         c.nvml.library = args.nvml_library.clone();
     }
+    if let Some(p) = &args.pod_resources_socket {
+        c.nvml.pod_resources_socket = p.clone();
+    }
+    // A flag replaces the file's pattern, include or exclude alike (the two
+    // are exclusive).
+    if args.ib_device_include.is_some() || args.ib_device_exclude.is_some() {
+        c.ib.device_include = args.ib_device_include.clone();
+        c.ib.device_exclude = args.ib_device_exclude.clone();
+    }
     if args.verbs_library.is_some() {
         c.verbs.library = args.verbs_library.clone();
     }
@@ -244,7 +274,7 @@ fn main() -> ExitCode {
     }
     init_tracing(&cfg.collector.log, &cfg.collector.log_format);
     if cli.once {
-        return once(&cfg.collector.sysfs_root);
+        return once(&cfg);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -271,7 +301,8 @@ fn main() -> ExitCode {
 
 /// `--once`: the InfiniBand ports in Prometheus text. A sysfs root that does
 /// not exist is an operator's typo, not a host without RDMA devices.
-fn once(sysfs_root: &std::path::Path) -> ExitCode {
+fn once(cfg: &FileConfig) -> ExitCode {
+    let sysfs_root = &cfg.collector.sysfs_root;
     if !sysfs_root.is_dir() {
         eprintln!(
             "faultline-collector: error: --sysfs-root {} is not a directory; give the directory that holds class/infiniband (default /sys)",
@@ -279,9 +310,15 @@ fn once(sysfs_root: &std::path::Path) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    match collector::ib::read_ports(sysfs_root) {
-        Ok(ports) => {
-            print!("{}", collector::ib::prom::render(&ports, None));
+    // Valid: `settings` checked the patterns.
+    let filter = collector::ib::DeviceFilter::new(
+        cfg.ib.device_include.as_deref(),
+        cfg.ib.device_exclude.as_deref(),
+    )
+    .unwrap_or_default();
+    match collector::ib::scan(sysfs_root, &filter) {
+        Ok(scan) => {
+            print!("{}", collector::ib::prom::render(&scan.ports, None));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -294,13 +331,16 @@ fn once(sysfs_root: &std::path::Path) -> ExitCode {
     }
 }
 
-/// Logs on stderr: colour codes only on a terminal, text or JSON.
+/// Logs on stderr, text or JSON: colour codes only on a terminal and when
+/// `NO_COLOR` is unset or empty.
 fn init_tracing(filter: &str, format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(vocab::term::colour(std::io::IsTerminal::is_terminal(
+            &std::io::stderr(),
+        )))
         .with_writer(std::io::stderr);
     // `try_init` also bridges the `log` records that aya-log emits.
     let _ = if format == "json" {

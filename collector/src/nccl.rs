@@ -13,9 +13,9 @@
 //!   time the CPU waits for the GPU, so it rises with a slow rank, a slow
 //!   link or a slow GPU alike; it is not a collective's duration.
 //! - bytes: count × datatype size as passed (per rank, not bus bytes).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, UNIQUE_ID_BYTES};
+use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, SeqRing, UNIQUE_ID_BYTES};
 use proto::v1 as pb;
 
 use crate::prom_text::{Kind, Text};
@@ -26,6 +26,8 @@ pub struct NcclMaps {
     /// (pid, `ncclComm_t`) → the communicator as that rank created it.
     pub comms: BTreeMap<(u32, u64), CommInfo>,
     pub ops: BTreeMap<OpKey, OpStats>,
+    /// (pid, `ncclComm_t`) → the latest collectives' issue times.
+    pub seqs: BTreeMap<(u32, u64), SeqRing>,
 }
 
 /// FNV-1a, 64 bits.
@@ -117,6 +119,8 @@ pub struct RankState {
     pub seq: u64,
     /// `CLOCK_MONOTONIC` ns of the latest collective (0: none).
     pub last_ns: u64,
+    /// The latest collectives' issue times (the probe's ring).
+    pub ring: Option<SeqRing>,
 }
 
 /// Every rank the maps know, by (pid, `ncclComm_t`); ops on handles that no
@@ -162,6 +166,40 @@ pub fn ranks(maps: &NcclMaps, host: &str) -> BTreeMap<(u32, u64), RankState> {
             r.last_ns = r.last_ns.max(v.last_ns);
         }
     }
+    for (k, ring) in &maps.seqs {
+        if let Some(r) = out.get_mut(k) {
+            r.ring = Some(*ring);
+        }
+    }
+    out
+}
+
+/// Each live rank's lag behind the first rank of its communicator on this
+/// host to issue the highest collective all of them have issued: (that
+/// sequence number, lag in seconds). Only communicators with two or more
+/// live ranks here whose issue times of that collective are all kept.
+pub fn lags(ranks: &BTreeMap<(u32, u64), RankState>) -> BTreeMap<(u32, u64), (u64, f64)> {
+    type Members<'a> = Vec<(&'a (u32, u64), &'a SeqRing)>;
+    let mut by_comm: BTreeMap<&str, Members<'_>> = BTreeMap::new();
+    for (k, r) in ranks {
+        if let (false, Some(ring)) = (r.ended, &r.ring) {
+            by_comm.entry(r.comm.as_str()).or_default().push((k, ring));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for members in by_comm.values().filter(|m| m.len() >= 2) {
+        let Some(n) = members.iter().map(|(_, g)| g.seq).min() else {
+            continue;
+        };
+        let issued: Option<Vec<u64>> = members.iter().map(|(_, g)| g.issued(n)).collect();
+        let Some(issued) = issued else { continue };
+        let Some(&first) = issued.iter().min() else {
+            continue;
+        };
+        for ((k, _), t) in members.iter().zip(issued) {
+            out.insert(**k, (n, (t - first) as f64 / 1e9));
+        }
+    }
     out
 }
 
@@ -193,6 +231,15 @@ pub fn realtime_offset_ns() -> i128 {
     now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
 }
 
+/// A rank's HCA ports: the `hca/port`s its process bound QPs to (verbs
+/// probes), else the HCAs `NCCL_IB_HCA` allows (whole HCAs), at most 8.
+pub fn rank_hcas(observed: Option<&BTreeSet<String>>, env: Vec<String>) -> Vec<String> {
+    match observed {
+        Some(o) if !o.is_empty() => o.iter().take(8).cloned().collect(),
+        _ => env.into_iter().take(8).collect(),
+    }
+}
+
 /// Who a process is: (job, rank) as identity knows it, and its HCAs.
 pub struct Who {
     pub job: String,
@@ -209,6 +256,7 @@ pub fn window_rows(
     mut who: impl FnMut(u32) -> Who,
 ) -> Vec<pb::NcclRank> {
     let mut out = Vec::new();
+    let lag = lags(cur);
     for (k, r) in cur {
         let p = prev.get(k);
         let ops: Vec<pb::NcclOpCount> = r
@@ -259,6 +307,8 @@ pub fn window_rows(
             interval_s,
             init: r.init.to_string(),
             ended: r.ended,
+            lag_seq: lag.get(k).map_or(0, |l| l.0),
+            lag_s: lag.get(k).map_or(0.0, |l| l.1),
         });
     }
     out

@@ -110,12 +110,7 @@ pub fn cuda(prev: &CudaSnapshot, cur: &CudaSnapshot, ids: &mut IdentityCache) ->
                 e.sync_calls += calls;
                 e.sync_wait_ns += v.dur_sum_ns.saturating_sub(p.map_or(0, |p| p.dur_sum_ns));
             }
-            call::MEMCPY_HTOD
-            | call::MEMCPY_DTOH
-            | call::MEMCPY
-            | call::MEMCPY_ASYNC
-            | call::MEMCPY_HTOD_ASYNC
-            | call::MEMCPY_DTOH_ASYNC => {
+            kind if call::is_copy(kind) => {
                 e.copy_bytes += v.bytes.saturating_sub(p.map_or(0, |p| p.bytes));
             }
             _ => {}

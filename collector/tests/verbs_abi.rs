@@ -4,7 +4,10 @@
 use std::mem::{offset_of, size_of};
 
 use collector_common::verbs::abi;
-use rdma_sys::{ibv_async_event, ibv_qp, ibv_qp_attr, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc};
+use rdma_sys::{
+    ibv_async_event, ibv_context, ibv_device, ibv_qp, ibv_qp_attr, ibv_recv_wr, ibv_send_wr,
+    ibv_sge, ibv_wc,
+};
 
 fn at(o: usize) -> u64 {
     o as u64
@@ -28,6 +31,14 @@ fn verbs_offsets_match_the_headers() {
     assert_eq!(at(offset_of!(ibv_sge, length)), abi::SGE_LENGTH);
     assert_eq!(at(offset_of!(ibv_qp, qp_num)), abi::QP_QP_NUM);
     assert_eq!(at(offset_of!(ibv_qp_attr, qp_state)), abi::QP_ATTR_QP_STATE);
+    // The HCA port of a QP: attr->port_num, qp->context->device->name.
+    assert_eq!(at(offset_of!(ibv_qp_attr, port_num)), abi::QP_ATTR_PORT_NUM);
+    assert_eq!(at(offset_of!(ibv_qp, context)), abi::QP_CONTEXT);
+    assert_eq!(at(offset_of!(ibv_context, device)), abi::CONTEXT_DEVICE);
+    assert_eq!(at(offset_of!(ibv_device, name)), abi::DEVICE_NAME);
+    // SAFETY: ibv_device is plain C data; all zeroes is a valid value.
+    let dev: ibv_device = unsafe { std::mem::zeroed() };
+    assert_eq!(dev.name.len(), collector_common::verbs::DEV_NAME_LEN);
     assert_eq!(
         at(offset_of!(ibv_async_event, event_type)),
         abi::ASYNC_EVENT_TYPE

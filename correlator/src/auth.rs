@@ -1,9 +1,11 @@
 //! Who is calling: the correlator serves with mTLS (client certificates
-//! signed by `--client-ca`), with bearer tokens over TLS (`--token-file`), or
-//! — only when asked with `--insecure` — plaintext without authentication.
-//! An interceptor layer authenticates every call of every service and puts
-//! the caller's [`Peer`] into the request; ingest then lets a peer send
-//! windows only for the host its certificate (DNS/IP SAN) or token names.
+//! signed by `--client-ca`), with bearer tokens over TLS (`--token-file`, or
+//! Kubernetes service-account tokens checked by the API server with
+//! `--token-review`, [`crate::kube`]), or — only when asked with
+//! `--insecure` — plaintext without authentication. One layer
+//! ([`AuthLayer`]) authenticates every call of every service and puts the
+//! caller's [`Peer`] into the request; ingest then lets a peer send windows
+//! only for the host its certificate (DNS/IP SAN) or token names.
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
@@ -13,9 +15,15 @@ use std::{
 
 use rustls_pki_types::{CertificateDer, ServerName};
 use tonic::{
-    transport::{Certificate, Identity, ServerTlsConfig},
+    codegen::http,
+    transport::{
+        server::{TcpConnectInfo, TlsConnectInfo},
+        Certificate, Identity, ServerTlsConfig,
+    },
     Request, Status,
 };
+
+use crate::kube::{Refusal, Reviewer, TokenReviewArgs};
 
 /// `serve`'s security flags.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -34,40 +42,58 @@ pub struct ServeSecurity {
     /// presenting TOKEN may send windows for HOST only. Needs TLS.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub token_review: TokenReviewArgs,
     /// Serve plaintext without any authentication: anyone who can connect
     /// can send windows for any host and read all incidents.
-    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "client_ca", "token_file"])]
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "client_ca", "token_file", "token_review"])]
     pub insecure: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    #[error("serve needs authentication: --tls-cert/--tls-key with --client-ca (mTLS) or --token-file, or an explicit --insecure (docs/security.md)")]
+    #[error("serve needs authentication: --tls-cert/--tls-key with --client-ca (mTLS), --token-file or --token-review, or an explicit --insecure (docs/security.md)")]
     NoMode,
-    #[error("--tls-cert alone authenticates nobody: add --client-ca (mTLS) and/or --token-file, or use --insecure")]
+    #[error("--tls-cert alone authenticates nobody: add --client-ca (mTLS), --token-file and/or --token-review, or use --insecure")]
     NoClientAuth,
+    #[error(transparent)]
+    Kube(#[from] crate::kube::KubeError),
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Pem(#[from] proto::client_tls::TlsError),
     #[error("{path} line {line}: expected `HOST TOKEN`")]
     TokenLine { path: PathBuf, line: usize },
+    #[error("{path} line {line}: this token is already on line {first} (for {first_host:?}): every host needs its own token")]
+    DuplicateToken {
+        path: PathBuf,
+        line: usize,
+        first: usize,
+        first_host: String,
+    },
     #[error("{path}: no tokens")]
     NoTokens { path: PathBuf },
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, AuthError> {
-    std::fs::read(path).map_err(|source| AuthError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
+/// A `--token-file`, read within [`TOKEN_FILE_MAX`](proto::bounded_read::TOKEN_FILE_MAX).
+fn read_tokens(path: &Path) -> Result<String, AuthError> {
+    proto::bounded_read::read_to_string(path, proto::bounded_read::TOKEN_FILE_MAX).map_err(
+        |source| AuthError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+    )
 }
 
-/// Token → host, from a `--token-file`.
+/// Token → host, from a `--token-file`. A token listed twice is an error:
+/// it would silently bind to whichever host came last.
 pub fn parse_tokens(path: &Path, text: &str) -> Result<HashMap<String, String>, AuthError> {
     let mut tokens = HashMap::new();
+    let mut line_of: HashMap<String, usize> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -76,7 +102,15 @@ pub fn parse_tokens(path: &Path, text: &str) -> Result<HashMap<String, String>, 
         let mut f = line.split_whitespace();
         match (f.next(), f.next(), f.next()) {
             (Some(host), Some(token), None) => {
-                tokens.insert(token.to_string(), host.to_string());
+                if let Some(first_host) = tokens.insert(token.to_string(), host.to_string()) {
+                    return Err(AuthError::DuplicateToken {
+                        path: path.to_path_buf(),
+                        line: i + 1,
+                        first: line_of.get(token).copied().unwrap_or(0),
+                        first_host,
+                    });
+                }
+                line_of.insert(token.to_string(), i + 1);
             }
             _ => {
                 return Err(AuthError::TokenLine {
@@ -110,27 +144,38 @@ impl ServeSecurity {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             return Err(AuthError::NoMode);
         };
-        if self.client_ca.is_none() && self.token_file.is_none() {
+        let review = self.token_review.token_review;
+        if self.client_ca.is_none() && self.token_file.is_none() && !review {
             return Err(AuthError::NoClientAuth);
         }
+        use proto::client_tls::{read_certificates, read_private_key};
         let mut tls = ServerTlsConfig::new()
-            .identity(Identity::from_pem(read(cert)?, read(key)?))
+            .identity(Identity::from_pem(
+                read_certificates(cert)?,
+                read_private_key(key)?,
+            ))
             .timeout(TLS_HANDSHAKE_TIMEOUT);
         if let Some(ca) = &self.client_ca {
             tls = tls
-                .client_ca_root(Certificate::from_pem(read(ca)?))
+                .client_ca_root(Certificate::from_pem(read_certificates(ca)?))
                 // With tokens too, a caller may come with a token instead.
-                .client_auth_optional(self.token_file.is_some());
+                .client_auth_optional(self.token_file.is_some() || review);
         }
         let tokens = match &self.token_file {
-            Some(p) => parse_tokens(p, &String::from_utf8_lossy(&read(p)?))?,
+            Some(p) => parse_tokens(p, &read_tokens(p)?)?,
             None => HashMap::new(),
+        };
+        let reviewer = if review {
+            Some(Arc::new(Reviewer::new(&self.token_review)?))
+        } else {
+            None
         };
         Ok((
             Some(tls),
             Auth {
                 insecure: false,
                 tokens: Arc::new(tokens),
+                reviewer,
             },
         ))
     }
@@ -184,11 +229,38 @@ impl Peer {
     }
 }
 
-/// The interceptor that authenticates every call.
+/// What a request presents: the `authorization: Bearer` token (empty when
+/// the header is malformed) and the TLS client certificates.
+#[derive(Debug, Default)]
+pub struct Credentials {
+    pub bearer: Option<String>,
+    pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl Credentials {
+    pub fn of<B>(req: &http::Request<B>) -> Self {
+        Self {
+            bearer: req.headers().get("authorization").map(|h| {
+                h.to_str()
+                    .ok()
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .unwrap_or("")
+                    .to_string()
+            }),
+            certs: req
+                .extensions()
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(TlsConnectInfo::peer_certs),
+        }
+    }
+}
+
+/// Authenticates every call (see [`AuthLayer`]).
 #[derive(Clone, Debug)]
 pub struct Auth {
     insecure: bool,
     tokens: Arc<HashMap<String, String>>,
+    reviewer: Option<Arc<Reviewer>>,
 }
 
 impl Auth {
@@ -196,29 +268,40 @@ impl Auth {
         Self {
             insecure: true,
             tokens: Arc::new(HashMap::new()),
+            reviewer: None,
         }
     }
 
-    fn identify<T>(&self, req: &Request<T>) -> Result<Peer, Status> {
+    /// The caller: its bearer token (from `--token-file`, or reviewed by
+    /// the API server), else its verified client certificate.
+    pub async fn identify(&self, c: Credentials) -> Result<Peer, Status> {
         if self.insecure {
             return Ok(Peer::Anyone);
         }
-        if let Some(h) = req.metadata().get("authorization") {
-            let token = h
-                .to_str()
-                .ok()
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            return match self.tokens.get(token) {
-                Some(host) => Ok(Peer::Token(host.clone())),
-                None => Err(refused("unknown bearer token")),
+        if let Some(token) = c.bearer {
+            let token = token.as_str();
+            if let Some(host) = self.tokens.get(token) {
+                return Ok(Peer::Token(host.clone()));
+            }
+            return match &self.reviewer {
+                Some(r) if !token.is_empty() => match r.node_of(token).await {
+                    Ok(node) => Ok(Peer::Token(node)),
+                    Err(Refusal::Refused(why)) => Err(refused(&why)),
+                    Err(Refusal::Unavailable(why)) => Err(Status::unavailable(why)),
+                },
+                _ => Err(refused("unknown bearer token")),
             };
         }
         // The TLS layer verified the chain against --client-ca.
-        match req.peer_certs().as_ref().and_then(|c| c.first()) {
+        match c.certs.as_ref().and_then(|c| c.first()) {
             Some(c) => Ok(Peer::Cert(Arc::new(c.clone().into_owned()))),
             None => Err(refused("no client certificate and no bearer token")),
         }
+    }
+
+    /// The layer for `tonic::transport::Server::layer`.
+    pub fn layer(self) -> AuthLayer {
+        AuthLayer(self)
     }
 }
 
@@ -229,11 +312,67 @@ fn refused(why: &str) -> Status {
     ))
 }
 
-impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        let peer = self.identify(&req)?;
-        req.extensions_mut().insert(peer);
-        Ok(req)
+/// A tower layer that authenticates every call before any service sees it
+/// (an async one: a token review waits on the API server): the caller's
+/// [`Peer`] goes into the request, a refusal is answered at once.
+#[derive(Clone, Debug)]
+pub struct AuthLayer(Auth);
+
+impl<S> tower_layer::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> AuthService<S> {
+        AuthService {
+            inner,
+            auth: self.0.clone(),
+        }
+    }
+}
+
+/// See [`AuthLayer`].
+#[derive(Clone, Debug)]
+pub struct AuthService<S> {
+    inner: S,
+    auth: Auth,
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S, B> tonic::codegen::Service<http::Request<B>> for AuthService<S>
+where
+    S: tonic::codegen::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        // The clone that was made ready is the one to call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let auth = self.auth.clone();
+        let creds = Credentials::of(&req);
+        Box::pin(async move {
+            match auth.identify(creds).await {
+                Ok(peer) => {
+                    req.extensions_mut().insert(peer);
+                    inner.call(req).await
+                }
+                Err(status) => Ok(status.into_http()),
+            }
+        })
     }
 }
 
@@ -259,6 +398,24 @@ mod tests {
             parse_tokens(p, "# only\n"),
             Err(AuthError::NoTokens { .. })
         ));
+    }
+
+    #[test]
+    fn a_token_listed_twice_is_refused_not_bound_to_the_last_host() {
+        let e = parse_tokens(Path::new("t"), "n1 same\nn2 other\nn3 same\n").unwrap_err();
+        assert!(
+            matches!(&e, AuthError::DuplicateToken { line: 3, first: 1, first_host, .. } if first_host == "n1"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "t line 3: this token is already on line 1 (for \"n1\"): every host needs its own token"
+        );
+        // Two tokens for one host (a rotation) are fine.
+        assert_eq!(
+            parse_tokens(Path::new("t"), "n1 a\nn1 b\n").unwrap().len(),
+            2
+        );
     }
 
     #[test]

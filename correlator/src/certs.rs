@@ -1,7 +1,9 @@
 //! `faultline-correlator certs`: a test PKI for mTLS — a CA, the
 //! correlator's server certificate and one client certificate per host
 //! (its DNS name is the hostname the collector reports), plus subscriber
-//! certificates. For production, use the site's CA (docs/security.md).
+//! certificates, which name no host (no subject alternative name at all: a
+//! subscriber can read incidents but never send windows, whatever its name).
+//! For production, use the site's CA (docs/security.md).
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -42,6 +44,8 @@ pub enum CertsError {
     },
     #[error("{name:?} is not a usable file name for a certificate")]
     BadName { name: String },
+    #[error("{name:?} is both a --host and a --subscriber: a subscriber's certificate must not be a host's")]
+    SubscriberIsHost { name: String },
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), CertsError> {
@@ -79,6 +83,9 @@ fn params(cn: &str, sans: &[String]) -> Result<CertificateParams, CertsError> {
 
 /// Writes the PKI; returns the files written.
 pub fn write_pki(args: &CertsArgs) -> Result<Vec<PathBuf>, CertsError> {
+    if let Some(s) = args.subscribers.iter().find(|s| args.hosts.contains(s)) {
+        return Err(CertsError::SubscriberIsHost { name: s.clone() });
+    }
     std::fs::create_dir_all(&args.out).map_err(|source| CertsError::Write {
         path: args.out.clone(),
         source,
@@ -114,12 +121,36 @@ pub fn write_pki(args: &CertsArgs) -> Result<Vec<PathBuf>, CertsError> {
         &args.server_names,
         ExtendedKeyUsagePurpose::ServerAuth,
     )?;
-    for h in args.hosts.iter().chain(&args.subscribers) {
+    for h in &args.hosts {
         leaf(
             h,
             std::slice::from_ref(h),
             ExtendedKeyUsagePurpose::ClientAuth,
         )?;
     }
+    for s in &args.subscribers {
+        // No DNS or IP name: it cannot speak for any host.
+        leaf(s, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
+    }
     Ok(written)
+}
+
+/// The correlator's own server certificate in `dir` (`server.pem`,
+/// `server.key`, `ca.pem`): reused when all three are there, else a new CA
+/// and a server certificate for `names` are written (remove the directory
+/// to issue new ones). Whether it wrote them.
+pub fn ensure_server_pki(dir: &Path, names: &[String]) -> Result<bool, CertsError> {
+    if ["server.pem", "server.key", "ca.pem"]
+        .iter()
+        .all(|f| dir.join(f).is_file())
+    {
+        return Ok(false);
+    }
+    write_pki(&CertsArgs {
+        out: dir.to_path_buf(),
+        server_names: names.to_vec(),
+        hosts: Vec::new(),
+        subscribers: Vec::new(),
+    })?;
+    Ok(true)
 }

@@ -18,6 +18,12 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Peer;
 
+mod seq;
+use seq::{Budget, Seq, Verdict};
+
+/// The largest window `serve` decodes (gRPC message limit, bytes).
+pub const MAX_WINDOW_BYTES: usize = 16 << 20;
+
 #[derive(Debug, Default)]
 pub struct Counters {
     pub accepted: u64,
@@ -25,8 +31,8 @@ pub struct Counters {
     /// Windows never received, from sequence gaps (saturating, bounded by
     /// `max_seq_jump` per window).
     pub missing: u64,
-    /// Windows refused, by reason (`seq_jump`, `clock_future`, `clock_past`,
-    /// `host_cap`, `rate`).
+    /// Windows refused, by reason (`seq_jump`, `seq_budget`, `clock_future`,
+    /// `clock_past`, `host_cap`, `rate`).
     pub rejected: std::collections::BTreeMap<&'static str, u64>,
     /// Windows refused because the ingest log could not be written.
     pub log_errors: u64,
@@ -43,6 +49,9 @@ pub struct IngestLimits {
     /// A window may be at most this many sequence numbers past its origin's
     /// last one.
     pub max_seq_jump: u64,
+    /// Sequence numbers an origin may skip per minute of wall-clock time,
+    /// accumulating up to `max_seq_jump` (0 = no budget).
+    pub max_seq_skip_per_min: u64,
     /// A window ending more than this far ahead of the correlator's clock is
     /// refused (0 = no check).
     pub max_future_s: f64,
@@ -65,12 +74,21 @@ impl Default for IngestLimits {
 
 impl IngestLimits {
     /// For simulated or recorded clocks (the in-process simulator, replay):
-    /// the same bounds without the clock checks.
+    /// the same bounds without the clock checks (and without the skip
+    /// budget, which is wall-clock time too).
     pub fn without_clock() -> Self {
         Self {
             max_future_s: 0.0,
             max_past_s: 0.0,
+            max_seq_skip_per_min: 0,
             ..Self::default()
+        }
+    }
+
+    fn budget(&self) -> Budget {
+        Budget {
+            max_jump: self.max_seq_jump,
+            per_min: self.max_seq_skip_per_min,
         }
     }
 }
@@ -78,8 +96,8 @@ impl IngestLimits {
 /// One host's ingest state.
 #[derive(Debug)]
 struct Host {
-    /// Instance → (boot, last sequence, when last seen).
-    origins: HashMap<(String, String), (u64, std::time::Instant)>,
+    /// (instance, boot) → its sequence.
+    origins: HashMap<(String, String), Seq>,
     /// Token bucket of the per-host rate limit, and its last refill.
     tokens: f64,
     refilled: std::time::Instant,
@@ -204,7 +222,7 @@ impl IngestState {
             .hosts
             .get(&o.hostname)
             .and_then(|h| h.origins.get(&(o.instance.clone(), o.boot_id.clone())))
-            .map_or(0, |(s, _)| *s)
+            .map_or(0, |s| s.last)
     }
 
     pub fn counters(&self) -> (u64, u64, u64) {
@@ -260,8 +278,19 @@ impl IngestState {
             ))));
         }
         if lim.max_past_s > 0.0 && (-skew_ms) as f64 > lim.max_past_s * 1000.0 {
-            return Err(reject(c, "clock_past", Status::out_of_range(format!(
-                "window of {} ends {:.0} s before the correlator's clock (limit {} s): too old to judge, or the host's clock is wrong",
+            // Refused for good (the correlator's clock only moves on): the
+            // collector drops it, and every window ending before the
+            // horizon, from its spool instead of resending them forever.
+            let horizon_ms = w.end_unix_ms.saturating_sub(skew_ms);
+            let refusal = proto::v1::Refusal {
+                instance: o.instance.clone(),
+                seq: w.seq,
+                reason: "clock_past".into(),
+                permanent: true,
+                min_end_unix_ms: horizon_ms.saturating_sub((lim.max_past_s * 1000.0) as i64),
+            };
+            return Err(reject(c, "clock_past", refusal.into_status(tonic::Code::OutOfRange, format!(
+                "window of {} ends {:.0} s before the correlator's clock (limit {} s): too old to judge, or the host's clock is wrong; refused for good",
                 o.hostname, -skew_ms as f64 / 1000.0, lim.max_past_s
             ))));
         }
@@ -278,21 +307,39 @@ impl IngestState {
             seen: now,
         });
         let okey = (o.instance.clone(), o.boot_id.clone());
-        let last = host.origins.get(&okey).map(|(s, _)| *s);
-        let bound = match last {
-            Some(l) => l.saturating_add(lim.max_seq_jump),
-            None => MAX_SEQ,
+        let origin = host.origins.get(&okey);
+        let last = origin.map(|s| s.last);
+        let verdict = match origin {
+            Some(s) => s.judge(w.seq, now, lim.budget()),
+            None if w.seq > MAX_SEQ => Verdict::TooFar,
+            None => Verdict::Next { skipped: 0 },
         };
-        if w.seq > bound {
-            let msg = format!(
-                "window seq {} of {}/{} jumps past {} (last {}, detect.limits.max_seq_jump {}): refused, never adopted",
-                w.seq, o.hostname, o.instance, bound, last.unwrap_or(0), lim.max_seq_jump
-            );
-            return Err(reject(
-                &mut g.counters,
-                "seq_jump",
-                Status::out_of_range(msg),
-            ));
+        match verdict {
+            Verdict::TooFar => {
+                let bound = last.map_or(MAX_SEQ, |l| l.saturating_add(lim.max_seq_jump));
+                let msg = format!(
+                    "window seq {} of {}/{} jumps past {} (last {}, detect.limits.max_seq_jump {}): refused, never adopted",
+                    w.seq, o.hostname, o.instance, bound, last.unwrap_or(0), lim.max_seq_jump
+                );
+                return Err(reject(
+                    &mut g.counters,
+                    "seq_jump",
+                    Status::out_of_range(msg),
+                ));
+            }
+            Verdict::OverBudget { skipped, allowed } => {
+                let msg = format!(
+                    "window seq {} of {}/{} skips {skipped} sequence numbers, over the {allowed} this origin may still skip \
+                     (detect.limits.max_seq_skip_per_min {}): refused, never adopted; resend later or in order",
+                    w.seq, o.hostname, o.instance, lim.max_seq_skip_per_min
+                );
+                return Err(reject(
+                    &mut g.counters,
+                    "seq_budget",
+                    Status::resource_exhausted(msg),
+                ));
+            }
+            Verdict::Next { .. } | Verdict::Late | Verdict::Duplicate => {}
         }
         if rate > 0 {
             let r = f64::from(rate);
@@ -312,10 +359,9 @@ impl IngestState {
             host.tokens -= 1.0;
         }
         host.seen = now;
-        let last = last.unwrap_or(0);
-        if w.seq <= last {
+        if verdict == Verdict::Duplicate {
             if let Some(e) = host.origins.get_mut(&okey) {
-                e.1 = now;
+                e.seen = now;
             }
             g.counters.duplicates += 1;
             return Ok(false);
@@ -338,16 +384,29 @@ impl IngestState {
                 tracing::info!("ingest log writable again");
             }
         }
-        if w.seq > last + 1 {
-            let missing = w.seq - last - 1;
-            g.counters.missing = g.counters.missing.saturating_add(missing);
-            tracing::warn!(
-                host = %o.hostname, instance = %o.instance, from = last + 1, to = w.seq - 1,
-                collector_dropped = w.dropped_before,
-                "windows missing from this collector"
-            );
+        let last = last.unwrap_or(0);
+        match verdict {
+            Verdict::Late => tracing::debug!(
+                host = %o.hostname, instance = %o.instance, seq = w.seq, last,
+                "late window fills a sequence gap"
+            ),
+            // A first window counts the numbers before it as missing too.
+            _ if w.seq > last + 1 => {
+                let missing = w.seq - last - 1;
+                g.counters.missing = g.counters.missing.saturating_add(missing);
+                tracing::warn!(
+                    host = %o.hostname, instance = %o.instance, from = last + 1, to = w.seq - 1,
+                    collector_dropped = w.dropped_before,
+                    "windows missing from this collector"
+                );
+            }
+            _ => {}
         }
-        g.set_seq(&o.hostname, okey, w.seq, now);
+        let budget = lim.budget();
+        g.set_seq(&o.hostname, okey, now, |s| match s {
+            Some(s) => s.accept(w.seq, verdict, now, budget),
+            None => *s = Some(Seq::new(w.seq, now, budget)),
+        });
         g.counters.accepted += 1;
         Ok(true)
     }
@@ -360,23 +419,29 @@ impl Inner {
             return;
         }
         let key = (instance.to_string(), boot.to_string());
-        let seq = self
-            .hosts
-            .get(host)
-            .and_then(|h| h.origins.get(&key))
-            .map_or(seq, |(s, _)| (*s).max(seq));
         self.hosts.entry(host.to_string()).or_insert_with(|| Host {
             origins: HashMap::new(),
             tokens: 0.0,
             refilled: now,
             seen: now,
         });
-        self.set_seq(host, key, seq, now);
+        let budget = self.limits.budget();
+        self.set_seq(host, key, now, |s| match s {
+            Some(s) => s.restore(seq, now),
+            None => *s = Some(Seq::new(seq, now, budget)),
+        });
     }
 
-    /// Records an origin's sequence; past `max_origins_per_host` the host's
-    /// least recently seen origin is forgotten (counted).
-    fn set_seq(&mut self, host: &str, key: (String, String), seq: u64, now: std::time::Instant) {
+    /// Updates (or, given `None`, creates) an origin's sequence; past
+    /// `max_origins_per_host` the host's least recently seen origin is
+    /// forgotten (counted).
+    fn set_seq(
+        &mut self,
+        host: &str,
+        key: (String, String),
+        now: std::time::Instant,
+        update: impl FnOnce(&mut Option<Seq>),
+    ) {
         let cap = self.limits.max_origins_per_host.max(1);
         let Some(h) = self.hosts.get_mut(host) else {
             return;
@@ -385,7 +450,7 @@ impl Inner {
             if let Some(old) = h
                 .origins
                 .iter()
-                .min_by_key(|(_, (_, seen))| *seen)
+                .min_by_key(|(_, s)| s.seen)
                 .map(|(k, _)| k.clone())
             {
                 h.origins.remove(&old);
@@ -393,7 +458,12 @@ impl Inner {
                     .increment(1);
             }
         }
-        h.origins.insert(key, (seq, now));
+        let mut s = h.origins.remove(&key);
+        update(&mut s);
+        if let Some(mut s) = s {
+            s.seen = now;
+            h.origins.insert(key, s);
+        }
     }
 
     /// Forgets hosts silent for `idle_forget_s` (at most every 10 s).

@@ -41,7 +41,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
         #[command(flatten)]
-        security: correlator::auth::ServeSecurity,
+        security: Box<correlator::auth::ServeSecurity>,
         /// Serve Prometheus metrics (refusals, drops, forgotten state;
         /// docs/metrics.md) on this address; unset = none.
         #[arg(long, value_name = "ADDR")]
@@ -120,6 +120,27 @@ enum Command {
     },
     /// Write a test PKI for mTLS (CA, server and per-host client certificates).
     Certs(correlator::certs::CertsArgs),
+    /// Kubernetes init step of the correlator (deploy/kubernetes): its TLS
+    /// server certificate in DIR (made once: a CA and a certificate for
+    /// --server-name), and that CA published as `ca.crt` of a ConfigMap the
+    /// collectors mount to verify the correlator.
+    KubeTls {
+        /// Directory of `server.pem`, `server.key` and `ca.pem` (on the
+        /// correlator's volume, so they survive restarts).
+        #[arg(long, value_name = "DIR")]
+        dir: std::path::PathBuf,
+        /// DNS names (or IPs) of the server certificate, repeatable.
+        #[arg(long = "server-name", required = true)]
+        server_names: Vec<String>,
+        /// The ConfigMap that receives `ca.crt`.
+        #[arg(long, value_name = "NAME", default_value = "faultline-correlator-ca")]
+        configmap: String,
+        /// Its namespace (default: this pod's).
+        #[arg(long, value_name = "NAMESPACE")]
+        namespace: Option<String>,
+        #[command(flatten)]
+        api: correlator::kube::ApiArgs,
+    },
     /// Check a config file and print the effective settings (defaults filled in) as TOML.
     CheckConfig { file: std::path::PathBuf },
     /// Subscribe to a running correlator and print candidate updates live.
@@ -139,6 +160,10 @@ enum Command {
         /// Only candidates at least this confident (resolutions always pass).
         #[arg(long, default_value_t = 0.0)]
         min_confidence: f64,
+        /// Print the incidents open now first, then the live updates
+        /// (nothing missed between the two).
+        #[arg(long)]
+        with_open: bool,
         /// One JSON object per line instead of human-readable lines.
         #[arg(long)]
         json: bool,
@@ -184,6 +209,9 @@ impl HistoryArgs {
         )?)
     }
 }
+
+/// Largest `--topology` file read (~1M links of three endpoints).
+const MAX_TOPOLOGY_BYTES: u64 = 64 << 20;
 
 /// Detection settings from `--config`, defaults without one.
 fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::DetectConfig> {
@@ -265,7 +293,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
             let map = match &topology {
                 Some(p) => {
-                    let text = std::fs::read_to_string(p)
+                    let text = proto::bounded_read::read_to_string(p, MAX_TOPOLOGY_BYTES)
                         .with_context(|| format!("reading the topology {}", p.display()))?;
                     let map = correlator::engine::ib::parse_topology(&text)
                         .map_err(|e| anyhow::anyhow!("topology {}: {e}", p.display()))?;
@@ -275,6 +303,13 @@ async fn run(cli: Cli) -> Result<()> {
                 None => std::collections::HashMap::new(),
             };
             let mut engine = correlator::engine::Engine::new(&cfg, map);
+            if cfg.limits.max_future_s > 0.0 {
+                // Windows on real clocks: liveness is judged on arrival time
+                // too, so one host's clock cannot move everyone's deadlines.
+                engine
+                    .node
+                    .set_arrival_clock(correlator::engine::node::wall_ms);
+            }
             let opened = match &history_cfg.path {
                 Some(p) => {
                     let o = correlator::history::open(p, &history_cfg, &mut engine)?;
@@ -294,7 +329,7 @@ async fn run(cli: Cli) -> Result<()> {
             // on `--metrics-addr` alone and on the web UI's `/metrics`.
             let _ = correlator::telemetry::handle();
             if let Some(addr) = metrics_addr {
-                correlator::web::serve_metrics(addr, state.clone()).await?;
+                correlator::web::serve_metrics(addr, state.clone(), &file.web.limits).await?;
             }
             let _engine = correlator::subscribe::spawn_engine_with(
                 engine,
@@ -312,7 +347,8 @@ async fn run(cli: Cli) -> Result<()> {
                     open: open.clone(),
                     ingest: Some(state.clone()),
                 };
-                correlator::web::serve(addr, app, std::future::pending()).await?;
+                correlator::web::serve_limited(addr, app, &file.web.limits, std::future::pending())
+                    .await?;
                 tracing::info!("web UI on http://{addr}/");
             }
             if !am.url.is_empty() {
@@ -329,23 +365,27 @@ async fn run(cli: Cli) -> Result<()> {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("binding {listen}"))?;
+            let grpc = correlator::conn::grpc(cfg.limits.conn());
             server
                 .max_concurrent_streams(Some(cfg.limits.max_streams_per_connection))
                 .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
                 .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
-                .layer(tonic::service::InterceptorLayer::new(auth))
+                .layer(auth.layer())
+                // Inside the authentication: only authenticated streams keep
+                // a connection from being closed as idle.
+                .layer(correlator::conn::ActivityLayer(grpc.clone()))
                 .add_service(
                     IngestServer::new(ingest::IngestService {
                         state: state.clone(),
                         engine: Some(wtx),
                         max_windows_per_sec,
                     })
-                    .max_decoding_message_size(16 << 20),
+                    .max_decoding_message_size(ingest::MAX_WINDOW_BYTES),
                 )
                 .add_service(proto::v1::candidates_server::CandidatesServer::new(
                     correlator::subscribe::CandidatesService { updates: utx, open },
                 ))
-                .serve_with_incoming_shutdown(correlator::conn::incoming(listener, cfg.limits.conn()), async {
+                .serve_with_incoming_shutdown(correlator::conn::incoming(listener, grpc), async {
                     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
                     tokio::select! {
                         _ = tokio::signal::ctrl_c() => {}
@@ -367,6 +407,7 @@ async fn run(cli: Cli) -> Result<()> {
             host,
             job,
             min_confidence,
+            with_open,
             json,
             auth,
         } => {
@@ -385,6 +426,7 @@ async fn run(cli: Cli) -> Result<()> {
                     host,
                     job,
                     min_confidence,
+                    with_open,
                 })
                 .await
                 .context("subscribe")?
@@ -417,6 +459,44 @@ async fn run(cli: Cli) -> Result<()> {
             for p in correlator::certs::write_pki(&args)? {
                 println!("{}", p.display());
             }
+        }
+        Command::KubeTls {
+            dir,
+            server_names,
+            configmap,
+            namespace,
+            api,
+        } => {
+            let made = correlator::certs::ensure_server_pki(&dir, &server_names)?;
+            let ca = proto::client_tls::read_certificates(&dir.join("ca.pem"))?;
+            let namespace = match namespace {
+                Some(n) => n,
+                None => proto::bounded_read::read_to_string(
+                    std::path::Path::new(correlator::kube::NAMESPACE_FILE),
+                    4096,
+                )
+                .with_context(|| {
+                    format!(
+                        "reading this pod's namespace from {} (or give --namespace)",
+                        correlator::kube::NAMESPACE_FILE
+                    )
+                })?
+                .trim()
+                .to_string(),
+            };
+            let api = correlator::kube::Api::new(&api)?;
+            correlator::kube::publish_ca(
+                &api,
+                &namespace,
+                &configmap,
+                &String::from_utf8_lossy(&ca),
+            )
+            .await?;
+            println!(
+                "{} the server certificate in {}; its CA is ca.crt of ConfigMap {namespace}/{configmap}",
+                if made { "wrote" } else { "kept" },
+                dir.display()
+            );
         }
         Command::Incidents {
             db,

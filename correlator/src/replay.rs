@@ -1,10 +1,7 @@
 //! `faultline-correlator replay FILE.jsonl`: windows in the wire format as
 //! JSON, one per line (`docs/replay.md`), through the same ingest and
 //! detection code as live traffic; candidate updates out as JSON lines.
-use std::{
-    io::{BufRead as _, Write},
-    path::Path,
-};
+use std::{io::Write, path::Path};
 
 use proto::v1::Window;
 
@@ -55,6 +52,28 @@ pub fn parse_line(text: &str) -> Result<Window, String> {
     Ok(w)
 }
 
+/// Longest line read: a window is at most 16 MiB of protobuf on the wire
+/// (the ingest message limit), a few times that as JSON.
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// Reads the next line (without its newline) into `line`, at most
+/// [`MAX_LINE_BYTES`] + 1 bytes of it; false at the end of the input.
+fn read_line(r: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    use std::io::{BufRead as _, Read as _};
+    line.clear();
+    if r.by_ref()
+        .take(MAX_LINE_BYTES + 2)
+        .read_until(b'\n', line)?
+        == 0
+    {
+        return Ok(false);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    Ok(true)
+}
+
 /// Replays `path` into `engine`, writing updates to `out`.
 pub fn replay(
     path: &Path,
@@ -69,11 +88,25 @@ pub fn replay(
     })?;
     let state = IngestState::default();
     let mut stats = ReplayStats::default();
-    for (i, line) in std::io::BufReader::new(f).split(b'\n').enumerate() {
-        let line = line.map_err(|error| ReplayError::Io {
+    let mut reader = std::io::BufReader::new(f);
+    let mut line = Vec::new();
+    for i in 0.. {
+        if !read_line(&mut reader, &mut line).map_err(|error| ReplayError::Io {
             file: file.clone(),
             error,
-        })?;
+        })? {
+            break;
+        }
+        if line.len() as u64 > MAX_LINE_BYTES {
+            // Not skippable: the rest of such a "line" may never end (/dev/zero).
+            return Err(ReplayError::Invalid {
+                file,
+                line: i + 1,
+                message: format!(
+                    "longer than {MAX_LINE_BYTES} bytes without a newline: not a window log (one window per line)"
+                ),
+            });
+        }
         let parsed = match std::str::from_utf8(&line) {
             Ok(l) if l.trim().is_empty() || l.trim_start().starts_with('#') => continue,
             Ok(l) => parse_line(l),

@@ -52,11 +52,19 @@ fn describe() {
     );
     describe_counter!(
         "faultline_history_dropped_total",
-        "History messages dropped on a full writer queue (what: window or update)"
+        "History messages dropped: a full writer queue (what: window, usage, update) or past the disk-fault backlog bound (backlog)"
     );
     describe_counter!(
         "faultline_history_write_errors_total",
-        "History transactions that failed (their rows are lost)"
+        "History transactions that failed (their samples are lost; incident updates are retried on a disk fault)"
+    );
+    describe_gauge!(
+        "faultline_history_backlog_updates",
+        "Incident updates kept in memory for the disk to come back"
+    );
+    describe_counter!(
+        "faultline_history_reopened_total",
+        "History database found deleted or replaced while running, reopened and the open incidents re-written (reason)"
     );
     describe_counter!(
         "faultline_history_unbanded_total",
@@ -69,7 +77,7 @@ fn describe() {
     describe_gauge!(
         "faultline_history_bytes",
         Unit::Bytes,
-        "Bytes in use in the history database"
+        "Bytes the history database takes on disk: the file, its -wal and -shm"
     );
     describe_counter!(
         "faultline_auth_refused_total",
@@ -93,7 +101,15 @@ fn describe() {
     );
     describe_counter!(
         "faultline_connections_refused_total",
-        "Connections closed at accept over the limits or for a slow handshake (reason)"
+        "Connections closed at accept: a listener's connection cap or per-peer limit reached with every connection busy (listener, reason)"
+    );
+    describe_counter!(
+        "faultline_connections_closed_total",
+        "Connections a listener closed: slow handshake, head or body, idle, displaced at a cap, client not reading (listener, reason)"
+    );
+    describe_counter!(
+        "faultline_token_reviews_total",
+        "Kubernetes TokenReviews of bearer tokens (result: accepted, refused, error, busy)"
     );
     describe_counter!(
         "faultline_alerts_sent_total",

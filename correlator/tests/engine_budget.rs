@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use correlator::engine::{config::LimitsConfig, DetectConfig, Engine};
+use correlator::{
+    engine::{config::LimitsConfig, DetectConfig, Engine},
+    ingest::MAX_WINDOW_BYTES,
+};
 use proto::v1::{GpuSample, IbPort, StepTime, Window};
 
 const T0: i64 = 1_800_000_000_000;
@@ -125,6 +128,317 @@ fn a_window_with_60k_jobs_costs_little_and_delays_nothing() {
         "{:?}",
         ups.iter().map(|u| &u.kind).collect::<Vec<_>>()
     );
+}
+
+/// `w` with rows `row(0), row(1), …` appended to the repeated field `tag`
+/// (through `rows`) while the encoded window stays within the gRPC message
+/// limit `serve` decodes: the largest window of that row kind a host can send.
+fn fill<T: prost::Message>(
+    w: &mut Window,
+    tag: u32,
+    rows: fn(&mut Window) -> &mut Vec<T>,
+    row: impl Fn(u32) -> T,
+) -> usize {
+    let mut size = prost::Message::encoded_len(w);
+    for i in 0.. {
+        let r = row(i);
+        let len = prost::encoding::message::encoded_len(tag, &r);
+        if size + len > MAX_WINDOW_BYTES {
+            break;
+        }
+        size += len;
+        rows(w).push(r);
+    }
+    assert_eq!(prost::Message::encoded_len(w), size);
+    rows(w).len()
+}
+
+/// The largest window the message limit allows, of each row kind (rows
+/// small and distinct: the most of them, each a new job, rank, port or
+/// event), costs at most 1 s of engine CPU in a debug build, twice in a row
+/// (the second meets the state the first left); every kind is clipped to
+/// its cap (counted), and a real link going down on another host right
+/// after is raised at once. Before every row kind had a cap, 60,000 usage
+/// rows cost ~15 s (the interference detector scanned the window's rows
+/// once per series). Measured on the 2-core dev VM: at most ~0.2 s a window.
+#[test]
+fn the_largest_window_of_every_row_kind_costs_little() {
+    use proto::v1::{
+        BlockStat, CudaProc, Event, JobUsage, NcclPerf, NcclRank, VerbsCompletions, WorkloadSample,
+    };
+    type Build = fn(&mut Window) -> (usize, &'static str);
+    let kinds: [(&str, Build); 12] = [
+        ("ib_ports", |w| {
+            let n = fill(
+                w,
+                5,
+                |w| &mut w.ib_ports,
+                |i| IbPort {
+                    hca: format!("h{i}"),
+                    port: 1,
+                    state: 1,
+                    ..IbPort::default()
+                },
+            );
+            (n, "entities")
+        }),
+        ("gpus", |w| {
+            let n = fill(
+                w,
+                6,
+                |w| &mut w.gpus,
+                |i| GpuSample {
+                    index: i,
+                    lost: true,
+                    ..GpuSample::default()
+                },
+            );
+            (n, "entities")
+        }),
+        ("block", |w| {
+            let n = fill(
+                w,
+                7,
+                |w| &mut w.block,
+                |i| BlockStat {
+                    device: format!("d{i}"),
+                    requests: 1,
+                    latency_sum_ns: 1_000_000_000,
+                    ..BlockStat::default()
+                },
+            );
+            (n, "entities")
+        }),
+        ("cuda", |w| {
+            let n = fill(
+                w,
+                8,
+                |w| &mut w.cuda,
+                |i| CudaProc {
+                    pid: i,
+                    job: format!("j{}", i % 512),
+                    launches: 1,
+                    errors: 1,
+                    ..CudaProc::default()
+                },
+            );
+            (n, "cuda")
+        }),
+        ("verbs", |w| {
+            let n = fill(
+                w,
+                9,
+                |w| &mut w.verbs,
+                |i| VerbsCompletions {
+                    pid: i,
+                    qp: i,
+                    status: "err".into(),
+                    count: 1,
+                    job: format!("j{}", i % 512),
+                },
+            );
+            (n, "verbs")
+        }),
+        ("events", |w| {
+            let n = fill(
+                w,
+                10,
+                |w| &mut w.events,
+                |i| Event {
+                    kind: "gpu_xid".into(),
+                    entity: format!("evil/gpu{i}"),
+                    code: 79,
+                    ..Event::default()
+                },
+            );
+            (n, "events")
+        }),
+        ("foreign events", |w| {
+            let n = fill(
+                w,
+                10,
+                |w| &mut w.events,
+                |i| Event {
+                    kind: "gpu_xid".into(),
+                    entity: format!("real/gpu{i}"),
+                    code: 79,
+                    ..Event::default()
+                },
+            );
+            (n, "foreign")
+        }),
+        ("steps", |w| {
+            let n = fill(
+                w,
+                12,
+                |w| &mut w.steps,
+                |i| StepTime {
+                    job: format!("j{}", i % 512),
+                    rank: i,
+                    seconds: 1.0 + f64::from(i % 7),
+                    ..StepTime::default()
+                },
+            );
+            (n, "ranks")
+        }),
+        ("workload", |w| {
+            let n = fill(
+                w,
+                13,
+                |w| &mut w.workload,
+                |i| WorkloadSample {
+                    job: format!("j{}", i % 512),
+                    rank: i32::try_from(i).unwrap_or(0),
+                    signal: "ttft_seconds".into(),
+                    model: "m".into(),
+                    count: 1,
+                    sum: 0.1,
+                    ..WorkloadSample::default()
+                },
+            );
+            (n, "workload")
+        }),
+        ("nccl", |w| {
+            let n = fill(
+                w,
+                14,
+                |w| &mut w.nccl,
+                |i| NcclRank {
+                    comm: format!("{i:x}"),
+                    nranks: 8,
+                    rank: i32::try_from(i % 8).unwrap_or(0),
+                    pid: i,
+                    job: format!("j{}", i % 512),
+                    seq: 1,
+                    ..NcclRank::default()
+                },
+            );
+            (n, "ranks")
+        }),
+        ("nccl_perf", |w| {
+            let n = fill(
+                w,
+                15,
+                |w| &mut w.nccl_perf,
+                |i| NcclPerf {
+                    comm_name: format!("c{i}"),
+                    job: format!("j{}", i % 512),
+                    points: 1,
+                    exec_us: 1.0,
+                    ..NcclPerf::default()
+                },
+            );
+            (n, "nccl_perf")
+        }),
+        ("usage", |w| {
+            let n = fill(
+                w,
+                50,
+                |w| &mut w.usage,
+                |i| JobUsage {
+                    job: format!("j{}", i % 512),
+                    resource_kind: "gpu".into(),
+                    resource: (i / 512 % 8).to_string(),
+                    gpu_busy_seconds: 1.0,
+                    resource_util: 0.95,
+                    ..JobUsage::default()
+                },
+            );
+            (n, "usage")
+        }),
+    ];
+    let mut e = Engine::new(&DetectConfig::default(), Default::default());
+    let mut ups = e.ingest(&host_window("real", 1, T0));
+    for (seq, (kind, build)) in (1u64..).zip(kinds) {
+        let mut w = common::window("evil", 2 * seq - 1, T0 + 2000 * seq as i64);
+        let (rows, what) = build(&mut w);
+        let before = e.dropped().get(what).copied().unwrap_or(0);
+        let mut spent = Vec::new();
+        for k in 0..2 {
+            w.seq += k;
+            w.start_unix_ms += 1000 * k as i64;
+            w.end_unix_ms += 1000 * k as i64;
+            let c0 = cpu();
+            e.ingest(&w);
+            spent.push(cpu() - c0);
+        }
+        eprintln!("{kind}: {rows} rows: {spent:?} of engine CPU");
+        assert!(rows > 400_000, "{kind}: only {rows} rows fit");
+        for s in &spent {
+            assert!(
+                *s < Duration::from_secs(1),
+                "{kind}: a window of {rows} rows cost {spent:?} of engine CPU"
+            );
+        }
+        assert!(
+            e.dropped().get(what).copied().unwrap_or(0) > before,
+            "{kind}: rows past the cap are counted as {what}: {:?}",
+            e.dropped()
+        );
+    }
+    // A real link going down on another host right after is raised at once.
+    let c0 = cpu();
+    let mut w = host_window("real", 2, T0 + 30_000);
+    w.ib_ports[0].state = 1;
+    w.ib_ports[0].phys_state = 3;
+    for s in 3..=4 {
+        ups.extend(e.ingest(&w));
+        w = Window {
+            seq: s,
+            start_unix_ms: w.end_unix_ms,
+            end_unix_ms: w.end_unix_ms + 1000,
+            ..w
+        };
+    }
+    assert!(cpu() - c0 < Duration::from_millis(500));
+    assert!(
+        ups.iter()
+            .any(|u| u.kind == "ib_link_down" && u.entity == "real/mlx5_0/1"),
+        "{:?}",
+        ups.iter().map(|u| (&u.kind, &u.entity)).collect::<Vec<_>>()
+    );
+}
+
+/// The interference detector's cost is linear in a window's usage rows,
+/// caps aside: n distinct jobs on one GPU, two windows each. It scanned the
+/// window's rows once per series: 10,000 rows cost 1.04 s and 40,000 cost
+/// 18.6 s (both windows, debug build, dev VM); now 40,000 cost about 4× what
+/// 10,000 do (0.07 s and 0.28 s).
+#[test]
+fn usage_rows_cost_linear_time() {
+    use proto::v1::JobUsage;
+    let cfg = DetectConfig {
+        limits: LimitsConfig {
+            max_rows_per_window: 1 << 30,
+            max_jobs_per_window: 1 << 30,
+            ..LimitsConfig::default()
+        },
+        ..DetectConfig::default()
+    };
+    let mut spent = Vec::new();
+    for n in [10_000u32, 40_000] {
+        let mut e = Engine::new(&cfg, Default::default());
+        let mut w = common::window("n1", 1, T0);
+        w.usage = (0..n)
+            .map(|i| JobUsage {
+                job: format!("j{i}"),
+                resource_kind: "gpu".into(),
+                resource: "0".into(),
+                gpu_busy_seconds: 1.0,
+                resource_util: 0.95,
+                ..JobUsage::default()
+            })
+            .collect();
+        let c0 = cpu();
+        e.ingest(&w);
+        w.seq = 2;
+        w.end_unix_ms += 1000;
+        e.ingest(&w);
+        spent.push(cpu() - c0);
+    }
+    eprintln!("usage rows 10k, 40k: {spent:?}");
+    assert!(spent[1] < Duration::from_secs(2), "{spent:?}");
+    assert!(spent[1] < spent[0] * 8, "superlinear: {spent:?}");
 }
 
 #[test]

@@ -40,6 +40,42 @@ fn spoofed_sequence_is_refused_counted_and_the_real_host_keeps_streaming() {
     assert_eq!(st.rejected().get("seq_jump"), Some(&3));
 }
 
+/// With the default limits, a jump of 999,999 (just under `max_seq_jump`)
+/// is accepted once, a second chained one is refused (`seq_budget`,
+/// RESOURCE_EXHAUSTED) however far under `max_seq_jump` it is, and the real
+/// collector's windows 6…20, which the jump skipped, are all new: before
+/// the budget, every chained jump was accepted and each real window
+/// counted as a duplicate.
+#[test]
+fn chained_sequence_jumps_spend_a_budget_and_real_windows_keep_being_accepted() {
+    let st = IngestState::new(IngestLimits::default());
+    let now = now_ms();
+    for seq in 1..=5 {
+        assert!(new(st.accept(&window("n1", seq, now))));
+    }
+    assert!(new(st.accept(&window("n1", 1_000_004, now))));
+    for jump in [999_999, 500_000, 10_000] {
+        let err = st
+            .accept(&window("n1", 1_000_004 + jump, now))
+            .expect_err("a chained jump past the budget");
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
+        assert!(err.message().contains("max_seq_skip_per_min"), "{err}");
+    }
+    assert_eq!(st.rejected().get("seq_budget"), Some(&3));
+    assert_eq!(st.rejected().get("seq_jump"), None);
+    let origin = window("n1", 1, now).origin.unwrap();
+    assert_eq!(st.last_seq(&origin), 1_000_004);
+    // The real collector goes on from 6: new windows, each once.
+    for seq in 6..=20 {
+        assert!(new(st.accept(&window("n1", seq, now))), "window {seq}");
+    }
+    assert!(matches!(st.accept(&window("n1", 6, now)), Ok(false)));
+    // The next number after the jump never needs budget.
+    assert!(new(st.accept(&window("n1", 1_000_005, now))));
+    let (accepted, duplicates, _) = st.counters();
+    assert_eq!((accepted, duplicates), (5 + 1 + 15 + 1, 1));
+}
+
 #[test]
 fn windows_far_from_the_correlators_clock_are_refused() {
     let st = IngestState::new(IngestLimits::default());

@@ -230,6 +230,45 @@ async fn mtls_refuses_strangers_and_binds_hosts_to_their_certificates() {
     let _ = std::fs::remove_dir_all(&other);
 }
 
+/// A subscriber's certificate reads incidents but sends no windows, not even
+/// for a host named like the subscriber (it used to carry that name as its
+/// DNS name, and so could speak for host "subscriber").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_certificate_cannot_send_windows() {
+    let dir = tmp("sub");
+    pki(&dir, &["n1"]);
+    let (_srv, port) = serve_tls(&dir, "--client-ca", &dir.join("ca.pem"));
+    let url = format!("https://127.0.0.1:{port}");
+    let sub = client(&dir, Some("subscriber"), None);
+    for host in ["subscriber", "n1", "localhost"] {
+        let err = send(&url, &sub, vec![window(host, 1)])
+            .await
+            .expect_err("a subscriber may not send windows");
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{host}: {err}");
+        let err = resume(&url, &sub, host).await.expect_err("nor resume");
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{host}: {err}");
+    }
+    // It still subscribes.
+    let (ep, token) = sub.endpoint(&url).expect("endpoint");
+    CandidatesClient::with_interceptor(ep.connect().await.expect("connect"), token)
+        .open_incidents(proto::v1::OpenIncidentsRequest::default())
+        .await
+        .expect("the subscriber reads incidents");
+    // A subscriber named like a host is refused when the PKI is written.
+    let out = Command::new(BIN)
+        .args(["certs", "--out"])
+        .arg(tmp("sub-clash"))
+        .args(["--host", "n1", "--subscriber", "n1"])
+        .output()
+        .expect("certs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("both a --host and a --subscriber"),
+        "{out:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_bind_hosts_and_unknown_tokens_are_refused() {
     let dir = tmp("tok");

@@ -18,4 +18,9 @@ COPY --from=build /src/target/release/faultline-correlator /usr/local/bin/faultl
 USER 65532:65532
 EXPOSE 50051 8080
 ENTRYPOINT ["/usr/local/bin/faultline-correlator"]
-CMD ["serve", "--listen", "0.0.0.0:50051", "--insecure", "--web", "0.0.0.0:8080"]
+# Authenticated by default: mTLS with a PKI mounted at /etc/faultline/tls
+# (`faultline-correlator certs --out DIR --host H…` writes one; docs/security.md).
+# Without it the correlator refuses to start; plaintext only when asked for
+# (`serve --insecure`). The Kubernetes base passes its own arguments
+# (deploy/kubernetes/correlator.yaml). scripts/build-images.sh copies this line.
+CMD ["serve", "--listen", "0.0.0.0:50051", "--tls-cert", "/etc/faultline/tls/server.pem", "--tls-key", "/etc/faultline/tls/server.key", "--client-ca", "/etc/faultline/tls/ca.pem", "--web", "0.0.0.0:8080"]

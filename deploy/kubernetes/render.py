@@ -3,8 +3,9 @@
 `kubectl kustomize` does for what this base uses — its resources in order,
 `images:` tags applied — without kubectl, and prints either the manifests
 (`render.py`) or the facts the tests check (`render.py --facts`, JSON): the
-collector container's mounts, args and config, the correlator's args and
-config, whether the PrometheusRule carries deploy/prometheus's rule groups.
+collector container's mounts, args and config, the audience of its
+projected token, the correlator's args, init container args and config,
+whether the PrometheusRule carries deploy/prometheus's rule groups.
 
 `render.py --sync-rules` rewrites monitoring.yaml's PrometheusRule from
 deploy/prometheus/faultline-rules.yaml (the tests check they are equal).
@@ -53,14 +54,23 @@ def facts(docs):
     mounts = []
     for m in c["volumeMounts"]:
         v = vols[m["name"]]
-        src = (
-            "hostPath:" + v["hostPath"]["path"]
-            if "hostPath" in v
-            else "configMap" if "configMap" in v else "emptyDir" if "emptyDir" in v else "other"
-        )
+        if "hostPath" in v:
+            src = "hostPath:" + v["hostPath"]["path"]
+        elif "projected" in v:
+            src = "projected:" + ",".join(k for s in v["projected"]["sources"] for k in s)
+        else:
+            src = "configMap" if "configMap" in v else "emptyDir" if "emptyDir" in v else "other"
         mounts.append({"path": m["mountPath"], "readOnly": bool(m.get("readOnly")), "source": src})
+    audiences = [
+        s["serviceAccountToken"]["audience"]
+        for v in pod["volumes"]
+        if "projected" in v
+        for s in v["projected"]["sources"]
+        if "serviceAccountToken" in s
+    ]
     dep = find(docs, "Deployment", "faultline-correlator")
-    cc = dep["spec"]["template"]["spec"]["containers"][0]
+    cpod = dep["spec"]["template"]["spec"]
+    cc = cpod["containers"][0]
     rule = find(docs, "PrometheusRule", "faultline")
     rules = yaml.safe_load((HERE.parent / "prometheus" / "faultline-rules.yaml").read_text())
     return {
@@ -73,10 +83,13 @@ def facts(docs):
             "hostPID": pod.get("hostPID", False),
             "mounts": mounts,
             "config": find(docs, "ConfigMap", "faultline-collector")["data"]["collector.toml"],
+            "token_audiences": audiences,
         },
         "correlator": {
             "image": cc["image"],
             "args": cc["args"],
+            "init_args": [c["args"] for c in cpod.get("initContainers", [])],
+            "automount_token": cpod.get("automountServiceAccountToken", True),
             "config": find(docs, "ConfigMap", "faultline-correlator")["data"]["correlator.toml"],
         },
         "prometheus_rule_matches": rule["spec"]["groups"] == rules["groups"],

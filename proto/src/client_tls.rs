@@ -53,17 +53,63 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
+    #[error("no PEM certificate found in {path} (expected -----BEGIN CERTIFICATE-----)")]
+    NoCertificate { path: PathBuf },
+    #[error("{path}: certificate {index} is not a valid X.509 certificate: {reason}")]
+    BadCertificate {
+        path: PathBuf,
+        index: usize,
+        reason: String,
+    },
+    #[error("no PEM private key found in {path} (expected -----BEGIN PRIVATE KEY----- or an RSA/EC key)")]
+    NoPrivateKey { path: PathBuf },
     #[error("{path}: the token file is empty or its first line is not a valid header value")]
     BadToken { path: PathBuf },
     #[error("{url}: TLS setup failed: {reason}")]
     Setup { url: String, reason: String },
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+fn read(path: &Path, max: u64) -> Result<Vec<u8>, TlsError> {
+    crate::bounded_read::read(path, max).map_err(|source| TlsError::Read {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// A PEM file of certificates (a chain or a CA bundle), read within
+/// [`PEM_MAX`](crate::bounded_read::PEM_MAX) and checked to hold at least
+/// one X.509 certificate: a wrong file is named here, not left to fail a
+/// later handshake as "peer sent no certificates".
+pub fn read_certificates(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use rustls_pki_types::{pem::PemObject as _, CertificateDer};
+    let pem = read(path, crate::bounded_read::PEM_MAX)?;
+    let mut found = 0;
+    for (index, c) in CertificateDer::pem_slice_iter(&pem).enumerate() {
+        let bad = |reason: String| TlsError::BadCertificate {
+            path: path.to_path_buf(),
+            index: index + 1,
+            reason,
+        };
+        let der = c.map_err(|e| bad(e.to_string()))?;
+        webpki::EndEntityCert::try_from(&der).map_err(|e| bad(format!("{e:?}")))?;
+        found += 1;
+    }
+    if found == 0 {
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(pem)
+}
+
+/// A PEM private key file, read within the same bound and checked to hold a key.
+pub fn read_private_key(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use rustls_pki_types::{pem::PemObject as _, PrivateKeyDer};
+    let pem = read(path, crate::bounded_read::PEM_MAX)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| TlsError::NoPrivateKey {
+        path: path.to_path_buf(),
+    })?;
+    Ok(pem)
 }
 
 impl ClientAuth {
@@ -98,9 +144,13 @@ impl ClientAuth {
             reason: e.to_string(),
         })?;
         if let Some(ca) = &self.tls_ca {
-            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+            let mut tls = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(read_certificates(ca)?));
             if let (Some(c), Some(k)) = (&self.tls_cert, &self.tls_key) {
-                tls = tls.identity(Identity::from_pem(read(c)?, read(k)?));
+                tls = tls.identity(Identity::from_pem(
+                    read_certificates(c)?,
+                    read_private_key(k)?,
+                ));
             }
             ep = ep.tls_config(tls).map_err(|e| TlsError::Setup {
                 url: url.into(),
@@ -117,7 +167,7 @@ impl ClientAuth {
         let Some(p) = &self.token_file else {
             return Ok(BearerToken(None));
         };
-        let text = read(p)?;
+        let text = read(p, crate::bounded_read::TOKEN_FILE_MAX)?;
         let line = String::from_utf8_lossy(&text)
             .lines()
             .next()

@@ -4,7 +4,21 @@ pub mod v1 {
     tonic::include_proto!("faultline.v1");
 }
 
+/// The kubelet's pod-resources API, v1 (the `List` call only;
+/// `proto/kubelet_podresources.proto`).
+pub mod podresources {
+    #[allow(clippy::all, clippy::pedantic, missing_docs)]
+    pub mod v1 {
+        tonic::include_proto!("v1");
+    }
+}
+
+pub mod bounded_read;
 pub mod record;
+pub mod refusal;
 
 #[cfg(feature = "client-tls")]
 pub mod client_tls;
+
+#[cfg(feature = "listen")]
+pub mod listen;

@@ -31,6 +31,7 @@ use super::{
 };
 use correlator::engine::{config::DetectConfig, stats::scan_test};
 
+pub mod nccl;
 pub mod tenants;
 
 pub const GPUS: usize = 8;
@@ -134,6 +135,10 @@ pub struct ClusterSpec {
     pub utilisation: f64,
     pub storage: StorageMix,
     pub seed: u64,
+    /// The training job reports its step time over OTLP (`Window.steps`);
+    /// without, its step time is only what the correlator infers from its
+    /// collectives' cadence.
+    pub otlp_steps: bool,
 }
 
 impl Default for ClusterSpec {
@@ -145,6 +150,7 @@ impl Default for ClusterSpec {
             utilisation: 0.7,
             storage: StorageMix::Nvme,
             seed: 1,
+            otlp_steps: true,
         }
     }
 }
@@ -266,6 +272,14 @@ struct Node {
     skip: bool,
     events: Vec<Event>,
     step: [f64; GPUS],
+    /// The share of `step` the fabric adds (≥ 1: link errors, congestion,
+    /// a saturated port): the rest is compute, which sets when the rank
+    /// issues its collectives.
+    comm: [f64; GPUS],
+    /// What this node's collector knows of the NCCL communicators.
+    nccl: nccl::NodeState,
+    /// The collector restarted in this window.
+    restarted: bool,
 }
 
 /// Ground truth of one injected fault.
@@ -285,6 +299,12 @@ pub struct Truth {
     /// Excess errors of the latest windows (degrading links).
     #[serde(skip)]
     recent: VecDeque<u64>,
+    /// `nccl-hang`: the hang as it physically happened, once the other
+    /// ranks wait: `<host>/nccl/<comm>` (the first host, by name, of the
+    /// ranks holding the others up, and the communicator they wait in) …
+    pub hang_entity: Option<String>,
+    /// … and those ranks: (host, rank in the communicator).
+    pub hang_holders: Vec<(String, i32)>,
 }
 
 pub struct Cluster {
@@ -314,6 +334,14 @@ pub struct Cluster {
     serve_rng: Rng,
     /// A second team's job sharing one node (tenant faults only).
     tenants: Option<tenants::Tenants>,
+    /// The training job's NCCL communicators.
+    nccl: nccl::Collectives,
+    /// Per rank (`node·8 + gpu`) scratch: step time, compute time, node up,
+    /// stall time.
+    rank_own: Vec<f64>,
+    rank_compute: Vec<f64>,
+    rank_up: Vec<bool>,
+    rank_stall: Vec<f64>,
 }
 
 /// ∫ (ber(t) − base) dt over [a, b) for a BER ramping log-linearly from
@@ -506,6 +534,9 @@ impl Cluster {
                 skip: false,
                 events: Vec::new(),
                 step: [1.0; GPUS],
+                comm: [1.0; GPUS],
+                nccl: nccl::NodeState::default(),
+                restarted: false,
             })
             .collect();
         let ib = DetectConfig::default().ib;
@@ -530,6 +561,11 @@ impl Cluster {
             serve_factor: 1.0,
             serve_rng: Rng::derive(spec.seed, 0x5e7e),
             tenants: None,
+            nccl: nccl::Collectives::new(spec.nodes, spec.seed),
+            rank_own: vec![1.0; spec.nodes * GPUS],
+            rank_compute: vec![1.0; spec.nodes * GPUS],
+            rank_up: vec![true; spec.nodes * GPUS],
+            rank_stall: vec![f64::INFINITY; spec.nodes * GPUS],
             spec,
         }
     }
@@ -603,7 +639,8 @@ impl Cluster {
                 let o = f.onset.unwrap_or(onset);
                 let ow = self.window_of(o);
                 let visible = match f.kind {
-                    Kind::IbLinkDegrade { .. } => None,
+                    // Once the other ranks wait (the timeline says when).
+                    Kind::IbLinkDegrade { .. } | Kind::NcclHang => None,
                     Kind::IbLinkFlap { period_s, .. } => Some(self.window_of(o + period_s)),
                     Kind::NodeLoss => {
                         Some(ow + correlator::engine::node::LOST_AFTER_WINDOWS as u64)
@@ -611,6 +648,7 @@ impl Cluster {
                     // A workload symptom is one once it has lasted
                     // `min_persist_s` (its definition, like a flap's second down).
                     Kind::JobSlow { .. }
+                    | Kind::NcclSlowRank { .. }
                     | Kind::InferenceSlow { .. }
                     | Kind::InterferenceStorage { .. }
                     | Kind::InterferenceLink { .. }
@@ -625,6 +663,8 @@ impl Cluster {
                     visible_window: visible,
                     excess_errors: 0,
                     recent: VecDeque::with_capacity(h + 1),
+                    hang_entity: None,
+                    hang_holders: Vec::new(),
                 }
             })
             .collect();
@@ -666,6 +706,8 @@ impl Cluster {
         for node in &mut self.nodes {
             node.up = true;
             node.skip = false;
+            node.restarted = false;
+            node.comm = [1.0; GPUS];
             for s in &mut node.step {
                 *s = 1.0 + 0.03 * (self.rng.uniform() - 0.5);
             }
@@ -817,6 +859,7 @@ impl Cluster {
                 if rcv_err > 0 && run_frac > 0.0 {
                     let slow = (rcv_err as f64 / w * CORRUPT_PACKET_COST_S).min(1.0);
                     node.step[hi] *= 1.0 + slow;
+                    node.comm[hi] *= 1.0 + slow;
                 }
             }
         }
@@ -889,12 +932,21 @@ impl Cluster {
                         node.step.iter_mut().for_each(|s| *s *= factor);
                     }
                 }
+                // The rank's process computes slower (CPU contention, a
+                // data loader, a slow GPU without a throttle reason).
+                (&Kind::NcclSlowRank { factor }, &Target::Gpu { node, gpu }) => {
+                    self.nodes[node].step[gpu] *= factor;
+                }
+                (&Kind::NcclSlowRank { factor }, &Target::Node(n)) => {
+                    self.nodes[n].step.iter_mut().for_each(|s| *s *= factor);
+                }
                 (Kind::CollectorRestart, Target::Node(n)) if in_window(o) => {
                     let node = &mut self.nodes[*n];
                     node.restarts += 1;
                     node.instance = format!("{}-sim-{}", node.name, node.restarts + 1);
                     node.seq = 0;
                     node.skip = true;
+                    node.restarted = true;
                 }
                 _ => {}
             }
@@ -905,8 +957,12 @@ impl Cluster {
                 for s in &mut node.step {
                     *s *= 1.0 + 0.2 * cong_level;
                 }
+                for c in &mut node.comm {
+                    *c *= 1.0 + 0.2 * cong_level;
+                }
             }
         }
+        self.collectives_advance(faults, onset, a, b);
         // Block devices.
         let job = if self.job_running { JOB } else { "" };
         for (node, slow) in self.nodes.iter_mut().zip(slow) {
@@ -941,9 +997,93 @@ impl Cluster {
         }
     }
 
-    /// Closes the window: the job's step time is its slowest rank's.
+    /// The NCCL timeline of window `[a, b)`: each rank's times from this
+    /// window's physics, stalls from `nccl-hang`, the job's ends from
+    /// `job-end`; a hang that began sets its faults' truth.
+    fn collectives_advance(&mut self, faults: &[Fault], onset: f64, a: f64, b: f64) {
+        for (ni, node) in self.nodes.iter().enumerate() {
+            for g in 0..GPUS {
+                let i = ni * GPUS + g;
+                self.rank_own[i] = node.step[g];
+                self.rank_compute[i] = node.step[g] / node.comm[g].max(1.0);
+                self.rank_up[i] = node.up;
+                self.rank_stall[i] = f64::INFINITY;
+            }
+        }
+        let mut stops = Vec::new();
+        for f in faults {
+            let o = f.onset.unwrap_or(onset);
+            match f.kind {
+                Kind::NcclHang => {
+                    for i in ranks_of(&f.target) {
+                        self.rank_stall[i] = self.rank_stall[i].min(o);
+                    }
+                }
+                Kind::JobEnd { gap_s } => stops.push((o, o + gap_s)),
+                _ => {}
+            }
+        }
+        let times = nccl::RankTimes {
+            own: &self.rank_own,
+            compute: &self.rank_compute,
+            up: &self.rank_up,
+            stall: &self.rank_stall,
+        };
+        self.nccl.advance(a, b, &times, &stops);
+        for h in self.nccl.take_hangs() {
+            let holders: Vec<(String, i32)> = h
+                .holders
+                .iter()
+                .map(|&(n, r)| (self.node_name(n), r))
+                .collect();
+            let Some(first) = holders.iter().map(|x| x.0.as_str()).min() else {
+                continue;
+            };
+            let entity = format!("{first}/nccl/{}", h.id);
+            let visible = self.window_of(h.since_s);
+            for (f, tr) in faults.iter().zip(self.truth.iter_mut()) {
+                let mine = ranks_of(&f.target).iter().any(|i| h.global.contains(i));
+                if f.kind == Kind::NcclHang && mine && tr.hang_entity.is_none() {
+                    tr.hang_entity = Some(entity.clone());
+                    tr.hang_holders = holders.clone();
+                    tr.visible_window = Some(visible.max(tr.onset_window));
+                }
+            }
+        }
+        for (n, node) in self.nodes.iter_mut().enumerate() {
+            if node.restarted {
+                self.nccl.restart(n, b, &mut node.nccl);
+            }
+        }
+    }
+
+    /// The training job's current NCCL communicator ([`nccl::RING`] or
+    /// [`nccl::TREE`]).
+    pub fn comm_id(&self, comm: usize) -> String {
+        self.nccl.id(comm).to_string()
+    }
+
+    /// The job's communicators with a rank on a port, GPU or host: the ring
+    /// everywhere, the tree on GPU 0 and `mlx5_0`.
+    pub fn comms_crossing(&self, t: &Target) -> Vec<String> {
+        let zero = match *t {
+            Target::Port { hca, .. } => hca == 0,
+            Target::Gpu { gpu, .. } => gpu == 0,
+            Target::Node(_) => true,
+            _ => return Vec::new(),
+        };
+        let mut v = vec![self.comm_id(nccl::RING)];
+        if zero {
+            v.push(self.comm_id(nccl::TREE));
+        }
+        v
+    }
+
+    /// Closes the window: the job's step time is its slowest rank's (none
+    /// while a hang keeps every step from completing).
     pub fn finish_step(&mut self) {
-        if self.job_running {
+        let a = self.k.saturating_sub(1) as f64 * self.spec.window_s;
+        if self.job_running && !self.nccl.stuck_by(a) {
             let worst = self
                 .nodes
                 .iter()
@@ -967,6 +1107,9 @@ impl Cluster {
         let w_s = wms as f64 / 1000.0;
         let running = self.job_running;
         let rate = self.spec.link_rate;
+        let b_s = self.k as f64 * self.spec.window_s;
+        // No step completes while a hang holds the job.
+        let otlp = self.spec.otlp_steps && !self.nccl.stuck_by(b_s - self.spec.window_s);
         let node = &mut self.nodes[n];
         if !node.up || node.skip {
             return None;
@@ -998,7 +1141,7 @@ impl Cluster {
                 read_errors: Vec::new(),
             })
             .collect();
-        let steps = if running {
+        let steps = if running && otlp {
             (0..GPUS)
                 .map(|g| StepTime {
                     job: JOB.into(),
@@ -1036,6 +1179,7 @@ impl Cluster {
             Vec::new()
         };
         let node = &mut self.nodes[n];
+        let nccl = self.nccl.rows(n, b_s, self.t0_ms, &mut node.nccl);
         Some(Window {
             origin: Some(Origin {
                 hostname: node.name.clone(),
@@ -1093,7 +1237,18 @@ impl Cluster {
                 Some(t) if t.node == n => t.rows.clone(),
                 _ => Vec::new(),
             },
+            nccl,
             ..Window::default()
         })
+    }
+}
+
+/// The training ranks (`node·8 + gpu`) a fault's target names: a GPU's
+/// rank, or every rank of a host.
+fn ranks_of(t: &Target) -> Vec<usize> {
+    match *t {
+        Target::Gpu { node, gpu } => vec![node * GPUS + gpu],
+        Target::Node(n) => (n * GPUS..(n + 1) * GPUS).collect(),
+        _ => Vec::new(),
     }
 }

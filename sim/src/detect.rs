@@ -8,9 +8,15 @@
 //!
 //! Windows go straight into `Engine::default()` (the same code as live
 //! ingest, no network). Scoring is by incident identity: a fault is detected
-//! when some incident on its entity carries the expected kind; every other
+//! when some incident on its entity carries the expected kind (or, where a
+//! fault can be caught without being named, an accepted stand-in: a slow
+//! rank's job's `job_slowdown`, a hang on another communicator); it is
+//! *named correctly* when the incident is the expected one and names what
+//! physically happened (a hang: exactly the ranks holding the others up; a
+//! link, GPU or host: the NCCL communicators with a rank there); every other
 //! incident id is a false alarm; incidents per fault are the distinct ids
-//! carrying the expected kind on the entity.
+//! carrying the expected kind on the entity. Jobs without OTLP (`no OTLP`
+//! rows) send no step times: the engine infers them from the collectives.
 //!
 //! Ground truth is physical and independent of the detector: a fault's
 //! *visible* window is where it first shows in the data (for a degrading
@@ -104,7 +110,11 @@ const FAULTS: &[&str] = &[
     "interference-storage",
     "interference-link",
     "interference-gpu",
+    "nccl-hang",
+    "nccl-slow-rank",
 ];
+/// Fault kinds also run with a job that sends no OTLP step times.
+const NO_OTLP: &[&str] = &["ib-link-degrade", "nccl-slow-rank"];
 const CONFOUNDERS: &[&str] = &[
     "job-end",
     "counter-reset",
@@ -151,6 +161,8 @@ struct Scenario {
     seed: u64,
     /// With sporadic single errors in the background.
     noisy: bool,
+    /// The training job sends its step times over OTLP.
+    otlp: bool,
     /// `--inject` specs (the fault first).
     inject: Vec<String>,
     onset_s: f64,
@@ -159,6 +171,15 @@ struct Scenario {
 }
 
 impl Scenario {
+    /// The kind, marked when the job sends no OTLP steps.
+    fn label(&self) -> String {
+        if self.otlp {
+            self.kind.to_string()
+        } else {
+            format!("{} (no OTLP)", self.kind)
+        }
+    }
+
     /// Rough cost for scheduling: node-windows, weighted by size (some
     /// engine work is per window over all hosts).
     fn cost(&self) -> f64 {
@@ -173,8 +194,10 @@ struct Seen {
     kinds: Vec<String>,
     entity: String,
     first_window: u64,
-    /// Carries the expected (kind, entity) at some point.
+    /// Carries the expected (kind, entity), or an accepted stand-in, at some point.
     expected: bool,
+    /// Carries exactly the expected (kind, entity) at some point.
+    exact: bool,
     /// The opening evidence, to say why a false alarm was raised.
     evidence: Vec<String>,
 }
@@ -187,8 +210,12 @@ struct Outcome {
     onset_window: u64,
     visible_window: Option<u64>,
     windows_run: u64,
-    /// First window with an update of the expected kind on the entity.
+    /// First window with an update of the expected kind on the entity (or
+    /// an accepted stand-in).
     detected_window: Option<u64>,
+    /// First window with the expected incident naming what physically
+    /// happened.
+    named_window: Option<u64>,
     /// Distinct incident ids carrying the expected kind on the entity.
     incidents_on_fault: u64,
     false_alarm_count: u64,
@@ -258,6 +285,7 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
             format!(":demand={}", fmt_value(sig3(r.range(1.3, 2.0))))
         }
         "interference-gpu" => format!(":share={}", fmt_value(sig3(r.range(0.3, 0.8)))),
+        "nccl-slow-rank" => format!(":factor={}", fmt_value(sig3(r.log_uniform(1.4, 2.5)))),
         "victim-more-data" => format!(":factor={}", fmt_value(sig3(r.range(1.5, 3.0)))),
         _ => String::new(),
     }
@@ -316,11 +344,16 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                     rate: LinkRate,
                     nodes: usize,
                     seed: u64,
-                    noisy: bool| {
+                    noisy: bool,
+                    otlp: bool| {
         if !wanted(kind) {
             return;
         }
-        let mut r = Rng::derive(seed, fnv(&format!("{kind}|{w}|{rate:?}|{nodes}|{noisy}")));
+        let variant = if otlp { "" } else { "|no-otlp" };
+        let mut r = Rng::derive(
+            seed,
+            fnv(&format!("{kind}|{w}|{rate:?}|{nodes}|{noisy}{variant}")),
+        );
         let utilisation = (r.range(0.0, 0.9) * 100.0).round() / 100.0;
         let storage = if kind == "storage-stall" || kind == "storage-fleet-slow" {
             let n = n_storage.entry(kind).or_default();
@@ -350,6 +383,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
             storage,
             seed,
             noisy,
+            otlp,
             inject,
             onset_s,
             max_windows,
@@ -368,7 +402,11 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
         } else {
             sizes_w
         };
-        for (ki, kind) in FAULTS.iter().enumerate() {
+        let variants = FAULTS
+            .iter()
+            .map(|k| (k, true))
+            .chain(NO_OTLP.iter().map(|k| (k, false)));
+        for (ki, (kind, otlp)) in variants.enumerate() {
             let mut i = ki;
             for (ri, &rate) in rates.iter().enumerate() {
                 for seed in 1..=seeds {
@@ -376,7 +414,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                     i += 1;
                     // Half the runs noisy, alternating by seed and rate.
                     let noisy = (seed as usize + ri).is_multiple_of(2);
-                    push(kind, false, w, rate, nodes, seed, noisy);
+                    push(kind, false, w, rate, nodes, seed, noisy, otlp);
                 }
             }
         }
@@ -384,7 +422,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
             for seed in 1..=seeds {
                 let rate = rates[(ci + seed as usize) % rates.len()];
                 let nodes = sizes_w[(ci + seed as usize) % sizes_w.len()];
-                push(cf, true, w, rate, nodes, seed, false);
+                push(cf, true, w, rate, nodes, seed, false, true);
             }
         }
         // The big clusters: one run of each kind whose judgement depends on
@@ -403,6 +441,7 @@ fn grid(a: &DetectArgs) -> Vec<Scenario> {
                         nodes,
                         1,
                         !confounder && i % 2 == 1,
+                        true,
                     );
                 }
             }
@@ -420,6 +459,52 @@ fn fnv(s: &str) -> u64 {
     h
 }
 
+/// An incident that detects the fault without being its expected one: a
+/// slow rank's job slowing (all a job without OTLP step times can show),
+/// a hang raised on another of the job's communicators.
+fn stand_in(f: &faults::Fault, u: &proto::v1::CandidateUpdate) -> bool {
+    match f.kind {
+        faults::Kind::NcclSlowRank { .. } => {
+            u.kind == "job_slowdown" && u.entity == super::cluster::JOB
+        }
+        faults::Kind::NcclHang => u.kind == "collective_hang",
+        _ => false,
+    }
+}
+
+/// Whether the expected incident names what physically happened: a hang
+/// exactly the ranks holding the others up (`stalled rank R on HOST`); a
+/// link, GPU or host every NCCL communicator with a rank there (`NCCL
+/// communicator ID …`).
+fn names_it(f: &faults::Fault, c: &Cluster, u: &proto::v1::CandidateUpdate) -> bool {
+    if f.kind == faults::Kind::NcclHang {
+        let Some(t) = c.truth().first() else {
+            return false;
+        };
+        let mut want: Vec<String> = t
+            .hang_holders
+            .iter()
+            .map(|(h, r)| format!("stalled rank {r} on {h} "))
+            .collect();
+        let mut got: Vec<String> = u
+            .evidence
+            .iter()
+            .filter(|l| l.starts_with("stalled rank "))
+            .filter_map(|l| l.split_once('(').map(|(head, _)| head.to_string()))
+            .collect();
+        want.sort();
+        got.sort();
+        return !want.is_empty() && want == got;
+    }
+    let annotated =
+        u.kind.starts_with("ib_link") || u.kind.starts_with("gpu_") || u.kind == "node_lost";
+    !annotated
+        || c.comms_crossing(&f.target).iter().all(|id| {
+            let line = format!("NCCL communicator {id} ");
+            u.evidence.iter().any(|l| l.starts_with(&line))
+        })
+}
+
 /// Runs one scenario through the engine and scores it.
 fn run_one(s: &Scenario) -> Result<Outcome> {
     let started = std::time::Instant::now();
@@ -430,17 +515,16 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         utilisation: s.utilisation,
         storage: s.storage,
         seed: s.seed * 1_000_003 + fnv(&s.inject.join(" ")) % 1_000_000,
+        otlp_steps: s.otlp,
     };
     let mut c = Cluster::new(spec.clone());
     let fs = faults::parse_all(&s.inject, &c, spec.seed)?;
-    let expected = fs
-        .first()
-        .and_then(|f| f.expected(&c))
-        .map(|(k, e)| (k.to_string(), e));
+    let mut expected = None;
     let mut e = Engine::default();
     // incident id → what it carried.
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
     let mut detected = None;
+    let mut named = None;
     let (mut joined_right, mut joined_elsewhere) = (false, false);
     let mut job_slowdown_ids: BTreeSet<String> = BTreeSet::new();
     let mut interference_ids: BTreeSet<String> = BTreeSet::new();
@@ -451,6 +535,11 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
     while k < s.max_windows {
         c.advance(&fs, s.onset_s);
         k = c.window_index();
+        // A hang's entity is physical fact once the others wait.
+        expected = fs.first().and_then(|f| f.expected(&c)).map(|(kd, en)| {
+            let hang = c.truth().first().and_then(|t| t.hang_entity.clone());
+            (kd.to_string(), hang.unwrap_or(en))
+        });
         for n in 0..s.nodes {
             let Some(w) = c.window(n) else {
                 continue;
@@ -459,8 +548,12 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                 let hit = expected
                     .as_ref()
                     .is_some_and(|(ek, ee)| u.kind == *ek && u.entity == *ee);
-                if hit && detected.is_none() {
+                let accepted = hit || fs.first().is_some_and(|f| stand_in(f, &u));
+                if accepted && detected.is_none() {
                     detected = Some(k);
+                }
+                if hit && named.is_none() && fs.first().is_some_and(|f| names_it(f, &c, &u)) {
+                    named = Some(k);
                 }
                 let explains_job = u
                     .evidence
@@ -496,12 +589,14 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
                     entity: u.entity.clone(),
                     first_window: k,
                     expected: false,
+                    exact: false,
                     evidence: u.evidence.clone(),
                 });
                 if !inc.kinds.contains(&u.kind) {
                     inc.kinds.push(u.kind.clone());
                 }
-                inc.expected |= hit;
+                inc.expected |= accepted;
+                inc.exact |= hit;
             }
         }
         c.finish_step();
@@ -547,8 +642,9 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         symptom_incidents += u64::from(!keep);
         keep
     });
-    let (incidents_on_fault, mut false_alarms): (Vec<Seen>, Vec<Seen>) =
+    let (on_fault, mut false_alarms): (Vec<Seen>, Vec<Seen>) =
         seen.into_values().partition(|i| i.expected);
+    let incidents_on_fault: Vec<&Seen> = on_fault.iter().filter(|i| i.exact).collect();
     false_alarms.sort_by_key(|f| f.first_window);
     let mut false_alarm_kinds: BTreeMap<String, u64> = BTreeMap::new();
     for f in &false_alarms {
@@ -563,6 +659,7 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         visible_window: truth.visible_window,
         windows_run: k,
         detected_window: detected,
+        named_window: named,
         incidents_on_fault: incidents_on_fault.len() as u64,
         false_alarm_count,
         false_alarm_kinds,
@@ -631,12 +728,15 @@ fn pct(v: &[i64], p: f64) -> Option<i64> {
 struct Cell {
     runs: u64,
     tp: u64,
+    /// Detected with the expected incident naming what happened.
+    named: u64,
     fn_: u64,
     fa: u64,
     not_visible: u64,
     /// Latency from onset / visible, in windows.
     from_onset: Vec<i64>,
     from_visible: Vec<i64>,
+    named_from_onset: Vec<i64>,
     incidents: Vec<u64>,
     fa_kinds: BTreeMap<String, u64>,
     /// Confounder runs: `job_slowdown` raised for a real slowdown.
@@ -667,6 +767,10 @@ impl Cell {
             }
             None => self.fn_ += 1,
         }
+        if let Some(d) = o.named_window {
+            self.named += 1;
+            self.named_from_onset.push(d as i64 - o.onset_window as i64);
+        }
         self.incidents.push(o.incidents_on_fault);
     }
 
@@ -693,13 +797,14 @@ impl Cell {
         };
         let (ipf_mean, ipf_max) = self.ipf();
         json!({
-            "runs": self.runs, "detected": self.tp, "missed": self.fn_, "false_alarms": self.fa,
+            "runs": self.runs, "detected": self.tp, "named_correctly": self.named, "missed": self.fn_, "false_alarms": self.fa,
             "not_visible_within_run": self.not_visible,
             "precision": self.precision(), "recall": self.recall(),
             "latency_from_onset_windows": {"median": pct(&self.from_onset, 0.5), "p95": pct(&self.from_onset, 0.95)},
             "latency_from_onset_s": {"median": secs(pct(&self.from_onset, 0.5)).map(|s| s + w.unwrap_or(0.0)), "p95": secs(pct(&self.from_onset, 0.95)).map(|s| s + w.unwrap_or(0.0))},
             "latency_from_visible_windows": {"median": pct(&self.from_visible, 0.5), "p95": pct(&self.from_visible, 0.95)},
             "latency_from_visible_s": {"median": secs(pct(&self.from_visible, 0.5)), "p95": secs(pct(&self.from_visible, 0.95))},
+            "latency_named_from_onset_windows": {"median": pct(&self.named_from_onset, 0.5), "p95": pct(&self.named_from_onset, 0.95)},
             "incidents_per_fault_mean": ipf_mean, "incidents_per_fault_max": ipf_max,
             "false_alarm_kinds": self.fa_kinds,
         })
@@ -766,7 +871,10 @@ pub fn run(a: &DetectArgs) -> Result<()> {
                 .add(o);
             continue;
         }
-        let k = o.expected_kind.clone().unwrap_or_default();
+        let mut k = o.expected_kind.clone().unwrap_or_default();
+        if !s.otlp {
+            k.push_str(" (no OTLP)");
+        }
         by_kind_w
             .entry((k.clone(), wkey(s.window_s)))
             .or_default()
@@ -796,16 +904,17 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         jobs
     );
     println!();
-    println!("| kind | window | runs | detected | missed | false alarms | latency from onset, median / p95: windows (s) | from visible: windows (s) | incidents per fault |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| kind | window | runs | detected | named correctly | missed | false alarms | latency from onset, median / p95: windows (s) | from visible: windows (s) | incidents per fault |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for ((k, wk), c) in &by_kind_w {
         let w = *wk as f64 / 1000.0;
         let (m, x) = c.ipf();
         println!(
-            "| {k} | {} s | {} | {} | {} | {} | {} | {} | {m:.2} (max {x}) |",
+            "| {k} | {} s | {} | {} | {} | {} | {} | {} | {} | {m:.2} (max {x}) |",
             fmt_value(w),
             c.runs,
             c.tp,
+            c.named,
             c.fn_,
             c.fa,
             lat(&c.from_onset, w, w),
@@ -813,14 +922,15 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         );
     }
     println!();
-    println!("| kind | runs | detected | missed | false alarms | precision | recall | incidents per fault |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| kind | runs | detected | named correctly | missed | false alarms | precision | recall | incidents per fault |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (k, c) in &by_kind {
         let (m, x) = c.ipf();
         println!(
-            "| {k} | {} | {} | {} | {} | {} | {} | {m:.2} (max {x}) |",
+            "| {k} | {} | {} | {} | {} | {} | {} | {} | {m:.2} (max {x}) |",
             c.runs,
             c.tp,
+            c.named,
             c.fn_,
             c.fa,
             optf(c.precision()),
@@ -869,13 +979,15 @@ pub fn run(a: &DetectArgs) -> Result<()> {
     let mut joins: BTreeMap<String, [u64; 5]> = BTreeMap::new();
     for o in &outcomes {
         let s = &o.scenario;
-        if s.confounder || s.kind == "job-slow" || o.detected_window.is_none() {
+        // No infrastructure cause to join to.
+        let no_cause = matches!(s.kind, "job-slow" | "nccl-slow-rank");
+        if s.confounder || no_cause || o.detected_window.is_none() {
             continue;
         }
         if !o.job_slowdown.is_some_and(|r| r >= min_slow) {
             continue;
         }
-        let e = joins.entry(s.kind.to_string()).or_default();
+        let e = joins.entry(s.label()).or_default();
         e[0] += 1;
         e[1] += u64::from(o.joined_right);
         e[2] += u64::from(o.joined_elsewhere);
@@ -942,7 +1054,8 @@ pub fn run(a: &DetectArgs) -> Result<()> {
     };
     let not_visible = total.not_visible;
     println!(
-        "overall: precision {precision:.3}, recall {recall:.3} ({tp} detected, {fn_} missed, {fa} false alarms of which {conf_fa} in confounder-only runs); {not_visible} fault(s) never became visible within their run; {elapsed:.1} s"
+        "overall: precision {precision:.3}, recall {recall:.3} ({tp} detected, {} named correctly, {fn_} missed, {fa} false alarms of which {conf_fa} in confounder-only runs); {not_visible} fault(s) never became visible within their run; {elapsed:.1} s",
+        total.named
     );
 
     let ib = DetectConfig::default().ib;
@@ -982,6 +1095,8 @@ pub fn run(a: &DetectArgs) -> Result<()> {
             "sizes": if a.quick { vec![8] } else { a.sizes.clone() },
             "seeds_per_cell": if a.quick { 1 } else { a.seeds },
             "fault_kinds": FAULTS, "confounders": CONFOUNDERS,
+            "no_otlp_kinds": NO_OTLP,
+            "no_otlp_rule": "the kinds in no_otlp_kinds run a second time with a job that sends no OTLP step times (rows `KIND (no OTLP)`): the engine infers its step time from its NCCL collectives' cadence",
             "kinds_run": kinds_run,
             "sizes_rule": "1 s windows run at sizes below 256 (when listed); sizes >= 512 run once per kind in big_kinds at the longest window length; other cells cycle through the sizes by seed",
             "big_kinds": BIG_KINDS,
@@ -1004,12 +1119,17 @@ pub fn run(a: &DetectArgs) -> Result<()> {
                 "victim-more-data": "the training job reads uniform 1.5..3 x the data per step",
                 "aggressor-harmless": "the tenant takes a shared port to uniform 1.3..2 x line rate; the training job does not slow",
                 "job-slow": "factor log-uniform 1.15..2 on every rank's step time (no infrastructure cause)",
+                "nccl-hang": "one rank (a GPU drawn by the seed) stops issuing collectives at the onset; the others block one collective ahead",
+                "nccl-slow-rank": "one rank's compute x log-uniform 1.4..2.5 (no infrastructure cause): every collective waits for it, the communicators' cadence stretches by the factor",
+                "communicators": "ring: every rank (GPU g on mlx5_g), 4 gradient AllReduces per step; tree: GPU 0 of every node (mlx5_0), 1 AllReduce per step",
                 "inference-slow": "factor log-uniform 1.4..3 on the model server's time to first token (no infrastructure cause); the server (last node, GPU 7 / mlx5_7) serves 20 requests/s at 0.15 s mean TTFT, log-normal sigma 0.5",
                 "port base BER": "log-uniform 1e-16..1e-14 per port",
                 "device medians": "nvme 0.08-0.2 ms, ssd 0.2-0.5 ms, hdd 4-9 ms (log-uniform), lognormal sigma 0.5, median jitter +-10 % per window, 30-80 requests/s",
             },
             "truth": {"reference_ber": ib.reference_ber, "horizon_s": ib.horizon_s, "significance": ib.significance,
-                       "visible": "ib-link-degrade: first window where the fault's excess errors pass stats::scan_test at the reference BER; ib-link-flap: the second down; node-loss: onset + 3 windows; others: the onset window"},
+                       "visible": "ib-link-degrade: first window where the fault's excess errors pass stats::scan_test at the reference BER; ib-link-flap: the second down; node-loss: onset + 3 windows; nccl-hang: the window in which another rank first waits on the stalled one (its entity <first host of the holding ranks>/nccl/<the communicator they hold up> from the simulated timeline); job-slow, nccl-slow-rank, inference-slow and interference: onset + workload.min_persist_s; others: the onset window",
+                       "detected": "an incident of the expected kind on the expected entity, or an accepted stand-in: job_slowdown of the job for nccl-slow-rank, collective_hang on any of the job's communicators for nccl-hang",
+                       "named_correctly": "the expected incident, naming exactly the ranks holding the others up (nccl-hang) or every NCCL communicator with a rank on the faulty port, GPU or host (ib_link_*, gpu_*, node_lost); for the other kinds the same as the expected incident"},
         },
         "scenarios": outcomes.len(),
         "confounder_runs": conf_runs,

@@ -48,6 +48,17 @@ pub enum Kind {
     InferenceSlow {
         factor: f64,
     },
+    /// A rank (or every rank of a host) stops issuing collectives for good;
+    /// the others of its communicator block one collective ahead:
+    /// `collective_hang`.
+    NcclHang,
+    /// A rank's (or a host's ranks') compute `factor` times slower with no
+    /// infrastructure cause: every collective waits for it, so the whole
+    /// communicator's cadence stretches and the rank lags: `straggler` when
+    /// the job reports its step times, else its `job_slowdown`.
+    NcclSlowRank {
+        factor: f64,
+    },
     // Confounders: must raise nothing.
     /// The job ends; a next one starts `gap_s` seconds later.
     JobEnd {
@@ -117,6 +128,8 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("node-loss", &[]),
     ("job-slow", &[("factor", 1.3)]),
     ("inference-slow", &[("factor", 1.6)]),
+    ("nccl-hang", &[]),
+    ("nccl-slow-rank", &[("factor", 1.6)]),
     ("job-end", &[("gap", 120.0)]),
     ("counter-reset", &[]),
     ("collector-restart", &[]),
@@ -145,6 +158,8 @@ impl Kind {
             Kind::NodeLoss => "node-loss",
             Kind::JobSlow { .. } => "job-slow",
             Kind::InferenceSlow { .. } => "inference-slow",
+            Kind::NcclHang => "nccl-hang",
+            Kind::NcclSlowRank { .. } => "nccl-slow-rank",
             Kind::JobEnd { .. } => "job-end",
             Kind::CounterReset => "counter-reset",
             Kind::CollectorRestart => "collector-restart",
@@ -167,6 +182,7 @@ impl Kind {
             Kind::StorageStall { factor }
             | Kind::StorageFleetSlow { factor }
             | Kind::JobSlow { factor }
+            | Kind::NcclSlowRank { factor }
             | Kind::InferenceSlow { factor } => {
                 vec![("factor", factor)]
             }
@@ -207,6 +223,8 @@ impl Kind {
             Kind::NodeLoss => "node_lost",
             Kind::JobSlow { .. } => "job_slowdown",
             Kind::InferenceSlow { .. } => "inference_latency",
+            Kind::NcclHang => "collective_hang",
+            Kind::NcclSlowRank { .. } => "straggler",
             Kind::InterferenceStorage { .. }
             | Kind::InterferenceLink { .. }
             | Kind::InterferenceGpu { .. } => "interference",
@@ -278,10 +296,29 @@ impl Fault {
         s
     }
 
-    /// The incident kind and entity this fault should raise (`None` for confounders).
+    /// The incident kind and entity this fault should raise (`None` for
+    /// confounders). A hang's is known for sure only once the others wait
+    /// ([`super::cluster::Truth::hang_entity`]); before, the ring on the
+    /// target's host. A slow host's straggler is its first rank.
     pub fn expected(&self, c: &Cluster) -> Option<(&'static str, String)> {
         let k = self.kind.expected_kind()?;
-        Some((k, target_name(c, &self.target)))
+        let rank = |t: &Target| match *t {
+            Target::Gpu { node, gpu } => Some((node, node * super::cluster::GPUS + gpu)),
+            Target::Node(n) => Some((n, n * super::cluster::GPUS)),
+            _ => None,
+        };
+        let e = match (&self.kind, rank(&self.target)) {
+            (Kind::NcclHang, Some((node, _))) => format!(
+                "{}/nccl/{}",
+                c.node_name(node),
+                c.comm_id(super::cluster::nccl::RING)
+            ),
+            (Kind::NcclSlowRank { .. }, Some((_, r))) => {
+                format!("{}/{r}", super::cluster::JOB)
+            }
+            _ => target_name(c, &self.target),
+        };
+        Some((k, e))
     }
 }
 
@@ -315,6 +352,8 @@ enum Wants {
     Cluster,
     Job,
     Model,
+    /// A training rank by its GPU, or every rank of a host.
+    Rank,
 }
 
 fn wants(kind: &Kind) -> Wants {
@@ -336,6 +375,7 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::StorageFleetSlow { .. } => Wants::Cluster,
         Kind::JobSlow { .. } => Wants::Job,
         Kind::InferenceSlow { .. } => Wants::Model,
+        Kind::NcclHang | Kind::NcclSlowRank { .. } => Wants::Rank,
     }
 }
 
@@ -390,6 +430,7 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
                 | (Target::Gpu { .. }, Wants::Gpu)
                 | (Target::Device { .. }, Wants::Device)
                 | (Target::Node(_), Wants::Node)
+                | (Target::Gpu { .. } | Target::Node(_), Wants::Rank)
         );
     if !ok {
         bail!(
@@ -399,6 +440,8 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
                 Wants::Gpu => "a GPU like n017/gpu5",
                 Wants::Device => "a block device like n017/nvme0n1 (or a node)",
                 Wants::Node => "a node like n017",
+                Wants::Rank =>
+                    "a rank by its GPU like n017/gpu5, or a host like n017 (all its ranks)",
                 Wants::Cluster | Wants::Job | Wants::Model => "no entity",
             }
         );
@@ -503,6 +546,12 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
             check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
             Kind::InferenceSlow { factor: f }
         }
+        "nccl-hang" => Kind::NcclHang,
+        "nccl-slow-rank" => {
+            let f = get("factor");
+            check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
+            Kind::NcclSlowRank { factor: f }
+        }
         "job-slow" => {
             let f = get("factor");
             check("factor", f >= 1.0, "must be ≥ 1 (a slowdown)")?;
@@ -590,7 +639,7 @@ pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
                 node: rng.below(c.nodes()),
                 hca: rng.below(8),
             },
-            Wants::Gpu => Target::Gpu {
+            Wants::Gpu | Wants::Rank => Target::Gpu {
                 node: rng.below(c.nodes()),
                 gpu: rng.below(8),
             },

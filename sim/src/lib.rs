@@ -7,7 +7,9 @@
 //! (`leaf = node / 16`); one data-parallel job with a rank per GPU, rank r on
 //! node r/8 using GPU r%8 and HCA `mlx5_{r%8}`. Each rank's step time is its
 //! compute time scaled by what slows it (throttled GPU, degraded link, slow
-//! storage); the job's step time is the slowest rank's.
+//! storage); the job's step time is the slowest rank's. The job's NCCL
+//! communicators (a ring over every rank, a tree over the nodes' GPU 0)
+//! issue their collectives on that cadence ([`cluster::nccl`]).
 pub mod cluster;
 pub mod detect;
 pub mod faults;
@@ -40,8 +42,11 @@ pub struct SimArgs {
     /// (a second team's job `etl-batch` sharing the target's node):
     /// interference-storage (factor=8: its I/O demand on the device),
     /// interference-link (demand=1.3: the port's demand over line rate),
-    /// interference-gpu (share=0.5: of the time-sliced GPU).
-    /// Confounders, which must raise nothing: job-end (gap=120: seconds until
+    /// interference-gpu (share=0.5: of the time-sliced GPU); NCCL (ENTITY a
+    /// rank by its GPU, `n003/gpu5`, or a host, `n003`, for all its ranks):
+    /// nccl-hang (the ranks stop issuing collectives), nccl-slow-rank
+    /// (factor=1.6: the ranks' compute slows, the communicators' cadence
+    /// stretches). Confounders, which must raise nothing: job-end (gap=120: seconds until
     /// the next job), counter-reset, collector-restart, congestion
     /// (fraction=0.3 of the ports, duration=300 s), single-errors
     /// (fraction=0.01 of the ports get one symbol error, every=20 s on
@@ -83,6 +88,10 @@ pub struct SimArgs {
     /// of them).
     #[arg(long, value_enum, default_value_t = StorageMix::Nvme)]
     pub storage: StorageMix,
+    /// The training job sends no OTLP step times: the correlator sees its
+    /// steps only through its NCCL collectives' cadence.
+    #[arg(long)]
+    pub no_otlp: bool,
     /// Print candidates as JSON lines.
     #[arg(long)]
     pub json: bool,
@@ -108,6 +117,7 @@ impl Default for SimArgs {
             link_rate: LinkRate::Ndr,
             utilisation: 0.7,
             storage: StorageMix::Nvme,
+            no_otlp: false,
             json: false,
             record: None,
             ui: correlator::web::UiArgs::default(),
@@ -124,6 +134,7 @@ impl SimArgs {
             utilisation: self.utilisation,
             storage: self.storage,
             seed: self.seed,
+            otlp_steps: !self.no_otlp,
         }
     }
 }

@@ -11,6 +11,7 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
+pub mod dcgm_exporter;
 pub mod stream;
 
 static KERNEL: Mutex<()> = Mutex::new(());

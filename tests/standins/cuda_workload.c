@@ -14,6 +14,16 @@
  *     graph:COUNT                     cuGraphLaunch
  *     htod:BYTES:COUNT  dtoh:BYTES:COUNT  memcpyasync:BYTES:COUNT
  *     htodasync:BYTES:COUNT  dtohasync:BYTES:COUNT
+ *     dtod:BYTES:COUNT  dtodptds:BYTES:COUNT     cuMemcpyDtoD_v2 / _v2_ptds
+ *     dtodasync:BYTES:COUNT  dtodasyncptsz:BYTES:COUNT
+ *                                     cuMemcpyDtoDAsync_v2 / _v2_ptsz
+ *     peer:BYTES:COUNT  peerptds:BYTES:COUNT     cuMemcpyPeer / _ptds
+ *     peerasync:BYTES:COUNT  peerasyncptsz:BYTES:COUNT
+ *                                     cuMemcpyPeerAsync / _ptsz
+ *   (each copy token allocates two buffers of BYTES and frees them after)
+ *     peerdev:N                       the peer copies' other context: the
+ *                                     primary context of device N (retained;
+ *                                     the current context until given)
  *     streamsync:COUNT  ctxsync:COUNT  eventsync:COUNT
  *     alloc:BYTES:COUNT               cuMemAlloc_v2 + cuMemFree_v2
  *     badlaunch:COUNT                 cuLaunchKernel with a NULL function (error)
@@ -53,7 +63,7 @@ int main(int argc, char **argv) {
     lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
     check(CALL(CUresult, cuInit, (unsigned), 0), "cuInit");
-    H mod = 0, library = 0, func = 0, stream = 0, event = 0, ctx = 0;
+    H mod = 0, library = 0, func = 0, stream = 0, event = 0, ctx = 0, peerctx = 0;
     check(CALL(CUresult, cuModuleLoadData, (H *, const void *), &mod, "image"), "cuModuleLoadData");
     check(CALL(CUresult, cuLibraryLoadData, (H *, const void *, void *, void *, unsigned, void *, void *, unsigned),
                &library, "image", 0, 0, 0, 0, 0, 0), "cuLibraryLoadData");
@@ -75,6 +85,8 @@ int main(int argc, char **argv) {
         if (sscanf(t, "device:%d", &n) == 1) {
             check(CALL(CUresult, cuDevicePrimaryCtxRetain, (H *, int), &ctx, n), "retain");
             check(CALL(CUresult, cuCtxSetCurrent, (H), ctx), "setcurrent");
+        } else if (sscanf(t, "peerdev:%d", &n) == 1) {
+            check(CALL(CUresult, cuDevicePrimaryCtxRetain, (H *, int), &peerctx, n), "retain peer");
         } else if (sscanf(t, "create:%d", &n) == 1) {
             check(CALL(CUresult, cuCtxCreate_v2, (H *, unsigned, int), &ctx, 0, n), "create");
         } else if (sscanf(t, "func:%255s", name) == 1) {
@@ -124,6 +136,27 @@ int main(int argc, char **argv) {
                     check(CALL(CUresult, cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, H), d, hbuf, bytes, stream), "htodasync");
                 else if (!strcmp(name, "dtohasync"))
                     check(CALL(CUresult, cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, H), hbuf, d, bytes, stream), "dtohasync");
+                else if (!strcmp(name, "dtod"))
+                    check(CALL(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr, CUdeviceptr, size_t), d2, d, bytes), "dtod");
+                else if (!strcmp(name, "dtodptds"))
+                    check(CALL(CUresult, cuMemcpyDtoD_v2_ptds, (CUdeviceptr, CUdeviceptr, size_t), d2, d, bytes), "dtodptds");
+                else if (!strcmp(name, "dtodasync"))
+                    check(CALL(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, H), d2, d, bytes, stream), "dtodasync");
+                else if (!strcmp(name, "dtodasyncptsz"))
+                    check(CALL(CUresult, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t, H), d2, d, bytes, stream),
+                          "dtodasyncptsz");
+                else if (!strcmp(name, "peer"))
+                    check(CALL(CUresult, cuMemcpyPeer, (CUdeviceptr, H, CUdeviceptr, H, size_t), d2, ctx, d,
+                               peerctx ? peerctx : ctx, bytes), "peer");
+                else if (!strcmp(name, "peerptds"))
+                    check(CALL(CUresult, cuMemcpyPeer_ptds, (CUdeviceptr, H, CUdeviceptr, H, size_t), d2, ctx, d,
+                               peerctx ? peerctx : ctx, bytes), "peerptds");
+                else if (!strcmp(name, "peerasync"))
+                    check(CALL(CUresult, cuMemcpyPeerAsync, (CUdeviceptr, H, CUdeviceptr, H, size_t, H), d2,
+                               peerctx ? peerctx : ctx, d, ctx, bytes, stream), "peerasync");
+                else if (!strcmp(name, "peerasyncptsz"))
+                    check(CALL(CUresult, cuMemcpyPeerAsync_ptsz, (CUdeviceptr, H, CUdeviceptr, H, size_t, H), d2,
+                               peerctx ? peerctx : ctx, d, ctx, bytes, stream), "peerasyncptsz");
                 else { fprintf(stderr, "unknown token %s\n", t); return 2; }
             }
             CALL(CUresult, cuMemFree_v2, (CUdeviceptr), d);

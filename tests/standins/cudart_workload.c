@@ -4,6 +4,8 @@
  * stand-in driver, through the library search path) and performs, N times:
  *
  *   cudaMalloc(ALLOC_BYTES)
+ *   (before the loop, the peer buffer: cudaSetDevice(1), cudaMalloc of
+ *   ALLOC_BYTES, cudaSetDevice(0); its cudaFree after the loop)
  *   cudaMemcpy H->D of HTOD_BYTES, cudaMemcpy D->H of DTOH_BYTES
  *   on a stream from cudaStreamCreate:
  *     cudaMemcpyAsync H->D of ASYNC_HTOD_BYTES, D->H of ASYNC_DTOH_BYTES,
@@ -20,6 +22,20 @@
  *   addresses): cudaMemcpy H->D of DFLT_HTOD_BYTES and D->H of
  *   DFLT_DTOH_BYTES, cudaMemcpyAsync H->D of DFLT_ASYNC_BYTES on the created
  *   stream, cudaMemcpy_ptds H->D of DFLT_PTDS_BYTES, cudaStreamSynchronize
+ *   device to device and between the two devices, a chain through regions
+ *   of the allocation (A..F, REGION bytes apart) and a buffer on device 1,
+ *   each copy of fewer bytes than the one before, the end checked:
+ *     cudaMemcpy H->D A of CHAIN_HTOD_BYTES,
+ *     cudaMemcpy D->D B<-A of DTOD_BYTES (cudaMemcpyDeviceToDevice),
+ *     cudaMemcpyAsync D->D C<-B of ASYNC_DTOD_BYTES on the created stream,
+ *     cudaStreamSynchronize,
+ *     cudaMemcpyPeer device 1 <- C (device 0) of PEER_BYTES,
+ *     cudaMemcpyPeerAsync D (device 0) <- device 1 of PEER_ASYNC_BYTES on
+ *     the created stream, cudaStreamSynchronize,
+ *     cudaMemcpy_ptds D->D E<-D of PTDS_DTOD_BYTES,
+ *     cudaMemcpyAsync_ptsz D->D F<-E of PTSZ_DTOD_BYTES on stream 0,
+ *     cudaStreamSynchronize_ptsz(0),
+ *     cudaMemcpy D->H of CHAIN_DTOH_BYTES from F
  *   cudaDeviceSynchronize
  *   cudaFree
  *
@@ -52,10 +68,19 @@
 #define DFLT_DTOH_BYTES 300
 #define DFLT_ASYNC_BYTES 400
 #define DFLT_PTDS_BYTES 600
+#define REGION 8192
+#define CHAIN_HTOD_BYTES 2800
+#define DTOD_BYTES 2500
+#define ASYNC_DTOD_BYTES 2200
+#define PEER_BYTES 1900
+#define PEER_ASYNC_BYTES 1600
+#define PTDS_DTOD_BYTES 1400
+#define PTSZ_DTOD_BYTES 1200
+#define CHAIN_DTOH_BYTES 1000
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
-enum { H2D = 1, D2H = 2, DEFAULT = 4 };
+enum { H2D = 1, D2H = 2, D2D = 3, DEFAULT = 4 };
 #define cudaStreamPerThread ((cudaStream_t)0x2)
 
 static void *lib;
@@ -115,6 +140,12 @@ int main(int argc, char **argv) {
     check(CALL(cudaError_t, cudaSetDevice, (int), 0), "cudaSetDevice", -1);
     cudaStream_t stream = 0;
     check(CALL(cudaError_t, cudaStreamCreate, (cudaStream_t *), &stream), "cudaStreamCreate", -1);
+
+    /* A buffer on device 1 for the peer copies. */
+    void *peer = 0;
+    check(CALL(cudaError_t, cudaSetDevice, (int), 1), "cudaSetDevice 1", -1);
+    check(CALL(cudaError_t, cudaMalloc, (void **, size_t), &peer, ALLOC_BYTES), "cudaMalloc (device 1)", -1);
+    check(CALL(cudaError_t, cudaSetDevice, (int), 0), "cudaSetDevice 0", -1);
 
     unsigned char *host = malloc(ALLOC_BYTES), *back = malloc(ALLOC_BYTES);
     if (!host || !back) return 2;
@@ -190,10 +221,40 @@ int main(int argc, char **argv) {
               "cudaMemcpy_ptds default", i);
         check(CALL(cudaError_t, cudaStreamSynchronize, (cudaStream_t), stream), "cudaStreamSynchronize", i);
 
+        /* Device to device and between devices: host -> A -> B -> C -> device 1 -> D -> E -> F -> host. */
+        char *a = dev, *b = a + REGION, *c = b + REGION, *d = c + REGION, *e = d + REGION, *f = e + REGION;
+        fill(host, CHAIN_HTOD_BYTES, i + 5000);
+        check(CALL(cudaError_t, cudaMemcpy, (void *, const void *, size_t, int), a, host, CHAIN_HTOD_BYTES, H2D),
+              "cudaMemcpy H2D (chain)", i);
+        check(CALL(cudaError_t, cudaMemcpy, (void *, const void *, size_t, int), b, a, DTOD_BYTES, D2D),
+              "cudaMemcpy D2D", i);
+        check(CALL(cudaError_t, cudaMemcpyAsync, (void *, const void *, size_t, int, cudaStream_t), c, b,
+                   ASYNC_DTOD_BYTES, D2D, stream),
+              "cudaMemcpyAsync D2D (stream)", i);
+        check(CALL(cudaError_t, cudaStreamSynchronize, (cudaStream_t), stream), "cudaStreamSynchronize (D2D)", i);
+        check(CALL(cudaError_t, cudaMemcpyPeer, (void *, int, const void *, int, size_t), peer, 1, c, 0, PEER_BYTES),
+              "cudaMemcpyPeer", i);
+        check(CALL(cudaError_t, cudaMemcpyPeerAsync, (void *, int, const void *, int, size_t, cudaStream_t), d, 0,
+                   peer, 1, PEER_ASYNC_BYTES, stream),
+              "cudaMemcpyPeerAsync (stream)", i);
+        check(CALL(cudaError_t, cudaStreamSynchronize, (cudaStream_t), stream), "cudaStreamSynchronize (peer)", i);
+        check(CALL(cudaError_t, cudaMemcpy_ptds, (void *, const void *, size_t, int), e, d, PTDS_DTOD_BYTES, D2D),
+              "cudaMemcpy_ptds D2D", i);
+        check(CALL(cudaError_t, cudaMemcpyAsync_ptsz, (void *, const void *, size_t, int, cudaStream_t), f, e,
+                   PTSZ_DTOD_BYTES, D2D, (cudaStream_t)0),
+              "cudaMemcpyAsync_ptsz D2D", i);
+        check(CALL(cudaError_t, cudaStreamSynchronize_ptsz, (cudaStream_t), (cudaStream_t)0),
+              "cudaStreamSynchronize_ptsz (D2D)", i);
+        memset(back, 0, ALLOC_BYTES);
+        check(CALL(cudaError_t, cudaMemcpy, (void *, const void *, size_t, int), back, f, CHAIN_DTOH_BYTES, D2H),
+              "cudaMemcpy D2H (chain)", i);
+        expect(back, CHAIN_DTOH_BYTES, i + 5000, "device-to-device and peer chain", i);
+
         check(CALL(cudaError_t, cudaDeviceSynchronize, (void)), "cudaDeviceSynchronize", i);
         check(CALL(cudaError_t, cudaFree, (void *), dev), "cudaFree", i);
     }
     check(CALL(cudaError_t, cudaStreamDestroy, (cudaStream_t), stream), "cudaStreamDestroy", -1);
+    check(CALL(cudaError_t, cudaFree, (void *), peer), "cudaFree (device 1)", -1);
     check(CALL(cudaError_t, cudaGetLastError, (void)), "cudaGetLastError", -1);
     free(host);
     free(back);

@@ -323,6 +323,39 @@ COPY_ASYNC_LIKE(cuMemcpyHtoDAsync_v2, CUdeviceptr, const void *)
 COPY_ASYNC_LIKE(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void *)
 COPY_ASYNC_LIKE(cuMemcpyDtoHAsync_v2, void *, CUdeviceptr)
 COPY_ASYNC_LIKE(cuMemcpyDtoHAsync_v2_ptsz, void *, CUdeviceptr)
+/* Device to device (cuda.h: cuMemcpyDtoD_v2(CUdeviceptr dstDevice,
+ * CUdeviceptr srcDevice, size_t ByteCount), the async one with a CUstream). */
+COPY_LIKE(cuMemcpyDtoD_v2, CUdeviceptr, CUdeviceptr)
+COPY_LIKE(cuMemcpyDtoD_v2_ptds, CUdeviceptr, CUdeviceptr)
+COPY_ASYNC_LIKE(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr)
+COPY_ASYNC_LIKE(cuMemcpyDtoDAsync_v2_ptsz, CUdeviceptr, CUdeviceptr)
+
+/* Between the memories of two contexts (cuda.h: cuMemcpyPeer(CUdeviceptr
+ * dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext
+ * srcContext, size_t ByteCount), cuMemcpyPeerAsync with a CUstream after). */
+#define PEER_LIKE(name)                                                          \
+    CUresult NO_FOLD FN(name)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, \
+                              CUcontext srcCtx, size_t n) {                      \
+        if (!dstCtx || !srcCtx) return CUDA_ERROR_INVALID_CONTEXT;               \
+        if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;                       \
+        memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);         \
+        return CUDA_SUCCESS;                                                     \
+    }                                                                            \
+    TRAMP(name)
+#define PEER_ASYNC_LIKE(name)                                                    \
+    CUresult NO_FOLD FN(name)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, \
+                              CUcontext srcCtx, size_t n, CUstream s) {          \
+        (void)s;                                                                 \
+        if (!dstCtx || !srcCtx) return CUDA_ERROR_INVALID_CONTEXT;               \
+        if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;                       \
+        memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);         \
+        return CUDA_SUCCESS;                                                     \
+    }                                                                            \
+    TRAMP(name)
+PEER_LIKE(cuMemcpyPeer)
+PEER_LIKE(cuMemcpyPeer_ptds)
+PEER_ASYNC_LIKE(cuMemcpyPeerAsync)
+PEER_ASYNC_LIKE(cuMemcpyPeerAsync_ptsz)
 
 CUresult FN(cuStreamCreate)(CUstream *s, unsigned int flags) {
     (void)flags;
@@ -466,6 +499,17 @@ CUresult FN(cuCtxGetDevice)(CUdevice *dev) {
     return CUDA_SUCCESS;
 }
 TRAMP(cuCtxGetDevice)
+
+/* cudaMemcpyPeer / cudaMemcpyPeerAsync ask it of both devices' contexts
+ * before the copy (the runtime fails the copy when it is missing; the value
+ * itself is not checked). 3020: the context ABI cuda.h documents. */
+CUresult FN(cuCtxGetApiVersion)(CUcontext ctx, unsigned int *version) {
+    if (!version) return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx && !current) return CUDA_ERROR_INVALID_CONTEXT;
+    *version = 3020;
+    return CUDA_SUCCESS;
+}
+TRAMP(cuCtxGetApiVersion)
 
 /* CU_MODULE_EAGER_LOADING */
 CUresult FN(cuModuleGetLoadingMode)(int *mode) {
@@ -643,6 +687,16 @@ static const struct {
     {"cuMemcpyDtoHAsync", 3020, LEGACY_STREAM, "cuMemcpyDtoHAsync_v2"},
     {"cuMemcpyDtoHAsync", 2000, LEGACY_STREAM, "cuMemcpyDtoHAsync"},
     {"cuMemcpyDtoHAsync", 7000, PER_THREAD_STREAM, "cuMemcpyDtoHAsync_v2_ptsz"},
+    {"cuMemcpyDtoD", 3020, LEGACY_STREAM, "cuMemcpyDtoD_v2"},
+    {"cuMemcpyDtoD", 2000, LEGACY_STREAM, "cuMemcpyDtoD"},
+    {"cuMemcpyDtoD", 7000, PER_THREAD_STREAM, "cuMemcpyDtoD_v2_ptds"},
+    {"cuMemcpyDtoDAsync", 3020, LEGACY_STREAM, "cuMemcpyDtoDAsync_v2"},
+    {"cuMemcpyDtoDAsync", 2000, LEGACY_STREAM, "cuMemcpyDtoDAsync"},
+    {"cuMemcpyDtoDAsync", 7000, PER_THREAD_STREAM, "cuMemcpyDtoDAsync_v2_ptsz"},
+    {"cuMemcpyPeer", 4000, LEGACY_STREAM, "cuMemcpyPeer"},
+    {"cuMemcpyPeer", 7000, PER_THREAD_STREAM, "cuMemcpyPeer_ptds"},
+    {"cuMemcpyPeerAsync", 4000, LEGACY_STREAM, "cuMemcpyPeerAsync"},
+    {"cuMemcpyPeerAsync", 7000, PER_THREAD_STREAM, "cuMemcpyPeerAsync_ptsz"},
     {"cuStreamSynchronize", 2000, LEGACY_STREAM, "cuStreamSynchronize"},
     {"cuStreamSynchronize", 7000, PER_THREAD_STREAM, "cuStreamSynchronize_ptsz"},
     {"cuLaunchKernel", 4000, LEGACY_STREAM, "cuLaunchKernel"},

@@ -13,9 +13,17 @@
  * FAKE_NCCL_DEPTH (default 1) collectives ahead of the slowest rank of its
  * communicator, and waits inside the call otherwise. A rank that stops thus
  * stops the others one collective later, as on a real job.
+ *
+ * Network: when FAKE_NCCL_VERBS names a libibverbs (the stand-in) and
+ * FAKE_NCCL_IB is "device:port", each rank created from a unique id brings up
+ * FAKE_NCCL_QPS (default 2) queue pairs on that port the way NCCL's IB
+ * transport does: ibv_modify_qp to INIT with IBV_QP_PORT (and pkey, access
+ * flags), then to RTR and RTS, through the library's exported ibv_modify_qp.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +117,51 @@ static ncclResult_t collective(ncclComm_t comm) {
     }
 }
 
+/* NCCL's IB transport bringing up its queue pairs on FAKE_NCCL_IB. The
+ * device, context and QPs live as long as the process (NCCL keeps them for
+ * the communicator's life). */
+static ncclResult_t ib_connect(void) {
+    const char *lib = getenv("FAKE_NCCL_VERBS"), *spec = getenv("FAKE_NCCL_IB");
+    if (!lib || !spec) return ncclSuccess;
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return ncclSystemError;
+    int (*modify)(struct ibv_qp *, struct ibv_qp_attr *, int) =
+        (int (*)(struct ibv_qp *, struct ibv_qp_attr *, int))dlsym(h, "ibv_modify_qp");
+    if (!modify) return ncclSystemError;
+    static struct ibv_device dev;
+    static struct ibv_context ctx;
+    static struct ibv_qp qps[16];
+    static uint32_t next_qp = 0x100;
+    char name[IBV_SYSFS_NAME_MAX];
+    unsigned port = 0;
+    if (sscanf(spec, "%63[^:]:%u", name, &port) != 2 || port == 0 || port > 255) return ncclInvalidArgument;
+    memset(dev.name, 0, sizeof dev.name);
+    memcpy(dev.name, name, strlen(name));
+    ctx.device = &dev;
+    const char *n = getenv("FAKE_NCCL_QPS");
+    int nq = n ? atoi(n) : 2;
+    if (nq < 0 || nq > 16) return ncclInvalidArgument;
+    for (int i = 0; i < nq; i++) {
+        struct ibv_qp *qp = &qps[i];
+        memset(qp, 0, sizeof *qp);
+        qp->context = &ctx;
+        qp->qp_num = next_qp++;
+        struct ibv_qp_attr a;
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = (uint8_t)port;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        if (modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return ncclSystemError;
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_RTR;
+        if (modify(qp, &a, IBV_QP_STATE)) return ncclSystemError;
+        a.qp_state = IBV_QPS_RTS;
+        if (modify(qp, &a, IBV_QP_STATE)) return ncclSystemError;
+    }
+    return ncclSuccess;
+}
+
 static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
     if (!out || nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return ncclInvalidArgument;
     struct fake_comm *c = calloc(1, sizeof *c);
@@ -117,6 +170,8 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     c->rank = rank;
     c->shm = open_shared(id);
     if (!c->shm) { free(c); return ncclSystemError; }
+    ncclResult_t r = ib_connect();
+    if (r != ncclSuccess) { munmap((void *)c->shm, sizeof(struct shared)); free(c); return r; }
     *out = c;
     return ncclSuccess;
 }

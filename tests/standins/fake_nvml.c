@@ -20,8 +20,24 @@
  * through nvmlDeviceGetFieldValues; other field values return
  * NVML_ERROR_NOT_SUPPORTED. enc_util, dec_util (%) are the encoder and
  * decoder utilisation. nvlinks=N gives the GPU N NVLink links, link L
- * reporting nvl_replay × (L + 1) data-link replays; without it NVLink
- * queries return NVML_ERROR_NOT_SUPPORTED.
+ * reporting nvl_replay, nvl_recovery, nvl_crc_flit, nvl_crc_data × (L + 1)
+ * data-link replays, recoveries, flit and data CRC errors
+ * (nvmlDeviceGetNvLinkErrorCounter), and NVLink data throughput counters
+ * (field values NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB, per link by
+ * scopeId or summed over the links for scopeId UINT_MAX) growing at
+ * nvl_tx_kibps / nvl_rx_kibps KiB/s per link, stamped with the same clock;
+ * without nvlinks NVLink queries return NVML_ERROR_NOT_SUPPORTED.
+ * mem_used, mem_reserved (bytes) split the 80 GiB framebuffer like
+ * nvmlDeviceGetMemoryInfo_v2 (free = total - reserved - used; defaults
+ * 1 GiB used, 512 MiB reserved).
+ * gpm=1 makes the GPU support GPM (nvmlGpmQueryDeviceSupport; without it
+ * the GPM calls return NVML_ERROR_NOT_SUPPORTED): nvmlGpmMetricsGet between
+ * two samples of the GPU returns gr_active, tensor_active, dram_active (%)
+ * for GRAPHICS_UTIL, ANY_TENSOR_UTIL, DRAM_BW_UTIL and pcie_tx_mibs,
+ * pcie_rx_mibs (MiB/s) for PCIE_TX_PER_SEC, PCIE_RX_PER_SEC as of the second
+ * sample; other metrics are NVML_ERROR_NOT_SUPPORTED. Live GPM samples are
+ * counted: FAKE_NVML_GPM_LOG names a file that gets "live=<n>" on every
+ * nvmlGpmSampleFree and at nvmlShutdown, so a test sees leaks.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +143,8 @@ nvmlReturn_t nvmlInit_v2(void) {
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInitWithFlags(unsigned flags) { (void)flags; return nvmlInit_v2(); }
-nvmlReturn_t nvmlShutdown(void) { if (inited) inited--; return NVML_SUCCESS; }
+static void gpm_log(void);
+nvmlReturn_t nvmlShutdown(void) { if (inited) inited--; gpm_log(); return NVML_SUCCESS; }
 const char *nvmlErrorString(nvmlReturn_t r) {
     switch (r) {
     case 0: return "Success";
@@ -211,10 +228,12 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 }
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     CHECK(d);
+    /* NVML_STRUCT_VERSION(Memory, 2) */
+    if (!m || m->version != (unsigned)(sizeof(nvmlMemory_v2_t) | (2u << 24))) return NVML_ERROR_INVALID_ARGUMENT;
     m->total = 85899345920ULL;
-    m->reserved = 0;
+    m->reserved = val(d->index, "mem_reserved", 512ULL << 20);
     m->used = val(d->index, "mem_used", 1ULL << 30);
-    m->free = m->total - m->used;
+    m->free = m->total - m->reserved - m->used;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int errorType, int counterType, unsigned long long *c) {
@@ -304,8 +323,10 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned link, int 
     unsigned long long links = val(d->index, "nvlinks", 0);
     if (!links) return NVML_ERROR_NOT_SUPPORTED;
     if (link >= links || !v) return NVML_ERROR_INVALID_ARGUMENT;
-    /* NVML_NVLINK_ERROR_DL_REPLAY = 0 */
-    *v = counter == 0 ? val(d->index, "nvl_replay", 0) * (link + 1) : 0;
+    /* NVML_NVLINK_ERROR_DL_REPLAY, _RECOVERY, _CRC_FLIT, _CRC_DATA = 0..3 */
+    static const char *const keys[] = {"nvl_replay", "nvl_recovery", "nvl_crc_flit", "nvl_crc_data"};
+    if (counter < 0 || counter > 3) return NVML_ERROR_NOT_SUPPORTED;
+    *v = val(d->index, keys[counter], 0) * (link + 1);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t d, unsigned *u, unsigned *period) {
@@ -328,13 +349,26 @@ typedef struct {
     union { double dVal; unsigned uiVal; unsigned long long ullVal; } value;
 } nvmlFieldValue_t;
 #define NVML_FI_DEV_MEMORY_TEMP 82
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *v) {
     CHECK(d);
     if (count < 0 || (count > 0 && !v)) return NVML_ERROR_INVALID_ARGUMENT;
+    double t = now();
     for (int i = 0; i < count; i++) {
-        v[i].timestamp = (long long)(now() * 1e6);
+        v[i].timestamp = (long long)(t * 1e6);
         v[i].latencyUsec = 0;
-        if (v[i].fieldId == NVML_FI_DEV_MEMORY_TEMP) {
+        if (v[i].fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX || v[i].fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) {
+            unsigned long long links = val(d->index, "nvlinks", 0);
+            unsigned scope = v[i].scopeId;
+            if (!links) { v[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED; continue; }
+            if (scope != 0xFFFFFFFFu && scope >= links) { v[i].nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; continue; }
+            unsigned long long per_link = val(d->index, v[i].fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? "nvl_tx_kibps" : "nvl_rx_kibps", 0);
+            double kib = (double)per_link * t * (scope == 0xFFFFFFFFu ? (double)links : 1.0);
+            v[i].valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+            v[i].value.ullVal = (unsigned long long)kib;
+            v[i].nvmlReturn = NVML_SUCCESS;
+        } else if (v[i].fieldId == NVML_FI_DEV_MEMORY_TEMP) {
             v[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
             v[i].value.uiVal = (unsigned)val(d->index, "mem_temp", 50);
             v[i].nvmlReturn = NVML_SUCCESS;
@@ -397,3 +431,90 @@ nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigne
     return nvmlEventSetWait_v2(set, data, timeout_ms);
 }
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { free(set); return NVML_SUCCESS; }
+
+/* GPM (GPU performance monitoring, Hopper and later). */
+struct gpm_sample { int gpu; double t; int filled; };
+typedef struct gpm_sample *nvmlGpmSample_t;
+typedef struct { unsigned version, isSupportedDevice; } nvmlGpmSupport_t;
+typedef struct {
+    unsigned metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct { char *shortName, *longName, *unit; } metricInfo;
+} nvmlGpmMetric_t;
+#define NVML_GPM_METRIC_MAX 210
+typedef struct {
+    unsigned version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+static long gpm_live;
+
+static void gpm_log(void) {
+    const char *p = getenv("FAKE_NVML_GPM_LOG");
+    if (!p) return;
+    FILE *f = fopen(p, "a");
+    if (!f) return;
+    fprintf(f, "live=%ld\n", gpm_live);
+    fclose(f);
+}
+
+static int gpm_on(nvmlDevice_t d) { return val(d->index, "gpm", 0) != 0; }
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *s) {
+    CHECK(d);
+    if (!s || s->version != 1) return NVML_ERROR_INVALID_ARGUMENT;
+    s->isSupportedDevice = (unsigned)gpm_on(d);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *s) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    *s = calloc(1, sizeof(struct gpm_sample));
+    if (!*s) return NVML_ERROR_INVALID_ARGUMENT;
+    gpm_live++;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t s) {
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    free(s);
+    gpm_live--;
+    gpm_log();
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, nvmlGpmSample_t s) {
+    CHECK(d);
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpm_on(d)) return NVML_ERROR_NOT_SUPPORTED;
+    s->gpu = d->index;
+    s->t = now();
+    s->filled = 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!m || m->version != 1 || m->numMetrics > NVML_GPM_METRIC_MAX) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmSample_t a = m->sample1, b = m->sample2;
+    if (!a || !b || !a->filled || !b->filled || a->gpu != b->gpu || b->t <= a->t) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < m->numMetrics; i++) {
+        nvmlGpmMetric_t *x = &m->metrics[i];
+        const char *key = NULL;
+        switch (x->metricId) {
+        case 1: key = "gr_active"; break;      /* NVML_GPM_METRIC_GRAPHICS_UTIL */
+        case 5: key = "tensor_active"; break;  /* NVML_GPM_METRIC_ANY_TENSOR_UTIL */
+        case 10: key = "dram_active"; break;   /* NVML_GPM_METRIC_DRAM_BW_UTIL */
+        case 20: key = "pcie_tx_mibs"; break;  /* NVML_GPM_METRIC_PCIE_TX_PER_SEC */
+        case 21: key = "pcie_rx_mibs"; break;  /* NVML_GPM_METRIC_PCIE_RX_PER_SEC */
+        }
+        memset(&x->metricInfo, 0, sizeof x->metricInfo);
+        if (!key) { x->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; x->value = 0; continue; }
+        /* The value at the second sample's time. */
+        double t = b->t;
+        unsigned long long v = 0;
+        for (int j = 0; j < nlines; j++)
+            if (lines[j].gpu == b->gpu && lines[j].t <= t && !strcmp(lines[j].key, key)) v = lines[j].value;
+        x->value = (double)v;
+        x->nvmlReturn = NVML_SUCCESS;
+    }
+    return NVML_SUCCESS;
+}

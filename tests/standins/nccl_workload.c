@@ -23,7 +23,9 @@
  * One iteration: {GroupStart AllReduce(1024 float32) GroupEnd}
  * AllGather(256 bfloat16) ReduceScatter(128 float64) Broadcast(300 int8)
  * Bcast(100 int32) Reduce(64 int64) AlltoAll(32 uint32)
- * {GroupStart Send(10 float16) Recv(10 float16) GroupEnd}.
+ * {GroupStart Send(10 float16) Recv(10 float16) GroupEnd}. With
+ * NCCL_WORKLOAD_LATE_US set, steps mode sleeps that long before each
+ * iteration's AlltoAll (a rank late to one collective).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -147,6 +149,8 @@ int main(int argc, char **argv) {
     p2p_t send = (p2p_t)sym(h, "ncclSend"), recv = (p2p_t)sym(h, "ncclRecv");
     int peer = rank ^ 1;
     if (peer >= nranks) peer = rank;
+    const char *late = getenv("NCCL_WORKLOAD_LATE_US");
+    long late_us = late ? atol(late) : 0;
     for (long i = 0; i < iters; i++) {
         CK(gstart());
         CK(allreduce(buf, buf, 1024, 7 /* float32 */, 0, comm, NULL));
@@ -156,6 +160,7 @@ int main(int argc, char **argv) {
         CK(broadcast(buf, buf, 300, 0 /* int8 */, 0, comm, NULL));
         CK(bcast(buf, 100, 2 /* int32 */, 0, comm, NULL));
         CK(reduce(buf, buf, 64, 4 /* int64 */, 0, 0, comm, NULL));
+        if (late_us > 0) usleep((useconds_t)late_us);
         CK(alltoall(buf, buf, 32, 3 /* uint32 */, comm, NULL));
         CK(gstart());
         CK(send(buf, 10, 6 /* float16 */, peer, comm, NULL));

@@ -225,7 +225,7 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         .lines()
         .filter(|l| !l.is_empty())
         .filter(|l| {
-            !(l.starts_with("DCGM_FI_DEV_")
+            !(l.starts_with("DCGM_FI_")
                 && (l.ends_with("label names should be written in 'snake_case' not 'camelCase'")
                     || l.ends_with("counter metrics should have \"_total\" suffix")
                     || l.ends_with("metric name should not include type 'counter'")))

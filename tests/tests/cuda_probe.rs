@@ -164,6 +164,18 @@ fn exact_counts(lib: &std::path::Path) {
                 "memcpyasync:100:5",
                 "htodasync:300:2",
                 "dtohasync:700:1",
+                // Device to device, and peer copies between the current
+                // context (device 2) and device 3's primary context, through
+                // the legacy and the per-thread-default-stream exports.
+                "peerdev:3",
+                "dtod:5000:3",
+                "dtodptds:5100:1",
+                "dtodasync:900:4",
+                "dtodasyncptsz:950:2",
+                "peer:7000:2",
+                "peerptds:7100:1",
+                "peerasync:1300:3",
+                "peerasyncptsz:1350:1",
                 "streamsync:3",
                 "ctxsync:2",
                 "eventsync:1",
@@ -225,9 +237,30 @@ fn exact_counts(lib: &std::path::Path) {
             (call::MEMCPY_ASYNC, 5, 500),
             (call::MEMCPY_HTOD_ASYNC, 2, 600),
             (call::MEMCPY_DTOH_ASYNC, 1, 700),
+            // `cuMemcpyDtoD_v2` 3 × 5000, `_ptds` 1 × 5100.
+            (call::MEMCPY_DTOD, 4, 3 * 5000 + 5100),
+            (call::MEMCPY_DTOD_ASYNC, 6, 4 * 900 + 2 * 950),
+            (call::MEMCPY_PEER, 3, 2 * 7000 + 7100),
+            (call::MEMCPY_PEER_ASYNC, 4, 3 * 1300 + 1350),
             // Each copy token allocates two buffers of its size, then frees them.
-            (call::MEM_ALLOC, 10, 2 * (4096 + 65536 + 100 + 300 + 700)),
-            (call::MEM_FREE, 10, 0),
+            (
+                call::MEM_ALLOC,
+                26,
+                2 * (4096
+                    + 65536
+                    + 100
+                    + 300
+                    + 700
+                    + 5000
+                    + 5100
+                    + 900
+                    + 950
+                    + 7000
+                    + 7100
+                    + 1300
+                    + 1350),
+            ),
+            (call::MEM_FREE, 26, 0),
         ] {
             let s = c(kind);
             assert_eq!(
@@ -237,9 +270,24 @@ fn exact_counts(lib: &std::path::Path) {
                 call::name(kind)
             );
         }
-        for kind in [call::MEMCPY_HTOD, call::MEMCPY_DTOH, call::MEM_ALLOC] {
+        for kind in [
+            call::MEMCPY_HTOD,
+            call::MEMCPY_DTOH,
+            call::MEMCPY_DTOD,
+            call::MEMCPY_PEER,
+            call::MEM_ALLOC,
+        ] {
             assert_eq!(c(kind).timed, c(kind).calls, "{} timed", call::name(kind));
         }
+        // Every copy counts on the calling thread's device (2), the peer
+        // copies from and to device 3's context too.
+        let copy_devices: std::collections::BTreeSet<i32> = snap
+            .calls
+            .keys()
+            .filter(|k| k.pid == pid && call::is_copy(k.kind))
+            .map(|k| k.device)
+            .collect();
+        assert_eq!(copy_devices, std::collections::BTreeSet::from([2]));
         for (kind, n) in [
             (call::STREAM_SYNC, 3),
             (call::CTX_SYNC, 2),
@@ -295,6 +343,17 @@ fn exact_counts(lib: &std::path::Path) {
             "faultline_cuda_kernel_launches_total{{job=\"job7\",rank=\"3\",gpu=\"2\"}} {launched}\n"
         );
         assert!(text.contains(&line), "{text}");
+        for (c, bytes) in [
+            ("cuMemcpyDtoD", 3 * 5000 + 5100),
+            ("cuMemcpyDtoDAsync", 4 * 900 + 2 * 950),
+            ("cuMemcpyPeer", 2 * 7000 + 7100),
+            ("cuMemcpyPeerAsync", 3 * 1300 + 1350),
+        ] {
+            let line = format!(
+                "faultline_cuda_copy_bytes_total{{job=\"job7\",rank=\"3\",gpu=\"2\",call=\"{c}\"}} {bytes}\n"
+            );
+            assert!(text.contains(&line), "{text}");
+        }
         assert!(
             !text.contains("pid=") && !text.contains("kernel="),
             "{text}"

@@ -6,6 +6,10 @@
 //! `check-config` and the correlator's passes its own, the PrometheusRule
 //! carries `deploy/prometheus`'s groups, the rules pass `promtool test
 //! rules`, and the dashboards are what `deploy/grafana/generate.py` writes.
+//! The shipped default is authenticated: the correlator serves TLS with the
+//! certificate its init container makes and reviews the collectors'
+//! projected tokens; the collectors speak https with that CA and token;
+//! nothing runs `--insecure`.
 //!
 //! kubernetes-validate and PyYAML come from `<target dir>/deploy-venv`
 //! (scripts/setup.sh); without it the test skips, unless CI is set.
@@ -82,7 +86,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
         .lines()
         .filter(|l| !l.contains(" passed for "))
         .collect();
-    assert_eq!(passed, 16, "{report}");
+    assert_eq!(passed, 21, "{report}");
     assert!(
         unvalidated
             .iter()
@@ -154,7 +158,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             && collector::nvml::USUAL_PATHS.iter().any(&under)
     };
     let mounts = c["mounts"].as_array().expect("mounts");
-    assert_eq!(mounts.len(), 10, "{mounts:#?}");
+    assert_eq!(mounts.len(), 11, "{mounts:#?}");
     for m in mounts {
         let path = m["path"].as_str().expect("path");
         let read_by: bool = match path {
@@ -168,6 +172,18 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             }
             "/etc/faultline" => Path::new(&config_arg).starts_with(path),
             "/var/lib/faultline" => cfg.stream.spool_dir.starts_with(path),
+            "/var/run/secrets/faultline" => {
+                cfg.stream
+                    .tls_ca
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with(path))
+                    && cfg
+                        .stream
+                        .token_file
+                        .as_deref()
+                        .is_some_and(|p| p.starts_with(path))
+                    && m["source"] == "projected:serviceAccountToken,configMap"
+            }
             other => panic!("the DaemonSet mounts {other}, which no code reads"),
         };
         assert!(read_by, "{path} is mounted but the code does not read it");
@@ -179,12 +195,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             "{path} shadows the image's libraries"
         );
     }
-    assert_eq!(
-        cfg.stream.endpoint.as_deref(),
-        Some("http://faultline-correlator.faultline.svc:50051")
-    );
-    let corr_args = facts["correlator"]["args"].to_string();
-    assert!(corr_args.contains("\"--insecure\""), "{corr_args}");
+    authenticated_by_default(&facts, &cfg);
 
     // Rules: syntax and unit tests.
     let rules = repo().join("deploy/prometheus");
@@ -200,6 +211,66 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
     run(Command::new("python3")
         .arg(repo().join("deploy/grafana/generate.py"))
         .arg("--check"));
+}
+
+/// The shipped default authenticates: TLS with the certificate the init
+/// container makes (its `--server-name` is the name the collectors dial),
+/// tokens reviewed by the API server for the audience the collectors'
+/// projected tokens carry, and no `--insecure` anywhere.
+fn authenticated_by_default(facts: &serde_json::Value, cfg: &FileConfig) {
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect()
+    };
+    let corr = strings(&facts["correlator"]["args"]);
+    let flag =
+        |args: &[String], name: &str| args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone());
+    assert!(!corr.iter().any(|a| a == "--insecure"), "{corr:?}");
+    assert!(corr.iter().any(|a| a == "--token-review"), "{corr:?}");
+    let init = facts["correlator"]["init_args"]
+        .as_array()
+        .and_then(|a| a.first())
+        .map(strings)
+        .expect("an init container");
+    assert_eq!(
+        init.first().map(String::as_str),
+        Some("kube-tls"),
+        "{init:?}"
+    );
+    let dir = flag(&init, "--dir").expect("--dir");
+    for f in ["--tls-cert", "--tls-key"] {
+        let p = flag(&corr, f).unwrap_or_else(|| panic!("{f} in {corr:?}"));
+        assert!(
+            Path::new(&p).starts_with(&dir),
+            "{f} {p} is not the init container's {dir}"
+        );
+    }
+    assert_eq!(
+        facts["correlator"]["automount_token"], true,
+        "TokenReview needs its token"
+    );
+    let endpoint = cfg.stream.endpoint.as_deref().expect("endpoint");
+    assert_eq!(endpoint, "https://faultline-correlator.faultline.svc:50051");
+    let host = endpoint
+        .trim_start_matches("https://")
+        .split(':')
+        .next()
+        .expect("host");
+    assert!(
+        init.windows(2)
+            .any(|w| w[0] == "--server-name" && w[1] == host),
+        "the server certificate names {host}: {init:?}"
+    );
+    let audience = flag(&corr, "--token-audience").unwrap_or_else(|| "faultline-correlator".into());
+    assert_eq!(
+        facts["collector"]["token_audiences"],
+        serde_json::json!([audience]),
+        "the collectors' projected token is for the correlator's audience"
+    );
+    assert!(cfg.stream.tls_ca.is_some() && cfg.stream.token_file.is_some());
 }
 
 /// `deploy/install.sh` into a staging root: the binary, the unit (flags from

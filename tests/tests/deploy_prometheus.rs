@@ -8,9 +8,11 @@
 //!   use, and every recording rule;
 //! * the XID the NVML stand-in injects (12 s in, while Prometheus scrapes)
 //!   fires `FaultlineGpuXid`;
+//! * every panel of dcgm-exporter's official dashboard, and its variables,
+//!   return data (tests/data/dcgm-exporter, GPU 0 of the stand-in has GPM);
 //! * the dcgm-exporter compatibility series have dcgm-exporter's names,
-//!   types, labels and units for the fields of its default counters list
-//!   that faultline samples, next to faultline's own series of the same
+//!   types, labels and units for every field of its own default counters
+//!   CSV that NVML can supply, next to faultline's own series of the same
 //!   samples.
 use std::{
     collections::BTreeSet,
@@ -24,66 +26,11 @@ use tests::{bin, KillOnDrop};
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const HOST: &str = "fl-node-1";
 
-/// dcgm-exporter's default counters (etc/default-counters.csv) that
-/// faultline samples: (field, Prometheus type). Its other defaults,
-/// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL and DCGM_FI_DEV_VGPU_LICENSE_STATUS,
-/// need DCGM's own modules.
-const DCGM_DEFAULTS: &[(&str, &str)] = &[
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge"),
-    ("DCGM_FI_DEV_MEM_CLOCK", "gauge"),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge"),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge"),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge"),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter"),
-    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter"),
-    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter"),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter"),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge"),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge"),
-    ("DCGM_FI_DEV_ENC_UTIL", "gauge"),
-    ("DCGM_FI_DEV_DEC_UTIL", "gauge"),
-    ("DCGM_FI_DEV_XID_ERRORS", "gauge"),
-    ("DCGM_FI_DEV_FB_FREE", "gauge"),
-    ("DCGM_FI_DEV_FB_USED", "gauge"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter"),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter"),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge"),
-];
-
-/// dcgm-exporter's device labels, in its order.
-const DCGM_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "pci_bus_id",
-    "device",
-    "modelName",
-    "Hostname",
-    "DCGM_FI_DRIVER_VERSION",
-];
-
-/// The kind of queries a dashboard written for dcgm-exporter makes (its
-/// panels select by `instance`/`Hostname` and `gpu`, scale clocks to Hz and
-/// energy to J, and list GPUs by `UUID` and `modelName`): they must work on
-/// faultline's compatibility series unchanged.
-const DCGM_DASHBOARD_QUERIES: &[&str] = &[
-    "DCGM_FI_DEV_GPU_TEMP{instance=~\".+\", gpu=~\".+\"}",
-    "avg by (Hostname) (DCGM_FI_DEV_GPU_TEMP)",
-    "sum by (instance) (DCGM_FI_DEV_POWER_USAGE{gpu=~\".+\"})",
-    "DCGM_FI_DEV_SM_CLOCK{gpu=~\".+\"} * 1000000",
-    "DCGM_FI_DEV_MEM_CLOCK{gpu=~\".+\"} * 1000000",
-    "DCGM_FI_DEV_GPU_UTIL{gpu=~\".+\"}",
-    "DCGM_FI_DEV_MEM_COPY_UTIL{gpu=~\".+\"}",
-    "DCGM_FI_DEV_FB_USED{gpu=~\".+\"} / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
-    "rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=~\".+\"}[15s]) / 1000",
-    "count by (modelName, DCGM_FI_DRIVER_VERSION) (DCGM_FI_DEV_GPU_TEMP)",
-    "group by (UUID, gpu, device) (DCGM_FI_DEV_SM_CLOCK)",
-    "DCGM_FI_DEV_XID_ERRORS{gpu=~\".+\"}",
-];
-
 const SCENARIO: &str = "\
 # t gpu key=value...
 0 gpu=0 temp=64 sm_clock=1755 power_mw=312500 mem_used=21474836480 enc_util=7 dec_util=3 remap_cor=2 pcie_tx_kbs=4096
-0 gpu=1 temp=58 sm_clock=1980 power_mw=280000 nvlinks=4 nvl_replay=5
+0 gpu=0 gpm=1 gr_active=87 tensor_active=42 dram_active=63 pcie_tx_mibs=1024 pcie_rx_mibs=3
+0 gpu=1 temp=58 sm_clock=1980 power_mw=280000 nvlinks=4 nvl_replay=5 nvl_tx_kibps=1000000 nvl_rx_kibps=1000000
 1.0 gpu=1 temp=91 sm_clock=1350 throttle=0x40
 12 gpu=0 xid=79
 ";
@@ -421,9 +368,22 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             empty.push(format!("{dash} {panel}: {q}"));
         }
     }
-    for q in DCGM_DASHBOARD_QUERIES {
-        if query_until(&prom, q, Duration::from_secs(5)).is_empty() {
-            empty.push(format!("dcgm-exporter-style: {q}"));
+    // dcgm-exporter's own dashboard: 8 of 8 panels, and its variables.
+    let (panels, vars) = tests::dcgm_exporter::dashboard();
+    assert_eq!(panels.len(), 8, "{panels:?}");
+    for p in &panels {
+        for e in &p.exprs {
+            let q = tests::dcgm_exporter::all_values(e);
+            if query_until(&prom, &q, Duration::from_secs(5)).is_empty() {
+                empty.push(format!("dcgm-exporter dashboard {}: {q}", p.title));
+            }
+        }
+    }
+    for (name, q) in &vars {
+        let (metric, label) = tests::dcgm_exporter::label_values(q).expect("label_values");
+        let q = format!("group by ({label}) ({metric})");
+        if query_until(&prom, &q, Duration::from_secs(5)).is_empty() {
+            empty.push(format!("dcgm-exporter dashboard variable {name}: {q}"));
         }
     }
     assert!(
@@ -516,7 +476,12 @@ fn value_of(text: &str, name: &str, gpu: &str) -> f64 {
 }
 
 fn dcgm_families_match(text: &str) {
-    for (name, kind) in DCGM_DEFAULTS {
+    use tests::dcgm_exporter as de;
+    for c in de::default_counters() {
+        let (name, kind) = (c.name.as_str(), c.kind.as_str());
+        if kind == "label" || de::NOT_FROM_NVML.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
         assert!(
             text.contains(&format!("\n# TYPE {name} {kind}\n")),
             "{name} is not a {kind}:\n{text}"
@@ -525,11 +490,19 @@ fn dcgm_families_match(text: &str) {
             .lines()
             .filter(|l| l.starts_with(&format!("{name}{{")))
             .collect();
-        assert_eq!(samples.len(), 2, "{name}: one series per GPU: {samples:?}");
+        // GPM on GPU 0 only, NVLink on GPU 1 only; the rest on both.
+        let gpus = if name.starts_with("DCGM_FI_PROF_") {
+            &["0"][..]
+        } else if name.contains("NVLINK") {
+            &["1"][..]
+        } else {
+            &["0", "1"][..]
+        };
+        assert_eq!(samples.len(), gpus.len(), "{name}: {samples:?}");
         for s in samples {
             let l = labels_of(s);
             let keys: Vec<&str> = l.iter().map(|(k, _)| k.as_str()).collect();
-            assert_eq!(&keys[..DCGM_LABELS.len()], DCGM_LABELS, "{s}");
+            assert_eq!(&keys[..de::DEVICE_LABELS.len()], de::DEVICE_LABELS, "{s}");
             let get = |k: &str| l.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
             assert_eq!(get("Hostname"), Some(HOST), "{s}");
             assert_eq!(get("modelName"), Some("Fake H100 80GB HBM3"), "{s}");
@@ -539,6 +512,7 @@ fn dcgm_families_match(text: &str) {
                 "{s}"
             );
             assert!(get("UUID").is_some_and(|u| u.starts_with("GPU-")), "{s}");
+            assert!(get("gpu").is_some_and(|g| gpus.contains(&g)), "{s}");
             // The job file gives both GPUs to Slurm job 4711.
             assert_eq!(get("hpc_job"), Some("4711"), "{s}");
             assert!(get("pid").is_none(), "{s}");
@@ -558,9 +532,14 @@ fn dcgm_families_match(text: &str) {
             (v("faultline_gpu_memory_used_bytes") / 1_048_576.0).floor()
         );
         assert_eq!(
-            v("DCGM_FI_DEV_FB_USED") + v("DCGM_FI_DEV_FB_FREE"),
+            v("DCGM_FI_DEV_FB_USED") + v("DCGM_FI_DEV_FB_FREE") + v("DCGM_FI_DEV_FB_RESERVED"),
             81920.0,
             "80 GiB in MiB"
+        );
+        assert_eq!(
+            v("DCGM_FI_DEV_FB_RESERVED"),
+            512.0,
+            "the stand-in's default"
         );
         assert_eq!(
             v("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
@@ -576,6 +555,11 @@ fn dcgm_families_match(text: &str) {
     assert_eq!(v("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "0"), 2.0);
     assert_eq!(v("DCGM_FI_DEV_XID_ERRORS", "0"), 79.0, "the last XID");
     assert_eq!(v("DCGM_FI_DEV_XID_ERRORS", "1"), 0.0);
+    assert_eq!(v("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "0"), 0.42, "a ratio");
+    assert_eq!(v("DCGM_FI_PROF_PCIE_TX_BYTES", "0"), 1024.0 * 1048576.0);
+    // 4 links × 2 000 000 KiB/s, ÷ 1000 as DCGM reports it.
+    let bw = v("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "1");
+    assert!((7999.0..=8000.0).contains(&bw), "{bw}");
     assert_eq!(v("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "1"), 64.0);
     // NVLink: 4 links of GPU 1 with 5, 10, 15, 20 replays.
     assert_eq!(v("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "1"), 50.0);

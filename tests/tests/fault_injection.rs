@@ -738,7 +738,7 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
     let rss_peak = vm_rss_kib(pid);
     let per_peer = scrape(
         &maddr,
-        "faultline_connections_refused_total{reason=\"per_peer\"}",
+        "faultline_connections_refused_total{listener=\"grpc\",reason=\"per_peer\"}",
     );
     // End the flood: every open stream closes its request side cleanly.
     senders.clear();

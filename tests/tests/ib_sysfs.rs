@@ -195,3 +195,119 @@ fn once_prints_node_exporter_compatible_values() {
     dedup.dedup();
     assert_eq!(types.len(), dedup.len());
 }
+
+/// Runs `faultline-collector --once --sysfs-root ROOT ARGS...`.
+fn once(root: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(tests::bin("faultline-collector"))
+        .args(["--once", "--sysfs-root"])
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run faultline-collector")
+}
+
+/// The devices with a `faultline_infiniband_state_id` series.
+fn devices(out: &std::process::Output) -> Vec<String> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut d: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("faultline_infiniband_state_id{"))
+        .filter_map(|l| l.split('"').nth(1).map(str::to_string))
+        .collect();
+    d.dedup();
+    d
+}
+
+#[test]
+fn device_include_and_exclude_like_node_exporter() {
+    let t = tree();
+    t.active_port("mlx5_10", 1);
+    assert_eq!(
+        devices(&once(t.root(), &[])),
+        ["mlx5_0", "mlx5_1", "mlx5_10", "rxe0"]
+    );
+    // node_exporter's flag names are accepted as they are.
+    assert_eq!(
+        devices(&once(
+            t.root(),
+            &["--collector.infiniband.device-exclude", "^rxe"]
+        )),
+        ["mlx5_0", "mlx5_1", "mlx5_10"]
+    );
+    // Matched anywhere in the name, as Go's regexp: mlx5_1 is in mlx5_10.
+    assert_eq!(
+        devices(&once(t.root(), &["--ib-device-include", "mlx5_1"])),
+        ["mlx5_1", "mlx5_10"]
+    );
+    assert_eq!(
+        devices(&once(t.root(), &["--ib-device-include", "^mlx5_[01]$"])),
+        ["mlx5_0", "mlx5_1"]
+    );
+    // From the configuration file too.
+    let cfg = t.root().join("collector.toml");
+    std::fs::write(&cfg, "[ib]\ndevice_exclude = \"^mlx5_1\"\n").unwrap();
+    assert_eq!(
+        devices(&once(t.root(), &["--config", cfg.to_str().unwrap()])),
+        ["mlx5_0", "rxe0"]
+    );
+    // Both, or a bad pattern: exit 2 with one line naming the key.
+    for (args, says) in [
+        (
+            &["--ib-device-include", "a", "--ib-device-exclude", "b"][..],
+            "config error: ib.device_include: ib.device_include and ib.device_exclude are mutually exclusive",
+        ),
+        (
+            &["--ib-device-exclude", "mlx5_[0"][..],
+            "config error: ib.device_exclude: \"mlx5_[0\" is not a regular expression",
+        ),
+    ] {
+        let out = once(t.root(), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with(&format!("faultline-collector: {says}")), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_missing_optional_file_is_noted_once_not_a_read_error() {
+    let t = tree();
+    // iWARP-like: the driver has no `lid` for this port.
+    t.remove("mlx5_1", 1, "lid");
+    let filter = collector::ib::DeviceFilter::default();
+    let mut issues = collector::ib::ReadIssues::default();
+    let mut noted = Vec::new();
+    for _ in 0..3 {
+        let scan = collector::ib::scan(t.root(), &filter).unwrap();
+        let p = scan
+            .ports
+            .iter()
+            .find(|p| p.device == "mlx5_1" && p.port == 1)
+            .unwrap();
+        assert!(p.read_errors.is_empty(), "{:?}", p.read_errors);
+        assert_eq!(p.lid, None);
+        assert_eq!(scan.missing.len(), 1, "{:?}", scan.missing);
+        assert_eq!(
+            (scan.missing[0].device.as_str(), scan.missing[0].file),
+            ("mlx5_1", "lid")
+        );
+        noted.push(issues.account("n017", &scan));
+    }
+    assert_eq!(noted, [1, 0, 0], "noted in the first window only");
+    // A required file is still an error, every window.
+    t.remove("mlx5_1", 1, "state");
+    let scan = collector::ib::scan(t.root(), &filter).unwrap();
+    let p = scan.ports.iter().find(|p| p.device == "mlx5_1").unwrap();
+    assert_eq!(
+        p.read_errors
+            .iter()
+            .map(|(f, _)| f.as_str())
+            .collect::<Vec<_>>(),
+        ["state"]
+    );
+}

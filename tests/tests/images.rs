@@ -12,12 +12,15 @@
 //!   with the same mounts and `capsh` bounding the collector to the same
 //!   capabilities.
 //!
-//! The test prints which ran. Either way, the correlator runs as uid 65532
-//! with no capabilities and answers `/healthz`; the collector loads NVML
-//! (the stand-in), attaches its probes with only the granted capabilities
-//! (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE — the last
-//! only where the machine has it), reports ready and streams its windows to
-//! the correlator, which reports the host's lag.
+//! The test prints which ran. Either way, the correlator image's default
+//! command is authenticated: without its certificates it refuses to start
+//! (it never falls back to plaintext); with a PKI from `faultline-correlator
+//! certs` mounted it runs as uid 65532 with no capabilities and answers
+//! `/healthz`; the collector loads NVML (the stand-in), attaches its probes
+//! with only the granted capabilities (CAP_BPF, CAP_PERFMON,
+//! CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE — the last only where the machine
+//! has it), reports ready and streams its windows over mTLS with its host's
+//! certificate to the correlator, which reports the host's lag.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -94,6 +97,16 @@ fn podman_pid(name: &str) -> Option<u32> {
     String::from_utf8_lossy(&o.stdout).trim().parse().ok()
 }
 const HOST: &str = "img-node";
+
+/// The `CMD ["…", …]` line of a Dockerfile, as its arguments.
+fn dockerfile_cmd(dockerfile: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dockerfile).expect("Dockerfile");
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .expect("a CMD line");
+    serde_json::from_str(line).expect("CMD in JSON form")
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -222,11 +235,113 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
     let (corr_name, col_name) = (format!("fl-corr-{tag}"), format!("fl-col-{tag}"));
     let mut guards = Vec::new();
 
-    // The correlator: uid 65532, no capabilities, loopback.
-    let (grpc, web) = (free_port(), free_port());
-    let serve = format!(
-        "serve --insecure --listen 127.0.0.1:{grpc} --web 127.0.0.1:{web} --history /var/lib/faultline/history.db"
+    // The default command (the Dockerfile's CMD, which build-images.sh
+    // gives the imported image) is authenticated: without its PKI it
+    // refuses to start.
+    let default_cmd = dockerfile_cmd(&repo.join("deploy/images/correlator.Dockerfile"));
+    assert!(
+        !default_cmd.iter().any(|a| a == "--insecure")
+            && default_cmd.iter().any(|a| a == "--client-ca"),
+        "{default_cmd:?}"
     );
+    let refused = if podman {
+        let cmd = Command::new("podman")
+            .args(["image", "inspect", "--format", "{{json .Config.Cmd}}"])
+            .arg("localhost/faultline/correlator:latest")
+            .output()
+            .expect("podman image inspect");
+        let got: Vec<String> = serde_json::from_slice(&cmd.stdout).expect("Cmd as JSON");
+        assert_eq!(
+            got, default_cmd,
+            "the image's default command is the Dockerfile's"
+        );
+        Command::new("podman")
+            .args([
+                "--runtime",
+                "runc",
+                "run",
+                "--rm",
+                "--network=none",
+                "--read-only",
+            ])
+            .args([
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=4096:4096",
+            ])
+            .args(["--user", "65532:65532", "--cap-drop=all"])
+            .arg("localhost/faultline/correlator:latest")
+            .output()
+            .expect("podman run the default command")
+    } else {
+        chrooted(
+            &corr_root,
+            "",
+            &["--uid=65532".into()],
+            &format!(
+                "exec /usr/local/bin/faultline-correlator {}",
+                default_cmd.join(" ")
+            ),
+        )
+        .output()
+        .expect("run the default command")
+    };
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "the default command started without its PKI"
+    );
+    assert!(
+        err.contains("cannot read /etc/faultline/tls/server.pem"),
+        "{err}"
+    );
+
+    // A PKI for the correlator (readable by its uid) and the collector's host.
+    let pki = dir.join("pki");
+    let certs = Command::new(tests::bin("faultline-correlator"))
+        .args(["certs", "--out"])
+        .arg(&pki)
+        .args(["--host", HOST])
+        .output()
+        .expect("certs");
+    assert!(certs.status.success(), "{certs:?}");
+    for e in std::fs::read_dir(&pki).expect("pki").flatten() {
+        std::os::unix::fs::chown(e.path(), Some(65532), Some(65532)).expect("chown");
+    }
+    // The collector's config: the image's, with TLS to the correlator.
+    let col_conf = dir.join("collector-etc");
+    std::fs::create_dir_all(col_conf.join("tls")).expect("config dir");
+    for f in ["ca.pem", &format!("{HOST}.pem"), &format!("{HOST}.key")] {
+        std::fs::copy(pki.join(f), col_conf.join("tls").join(f)).expect("copy");
+    }
+    let conf = std::fs::read_to_string(repo.join("deploy/collector.toml")).expect("collector.toml");
+    let conf = conf.replacen(
+        "[stream]\n",
+        &format!(
+            "[stream]\ntls_ca = \"/etc/faultline/tls/ca.pem\"\ntls_cert = \"/etc/faultline/tls/{HOST}.pem\"\ntls_key = \"/etc/faultline/tls/{HOST}.key\"\n"
+        ),
+        1,
+    );
+    assert!(
+        conf.contains("tls_ca"),
+        "deploy/collector.toml has a [stream] table"
+    );
+    std::fs::write(col_conf.join("collector.toml"), conf).expect("write config");
+
+    // The correlator: the default command on loopback ports, uid 65532, no
+    // capabilities.
+    let (grpc, web) = (free_port(), free_port());
+    let mut args = default_cmd.clone();
+    for (flag, value) in [
+        ("--listen", format!("127.0.0.1:{grpc}")),
+        ("--web", format!("127.0.0.1:{web}")),
+    ] {
+        let i = args.iter().position(|a| a == flag).expect("flag in CMD");
+        args[i + 1] = value;
+    }
+    args.extend(["--history".into(), "/var/lib/faultline/history.db".into()]);
+    let serve = args.join(" ");
     let _corr = if podman {
         guards.push(Container(corr_name.clone()));
         KillOnDrop(
@@ -234,6 +349,8 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
                 .args(["--user", "65532:65532", "--cap-drop=all"])
                 .arg("-v")
                 .arg(format!("{}:/var/lib/faultline", history.display()))
+                .arg("-v")
+                .arg(format!("{}:/etc/faultline/tls:ro", pki.display()))
                 .arg("localhost/faultline/correlator:latest")
                 .args(serve.split(' '))
                 .spawn()
@@ -244,8 +361,9 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
             chrooted(
                 &corr_root,
                 &format!(
-                    "mount --bind '{}' \"$R/var/lib/faultline\"",
-                    history.display()
+                    "mount --bind '{}' \"$R/var/lib/faultline\"\nmkdir -p \"$R/etc/faultline/tls\"\nmount --bind '{}' \"$R/etc/faultline/tls\"",
+                    history.display(),
+                    pki.display()
                 ),
                 &[
                     "--gid=65532".into(),
@@ -277,7 +395,7 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
     // The collector: the DaemonSet's mounts, bounded to its capabilities.
     let standins = PathBuf::from(tests::STANDINS_DIR);
     let args = format!(
-        "--config /etc/faultline/collector.toml --proc-root /host/proc --window 0.5 --metrics-addr 127.0.0.1:0 --no-otlp --correlator http://127.0.0.1:{grpc} --nvml-library /opt/standins/nvml/libnvidia-ml.so.1"
+        "--config /etc/faultline/collector.toml --proc-root /host/proc --window 0.5 --metrics-addr 127.0.0.1:0 --no-otlp --correlator https://127.0.0.1:{grpc} --nvml-library /opt/standins/nvml/libnvidia-ml.so.1"
     );
     let mut col = if podman {
         let caps: Vec<&str> = GRANTED
@@ -302,6 +420,8 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
             .arg(format!("{}:/var/lib/faultline", spool.display()))
             .arg("-v")
             .arg(format!("{}:/opt/standins:ro", standins.display()))
+            .arg("-v")
+            .arg(format!("{}:/etc/faultline:ro", col_conf.display()))
             .arg("localhost/faultline/collector:latest")
             .args(args.split(' '))
             .stdout(Stdio::piped());
@@ -311,9 +431,10 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
             "mount --rbind /sys \"$R/sys\"\nmount -o remount,bind,ro \"$R/sys\"\n\
              mkdir -p \"$R/host/proc\" \"$R/opt/standins\"\nmount --rbind /proc \"$R/host/proc\"\n\
              mount --bind '{}' \"$R/var/lib/faultline\"\nmount --bind '{}' \"$R/opt/standins\"\n\
-             mount -o remount,bind,ro \"$R/opt/standins\"",
+             mount -o remount,bind,ro \"$R/opt/standins\"\nmount --bind '{}' \"$R/etc/faultline\"",
             spool.display(),
-            standins.display()
+            standins.display(),
+            col_conf.display()
         );
         let drop: Vec<String> = (0..=40u32)
             .filter(|c| !GRANTED.contains(c))

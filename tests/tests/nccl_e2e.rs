@@ -59,7 +59,9 @@ impl Run {
         procs.push(KillOnDrop(sub));
         let mut col = Command::new(bin("faultline-collector"))
             .args(["--window", window, "--duration", "150", "--quiet"])
-            .args(["--no-verbs", "--no-nvml", "--no-block", "--no-otlp"])
+            .args(["--no-nvml", "--no-block", "--no-otlp"])
+            .arg("--verbs-library")
+            .arg(tests::fake_verbs())
             .arg("--cuda-library")
             .arg(tests::fake_libcuda())
             .arg("--nccl-library")
@@ -91,7 +93,8 @@ impl Run {
     }
 
     /// Starts `n` ranks of one communicator in loop mode (an all-reduce
-    /// every `sleep_us`), job 5150, rank i on GPU i using HCA mlx5_i.
+    /// every `sleep_us`), job 5150, rank i on GPU i with its QPs on HCA
+    /// port mlx5_i/1.
     fn ranks(&mut self, n: u32, sleep_us: u32) {
         let mut lines = Vec::new();
         for i in 0..n {
@@ -111,7 +114,10 @@ impl Run {
                 .env("NCCL_WORKLOAD_SLOW_FILE", self.dir.join("slow"))
                 .env("SLURM_JOB_ID", "5150")
                 .env("RANK", i.to_string())
-                .env("NCCL_IB_HCA", format!("mlx5_{i}:1"))
+                // NCCL may use any of four HCAs; its QPs land on mlx5_i port 1.
+                .env("NCCL_IB_HCA", "mlx5_0,mlx5_1,mlx5_2,mlx5_3")
+                .env("FAKE_NCCL_VERBS", tests::fake_verbs())
+                .env("FAKE_NCCL_IB", format!("mlx5_{i}:1"))
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("rank");
@@ -189,7 +195,8 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
         assert_eq!(mine["rank"], i as i64);
         assert_eq!(mine["device"], i as i64);
         assert_eq!(mine["job"], "5150");
-        assert_eq!(tests::json_strs(&mine["hcas"]), vec![format!("mlx5_{i}")]);
+        // The port its QPs are bound to (verbs probe), not NCCL_IB_HCA's four.
+        assert_eq!(tests::json_strs(&mine["hcas"]), vec![format!("mlx5_{i}/1")]);
     }
     assert!(
         tests::updates(&r.sub)

@@ -22,7 +22,6 @@ fn opts(nccl: &Path) -> ProbeOptions {
     ProbeOptions {
         exec: false,
         block: false,
-        verbs: false,
         cuda: true,
         cuda_search: collector::cuda_lib::Search {
             configured: Some(tests::fake_libcuda()),
@@ -30,6 +29,8 @@ fn opts(nccl: &Path) -> ProbeOptions {
             proc_root: None,
             usual: vec![],
         },
+        verbs: true,
+        verbs_library: Some(tests::fake_verbs()),
         nccl: true,
         nccl_search: nccl_lib::Search {
             configured: vec![nccl.to_path_buf()],
@@ -38,6 +39,11 @@ fn opts(nccl: &Path) -> ProbeOptions {
         },
         ..ProbeOptions::default()
     }
+}
+
+/// The HCA port the stand-in's rank on `device` binds its QPs to.
+fn hca_port(device: i32) -> String {
+    format!("mlx5_{device}/{}", 1 + device % 2)
 }
 
 struct Rank {
@@ -49,7 +55,14 @@ struct Rank {
 
 /// Starts one communicator's ranks (`nccl_workload … steps`) and waits for
 /// each to print `ready`.
-fn start_comm(dir: &Path, tag: &str, nranks: i32, first_device: i32, iters: u32) -> Vec<Rank> {
+fn start_comm(
+    dir: &Path,
+    tag: &str,
+    nranks: i32,
+    first_device: i32,
+    iters: u32,
+    late: Option<(i32, u64)>,
+) -> Vec<Rank> {
     let idfile = dir.join(format!("{tag}.id"));
     let mut ranks = Vec::new();
     let mut lines = Vec::new();
@@ -65,6 +78,15 @@ fn start_comm(dir: &Path, tag: &str, nranks: i32, first_device: i32, iters: u32)
             ])
             .args([iters.to_string(), "steps".into()])
             .env("FAKE_NCCL_SHM_DIR", dir)
+            // NCCL's IB transport on the GPU's own HCA port (as on a DGX:
+            // GPU i next to mlx5_i), through the stand-in libibverbs.
+            .env("FAKE_NCCL_VERBS", tests::fake_verbs())
+            .env("FAKE_NCCL_IB", hca_port(first_device + r).replace('/', ":"))
+            .env("NCCL_IB_HCA", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5")
+            .env(
+                "NCCL_WORKLOAD_LATE_US",
+                late.filter(|l| l.0 == r).map_or(0, |l| l.1).to_string(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -125,8 +147,10 @@ fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
         // Two communicators: four ranks on GPUs 0-3, two ranks on GPUs 4-5.
         const A_ITERS: u64 = 5;
         const B_ITERS: u64 = 3;
-        let mut a = start_comm(&dir, "a", 4, 0, A_ITERS as u32);
-        let mut b = start_comm(&dir, "b", 2, 4, B_ITERS as u32);
+        // Rank 2 of "a" issues every AlltoAll 200 ms after the others.
+        const LATE_US: u64 = 200_000;
+        let mut a = start_comm(&dir, "a", 4, 0, A_ITERS as u32, Some((2, LATE_US)));
+        let mut b = start_comm(&dir, "b", 2, 4, B_ITERS as u32, None);
 
         let maps = probes.nccl_maps().expect("maps");
         let all = nccl::ranks(&maps, "host-a");
@@ -206,15 +230,70 @@ fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
             "splits of another parent"
         );
 
-        // The window rows carry the same numbers; destroy marks the ranks ended.
-        let rows = nccl::window_rows(&BTreeMap::new(), &all, nccl::realtime_offset_ns(), |_| {
+        // Each rank's network: the one HCA port its QPs were bound to
+        // (narrower than NCCL_IB_HCA's six HCAs), read by the verbs probe on
+        // ibv_modify_qp; every QP went INIT → RTR → RTS.
+        let ports = probes.verbs_qp_ports().expect("qp ports");
+        let states = probes.verbs_snapshot().expect("verbs").qp_states;
+        for r in a.iter().chain(&b) {
+            let want: std::collections::BTreeSet<String> = [hca_port(r.device)].into();
+            assert_eq!(ports.get(&r.pid), Some(&want), "rank on GPU {}", r.device);
+            let n = |st: u32| {
+                states
+                    .iter()
+                    .filter(|(k, _)| k.pid == r.pid && k.state == st)
+                    .map(|(_, v)| *v)
+                    .sum::<u64>()
+            };
+            assert!(
+                n(1) >= 2 && n(1) == n(2) && n(2) == n(3),
+                "QP states of {}",
+                r.pid
+            );
+        }
+
+        // The window rows carry the same numbers and the rank → GPU → HCA
+        // port footprint; destroy marks the ranks ended.
+        let env = vec!["mlx5_0".to_string(), "mlx5_1".to_string()];
+        let rows = nccl::window_rows(&BTreeMap::new(), &all, nccl::realtime_offset_ns(), |pid| {
             nccl::Who {
                 job: "j1".into(),
                 rank: None,
-                hcas: vec![],
+                hcas: nccl::rank_hcas(ports.get(&pid), env.clone()),
             }
         });
         assert_eq!(rows.len(), 2 * 6);
+        for row in &rows {
+            let r = a.iter().chain(&b).find(|r| r.pid == row.pid).expect("rank");
+            assert_eq!(row.device, r.device);
+            assert_eq!(row.hcas, vec![hca_port(r.device)], "{row:?}");
+        }
+        // The ranks' lag at the last collective all of them issued (the
+        // last AlltoAll, 7 × 5): the late rank 200 ms behind the first,
+        // the others within a few ms of each other.
+        let a_rows: Vec<_> = rows
+            .iter()
+            .filter(|x| x.comm == ids["a"][0] && x.init != "ncclCommSplit")
+            .collect();
+        assert_eq!(a_rows.len(), 4);
+        let lags: Vec<(i32, f64)> = a_rows.iter().map(|x| (x.rank, x.lag_s)).collect();
+        eprintln!("lag at collective {}: {lags:?}", 7 * A_ITERS);
+        for row in &a_rows {
+            assert_eq!(row.lag_seq, 7 * A_ITERS, "{row:?}");
+            if row.rank == 2 {
+                assert!(
+                    (0.19..0.5).contains(&row.lag_s),
+                    "the late rank: {} s",
+                    row.lag_s
+                );
+            } else {
+                assert!(row.lag_s < 0.05, "rank {}: {} s", row.rank, row.lag_s);
+            }
+        }
+        assert!(
+            a_rows.iter().any(|x| x.lag_s == 0.0),
+            "the first to issue it"
+        );
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock")
@@ -237,6 +316,8 @@ fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
         );
         let dead = a.iter().chain(&b).map(|r| r.pid).collect();
         assert!(probes.nccl_prune(&dead).expect("prune") >= 12);
+        assert!(probes.verbs_prune(&dead).expect("prune") >= 6 * 4);
+        assert!(probes.verbs_qp_ports().expect("qp ports").is_empty());
         assert!(probes.nccl_maps().expect("maps").comms.is_empty());
     });
     let _ = std::fs::remove_dir_all(&dir);
@@ -381,4 +462,71 @@ fn discovery_finds_the_wheel_copy_of_a_running_python() {
         found.contains(&std::fs::canonicalize(&real).expect("canonical")),
         "{found:?}"
     );
+}
+
+/// A library that appears after the probes were loaded (a job's venv
+/// created later): the periodic rescan finds it in the job's maps and
+/// attaches, and the job's collectives are counted from then on.
+#[test]
+fn a_library_that_appears_after_start_is_attached_by_the_rescan() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_rescan") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("faultline-nccl-late-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let lib_dir = dir.join("venv/lib/python3/site-packages/nvidia/nccl/lib");
+    std::fs::create_dir_all(&lib_dir).expect("tmp");
+    tests::runtime().block_on(async {
+        let search = nccl_lib::Search {
+            configured: vec![],
+            ld_cache: false,
+            proc_root: Some(PathBuf::from("/proc")),
+        };
+        let mut o = opts(&tests::fake_nccl());
+        o.nccl_search = search.clone();
+        let mut probes = Probes::load(&o).expect("load probes");
+        let before = probes.nccl_libraries().to_vec();
+        // The job's own copy, made after the probes loaded.
+        let late = lib_dir.join("libnccl.so.2");
+        std::fs::copy(tests::fake_nccl(), &late).expect("copy");
+        let late = std::fs::canonicalize(&late).expect("canonical");
+        assert!(!before.contains(&late));
+        let mut child = Command::new(tests::nccl_workload())
+            .arg(&late)
+            .arg("-")
+            .arg(dir.join("comm.id"))
+            .args(["1", "0", "0", "0", "loop", "2000"])
+            .env("FAKE_NCCL_SHM_DIR", &dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("rank");
+        let rx = tests::lines_of(&mut child);
+        let ready = rx.recv_timeout(Duration::from_secs(30)).expect("ready");
+        assert_eq!(ready, format!("ready pid={}", child.id()));
+        let pid = child.id();
+        let calls = |p: &Probes| -> u64 {
+            p.nccl_maps()
+                .expect("maps")
+                .ops
+                .iter()
+                .filter(|(k, _)| k.pid == pid)
+                .map(|(_, v)| v.calls)
+                .sum()
+        };
+        assert_eq!(calls(&probes), 0, "not attached yet");
+        let added = probes.nccl_rescan(&search);
+        assert_eq!(added, vec![late.clone()]);
+        assert!(probes.nccl_libraries().contains(&late));
+        assert!(probes.nccl_rescan(&search).is_empty(), "attached once");
+        let t0 = std::time::Instant::now();
+        while calls(&probes) < 10 && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let n = calls(&probes);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(n >= 10, "collectives after the rescan: {n}");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -52,7 +52,17 @@ fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
     assert_eq!(g1.power_w, Some(300.0));
     assert_eq!(g1.power_limit_w, Some(700.0));
     assert_eq!(g1.mem_total_bytes, Some(85_899_345_920));
-    assert_eq!(g1.nvlink_errors, None);
+    assert!(g1.nvlink.is_empty() && g1.nvlink_bandwidth.is_none());
+    assert_eq!(g1.prof, None, "no GPM on these GPUs");
+    assert_eq!(
+        (g1.mem_used_bytes, g1.mem_reserved_bytes, g1.mem_free_bytes),
+        (
+            Some(1 << 30),
+            Some(512 << 20),
+            Some(85_899_345_920 - (1 << 30) - (512 << 20))
+        ),
+        "NVML v2 memory: used without the reserved part"
+    );
     assert_eq!(
         g1.memory_temp_c,
         Some(71),
@@ -67,6 +77,11 @@ fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
             .count(),
         4,
         "NVLink recorded unsupported once per GPU: {unsupported:?}"
+    );
+    assert_eq!(
+        unsupported.iter().filter(|(_, f)| *f == "gpm").count(),
+        4,
+        "no GPM: recorded once per GPU, its DCGM_FI_PROF_* series absent: {unsupported:?}"
     );
 
     // Sample like the collector does until the scenario has played out.

@@ -11,7 +11,11 @@
 //! `cudaMalloc`, `cudaMemcpy` both ways (explicit kinds and
 //! `cudaMemcpyDefault`), `cudaMemcpyAsync` on a created stream and on
 //! `cudaStreamPerThread`, the `_ptds` / `_ptsz` runtime entry points,
-//! `cudaStreamSynchronize`, `cudaDeviceSynchronize` and `cudaFree` N times;
+//! device-to-device copies (`cudaMemcpy` / `cudaMemcpyAsync` /
+//! `cudaMemcpy_ptds` / `cudaMemcpyAsync_ptsz` with
+//! `cudaMemcpyDeviceToDevice`), peer copies between its two devices
+//! (`cudaMemcpyPeer`, `cudaMemcpyPeerAsync`), `cudaStreamSynchronize`,
+//! `cudaDeviceSynchronize` and `cudaFree` N times;
 //! the collector's counts and bytes per call kind must be exact, and every
 //! entry point cudart called in the probed families must be probed and
 //! attached.
@@ -44,6 +48,15 @@ const DFLT_HTOD: u64 = 200;
 const DFLT_DTOH: u64 = 300;
 const DFLT_ASYNC: u64 = 400;
 const DFLT_PTDS: u64 = 600;
+/// The device-to-device and peer chain: host → A → B → C → device 1 → D → E → F → host.
+const CHAIN_HTOD: u64 = 2800;
+const DTOD: u64 = 2500;
+const ASYNC_DTOD: u64 = 2200;
+const PEER: u64 = 1900;
+const PEER_ASYNC: u64 = 1600;
+const PTDS_DTOD: u64 = 1400;
+const PTSZ_DTOD: u64 = 1200;
+const CHAIN_DTOH: u64 = 1000;
 /// Devices the stand-in reports (cudart queries each one at initialisation).
 const DEVICES: u32 = 2;
 
@@ -236,6 +249,14 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
             ("cuLaunchKernel", 4000, 0, "cuLaunchKernel"),
             ("cuLaunchKernel", 7000, 2, "cuLaunchKernel_ptsz"),
             ("cuMemAlloc", 3020, 0, "cuMemAlloc_v2"),
+            ("cuMemcpyDtoD", 3020, 0, "cuMemcpyDtoD_v2"),
+            ("cuMemcpyDtoD", 7000, 2, "cuMemcpyDtoD_v2_ptds"),
+            ("cuMemcpyDtoDAsync", 3020, 0, "cuMemcpyDtoDAsync_v2"),
+            ("cuMemcpyDtoDAsync", 7000, 2, "cuMemcpyDtoDAsync_v2_ptsz"),
+            ("cuMemcpyPeer", 4000, 0, "cuMemcpyPeer"),
+            ("cuMemcpyPeer", 7000, 2, "cuMemcpyPeer_ptds"),
+            ("cuMemcpyPeerAsync", 4000, 0, "cuMemcpyPeerAsync"),
+            ("cuMemcpyPeerAsync", 7000, 2, "cuMemcpyPeerAsync_ptsz"),
             ("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"),
         ] {
             assert_eq!(
@@ -282,6 +303,10 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
                 "cuMemFree_v2",
                 "cuMemcpy",
                 "cuMemcpyAsync",
+                "cuMemcpyDtoDAsync_v2",
+                "cuMemcpyDtoDAsync_v2_ptsz",
+                "cuMemcpyDtoD_v2",
+                "cuMemcpyDtoD_v2_ptds",
                 "cuMemcpyDtoHAsync_v2",
                 "cuMemcpyDtoH_v2",
                 "cuMemcpyDtoH_v2_ptds",
@@ -289,6 +314,8 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
                 "cuMemcpyHtoDAsync_v2_ptsz",
                 "cuMemcpyHtoD_v2",
                 "cuMemcpyHtoD_v2_ptds",
+                "cuMemcpyPeer",
+                "cuMemcpyPeerAsync",
                 "cuMemcpy_ptds",
                 "cuStreamSynchronize",
                 "cuStreamSynchronize_ptsz",
@@ -301,11 +328,29 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
         let snap = probes.cuda_snapshot().expect("snapshot");
         let c = |kind| snap.call_total(pid, kind);
         for (kind, calls, bytes) in [
-            (call::MEM_ALLOC, N, N * ALLOC),
-            (call::MEM_FREE, N, 0),
-            // cudaMemcpy H2D → cuMemcpyHtoD_v2, cudaMemcpy_ptds H2D → cuMemcpyHtoD_v2_ptds.
-            (call::MEMCPY_HTOD, 2 * N, N * (HTOD + PTDS_HTOD)),
-            (call::MEMCPY_DTOH, 2 * N, N * (DTOH + PTDS_DTOH)),
+            // One per iteration, and the peer buffer on device 1.
+            (call::MEM_ALLOC, N + 1, (N + 1) * ALLOC),
+            (call::MEM_FREE, N + 1, 0),
+            // cudaMemcpy H2D → cuMemcpyHtoD_v2 (twice: the first copy and
+            // the chain's), cudaMemcpy_ptds H2D → cuMemcpyHtoD_v2_ptds.
+            (
+                call::MEMCPY_HTOD,
+                3 * N,
+                N * (HTOD + CHAIN_HTOD + PTDS_HTOD),
+            ),
+            (
+                call::MEMCPY_DTOH,
+                3 * N,
+                N * (DTOH + CHAIN_DTOH + PTDS_DTOH),
+            ),
+            // cudaMemcpy D2D → cuMemcpyDtoD_v2, cudaMemcpy_ptds D2D → cuMemcpyDtoD_v2_ptds.
+            (call::MEMCPY_DTOD, 2 * N, N * (DTOD + PTDS_DTOD)),
+            // cudaMemcpyAsync D2D on the created stream → cuMemcpyDtoDAsync_v2,
+            // cudaMemcpyAsync_ptsz D2D on stream 0 → cuMemcpyDtoDAsync_v2_ptsz.
+            (call::MEMCPY_DTOD_ASYNC, 2 * N, N * (ASYNC_DTOD + PTSZ_DTOD)),
+            // cudaMemcpyPeer → cuMemcpyPeer, cudaMemcpyPeerAsync → cuMemcpyPeerAsync.
+            (call::MEMCPY_PEER, N, N * PEER),
+            (call::MEMCPY_PEER_ASYNC, N, N * PEER_ASYNC),
             // cudaMemcpyDefault: two through cuMemcpy, one through cuMemcpy_ptds.
             (call::MEMCPY, 3 * N, N * (DFLT_HTOD + DFLT_DTOH + DFLT_PTDS)),
             (call::MEMCPY_ASYNC, N, N * DFLT_ASYNC),
@@ -317,9 +362,9 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
                 N * (ASYNC_HTOD + PT_HTOD + PTSZ_HTOD),
             ),
             (call::MEMCPY_DTOH_ASYNC, 2 * N, N * (ASYNC_DTOH + PT_DTOH)),
-            // Created stream twice, cudaStreamPerThread, and stream 0 from
-            // cudaStreamSynchronize_ptsz.
-            (call::STREAM_SYNC, 4 * N, 0),
+            // Created stream four times, cudaStreamPerThread, and stream 0
+            // from cudaStreamSynchronize_ptsz twice.
+            (call::STREAM_SYNC, 7 * N, 0),
             // cudaDeviceSynchronize.
             (call::CTX_SYNC, N, 0),
             (call::EVENT_SYNC, 0, 0),
@@ -340,6 +385,8 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
             call::MEMCPY_HTOD,
             call::MEMCPY_DTOH,
             call::MEMCPY,
+            call::MEMCPY_DTOD,
+            call::MEMCPY_PEER,
             call::STREAM_SYNC,
             call::CTX_SYNC,
         ] {
@@ -361,19 +408,101 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
                 call::name(*kind)
             );
         }
+        // alloc, free, HtoD, DtoH, cuMemcpy, cuMemcpyAsync, HtoDAsync,
+        // DtoHAsync, stream sync, context sync, DtoD, DtoDAsync, peer, peer
+        // async per iteration; the peer buffer's alloc and free once.
         assert_eq!(
             traced_by_kind.values().sum::<u64>(),
-            N * (1 + 1 + 2 + 2 + 3 + 1 + 3 + 2 + 4 + 1)
+            N * (1 + 1 + 3 + 3 + 3 + 1 + 3 + 2 + 7 + 1 + 2 + 2 + 1 + 1) + 2
         );
-        // Every call of the workload process is on the device cudart made
-        // current (device 0, its primary context).
+        // Every call is on the device cudart made current: device 0 (its
+        // primary context), but the peer buffer's allocation, made after
+        // cudaSetDevice(1). The peer copies run with device 0 current (cudart
+        // does not switch for them) and count there; so does the peer
+        // buffer's free, made after cudaSetDevice(0).
+        let on = |device: i32| -> BTreeMap<u32, (u64, u64)> {
+            snap.calls
+                .iter()
+                .filter(|(k, _)| k.pid == pid && k.device == device)
+                .map(|(k, v)| (k.kind, (v.calls, v.bytes)))
+                .collect()
+        };
         let devices: BTreeSet<i32> = snap
             .calls
             .keys()
             .filter(|k| k.pid == pid)
             .map(|k| k.device)
             .collect();
-        assert_eq!(devices, BTreeSet::from([0]), "{:?}", snap.calls);
+        assert_eq!(devices, BTreeSet::from([0, 1]), "{:?}", snap.calls);
+        assert_eq!(
+            on(1),
+            BTreeMap::from([(call::MEM_ALLOC, (1, ALLOC))]),
+            "device 1"
+        );
+        let dev0 = on(0);
+        assert_eq!(dev0[&call::MEMCPY_PEER], (N, N * PEER));
+        assert_eq!(dev0[&call::MEMCPY_PEER_ASYNC], (N, N * PEER_ASYNC));
+        assert_eq!(dev0[&call::MEM_FREE], (N + 1, 0));
+
+        // The window row carries every copy's bytes (host and device
+        // alike), which is what usage charges the job.
+        let all_copies = N
+            * (HTOD
+                + CHAIN_HTOD
+                + PTDS_HTOD
+                + DTOH
+                + CHAIN_DTOH
+                + PTDS_DTOH
+                + DFLT_HTOD
+                + DFLT_DTOH
+                + DFLT_PTDS
+                + DFLT_ASYNC
+                + ASYNC_HTOD
+                + PT_HTOD
+                + PTSZ_HTOD
+                + ASYNC_DTOH
+                + PT_DTOH
+                + DTOD
+                + PTDS_DTOD
+                + ASYNC_DTOD
+                + PTSZ_DTOD
+                + PEER
+                + PEER_ASYNC);
+        let mut ids = collector::identity::IdentityCache::new("/nonexistent", 8);
+        let before = collector::cuda::CudaSnapshot::empty(snap.taken);
+        let rows: BTreeMap<(u32, i32), u64> = collector::window::cuda(&before, &snap, &mut ids)
+            .into_iter()
+            .filter(|r| r.pid == pid)
+            .map(|r| ((r.pid, r.device), r.copy_bytes))
+            .collect();
+        assert_eq!(
+            rows,
+            BTreeMap::from([((pid, 0), all_copies), ((pid, 1), 0)])
+        );
+        // The Prometheus series: one `call` per direction, bytes exact.
+        let text = collector::cuda::render_prometheus(&snap, |p| {
+            if p == pid {
+                ("j".into(), "0".into())
+            } else {
+                (String::new(), String::new())
+            }
+        });
+        for (c, calls, bytes) in [
+            ("cuMemcpyDtoD", 2 * N, N * (DTOD + PTDS_DTOD)),
+            ("cuMemcpyDtoDAsync", 2 * N, N * (ASYNC_DTOD + PTSZ_DTOD)),
+            ("cuMemcpyPeer", N, N * PEER),
+            ("cuMemcpyPeerAsync", N, N * PEER_ASYNC),
+        ] {
+            let l = format!("job=\"j\",rank=\"0\",gpu=\"0\",call=\"{c}\"");
+            assert!(
+                text.contains(&format!("faultline_cuda_calls_total{{{l}}} {calls}\n")),
+                "{c}: {text}"
+            );
+            assert!(
+                text.contains(&format!("faultline_cuda_copy_bytes_total{{{l}}} {bytes}\n")),
+                "{c}: {text}"
+            );
+        }
         let k = probes.kernel_stats().expect("kernel stats");
         assert_eq!(k[stat::CUDA_UNMATCHED_RETURN as usize], 0);
         assert_eq!(k[stat::CUDA_AGG_MAP_FULL as usize], 0);

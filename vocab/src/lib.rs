@@ -12,6 +12,7 @@ pub mod hist;
 pub mod ib;
 pub mod kind;
 pub mod state;
+pub mod term;
 pub mod time;
 
 pub use kind::{EventKind, IncidentKind};

@@ -15,6 +15,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod fuzz;
 mod gpu_check;
 mod rdma_vm;
@@ -41,6 +42,8 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Run the benchmarks (tables on stdout, JSON in bench/). Needs root.
+    /// A failing benchmark's result says why; the rest still run, and the
+    /// run exits non-zero at the end, listing the failures.
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -69,6 +72,10 @@ enum Cmd {
         #[arg(long, default_value_t = 20)]
         secs: u64,
     },
+    /// Lint the workspace (host crates, all targets) and the eBPF crate
+    /// (with the pinned nightly that builds it, for its own target), warnings
+    /// as errors.
+    Clippy,
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -113,6 +120,52 @@ fn build() -> Result<()> {
     run(c)
 }
 
+/// The pinned nightly of the eBPF crate (collector/build.rs builds with it).
+const EBPF_TOOLCHAIN: &str = "nightly-2026-05-19";
+
+fn clippy() -> Result<()> {
+    let mut c = cargo();
+    c.args([
+        "clippy",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(c)?;
+    let mut c = Command::new("rustup");
+    c.args([
+        "run",
+        EBPF_TOOLCHAIN,
+        "cargo",
+        "clippy",
+        "--release",
+        "--locked",
+    ])
+    .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+    .args([
+        "--target-dir",
+        "../target/bpf-clippy",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .current_dir("collector-ebpf");
+    // The outer cargo's environment describes the host build.
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME")
+            || k.starts_with("RUSTC")
+            || k == "RUSTFLAGS"
+            || k == "RUSTUP_TOOLCHAIN"
+        {
+            c.env_remove(k);
+        }
+    }
+    run(c)
+}
+
 fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Build => build(),
@@ -134,6 +187,7 @@ fn main() -> Result<()> {
             run(c)
         }
         Cmd::Test { args } => test(&args),
+        Cmd::Clippy => clippy(),
         Cmd::Fuzz { secs } => fuzz::run(secs),
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::GpuCheck(args) => std::process::exit(gpu_check::run(&args)),
@@ -145,74 +199,7 @@ fn main() -> Result<()> {
             c.arg("bench-detect").args(args);
             run(c)
         }
-        Cmd::Bench { args } => {
-            let mut c = cargo();
-            c.args([
-                "build",
-                "--release",
-                "-p",
-                "bench",
-                "-p",
-                "collector",
-                "-p",
-                "correlator",
-            ]);
-            run(c)?;
-            let which: Vec<Vec<String>> = if args.is_empty() {
-                vec![
-                    vec!["uprobe".into()],
-                    vec!["launch".into()],
-                    vec!["launch".into(), "--entry".into(), "cet".into()],
-                    vec!["launch".into(), "--entry".into(), "stepped".into()],
-                    vec!["nccl".into()],
-                    vec!["block".into()],
-                    vec!["ring".into()],
-                    vec!["footprint".into()],
-                    vec!["ingest".into()],
-                    vec!["ingest-tls".into()],
-                    vec!["otlp".into()],
-                    vec!["history".into()],
-                ]
-            } else {
-                vec![args]
-            };
-            for w in which {
-                let mut c = Command::new(release_bin("faultline-bench"));
-                c.args(w);
-                run(c)?;
-            }
-            // One combined result file next to the per-benchmark ones.
-            let mut all = String::from("{\n");
-            let mut first = true;
-            for name in [
-                "uprobe",
-                "launch",
-                "launch_cet",
-                "launch_stepped",
-                "nccl",
-                "block",
-                "ring",
-                "footprint",
-                "ingest",
-                "ingest_tls",
-                "otlp",
-                "history",
-                "detect",
-            ] {
-                let Ok(text) = std::fs::read_to_string(format!("bench/{name}.json")) else {
-                    continue;
-                };
-                if !first {
-                    all.push_str(",\n");
-                }
-                first = false;
-                all.push_str(&format!("\"{name}\": {}", text.trim()));
-            }
-            all.push_str("\n}\n");
-            std::fs::write("bench/results.json", all).context("writing bench/results.json")?;
-            println!("wrote bench/results.json");
-            Ok(())
-        }
+        Cmd::Bench { args } => bench::run(args),
     }
 }
 

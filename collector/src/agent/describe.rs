@@ -5,6 +5,16 @@
 /// (family, is a gauge, help).
 const FAMILIES: &[(&str, bool, &str)] = &[
     (
+        "faultline_connections_refused_total",
+        false,
+        "Connections closed at accept: a listener's connection cap or per-peer limit reached with every connection busy (listener, reason)",
+    ),
+    (
+        "faultline_connections_closed_total",
+        false,
+        "Connections a listener closed: slow handshake, head or body, idle, displaced at a cap, client not reading (listener, reason)",
+    ),
+    (
         "faultline_verbs_pruned_entries_total",
         false,
         "Verbs map entries of exited processes removed",
@@ -52,7 +62,7 @@ const FAMILIES: &[(&str, bool, &str)] = &[
     (
         "faultline_windows_dropped_total",
         false,
-        "Windows lost before the correlator, by reason (spool_full, spool_write, queue_full)",
+        "Windows lost before the correlator, by reason (spool_full, spool_write, queue_full, refused: refused for good by the correlator)",
     ),
     (
         "faultline_windows_spooled_total",
@@ -100,6 +110,26 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "faultline_nvml_unsupported_fields_total",
         false,
         "NVML fields found unsupported (each logged once)",
+    ),
+    (
+        "faultline_pod_resources_gpus",
+        true,
+        "NVIDIA devices the kubelet's last pod-resources answer allocates to containers",
+    ),
+    (
+        "faultline_pod_resources_errors_total",
+        false,
+        "kubelet pod-resources asks that failed (connect or List)",
+    ),
+    (
+        "faultline_ib_optional_files_missing_total",
+        false,
+        "InfiniBand ports found without an optional attribute (lid, link_layer, phys_state, rate), each port once, by file",
+    ),
+    (
+        "faultline_metrics_gzip_errors_total",
+        false,
+        "/metrics responses that could not be gzip-compressed and went out uncompressed",
     ),
     (
         "faultline_probe_attached",
@@ -155,7 +185,7 @@ pub fn describe() {
     super::kernel::describe();
     // Drop counters exist at zero from the start, so an alert on their
     // increase (deploy/prometheus) has a series to compare against.
-    for reason in ["spool_full", "spool_write", "queue_full"] {
+    for reason in ["spool_full", "spool_write", "queue_full", "refused"] {
         metrics::counter!("faultline_windows_dropped_total", "reason" => reason).increment(0);
     }
 }

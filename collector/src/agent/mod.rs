@@ -210,9 +210,18 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     ));
     drop(win_tx);
     if let Some((h, stats)) = sender {
-        // The sender delivers what it can within its drain time; the rest stays spooled.
-        let _ = h.await;
+        // The sender delivers what it can within its drain time; the rest
+        // stays spooled. A panic in it is an error of the run, not hidden.
+        let joined = h.await;
         console.info(stats.summary());
+        if let Err(e) = joined {
+            if e.is_panic() {
+                anyhow::bail!(
+                    "the window sender task panicked ({e}); undelivered windows stay in the spool and are sent on the next start"
+                );
+            }
+            tracing::warn!("window sender task ended abnormally: {e}");
+        }
     }
     Ok(())
 }
@@ -265,7 +274,11 @@ fn start_sources(
         out.push(Box::new(b));
     }
     out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
-    out.push(Box::new(IbSource::new(root.clone())));
+    let ib_filter = crate::ib::DeviceFilter::new(
+        cfg.ib.device_include.as_deref(),
+        cfg.ib.device_exclude.as_deref(),
+    )?;
+    out.push(Box::new(IbSource::new(root.clone(), ib_filter)));
     let verbs_on = probes
         .status()
         .iter()
@@ -293,6 +306,8 @@ fn start_sources(
                     dcgm_compat: cfg.nvml.dcgm_compat,
                     job_dir: Some(cfg.collector.job_dir.clone()),
                     proc_root: cfg.collector.proc_root.clone(),
+                    pod_resources: Some(cfg.nvml.pod_resources_socket.clone())
+                        .filter(|p| !p.as_os_str().is_empty()),
                 };
                 out.push(Box::new(GpuSource::new(src, rx, listener, labels)));
             }
@@ -302,11 +317,18 @@ fn start_sources(
     if probes.cuda_library().is_some() {
         out.push(Box::new(CudaSource::new(probes.cuda_snapshot()?)));
     }
-    if !probes.nccl_libraries().is_empty() {
+    if cfg.nccl.enabled {
         let maps = probes.nccl_maps()?;
         let host = cfg.collector.hostname.clone().unwrap_or_default();
+        let rescan = (cfg.nccl.library.is_empty() && cfg.nccl.rescan_s > 0.0).then(|| {
+            (
+                crate::nccl_lib::Search::default(),
+                Duration::from_secs_f64(cfg.nccl.rescan_s),
+            )
+        });
         out.push(Box::new(crate::sources::nccl::NcclSource::new(
             crate::nccl::ranks(&maps, &host),
+            rescan,
         )));
     }
     if let Some(rx) = otlp {

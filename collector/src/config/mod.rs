@@ -35,6 +35,7 @@ pub struct FileConfig {
     pub nccl: NcclSection,
     pub verbs: VerbsSection,
     pub nvml: NvmlSection,
+    pub ib: IbSection,
     pub stream: StreamSection,
     pub otlp: crate::otlp::OtlpSection,
     pub usage: UsageSection,
@@ -215,6 +216,9 @@ pub struct NcclSection {
     /// `libnccl.so.2` copies to probe; empty = discover (ld.so cache, the
     /// maps of running processes, the wheel beside their site-packages).
     pub library: Vec<PathBuf>,
+    /// With discovery: look again every this many seconds for copies that
+    /// appeared since (a venv created after start); 0 = never.
+    pub rescan_s: f64,
 }
 
 impl Default for NcclSection {
@@ -222,6 +226,7 @@ impl Default for NcclSection {
         Self {
             enabled: true,
             library: Vec::new(),
+            rescan_s: 30.0,
         }
     }
 }
@@ -261,6 +266,23 @@ pub struct NvmlSection {
     pub library: Option<PathBuf>,
     /// Also export the GPU fields under dcgm-exporter's names, labels and units.
     pub dcgm_compat: bool,
+    /// The kubelet's pod-resources socket: the pod, namespace and container
+    /// each GPU is allocated to; empty, or a path that does not exist,
+    /// leaves those labels to the processes' cgroups.
+    pub pod_resources_socket: PathBuf,
+}
+
+/// The kubelet's pod-resources socket.
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// InfiniBand ports (`[ib]`): which devices are read, as node_exporter's
+/// `--collector.infiniband.device-include` / `-exclude` (regular
+/// expressions matched anywhere in the device name; at most one of the two).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IbSection {
+    pub device_include: Option<String>,
+    pub device_exclude: Option<String>,
 }
 
 /// Where `deploy/slurm/prolog.sh` writes its job files.
@@ -272,6 +294,7 @@ impl Default for NvmlSection {
             enabled: true,
             library: None,
             dcgm_compat: true,
+            pod_resources_socket: DEFAULT_POD_RESOURCES_SOCKET.into(),
         }
     }
 }
@@ -447,6 +470,11 @@ impl FileConfig {
                 message: format!("must be at least 4096, got {}", self.stream.spool_max_bytes),
             });
         }
+        seconds("nccl.rescan_s", self.nccl.rescan_s, 0.0, 86_400.0)?;
+        crate::ib::DeviceFilter::new(
+            self.ib.device_include.as_deref(),
+            self.ib.device_exclude.as_deref(),
+        )?;
         self.otlp.validate()?;
         if !(1..=100_000).contains(&self.usage.max_jobs) {
             return Err(ConfigError::Invalid {

@@ -6,8 +6,14 @@ use std::{
     time::Instant,
 };
 
-/// One port as read from sysfs. Files that were missing or unreadable are
-/// absent here and listed in `read_errors`.
+use super::DeviceFilter;
+
+/// Port attributes some drivers do not have (e.g. `lid` on iWARP or some
+/// RoCE devices): their absence is noted, not a read error.
+pub const OPTIONAL_FILES: &[&str] = &["lid", "link_layer", "phys_state", "rate"];
+
+/// One port as read from sysfs. Files that were unreadable (or missing,
+/// unless optional) are absent here and listed in `read_errors`.
 #[derive(Clone, Debug)]
 pub struct PortSnapshot {
     pub device: String,
@@ -36,6 +42,21 @@ pub struct PortSnapshot {
     pub hca: HcaInfo,
     /// (file, error) for every file that could not be read or parsed.
     pub read_errors: Vec<(String, String)>,
+}
+
+/// An [`OPTIONAL_FILES`] file a port does not have.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MissingFile {
+    pub device: String,
+    pub port: u32,
+    pub file: &'static str,
+}
+
+/// One read of the ports, with the optional files they lack.
+#[derive(Clone, Debug, Default)]
+pub struct Scan {
+    pub ports: Vec<PortSnapshot>,
+    pub missing: Vec<MissingFile>,
 }
 
 /// Non-numeric facts of an HCA (`<root>/class/infiniband/<dev>/`); empty
@@ -72,18 +93,24 @@ impl PortSnapshot {
 /// Reads every port of every device. A missing `class/infiniband` means no
 /// RDMA devices (empty result), not an error.
 pub fn read_ports(sysfs_root: &Path) -> io::Result<Vec<PortSnapshot>> {
+    scan(sysfs_root, &DeviceFilter::default()).map(|s| s.ports)
+}
+
+/// Reads every port of the devices `filter` accepts.
+pub fn scan(sysfs_root: &Path, filter: &DeviceFilter) -> io::Result<Scan> {
     let class = sysfs_root.join("class/infiniband");
     let rd = match fs::read_dir(&class) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Scan::default()),
         Err(e) => return Err(e),
     };
     let mut devices: Vec<(String, PathBuf)> = rd
         .flatten()
         .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(name, _)| filter.accepts(name))
         .collect();
     devices.sort();
-    let mut out = Vec::new();
+    let mut out = Scan::default();
     for (dev, path) in devices {
         let Ok(ports) = fs::read_dir(path.join("ports")) else {
             continue;
@@ -98,18 +125,35 @@ pub fn read_ports(sysfs_root: &Path) -> io::Result<Vec<PortSnapshot>> {
             .collect();
         nums.sort();
         for (n, p) in nums {
-            out.push(read_port(&dev, n, &p, &hca));
+            let (port, missing) = read_port(&dev, n, &p, &hca);
+            out.missing
+                .extend(missing.into_iter().map(|file| MissingFile {
+                    device: dev.clone(),
+                    port: n,
+                    file,
+                }));
+            out.ports.push(port);
         }
     }
     Ok(out)
 }
 
-fn read_port(device: &str, port: u32, dir: &Path, hca: &HcaInfo) -> PortSnapshot {
+fn read_port(
+    device: &str,
+    port: u32,
+    dir: &Path,
+    hca: &HcaInfo,
+) -> (PortSnapshot, Vec<&'static str>) {
     let mut errors = Vec::new();
     let mut unavailable = Vec::new();
-    let mut text = |name: &str| -> Option<String> {
+    let mut missing = Vec::new();
+    let mut text = |name: &'static str| -> Option<String> {
         match crate::bounded_read::read_to_string(&dir.join(name), crate::bounded_read::SYSFS_MAX) {
             Ok(s) => Some(s.trim().to_string()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && OPTIONAL_FILES.contains(&name) => {
+                missing.push(name);
+                None
+            }
             Err(e) => {
                 errors.push((name.to_string(), e.to_string()));
                 None
@@ -128,7 +172,7 @@ fn read_port(device: &str, port: u32, dir: &Path, hca: &HcaInfo) -> PortSnapshot
     let hw_counters = dir_of("hw_counters");
     let counters_ext = dir_of("counters_ext");
     unavailable.sort();
-    PortSnapshot {
+    let snap = PortSnapshot {
         device: device.to_string(),
         port,
         taken: Instant::now(),
@@ -144,7 +188,8 @@ fn read_port(device: &str, port: u32, dir: &Path, hca: &HcaInfo) -> PortSnapshot
         unavailable,
         hca: hca.clone(),
         read_errors: errors,
-    }
+    };
+    (snap, missing)
 }
 
 /// Reads every regular file of a counter directory. A missing directory is

@@ -4,8 +4,11 @@
 //! `DCGM_FI_DRIVER_VERSION`, then `container`, `namespace`, `pod` and
 //! `hpc_job` where the workload is known), so dashboards and PromQL written
 //! for dcgm-exporter work unchanged. Units are dcgm-exporter's, not base
-//! units: MHz, °C, W, mJ, KB, MiB, %.
-use super::{prom::Export, GpuInfo, GpuSample};
+//! units: MHz, °C, W, mJ, KB, MiB, %, ratios, bytes/s. Every series of
+//! dcgm-exporter's default counters that NVML can supply is here (the test
+//! reads dcgm-exporter's own `etc/default-counters.csv`); the `DCGM_FI_PROF_*`
+//! ones only on GPUs with GPM (Hopper and later).
+use super::{nvlink::NvLinkCounter, prom::Export, GpuInfo, GpuSample};
 use crate::{
     prom_text::{Kind, Text},
     workload::WorkloadLabels,
@@ -15,14 +18,13 @@ use crate::{
 /// family; `docs/metrics.md` lists them and the tests compare the output
 /// against this table.
 pub const FAMILIES: &[(&str, Kind, &str)] = &[
+    // dcgm-exporter's default counters (etc/default-counters.csv).
     ("DCGM_FI_DEV_SM_CLOCK", Kind::Gauge, "MHz"),
     ("DCGM_FI_DEV_MEM_CLOCK", Kind::Gauge, "MHz"),
     ("DCGM_FI_DEV_MEMORY_TEMP", Kind::Gauge, "C"),
     ("DCGM_FI_DEV_GPU_TEMP", Kind::Gauge, "C"),
     ("DCGM_FI_DEV_POWER_USAGE", Kind::Gauge, "W"),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", Kind::Counter, "mJ"),
-    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", Kind::Counter, "KB"),
-    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", Kind::Counter, "KB"),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Kind::Counter, ""),
     ("DCGM_FI_DEV_GPU_UTIL", Kind::Gauge, "%"),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", Kind::Gauge, "%"),
@@ -31,16 +33,51 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
     ("DCGM_FI_DEV_XID_ERRORS", Kind::Gauge, ""),
     ("DCGM_FI_DEV_FB_FREE", Kind::Gauge, "MiB"),
     ("DCGM_FI_DEV_FB_USED", Kind::Gauge, "MiB"),
+    ("DCGM_FI_DEV_FB_RESERVED", Kind::Gauge, "MiB"),
+    // DCGM's "MiB/s" of NVLink data (KiB/s ÷ 1000), typed as
+    // dcgm-exporter types it.
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", Kind::Counter, ""),
     ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", Kind::Counter, ""),
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", Kind::Counter, ""),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", Kind::Gauge, ""),
-    // Fields dcgm-exporter's default list leaves commented out; the same
-    // names when a site turns them on.
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", Kind::Gauge, "ratio"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Kind::Gauge, "ratio"),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", Kind::Gauge, "ratio"),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        Kind::Gauge,
+        "bytes per second",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        Kind::Gauge,
+        "bytes per second",
+    ),
+    // Fields dcgm-exporter's default list leaves commented out (or, for the
+    // PCIe throughput, used to list); the same names when a site turns
+    // them on.
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", Kind::Counter, "KB"),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", Kind::Counter, "KB"),
     ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", Kind::Gauge, ""),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Kind::Counter, ""),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", Kind::Counter, ""),
     (
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        Kind::Counter,
+        "",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        Kind::Counter,
+        "",
+    ),
+    (
         "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        Kind::Counter,
+        "",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
         Kind::Counter,
         "",
     ),
@@ -84,11 +121,11 @@ pub fn write(
     }
     let int = |v: Option<u64>| v.map(|x| x.to_string());
     let u = |v: Option<u32>| v.map(|x| x.to_string());
-    let fb_free = s
-        .mem_total_bytes
-        .zip(s.mem_used_bytes)
-        .map(|(t, u)| t.saturating_sub(u) / MIB);
-    let values: [(&str, Option<String>); 23] = [
+    let mib = |v: Option<u64>| v.map(|b| (b / MIB).to_string());
+    let ratio = |v: Option<f64>| v.map(|x| x.to_string());
+    let prof = s.prof.unwrap_or_default();
+    let nvl = |c: NvLinkCounter| int(c.total(&s.nvlink));
+    let values = [
         ("DCGM_FI_DEV_SM_CLOCK", u(s.sm_clock_mhz)),
         ("DCGM_FI_DEV_MEM_CLOCK", u(s.mem_clock_mhz)),
         ("DCGM_FI_DEV_MEMORY_TEMP", u(s.memory_temp_c)),
@@ -117,10 +154,12 @@ pub fn write(
             "DCGM_FI_DEV_XID_ERRORS",
             Some(ex.last_xid.get(&g.index).copied().unwrap_or(0).to_string()),
         ),
-        ("DCGM_FI_DEV_FB_FREE", int(fb_free)),
+        ("DCGM_FI_DEV_FB_FREE", mib(s.mem_free_bytes)),
+        ("DCGM_FI_DEV_FB_USED", mib(s.mem_used_bytes)),
+        ("DCGM_FI_DEV_FB_RESERVED", mib(s.mem_reserved_bytes)),
         (
-            "DCGM_FI_DEV_FB_USED",
-            int(s.mem_used_bytes.map(|b| b / MIB)),
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+            int(s.nvlink_bandwidth),
         ),
         (
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
@@ -131,12 +170,38 @@ pub fn write(
             int(s.remapped_rows_corr),
         ),
         ("DCGM_FI_DEV_ROW_REMAP_FAILURE", int(s.remap_failure)),
+        (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            ratio(prof.gr_engine_active),
+        ),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", ratio(prof.tensor_active)),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", ratio(prof.dram_active)),
+        (
+            "DCGM_FI_PROF_PCIE_TX_BYTES",
+            int(prof.pcie_tx_bytes_per_sec),
+        ),
+        (
+            "DCGM_FI_PROF_PCIE_RX_BYTES",
+            int(prof.pcie_rx_bytes_per_sec),
+        ),
         ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", int(s.throttle)),
         ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", int(s.ecc_sbe_volatile)),
         ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", int(s.ecc_dbe_volatile)),
         (
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+            nvl(NvLinkCounter::CrcFlit),
+        ),
+        (
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+            nvl(NvLinkCounter::CrcData),
+        ),
+        (
             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-            int(s.nvlink_errors),
+            nvl(NvLinkCounter::Replay),
+        ),
+        (
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+            nvl(NvLinkCounter::Recovery),
         ),
     ];
     for (name, v) in values {
@@ -152,6 +217,7 @@ pub fn write(
 fn help(name: &str, unit: &str) -> String {
     let what = name
         .trim_start_matches("DCGM_FI_DEV_")
+        .trim_start_matches("DCGM_FI_")
         .to_lowercase()
         .replace('_', " ");
     if unit.is_empty() {
@@ -183,6 +249,8 @@ mod tests {
             sm_clock_mhz: Some(1755),
             mem_total_bytes: Some(80 << 30),
             mem_used_bytes: Some(1 << 30),
+            mem_reserved_bytes: Some(512 << 20),
+            mem_free_bytes: Some((80 << 30) - (1 << 30) - (512 << 20)),
             pcie_tx_bytes_per_sec: Some(2048 * 1024),
             energy_mj: Some(123_456),
             throttle: Some(0x44),
@@ -214,7 +282,8 @@ mod tests {
             format!("DCGM_FI_DEV_GPU_TEMP{{{base}}} 61"),
             format!("DCGM_FI_DEV_SM_CLOCK{{{base}}} 1755"),
             format!("DCGM_FI_DEV_FB_USED{{{base}}} 1024"),
-            format!("DCGM_FI_DEV_FB_FREE{{{base}}} 80896"),
+            format!("DCGM_FI_DEV_FB_FREE{{{base}}} 80384"),
+            format!("DCGM_FI_DEV_FB_RESERVED{{{base}}} 512"),
             format!("DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{base}}} 2048"),
             format!("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{base}}} 123456"),
             format!("DCGM_FI_DEV_XID_ERRORS{{{base}}} 79"),

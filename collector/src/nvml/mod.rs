@@ -1,8 +1,9 @@
 //! NVML enrichment through nvml-wrapper: per-GPU samples every window
 //! (power, temperatures, clocks, throttle reasons, utilisation, memory, ECC,
-//! PCIe, NVLink errors, energy), XID and ECC events from NVML's event API in a
-//! dedicated blocking thread, and the joins that put GPU state next to the
-//! CUDA probe data (device ordinal → UUID; process → GPUs from its maps).
+//! PCIe, NVLink errors and bandwidth, energy, GPM profiling metrics), XID and
+//! ECC events from NVML's event API in a dedicated blocking thread, and the
+//! joins that put GPU state next to the CUDA probe data (device ordinal →
+//! UUID; process → GPUs from its maps).
 use std::{
     collections::BTreeSet,
     fmt::Write as _,
@@ -16,6 +17,9 @@ use nvml_wrapper::{
     error::NvmlError,
     Nvml,
 };
+
+pub use gpm::GpmMetrics;
+pub use nvlink::{NvLinkCounter, NvLinkErrors};
 
 /// Default library name (the system's, through the dynamic loader).
 pub const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
@@ -56,18 +60,32 @@ pub struct GpuSample {
     pub throttle: Option<u64>,
     pub util_gpu_pct: Option<u32>,
     pub util_mem_pct: Option<u32>,
+    /// Framebuffer memory allocated, without the driver's reserved part
+    /// (`nvmlDeviceGetMemoryInfo_v2`'s `used`, as DCGM reports it).
     pub mem_used_bytes: Option<u64>,
+    /// Framebuffer memory the driver and firmware reserve.
+    pub mem_reserved_bytes: Option<u64>,
+    /// Framebuffer memory free: total − reserved − used.
+    pub mem_free_bytes: Option<u64>,
     pub mem_total_bytes: Option<u64>,
     pub ecc_sbe_volatile: Option<u64>,
     pub ecc_dbe_volatile: Option<u64>,
     pub pcie_replay: Option<u64>,
     pub pcie_tx_bytes_per_sec: Option<u64>,
     pub pcie_rx_bytes_per_sec: Option<u64>,
-    /// NVLink data-link replay errors summed over the links that answer.
-    pub nvlink_errors: Option<u64>,
-    /// NVLink data-link replay errors per link (link, count); links past the
-    /// first one NVML refuses are not queried.
-    pub nvlink_replay: Vec<(u32, u64)>,
+    /// NVLink data-link error counters per link; links past the first one
+    /// NVML refuses are not queried; empty without NVLink.
+    pub nvlink: Vec<NvLinkErrors>,
+    /// NVLink data bandwidth over all links as DCGM reports it
+    /// (`DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`: KiB/s ÷ 1000, 0 on the first
+    /// reading).
+    pub nvlink_bandwidth: Option<u64>,
+    /// NVLink data transmitted plus received over all links since driver
+    /// load, KiB.
+    pub nvlink_data_kib: Option<u64>,
+    /// GPM profiling metrics since the previous window (GPUs with GPM,
+    /// from their second window on).
+    pub prof: Option<GpmMetrics>,
     pub energy_mj: Option<u64>,
     pub enc_util_pct: Option<u32>,
     pub dec_util_pct: Option<u32>,
@@ -167,6 +185,67 @@ pub struct NvmlSource {
     /// Newest per-process utilisation timestamp seen per GPU (µs).
     util_seen: std::collections::BTreeMap<u32, u64>,
     driver_version: String,
+    /// The previous NVLink data reading per GPU, for the bandwidth.
+    nvlink_prev: std::collections::BTreeMap<u32, nvlink::DataReading>,
+    /// The previous GPM sample per GPU.
+    gpm: gpm::GpmState,
+}
+
+impl Drop for NvmlSource {
+    fn drop(&mut self) {
+        // The kept GPM samples go back to the library before it shuts down.
+        self.gpm.free_all(&self.nvml);
+    }
+}
+
+/// Reads one NVML field of one GPU: a field found unsupported is logged
+/// once and not queried again, a lost GPU stops the GPU's remaining reads,
+/// other failures are counted.
+struct Reader<'a> {
+    gpu: u32,
+    lost: bool,
+    unsupported: &'a mut BTreeSet<(u32, &'static str)>,
+}
+
+impl Reader<'_> {
+    fn read<T>(
+        &mut self,
+        field: &'static str,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if self.lost || self.unsupported.contains(&(self.gpu, field)) {
+            return None;
+        }
+        match f() {
+            Ok(v) => Some(v),
+            Err(NvmlError::GpuLost) => {
+                self.lost = true;
+                None
+            }
+            Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
+                self.refuse(field, &e.to_string());
+                None
+            }
+            Err(e) => {
+                metrics::counter!("faultline_nvml_read_errors_total", "field" => field)
+                    .increment(1);
+                tracing::debug!(gpu = self.gpu, field, error = %e, "NVML read failed");
+                None
+            }
+        }
+    }
+
+    /// Records `field` as unsupported on this GPU (logged once).
+    fn refuse(&mut self, field: &'static str, reason: &str) {
+        tracing::info!(
+            gpu = self.gpu,
+            field,
+            reason,
+            "NVML field unsupported; not queried again"
+        );
+        metrics::counter!("faultline_nvml_unsupported_fields_total").increment(1);
+        self.unsupported.insert((self.gpu, field));
+    }
 }
 
 fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
@@ -224,6 +303,8 @@ impl NvmlSource {
             lost: BTreeSet::new(),
             util_seen: std::collections::BTreeMap::new(),
             driver_version,
+            nvlink_prev: std::collections::BTreeMap::new(),
+            gpm: gpm::GpmState::default(),
         })
     }
 
@@ -264,122 +345,95 @@ impl NvmlSource {
                 samples.push(s);
                 continue;
             };
-            let mut lost = false;
-            let unsupported = &mut self.unsupported;
-            let mut get = |field: &'static str,
-                           f: &dyn Fn() -> Result<u64, NvmlError>|
-             -> Option<u64> {
-                if lost || unsupported.contains(&(g.index, field)) {
-                    return None;
-                }
-                match f() {
-                    Ok(v) => Some(v),
-                    Err(NvmlError::GpuLost) => {
-                        lost = true;
-                        None
-                    }
-                    Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
-                        tracing::info!(gpu = g.index, field, reason = %e, "NVML field unsupported; not queried again");
-                        metrics::counter!("faultline_nvml_unsupported_fields_total").increment(1);
-                        unsupported.insert((g.index, field));
-                        None
-                    }
-                    Err(e) => {
-                        metrics::counter!("faultline_nvml_read_errors_total", "field" => field)
-                            .increment(1);
-                        tracing::debug!(gpu = g.index, field, error = %e, "NVML read failed");
-                        None
-                    }
-                }
+            let mut r = Reader {
+                gpu: g.index,
+                lost: false,
+                unsupported: &mut self.unsupported,
             };
-            s.power_w =
-                get("power", &|| d.power_usage().map(u64::from)).map(|mw| mw as f64 / 1000.0);
-            s.power_limit_w = get("power_limit", &|| d.enforced_power_limit().map(u64::from))
-                .map(|mw| mw as f64 / 1000.0);
-            s.temp_c = get("temperature", &|| {
-                d.temperature(TemperatureSensor::Gpu).map(u64::from)
-            })
-            .map(|v| v as u32);
+            s.power_w = r
+                .read("power", || d.power_usage())
+                .map(|mw| f64::from(mw) / 1000.0);
+            s.power_limit_w = r
+                .read("power_limit", || d.enforced_power_limit())
+                .map(|mw| f64::from(mw) / 1000.0);
+            s.temp_c = r.read("temperature", || d.temperature(TemperatureSensor::Gpu));
             // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
-            s.memory_temp_c = get("memory_temperature", &|| field_u64(&d, 82)).map(|v| v as u32);
-            s.sm_clock_mhz =
-                get("sm_clock", &|| d.clock_info(Clock::SM).map(u64::from)).map(|v| v as u32);
-            s.sm_clock_max_mhz = get("sm_clock_max", &|| {
-                d.max_clock_info(Clock::SM).map(u64::from)
-            })
-            .map(|v| v as u32);
-            s.mem_clock_mhz =
-                get("mem_clock", &|| d.clock_info(Clock::Memory).map(u64::from)).map(|v| v as u32);
-            s.mem_clock_max_mhz = get("mem_clock_max", &|| {
-                d.max_clock_info(Clock::Memory).map(u64::from)
-            })
-            .map(|v| v as u32);
-            s.throttle = get("throttle_reasons", &|| {
+            s.memory_temp_c = r
+                .read("memory_temperature", || field_u64(&d, 82))
+                .map(|v| v as u32);
+            s.sm_clock_mhz = r.read("sm_clock", || d.clock_info(Clock::SM));
+            s.sm_clock_max_mhz = r.read("sm_clock_max", || d.max_clock_info(Clock::SM));
+            s.mem_clock_mhz = r.read("mem_clock", || d.clock_info(Clock::Memory));
+            s.mem_clock_max_mhz = r.read("mem_clock_max", || d.max_clock_info(Clock::Memory));
+            s.throttle = r.read("throttle_reasons", || {
                 d.current_throttle_reasons().map(|r| r.bits())
             });
-            s.util_gpu_pct = get("utilization_gpu", &|| {
-                d.utilization_rates().map(|u| u64::from(u.gpu))
-            })
-            .map(|v| v as u32);
-            s.util_mem_pct = get("utilization_memory", &|| {
-                d.utilization_rates().map(|u| u64::from(u.memory))
-            })
-            .map(|v| v as u32);
-            s.mem_total_bytes = get("memory_total", &|| d.memory_info().map(|m| m.total));
-            s.mem_used_bytes = get("memory_used", &|| {
-                d.memory_info().map(|m| m.total.saturating_sub(m.free))
-            });
-            s.ecc_sbe_volatile = get("ecc_sbe", &|| {
+            if let Some(u) = r.read("utilization", || d.utilization_rates()) {
+                s.util_gpu_pct = Some(u.gpu);
+                s.util_mem_pct = Some(u.memory);
+            }
+            if let Some(m) = r.read("memory", || d.memory_info()) {
+                s.mem_total_bytes = Some(m.total);
+                s.mem_used_bytes = Some(m.used);
+                s.mem_reserved_bytes = Some(m.reserved);
+                s.mem_free_bytes = Some(m.free);
+            }
+            s.ecc_sbe_volatile = r.read("ecc_sbe", || {
                 d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
             });
-            s.ecc_dbe_volatile = get("ecc_dbe", &|| {
+            s.ecc_dbe_volatile = r.read("ecc_dbe", || {
                 d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
             });
-            s.pcie_replay = get("pcie_replay", &|| d.pcie_replay_counter().map(u64::from));
-            s.pcie_tx_bytes_per_sec = get("pcie_tx", &|| {
-                d.pcie_throughput(PcieUtilCounter::Send)
-                    .map(|k| u64::from(k) * 1024)
-            });
-            s.pcie_rx_bytes_per_sec = get("pcie_rx", &|| {
-                d.pcie_throughput(PcieUtilCounter::Receive)
-                    .map(|k| u64::from(k) * 1024)
-            });
-            s.nvlink_errors = get("nvlink_errors", &|| {
+            s.pcie_replay = r
+                .read("pcie_replay", || d.pcie_replay_counter())
+                .map(u64::from);
+            s.pcie_tx_bytes_per_sec = r
+                .read("pcie_tx", || d.pcie_throughput(PcieUtilCounter::Send))
+                .map(|k| u64::from(k) * 1024);
+            s.pcie_rx_bytes_per_sec = r
+                .read("pcie_rx", || d.pcie_throughput(PcieUtilCounter::Receive))
+                .map(|k| u64::from(k) * 1024);
+            if let Some(l0) = r.read("nvlink_errors", || {
                 d.link_wrapper_for(0).error_counter(ErrorCounter::DlReplay)
-            });
-            if let Some(l0) = s.nvlink_errors {
-                s.nvlink_replay.push((0, l0));
-                // Links 1.. until the first one NVML refuses (no such link).
-                for link in 1..NVLINK_MAX_LINKS {
-                    match d
-                        .link_wrapper_for(link)
-                        .error_counter(ErrorCounter::DlReplay)
-                    {
-                        Ok(v) => s.nvlink_replay.push((link, v)),
-                        // A lost GPU is caught by the next query.
-                        Err(_) => break,
-                    }
+            }) {
+                s.nvlink = nvlink::errors(&d, l0);
+                if let Some(now) = r.read("nvlink_bandwidth", || nvlink::data(&d)) {
+                    let prev = self.nvlink_prev.insert(g.index, now);
+                    s.nvlink_bandwidth = Some(nvlink::bandwidth(prev, now));
+                    s.nvlink_data_kib = Some(now.kib);
                 }
-                s.nvlink_errors = Some(s.nvlink_replay.iter().map(|(_, v)| v).sum());
             }
-            s.energy_mj = get("energy", &|| d.total_energy_consumption());
-            s.enc_util_pct = get("encoder_utilization", &|| {
-                d.encoder_utilization().map(|u| u64::from(u.utilization))
-            })
-            .map(|v| v as u32);
-            s.dec_util_pct = get("decoder_utilization", &|| {
-                d.decoder_utilization().map(|u| u64::from(u.utilization))
-            })
-            .map(|v| v as u32);
+            s.energy_mj = r.read("energy", || d.total_energy_consumption());
+            s.enc_util_pct = r
+                .read("encoder_utilization", || d.encoder_utilization())
+                .map(|u| u.utilization);
+            s.dec_util_pct = r
+                .read("decoder_utilization", || d.decoder_utilization())
+                .map(|u| u.utilization);
             // NVML_FI_DEV_REMAPPED_COR / _UNC / _FAILURE = 142 / 143 / 145
             // (nvmlDeviceGetRemappedRows through field values; Ampere and later).
-            s.remapped_rows_corr = get("remapped_rows", &|| field_u64(&d, 142));
+            s.remapped_rows_corr = r.read("remapped_rows", || field_u64(&d, 142));
             if s.remapped_rows_corr.is_some() {
-                s.remapped_rows_unc = get("remapped_rows", &|| field_u64(&d, 143));
-                s.remap_failure = get("remapped_rows", &|| field_u64(&d, 145));
+                s.remapped_rows_unc = r.read("remapped_rows", || field_u64(&d, 143));
+                s.remap_failure = r.read("remapped_rows", || field_u64(&d, 145));
             }
+            match r.read("gpm", || d.gpm_support()) {
+                Some(true) => {
+                    s.prof = r
+                        .read("gpm_metrics", || self.gpm.window(&self.nvml, &d, g.index))
+                        .flatten();
+                }
+                Some(false) => r.refuse(
+                    "gpm",
+                    "the GPU has no GPM (before Hopper): no DCGM_FI_PROF_* series",
+                ),
+                None => {}
+            }
+            let lost = r.lost;
             if lost {
                 self.lost.insert(g.index);
+                self.gpm.forget(&self.nvml, g.index);
+                self.nvlink_prev.remove(&g.index);
                 s = GpuSample {
                     index: g.index,
                     lost: true,
@@ -542,6 +596,8 @@ pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Opt
 
 pub mod dcgm;
 mod events;
+mod gpm;
+mod nvlink;
 mod prom;
 
 pub use events::{spawn_event_listener, EventListener};

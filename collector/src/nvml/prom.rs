@@ -150,9 +150,15 @@ pub fn render_with(
             ),
             (
                 "faultline_gpu_memory_used_bytes",
-                "Framebuffer memory used",
+                "Framebuffer memory allocated, without the driver's reserved memory",
                 Kind::Gauge,
                 q(s.mem_used_bytes),
+            ),
+            (
+                "faultline_gpu_memory_reserved_bytes",
+                "Framebuffer memory reserved by the driver and firmware",
+                Kind::Gauge,
+                q(s.mem_reserved_bytes),
             ),
             (
                 "faultline_gpu_memory_total_bytes",
@@ -201,17 +207,63 @@ pub fn render_with(
                 t.sample(name, help, kind, &l, v);
             }
         }
-        for (link, n) in &s.nvlink_replay {
-            let link = link.to_string();
+        for e in &s.nvlink {
+            let link = e.link.to_string();
             let mut ll = l.clone();
             ll.push(("link", link.as_str()));
+            for (name, help, v) in [
+                (
+                    "faultline_gpu_nvlink_replay_errors_total",
+                    "NVLink data-link replay errors, per link",
+                    e.replay,
+                ),
+                (
+                    "faultline_gpu_nvlink_recovery_errors_total",
+                    "NVLink data-link recovery errors, per link",
+                    e.recovery,
+                ),
+                (
+                    "faultline_gpu_nvlink_crc_flit_errors_total",
+                    "NVLink flow-control (flit) CRC errors, per link",
+                    e.crc_flit,
+                ),
+                (
+                    "faultline_gpu_nvlink_crc_data_errors_total",
+                    "NVLink data CRC errors, per link",
+                    e.crc_data,
+                ),
+            ] {
+                if let Some(v) = v {
+                    t.sample(name, help, Kind::Counter, &ll, v);
+                }
+            }
+        }
+        if let Some(kib) = s.nvlink_data_kib {
             t.sample(
-                "faultline_gpu_nvlink_replay_errors_total",
-                "NVLink data-link replay errors, per link",
+                "faultline_gpu_nvlink_data_bytes_total",
+                "NVLink data transmitted plus received over all links since driver load",
                 Kind::Counter,
-                &ll,
-                n,
+                &l,
+                kib.saturating_mul(1024),
             );
+        }
+        if let Some(p) = &s.prof {
+            for (engine, v) in [
+                ("graphics", p.gr_engine_active),
+                ("tensor", p.tensor_active),
+                ("dram", p.dram_active),
+            ] {
+                let Some(v) = v else { continue };
+                let mut ll = l.clone();
+                ll.push(("engine", engine));
+                t.sample(
+                    "faultline_gpu_engine_active_ratio",
+                    "Ratio of the last window the engine was active (NVML GPM, Hopper and later)",
+                    Kind::Gauge,
+                    &ll,
+                    v,
+                );
+            }
         }
         for (name, help, v) in [
             (

@@ -2,6 +2,7 @@
 //! extra metric-name mapping. Documented in `docs/config.md` and `docs/otlp.md`.
 use std::{collections::BTreeMap, net::SocketAddr};
 
+use proto::listen::HttpLimitsConfig;
 use serde::{Deserialize, Serialize};
 
 use super::names::Signal;
@@ -26,6 +27,8 @@ pub struct OtlpSection {
     pub max_series_per_window: usize,
     /// Extra metric name → signal mapping, on top of the defaults (and winning over them).
     pub names: BTreeMap<String, String>,
+    /// `[otlp.limits]`: connections and timeouts of each receiver's listener.
+    pub limits: HttpLimitsConfig,
 }
 
 impl Default for OtlpSection {
@@ -40,6 +43,7 @@ impl Default for OtlpSection {
             max_points_per_request: 10_000,
             max_series_per_window: 2048,
             names: BTreeMap::new(),
+            limits: HttpLimitsConfig::default(),
         }
     }
 }
@@ -71,6 +75,12 @@ impl OtlpSection {
                     message: format!("must be at least {min}, got {v}"),
                 });
             }
+        }
+        if let Some((key, why)) = self.limits.invalid() {
+            return Err(ConfigError::Invalid {
+                key: "otlp.limits",
+                message: format!("{key}: {why}"),
+            });
         }
         for (name, signal) in &self.names {
             if Signal::parse(signal).is_none() {

@@ -2,7 +2,9 @@
 //! messages plain or gzip-compressed (`grpc-encoding: gzip`). Malformed
 //! protobuf or gzip → `InvalidArgument`; a message over `otlp.max_body_bytes`,
 //! compressed or once decompressed → `ResourceExhausted`; another
-//! `grpc-encoding` → `UNIMPLEMENTED` (see [`StatusMap`]).
+//! `grpc-encoding` → `UNIMPLEMENTED` (see [`StatusMap`]). Connections are
+//! capped and timed out by `[otlp.limits]` ([`proto::listen`]; a request
+//! slower than `body_timeout_s` ends `CANCELLED`).
 use std::{
     convert::Infallible,
     net::SocketAddr,
@@ -20,7 +22,6 @@ use tonic::{
     codec::CompressionEncoding,
     codegen::{http, BoxFuture, Service},
     server::NamedService,
-    transport::server::TcpIncoming,
 };
 
 use super::Shared;
@@ -128,10 +129,11 @@ fn percent_decode(b: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Binds `addr` and serves until the task is aborted.
+/// Binds `addr` and serves within `limits` until the task is aborted.
 pub async fn serve(
     addr: SocketAddr,
     shared: Arc<Shared>,
+    limits: &proto::listen::HttpLimitsConfig,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -144,10 +146,15 @@ pub async fn serve(
             .max_decoding_message_size(max)
             .max_encoding_message_size(1 << 20),
     );
+    // The HTTP/2 preface (24 bytes) is the first thing a client sends.
+    let conns = proto::listen::Listener::new("otlp_grpc", limits.limits(), 24);
+    let request_timeout = limits.http().body;
     let task = tokio::spawn(async move {
         let server = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(32)
-            .serve_with_incoming(svc, TcpIncoming::from(listener));
+            .timeout(request_timeout)
+            .layer(proto::listen::ActivityLayer(conns.clone()))
+            .serve_with_incoming(svc, proto::listen::incoming(listener, conns));
         if let Err(e) = server.await {
             tracing::error!(error = %e, "OTLP gRPC receiver stopped");
         }

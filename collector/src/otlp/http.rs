@@ -4,28 +4,26 @@
 //! content type; errors answer with a `google.rpc.Status` in it, as OTLP/HTTP
 //! asks: 400 malformed (or a body that does not decompress), 413 over
 //! `otlp.max_body_bytes` (before or after decompression), 415 another content
-//! type or encoding, 404/405 otherwise.
+//! type or encoding, 404/405 otherwise, 408 for a body slower than
+//! `otlp.limits.body_timeout_s`. Connections are capped and timed out by
+//! `[otlp.limits]` ([`proto::listen`]): a slow or idle client is displaced by
+//! a new one, so it cannot delay a real export.
 use std::{io::Read as _, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
-use hyper::{
-    body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response,
-    StatusCode,
-};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use http_body_util::Full;
+use hyper::{body::Incoming, header, Method, Request, Response, StatusCode};
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message as _;
-use tokio::{net::TcpListener, sync::Semaphore};
+use proto::listen::{BodyError, HttpLimitsConfig, Listener};
+use tokio::net::TcpListener;
 
 use super::Shared;
 
-/// Connections served at once; more wait in the listen backlog.
-const MAX_CONNECTIONS: usize = 64;
-/// A request's head and body must arrive within this.
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The listener's name in the connection metrics.
+const LISTENER: &str = "otlp_http";
 
 /// `google.rpc.Status`, the OTLP/HTTP error body.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -135,7 +133,11 @@ fn header_str(req: &Request<Incoming>, name: header::HeaderName) -> Option<&str>
         .map(|v| v.to_str().unwrap_or("\u{fffd}"))
 }
 
-async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<Bytes>> {
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    body_timeout: Duration,
+) -> Response<Full<Bytes>> {
     let pb = Encoding::Protobuf;
     if req.uri().path() != "/v1/metrics" {
         return reject(
@@ -202,17 +204,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
     if declared.is_some_and(|n| n > max) {
         return too_large("request body");
     }
-    let body = match tokio::time::timeout(
-        READ_TIMEOUT,
-        Limited::new(req.into_body(), max).collect(),
-    )
-    .await
-    {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return too_large("request body")
-        }
-        Ok(Err(e)) => {
+    let body = match proto::listen::read_body(req.into_body(), max, body_timeout, LISTENER).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => return too_large("request body"),
+        Err(BodyError::Read(e)) => {
             return reject(
                 StatusCode::BAD_REQUEST,
                 enc,
@@ -221,13 +216,16 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
                 format!("reading the body: {e}"),
             )
         }
-        Err(_) => {
+        Err(BodyError::Timeout) => {
             return reject(
                 StatusCode::REQUEST_TIMEOUT,
                 enc,
                 tonic::Code::DeadlineExceeded,
                 "timeout",
-                "body not received in time".into(),
+                format!(
+                    "body not received within {:.1} s (otlp.limits.body_timeout_s)",
+                    body_timeout.as_secs_f64()
+                ),
             )
         }
     };
@@ -275,42 +273,22 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
     }
 }
 
-/// Binds `addr` and serves until the task is aborted.
+/// Binds `addr` and serves within `limits` until the task is aborted.
 pub async fn serve(
     addr: SocketAddr,
     shared: Arc<Shared>,
+    limits: &HttpLimitsConfig,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok(permit) = slots.clone().acquire_owned().await else {
-                return;
-            };
-            let (sock, _) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(error = %e, "OTLP HTTP accept");
-                    continue;
-                }
-            };
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(req, shared).await) }
-                });
-                let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(sock), svc);
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "OTLP HTTP connection");
-                }
-                drop(permit);
-            });
-        }
-    });
+    let timeouts = limits.http();
+    let handler = move |req| handle(req, shared.clone(), timeouts.body);
+    let task = tokio::spawn(proto::listen::serve_http1(
+        listener,
+        Listener::new(LISTENER, limits.limits(), 1),
+        timeouts,
+        handler,
+        std::future::pending(),
+    ));
     Ok((local, task))
 }

@@ -9,7 +9,9 @@
 //! ([`names`]) and reads attribution attributes → [`aggregate`] turns
 //! cumulative series into deltas and aggregates per window (bounded, behind
 //! a short mutex) → the window loop takes the window and [`attribution`]
-//! joins it to jobs, ranks and placement. `docs/otlp.md` documents it.
+//! joins it to jobs, ranks and placement. The NCCL Inspector's metrics take
+//! their own path ([`inspector`]) into `Window.nccl_perf`. `docs/otlp.md`
+//! documents it.
 pub mod config;
 pub mod names;
 
@@ -23,6 +25,8 @@ pub mod decode;
 pub mod grpc;
 #[cfg(feature = "otlp")]
 pub mod http;
+#[cfg(feature = "otlp")]
+pub mod inspector;
 #[cfg(feature = "otlp")]
 pub mod json;
 
@@ -42,7 +46,7 @@ mod receiver {
     use super::{
         aggregate::{Aggregator, Limits},
         config::OtlpSection,
-        decode::decode,
+        decode::{decode, reason},
         names::Names,
     };
     use crate::identity::ProcessIdentity;
@@ -53,6 +57,8 @@ mod receiver {
         pub max_points_per_request: usize,
         pub max_body_bytes: usize,
         pub aggregator: Aggregator,
+        /// The NCCL Inspector's series of the window.
+        pub nccl_perf: super::inspector::Store,
     }
 
     impl Shared {
@@ -62,6 +68,7 @@ mod receiver {
                 max_points_per_request: cfg.max_points_per_request,
                 max_body_bytes: cfg.max_body_bytes,
                 aggregator: Aggregator::new(Limits::new(cfg.max_series_per_window)),
+                nccl_perf: super::inspector::Store::new(cfg.max_series_per_window),
             }
         }
 
@@ -86,16 +93,26 @@ mod receiver {
         ) -> ExportMetricsServiceResponse {
             let d = decode(req, &self.names, self.max_points_per_request);
             let mut dropped = d.dropped;
-            let ignored = d.ignored;
+            // The NCCL Inspector's points are not signals: they are read
+            // here, not ignored.
+            let nccl = self.nccl_perf.ingest(req);
+            let ignored = d.ignored.saturating_sub(nccl.total());
             let ing = self.aggregator.ingest(d.points);
-            for (r, n) in ing.dropped {
+            let nccl_dropped = [
+                ("nccl_perf_cap", nccl.over_cap),
+                (reason::INVALID_VALUE, nccl.invalid),
+            ];
+            for (r, n) in ing.dropped.into_iter().chain(nccl_dropped) {
+                if n == 0 {
+                    continue;
+                }
                 match dropped.iter_mut().find(|(x, _)| *x == r) {
                     Some((_, m)) => *m += n,
                     None => dropped.push((r, n)),
                 }
             }
             metrics::counter!("faultline_otlp_accepted_points_total", "transport" => transport)
-                .increment(ing.accepted);
+                .increment(ing.accepted + nccl.accepted);
             metrics::counter!("faultline_otlp_ignored_points_total", "transport" => transport)
                 .increment(ignored);
             let mut rejected = 0u64;
@@ -166,7 +183,7 @@ mod receiver {
         let grpc = match bind(cfg.grpc_enabled, &cfg.grpc_addr, "otlp.grpc_addr") {
             None => Ok(None),
             Some(Err(e)) => Err(e),
-            Some(Ok(a)) => match super::grpc::serve(a, shared.clone()).await {
+            Some(Ok(a)) => match super::grpc::serve(a, shared.clone(), &cfg.limits).await {
                 Ok((bound, t)) => {
                     tasks.push(t);
                     Ok(Some(bound))
@@ -179,7 +196,7 @@ mod receiver {
         let http = match bind(cfg.http_enabled, &cfg.http_addr, "otlp.http_addr") {
             None => Ok(None),
             Some(Err(e)) => Err(e),
-            Some(Ok(a)) => match super::http::serve(a, shared.clone()).await {
+            Some(Ok(a)) => match super::http::serve(a, shared.clone(), &cfg.limits).await {
                 Ok((bound, t)) => {
                     tasks.push(t);
                     Ok(Some(bound))

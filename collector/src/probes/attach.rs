@@ -215,7 +215,8 @@ pub(super) fn attach_one_link(
         .ok_or_else(|| format!("program {prog} missing from the eBPF object"))?
         .try_into()
         .map_err(|e| format!("program {prog}: {e}"))?;
-    if !loaded.contains(&prog) {
+    // Loaded once: by this attach pass, or by an earlier one (a rescan).
+    if !loaded.contains(&prog) && p.fd().is_err() {
         p.load()
             .map_err(|e| format!("verifier rejected {prog}: {e:#}"))?;
         loaded.push(prog);

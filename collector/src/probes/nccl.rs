@@ -7,7 +7,7 @@ use aya::{
 };
 use collector_common::{
     cuda::HandleKey,
-    nccl::{cookie, init, layout, op, CommInfo, OpKey, OpStats},
+    nccl::{cookie, init, layout, op, CommInfo, OpKey, OpStats, SeqRing},
 };
 use object::{Object, ObjectSymbol};
 
@@ -206,11 +206,20 @@ pub(super) fn attach_nccl(
             return Vec::new();
         }
     };
+    attach_libraries(ebpf, &libs, status)
+}
+
+/// Attaches the NCCL probes to each of `libs`; one status line per API.
+fn attach_libraries(
+    ebpf: &mut Ebpf,
+    libs: &[std::path::PathBuf],
+    status: &mut Vec<ProbeStatus>,
+) -> Vec<std::path::PathBuf> {
     let mut loaded = Vec::new();
     let mut attached_in = vec![0usize; NCCL_APIS.len()];
     let mut why: Vec<Option<String>> = vec![None; NCCL_APIS.len()];
     let mut used = Vec::new();
-    for lib in &libs {
+    for lib in libs {
         let resolved = match resolve(lib, NCCL_APIS) {
             Ok(r) => r,
             Err(e) => {
@@ -291,6 +300,52 @@ pub(super) fn attach_nccl(
 }
 
 impl Probes {
+    /// Attaches the NCCL probes to libraries discovery finds now that it did
+    /// not find before (a virtual environment created after the collector
+    /// started, a job that brought its own wheel), up to
+    /// [`crate::nccl_lib::MAX_LIBRARIES`] in all. Only for discovery: a
+    /// configured list is attached once. Returns the libraries added.
+    pub fn nccl_rescan(&mut self, search: &crate::nccl_lib::Search) -> Vec<std::path::PathBuf> {
+        let room = crate::nccl_lib::MAX_LIBRARIES.saturating_sub(self.nccl_libraries.len());
+        if !search.configured.is_empty() || room == 0 {
+            return Vec::new();
+        }
+        let Ok(found) = crate::nccl_lib::discover(search) else {
+            return Vec::new();
+        };
+        let new: Vec<std::path::PathBuf> = found
+            .into_iter()
+            .filter(|p| !self.nccl_libraries.contains(p))
+            .take(room)
+            .collect();
+        if new.is_empty() {
+            return Vec::new();
+        }
+        let mut status = Vec::new();
+        let used = attach_libraries(&mut self.ebpf, &new, &mut status);
+        for st in status
+            .into_iter()
+            .filter(|s| s.state == ProbeState::Attached)
+        {
+            match self.status.iter_mut().find(|s| s.name == st.name) {
+                Some(old) => old.state = ProbeState::Attached,
+                None => self.status.push(st),
+            }
+        }
+        // The library-level line of a first discovery that found nothing.
+        if !used.is_empty() {
+            self.status
+                .retain(|s| !(s.name == "nccl" && matches!(s.state, ProbeState::Inactive(_))));
+        }
+        metrics::counter!("faultline_nccl_libraries_attached_late_total")
+            .increment(used.len() as u64);
+        for p in &used {
+            tracing::info!(library = %p.display(), "NCCL probes attached to a library found after start");
+        }
+        self.nccl_libraries.extend(used.iter().cloned());
+        used
+    }
+
     /// The NCCL maps as they are now (cumulative).
     pub fn nccl_maps(&self) -> Result<crate::nccl::NcclMaps, ProbeError> {
         let err = |name| move |source| ProbeError::Map { name, source };
@@ -313,6 +368,15 @@ impl Probes {
             let (k, v) = e.map_err(err("NCCL_OPS"))?;
             out.ops.insert(k, v);
         }
+        let m = self
+            .ebpf()
+            .map("NCCL_SEQ")
+            .ok_or(ProbeError::MissingMap("NCCL_SEQ"))?;
+        let h = HashMap::<&MapData, HandleKey, SeqRing>::try_from(m).map_err(err("NCCL_SEQ"))?;
+        for e in h.iter() {
+            let (k, v) = e.map_err(err("NCCL_SEQ"))?;
+            out.seqs.insert((k.pid, k.handle), v);
+        }
         Ok(out)
     }
 
@@ -326,7 +390,8 @@ impl Probes {
         }
         Ok(
             super::prune_hash::<HandleKey, CommInfo>(self, "NCCL_COMMS", dead, |k| k.pid)?
-                + super::prune_hash::<OpKey, OpStats>(self, "NCCL_OPS", dead, |k| k.pid)?,
+                + super::prune_hash::<OpKey, OpStats>(self, "NCCL_OPS", dead, |k| k.pid)?
+                + super::prune_hash::<HandleKey, SeqRing>(self, "NCCL_SEQ", dead, |k| k.pid)?,
         )
     }
 }

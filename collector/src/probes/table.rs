@@ -436,6 +436,65 @@ pub const CUDA_PROBES: &[UprobeSpec] = &[
         call::MEMCPY_DTOH_ASYNC as u64,
         false,
     ),
+    // Device to device, and between two GPUs' memories (peer): the copies
+    // `cudaMemcpy` / `cudaMemcpyAsync` with `cudaMemcpyDeviceToDevice` and
+    // `cudaMemcpyPeer` / `cudaMemcpyPeerAsync` call.
+    up(
+        "cuMemcpyDtoD_v2",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_DTOD as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyDtoD_v2_ptds",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_DTOD as u64,
+        false,
+    ),
+    up(
+        "cuMemcpyDtoDAsync_v2",
+        "cuda_enter",
+        None,
+        call::MEMCPY_DTOD_ASYNC as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyDtoDAsync_v2_ptsz",
+        "cuda_enter",
+        None,
+        call::MEMCPY_DTOD_ASYNC as u64,
+        false,
+    ),
+    up(
+        "cuMemcpyPeer",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_PEER as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyPeer_ptds",
+        "cuda_enter",
+        Some("cuda_return"),
+        call::MEMCPY_PEER as u64,
+        false,
+    ),
+    up(
+        "cuMemcpyPeerAsync",
+        "cuda_enter",
+        None,
+        call::MEMCPY_PEER_ASYNC as u64,
+        true,
+    ),
+    up(
+        "cuMemcpyPeerAsync_ptsz",
+        "cuda_enter",
+        None,
+        call::MEMCPY_PEER_ASYNC as u64,
+        false,
+    ),
     up(
         "cuStreamSynchronize",
         "cuda_enter",

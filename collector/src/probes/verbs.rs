@@ -1,8 +1,10 @@
 //! Reading the verbs probes' aggregates.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use aya::maps::{HashMap, MapData};
-use collector_common::verbs::{AsyncKey, PostKey, PostStats, QpStateKey, WcKey, WcStats};
+use collector_common::verbs::{
+    AsyncKey, PostKey, PostStats, QpPortKey, QpStateKey, WcKey, WcStats,
+};
 
 use super::{ProbeError, Probes};
 
@@ -39,6 +41,29 @@ impl Probes {
             async_events: read(self, "VERBS_ASYNC")?,
         })
     }
+
+    /// The HCA ports each process bound queue pairs to (`ibv_modify_qp`
+    /// with `IBV_QP_PORT`), as `hca/port`: the ports its RDMA traffic uses.
+    pub fn verbs_qp_ports(&self) -> Result<BTreeMap<u32, BTreeSet<String>>, ProbeError> {
+        let m: BTreeMap<QpPortKey, u64> = read(self, "VERBS_QP_PORT")?;
+        Ok(qp_ports(m.keys()))
+    }
+}
+
+/// `hca/port` per pid (a key with no device name or port 0 is skipped: the
+/// QP's context could not be read).
+pub fn qp_ports<'a>(keys: impl Iterator<Item = &'a QpPortKey>) -> BTreeMap<u32, BTreeSet<String>> {
+    let mut out: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    for k in keys {
+        let dev = String::from_utf8_lossy(k.dev_bytes());
+        if dev.is_empty() || k.port == 0 {
+            continue;
+        }
+        out.entry(k.pid)
+            .or_default()
+            .insert(format!("{dev}/{}", k.port));
+    }
+    out
 }
 
 impl Probes {
@@ -52,7 +77,8 @@ impl Probes {
         Ok(p::<WcKey, WcStats>(self, "VERBS_WC", dead, |k| k.pid)?
             + p::<PostKey, PostStats>(self, "VERBS_POST", dead, |k| k.pid)?
             + p::<QpStateKey, u64>(self, "VERBS_QP_STATE", dead, |k| k.pid)?
-            + p::<AsyncKey, u64>(self, "VERBS_ASYNC", dead, |k| k.pid)?)
+            + p::<AsyncKey, u64>(self, "VERBS_ASYNC", dead, |k| k.pid)?
+            + p::<QpPortKey, u64>(self, "VERBS_QP_PORT", dead, |k| k.pid)?)
     }
 }
 

@@ -9,6 +9,7 @@ use crate::{
     agent::{Ctx, Source},
     jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
+    podresources,
     window::unix_ms,
     workload::{gpu_workloads, GpuIndex},
 };
@@ -23,6 +24,8 @@ pub struct GpuSource {
     /// The last XID per GPU (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
     last_xid: BTreeMap<u32, u64>,
     labels: GpuLabelConfig,
+    /// The kubelet's GPU allocations, where its socket is mounted.
+    pods: Option<podresources::Watcher>,
 }
 
 /// How the GPU series are labelled.
@@ -34,6 +37,9 @@ pub struct GpuLabelConfig {
     pub job_dir: Option<PathBuf>,
     /// procfs, for the GPUs a process has open.
     pub proc_root: PathBuf,
+    /// The kubelet's pod-resources socket (`[nvml] pod_resources_socket`):
+    /// the pod, namespace and container each GPU is allocated to.
+    pub pod_resources: Option<PathBuf>,
 }
 
 impl GpuSource {
@@ -43,6 +49,10 @@ impl GpuSource {
         listener: Option<EventListener>,
         labels: GpuLabelConfig,
     ) -> Self {
+        let pods = labels
+            .pod_resources
+            .as_deref()
+            .and_then(|s| podresources::Watcher::start(s, podresources::REFRESH));
         Self {
             src,
             events,
@@ -50,6 +60,7 @@ impl GpuSource {
             xid_counts: BTreeMap::new(),
             last_xid: BTreeMap::new(),
             labels,
+            pods,
         }
     }
 }
@@ -152,13 +163,18 @@ impl Source for GpuSource {
                 .map(|g| (g.uuid.clone(), g.index))
                 .collect(),
         };
-        let workloads = gpu_workloads(
+        let mut workloads = gpu_workloads(
             &index,
             &cx.gpu.cuda_pids,
             cx.ids,
             &self.labels.proc_root,
             &jobs,
         );
+        // The kubelet names the container a GPU is allocated to; the
+        // cgroups' container id stays for GPUs it does not list.
+        if let Some(p) = &self.pods {
+            p.current().label(self.src.gpus(), &mut workloads);
+        }
         cx.expo
             .set_section("jobs", job_hca_info(&jobs, &cx.gpu.cuda_pids, cx.ids));
         let ex = nvml::Export {

@@ -13,40 +13,40 @@ use crate::{
 
 pub struct IbSource {
     sysfs_root: PathBuf,
+    filter: ib::DeviceFilter,
     tracker: RateTracker,
+    issues: ib::ReadIssues,
 }
 
 impl IbSource {
-    /// Primes the port counters now, so the first window shows what changed since start.
-    pub fn new(sysfs_root: PathBuf) -> Self {
+    /// Primes the port counters now, so the first window shows what changed
+    /// since start. Only the devices `filter` accepts are read.
+    pub fn new(sysfs_root: PathBuf, filter: ib::DeviceFilter) -> Self {
         let mut tracker = RateTracker::new();
-        if let Ok(ports) = ib::read_ports(&sysfs_root) {
-            let _ = tracker.update(ports);
+        if let Ok(s) = ib::scan(&sysfs_root, &filter) {
+            let _ = tracker.update(s.ports);
         }
         Self {
             sysfs_root,
+            filter,
             tracker,
+            issues: ib::ReadIssues::default(),
         }
     }
 }
 
 impl Source for IbSource {
     fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
-        let ports = match ib::read_ports(&self.sysfs_root) {
-            Ok(p) => p,
+        let scan = match ib::scan(&self.sysfs_root, &self.filter) {
+            Ok(s) => s,
             Err(e) => {
                 metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
                 tracing::warn!(error = %e, "reading InfiniBand sysfs");
                 return Ok(());
             }
         };
-        for p in &ports {
-            for (file, err) in &p.read_errors {
-                metrics::counter!("faultline_sysfs_read_errors_total", "file" => file.clone())
-                    .increment(1);
-                tracing::debug!(port = %p.entity(cx.host), file, err, "sysfs read error");
-            }
-        }
+        self.issues.account(cx.host, &scan);
+        let ports = scan.ports;
         cx.expo
             .set_section("ib", ib::prom::render(&ports, Some(&self.tracker)));
         wire.ib_ports = crate::window::ib_ports(&ports);

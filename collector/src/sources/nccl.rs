@@ -1,7 +1,10 @@
 //! NCCL probes: communicator ranks on this host → `Window.nccl` rows, console
 //! lines and the `faultline_nccl_*` series; the entries of processes that
 //! exited are removed from the maps after their last window.
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use proto::v1 as pb;
@@ -13,18 +16,48 @@ use crate::{
 
 pub struct NcclSource {
     prev: BTreeMap<(u32, u64), RankState>,
+    /// Discovery to repeat, and how often (libraries that appear later).
+    rescan: Option<(crate::nccl_lib::Search, Duration)>,
+    last_scan: Instant,
 }
 
 impl NcclSource {
-    pub fn new(prev: BTreeMap<(u32, u64), RankState>) -> Self {
-        Self { prev }
+    pub fn new(
+        prev: BTreeMap<(u32, u64), RankState>,
+        rescan: Option<(crate::nccl_lib::Search, Duration)>,
+    ) -> Self {
+        Self {
+            prev,
+            rescan,
+            last_scan: Instant::now(),
+        }
     }
 }
 
 impl Source for NcclSource {
     fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+        if let Some((search, every)) = &self.rescan {
+            if self.last_scan.elapsed() >= *every {
+                self.last_scan = Instant::now();
+                for lib in cx.probes.nccl_rescan(search) {
+                    cx.console.detail(format_args!(
+                        "nccl probes attached to {} (found after start)",
+                        lib.display()
+                    ));
+                }
+            }
+        }
         let maps = cx.probes.nccl_maps()?;
         let cur = nccl::ranks(&maps, cx.host);
+        // The ports the ranks' QPs are bound to (verbs probes); a process
+        // with none seen yet falls back to NCCL_IB_HCA.
+        let ports = match cx.probes.verbs_qp_ports() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!("verbs QP ports unreadable: {e}");
+                Default::default()
+            }
+        };
         let ids = &mut *cx.ids;
         let rows = nccl::window_rows(
             &self.prev,
@@ -34,12 +67,12 @@ impl Source for NcclSource {
                 Some(i) => Who {
                     job: i.job().unwrap_or_default(),
                     rank: i.rank(),
-                    hcas: i.hcas(),
+                    hcas: nccl::rank_hcas(ports.get(&pid), i.hcas()),
                 },
                 None => Who {
                     job: String::new(),
                     rank: None,
-                    hcas: Vec::new(),
+                    hcas: nccl::rank_hcas(ports.get(&pid), Vec::new()),
                 },
             },
         );

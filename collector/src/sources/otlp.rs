@@ -97,6 +97,21 @@ impl Source for OtlpSource {
             .set_section("steps", self.steps_section(&steps, Instant::now()));
         wire.steps = steps;
         wire.workload = workload;
+        wire.nccl_perf = self.rx.shared.nccl_perf.take();
+        for p in &wire.nccl_perf {
+            cx.console.detail(format_args!(
+                "nccl-inspector gpu={} comm={} nranks={} {}{} size={} points={} exec={:.1}us busbw={:.2}GB/s",
+                p.device,
+                if p.comm_id.is_empty() { &p.comm_name } else { &p.comm_id },
+                p.nranks,
+                p.op,
+                if p.algo_proto.is_empty() { String::new() } else { format!("/{}", p.algo_proto) },
+                p.message_size,
+                p.points,
+                p.exec_us,
+                p.busbw_gbs
+            ));
+        }
         Ok(())
     }
 }

@@ -45,6 +45,9 @@ pub struct SenderStats {
     pub pending: AtomicU64,
     /// Damaged spool files moved to quarantine (included in `dropped`).
     pub quarantined: AtomicU64,
+    /// Windows the correlator refused for good (a `permanent` refusal, e.g.
+    /// `clock_past`), removed from the spool (included in `dropped`).
+    pub refused: AtomicU64,
     pub connected: AtomicBool,
     pub connects: AtomicU64,
 }
@@ -52,11 +55,12 @@ pub struct SenderStats {
 impl SenderStats {
     pub fn summary(&self) -> String {
         format!(
-            "stream: spooled {}, delivered {}, dropped {}, quarantined {}, pending {}, sent {} (resends included), connects {}",
+            "stream: spooled {}, delivered {}, dropped {}, quarantined {}, refused {}, pending {}, sent {} (resends included), connects {}",
             self.spooled.load(Ordering::Relaxed),
             self.delivered.load(Ordering::Relaxed),
             self.dropped.load(Ordering::Relaxed),
             self.quarantined.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
             self.pending.load(Ordering::Relaxed),
             self.sent.load(Ordering::Relaxed),
             self.connects.load(Ordering::Relaxed),
@@ -103,6 +107,9 @@ struct Sender {
     /// Failed connection attempts in the current outage (0 = connected or
     /// never failed): the first is logged at warn, the rest at debug.
     unreachable: u64,
+    /// Windows removed as refused for good in the current session (progress:
+    /// the next attempt follows without backoff).
+    refused_now: u64,
 }
 
 /// How a connection attempt ended.
@@ -267,6 +274,52 @@ impl Sender {
         self.in_flight.clear();
     }
 
+    /// A stream ended with `status`: when the correlator refused a window for
+    /// good, that window (and, given a horizon, every spooled window ending
+    /// before it) leaves the spool, counted and logged, instead of being
+    /// resent ahead of every newer window forever. Returns whether so.
+    fn refused(&mut self, status: &tonic::Status) -> bool {
+        let Some(r) = proto::v1::Refusal::of(status).filter(|r| r.permanent) else {
+            return false;
+        };
+        let mut gone = Vec::new();
+        let name = super::spool::name_of(&r.instance, r.seq);
+        if self.spool.remove(&name) {
+            gone.push(name);
+        }
+        if r.min_end_unix_ms > 0 {
+            gone.extend(self.spool.remove_ended_before(r.min_end_unix_ms));
+        }
+        for n in &gone {
+            self.in_flight.remove(n);
+        }
+        let n = gone.len() as u64;
+        self.refused_now += n;
+        self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+        self.stats.refused.fetch_add(n, Ordering::Relaxed);
+        metrics::counter!("faultline_windows_dropped_total", "reason" => "refused").increment(n);
+        tracing::warn!(
+            windows = n,
+            reason = %r.reason,
+            instance = %r.instance,
+            seq = r.seq,
+            correlator = %status.message(),
+            "the correlator refused windows for good: removed from the spool, never resent"
+        );
+        self.pending();
+        true
+    }
+
+    /// The stream call ended with `r`: a refusal for good is applied, any
+    /// other error logged.
+    fn ended(&mut self, r: &Result<tonic::Response<proto::v1::StreamSummary>, tonic::Status>) {
+        if let Err(e) = r {
+            if !self.refused(e) {
+                tracing::warn!(error = %e, "stream to the correlator ended");
+            }
+        }
+    }
+
     /// One connection: connect, resume, stream the spool until the stream
     /// ends or the drain time is over.
     async fn session(&mut self) -> Session {
@@ -298,6 +351,7 @@ impl Sender {
             self.unreachable = 0;
         }
         let mut client = IngestClient::with_interceptor(chan, token);
+        self.refused_now = 0;
         let mut delivered = match self.resume(&mut client).await {
             Ok(n) => n,
             Err(e) => {
@@ -314,7 +368,7 @@ impl Sender {
         metrics::gauge!("faultline_correlator_connected").set(0.0);
         if done || (self.closing.is_some() && self.spool.is_empty()) {
             Session::Done
-        } else if delivered > 0 {
+        } else if delivered > 0 || self.refused_now > 0 {
             Session::Progress
         } else {
             Session::Failed
@@ -349,7 +403,14 @@ impl Sender {
                             self.in_flight.insert(name.clone());
                             last_sent = Some(name);
                         }
-                        Ok(Err(_)) => return self.finish(client, delivered, false).await,
+                        Ok(Err(_)) => {
+                            // The call ended: learn how (a refusal names
+                            // the window to drop).
+                            if let Ok(r) = tokio::time::timeout(RESUME_TIMEOUT, &mut call).await {
+                                self.ended(&r);
+                            }
+                            return self.finish(client, delivered, false).await;
+                        }
                         Err(_) => break,
                     }
                 }
@@ -368,9 +429,7 @@ impl Sender {
             tokio::select! {
                 w = self.rx.recv(), if self.closing.is_none() => self.input(w),
                 r = &mut call => {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "stream to the correlator ended");
-                    }
+                    self.ended(&r);
                     return self.finish(client, delivered, false).await;
                 }
                 _ = resume_tick.tick() => match self.resume(client).await {
@@ -454,6 +513,7 @@ async fn run(
         evicted_sent: std::collections::BTreeSet::new(),
         quarantined_seen: 0,
         unreachable: 0,
+        refused_now: 0,
     };
     s.pending();
     loop {

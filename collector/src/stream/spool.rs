@@ -31,7 +31,12 @@ const MAX_FILE: u64 = 32 << 20;
 /// sort in production order (instances start with their start time).
 pub fn file_name(w: &Window) -> String {
     let inst = w.origin.as_ref().map_or("", |o| o.instance.as_str());
-    format!("{inst}~{:020}.win", w.seq)
+    name_of(inst, w.seq)
+}
+
+/// File name of window `seq` of collector instance `inst`.
+pub fn name_of(inst: &str, seq: u64) -> String {
+    format!("{inst}~{seq:020}.win")
 }
 
 pub fn parse_name(name: &str) -> Option<(String, u64)> {
@@ -119,12 +124,18 @@ pub fn decode_file(name: &str, bytes: &[u8]) -> Result<Window, Corrupt> {
     }
 }
 
+/// One spooled window: its file size and the window's end (unix ms).
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    size: u64,
+    end_ms: i64,
+}
+
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
     max_bytes: u64,
-    /// name → size
-    entries: BTreeMap<String, u64>,
+    entries: BTreeMap<String, Entry>,
     /// Origin of every instance with windows spooled in this process or
     /// found at open (what `Resume` asks about).
     origins: BTreeMap<String, Origin>,
@@ -182,11 +193,12 @@ impl Spool {
         for name in names {
             match s.load(&name) {
                 Ok((w, size)) => {
+                    let end_ms = w.end_unix_ms;
                     if let Some(o) = w.origin {
                         s.origins.entry(o.instance.clone()).or_insert(o);
                     }
                     s.bytes += size;
-                    s.entries.insert(name, size);
+                    s.entries.insert(name, Entry { size, end_ms });
                 }
                 Err(why) => s.quarantine(&name, why),
             }
@@ -204,8 +216,8 @@ impl Spool {
     /// Moves a damaged file aside (once: it is no longer in the spool),
     /// counts and logs it.
     fn quarantine(&mut self, name: &str, why: Corrupt) {
-        if let Some(size) = self.entries.remove(name) {
-            self.bytes -= size;
+        if let Some(e) = self.entries.remove(name) {
+            self.bytes -= e.size;
         }
         let qdir = self.dir.join("quarantine");
         let moved = fs::create_dir_all(&qdir)
@@ -262,21 +274,25 @@ impl Spool {
         if !self.origins.contains_key(&origin.instance) {
             self.origins.insert(origin.instance.clone(), origin.clone());
         }
-        if let Some(old) = self.entries.insert(name.clone(), buf.len() as u64) {
-            self.bytes -= old;
+        let entry = Entry {
+            size: buf.len() as u64,
+            end_ms: w.end_unix_ms,
+        };
+        if let Some(old) = self.entries.insert(name.clone(), entry) {
+            self.bytes -= old.size;
         }
-        self.bytes += buf.len() as u64;
+        self.bytes += entry.size;
         let mut dropped = Vec::new();
         while self.bytes > self.max_bytes && self.entries.len() > 1 {
-            let Some((oldest, size)) = self.entries.pop_first() else {
+            let Some((oldest, e)) = self.entries.pop_first() else {
                 break;
             };
             if oldest == name {
-                self.entries.insert(oldest, size);
+                self.entries.insert(oldest, e);
                 break;
             }
             let _ = fs::remove_file(self.dir.join(&oldest));
-            self.bytes -= size;
+            self.bytes -= e.size;
             dropped.push(oldest);
         }
         self.dropped += dropped.len() as u64;
@@ -331,12 +347,35 @@ impl Spool {
             .cloned()
             .collect();
         for n in &victims {
-            if let Some(size) = self.entries.remove(n) {
-                self.bytes -= size;
-            }
-            let _ = fs::remove_file(self.dir.join(n));
+            self.remove(n);
         }
         victims.len()
+    }
+
+    /// Removes one window (refused for good, or delivered); whether it was
+    /// spooled.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let Some(e) = self.entries.remove(name) else {
+            return false;
+        };
+        self.bytes -= e.size;
+        let _ = fs::remove_file(self.dir.join(name));
+        true
+    }
+
+    /// Removes every window that ended before `end_ms` (unix ms); returns
+    /// their names, oldest first.
+    pub fn remove_ended_before(&mut self, end_ms: i64) -> Vec<String> {
+        let victims: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.end_ms < end_ms)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &victims {
+            self.remove(n);
+        }
+        victims
     }
 }
 
@@ -430,6 +469,43 @@ mod tests {
         drop(s);
         let s = Spool::open(&dir, 1 << 20).unwrap();
         assert_eq!(s.quarantined, 0, "quarantined files are not seen again");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refused_windows_leave_by_name_or_by_end_time_and_stay_gone_after_reopen() {
+        let dir = tmp("refused");
+        let ended = |inst: &str, seq: u64, end_ms: i64| Window {
+            end_unix_ms: end_ms,
+            ..w(inst, seq, 10)
+        };
+        let mut s = Spool::open(&dir, 1 << 20).unwrap();
+        // A collector run with a bad clock (1970), then a good one.
+        for seq in 1..=3 {
+            s.push(&ended("a", seq, 1000 * seq as i64)).unwrap();
+        }
+        for seq in 1..=3 {
+            s.push(&ended("b", seq, 1_700_000_000_000 + seq as i64))
+                .unwrap();
+        }
+        assert!(s.remove(&name_of("a", 1)));
+        assert!(!s.remove(&name_of("a", 1)), "only once");
+        assert_eq!(
+            s.remove_ended_before(1_700_000_000_002),
+            [name_of("a", 2), name_of("a", 3), name_of("b", 1)]
+        );
+        assert_eq!(s.names_after(None), [name_of("b", 2), name_of("b", 3)]);
+        let on_disk: u64 = s
+            .names_after(None)
+            .iter()
+            .map(|n| fs::metadata(dir.join(n)).unwrap().len())
+            .sum();
+        assert_eq!(s.bytes(), on_disk, "their bytes are released");
+        assert!(!dir.join(name_of("a", 2)).exists());
+        drop(s);
+        let s = Spool::open(&dir, 1 << 20).unwrap();
+        assert_eq!(s.names_after(None), [name_of("b", 2), name_of("b", 3)]);
+        assert_eq!(s.quarantined, 0);
         fs::remove_dir_all(&dir).unwrap();
     }
 

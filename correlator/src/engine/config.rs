@@ -104,6 +104,11 @@ impl Default for InterferenceConfig {
 pub struct LimitsConfig {
     /// A window may be at most this many sequence numbers past its origin's last.
     pub max_seq_jump: u64,
+    /// Sequence numbers an origin may skip (windows it says it lost) per
+    /// minute of wall-clock time; unused allowance accumulates up to
+    /// `max_seq_jump`, so chained jumps cannot move a sequence further
+    /// (0 = no budget, only `max_seq_jump` per window).
+    pub max_seq_skip_per_min: u64,
     /// Seconds a window's end may lie ahead of the correlator's clock (0 = no check).
     pub max_future_s: f64,
     /// Seconds a window's end may lie behind the correlator's clock (0 = no check).
@@ -120,12 +125,21 @@ pub struct LimitsConfig {
     pub max_ranks_per_window: usize,
     /// IB ports, GPUs and block devices (each) judged per window.
     pub max_entities_per_window: usize,
+    /// Events (XIDs, RDMA async events, port state changes) judged per window.
+    pub max_events_per_window: usize,
+    /// CUDA, verbs, workload, usage and NCCL Inspector rows (each) judged
+    /// per window.
+    pub max_rows_per_window: usize,
     /// Distinct IB ports, GPUs and block devices (together) remembered per
     /// host; rows naming further new ones are dropped until the host is
     /// forgotten (`idle_forget_s`).
     pub max_entities_per_host: usize,
     /// Open incidents; findings that would open more are dropped.
     pub max_open_incidents: usize,
+    /// Open incidents charged to one host (the host whose window raised
+    /// them; a `node_lost` to the lost host), so that one host's flood of
+    /// findings cannot fill `max_open_incidents` for everyone.
+    pub max_open_incidents_per_host: usize,
     /// Client connections in total; further ones are closed at accept.
     pub max_connections: usize,
     /// Client connections per remote address.
@@ -135,12 +149,17 @@ pub struct LimitsConfig {
     /// Seconds a new connection has to send its first 24 bytes (HTTP/2
     /// preface or TLS ClientHello).
     pub handshake_timeout_s: f64,
+    /// Seconds a connection may stay open without an authenticated gRPC
+    /// stream in progress: an HTTP/2 client that sends the preface and
+    /// answers PINGs but opens no stream is closed after this.
+    pub idle_connection_timeout_s: f64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
             max_seq_jump: 1_000_000,
+            max_seq_skip_per_min: 6000,
             max_future_s: 120.0,
             max_past_s: 7.0 * 86_400.0,
             max_hosts: 100_000,
@@ -149,12 +168,16 @@ impl Default for LimitsConfig {
             max_jobs_per_window: 1024,
             max_ranks_per_window: 16_384,
             max_entities_per_window: 1024,
+            max_events_per_window: 1024,
+            max_rows_per_window: 16_384,
             max_entities_per_host: 4096,
             max_open_incidents: 10_000,
+            max_open_incidents_per_host: 256,
             max_connections: 1000,
             max_connections_per_peer: 256,
             max_streams_per_connection: 64,
             handshake_timeout_s: 5.0,
+            idle_connection_timeout_s: 20.0,
         }
     }
 }
@@ -162,12 +185,13 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// The connection part.
     pub fn conn(&self) -> crate::conn::ConnLimits {
+        let idle = proto::listen::seconds(self.idle_connection_timeout_s);
         crate::conn::ConnLimits {
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,
-            handshake_timeout: std::time::Duration::from_secs_f64(
-                self.handshake_timeout_s.clamp(0.001, 3600.0),
-            ),
+            handshake_timeout: proto::listen::seconds(self.handshake_timeout_s),
+            idle_timeout: idle,
+            write_timeout: idle,
         }
     }
 
@@ -175,6 +199,7 @@ impl LimitsConfig {
     pub fn ingest(&self) -> crate::ingest::IngestLimits {
         crate::ingest::IngestLimits {
             max_seq_jump: self.max_seq_jump,
+            max_seq_skip_per_min: self.max_seq_skip_per_min,
             max_future_s: self.max_future_s,
             max_past_s: self.max_past_s,
             max_hosts: self.max_hosts,
@@ -514,12 +539,35 @@ impl DetectConfig {
                 });
             }
         }
-        if !(l.handshake_timeout_s > 0.0 && l.handshake_timeout_s <= 3600.0) {
-            return Err(InvalidSetting {
-                key: "limits.handshake_timeout_s",
-                value: l.handshake_timeout_s.to_string(),
-                why: "must be a number of seconds in (0, 3600]",
-            });
+        for (key, v) in [
+            ("limits.handshake_timeout_s", l.handshake_timeout_s),
+            (
+                "limits.idle_connection_timeout_s",
+                l.idle_connection_timeout_s,
+            ),
+        ] {
+            if !proto::listen::valid_timeout(v) {
+                return Err(InvalidSetting {
+                    key,
+                    value: v.to_string(),
+                    why: "must be a number of seconds in (0, 3600]",
+                });
+            }
+        }
+        for (key, v) in [
+            ("limits.max_connections", l.max_connections),
+            (
+                "limits.max_connections_per_peer",
+                l.max_connections_per_peer,
+            ),
+        ] {
+            if !proto::listen::valid_count(v) {
+                return Err(InvalidSetting {
+                    key,
+                    value: v.to_string(),
+                    why: "must be within 1..=1048576",
+                });
+            }
         }
         for (key, v) in [
             ("limits.max_seq_jump", l.max_seq_jump as usize),
@@ -528,8 +576,14 @@ impl DetectConfig {
             ("limits.max_jobs_per_window", l.max_jobs_per_window),
             ("limits.max_ranks_per_window", l.max_ranks_per_window),
             ("limits.max_entities_per_window", l.max_entities_per_window),
+            ("limits.max_events_per_window", l.max_events_per_window),
+            ("limits.max_rows_per_window", l.max_rows_per_window),
             ("limits.max_entities_per_host", l.max_entities_per_host),
             ("limits.max_open_incidents", l.max_open_incidents),
+            (
+                "limits.max_open_incidents_per_host",
+                l.max_open_incidents_per_host,
+            ),
             ("limits.max_connections", l.max_connections),
             (
                 "limits.max_connections_per_peer",
@@ -604,7 +658,12 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
         setting,
     };
     f.detect.validate().map_err(invalid)?;
-    if let Some((key, why)) = f.history.invalid().or_else(|| f.alertmanager.invalid()) {
+    if let Some((key, why)) = f
+        .history
+        .invalid()
+        .or_else(|| f.web.invalid())
+        .or_else(|| f.alertmanager.invalid())
+    {
         return Err(ConfigError::Setting {
             path: path.to_string(),
             key,
@@ -617,34 +676,14 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
 /// Reads, parses and validates every table of a config file.
 pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
     let shown = path.display().to_string();
-    let text = read_small(path, MAX_CONFIG_BYTES).map_err(|error| ConfigError::Read {
-        path: shown.clone(),
-        error,
-    })?;
+    // `/dev/zero` or a FIFO given as the config is refused, not read forever.
+    let text = proto::bounded_read::read_to_string(path, proto::bounded_read::CONFIG_MAX).map_err(
+        |error| ConfigError::Read {
+            path: shown.clone(),
+            error,
+        },
+    )?;
     parse_file(&text, &shown)
-}
-
-/// Largest config file read.
-const MAX_CONFIG_BYTES: u64 = 4 << 20;
-
-/// A regular file of at most `max` bytes as text (`/dev/zero` or a FIFO
-/// given as the config is refused instead of read forever).
-fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read as _};
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(Error::new(
-            ErrorKind::InvalidData,
-            format!("larger than {max} bytes"),
-        ));
-    }
-    Ok(text)
 }
 
 /// Reads, parses and validates a config file.

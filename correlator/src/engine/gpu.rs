@@ -34,6 +34,8 @@ pub struct GpuDetector {
 impl GpuDetector {
     pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
         let mut out = Vec::new();
+        // Runbooks name the host as one shell word.
+        let shown = crate::shell::quote(host);
         for g in &w.gpus {
             let entity = format!("{host}/gpu{}", g.index);
             let st = self.gpus.entry(entity.clone()).or_default();
@@ -42,7 +44,7 @@ impl GpuDetector {
                     Finding::new("gpu_xid", &entity, 0.95)
                         .with_evidence(format!("{} fell off the bus (NVML GPU_IS_LOST)", g.uuid))
                         .with_jobs(jobs)
-                        .with_runbook(format!("drain {host}; `nvidia-smi -q -i {}`, check PCIe/power; a reset or node reboot is usually needed", g.index)),
+                        .with_runbook(format!("drain {shown}; `nvidia-smi -q -i {}`, check PCIe/power; a reset or node reboot is usually needed", g.index)),
                 );
                 continue;
             }
@@ -76,7 +78,7 @@ impl GpuDetector {
                         .with_evidence(format!("{} thermal slowdown ({}), temperature {temp} C", g.uuid, if mask & 0x40 != 0 { "HW" } else { "SW" }))
                         .with_evidence(clock_ev.clone())
                         .with_jobs(jobs)
-                        .with_runbook(format!("check cooling of {host} GPU {}: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE -i {}`, fans/airflow, inlet temperature", g.index, g.index)),
+                        .with_runbook(format!("check cooling of {shown} GPU {}: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE -i {}`, fans/airflow, inlet temperature", g.index, g.index)),
                 );
                 self.throttling
                     .insert(entity.clone(), "gpu_thermal_throttle".into());
@@ -98,7 +100,7 @@ impl GpuDetector {
                     .with_evidence(clock_ev)
                     .with_jobs(jobs)
                     .with_runbook(format!(
-                        "check power limits and PSU of {host}: `nvidia-smi -q -d POWER -i {}`",
+                        "check power limits and PSU of {shown}: `nvidia-smi -q -d POWER -i {}`",
                         g.index
                     )),
                 );
@@ -112,7 +114,7 @@ impl GpuDetector {
                         Finding::new("gpu_ecc", &entity, 0.9)
                             .with_evidence(format!("{} double-bit ECC errors +{}", g.uuid, d - st.dbe.unwrap_or(d)))
                             .with_jobs(jobs)
-                            .with_runbook(format!("uncorrectable memory errors: drain {host}, `nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER -i {}`", g.index)),
+                            .with_runbook(format!("uncorrectable memory errors: drain {shown}, `nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER -i {}`", g.index)),
                     );
                 }
                 st.dbe = Some(d);
@@ -129,7 +131,7 @@ impl GpuDetector {
                         Finding::new("gpu_ecc", &entity, 0.7)
                             .with_evidence(format!("{} single-bit ECC errors rising: +{delta} this window", g.uuid))
                             .with_jobs(jobs)
-                            .with_runbook(format!("correctable errors rising on {host} GPU {}: watch for row remapping, plan a replacement", g.index)),
+                            .with_runbook(format!("correctable errors rising on {shown} GPU {}: watch for row remapping, plan a replacement", g.index)),
                     );
                 }
                 st.sbe = Some(s);
@@ -141,7 +143,7 @@ impl GpuDetector {
                     Finding::new("gpu_xid", &e.entity, if matches!(e.code, 48 | 63 | 64 | 74 | 79 | 92 | 94 | 95) { 0.9 } else { 0.75 })
                         .with_evidence(format!("XID {} ({})", e.code, e.detail))
                         .with_jobs(jobs)
-                        .with_runbook(format!("XID {} on {}: `nvidia-smi -q`, `dmesg | grep -i xid`; see NVIDIA's XID catalogue for the action", e.code, e.entity)),
+                        .with_runbook(format!("XID {} on {}: `nvidia-smi -q`, `dmesg | grep -i xid`; see NVIDIA's XID catalogue for the action", e.code, crate::shell::quote(&e.entity))),
                 );
             }
         }

@@ -476,7 +476,8 @@ impl IbDetector {
             {
                 st.downs.pop_front();
             }
-            let runbook_cable = format!("check the cable and switch port of {} port {}: `ibstat {} {}`, `mlxlink -d {} -p {}`, switch logs", p.hca, p.port, p.hca, p.port, p.hca, p.port);
+            let hca = crate::shell::quote(&p.hca);
+            let runbook_cable = format!("check the cable and switch port of {hca} port {}: `ibstat {hca} {}`, `mlxlink -d {hca} -p {}`, switch logs", p.port, p.port, p.port);
             if st.downs.len() >= cfg.flap_downs {
                 findings.push(
                     Finding::new("ib_link_flapping", &entity, 0.9)
@@ -485,7 +486,7 @@ impl IbDetector {
                             st.downs.len(), cfg.flap_horizon_s, state_name(p.state)
                         ))
                         .with_jobs(jobs)
-                        .with_runbook(format!("a flapping link usually means a bad cable or transceiver: `mlxlink -d {} -p {} -m`, replace the cable", p.hca, p.port)),
+                        .with_runbook(format!("a flapping link usually means a bad cable or transceiver: `mlxlink -d {hca} -p {} -m`, replace the cable", p.port)),
                 );
             } else if !is_active && (transition > 0 || !st.downs.is_empty() || was_active) {
                 findings.push(
@@ -861,7 +862,10 @@ impl IbDetector {
             finding
                 .with_evidence_list(ev)
                 .with_jobs(jobs)
-                .with_runbook(format!("link errors above the reference: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")),
+                .with_runbook({
+                    let hca = crate::shell::quote(&hca);
+                    format!("link errors above the reference: `perfquery -x` on {hca} port {port}, `mlxlink -d {hca} -p {port} -c` for BER and FEC, `ibdiagnet` for the far end; drain the node and replace the cable if BER keeps rising")
+                }),
         )
     }
 }

@@ -1,6 +1,6 @@
 //! From detector findings to incidents: one incident per (kind, entity)
 //! episode with a stable id, streamed as opened / updated / resolved.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use proto::v1::CandidateUpdate;
 
@@ -100,6 +100,21 @@ struct Incident {
     /// Restored from history after a restart: its quiet period starts at
     /// the host's first window since.
     restored: bool,
+    /// The host whose share of the open-incident cap it uses ([`owner`]).
+    owner: String,
+}
+
+/// The host an incident is charged to: the host whose window raised it,
+/// except that a `node_lost` (raised by whichever host's window noticed the
+/// silence) is the lost host's. So a host's own findings, however many,
+/// only ever fill its own share, and a rack going dark does not fill the
+/// share of the host that noticed.
+fn owner(kind: &str, entity: &str, reporter: &str) -> String {
+    if kind == "node_lost" {
+        entity.to_string()
+    } else {
+        reporter.to_string()
+    }
 }
 
 /// Every incident kind, for restoring incidents stored by name.
@@ -144,8 +159,15 @@ pub struct IncidentManager {
     /// At most this many open incidents (`limits.max_open_incidents`; 0 =
     /// unbounded); findings that would open more are dropped and counted.
     max_open: usize,
+    /// At most this many open incidents per owner host
+    /// (`limits.max_open_incidents_per_host`; 0 = unbounded).
+    max_open_per_host: usize,
+    /// Open incidents per owner host (hosts with none are not kept).
+    per_host: HashMap<String, usize>,
     /// Findings dropped at the cap.
     pub dropped: u64,
+    /// Findings dropped at their host's share of the cap.
+    pub dropped_per_host: u64,
 }
 
 fn fnv(s: &str) -> u64 {
@@ -159,6 +181,7 @@ fn fnv(s: &str) -> u64 {
 
 impl IncidentManager {
     fn insert_open(&mut self, key: (&'static str, String), i: Incident) {
+        *self.per_host.entry(i.owner.clone()).or_insert(0) += 1;
         let fams = self.by_entity.entry(key.1.clone()).or_default();
         if !fams.contains(&key.0) {
             fams.push(key.0);
@@ -168,6 +191,12 @@ impl IncidentManager {
 
     fn remove_open(&mut self, key: &(&'static str, String)) -> Option<Incident> {
         let i = self.open.remove(key)?;
+        if let Some(n) = self.per_host.get_mut(&i.owner) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_host.remove(&i.owner);
+            }
+        }
         if let Some(fams) = self.by_entity.get_mut(&key.1) {
             fams.retain(|f| *f != key.0);
             if fams.is_empty() {
@@ -184,9 +213,19 @@ impl IncidentManager {
         }
     }
 
-    /// With at most `max_open` open incidents.
-    pub fn with_cap(self, max_open: usize) -> Self {
-        Self { max_open, ..self }
+    /// With at most `max_open` open incidents, and at most `per_host` of
+    /// them charged to any one host.
+    pub fn with_cap(self, max_open: usize, per_host: usize) -> Self {
+        Self {
+            max_open,
+            max_open_per_host: per_host,
+            ..self
+        }
+    }
+
+    /// Open incidents charged to `host`.
+    pub fn open_of(&self, host: &str) -> usize {
+        self.per_host.get(host).copied().unwrap_or(0)
     }
 
     /// Resolves, as stale, the open incidents on entities of hosts the
@@ -257,11 +296,15 @@ impl IncidentManager {
     ) -> Vec<CandidateUpdate> {
         let mut out = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
+        let mut over_share = 0u64;
         for f in findings {
             let (fam, rank) = family(f.kind);
             let key = (fam, f.entity.clone());
             seen.insert(key.clone());
             let full = self.max_open > 0 && self.open.len() >= self.max_open;
+            let owner = owner(f.kind, &f.entity, host);
+            let share_full =
+                self.max_open_per_host > 0 && self.open_of(&owner) >= self.max_open_per_host;
             match self.open.get_mut(&key) {
                 Some(i) => {
                     i.quiet = 0;
@@ -322,6 +365,12 @@ impl IncidentManager {
                     metrics::counter!("faultline_engine_dropped_total", "what" => "incidents")
                         .increment(1);
                 }
+                None if share_full => {
+                    over_share += 1;
+                    self.dropped_per_host += 1;
+                    metrics::counter!("faultline_engine_dropped_total", "what" => "host_incidents")
+                        .increment(1);
+                }
                 None => {
                     self.seq += 1;
                     let id = format!(
@@ -341,11 +390,20 @@ impl IncidentManager {
                         quiet: 0,
                         last_seen_ms: ts,
                         restored: false,
+                        owner,
                     };
                     out.push(Self::update(ts, "opened", &i));
                     self.insert_open(key, i);
                 }
             }
+        }
+        if over_share > 0 {
+            tracing::warn!(
+                host,
+                findings = over_share,
+                cap = self.max_open_per_host,
+                "host over its share of the open incidents (detect.limits.max_open_incidents_per_host): new incidents dropped"
+            );
         }
         let prefix = format!("{host}/");
         let mut resolved = Vec::new();
@@ -427,6 +485,8 @@ impl IncidentManager {
             .into_iter()
             .filter(|e| !e.starts_with("explains "))
             .collect();
+        // Who raised it is not stored: charged to the host it names.
+        let owner = owner(kind, &s.entity, super::host_of(&s.entity));
         self.insert_open(
             key,
             Incident {
@@ -442,6 +502,7 @@ impl IncidentManager {
                 quiet: 0,
                 last_seen_ms: s.updated_ms,
                 restored: true,
+                owner,
             },
         );
         true
@@ -589,5 +650,33 @@ mod tests {
         );
         assert!(m.open().is_empty());
         assert!(m.by_entity.is_empty());
+    }
+
+    #[test]
+    fn each_host_fills_only_its_share_and_node_lost_is_the_lost_hosts() {
+        let mut m = mgr().with_cap(100, 2);
+        let f = |k, e: &str| Finding::new(k, e, 0.8);
+        // "a" raises 3 of its own: the third is over its share of 2.
+        let ups = m.apply(
+            1000,
+            "a",
+            vec![],
+            vec![
+                f("gpu_xid", "a/gpu0"),
+                f("gpu_xid", "a/gpu1"),
+                f("gpu_xid", "a/gpu2"),
+            ],
+            &[],
+        );
+        assert_eq!(ups.len(), 2);
+        assert_eq!((m.open_of("a"), m.dropped_per_host), (2, 1));
+        // Its window notices 3 lost hosts: each is charged to the lost host.
+        let lost = ["b", "c", "d"].map(|h| f("node_lost", h));
+        assert_eq!(m.apply(2000, "a", vec![], lost.to_vec(), &[]).len(), 3);
+        assert_eq!((m.open_of("a"), m.open_of("b")), (2, 1));
+        // "b" reports again: its node_lost resolves and its share is free.
+        m.apply(3000, "b", vec![], vec![], &[]);
+        assert_eq!(m.open_of("b"), 0);
+        assert!(!m.per_host.contains_key("b"));
     }
 }

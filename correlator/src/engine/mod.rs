@@ -6,6 +6,7 @@
 //! of every port of the fabric); an incident manager turns detector evidence
 //! into one incident per (kind, entity) episode.
 pub mod baseline;
+pub mod clip;
 pub mod config;
 pub mod gpu;
 pub mod ib;
@@ -65,8 +66,10 @@ impl Engine {
             interference: interference::InterferenceDetector::new(cfg.interference.clone()),
             nccl: nccl::NcclDetector::new(cfg.nccl.clone()),
             straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
-            incidents: IncidentManager::new(cfg.incidents.clone())
-                .with_cap(cfg.limits.max_open_incidents),
+            incidents: IncidentManager::new(cfg.incidents.clone()).with_cap(
+                cfg.limits.max_open_incidents,
+                cfg.limits.max_open_incidents_per_host,
+            ),
             explain_grace_ms: (cfg.workload.explain_grace_s * 1000.0) as i64,
             limits: cfg.limits.clone(),
             ..Self::default()
@@ -78,12 +81,18 @@ impl Engine {
         self.node.hosts()
     }
 
-    /// Dropped at the caps, by what: `jobs`, `ranks`, `entities` (per-window
-    /// caps) and `incidents` (`limits.max_open_incidents`).
+    /// Dropped at the caps, by what: `foreign` (events naming another
+    /// host's entity), `jobs`, `ranks`, `entities`, `events`, `cuda`,
+    /// `verbs`, `workload`, `usage`, `nccl_perf` (per-window caps),
+    /// `incidents` (`limits.max_open_incidents`) and `host_incidents`
+    /// (`limits.max_open_incidents_per_host`).
     pub fn dropped(&self) -> BTreeMap<&'static str, u64> {
         let mut d = self.dropped.clone();
         if self.incidents.dropped > 0 {
             d.insert("incidents", self.incidents.dropped);
+        }
+        if self.incidents.dropped_per_host > 0 {
+            d.insert("host_incidents", self.incidents.dropped_per_host);
         }
         d
     }
@@ -95,81 +104,31 @@ impl Engine {
         }
     }
 
-    /// The window within the per-window caps (`limits.max_*_per_window`):
-    /// borrowed when it already is, else a trimmed copy with every dropped
-    /// item counted.
+    /// The window with only its own host's entities and within the
+    /// per-window caps (`limits.max_*_per_window`, [`clip`]): borrowed when
+    /// it already is, else a trimmed copy with every dropped item counted.
     fn clip<'a>(&mut self, w: &'a Window) -> Cow<'a, Window> {
-        let l = &self.limits;
-        let (max_e, max_r, max_j) = (
-            l.max_entities_per_window,
-            l.max_ranks_per_window,
-            l.max_jobs_per_window,
-        );
-        let jobs = w
-            .cuda
-            .iter()
-            .map(|c| c.job.as_str())
-            .chain(w.verbs.iter().map(|v| v.job.as_str()))
-            .chain(w.steps.iter().map(|s| s.job.as_str()))
-            .chain(w.workload.iter().map(|s| s.job.as_str()))
-            .chain(w.nccl.iter().map(|s| s.job.as_str()));
-        let mut kept: HashSet<&str> = HashSet::new();
-        let mut over_jobs = false;
-        for j in jobs {
-            if kept.len() < max_j {
-                kept.insert(j);
-            } else if !kept.contains(j) {
-                over_jobs = true;
-                break;
-            }
+        let (c, d) = clip::clip(&self.limits, w);
+        if matches!(c, Cow::Borrowed(_)) {
+            return c;
         }
-        let over = over_jobs
-            || w.steps.len() > max_r
-            || w.nccl.len() > max_r
-            || w.ib_ports.len() > max_e
-            || w.gpus.len() > max_e
-            || w.block.len() > max_e;
-        if !over {
-            return Cow::Borrowed(w);
+        for (what, n) in d.counts() {
+            self.drop_count(what, n);
         }
-        let mut c = w.clone();
-        let mut ent = 0;
-        ent += c.ib_ports.len().saturating_sub(max_e);
-        c.ib_ports.truncate(max_e);
-        ent += c.gpus.len().saturating_sub(max_e);
-        c.gpus.truncate(max_e);
-        ent += c.block.len().saturating_sub(max_e);
-        c.block.truncate(max_e);
-        let ranks = c.steps.len().saturating_sub(max_r) + c.nccl.len().saturating_sub(max_r);
-        c.steps.truncate(max_r);
-        c.nccl.truncate(max_r);
-        let mut dropped_jobs: HashSet<String> = HashSet::new();
-        if over_jobs {
-            let keep: HashSet<String> = kept.iter().map(|j| j.to_string()).collect();
-            let mut keep_job = |j: &str| {
-                let k = keep.contains(j);
-                if !k {
-                    dropped_jobs.insert(j.to_string());
-                }
-                k
-            };
-            c.cuda.retain(|x| keep_job(&x.job));
-            c.verbs.retain(|x| keep_job(&x.job));
-            c.steps.retain(|x| keep_job(&x.job));
-            c.workload.retain(|x| keep_job(&x.job));
-            c.nccl.retain(|x| keep_job(&x.job));
+        let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
+        if d.foreign > 0 {
+            tracing::warn!(
+                host,
+                events = d.foreign,
+                "window names entities of other hosts: those events are dropped (a host reports only its own)"
+            );
         }
-        self.drop_count("entities", ent);
-        self.drop_count("ranks", ranks);
-        self.drop_count("jobs", dropped_jobs.len());
         tracing::warn!(
-            host = w.origin.as_ref().map_or("", |o| o.hostname.as_str()),
-            entities = ent,
-            ranks,
-            jobs = dropped_jobs.len(),
+            host,
+            dropped = ?d,
             "window over the per-window caps (detect.limits): the excess is dropped"
         );
-        Cow::Owned(c)
+        c
     }
 
     /// The window without rows that would make its host know more than
@@ -388,9 +347,7 @@ fn jobs_of(w: &Window) -> Vec<String> {
 }
 
 /// The host an entity belongs to (`host/…`, or the host itself).
-pub fn host_of(entity: &str) -> &str {
-    entity.split('/').next().unwrap_or(entity)
-}
+pub use vocab::entity::host_of;
 
 /// Median of a slice (selection on a copy, O(n)); 0 for empty.
 pub fn median(v: &[f64]) -> f64 {

@@ -21,9 +21,15 @@
 //! (the job issues the same collectives every step), which is all the
 //! change-point and straggler detectors need. It is used only for jobs that
 //! never sent an OTLP step time (OTLP wins when both exist).
+//!
+//! **NCCL Inspector.** What NCCL's Inspector plugin measured on a host's
+//! GPU (`Window.nccl_perf`: completed collectives' execution time and bus
+//! bandwidth) is kept per host and GPU from its latest window and quoted
+//! next to the communicator's ranks on that GPU in the evidence of a link,
+//! GPU or host incident: the throughput the job really got there.
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use proto::v1::{NcclRank, StepTime, Window};
+use proto::v1::{NcclPerf, NcclRank, StepTime, Window};
 
 use super::{config::NcclConfig, incidents::Finding, median};
 
@@ -67,6 +73,9 @@ pub struct NcclDetector {
     /// Communicators with an open hang (judged on every window of the
     /// stalled host, also when none of its ranks reports any more).
     hung: HashSet<String>,
+    /// The NCCL Inspector's latest collective rows per (host, GPU): the
+    /// busiest few (most points) of the host's latest window that had any.
+    perf: HashMap<(String, i32), Vec<NcclPerf>>,
     pub dropped: u64,
 }
 
@@ -135,6 +144,7 @@ impl NcclDetector {
             }
         }
         self.host_now.insert(host.to_string(), w.end_unix_ms);
+        self.take_perf(host, &w.nccl_perf);
         let mut touched = BTreeSet::new();
         for r in &w.nccl {
             self.update(host, w.end_unix_ms, r);
@@ -184,7 +194,48 @@ impl NcclDetector {
     }
 
     /// Forgets the ranks of hosts that went idle (and communicators left empty).
+    /// Keeps a window's Inspector rows (collectives, at most
+    /// `PERF_PER_GPU` per GPU, the most-sampled first).
+    fn take_perf(&mut self, host: &str, rows: &[NcclPerf]) {
+        const PERF_PER_GPU: usize = 4;
+        if rows.is_empty() {
+            return;
+        }
+        self.perf.retain(|(h, _), _| h != host);
+        let mut by_gpu: BTreeMap<i32, Vec<&NcclPerf>> = BTreeMap::new();
+        for r in rows.iter().filter(|r| !r.p2p && r.device >= 0) {
+            by_gpu.entry(r.device).or_default().push(r);
+        }
+        for (d, mut v) in by_gpu {
+            v.sort_by(|a, b| b.points.cmp(&a.points).then(a.op.cmp(&b.op)));
+            let keep = v.into_iter().take(PERF_PER_GPU).cloned().collect();
+            self.perf.insert((host.to_string(), d), keep);
+        }
+    }
+
+    /// The Inspector's line for a rank, when it measured the rank's GPU on a
+    /// communicator of the rank's size.
+    fn perf_line(&self, r: &Rank) -> Option<String> {
+        let rows = self.perf.get(&(r.host.clone(), r.device))?;
+        let p = rows
+            .iter()
+            .find(|p| p.nranks == r.nranks || p.nranks < 0 || r.nranks < 0)?;
+        Some(format!(
+            "NCCL Inspector on {} GPU{}: {} {} at {:.1} GB/s bus bandwidth, {:.3} ms each ({} ops, {} ranks, comm {})",
+            r.host,
+            r.device,
+            p.op,
+            p.message_size,
+            p.busbw_gbs,
+            p.exec_us / 1000.0,
+            p.points,
+            p.nranks,
+            if p.comm_id.is_empty() { &p.comm_name } else { &p.comm_id }
+        ))
+    }
+
     pub fn forget_hosts(&mut self, gone: &HashSet<String>) {
+        self.perf.retain(|(h, _), _| !gone.contains(h));
         for c in self.comms.values_mut() {
             c.ranks.retain(|(h, _), _| !gone.contains(h));
         }
@@ -226,7 +277,11 @@ impl NcclDetector {
                     rank,
                     seconds: r.interval_s,
                     device: r.device,
-                    hca: r.hcas.first().cloned().unwrap_or_default(),
+                    hca: r
+                        .hcas
+                        .first()
+                        .map(|h| h.split('/').next().unwrap_or(h).to_string())
+                        .unwrap_or_default(),
                     count: u32::try_from(prev.max(1)).unwrap_or(u32::MAX),
                     max_seconds: 0.0,
                 }
@@ -246,7 +301,8 @@ impl NcclDetector {
                             return false;
                         };
                         let hca = rest.split('/').next().unwrap_or("");
-                        r.hcas.is_empty() || r.hcas.iter().any(|h| h == hca)
+                        // `hca/port` (seen on the QPs) or a whole `hca`.
+                        r.hcas.is_empty() || r.hcas.iter().any(|h| h == rest || h == hca)
                     }
                     k if k.starts_with("gpu_") => {
                         r.device >= 0 && f.entity == format!("{host}/gpu{}", r.device)
@@ -279,17 +335,21 @@ impl NcclDetector {
                 }
                 let nranks = c.ranks.values().map(|r| r.nranks).max().unwrap_or(-1);
                 let ranks: Vec<String> = on.iter().map(|r| r.rank.to_string()).collect();
-                lines.push(format!(
+                let mut group = vec![format!(
                     "NCCL communicator {id} ({} of {} ranks seen on {} hosts, job {}) has rank {} here",
                     c.ranks.len(),
                     nranks,
                     hosts.len(),
                     jobs.into_iter().collect::<Vec<_>>().join(","),
                     ranks.join(",")
-                ));
+                )];
+                group.extend(on.iter().filter_map(|r| self.perf_line(r)));
+                lines.push(group);
             }
+            // Each communicator's line, then what the Inspector measured on
+            // its ranks there; communicators in id order.
             lines.sort();
-            f.evidence.extend(lines.into_iter().take(8));
+            f.evidence.extend(lines.into_iter().flatten().take(8));
         }
     }
 }
@@ -416,6 +476,7 @@ mod tests {
             interval_s: interval,
             init: "ncclCommInitRank".into(),
             ended: false,
+            ..Default::default()
         }
     }
 
@@ -539,5 +600,62 @@ mod tests {
         assert_eq!(f[0].jobs, vec!["train".to_string()]);
         assert!(f[1].evidence[0].ends_with("has rank 0 here"));
         assert!(f[2].evidence.is_empty() && f[2].jobs.is_empty());
+    }
+
+    #[test]
+    fn a_rank_seen_on_one_port_is_named_on_that_port_only() {
+        let mut d = NcclDetector::new(NcclConfig::default());
+        let mut r = rank("pp", 0, 10, 5, 900, 0.1);
+        r.hcas = vec!["mlx5_1/2".into()];
+        d.observe("a", &window("a", 1000, vec![r]));
+        let mut f = vec![
+            Finding::new("ib_link_degraded", "a/mlx5_1/2", 0.9),
+            Finding::new("ib_link_degraded", "a/mlx5_1/1", 0.9),
+        ];
+        d.annotate(&mut f);
+        assert!(f[0].evidence[0].contains("communicator pp"), "{:?}", f[0]);
+        assert!(f[1].evidence.is_empty(), "the HCA's other port: {:?}", f[1]);
+        let s = d.inferred_steps(&window(
+            "a",
+            2000,
+            vec![{
+                let mut r = rank("pp", 0, 10, 6, 1900, 0.1);
+                r.hcas = vec!["mlx5_1/2".into()];
+                r
+            }],
+        ));
+        assert_eq!(s[0].hca, "mlx5_1", "a step's HCA is the device");
+    }
+
+    #[test]
+    fn the_inspector_s_bandwidth_is_quoted_next_to_the_rank_on_that_gpu() {
+        let mut d = NcclDetector::new(NcclConfig::default());
+        let mut w = window("a", 1000, vec![rank("cc", 1, 11, 5, 900, 0.1)]);
+        let perf = |device: i32, op: &str, points: u32| NcclPerf {
+            device,
+            comm_name: "DP Group 0".into(),
+            nranks: 4,
+            op: op.into(),
+            message_size: "4-5GB".into(),
+            points,
+            exec_us: 9498.47,
+            busbw_gbs: 301.5,
+            ..Default::default()
+        };
+        w.nccl_perf = vec![
+            perf(1, "AllReduce", 40),
+            perf(1, "AllGather", 2),
+            perf(2, "AllReduce", 9),
+        ];
+        d.observe("a", &w);
+        let mut f = vec![Finding::new("ib_link_degraded", "a/mlx5_1/1", 0.9)];
+        d.annotate(&mut f);
+        assert_eq!(f[0].evidence.len(), 2, "{:?}", f[0].evidence);
+        assert_eq!(
+            f[0].evidence[1],
+            "NCCL Inspector on a GPU1: AllReduce 4-5GB at 301.5 GB/s bus bandwidth, 9.498 ms each (40 ops, 4 ranks, comm DP Group 0)"
+        );
+        d.forget_hosts(&["a".to_string()].into());
+        assert!(d.perf.is_empty());
     }
 }

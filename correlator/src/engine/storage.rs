@@ -251,7 +251,7 @@ impl StorageDetector {
                 Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
                     .with_evidence_list(ev)
                     .with_jobs(jobs)
-                    .with_runbook(format!("slow storage on {entity}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)")),
+                    .with_runbook(format!("slow storage on {}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)", crate::shell::quote(&entity))),
             );
         }
         out

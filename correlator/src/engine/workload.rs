@@ -479,12 +479,13 @@ impl Symptom {
     pub fn finding(&self) -> super::Finding {
         if self.kind == "straggler" {
             let host = self.places.first().map_or("", |p| p.host.as_str());
+            let sh = crate::shell::quote(host);
             let rank = self.places.first().map_or(-1, |p| p.rank);
             return super::Finding::new("straggler", &self.entity, 0.6)
                 .with_evidence(self.line.clone())
                 .with_evidence(format!("no GPU throttling, link degradation or storage stall found on {host} for this rank"))
                 .with_jobs(std::slice::from_ref(&self.job))
-                .with_runbook(format!("1 workload: rank {rank}'s step time against its peers (data loader, CPU contention `top -H` on {host}, `py-spy dump`); 2 GPU: `nvidia-smi -q -d PERFORMANCE` on {host}; 3 fabric: `NCCL_DEBUG=INFO`, `perfquery -x` on its HCA; 4 storage: `iostat -x 1` on {host}"));
+                .with_runbook(format!("1 workload: rank {rank}'s step time against its peers (data loader, CPU contention `top -H` on {sh}, `py-spy dump`); 2 GPU: `nvidia-smi -q -d PERFORMANCE` on {sh}; 3 fabric: `NCCL_DEBUG=INFO`, `perfquery -x` on its HCA; 4 storage: `iostat -x 1` on {sh}"));
         }
         let hosts: Vec<&str> = {
             let mut h: Vec<&str> = self.places.iter().map(|p| p.host.as_str()).collect();
@@ -493,6 +494,13 @@ impl Symptom {
             h
         };
         let shown = hosts.iter().take(8).copied().collect::<Vec<_>>().join(", ");
+        // The runbook's copy: each host one shell word.
+        let shown_sh = hosts
+            .iter()
+            .take(8)
+            .map(|h| crate::shell::quote(h))
+            .collect::<Vec<_>>()
+            .join(", ");
         let more = if hosts.len() > 8 {
             format!(" and {} more", hosts.len() - 8)
         } else {
@@ -507,7 +515,11 @@ impl Symptom {
                 self.job
             ))
             .with_jobs(std::slice::from_ref(&self.job))
-            .with_runbook(runbook(self.kind, &self.job, &shown))
+            .with_runbook(runbook(
+                self.kind,
+                &crate::shell::quote(&self.job),
+                &shown_sh,
+            ))
     }
 }
 

@@ -38,6 +38,9 @@ impl Default for HistoryConfig {
     }
 }
 
+/// Largest `queue` (messages).
+pub const MAX_QUEUE: usize = 1 << 24;
+
 impl HistoryConfig {
     /// The first setting out of range, as `(key, why)`.
     pub fn invalid(&self) -> Option<(&'static str, &'static str)> {
@@ -59,8 +62,9 @@ impl HistoryConfig {
         if self.max_bytes < 1 << 20 {
             return Some(("history.max_bytes", "must be at least 1048576 (1 MiB)"));
         }
-        if self.queue == 0 {
-            return Some(("history.queue", "must be at least 1"));
+        // Bounded memory, and tokio's channel panics past usize::MAX >> 3.
+        if !(1..=MAX_QUEUE).contains(&self.queue) {
+            return Some(("history.queue", "must be within 1..=16777216"));
         }
         None
     }

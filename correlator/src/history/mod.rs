@@ -10,10 +10,13 @@ pub mod rollup;
 pub mod samples;
 pub mod store;
 pub mod usage;
+mod writer;
 
 pub use config::HistoryConfig;
 pub use recorder::Recorder;
-pub use store::{HistoryError, IncidentFilter, IncidentRow, Offender, SeriesPoint, Store};
+pub use store::{
+    FileState, HistoryError, IncidentFilter, IncidentRow, Offender, SeriesPoint, Store,
+};
 
 /// Resolutions of the series, in milliseconds (0 = raw, one row per window).
 pub const RAW: i64 = 0;
@@ -56,14 +59,17 @@ pub fn open(
         });
         restored += usize::from(ok);
     }
-    let reader = Store::open_reader(path, cfg)?;
-    let (recorder, writer) = Recorder::start(store, cfg.queue).map_err(|e| HistoryError::Sql {
-        path: path.to_path_buf(),
-        detail: format!("cannot start the writer thread: {e}"),
-    })?;
+    let reader = std::sync::Arc::new(std::sync::Mutex::new(Store::open_reader(path, cfg)?));
+    let (recorder, writer) =
+        Recorder::start_with(store, cfg.queue, Some(reader.clone())).map_err(|e| {
+            HistoryError::Sql {
+                path: path.to_path_buf(),
+                detail: format!("cannot start the writer thread: {e}"),
+            }
+        })?;
     Ok(Opened {
         recorder,
-        reader: std::sync::Arc::new(std::sync::Mutex::new(reader)),
+        reader,
         restored,
         writer,
     })

@@ -1,11 +1,12 @@
 //! The writer thread and the bounded queue that feeds it, off the ingest
 //! path: the engine task only enqueues (never waits on the disk); a full
 //! queue drops samples first (the last eighth of the queue is kept for
-//! incident updates) and every drop is counted.
+//! incident updates) and every drop is counted. What the thread does with
+//! a disk fault is in [`super::writer`].
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
@@ -13,12 +14,15 @@ use std::{
 use proto::v1::CandidateUpdate;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{samples::Sample, Store};
+use super::{samples::Sample, writer::Writer, Store};
 
 /// Messages handled per transaction at most.
 const BATCH: usize = 4096;
 /// Rollups and retention run at most this often (and on a flush).
 const MAINTAIN_EVERY: Duration = Duration::from_secs(5);
+/// With nothing queued for this long, the writer checks its file and
+/// retries a backlog.
+const IDLE: Duration = Duration::from_secs(1);
 
 enum Msg {
     Update(CandidateUpdate),
@@ -35,11 +39,19 @@ pub struct RecorderStats {
     pub dropped_windows: AtomicU64,
     /// Incident updates dropped on a full queue.
     pub dropped_updates: AtomicU64,
+    /// Incident updates dropped from the backlog kept through a disk fault
+    /// (past its bound, or on an error retrying cannot fix).
+    pub dropped_backlog: AtomicU64,
     /// Samples and updates written.
     pub written_samples: AtomicU64,
     pub written_updates: AtomicU64,
-    /// Transactions that failed (their contents are lost and counted here).
+    /// Transactions that failed (their samples are lost; their incident
+    /// updates are retried on a disk fault).
     pub write_errors: AtomicU64,
+    /// Incident updates waiting for the disk now.
+    pub backlog: AtomicU64,
+    /// The database file was found deleted or replaced and reopened.
+    pub reopened: AtomicU64,
     /// Rows removed by retention and the disk budget.
     pub retained_rows: AtomicU64,
 }
@@ -55,36 +67,50 @@ pub struct Recorder {
 impl Recorder {
     /// Starts the writer thread owning `store`, with a queue of `queue` messages.
     pub fn start(
-        mut store: Store,
+        store: Store,
         queue: usize,
+    ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
+        Self::start_with(store, queue, None)
+    }
+
+    /// [`start`](Self::start), moving `reader` (the API's connection) to
+    /// the new file when the database is found deleted or replaced.
+    pub fn start_with(
+        store: Store,
+        queue: usize,
+        reader: Option<Arc<Mutex<Store>>>,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
         let (tx, mut rx) = mpsc::channel::<Msg>(queue.max(1));
         let stats = Arc::new(RecorderStats::default());
         let st = stats.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
         let h = std::thread::Builder::new()
             .name("history-writer".into())
             .spawn(move || {
-                let mut watermark = 0i64;
+                let mut w = Writer::new(store, reader, st, queue);
                 let mut maintained = Instant::now();
                 let mut ups = Vec::new();
                 let mut samples = Vec::new();
                 let mut flushes = Vec::new();
                 let mut usage: Vec<(i64, Vec<proto::v1::JobUsage>)> = Vec::new();
-                while let Some(first) = rx.blocking_recv() {
+                loop {
+                    let first =
+                        match rt.block_on(async { tokio::time::timeout(IDLE, rx.recv()).await }) {
+                            Ok(Some(m)) => m,
+                            Ok(None) => break,
+                            Err(_) => {
+                                w.idle();
+                                continue;
+                            }
+                        };
                     let mut next = Some(first);
                     let mut n = 0;
                     while let Some(m) = next.take() {
                         match m {
-                            Msg::Update(u) => {
-                                watermark = watermark.max(u.ts_unix_ms);
-                                ups.push(u);
-                            }
-                            Msg::Samples(s) => {
-                                if let Some(t) = s.iter().map(|s| s.ts).max() {
-                                    watermark = watermark.max(t);
-                                }
-                                samples.extend(s);
-                            }
+                            Msg::Update(u) => ups.push(u),
+                            Msg::Samples(s) => samples.extend(s),
                             Msg::Usage(ts, rows) => usage.push((ts, rows)),
                             Msg::Flush(done) => flushes.push(done),
                         }
@@ -93,52 +119,22 @@ impl Recorder {
                             next = rx.try_recv().ok();
                         }
                     }
-                    match store.write(&ups, &samples) {
-                        Ok(()) => {
-                            st.written_updates
-                                .fetch_add(ups.len() as u64, Ordering::Relaxed);
-                            st.written_samples
-                                .fetch_add(samples.len() as u64, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            st.write_errors.fetch_add(1, Ordering::Relaxed);
-                            metrics::counter!("faultline_history_write_errors_total").increment(1);
-                            tracing::error!(error = %e, updates = ups.len(), samples = samples.len(), "history write failed; these rows are lost");
-                        }
-                    }
-                    for (ts, rows) in usage.drain(..) {
-                        if let Err(e) = store.add_usage(ts, &rows) {
-                            st.write_errors.fetch_add(1, Ordering::Relaxed);
-                            metrics::counter!("faultline_history_write_errors_total").increment(1);
-                            tracing::error!(error = %e, rows = rows.len(), "history usage write failed; these rows are lost");
-                        }
-                    }
-                    ups.clear();
+                    w.commit(
+                        std::mem::take(&mut ups),
+                        &samples,
+                        std::mem::take(&mut usage),
+                    );
                     samples.clear();
                     if !flushes.is_empty() || maintained.elapsed() >= MAINTAIN_EVERY {
                         maintained = Instant::now();
-                        let r = store
-                            .rollup(watermark)
-                            .and_then(|()| store.retain(watermark));
-                        match r {
-                            Ok(gone) => {
-                                st.retained_rows.fetch_add(gone, Ordering::Relaxed);
-                            }
-                            Err(e) => {
-                                st.write_errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::error!(error = %e, "history rollup or retention failed");
-                            }
-                        }
-                        metrics::counter!("faultline_history_unrolled_total")
-                            .absolute(store.unrolled());
-                        if let Ok(b) = store.used_bytes() {
-                            metrics::gauge!("faultline_history_bytes").set(b as f64);
-                        }
+                        w.maintain();
                     }
                     for f in flushes.drain(..) {
                         let _ = f.send(());
                     }
                 }
+                // The queue closed (shutdown): a last try for a backlog.
+                w.idle();
             })?;
         Ok((
             Self {

@@ -30,6 +30,14 @@ pub enum HistoryError {
     Sql { path: PathBuf, detail: String },
 }
 
+impl HistoryError {
+    /// A disk fault (full, read-only, I/O error, cannot open): what was
+    /// being written can succeed once the disk is back.
+    pub fn is_disk(&self) -> bool {
+        matches!(self, Self::Unwritable { .. })
+    }
+}
+
 /// One incident as stored.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct IncidentRow {
@@ -103,10 +111,58 @@ type SidCache = HashMap<String, Vec<(String, i64)>>;
 /// Series ids the writer remembers at most (then it starts over).
 const MAX_SIDS: usize = 1 << 22;
 
+/// Whether the file at the store's path is still the one it opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileState {
+    Same,
+    /// Deleted while open: writes go to a file no one can read again.
+    Missing,
+    /// Another file took its place (moved over, restored from a backup).
+    Replaced,
+}
+
+impl FileState {
+    /// The `reason` label of `faultline_history_reopened_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Same => "same",
+            Self::Missing => "deleted",
+            Self::Replaced => "replaced",
+        }
+    }
+}
+
+/// Device and inode of the file at `path`.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Bytes allocated on disk for the file at `path` (0 when missing).
+fn disk_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).map_or(0, |m| match m.blocks() {
+        0 => m.len(),
+        b => b * 512,
+    })
+}
+
+/// `path` with `suffix` appended (`history.db` → `history.db-wal`).
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
 /// The database connection (one writer or one reader).
 pub struct Store {
     pub(super) conn: Connection,
     pub(super) path: PathBuf,
+    /// Device and inode of the file opened (a deleted or replaced file is
+    /// detected by comparing them with the path's).
+    ident: Option<(u64, u64)>,
+    /// Free pages can go back to the file system (`auto_vacuum = INCREMENTAL`).
+    can_shrink: bool,
     cfg: HistoryConfig,
     sids: SidCache,
     minutes: Buckets,
@@ -177,6 +233,17 @@ impl Store {
             .conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
             .map_err(|e| classify(path, &e))?;
+        // The write-ahead log goes back to this size after a checkpoint
+        // instead of keeping its largest size on disk.
+        store.exec(&format!(
+            "PRAGMA journal_size_limit = {}",
+            (cfg.max_bytes / 8).clamp(1 << 20, 64 << 20)
+        ))?;
+        store.can_shrink = store
+            .conn
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
+            .map_err(|e| classify(path, &e))?
+            == 2;
         store.exec("PRAGMA synchronous = NORMAL")?;
         store.exec("PRAGMA busy_timeout = 5000")?;
         // The series' B-tree pages stay cached across a fleet's windows.
@@ -209,10 +276,23 @@ impl Store {
         Ok(store)
     }
 
+    /// An empty in-memory database standing in for a reader while its file
+    /// is reopened (queries answer nothing rather than read a deleted file).
+    pub fn placeholder(path: &Path, cfg: &HistoryConfig) -> Result<Self, HistoryError> {
+        let conn = Connection::open_in_memory().map_err(|e| classify(path, &e))?;
+        let mut store = Self::with(conn, path, cfg);
+        store.ident = None;
+        store.exec(SCHEMA)?;
+        store.exec(super::usage::SCHEMA)?;
+        Ok(store)
+    }
+
     fn with(conn: Connection, path: &Path, cfg: &HistoryConfig) -> Self {
         Self {
             conn,
             path: path.to_path_buf(),
+            ident: identity(path),
+            can_shrink: false,
             cfg: cfg.clone(),
             sids: SidCache::new(),
             minutes: Buckets::default(),
@@ -269,6 +349,19 @@ impl Store {
         &self.path
     }
 
+    pub fn config(&self) -> &HistoryConfig {
+        &self.cfg
+    }
+
+    /// Whether the path still names the file this store opened.
+    pub fn file_state(&self) -> FileState {
+        match identity(&self.path) {
+            None => FileState::Missing,
+            Some(id) if Some(id) != self.ident => FileState::Replaced,
+            Some(_) => FileState::Same,
+        }
+    }
+
     fn exec(&self, sql: &str) -> Result<(), HistoryError> {
         self.conn
             .execute_batch(sql)
@@ -301,6 +394,19 @@ impl Store {
 
     /// Writes incident updates and samples in one transaction.
     pub fn write(
+        &mut self,
+        updates: &[CandidateUpdate],
+        samples: &[Sample],
+    ) -> Result<(), HistoryError> {
+        let r = self.write_tx(updates, samples);
+        if r.is_err() {
+            // Ids created by a rolled-back transaction are not in the database.
+            self.sids.clear();
+        }
+        r
+    }
+
+    fn write_tx(
         &mut self,
         updates: &[CandidateUpdate],
         samples: &[Sample],
@@ -407,11 +513,71 @@ impl Store {
                 self.minutes.add(sid, s.ts, MINUTE, self.rolled_minute, a);
             }
         }
-        tx.commit().map_err(|err| {
-            // Ids of a rolled-back transaction are not in the database.
-            self.sids.clear();
-            e(err)
-        })
+        tx.commit().map_err(e)
+    }
+
+    /// Writes the latest state of incidents that are open — `(opened_ms,
+    /// latest update)` each — in one transaction: after a disk fault lost
+    /// some of their updates, or into a new file that replaced a deleted
+    /// one. An incident without any stored update gets its latest one.
+    pub fn rewrite_open(&mut self, open: &[(i64, &CandidateUpdate)]) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let e = |e: rusqlite::Error| classify(&path, &e);
+        let tx = self.conn.transaction().map_err(e)?;
+        {
+            let mut inc = tx
+                .prepare_cached(
+                    "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
+                     resolved_ms, confidence, evidence, jobs, runbook) \
+                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10) \
+                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = 'open', \
+                     opened_ms = MIN(opened_ms, excluded.opened_ms), \
+                     updated_ms = MAX(updated_ms, excluded.updated_ms), resolved_ms = NULL, \
+                     confidence = excluded.confidence, evidence = excluded.evidence, \
+                     jobs = excluded.jobs, runbook = excluded.runbook",
+                )
+                .map_err(e)?;
+            let mut upd = tx
+                .prepare_cached(
+                    "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
+                     SELECT ?1, ?2, ?3, ?4, ?5 \
+                     WHERE NOT EXISTS (SELECT 1 FROM updates WHERE incident_id = ?1)",
+                )
+                .map_err(e)?;
+            let mut job = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO incident_jobs(incident_id, job) VALUES(?1, ?2)",
+                )
+                .map_err(e)?;
+            for (opened, u) in open {
+                let evidence = json_list(&u.evidence);
+                inc.execute(params![
+                    u.incident_id,
+                    u.kind,
+                    u.entity,
+                    host_of(&u.entity),
+                    opened,
+                    u.ts_unix_ms,
+                    u.confidence,
+                    evidence,
+                    json_list(&u.affected_jobs),
+                    u.runbook,
+                ])
+                .map_err(e)?;
+                upd.execute(params![
+                    u.incident_id,
+                    u.ts_unix_ms,
+                    u.state,
+                    u.confidence,
+                    evidence
+                ])
+                .map_err(e)?;
+                for j in &u.affected_jobs {
+                    job.execute(params![u.incident_id, j]).map_err(e)?;
+                }
+            }
+        }
+        tx.commit().map_err(e)
     }
 
     fn meta(&self, key: &str) -> Result<i64, HistoryError> {
@@ -541,8 +707,18 @@ impl Store {
             .map_err(e)
     }
 
-    /// Bytes in use (pages not on the free list).
+    /// Bytes the database takes on disk: the file, its write-ahead log and
+    /// its shared-memory index (`-wal`, `-shm`), as allocated.
     pub fn used_bytes(&self) -> Result<u64, HistoryError> {
+        Ok(["", "-wal", "-shm"]
+            .iter()
+            .map(|s| disk_bytes(&sibling(&self.path, s)))
+            .sum())
+    }
+
+    /// Bytes of the pages holding data (not on the free list), wherever
+    /// they are (file or write-ahead log).
+    pub fn live_bytes(&self) -> Result<u64, HistoryError> {
         let q = |p: &str| -> Result<i64, HistoryError> {
             self.conn
                 .query_row(p, [], |r| r.get(0))
@@ -552,12 +728,49 @@ impl Store {
         Ok(u64::try_from(pages * q("PRAGMA page_size")?).unwrap_or(0))
     }
 
-    /// Over budget: deletes the oldest tenth of the finest resolution that
-    /// has rows, until within budget; then returns free pages to the disk.
+    /// Returns free pages and the write-ahead log to the file system (the
+    /// log is truncated unless a reader still needs it).
+    fn compact(&self) -> Result<(), HistoryError> {
+        if self.can_shrink {
+            // One page per step: step until done, not once.
+            let mut stmt = self
+                .conn
+                .prepare("PRAGMA incremental_vacuum")
+                .map_err(|e| self.sql(e))?;
+            let mut rows = stmt.query([]).map_err(|e| self.sql(e))?;
+            while rows.next().map_err(|e| self.sql(e))?.is_some() {}
+        }
+        // A reader in the log makes the checkpoint wait for it: give up
+        // quickly (the next maintenance tries again), not the 5 s the
+        // writes wait.
+        let pragma = |sql: &str| {
+            self.conn
+                .query_row(sql, [], |_| Ok(()))
+                .map_err(|e| self.sql(e))
+        };
+        pragma("PRAGMA busy_timeout = 100")?;
+        let r = pragma("PRAGMA wal_checkpoint(TRUNCATE)");
+        pragma("PRAGMA busy_timeout = 5000")?;
+        r
+    }
+
+    /// Over budget on disk: first the write-ahead log and free pages go
+    /// back to the file system; then, while still over, the oldest tenth of
+    /// the finest resolution that has rows is deleted (then of the resolved
+    /// incidents), compacting after each step. Rows are deleted only while
+    /// the data itself (with the `-shm` index) exceeds the budget: a log a
+    /// reader still holds, or free pages of a file without incremental
+    /// auto-vacuum (an older release's), are not worth any history.
     fn keep_budget(&self) -> Result<u64, HistoryError> {
+        let max = self.cfg.max_bytes;
+        if self.used_bytes()? <= max {
+            return Ok(0);
+        }
+        self.compact()?;
+        let shm = disk_bytes(&sibling(&self.path, "-shm"));
         let mut gone = 0;
         for _ in 0..64 {
-            if self.used_bytes()? <= self.cfg.max_bytes {
+            if self.used_bytes()? <= max || self.live_bytes()? + shm <= max {
                 break;
             }
             let mut deleted = false;
@@ -595,9 +808,7 @@ impl Store {
                 let Some((lo, hi)) = span else { break };
                 gone += self.delete_incidents_before(lo + ((hi - lo) / 10).max(1))?;
             }
-        }
-        if gone > 0 {
-            self.exec("PRAGMA incremental_vacuum")?;
+            self.compact()?;
         }
         Ok(gone)
     }

@@ -20,6 +20,8 @@ use proto::v1::CandidateUpdate;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use proto::listen::{HttpLimitsConfig, Listener};
+
 use crate::{history, ingest::IngestState};
 
 /// `[web]` settings.
@@ -30,6 +32,25 @@ pub struct WebConfig {
     /// `--web ADDR` sets it too). A non-loopback address is logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+    /// `[web.limits]`: connections and timeouts of the UI's listener and of
+    /// `--metrics-addr` (docs/config.md).
+    pub limits: HttpLimitsConfig,
+}
+
+impl WebConfig {
+    /// The first setting out of range, as `(key, why)`.
+    pub fn invalid(&self) -> Option<(&'static str, &'static str)> {
+        let (key, why) = self.limits.invalid()?;
+        let key = match key {
+            "max_connections" => "web.limits.max_connections",
+            "max_connections_per_peer" => "web.limits.max_connections_per_peer",
+            "handshake_timeout_s" => "web.limits.handshake_timeout_s",
+            "header_timeout_s" => "web.limits.header_timeout_s",
+            "body_timeout_s" => "web.limits.body_timeout_s",
+            _ => "web.limits.idle_timeout_s",
+        };
+        Some((key, why))
+    }
 }
 
 /// What the handlers read.
@@ -93,19 +114,31 @@ async fn metrics(axum::extract::State(s): axum::extract::State<AppState>) -> Res
         .into_response()
 }
 
-/// Binds `addr` (an error names it) and serves until `shutdown` completes.
+/// Binds `addr` (an error names it) and serves until `shutdown` completes,
+/// with the default `[web.limits]`.
 pub async fn serve(
     addr: SocketAddr,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    serve_router(addr, router(state), "web UI", shutdown).await
+    serve_limited(addr, state, &HttpLimitsConfig::default(), shutdown).await
 }
 
-/// Only `/metrics` and `/healthz` (`serve --metrics-addr`).
+/// [`serve`] within `limits`.
+pub async fn serve_limited(
+    addr: SocketAddr,
+    state: AppState,
+    limits: &HttpLimitsConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    serve_router(addr, router(state), ("web UI", "web"), limits, shutdown).await
+}
+
+/// Only `/metrics` and `/healthz` (`serve --metrics-addr`), within `limits`.
 pub async fn serve_metrics(
     addr: SocketAddr,
     ingest: IngestState,
+    limits: &HttpLimitsConfig,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let (updates, _) = broadcast::channel(1);
     let state = AppState {
@@ -118,30 +151,50 @@ pub async fn serve_metrics(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .with_state(state);
-    serve_router(addr, app, "metrics", std::future::pending()).await
+    serve_router(
+        addr,
+        app,
+        ("metrics", "metrics"),
+        limits,
+        std::future::pending(),
+    )
+    .await
 }
 
+/// Serves `app` on `addr` within `limits` (connection caps, handshake,
+/// header and idle timeouts: [`proto::listen`]); `what` names it in errors
+/// and logs, and labels its connection metrics.
 async fn serve_router(
     addr: SocketAddr,
     app: Router,
-    what: &str,
+    (what, label): (&str, &'static str),
+    limits: &HttpLimitsConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use anyhow::Context as _;
+    use tonic::codegen::Service as _;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the {what} on {addr}: is another process using it?"))?;
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "{what} on a non-loopback address: reachable from the network");
     }
-    Ok(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "web UI stopped");
+    let handler = move |req| {
+        let mut app = app.clone();
+        async move {
+            match app.call(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
         }
-    }))
+    };
+    Ok(tokio::spawn(proto::listen::serve_http1(
+        listener,
+        Listener::new(label, limits.limits(), 1),
+        limits.http(),
+        handler,
+        shutdown,
+    )))
 }
 
 /// UI options of `faultline-correlator sim` (the README's demo).

@@ -190,6 +190,7 @@ impl Cluster {
         };
         if s_link > 1.0 && running {
             self.nodes[n].step[t.hca] *= s_link;
+            self.nodes[n].comm[t.hca] *= s_link;
         }
         let cap = demand.max(1.0);
         let (train_b, tenant_b) = (
