@@ -48,6 +48,9 @@ pub struct Args {
     /// %rbp`: faultline probes the emulated push, bpftrace the symbol).
     #[arg(long, value_enum, default_value_t = Build::Plain)]
     entry: Build,
+    /// Skip the bpftrace peer row.
+    #[arg(long)]
+    no_peer: bool,
 }
 
 /// The stand-in's builds.
@@ -120,6 +123,10 @@ struct Row {
     count_over_truth: Vec<f64>,
     /// Bounded mode: the attached share the controller settled on, per window.
     fractions: Vec<f64>,
+    /// Bounded mode, per round: whether the controller marked the counts
+    /// approximate, its error bound, and the trap cost used against paid.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    bounded_rounds: Vec<BoundedRound>,
     /// Why this configuration stopped being measured, if it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     failure: Option<String>,
@@ -138,6 +145,10 @@ struct Report {
     rows: Vec<Row>,
     target_bounded_ratio_min: f64,
     target_count_error_max: f64,
+    /// Bounded mode's count is within `target_count_error_max` of the truth
+    /// in every round, or the controller marked it approximate (`None`
+    /// without bounded rounds).
+    bounded_counts_within_target_or_approximate: Option<bool>,
 }
 
 struct Storm {
@@ -181,6 +192,17 @@ fn finish(mut s: Storm) -> Result<(u64, f64)> {
     bail!("launch_storm printed no count")
 }
 
+/// CPU ns of every thread of `pid` (`/proc/PID/task/*/schedstat`).
+fn task_cpu_ns(pid: u32) -> u64 {
+    let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    d.filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
     Ok(p.cuda_snapshot()?
         .launches
@@ -190,8 +212,34 @@ fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
         .sum())
 }
 
-/// One measurement: (launches/s, counted/truth, controller fractions).
-fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
+/// What bounded mode's controller said about one round's counts, and the
+/// trap cost the stand-in really paid.
+#[derive(Clone, Debug, Default, Serialize)]
+struct BoundedRound {
+    /// The controller marked the sampled counts approximate (in any window).
+    approximate: bool,
+    /// Its largest estimated relative error of the sampled counts.
+    estimated_error_bound: f64,
+    /// The per-hit cost it used at the end, ns.
+    calibrated_hit_cost_ns: f64,
+    /// What a trap cost the stand-in: its CPU per launch while the probes
+    /// were attached less its CPU per launch while detached (from its true
+    /// count), ns (`/proc/PID/task/*/schedstat`, read at each toggle).
+    paid_hit_cost_ns: f64,
+}
+
+/// One measurement.
+#[derive(Default)]
+struct Measured {
+    launches_per_sec: f64,
+    /// What the tool counted / the truth.
+    count_over_truth: Option<f64>,
+    /// Bounded mode: the controller's attached fraction per window.
+    fractions: Vec<f64>,
+    bounded: Option<BoundedRound>,
+}
+
+fn measure(c: Config, a: &Args) -> Result<Measured> {
     let opts = ProbeOptions {
         exec: false,
         block: false,
@@ -208,7 +256,10 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
     Ok(match c {
         Config::Without => {
             let (n, secs) = finish(spawn(a)?)?;
-            (n as f64 / secs, None, Vec::new())
+            Measured {
+                launches_per_sec: n as f64 / secs,
+                ..Measured::default()
+            }
         }
         Config::FaultlineExact => {
             let p = Probes::load(&opts)?;
@@ -216,7 +267,11 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
             let pid = s.pid;
             let (n, secs) = finish(s)?;
             let counted = launches_of(&p, pid)?;
-            (n as f64 / secs, Some(counted as f64 / n as f64), Vec::new())
+            Measured {
+                launches_per_sec: n as f64 / secs,
+                count_over_truth: Some(counted as f64 / n as f64),
+                ..Measured::default()
+            }
         }
         Config::FaultlineBounded => {
             // Run counts of the launch program: every trap, counted or gated.
@@ -247,13 +302,25 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
                 .sum();
             // The agent's loop: a window each second, toggles on schedule.
             let mut fractions = Vec::new();
+            let mut round = BoundedRound::default();
+            // The stand-in's CPU: all of it, and while the probes were attached.
+            let (cpu_start, mut cpu_att, mut cpu_mark) = (task_cpu_ns(pid), 0u64, 0u64);
+            let mut cpu_end = cpu_start;
             let mut next_window = Instant::now() + Duration::from_secs(1);
             let estimate = loop {
-                let exited = s.child.try_wait()?.is_some();
+                // Exited but not reaped: the last snapshot still reads its
+                // final CPU time (the scaling's basis).
+                let exited = collector::probes::bench::child_exited_unreaped(pid);
+                if !exited {
+                    cpu_end = task_cpu_ns(pid);
+                }
                 let now = Instant::now();
                 if exited || now >= next_window {
                     let snap = p.cuda_snapshot()?;
                     fractions.push(ctl.fraction());
+                    round.approximate |= ctl.approximate();
+                    round.estimated_error_bound =
+                        round.estimated_error_bound.max(ctl.error_bound());
                     next_window = now + Duration::from_secs(1);
                     if exited {
                         break snap
@@ -268,7 +335,15 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
                 }
                 let t = ctl.next_event(p.launch_probes_attached());
                 if t <= now {
+                    let was = p.launch_probes_attached();
                     ctl.on_event(&mut p)?;
+                    if was != p.launch_probes_attached() {
+                        let c = task_cpu_ns(pid);
+                        if was {
+                            cpu_att += c.saturating_sub(cpu_mark);
+                        }
+                        cpu_mark = c;
+                    }
                 } else {
                     std::thread::sleep(t.min(next_window) - now);
                 }
@@ -306,7 +381,30 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
                     ))
                 })
                 .context("launch_storm printed no count")?;
-            (n as f64 / secs, Some(estimate as f64 / n as f64), fractions)
+            // Every trap (counted or gated) fell in an attached phase; the
+            // other launches ran detached.
+            let cpu_all = cpu_end.saturating_sub(cpu_start) as f64 * 1e-9;
+            let cpu_on = cpu_att as f64 * 1e-9;
+            round.calibrated_hit_cost_ns = ctl.hit_cost_s() * 1e9;
+            round.paid_hit_cost_ns = if runs > 0 && n > runs {
+                1e9 * (cpu_on / runs as f64 - (cpu_all - cpu_on) / (n - runs) as f64)
+            } else {
+                0.0
+            };
+            println!(
+                "  bounded: count / truth {:.3}{}, estimated error bound {:.1} %; a trap cost the stand-in {:.0} ns, the controller used {:.0} ns",
+                estimate as f64 / n as f64,
+                if round.approximate { " (approximate)" } else { "" },
+                round.estimated_error_bound * 100.0,
+                round.paid_hit_cost_ns,
+                round.calibrated_hit_cost_ns
+            );
+            Measured {
+                launches_per_sec: n as f64 / secs,
+                count_over_truth: Some(estimate as f64 / n as f64),
+                fractions,
+                bounded: Some(round),
+            }
         }
         Config::Bpftrace => {
             let prog = format!(
@@ -317,7 +415,11 @@ fn measure(c: Config, a: &Args) -> Result<(f64, Option<f64>, Vec<f64>)> {
             let (n, secs) = finish(spawn(a)?)?;
             let out = b.stop()?;
             let counted = crate::peer::count_printed(&out);
-            (n as f64 / secs, Some(counted as f64 / n as f64), Vec::new())
+            Measured {
+                launches_per_sec: n as f64 / secs,
+                count_over_truth: Some(counted as f64 / n as f64),
+                ..Measured::default()
+            }
         }
     })
 }
@@ -339,10 +441,10 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         Config::FaultlineExact,
         Config::FaultlineBounded,
     ];
-    let peer = crate::peer::available();
+    let peer = !a.no_peer && crate::peer::available();
     if peer {
         configs.push(Config::Bpftrace);
-    } else {
+    } else if !a.no_peer {
         println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
     }
     let n = configs.len();
@@ -350,6 +452,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut counts: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut fracs: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut bounded: Vec<Vec<BoundedRound>> = vec![Vec::new(); n];
     // A configuration that fails is reported as failed and left out of the
     // later rounds; the others go on.
     let mut failed: Vec<Option<String>> = vec![None; n];
@@ -362,12 +465,13 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 continue;
             }
             match measure(configs[i], a) {
-                Ok((t, c, f)) => {
-                    this[i] = Some(t);
-                    if let Some(c) = c {
+                Ok(m) => {
+                    this[i] = Some(m.launches_per_sec);
+                    if let Some(c) = m.count_over_truth {
                         counts[i].push(c);
                     }
-                    fracs[i].extend(f);
+                    fracs[i].extend(m.fractions);
+                    bounded[i].extend(m.bounded);
                 }
                 Err(e) => {
                     let what = format!("{} round {round}", configs[i].label());
@@ -395,6 +499,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             paired_ratios: ratios[i].clone(),
             count_over_truth: counts[i].clone(),
             fractions: fracs[i].clone(),
+            bounded_rounds: bounded[i].clone(),
             failure: failed[i].clone(),
         })
         .collect();
@@ -414,7 +519,11 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         let c: Vec<String> = r
             .count_over_truth
             .iter()
-            .map(|x| format!("{x:.3}"))
+            .enumerate()
+            .map(|(k, x)| {
+                let approx = r.bounded_rounds.get(k).is_some_and(|b| b.approximate);
+                format!("{x:.3}{}", if approx { " (approximate)" } else { "" })
+            })
             .collect();
         println!(
             "| {} | {:.0} | {:.3} | {} |",
@@ -431,7 +540,25 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             println!("| {} | FAILED | {f} | |", r.label);
         }
     }
+    let held = rows
+        .iter()
+        .find(|r| r.config == Config::FaultlineBounded && !r.bounded_rounds.is_empty())
+        .map(|r| {
+            r.count_over_truth
+                .iter()
+                .zip(&r.bounded_rounds)
+                .all(|(c, b)| (c - 1.0).abs() <= 0.05 || b.approximate)
+        });
     if let Some(b) = rows.iter().find(|r| r.config == Config::FaultlineBounded) {
+        for (k, r) in b.bounded_rounds.iter().enumerate() {
+            println!(
+                "bounded round {k}: {} (estimated error bound {:.1} %), trap cost paid {:.0} ns, used {:.0} ns",
+                if r.approximate { "approximate" } else { "not marked approximate" },
+                r.estimated_error_bound * 100.0,
+                r.paid_hit_cost_ns,
+                r.calibrated_hit_cost_ns
+            );
+        }
         println!(
             "bounded mode: attached fraction per window {:?}",
             b.fractions
@@ -461,6 +588,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         rows,
         target_bounded_ratio_min: 0.98,
         target_count_error_max: 0.05,
+        bounded_counts_within_target_or_approximate: held,
     };
     crate::report::write(&out_dir.join(a.result_file()), &report, &failures)?;
     failures.into_result()

@@ -28,6 +28,48 @@ pub const MIN_LAUNCHES: u64 = 200;
 /// in them, and a lower cap would undercount it.
 pub const MAX_TRAP_SHARE: f64 = 0.9;
 
+/// The per-hit cost's relative uncertainty is taken as at least this. The
+/// calibration times an empty probe on the collector's own function; what a
+/// launching process pays per trap differs from it: on single-stepped
+/// entries under a loaded 2-core VM the cost paid in `launch_storm`
+/// (from its CPU per launch, attached against detached, and its true
+/// count) was 6.0–6.7 µs while the calibration read 5.0–6.3 µs, up to 21 %
+/// apart (`faultline-bench launch --entry stepped`).
+pub const HIT_COST_UNCERTAINTY_MIN: f64 = 0.25;
+
+/// Sampled launch counts whose estimated error bound is above this are
+/// marked approximate (`faultline_cuda_launch_counts_approximate`).
+pub const APPROXIMATE_ABOVE: f64 = 0.05;
+
+/// The relative error of a sampled launch estimate that an error `u`
+/// (relative) in the per-hit cost causes, for a process whose launch traps
+/// take the share `share` of its CPU fully attached, counted for `fraction`
+/// of the time. The uncounted part is scaled by `1 ÷ (1 − s)` with
+/// `s = rate × hit_cost ÷ cpu`, so `δs = s u` moves it by
+/// `s ÷ (1 − s) × u`; that part is `1 − fraction` of the count (the
+/// counted part is exact). `s` is capped as the scaling caps it.
+pub fn estimate_error_bound(fraction: f64, share: f64, u: f64) -> f64 {
+    let s = share.clamp(0.0, MAX_TRAP_SHARE);
+    (1.0 - fraction.clamp(0.0, 1.0)) * s / (1.0 - s) * u.max(0.0)
+}
+
+/// The relative uncertainty of a per-hit cost from its recent measurements:
+/// half their range over their median, never below
+/// [`HIT_COST_UNCERTAINTY_MIN`]; 1 (unknown) without two measurements that
+/// agree on a positive median.
+pub fn hit_cost_uncertainty(recent: &[f64]) -> f64 {
+    let mut v: Vec<f64> = recent.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let (Some(lo), Some(hi)) = (v.first(), v.last()) else {
+        return 1.0;
+    };
+    let median = v[v.len() / 2];
+    if median <= 0.0 {
+        return 1.0;
+    }
+    ((hi - lo) / 2.0 / median).max(HIT_COST_UNCERTAINTY_MIN)
+}
+
 /// One process's window, as the controller sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProcWindow {
@@ -97,6 +139,20 @@ pub fn decide(
     }
 }
 
+/// A process's CPU seconds over a snapshot interval, split by whether the
+/// launch gate counted (read by [`crate::probes::launch_cpu`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSplit {
+    /// CPU seconds while the gate counted launches.
+    pub counted_s: f64,
+    /// CPU seconds while it did not (detached, or the gate closed).
+    pub uncounted_s: f64,
+}
+
+/// Counted CPU time an interval needs before its launches set a key's
+/// per-CPU-second rate.
+pub const MIN_RATE_CPU_S: f64 = 0.01;
+
 /// Turns raw cumulative launch counters (counted only while attached) into
 /// estimated cumulative counters, so every consumer of a snapshot (window
 /// rows, `/metrics`, the console) sees rates of the whole time.
@@ -118,6 +174,8 @@ struct KeyScale {
     /// Per counted second, of the latest interval with enough counted time:
     /// launches, `_ex`, cooperative, blocks, threads, shared memory bytes.
     rate: Option<[f64; 6]>,
+    /// The same per counted CPU second of the process.
+    cpu_rate: Option<[f64; 6]>,
 }
 
 fn fields(v: &LaunchStats) -> [u64; 6] {
@@ -140,27 +198,35 @@ impl Scaler {
     /// Rewrites `launches` (raw cumulative, as read from the kernel) into
     /// estimated cumulative values. Of the `interval_s` seconds since the
     /// last call the probes counted `counted_s`; `trap_share` (per pid) is
-    /// the share of the process's CPU the traps took while attached.
+    /// the share of the process's CPU the traps took while attached; `cpu`
+    /// (per pid, where known for the whole interval) is the process's CPU
+    /// time counted and not.
     ///
-    /// An interval's estimate is what was counted plus the uncounted time
-    /// at the key's attached rate sped up by the traps it did not pay:
-    /// `Δraw + (interval − counted) × rate ÷ (1 − s)`, `s` capped at
-    /// [`MAX_TRAP_SHARE`]. The rate is `Δraw ÷ counted` of the latest
-    /// interval with at least [`MIN_RATE_S`] counted, so a duty period longer
-    /// than the snapshot interval (most snapshots then hold no counted time)
-    /// is still scaled by what the last window saw; within one interval this
-    /// is `raw × (1 + (1 − a) ÷ (a (1 − s)))` for an attached share `a`.
-    /// (Scaling the whole raw count by `1 ÷ (a (1 − s))` would also "correct"
-    /// the counted part, which really ran slowed: at a = 0.19, s = 0.5 that
-    /// overstated the launches by 10 %.) Counted all the time, the counters
-    /// pass through exactly. Keys gone from `launches` (pruned) are
-    /// forgotten, so memory follows the kernel map.
+    /// An interval's estimate is what was counted plus the uncounted part at
+    /// the key's counted rate sped up by the traps it did not pay:
+    /// `Δraw + uncounted × rate ÷ (1 − s)`, `s` capped at
+    /// [`MAX_TRAP_SHARE`]. Where the process's CPU split is known, the rate
+    /// is per CPU second of the process and `uncounted` its uncounted CPU
+    /// seconds: CPU that other work took from it in one phase, or its exit,
+    /// then move the estimate not at all (on a loaded 2-core VM the wall
+    /// clock's rate overstated 8 s storms by 4–17 %, most of it the time
+    /// after the process exited). Otherwise both are wall-clock seconds.
+    /// The rate is that of the latest interval with at least [`MIN_RATE_S`]
+    /// ([`MIN_RATE_CPU_S`]) counted, so a duty period longer than the
+    /// snapshot interval (most snapshots then hold no counted time) is still
+    /// scaled by what the last window saw. (Scaling the whole raw count by
+    /// `1 ÷ (a (1 − s))` would also "correct" the counted part, which really
+    /// ran slowed: at a = 0.19, s = 0.5 that overstated the launches by
+    /// 10 %.) Counted all the time, the counters pass through exactly. Keys
+    /// gone from `launches` (pruned) are forgotten, so memory follows the
+    /// kernel map.
     pub fn apply(
         &mut self,
         launches: &mut BTreeMap<LaunchKey, LaunchStats>,
         counted_s: f64,
         interval_s: f64,
         trap_share: &BTreeMap<u32, f64>,
+        cpu: &BTreeMap<u32, CpuSplit>,
     ) {
         let live: BTreeSet<LaunchKey> = launches.keys().copied().collect();
         self.keys.retain(|k, _| live.contains(k));
@@ -177,14 +243,22 @@ impl Scaler {
                 if counted_s >= MIN_RATE_S {
                     ks.rate = Some(delta.map(|d| d as f64 / counted_s));
                 }
+                let split = cpu.get(&k.pid);
+                if let Some(c) = split.filter(|c| c.counted_s >= MIN_RATE_CPU_S) {
+                    ks.cpu_rate = Some(delta.map(|d| d as f64 / c.counted_s));
+                }
                 let s = trap_share
                     .get(&k.pid)
                     .copied()
                     .unwrap_or(0.0)
                     .clamp(0.0, MAX_TRAP_SHARE);
-                ks.rate.map_or([0; 6], |r| {
-                    r.map(|x| (x * uncounted / (1.0 - s)).round() as u64)
-                })
+                let (rate, over) = match (split, ks.cpu_rate) {
+                    (Some(c), Some(r)) => (Some(r), c.uncounted_s),
+                    // Gone before its CPU rate was known: nothing is owed.
+                    (Some(c), None) if c.uncounted_s <= 0.0 => (None, 0.0),
+                    _ => (ks.rate, uncounted),
+                };
+                rate.map_or([0; 6], |r| r.map(|x| (x * over / (1.0 - s)).round() as u64))
             };
             let est = &mut ks.est;
             est.launches += delta[0] + extra[0];
@@ -285,6 +359,46 @@ mod tests {
     }
 
     #[test]
+    fn the_error_bound_follows_the_trap_share() {
+        // The stepped build under load: traps ~40 % of the storm's CPU,
+        // attached 3 % of the time, the cost known to ±25 %: ±16 %, far
+        // outside 5 % (the counts read 0.86–1.00 of the truth).
+        let stepped = estimate_error_bound(0.03, 0.40, HIT_COST_UNCERTAINTY_MIN);
+        assert!(
+            (stepped - 0.97 * 0.4 / 0.6 * 0.25).abs() < 1e-12,
+            "{stepped}"
+        );
+        assert!(stepped > APPROXIMATE_ABOVE);
+        // Emulated entries (plain and CET builds): traps ~7 % of the CPU,
+        // attached 15 %: ±1.6 %, not approximate (the counts read
+        // 0.99–1.00).
+        let emulated = estimate_error_bound(0.15, 0.07, HIT_COST_UNCERTAINTY_MIN);
+        assert!(emulated < 0.016, "{emulated}");
+        // Counted all the time: exact whatever the cost.
+        assert_eq!(estimate_error_bound(1.0, 0.9, 1.0), 0.0);
+        // The share is capped as the scaling caps it.
+        assert_eq!(
+            estimate_error_bound(0.0, 5.0, 0.25),
+            estimate_error_bound(0.0, MAX_TRAP_SHARE, 0.25)
+        );
+    }
+
+    #[test]
+    fn the_cost_uncertainty_is_the_spread_of_its_measurements_or_the_floor() {
+        assert_eq!(hit_cost_uncertainty(&[]), 1.0);
+        assert_eq!(hit_cost_uncertainty(&[0.0]), 1.0);
+        // Close measurements: the floor.
+        assert_eq!(
+            hit_cost_uncertainty(&[9.4e-6, 9.5e-6, 9.6e-6]),
+            HIT_COST_UNCERTAINTY_MIN
+        );
+        // A VM's trap moving between 9 and 17 µs: half the range over the
+        // median 9.6 µs.
+        let u = hit_cost_uncertainty(&[9.0e-6, 17.0e-6, 9.6e-6, 12.0e-6, 9.3e-6]);
+        assert!((u - 4.0 / 9.6).abs() < 1e-9, "{u}");
+    }
+
+    #[test]
     fn a_burst_stays_exact() {
         // 25 launches in a short-lived process: over budget on paper, but
         // too few to judge.
@@ -303,30 +417,62 @@ mod tests {
     }
 
     #[test]
+    fn scaler_follows_the_process_cpu_not_the_wall_clock() {
+        let mut s = Scaler::default();
+        let none = BTreeMap::new();
+        let mut m = BTreeMap::from([(key(1), stats(0))]);
+        s.apply(&mut m, 1.0, 1.0, &none, &BTreeMap::new());
+        // Counted half the wall time, but other work took half the
+        // process's CPU while it was uncounted: 1000 launches in 0.5 CPU s
+        // counted, 0.25 CPU s uncounted, so 500 more, not the wall
+        // clock's 1000.
+        let cpu = BTreeMap::from([(
+            1,
+            CpuSplit {
+                counted_s: 0.5,
+                uncounted_s: 0.25,
+            },
+        )]);
+        let mut m = BTreeMap::from([(key(1), stats(1000))]);
+        s.apply(&mut m, 0.5, 1.0, &none, &cpu);
+        assert_eq!(m[&key(1)].launches, 1500);
+        // The process exited: no CPU after it, no launches extrapolated
+        // however long the interval (the wall clock would add 2000).
+        let gone = BTreeMap::from([(1, CpuSplit::default())]);
+        let mut m = BTreeMap::from([(key(1), stats(1000))]);
+        s.apply(&mut m, 0.0, 1.0, &none, &gone);
+        assert_eq!(m[&key(1)].launches, 1500);
+        // Without a CPU split, the wall clock: 1000 / 0.5 s over 1 s.
+        let mut m = BTreeMap::from([(key(1), stats(1000))]);
+        s.apply(&mut m, 0.0, 1.0, &none, &BTreeMap::new());
+        assert_eq!(m[&key(1)].launches, 3500);
+    }
+
+    #[test]
     fn scaler_is_exact_when_attached_and_scales_when_sampled() {
         let mut s = Scaler::default();
         let none = BTreeMap::new();
         let mut m = BTreeMap::from([(key(1), stats(100))]);
-        s.apply(&mut m, 1.0, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 100);
         // Next interval: 50 more raw launches seen while attached a quarter of the time.
         let mut m = BTreeMap::from([(key(1), stats(150))]);
-        s.apply(&mut m, 0.25, 1.0, &none);
+        s.apply(&mut m, 0.25, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 100 + 200);
         assert_eq!(m[&key(1)].blocks, 200 + 400);
         // With a 20 % trap share the detached part (3/4 of the time) ran
         // 1 / 0.8 faster than the attached part: 40 counted + 40 × 3 / 0.8.
         let share = BTreeMap::from([(1, 0.2)]);
         let mut m = BTreeMap::from([(key(1), stats(190))]);
-        s.apply(&mut m, 0.25, 1.0, &share);
+        s.apply(&mut m, 0.25, 1.0, &share, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 300 + 190);
         // Back to exact: deltas pass through unscaled.
         let mut m = BTreeMap::from([(key(1), stats(200))]);
-        s.apply(&mut m, 1.0, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 500);
         // A pruned key is forgotten.
         let mut m = BTreeMap::new();
-        s.apply(&mut m, 1.0, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none, &BTreeMap::new());
         assert!(s.keys.is_empty());
     }
 
@@ -335,28 +481,28 @@ mod tests {
         let mut s = Scaler::default();
         let none = BTreeMap::new();
         let mut m = BTreeMap::from([(key(1), stats(0))]);
-        s.apply(&mut m, 1.0, 1.0, &none);
+        s.apply(&mut m, 1.0, 1.0, &none, &BTreeMap::new());
         // A 1 s snapshot holding a 40 ms window: 400 counted (10k/s).
         let mut m = BTreeMap::from([(key(1), stats(400))]);
-        s.apply(&mut m, 0.04, 1.0, &none);
+        s.apply(&mut m, 0.04, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 400 + 9_600);
         assert_eq!(m[&key(1)].blocks, 2 * 10_000);
         // No window in the next snapshot: the last window's rate goes on
         // (scaling by this interval's own counted share would add nothing).
         let mut m = BTreeMap::from([(key(1), stats(400))]);
-        s.apply(&mut m, 0.0, 1.0, &none);
+        s.apply(&mut m, 0.0, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 20_000);
         // A 5 ms piece of a window is too short to set the rate; it is counted
         // and the rest of the second goes at the last rate.
         let mut m = BTreeMap::from([(key(1), stats(430))]);
-        s.apply(&mut m, 0.005, 1.0, &none);
+        s.apply(&mut m, 0.005, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 20_000 + 30 + 9_950);
         // A window that sees no launch: the process stopped launching, and
         // nothing more is extrapolated.
         let mut m = BTreeMap::from([(key(1), stats(430))]);
-        s.apply(&mut m, 0.04, 1.0, &none);
+        s.apply(&mut m, 0.04, 1.0, &none, &BTreeMap::new());
         let mut m2 = BTreeMap::from([(key(1), stats(430))]);
-        s.apply(&mut m2, 0.0, 1.0, &none);
+        s.apply(&mut m2, 0.0, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 29_980);
         assert_eq!(m2[&key(1)].launches, 29_980);
     }

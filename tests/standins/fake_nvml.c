@@ -423,7 +423,20 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
             return NVML_SUCCESS;
         }
         if (t >= deadline) return NVML_ERROR_TIMEOUT;
-        struct timespec ts = {0, 5000000};
+        /* Blocks like the real library: until the next scheduled XID of a
+         * registered GPU or the deadline, not in short polls (a 5 ms poll
+         * woke the caller 200 times a second, and benchmarks counted that
+         * as the collector's CPU). */
+        double until = deadline;
+        for (int i = 0; i < nlines; i++) {
+            struct line *l = &lines[i];
+            if (strcmp(l->key, "xid") || set->delivered[i]) continue;
+            if (l->gpu < 0 || l->gpu >= MAXGPU || !(set->mask[l->gpu] & XID_EVENT)) continue;
+            if (l->t < until) until = l->t;
+        }
+        double d = until - t;
+        if (d < 0.0005) d = 0.0005;
+        struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
         nanosleep(&ts, NULL);
     }
 }

@@ -555,6 +555,20 @@ fn sampled_launch_counts_on_a_cet_build_are_within_5_percent() {
     sampled_counts_within(&tests::fake_libcuda_cet(), 10_000, 0.05);
 }
 
+/// The stepped build: every launch pays a single-stepped trap, about as
+/// much CPU as the launch's own 10 µs, so the per-hit cost's uncertainty
+/// (calibrated 5.0–6.3 µs where the stand-in paid 6.0–6.7 µs under load)
+/// moves the scaled count by more than 5 %: the controller must either hit
+/// 5 % or mark the counts approximate (it did not, and read 0.78–0.81).
+#[test]
+fn sampled_launch_counts_on_single_stepped_entries_are_within_5_percent_or_marked_approximate() {
+    sampled_counts_within(&tests::fake_libcuda_stepped(), 10_000, 0.05);
+}
+
+/// Runs the storm under the controller; the estimate must be within
+/// `max_err` of the truth, unless the controller marked the counts
+/// approximate (which it must not on emulated entries, whose traps cost a
+/// few percent of the process).
 fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
     use std::time::{Duration, Instant};
 
@@ -595,9 +609,12 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
         };
         let first = probes.cuda_snapshot().expect("snapshot");
         let mut fractions = Vec::new();
+        let mut approximate = false;
         let mut next_window = Instant::now() + Duration::from_millis(1000);
         let last = loop {
-            let exited = child.try_wait().expect("try_wait").is_some();
+            // Exited, not yet reaped: its final CPU time is still readable,
+            // as a dead process's is until its parent reaps it.
+            let exited = collector::probes::bench::child_exited_unreaped(pid);
             let now = Instant::now();
             if exited || now >= next_window {
                 let snap = probes.cuda_snapshot().expect("snapshot");
@@ -611,6 +628,7 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
                     launches_of(&snap)
                 );
                 fractions.push(ctl.fraction());
+                approximate |= ctl.approximate();
                 // Sampled is never reported as 0 (the wire's "exact").
                 assert!(snap.launch_fraction > 0.0, "{}", snap.launch_fraction);
                 next_window = now + Duration::from_millis(1000);
@@ -626,6 +644,7 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
                 std::thread::sleep(t.min(next_window) - now);
             }
         };
+        child.wait().expect("reaping launch_storm");
         let truth: u64 = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())
             .find_map(|l| {
                 l.strip_prefix("launches ")
@@ -636,8 +655,15 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
         let estimate = launches_of(&last) - launches_of(&first);
         let err = (estimate as f64 - truth as f64).abs() / truth as f64;
         eprintln!(
-            "truth {truth} estimate {estimate} error {:.2}% fractions {fractions:?}",
-            err * 100.0
+            "truth {truth} estimate {estimate} error {:.2}% approximate {approximate} (bound {:.1}%) fractions {fractions:?}",
+            err * 100.0,
+            ctl.error_bound() * 100.0
+        );
+        let emulated = probes.launch_entry_kind() != Some(EntryKind::Stepped);
+        assert!(
+            !(emulated && approximate),
+            "counts on an emulated entry marked approximate (bound {:.1}%)",
+            ctl.error_bound() * 100.0
         );
         // Duty-cycled: a quarter or more of the time is estimated, not
         // counted (emulated entries settle near half at a 3 % budget).
@@ -647,8 +673,8 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
         );
         assert!(last.launch_fraction <= 1.0);
         assert!(
-            err <= max_err,
-            "estimate {estimate} vs truth {truth}: error {:.1}% > {:.0}%",
+            err <= max_err || approximate,
+            "estimate {estimate} vs truth {truth}: error {:.1}% > {:.0}%, not marked approximate",
             err * 100.0,
             max_err * 100.0
         );

@@ -166,3 +166,21 @@ impl BenchProducer {
         ))
     }
 }
+
+/// Whether the child `pid` has exited, leaving it unreaped: a benchmark or
+/// test takes its last snapshot then, while the dead process's final CPU
+/// time is still readable (as it is in production until its parent reaps
+/// it), and reaps it after.
+pub fn child_exited_unreaped(pid: u32) -> bool {
+    // SAFETY: waitid only fills `info`, a plain C struct.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+        );
+        r == 0 && info.si_pid() != 0
+    }
+}

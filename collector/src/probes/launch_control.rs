@@ -45,8 +45,14 @@ pub struct LaunchController {
     /// [`CPU_HORIZON`] ago: the CPU rate is taken over that span.
     cpu_hist: HashMap<u32, VecDeque<(Instant, f64)>>,
     /// At the previous check: when, the launch probes' total attached time,
-    /// raw launches per pid.
-    prev: Option<(Instant, Duration, std::collections::BTreeMap<u32, u64>)>,
+    /// raw launches per pid, and whether they were an idle read
+    /// ([`Probes::raw_launch_totals_idle`]).
+    prev: Option<(
+        Instant,
+        Duration,
+        std::collections::BTreeMap<u32, u64>,
+        bool,
+    )>,
     next_check: Instant,
     started: Instant,
     proc_root: PathBuf,
@@ -63,6 +69,22 @@ pub struct LaunchController {
     /// Whether those were taken while a process was launch-heavy (else the
     /// next check with one over budget measures afresh).
     under_load: bool,
+    /// Where the per-hit cost comes from (how far it can be trusted).
+    cost_source: CostSource,
+    /// The estimated relative error of the sampled launch counts (0 while
+    /// exact): see [`launch_budget::estimate_error_bound`].
+    error_bound: f64,
+}
+
+/// Where the per-hit cost the controller budgets and scales with comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CostSource {
+    /// Measured on an entry of the launch probe's kind (and again under load).
+    Measured,
+    /// `cuda.launch_hit_cost_ns`, or given to [`LaunchController::with`].
+    Configured,
+    /// Neither: a typical bare-metal trap, assumed.
+    Assumed,
 }
 
 /// While a process is over budget the hit cost is measured again at most
@@ -87,6 +109,11 @@ const FRESH_MEASUREMENTS: usize = 3;
 /// benchmark round). So the rate is taken over at least this span of the
 /// process's recent checks (±0.5 % at 2 CPUs).
 pub const CPU_HORIZON: Duration = Duration::from_secs(2);
+
+/// While no process is bounded or on its way to it, checks read the launch
+/// slots each time and the overflow hash map at most this often (see
+/// [`Probes::raw_launch_totals_idle`]).
+pub const OVERFLOW_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// Readings kept per process whatever the check rate.
 const CPU_HIST_MAX: usize = 128;
@@ -138,6 +165,7 @@ impl LaunchController {
             return None;
         }
         let mut calibrator = None;
+        let mut source = CostSource::Configured;
         let hit_cost_ns = if cfg.launch_hit_cost_ns > 0 {
             cfg.launch_hit_cost_ns as f64
         } else {
@@ -152,17 +180,21 @@ impl LaunchController {
             }) {
                 Ok((c, ns)) => {
                     calibrator = Some(c);
+                    source = CostSource::Measured;
                     ns
                 }
                 Err(e) => {
                     // Without a measurement, a typical bare-metal int3 trap.
-                    tracing::warn!(error = %e, "cannot measure the uprobe hit cost; assuming 2 µs (set cuda.launch_hit_cost_ns)");
+                    tracing::warn!(error = %e, "cannot measure the uprobe hit cost; assuming 2 µs (set cuda.launch_hit_cost_ns); sampled launch counts will be marked approximate");
+                    source = CostSource::Assumed;
                     2000.0
                 }
             }
         };
         metrics::gauge!("faultline_cuda_launch_hit_cost_seconds").set(hit_cost_ns * 1e-9);
         metrics::gauge!("faultline_cuda_launch_attached_fraction").set(1.0);
+        metrics::gauge!("faultline_cuda_launch_estimate_error_bound").set(0.0);
+        metrics::gauge!("faultline_cuda_launch_counts_approximate").set(0.0);
         say(format!(
             "cuda launch probes: bounded-overhead mode on (budget {:.2}% of a process's CPU, hit cost {:.0} ns{})",
             cfg.launch_budget * 100.0,
@@ -180,6 +212,7 @@ impl LaunchController {
             proc_root,
         );
         ctl.calibrator = calibrator;
+        ctl.cost_source = source;
         Some(ctl)
     }
 
@@ -197,6 +230,7 @@ impl LaunchController {
         let ns = c.measure(500, 7)?;
         let mut ctl = Self::with(budget, period, ns * 1e-9, proc_root);
         ctl.calibrator = Some(c);
+        ctl.cost_source = CostSource::Measured;
         Ok(ctl)
     }
 
@@ -231,7 +265,38 @@ impl LaunchController {
             calibrated: Instant::now(),
             recent_hit_s: VecDeque::from([hit_cost_s]),
             under_load: false,
+            cost_source: CostSource::Configured,
+            error_bound: 0.0,
         }
+    }
+
+    /// The relative uncertainty of the per-hit cost in use: the spread of
+    /// the recent measurements (at least
+    /// [`launch_budget::HIT_COST_UNCERTAINTY_MIN`]); the floor for a
+    /// configured cost; 1 for an assumed one.
+    pub fn hit_cost_uncertainty(&self) -> f64 {
+        match self.cost_source {
+            CostSource::Measured => {
+                let v: Vec<f64> = self.recent_hit_s.iter().copied().collect();
+                launch_budget::hit_cost_uncertainty(&v)
+            }
+            CostSource::Configured => launch_budget::HIT_COST_UNCERTAINTY_MIN,
+            CostSource::Assumed => 1.0,
+        }
+    }
+
+    /// The estimated relative error of the sampled launch counts now (0
+    /// while exact).
+    pub fn error_bound(&self) -> f64 {
+        self.error_bound
+    }
+
+    /// Whether the sampled launch counts are approximate: their estimated
+    /// error is above [`launch_budget::APPROXIMATE_ABOVE`], because the
+    /// per-hit cost cannot be known well enough for how much of the
+    /// processes' CPU the traps take (single-stepped entries).
+    pub fn approximate(&self) -> bool {
+        self.error_bound > launch_budget::APPROXIMATE_ABOVE
     }
 
     /// The attached share of each period now (1 = exact).
@@ -321,13 +386,19 @@ impl LaunchController {
     /// check. Returns the console line, if any.
     pub fn check(&mut self, probes: &mut Probes) -> Result<Option<String>, ProbeError> {
         let now = Instant::now();
-        let totals = probes.raw_launch_totals()?;
+        // Nothing bounded or about to be: the cheap read.
+        let idle = self.fraction >= 1.0 && self.strikes.is_empty();
+        let totals = if idle {
+            probes.raw_launch_totals_idle(OVERFLOW_MAX_AGE)?
+        } else {
+            probes.raw_launch_totals()?
+        };
         let attached_total = probes.launch_attached_total();
         // The first check measures from the controller's start.
-        let (t0, att0, tot0) =
+        let (t0, att0, tot0, prev_idle) =
             self.prev
                 .clone()
-                .unwrap_or((self.started, Duration::ZERO, Default::default()));
+                .unwrap_or((self.started, Duration::ZERO, Default::default(), idle));
         let secs = now.saturating_duration_since(t0).as_secs_f64();
         let attached_s = attached_total.saturating_sub(att0).as_secs_f64();
         if self.fraction < 1.0 && attached_s < MIN_ATTACHED_S {
@@ -335,7 +406,14 @@ impl LaunchController {
             // a longer interval (the decision and the trap shares stay).
             return Ok(None);
         }
-        self.prev = Some((now, attached_total, totals.clone()));
+        self.prev = Some((now, attached_total, totals.clone(), idle));
+        if prev_idle != idle {
+            // An idle read holds the overflow map as it was up to
+            // OVERFLOW_MAX_AGE ago: a delta between the two kinds of read
+            // would put those launches into this interval. The interval
+            // starts again here (the decision and the strikes stay).
+            return Ok(None);
+        }
         let mut procs = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (&pid, &total) in &totals {
@@ -458,7 +536,42 @@ impl LaunchController {
         d.worst = d.worst.or(all.worst);
         d.shares = all.shares;
         let was = self.fraction;
+        let was_approximate = self.approximate();
         self.fraction = d.fraction;
+        let u = self.hit_cost_uncertainty();
+        self.error_bound = if self.fraction < 1.0 {
+            d.shares
+                .values()
+                .map(|&s| launch_budget::estimate_error_bound(self.fraction, s, u))
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        };
+        metrics::gauge!("faultline_cuda_launch_estimate_error_bound").set(self.error_bound);
+        metrics::gauge!("faultline_cuda_launch_counts_approximate").set(if self.approximate() {
+            1.0
+        } else {
+            0.0
+        });
+        if self.approximate() && !was_approximate {
+            tracing::warn!(
+                error_bound = self.error_bound,
+                hit_cost_ns = self.hit_cost_s * 1e9,
+                hit_cost_uncertainty = u,
+                "sampled CUDA launch counts are approximate: the launch traps take so much of the process's CPU that the per-hit cost's uncertainty moves the estimate by more than 5 % (set cuda.launch_budget = 0 for exact counts at full trap cost)"
+            );
+        }
+        let approx = if self.approximate() {
+            format!(
+                "; APPROXIMATE: estimated error up to {:.0}% (per-hit cost {:.0} ns ± {:.0}%)",
+                self.error_bound * 100.0,
+                self.hit_cost_s * 1e9,
+                u * 100.0
+            )
+        } else {
+            String::new()
+        };
+        probes.set_launch_proc_root(&self.proc_root);
         probes.set_launch_trap_share(d.shares.clone());
         probes.set_launch_duty(self.fraction);
         metrics::gauge!("faultline_cuda_launch_attached_fraction").set(self.fraction);
@@ -478,7 +591,7 @@ impl LaunchController {
         Ok(if (was >= 1.0) != (self.fraction >= 1.0) {
             Some(if self.fraction < 1.0 {
                 format!(
-                    "cuda launch probes: sampled — attached {:.1}% of each {:.1} s ({worst} > budget {:.2}%); launch counts are scaled estimates, blocking calls stay exact",
+                    "cuda launch probes: sampled — attached {:.1}% of each {:.1} s ({worst} > budget {:.2}%); launch counts are scaled estimates, blocking calls stay exact{approx}",
                     self.fraction * 100.0,
                     self.period.as_secs_f64(),
                     self.budget * 100.0
@@ -489,7 +602,7 @@ impl LaunchController {
         } else {
             (self.fraction < 1.0).then(|| {
                 format!(
-                    "cuda launches sampled: probes attached {:.1}% of each period ({worst})",
+                    "cuda launches sampled: probes attached {:.1}% of each period ({worst}){approx}",
                     self.fraction * 100.0
                 )
             })

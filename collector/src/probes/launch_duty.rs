@@ -2,11 +2,19 @@
 //! [`crate::launch_budget`]): detaching and re-attaching the links of the
 //! launch symbols, keeping account of how long they were attached, and
 //! scaling the launch counters of each snapshot by it.
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
-use aya::programs::{uprobe::UProbeLinkId, UProbe};
+use aya::{
+    maps::{MapData, PerCpuHashMap},
+    programs::{uprobe::UProbeLinkId, UProbe},
+};
 use collector_common::cuda::{LaunchKey, LaunchStats};
 
+use super::launch_cpu::CpuAccount;
 use super::{
     attach::attach_one_link,
     entry::{EntryKind, Placement},
@@ -47,6 +55,13 @@ pub struct LaunchDuty {
     /// Of the last snapshot interval: attached seconds, interval seconds,
     /// and raw launches per pid counted in it.
     pub last_interval: Interval,
+    /// The overflow hash map's raw launches per pid at its last read (for
+    /// [`Probes::raw_launch_totals_idle`]).
+    overflow: Option<(Instant, BTreeMap<u32, u64>)>,
+    /// The launch-heavy processes' CPU, counted and not (the scaling's
+    /// basis, see [`super::launch_cpu`]), and when it was last read.
+    cpu: CpuAccount,
+    cpu_read_ns: Option<u64>,
 }
 
 /// How far ahead of the clock a gate change is scheduled: longer than the
@@ -91,6 +106,23 @@ impl LaunchDuty {
                 .map_or(0, |(open, close)| now.min(close).saturating_sub(open))
     }
 
+    /// Reads the tracked processes' CPU and attributes what they ran since
+    /// the last reading to the counted side for the share of that time
+    /// the gate counted.
+    fn account_cpu(&mut self) {
+        let now = mono_ns();
+        let last = self.cpu_read_ns.replace(now);
+        let share = match (last, self.window) {
+            (Some(l), Some((open, close))) if now > l => {
+                let on = now.min(close).saturating_sub(open.max(l));
+                on as f64 / (now - l) as f64
+            }
+            (_, Some(_)) => 1.0,
+            (_, None) => 0.0,
+        };
+        self.cpu.account(share);
+    }
+
     /// Of the time since the last snapshot: the counted share (1 when the
     /// launch probes counted all of it), the counted seconds and the
     /// interval's seconds (0 at the first snapshot).
@@ -126,6 +158,57 @@ impl Probes {
         let mut out: BTreeMap<u32, u64> = BTreeMap::new();
         for (k, v) in self.raw_launches()? {
             *out.entry(k.pid).or_default() += v.launches;
+        }
+        Ok(out)
+    }
+
+    /// Raw launches per pid for checks while nothing is bounded: the launch
+    /// slots as they are now (a pass over mapped memory, no system call)
+    /// plus the overflow hash map's (`CUDA_LAUNCH_AGG`) per-pid totals as of
+    /// its last read, read again once that is `max_age` old. Reading the hash
+    /// map walks all of its 32,768 buckets in the kernel however few keys it
+    /// holds: at every 100 ms check that was a fifth of an idle collector's
+    /// CPU. Only launches of keys that found no free slot (the hash map)
+    /// are seen up to `max_age` late.
+    pub fn raw_launch_totals_idle(
+        &self,
+        max_age: Duration,
+    ) -> Result<BTreeMap<u32, u64>, ProbeError> {
+        let cached = self
+            .launch
+            .lock()
+            .ok()
+            .and_then(|d| d.overflow.clone())
+            .filter(|(at, _)| at.elapsed() < max_age);
+        let mut out = match cached {
+            Some((_, m)) => m,
+            None => {
+                let m = self.overflow_launch_totals()?;
+                if let Ok(mut d) = self.launch.lock() {
+                    d.overflow = Some((Instant::now(), m.clone()));
+                }
+                m
+            }
+        };
+        for s in self.launch_slot_values() {
+            *out.entry(s.key.pid).or_default() += s.stats.launches;
+        }
+        Ok(out)
+    }
+
+    /// Raw launches per pid in the overflow hash map, summed over the CPUs.
+    fn overflow_launch_totals(&self) -> Result<BTreeMap<u32, u64>, ProbeError> {
+        let name = "CUDA_LAUNCH_AGG";
+        let m = self.ebpf().map(name).ok_or(ProbeError::MissingMap(name))?;
+        let h = PerCpuHashMap::<&MapData, LaunchKey, LaunchStats>::try_from(m)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+        for e in h.iter() {
+            let (k, per_cpu) = e.map_err(|source| ProbeError::Map { name, source })?;
+            let n = out.entry(k.pid).or_default();
+            for v in per_cpu.iter() {
+                *n += v.launches;
+            }
         }
         Ok(out)
     }
@@ -174,7 +257,15 @@ impl Probes {
     /// correction for launch-bound processes).
     pub fn set_launch_trap_share(&self, share: BTreeMap<u32, f64>) {
         if let Ok(mut d) = self.launch.lock() {
+            d.cpu.track(share.keys().copied());
             d.trap_share = share;
+        }
+    }
+
+    /// Where the launch-heavy processes' CPU time is read (`/proc`).
+    pub fn set_launch_proc_root(&self, root: &std::path::Path) {
+        if let Ok(mut d) = self.launch.lock() {
+            d.cpu.set_proc_root(root);
         }
     }
 
@@ -214,8 +305,11 @@ impl Probes {
             *raw.entry(k.pid).or_default() += v.launches.saturating_sub(before);
             *raw_total.entry(k.pid).or_default() += v.launches;
         }
+        d.account_cpu();
+        let cpu = d.cpu.take();
         let share = d.trap_share.clone();
-        d.scaler.apply(launches, attached_s, interval_s, &share);
+        d.scaler
+            .apply(launches, attached_s, interval_s, &share, &cpu);
         d.last_interval = Interval {
             attached_s,
             secs: interval_s,
@@ -257,6 +351,8 @@ fn close_window(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty) -> Result<(), Probe
     if now < end {
         std::thread::sleep(Duration::from_nanos(end - now));
     }
+    // What the processes ran up to here was counted.
+    duty.account_cpu();
     // Closed for good (the window above has ended by now).
     set_gate(ebpf, u64::MAX, 1)?;
     duty.closed_ns += end.saturating_sub(open);
@@ -302,6 +398,8 @@ fn set_links(
             .map_err(|reason| ProbeError::Launch(format!("re-attaching {}: {reason}", l.symbol)))?;
             l.link = Some(id);
         }
+        // What the processes ran up to here was not counted.
+        duty.account_cpu();
         // Counting starts once every link is in place: at a stated time
         // just ahead, for the window's length.
         match window {

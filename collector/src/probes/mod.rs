@@ -13,6 +13,7 @@ pub mod drain;
 pub mod entry;
 pub mod exec;
 pub mod launch_control;
+pub mod launch_cpu;
 pub mod launch_duty;
 mod mmap_array;
 pub mod nccl;
