@@ -3,6 +3,9 @@
 //! collector's NCCL probes, streamed to the real correlator, judged there.
 //! - A rank stopped mid-job (SIGSTOP) raises `collective_hang` naming it
 //!   within 2 windows; it resolves once the rank runs again.
+//! - A rank that computes slower (its loop sleeps 3× as long) makes every
+//!   rank's cadence its own, yet is named a `straggler` from its issue lag
+//!   behind its peers.
 //! - A degrading link on the HCA one rank's NCCL uses, while the job's
 //!   collectives slow down: one incident names the link, its BER, the
 //!   communicator crossing it, and the job with its step-time regression
@@ -96,6 +99,13 @@ impl Run {
     /// every `sleep_us`), job 5150, rank i on GPU i with its QPs on HCA
     /// port mlx5_i/1.
     fn ranks(&mut self, n: u32, sleep_us: u32) {
+        let slow = self.dir.join("slow");
+        self.ranks_slowed_by(n, sleep_us, |_| slow.clone());
+    }
+
+    /// As [`Self::ranks`], rank i's cadence multiplied by the number in
+    /// the file `slow_file(i)` while it exists.
+    fn ranks_slowed_by(&mut self, n: u32, sleep_us: u32, slow_file: impl Fn(u32) -> PathBuf) {
         let mut lines = Vec::new();
         for i in 0..n {
             let mut child = Command::new(tests::nccl_workload())
@@ -111,7 +121,7 @@ impl Run {
                 ])
                 .arg(sleep_us.to_string())
                 .env("FAKE_NCCL_SHM_DIR", &self.dir)
-                .env("NCCL_WORKLOAD_SLOW_FILE", self.dir.join("slow"))
+                .env("NCCL_WORKLOAD_SLOW_FILE", slow_file(i))
                 .env("SLURM_JOB_ID", "5150")
                 .env("RANK", i.to_string())
                 // NCCL may use any of four HCAs; its QPs land on mlx5_i port 1.
@@ -321,4 +331,70 @@ fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() 
         }
     }
     panic!("no ib_link_degraded incident carried the job's regression: {all:#?}");
+}
+
+#[test]
+fn a_slow_rank_without_otlp_is_named_from_its_issue_lag() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_e2e slow rank") {
+        return;
+    }
+    let mut r = Run::start(
+        "nccl-slow-rank",
+        "1",
+        "[detect.workload]\nmin_persist_s = 3.0\n",
+    );
+    let dir = r.dir.clone();
+    // An all-reduce every 50 ms; rank 2's pace from its own file.
+    r.ranks_slowed_by(4, 50_000, |i| {
+        dir.join(if i == 2 { "slow-2" } else { "slow" })
+    });
+    r.window(4);
+    let healthy = tests::updates(&r.sub);
+    assert!(
+        healthy.iter().all(|u| u["kind"] != "straggler"),
+        "no straggler while healthy: {healthy:#?}"
+    );
+    std::fs::write(dir.join("slow-2"), "3").expect("slow file");
+    let slow_ms = now_ms();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut all = Vec::new();
+    let u = loop {
+        all.extend(tests::updates(&r.sub));
+        if let Some(u) = all
+            .iter()
+            .find(|u| u["kind"] == "straggler" && u["state"] == "opened")
+        {
+            break u.clone();
+        }
+        assert!(Instant::now() < deadline, "no straggler: {all:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(u["entity"], "5150/2", "{u:#?}");
+    let ev = tests::json_strs(&u["evidence"]);
+    let pid = r.ranks[2];
+    let line = ev
+        .iter()
+        .find(|e| e.starts_with("job 5150 rank 2 ") && e.contains(&format!("(pid {pid}, gpu 2)")))
+        .unwrap_or_else(|| panic!("{ev:?}"));
+    // Its loop takes 100 ms longer than its peers': they enter each
+    // collective at least that much before it, and up to two of its
+    // intervals (150 ms) before, as NCCL lets them run a collective ahead.
+    let lag: f64 = line
+        .split(" collectives ")
+        .nth(1)
+        .and_then(|x| x.split(" s after").next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("lag in {line:?}"));
+    assert!((0.09..0.35).contains(&lag), "lag {lag} s: {line}");
+    let late = u["ts"].as_i64().expect("ts") - slow_ms;
+    // Two windows of lag and 3 s of persistence, plus a window of slack.
+    assert!(late <= 6_000, "named {late} ms after the slowdown");
+    // No other rank is named.
+    assert!(
+        all.iter()
+            .filter(|u| u["kind"] == "straggler")
+            .all(|u| u["entity"] == "5150/2"),
+        "{all:#?}"
+    );
 }

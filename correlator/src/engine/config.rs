@@ -37,6 +37,13 @@ pub struct NcclConfig {
     /// Communicators and ranks per communicator tracked (more are dropped, counted).
     pub max_communicators: usize,
     pub max_ranks: usize,
+    /// A rank that issues a communicator's collectives this share of its
+    /// interval after its fastest peer on the same host holds up the job
+    /// by at least that share: a straggler (`engine::nccl_lag`) ...
+    pub straggler_lag_fraction: f64,
+    /// ... when the lag is also at least this many seconds (above the
+    /// scheduling and data-loader jitter between ranks of one host).
+    pub straggler_lag_min_s: f64,
 }
 
 impl Default for NcclConfig {
@@ -48,6 +55,8 @@ impl Default for NcclConfig {
             forget_s: 600.0,
             max_communicators: 4096,
             max_ranks: 4096,
+            straggler_lag_fraction: 0.3,
+            straggler_lag_min_s: 0.01,
         }
     }
 }
@@ -502,6 +511,11 @@ impl DetectConfig {
         pos("workload.min_latency_increase", wl.min_latency_increase)?;
         pos("workload.z", wl.z)?;
         pos("workload.min_persist_s", wl.min_persist_s)?;
+        pos(
+            "nccl.straggler_lag_fraction",
+            self.nccl.straggler_lag_fraction,
+        )?;
+        pos("nccl.straggler_lag_min_s", self.nccl.straggler_lag_min_s)?;
         pos("workload.min_noise", wl.min_noise)?;
         if !(wl.explain_grace_s.is_finite() && wl.explain_grace_s >= 0.0) {
             return Err(InvalidSetting {

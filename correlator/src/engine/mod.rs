@@ -13,6 +13,7 @@ pub mod ib;
 pub mod incidents;
 pub mod interference;
 pub mod nccl;
+pub mod nccl_lag;
 pub mod node;
 pub mod slot_cache;
 pub mod stats;
@@ -38,6 +39,7 @@ pub struct Engine {
     pub storage: storage::StorageDetector,
     pub node: node::NodeDetector,
     pub straggler: straggler::StragglerDetector,
+    pub nccl_lag: nccl_lag::LagDetector,
     pub workload: workload::WorkloadDetector,
     pub interference: interference::InterferenceDetector,
     pub nccl: nccl::NcclDetector,
@@ -66,6 +68,7 @@ impl Engine {
             interference: interference::InterferenceDetector::new(cfg.interference.clone()),
             nccl: nccl::NcclDetector::new(cfg.nccl.clone()),
             straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
+            nccl_lag: nccl_lag::LagDetector::new(cfg.nccl.clone(), cfg.workload.min_persist_s),
             incidents: IncidentManager::new(cfg.incidents.clone()).with_cap(
                 cfg.limits.max_open_incidents,
                 cfg.limits.max_open_incidents_per_host,
@@ -84,8 +87,10 @@ impl Engine {
     /// Dropped at the caps, by what: `foreign` (events naming another
     /// host's entity), `jobs`, `ranks`, `entities`, `events`, `cuda`,
     /// `verbs`, `workload`, `usage`, `nccl_perf` (per-window caps),
-    /// `incidents` (`limits.max_open_incidents`) and `host_incidents`
-    /// (`limits.max_open_incidents_per_host`).
+    /// `incidents` (`limits.max_open_incidents`), `host_incidents`
+    /// (`limits.max_open_incidents_per_host`), `nccl_ranks` (communicators
+    /// and ranks past `detect.nccl.max_communicators`/`max_ranks`) and
+    /// `nccl_lag_runs` (lagging ranks past the lag detector's bound).
     pub fn dropped(&self) -> BTreeMap<&'static str, u64> {
         let mut d = self.dropped.clone();
         if self.incidents.dropped > 0 {
@@ -93,6 +98,12 @@ impl Engine {
         }
         if self.incidents.dropped_per_host > 0 {
             d.insert("host_incidents", self.incidents.dropped_per_host);
+        }
+        if self.nccl.dropped > 0 {
+            d.insert("nccl_ranks", self.nccl.dropped);
+        }
+        if self.nccl_lag.dropped > 0 {
+            d.insert("nccl_lag_runs", self.nccl_lag.dropped);
         }
         d
     }
@@ -211,6 +222,7 @@ impl Engine {
         self.gpu.forget_hosts(&gone);
         self.storage.forget_hosts(&gone);
         self.straggler.forget_hosts(&gone);
+        self.nccl_lag.forget_hosts(&gone);
         self.interference.forget_hosts(&gone);
         self.nccl.forget_hosts(&gone);
         metrics::counter!("faultline_engine_forgotten_hosts_total").increment(gone.len() as u64);
@@ -259,7 +271,11 @@ impl Engine {
         findings.extend(self.storage.observe(&host, w, &jobs));
         findings.extend(self.node.observe(&host, w));
         findings.extend(nccl_findings);
-        let (slow, mut evaluated) = self.straggler.observe(&host, w);
+        let (mut slow, mut evaluated) = self.straggler.observe(&host, w);
+        // Without OTLP steps every rank's cadence is the slowest's: the
+        // slow rank is the one late to issue, from its issue lag.
+        let nccl = &self.nccl;
+        slow.extend(self.nccl_lag.observe(&host, w, |j| nccl.has_otlp(j)));
         let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
         symptoms.extend(self.workload.observe(&host, w));
         findings.extend(self.interference.observe(&host, w, &symptoms));

@@ -87,6 +87,11 @@ impl NcclDetector {
         }
     }
 
+    /// Whether `job` sent an OTLP step time (then its step times are its own).
+    pub fn has_otlp(&self, job: &str) -> bool {
+        self.otlp_jobs.contains(job)
+    }
+
     /// Communicators tracked.
     pub fn communicators(&self) -> usize {
         self.comms.len()
@@ -99,6 +104,8 @@ impl NcclDetector {
         }
         if !self.comms.contains_key(&r.comm) && self.comms.len() >= self.cfg.max_communicators {
             self.dropped += 1;
+            metrics::counter!("faultline_engine_dropped_total", "what" => "nccl_ranks")
+                .increment(1);
             return;
         }
         let c = self.comms.entry(r.comm.clone()).or_default();
@@ -106,6 +113,8 @@ impl NcclDetector {
         let key = (host.to_string(), r.pid);
         if !c.ranks.contains_key(&key) && c.ranks.len() >= self.cfg.max_ranks {
             self.dropped += 1;
+            metrics::counter!("faultline_engine_dropped_total", "what" => "nccl_ranks")
+                .increment(1);
             return;
         }
         let prev_interval = c.ranks.get(&key).map_or(0.0, |x| x.interval_s);

@@ -43,6 +43,8 @@ pub struct Slow {
     pub median: f64,
     /// Start of the first window in which the rank was slow.
     pub since_ms: i64,
+    /// How it was judged, when not from step times (`engine::nccl_lag`).
+    pub basis: Option<String>,
 }
 
 #[derive(Debug)]
@@ -130,6 +132,7 @@ impl StragglerDetector {
                         seconds: r.seconds,
                         median: m,
                         since_ms: r.slow_since.unwrap_or(w.start_unix_ms),
+                        basis: None,
                     });
                 }
             }
@@ -148,6 +151,9 @@ impl StragglerDetector {
 
 impl Slow {
     pub fn describe(&self) -> String {
+        if let Some(b) = &self.basis {
+            return b.clone();
+        }
         format!(
             "job {} rank {} step {:.2} s vs job median {:.2} s (+{:.0}%)",
             self.job,
