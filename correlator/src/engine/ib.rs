@@ -212,13 +212,17 @@ impl History {
 
 /// The link's rate over the horizon (bits per second) of family `f`, so
 /// that `bits / rate` is the seconds the family was known.
-fn reference_rate_bits(s: &Sums, f: usize) -> f64 {
+fn horizon_secs(s: &Sums, f: usize) -> f64 {
+    let (_, bh) = s.horizon[f];
     let (_, bw) = s.window[f];
     let secs = s.window_secs;
     if bw > 0.0 && secs > 0.0 {
-        bw / secs
+        // The family's bits over the horizon at this window's bit rate.
+        bh / (bw / secs)
     } else {
-        1.0
+        // No rate this window (the counter saturated or reset): the
+        // horizon's length, not its bits.
+        s.secs
     }
 }
 
@@ -692,7 +696,7 @@ impl IbDetector {
                     sci(ber),
                     sci(lo / bh),
                     sci(hi / bh),
-                    bh / (reference_rate_bits(&s, f).max(1.0)),
+                    horizon_secs(&s, f),
                     sci(if bw > 0.0 { kw as f64 / bw } else { 0.0 }),
                 )],
                 ber: Some(ber),
@@ -923,6 +927,22 @@ mod tests {
             let r: u64 = kept.iter().filter_map(|s| s.retries).map(|r| r.0).sum();
             assert_eq!(h.sums().retries_h.0, r);
         }
+    }
+
+    #[test]
+    fn the_horizon_is_told_in_seconds_even_without_a_rate_this_window() {
+        let mut s = Sums {
+            secs: 60.0,
+            window_secs: 10.0,
+            ..Sums::default()
+        };
+        // 1.2e13 bits over the horizon at 2e11 bits/s: 60 s.
+        s.horizon[0] = (5, 1.2e13);
+        s.window[0] = (1, 2e12);
+        assert!((horizon_secs(&s, 0) - 60.0).abs() < 1e-9);
+        // Saturated this window: no bits, and the evidence said 1.2e13 s.
+        s.window[0] = (0, 0.0);
+        assert_eq!(horizon_secs(&s, 0), 60.0);
     }
 
     #[test]
