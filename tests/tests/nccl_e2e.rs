@@ -122,6 +122,13 @@ impl Run {
                 .arg(sleep_us.to_string())
                 .env("FAKE_NCCL_SHM_DIR", &self.dir)
                 .env("NCCL_WORKLOAD_SLOW_FILE", slow_file(i))
+                // Loop mode is one collective per step, and a training step
+                // ends in a sync on its collectives (the loss, the optimizer):
+                // a rank's collective returns once every rank issued it. (With
+                // the stand-in's default of one collective of run-ahead and no
+                // sync, a healthy rank can settle a whole collective behind
+                // its peers for good, which a real job's per-step sync undoes.)
+                .env("FAKE_NCCL_DEPTH", "0")
                 .env("SLURM_JOB_ID", "5150")
                 .env("RANK", i.to_string())
                 // NCCL may use any of four HCAs; its QPs land on mlx5_i port 1.
@@ -302,7 +309,9 @@ fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() 
             u["kind"] == "ib_link_degraded"
                 && tests::json_strs(&u["evidence"])
                     .iter()
-                    .any(|e| e.starts_with("explains job 5150 step time +"))
+                    .any(|e| e.starts_with(
+                        "explains job 5150 interval between NCCL collectives (its step time, inferred: no OTLP) +",
+                    ))
         });
         if let Some(u) = joined {
             let ev = tests::json_strs(&u["evidence"]);

@@ -277,7 +277,11 @@ impl Engine {
         let nccl = &self.nccl;
         slow.extend(self.nccl_lag.observe(&host, w, |j| nccl.has_otlp(j)));
         let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
-        symptoms.extend(self.workload.observe(&host, w));
+        let nccl = &self.nccl;
+        symptoms.extend(
+            self.workload
+                .observe_with(&host, w, |j| nccl.infers_steps_of(j)),
+        );
         findings.extend(self.interference.observe(&host, w, &symptoms));
         evaluated.extend(jobs.iter().cloned());
         evaluated.extend(nccl_evaluated);

@@ -87,6 +87,16 @@ impl NcclDetector {
         }
     }
 
+    /// Whether `job`'s step times are inferred from its collectives: it has
+    /// NCCL ranks and never sent an OTLP step time.
+    pub fn infers_steps_of(&self, job: &str) -> bool {
+        !self.otlp_jobs.contains(job)
+            && self
+                .comms
+                .values()
+                .any(|c| c.ranks.values().any(|r| r.job == job))
+    }
+
     /// Whether `job` sent an OTLP step time (then its step times are its own).
     pub fn has_otlp(&self, job: &str) -> bool {
         self.otlp_jobs.contains(job)

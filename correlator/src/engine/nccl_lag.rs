@@ -26,6 +26,9 @@
 //! collectives, not the step: a job issuing many collectives per step has a
 //! short `τ`, and a lag that is large against it may be small against the
 //! step (the outlier test is what keeps healthy spread out then).
+//! And a healthy rank held a whole collective behind its peers for good
+//! (calls that block with run-ahead and never a sync) would be named; a
+//! training step's sync on its collectives undoes such an offset.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use proto::v1::{NcclRank, Window};

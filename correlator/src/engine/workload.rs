@@ -292,6 +292,18 @@ impl WorkloadDetector {
     /// Updates placements and series from one host window; returns the
     /// symptoms that are significant now.
     pub fn observe(&mut self, host: &str, w: &Window) -> Vec<Symptom> {
+        self.observe_with(host, w, |_| false)
+    }
+
+    /// As [`Self::observe`]; `inferred(job)` says the job's step times are
+    /// its NCCL collectives' interval (`engine::nccl`), which the evidence
+    /// then calls what it is.
+    pub fn observe_with(
+        &mut self,
+        host: &str,
+        w: &Window,
+        inferred: impl Fn(&str) -> bool,
+    ) -> Vec<Symptom> {
         let cfg = self.cfg.clone();
         let (start, end) = (w.start_unix_ms, w.end_unix_ms);
         // Placement, from step reports and workload samples.
@@ -356,12 +368,18 @@ impl WorkloadDetector {
                 job: job.to_string(),
                 entity: job.to_string(),
                 line: format!(
-                    "job {job} step time +{:.0}% since {} ({:.3} s vs {:.3} s baseline over {} steps, z {:.1})",
+                    "job {job} {} +{:.0}% since {} ({:.3} s vs {:.3} s baseline over {} {}, z {:.1})",
+                    if inferred(job) {
+                        "interval between NCCL collectives (its step time, inferred: no OTLP)"
+                    } else {
+                        "step time"
+                    },
                     100.0 * (c.ratio - 1.0),
                     clock(c.since_ms),
                     c.mean,
                     c.baseline,
                     c.n,
+                    if inferred(job) { "collectives" } else { "steps" },
                     c.z
                 ),
                 ratio: c.ratio,
