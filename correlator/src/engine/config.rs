@@ -87,6 +87,9 @@ pub struct InterferenceConfig {
     pub history: usize,
     /// (host, resource, job) series kept.
     pub max_series: usize,
+    /// Of those, at most this many per host: a host that reports usage of
+    /// thousands of jobs cannot take the others' room.
+    pub max_series_per_host: usize,
 }
 
 impl Default for InterferenceConfig {
@@ -101,6 +104,7 @@ impl Default for InterferenceConfig {
             own_change: 0.5,
             history: 128,
             max_series: 200_000,
+            max_series_per_host: 8192,
         }
     }
 }
@@ -531,11 +535,11 @@ impl DetectConfig {
         pos("interference.jump_ratio", it.jump_ratio)?;
         prob("interference.min_share", it.min_share)?;
         pos("interference.own_change", it.own_change)?;
-        if it.history < 4 || it.max_series == 0 {
+        if it.history < 4 || it.max_series == 0 || it.max_series_per_host == 0 {
             return Err(InvalidSetting {
                 key: "interference.history",
                 value: it.history.to_string(),
-                why: "history must be at least 4 windows and max_series at least 1",
+                why: "history must be at least 4 windows, max_series and max_series_per_host at least 1",
             });
         }
         pos("incidents.quiet_s", self.incidents.quiet_s)?;

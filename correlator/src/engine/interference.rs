@@ -23,7 +23,8 @@
 //! A saturating job that slows no one raises nothing (there is no victim
 //! symptom); a victim's new phase with no aggressor raises nothing here
 //! (its own `job_slowdown` does). State is bounded: `max_series` (host,
-//! resource, job) series of at most `history` windows each.
+//! resource, job) series of at most `history` windows each, at most
+//! `max_series_per_host` of them per host.
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use proto::v1::Window;
@@ -97,7 +98,10 @@ pub struct InterferenceDetector {
     /// Per host, per (resource kind, resource).
     res: HashMap<String, BTreeMap<(String, String), Resource>>,
     series: usize,
-    /// Series not kept because `max_series` were tracked.
+    /// Series per host (its share: `max_series_per_host`).
+    per_host: HashMap<String, usize>,
+    /// Series not kept because `max_series` were tracked, or the host's
+    /// `max_series_per_host`.
     pub dropped: u64,
 }
 
@@ -150,6 +154,7 @@ impl InterferenceDetector {
             keep
         });
         self.series = self.series.saturating_sub(freed);
+        self.per_host.retain(|h, _| !gone.contains(h));
     }
 
     /// Records the window's usage rows, then judges the symptoms' victims.
@@ -241,7 +246,8 @@ impl InterferenceDetector {
                 .get(u.job.as_str())
                 .map_or(f64::NAN, |(t, n)| work / secs * (t / n));
             let key = (kind.to_string(), u.resource.clone());
-            let full = self.series >= self.cfg.max_series;
+            let mine = self.per_host.get(host).copied().unwrap_or(0);
+            let full = self.series >= self.cfg.max_series || mine >= self.cfg.max_series_per_host;
             let Some(r) = rs.get_mut(&key) else {
                 continue;
             };
@@ -253,6 +259,7 @@ impl InterferenceDetector {
                     continue;
                 }
                 self.series += 1;
+                *self.per_host.entry(host.to_string()).or_default() += 1;
             }
             let s = r.jobs.entry(u.job.clone()).or_default();
             s.team.clone_from(&u.team);

@@ -155,3 +155,38 @@ fn a_regression_longer_than_the_history_keeps_its_baseline() {
         "{f:#?}"
     );
 }
+
+#[test]
+fn a_host_reporting_thousands_of_jobs_fills_only_its_own_share_of_series() {
+    let cfg = InterferenceConfig {
+        max_series: 1000,
+        max_series_per_host: 600,
+        ..InterferenceConfig::default()
+    };
+    let mut d = InterferenceDetector::new(cfg);
+    // n666 reports 2,000 jobs on one device.
+    let mut flood = window(1, 0.3, 0.2, 1.0);
+    flood.origin = Some(Origin {
+        hostname: "n666".into(),
+        ..Origin::default()
+    });
+    flood.usage = (0..2000)
+        .map(|j| JobUsage {
+            job: format!("j{j}"),
+            resource_kind: "storage".into(),
+            resource: "nvme0n1".into(),
+            io_device_ns: 1000,
+            resource_util: 0.5,
+            ..JobUsage::default()
+        })
+        .collect();
+    d.observe("n666", &flood, &[]);
+    assert_eq!(d.dropped, 1400);
+    // Another host's two series still fit (the old shared cap was full).
+    d.observe("n001", &window(1, 0.3, 0.2, 1.0), &[]);
+    assert_eq!(d.dropped, 1400, "n001's series kept");
+    assert_eq!(d.series, 602);
+    // Forgetting the flooding host frees its share.
+    d.forget_hosts(&std::collections::HashSet::from(["n666".to_string()]));
+    assert_eq!(d.series, 2);
+}
