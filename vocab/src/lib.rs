@@ -14,6 +14,7 @@ pub mod kind;
 pub mod state;
 pub mod term;
 pub mod time;
+pub mod xid;
 
 pub use kind::{EventKind, IncidentKind};
 pub use state::UpdateState;

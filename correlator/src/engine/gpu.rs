@@ -22,6 +22,61 @@ struct GpuState {
     sbe: Option<u64>,
     dbe: Option<u64>,
     sbe_streak: u32,
+    /// Recent XIDs (ms, code), at most [`XID_KEPT`].
+    xids: std::collections::VecDeque<(i64, i64)>,
+}
+
+/// XIDs of one code on one GPU within this long count as repeated ...
+pub const XID_REPEAT_MS: i64 = 3_600_000;
+/// ... from this many on: NVIDIA's catalog asks to escalate an XID that
+/// recurs (an application fault on one GPU again and again is the GPU's);
+/// three in an hour is our reading of "recurs", not NVIDIA's number.
+pub const XID_REPEATS: usize = 3;
+/// Recent XIDs kept per GPU (memory bound).
+const XID_KEPT: usize = 64;
+
+/// The incident of one XID: NVIDIA's action for its code (escalated when
+/// it recurs), the meaning, and a runbook for that action.
+fn xid_finding(e: &proto::v1::Event, repeats: usize, jobs: &[String]) -> Finding {
+    use vocab::xid::{self, Action};
+    let entry = u32::try_from(e.code).ok().and_then(xid::lookup);
+    let meaning = entry.map_or("not in NVIDIA's Xid catalog", |x| x.1);
+    let base = entry.map_or(Action::Unknown, |x| x.2);
+    let action = if repeats >= XID_REPEATS {
+        base.escalated()
+    } else {
+        base
+    };
+    let confidence = match action {
+        Action::RebootNode | Action::EccWorkflow | Action::NvlinkWorkflow => 0.95,
+        a if a.is_hardware() => 0.9,
+        Action::Unknown => 0.75,
+        _ => 0.6,
+    };
+    let gpu = crate::shell::quote(&e.entity);
+    let mut f = Finding::new("gpu_xid", &e.entity, confidence)
+        .with_evidence(format!("XID {} ({meaning}; {})", e.code, e.detail))
+        .with_evidence(format!(
+            "NVIDIA's action for XID {}: {} ({})",
+            e.code,
+            base.bucket(),
+            base.what_to_do()
+        ))
+        .with_jobs(jobs);
+    if action != base {
+        f = f.with_evidence(format!(
+            "XID {} {repeats} times on this GPU within an hour: escalated to {} ({})",
+            e.code,
+            action.bucket(),
+            action.what_to_do()
+        ));
+    }
+    f.with_mark(format!("xid_action:{}", action.bucket()))
+        .with_runbook(format!(
+            "XID {} on {gpu}: {}; `dmesg -T | grep -i xid` for its message and neighbours, `nvidia-smi -q` (NVIDIA's Xid catalog: docs.nvidia.com/deploy/xid-errors)",
+            e.code,
+            action.what_to_do()
+        ))
 }
 
 #[derive(Debug, Default)]
@@ -139,15 +194,23 @@ impl GpuDetector {
         }
         for e in &w.events {
             if e.kind == vocab::EventKind::GpuXid.as_str() {
-                out.push(
-                    Finding::new("gpu_xid", &e.entity, if matches!(e.code, 48 | 63 | 64 | 74 | 79 | 92 | 94 | 95) { 0.9 } else { 0.75 })
-                        .with_evidence(format!("XID {} ({})", e.code, e.detail))
-                        .with_jobs(jobs)
-                        .with_runbook(format!("XID {} on {}: `nvidia-smi -q`, `dmesg | grep -i xid`; see NVIDIA's XID catalogue for the action", e.code, crate::shell::quote(&e.entity))),
-                );
+                let repeats = self.note_xid(&e.entity, e.code, e.unix_ms);
+                out.push(xid_finding(e, repeats, jobs));
             }
         }
         out
+    }
+
+    /// Records an XID of `entity` at `ms`; returns how many of that code the
+    /// GPU had within [`XID_REPEAT_MS`] (this one included).
+    fn note_xid(&mut self, entity: &str, code: i64, ms: i64) -> usize {
+        let st = self.gpus.entry(entity.to_string()).or_default();
+        st.xids.retain(|&(t, _)| ms - t < XID_REPEAT_MS);
+        st.xids.push_back((ms, code));
+        while st.xids.len() > XID_KEPT {
+            st.xids.pop_front();
+        }
+        st.xids.iter().filter(|&&(_, c)| c == code).count()
     }
 }
 
@@ -155,5 +218,83 @@ impl GpuDetector {
     /// Forgets the GPUs of these hosts.
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.gpus.retain(|e, _| !gone.contains(super::host_of(e)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::v1::Event;
+
+    fn xid(ms: i64, gpu: u32, code: i64) -> Window {
+        Window {
+            start_unix_ms: ms - 1000,
+            end_unix_ms: ms,
+            events: vec![Event {
+                unix_ms: ms,
+                kind: vocab::EventKind::GpuXid.to_string(),
+                entity: format!("h1/gpu{gpu}"),
+                detail: "GPU-0000".into(),
+                code,
+            }],
+            ..Window::default()
+        }
+    }
+
+    #[test]
+    fn a_gpu_off_the_bus_and_an_application_fault_get_different_actions() {
+        let mut d = GpuDetector::default();
+        let bus = d.observe("h1", &xid(1000, 0, 79), &[]).remove(0);
+        let app = d.observe("h1", &xid(1000, 1, 13), &[]).remove(0);
+        assert!(bus
+            .evidence
+            .iter()
+            .any(|e| e.starts_with("XID 79 (GPU has fallen off the bus")));
+        assert!(bus
+            .evidence
+            .iter()
+            .any(|e| e.contains("RESTART_BM (drain the node and reboot it")));
+        assert!(
+            bus.runbook.contains("drain the node and reboot it"),
+            "{}",
+            bus.runbook
+        );
+        assert!(app
+            .evidence
+            .iter()
+            .any(|e| e.contains("RESTART_APP (restart the application; the GPU is healthy")));
+        assert!(
+            app.runbook.contains("restart the application"),
+            "{}",
+            app.runbook
+        );
+        assert!(bus.confidence > app.confidence);
+        assert_eq!(bus.marks, vec!["xid_action:RESTART_BM".to_string()]);
+    }
+
+    #[test]
+    fn an_application_xid_that_recurs_on_one_gpu_escalates_to_a_reset() {
+        let mut d = GpuDetector::default();
+        let mut f = Vec::new();
+        for k in 0..3 {
+            f = d.observe("h1", &xid(1000 + k * 600_000, 2, 31), &[]);
+        }
+        let f = &f[0];
+        assert_eq!(f.marks, vec!["xid_action:RESET_GPU".to_string()]);
+        assert!(
+            f.evidence.iter().any(|e| e
+                .starts_with("XID 31 3 times on this GPU within an hour: escalated to RESET_GPU")),
+            "{f:?}"
+        );
+        // Two hours later the count starts again.
+        let later = d.observe("h1", &xid(1000 + 3 * 3_600_000, 2, 31), &[]);
+        assert_eq!(later[0].marks, vec!["xid_action:RESTART_APP".to_string()]);
+        // An uncatalogued code says so.
+        let odd = d.observe("h1", &xid(5000, 3, 1), &[]);
+        assert!(
+            odd[0].evidence[0].contains("not in NVIDIA's Xid catalog"),
+            "{:?}",
+            odd[0]
+        );
     }
 }
