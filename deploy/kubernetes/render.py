@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Renders the Kustomize base (deploy/kubernetes/kustomization.yaml) the way
 `kubectl kustomize` does for what this base uses — its resources in order,
-`images:` tags applied — without kubectl, and prints either the manifests
-(`render.py`) or the facts the tests check (`render.py --facts`, JSON): the
+`images:` tags applied — without kubectl, and prints the manifests as YAML
+(`render.py`) or as one JSON array (`render.py --json`), or the facts the
+tests check (`render.py --facts`, JSON): the
 collector container's mounts, args and config, the audience of its
 projected token, the correlator's args, init container args and config,
 whether the PrometheusRule carries deploy/prometheus's rule groups.
@@ -60,7 +61,12 @@ def facts(docs):
             src = "projected:" + ",".join(k for s in v["projected"]["sources"] for k in s)
         else:
             src = "configMap" if "configMap" in v else "emptyDir" if "emptyDir" in v else "other"
-        mounts.append({"path": m["mountPath"], "readOnly": bool(m.get("readOnly")), "source": src})
+        mounts.append({
+            "path": m["mountPath"],
+            "readOnly": bool(m.get("readOnly")),
+            "source": src,
+            "propagation": m.get("mountPropagation", "None"),
+        })
     audiences = [
         s["serviceAccountToken"]["audience"]
         for v in pod["volumes"]
@@ -115,6 +121,8 @@ def main():
     docs = render()
     if "--facts" in sys.argv[1:]:
         print(json.dumps(facts(docs), indent=1))
+    elif "--json" in sys.argv[1:]:
+        print(json.dumps(docs, indent=1))
     else:
         print(yaml.safe_dump_all(docs, sort_keys=False), end="")
 

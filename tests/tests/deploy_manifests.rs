@@ -11,6 +11,14 @@
 //! projected tokens; the collectors speak https with that CA and token;
 //! nothing runs `--insecure`.
 //!
+//! What a GPU-cluster SRE expects of a node agent, one test each: OTLP from
+//! the node's pods reaches that node's collector (a node-local Service),
+//! `/dev/infiniband` and the kubelet's pod-resources socket are mounted,
+//! `/run/nvidia` propagates the GPU Operator's later driver mount, every
+//! taint is tolerated at `system-node-critical`, the ServiceMonitors carry
+//! the label kube-prometheus-stack selects by and no `bearerTokenFile`, and
+//! the RuntimeClass and the seccomp profile's installation are documented.
+//!
 //! kubernetes-validate and PyYAML come from `<target dir>/deploy-venv`
 //! (scripts/setup.sh); without it the test skips, unless CI is set.
 use std::{
@@ -86,7 +94,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
         .lines()
         .filter(|l| !l.contains(" passed for "))
         .collect();
-    assert_eq!(passed, 21, "{report}");
+    assert_eq!(passed, 25, "{report}");
     assert!(
         unvalidated
             .iter()
@@ -158,7 +166,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             && collector::nvml::USUAL_PATHS.iter().any(&under)
     };
     let mounts = c["mounts"].as_array().expect("mounts");
-    assert_eq!(mounts.len(), 11, "{mounts:#?}");
+    assert_eq!(mounts.len(), 13, "{mounts:#?}");
     for m in mounts {
         let path = m["path"].as_str().expect("path");
         let read_by: bool = match path {
@@ -172,6 +180,10 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             }
             "/etc/faultline" => Path::new(&config_arg).starts_with(path),
             "/var/lib/faultline" => cfg.stream.spool_dir.starts_with(path),
+            "/var/lib/kubelet/pod-resources" => cfg.nvml.pod_resources_socket.starts_with(path),
+            // libibverbs opens the uverbs devices there for collector::rdma's
+            // async-event listeners.
+            "/dev/infiniband" => m["source"] == "hostPath:/dev/infiniband",
             "/var/run/secrets/faultline" => {
                 cfg.stream
                     .tls_ca
@@ -189,6 +201,13 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
         assert!(read_by, "{path} is mounted but the code does not read it");
         // Only the spool is written.
         assert_eq!(m["readOnly"], path != "/var/lib/faultline", "{path}: {m}");
+        // Only the GPU Operator's driver root needs the host's later mounts.
+        let propagation = if path == "/run/nvidia" {
+            "HostToContainer"
+        } else {
+            "None"
+        };
+        assert_eq!(m["propagation"], propagation, "{path}: {m}");
         // Nothing over the image's own library directories.
         assert!(
             !collector::cuda_lib::SYSTEM_LIB_DIRS.contains(&path),
@@ -211,6 +230,303 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
     run(Command::new("python3")
         .arg(repo().join("deploy/grafana/generate.py"))
         .arg("--check"));
+}
+
+/// The rendered base as JSON (`render.py --json`), or `None` where the
+/// deploy venv is missing.
+fn rendered() -> Option<Vec<serde_json::Value>> {
+    let py = venv()?.join("bin/python");
+    let out = run(Command::new(py)
+        .arg(repo().join("deploy/kubernetes/render.py"))
+        .arg("--json"));
+    Some(serde_json::from_str(&out).expect("render.py --json"))
+}
+
+fn object<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name} in the base"))
+}
+
+fn pod_spec(docs: &[serde_json::Value]) -> &serde_json::Value {
+    &object(docs, "DaemonSet", "faultline-collector")["spec"]["template"]["spec"]
+}
+
+fn collector_container(docs: &[serde_json::Value]) -> &serde_json::Value {
+    pod_spec(docs)["containers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "collector"))
+        .expect("the collector container")
+}
+
+/// The collector container's mount at `path` and the pod volume behind it.
+fn mount_and_volume<'a>(
+    docs: &'a [serde_json::Value],
+    path: &str,
+) -> (&'a serde_json::Value, &'a serde_json::Value) {
+    let m = collector_container(docs)["volumeMounts"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["mountPath"] == path))
+        .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+    let v = pod_spec(docs)["volumes"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["name"] == m["name"]))
+        .unwrap_or_else(|| panic!("no volume {} for {path}", m["name"]));
+    (m, v)
+}
+
+fn collector_config(docs: &[serde_json::Value]) -> FileConfig {
+    let toml = object(docs, "ConfigMap", "faultline-collector")["data"]["collector.toml"]
+        .as_str()
+        .expect("collector.toml");
+    FileConfig::parse(toml, "ConfigMap faultline-collector").expect("valid config")
+}
+
+fn kubernetes_doc() -> String {
+    std::fs::read_to_string(repo().join("docs/kubernetes.md")).expect("docs/kubernetes.md")
+}
+
+/// A pod's OTLP export reaches the collector of its own node: the Service
+/// `faultline-collector-otlp` has `internalTrafficPolicy: Local`, selects
+/// the DaemonSet's pods and targets the collector container's OTLP ports,
+/// on which the ConfigMap's receivers listen on every address of the pod
+/// (not loopback only); the NetworkPolicy admits those ports from every
+/// namespace; docs/kubernetes.md tells an SDK where to send.
+#[test]
+fn otlp_from_a_pod_reaches_the_collector_on_its_own_node() {
+    let Some(docs) = rendered() else { return };
+    let svc = object(&docs, "Service", "faultline-collector-otlp");
+    assert_eq!(svc["spec"]["internalTrafficPolicy"], "Local", "{svc}");
+    assert!(
+        svc["spec"].get("clusterIP").is_none(),
+        "a ClusterIP Service: {svc}"
+    );
+    let pod_labels = &object(&docs, "DaemonSet", "faultline-collector")["spec"]["template"]
+        ["metadata"]["labels"];
+    let selector = svc["spec"]["selector"].as_object().expect("selector");
+    assert!(
+        !selector.is_empty() && selector.iter().all(|(k, v)| &pod_labels[k] == v),
+        "{selector:?} does not select {pod_labels}"
+    );
+    let ports = collector_container(&docs)["ports"]
+        .as_array()
+        .expect("container ports");
+    let cfg = collector_config(&docs);
+    assert!(cfg.otlp.enabled && cfg.otlp.grpc_enabled && cfg.otlp.http_enabled);
+    let mut seen = Vec::new();
+    for p in svc["spec"]["ports"].as_array().expect("ports") {
+        let target = p["targetPort"].as_str().expect("named targetPort");
+        let c = ports
+            .iter()
+            .find(|c| c["name"] == target)
+            .unwrap_or_else(|| panic!("no container port {target}"));
+        let port = c["containerPort"].as_u64().expect("containerPort");
+        assert_eq!(p["port"], port, "{p}");
+        let addr = match target {
+            "otlp-grpc" => &cfg.otlp.grpc_addr,
+            "otlp-http" => &cfg.otlp.http_addr,
+            other => panic!("unexpected port {other}"),
+        };
+        let sock: std::net::SocketAddr = addr.parse().expect("HOST:PORT");
+        assert!(
+            sock.ip().is_unspecified(),
+            "{target} listens on {addr}: loopback is not reachable from pods"
+        );
+        assert_eq!(u64::from(sock.port()), port, "{target}");
+        seen.push(port);
+    }
+    assert_eq!(seen, [4317, 4318]);
+    let np = object(&docs, "NetworkPolicy", "faultline-collector-metrics");
+    let admitted = np["spec"]["ingress"]
+        .as_array()
+        .expect("ingress")
+        .iter()
+        .find(|r| {
+            r["from"] == serde_json::json!([{"namespaceSelector": {}}])
+                && r["ports"]
+                    == serde_json::json!([{"protocol": "TCP", "port": 4317}, {"protocol": "TCP", "port": 4318}])
+        });
+    assert!(
+        admitted.is_some(),
+        "the OTLP ports are admitted from every namespace: {np}"
+    );
+    let doc = kubernetes_doc();
+    for want in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "http://faultline-collector-otlp.faultline.svc:4317",
+        "internalTrafficPolicy: Local",
+        "status.hostIP",
+    ] {
+        assert!(doc.contains(want), "docs/kubernetes.md lacks {want:?}");
+    }
+}
+
+/// The RDMA async-event listeners open `/dev/infiniband/uverbs*`: mounted
+/// read-only from the host, created empty on nodes without InfiniBand so
+/// the pod still starts there.
+#[test]
+fn dev_infiniband_is_mounted() {
+    let Some(docs) = rendered() else { return };
+    let (m, v) = mount_and_volume(&docs, "/dev/infiniband");
+    assert_eq!(m["readOnly"], true, "{m}");
+    assert_eq!(
+        v["hostPath"],
+        serde_json::json!({"path": "/dev/infiniband", "type": "DirectoryOrCreate"})
+    );
+}
+
+/// The GPU Operator's driver container mounts its root under `/run/nvidia`
+/// after the collector may have started; only `HostToContainer` carries
+/// that mount into the collector.
+#[test]
+fn run_nvidia_propagates_host_mounts_into_the_container() {
+    let Some(docs) = rendered() else { return };
+    let (m, v) = mount_and_volume(&docs, "/run/nvidia");
+    assert_eq!(m["mountPropagation"], "HostToContainer", "{m}");
+    assert_eq!(m["readOnly"], true, "{m}");
+    assert_eq!(v["hostPath"]["path"], "/run/nvidia");
+}
+
+/// The kubelet's pod-resources socket, where `[nvml] pod_resources_socket`
+/// looks for it, names each GPU's Kubernetes container.
+#[test]
+fn kubelet_pod_resources_socket_is_mounted_where_the_config_reads_it() {
+    let Some(docs) = rendered() else { return };
+    let (m, v) = mount_and_volume(&docs, "/var/lib/kubelet/pod-resources");
+    assert_eq!(v["hostPath"]["path"], "/var/lib/kubelet/pod-resources");
+    assert_eq!(
+        m["readOnly"], true,
+        "connecting to a socket needs no writable mount"
+    );
+    let cfg = collector_config(&docs);
+    assert_eq!(
+        cfg.nvml.pod_resources_socket,
+        Path::new(collector::config::DEFAULT_POD_RESOURCES_SOCKET)
+    );
+    assert_eq!(
+        cfg.nvml.pod_resources_socket.parent(),
+        Some(Path::new("/var/lib/kubelet/pod-resources"))
+    );
+}
+
+/// The base sets no RuntimeClass (clusters name theirs differently, and
+/// where the NVIDIA runtime is the default none is needed); both the
+/// manifest and docs/kubernetes.md say when and how to set one.
+#[test]
+fn runtime_class_is_documented() {
+    let Some(docs) = rendered() else { return };
+    assert!(pod_spec(&docs).get("runtimeClassName").is_none());
+    let manifest =
+        std::fs::read_to_string(repo().join("deploy/kubernetes/collector.yaml")).expect("read");
+    assert!(manifest.contains("# runtimeClassName: nvidia"));
+    let doc = kubernetes_doc();
+    assert!(
+        doc.contains("runtimeClassName: nvidia") && doc.contains("RuntimeClass"),
+        "docs/kubernetes.md documents runtimeClassName"
+    );
+}
+
+/// A node agent tolerates every taint and runs at `system-node-critical`;
+/// a ResourceQuota admits that class in the namespace where the API server
+/// limits it to kube-system by default.
+#[test]
+fn every_taint_is_tolerated_at_system_node_critical_priority() {
+    let Some(docs) = rendered() else { return };
+    let pod = pod_spec(&docs);
+    assert_eq!(
+        pod["tolerations"],
+        serde_json::json!([{"operator": "Exists"}])
+    );
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    assert!(
+        !docs.iter().any(|d| d["kind"] == "PriorityClass"),
+        "no own PriorityClass"
+    );
+    let quota = object(&docs, "ResourceQuota", "faultline-node-critical");
+    assert_eq!(quota["metadata"]["namespace"], "faultline");
+    assert_eq!(
+        quota["spec"]["scopeSelector"]["matchExpressions"],
+        serde_json::json!([{"scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical"]}])
+    );
+}
+
+/// kube-prometheus-stack's Prometheus selects ServiceMonitors and
+/// PrometheusRules by `release: <Helm release>`: every one carries it (the
+/// docs say how to change it). No endpoint uses `bearerTokenFile`; the
+/// collectors' is authorised by a token Secret of a ServiceAccount bound to
+/// the ClusterRole kube-rbac-proxy checks.
+#[test]
+fn service_monitors_are_selected_by_kube_prometheus_stack_without_bearer_token_file() {
+    let Some(docs) = rendered() else { return };
+    let monitors: Vec<&serde_json::Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ServiceMonitor" || d["kind"] == "PrometheusRule")
+        .collect();
+    assert_eq!(monitors.len(), 3);
+    for m in &monitors {
+        assert_eq!(
+            m["metadata"]["labels"]["release"], "kube-prometheus-stack",
+            "{}",
+            m["metadata"]
+        );
+        for e in m["spec"]["endpoints"].as_array().into_iter().flatten() {
+            assert!(e.get("bearerTokenFile").is_none(), "{e}");
+        }
+    }
+    let sm = object(&docs, "ServiceMonitor", "faultline-collector");
+    let auth = &sm["spec"]["endpoints"][0]["authorization"];
+    assert_eq!(auth["type"], "Bearer", "{sm}");
+    let secret_name = auth["credentials"]["name"].as_str().expect("secret name");
+    assert_eq!(auth["credentials"]["key"], "token");
+    let secret = object(&docs, "Secret", secret_name);
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    assert_eq!(secret["metadata"]["namespace"], sm["metadata"]["namespace"]);
+    let sa = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+        .as_str()
+        .expect("the Secret names its ServiceAccount");
+    object(&docs, "ServiceAccount", sa);
+    let bound = docs.iter().any(|d| {
+        d["kind"] == "ClusterRoleBinding"
+            && d["roleRef"]["name"] == "faultline-metrics-reader"
+            && d["subjects"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa)
+            })
+    });
+    assert!(bound, "{sa} is bound to faultline-metrics-reader");
+    let doc = kubernetes_doc();
+    assert!(
+        doc.contains("release: kube-prometheus-stack") && doc.contains("serviceMonitorSelector")
+    );
+}
+
+/// The collector's Localhost seccomp profile is the file in deploy/seccomp,
+/// and docs/kubernetes.md says where on each node it goes (the kubelet's
+/// seccomp root joined with the manifest's `localhostProfile`) and how.
+#[test]
+fn seccomp_profile_installation_is_documented() {
+    let Some(docs) = rendered() else { return };
+    let profile = &collector_container(&docs)["securityContext"]["seccompProfile"];
+    assert_eq!(profile["type"], "Localhost");
+    let local = profile["localhostProfile"]
+        .as_str()
+        .expect("localhostProfile");
+    assert_eq!(
+        &pod_spec(&docs)["securityContext"]["seccompProfile"],
+        profile
+    );
+    let file = Path::new(local).file_name().expect("file name");
+    assert!(
+        repo().join("deploy/seccomp").join(file).is_file(),
+        "{local}"
+    );
+    let doc = kubernetes_doc();
+    let target = format!("/var/lib/kubelet/seccomp/{local}");
+    assert!(doc.contains(&target), "docs/kubernetes.md names {target}");
+    assert!(
+        doc.contains("### Installing the seccomp profile"),
+        "docs/kubernetes.md has an installation section"
+    );
 }
 
 /// The shipped default authenticates: TLS with the certificate the init

@@ -13,7 +13,15 @@
 //! * the dcgm-exporter compatibility series have dcgm-exporter's names,
 //!   types, labels and units for every field of its own default counters
 //!   CSV that NVML can supply, next to faultline's own series of the same
-//!   samples.
+//!   samples;
+//! * the collector exports `faultline_probe_enabled`, 0 for the probes its
+//!   configuration switches off or the kernel does not need, and
+//!   `FaultlineProbeDetached`'s expression selects none of them.
+//!
+//! Without Prometheus or BPF: every alert has a `runbook_url` naming a page
+//! of `docs/runbooks/` that exists (per incident kind for the incident
+//! alerts), and the rules' `promtool` unit tests pass, among them a
+//! disabled probe that does not alert.
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
@@ -430,6 +438,43 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
 
     // dcgm-exporter compatibility, from the collector's own /metrics.
     let text = curl(&[&format!("http://{metrics_addr}/metrics")]).expect("scrape");
+    // --no-verbs switches verbs off; the exec tracepoint is attached.
+    let has = |l: &str| text.lines().any(|t| t == l);
+    assert!(has("faultline_probe_enabled{probe=\"verbs\"} 0"), "{text}");
+    assert!(
+        has("faultline_probe_enabled{probe=\"sched_process_exec\"} 1"),
+        "{text}"
+    );
+    // Every probe not attached on this node is one the collector does not
+    // mean to attach (on a 6.x kernel: block_rq_issue and block_io_done,
+    // which the newer block tracepoints replace), so FaultlineProbeDetached's
+    // expression selects nothing, where the old `faultline_probe_attached
+    // == 0` selected each of them.
+    let detached: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("faultline_probe_attached{") && l.ends_with(" 0"))
+        .filter_map(|l| l.split('"').nth(1))
+        .collect();
+    for p in &detached {
+        assert!(
+            has(&format!("faultline_probe_enabled{{probe=\"{p}\"}} 0")),
+            "{p} is detached but enabled:\n{text}"
+        );
+    }
+    let expr = rule_expr("FaultlineProbeDetached");
+    assert!(expr.contains("faultline_probe_enabled"), "{expr}");
+    assert_eq!(
+        query_until(
+            &prom,
+            "faultline_probe_attached == 0",
+            Duration::from_secs(5)
+        )
+        .len(),
+        detached.len()
+    );
+    let firing = query(&prom, &expr);
+    assert!(firing.is_empty(), "{expr}: {firing:?}");
+    eprintln!("probes not attached on purpose: {detached:?}; FaultlineProbeDetached selects none");
     dcgm_families_match(&text);
     let _ = cuda.0.stdin.take();
     let _ = cuda.0.wait();
@@ -578,4 +623,146 @@ fn dcgm_families_match(text: &str) {
         l.contains(&("job".into(), "4711".into())) && l.contains(&("rank".into(), "0".into())),
         "{g0}"
     );
+}
+
+/// The expression of alert `name` in the rules file.
+fn rule_expr(name: &str) -> String {
+    alerts()
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, e, _)| e)
+        .unwrap_or_else(|| panic!("no alert {name}"))
+}
+
+/// (alert, expr, runbook_url) of every alert in the rules file, read the
+/// way it is written (one `key: value` per line).
+fn alerts() -> Vec<(String, String, Option<String>)> {
+    let text = std::fs::read_to_string(repo().join("deploy/prometheus/faultline-rules.yaml"))
+        .expect("rules");
+    let unquote = |v: &str| v.trim().trim_matches('"').to_string();
+    let mut out: Vec<(String, String, Option<String>)> = Vec::new();
+    let mut in_alert = false;
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(name) = l.strip_prefix("- alert: ") {
+            out.push((name.trim().to_string(), String::new(), None));
+            in_alert = true;
+        } else if l.starts_with("- record: ") || l.starts_with("- name: ") {
+            in_alert = false;
+        } else if let (true, Some(a)) = (in_alert, out.last_mut()) {
+            if let Some(e) = l.strip_prefix("expr: ") {
+                a.1 = e.to_string();
+            } else if let Some(u) = l.strip_prefix("runbook_url: ") {
+                a.2 = Some(unquote(u));
+            }
+        }
+    }
+    out
+}
+
+/// Every alert carries a `runbook_url`, a path in this tree under
+/// `docs/runbooks/`; the page exists and says what the alert means, what
+/// to check first and which commands to run. The incident alerts' URL
+/// names the page of the firing kind: each kind the alert's matcher admits
+/// has one, and the two alerts together cover every incident kind.
+#[test]
+fn every_alert_has_a_runbook_page() {
+    let alerts = alerts();
+    assert_eq!(alerts.len(), 13, "{alerts:?}");
+    let kinds: Vec<&str> = vocab::IncidentKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    let mut covered = BTreeSet::new();
+    let mut pages = BTreeSet::new();
+    for (name, expr, url) in &alerts {
+        let url = url
+            .as_deref()
+            .unwrap_or_else(|| panic!("{name} has no runbook_url"));
+        assert!(
+            url.starts_with("docs/runbooks/") && url.ends_with(".md"),
+            "{name}: {url}"
+        );
+        let expanded: Vec<String> = if url.contains("{{ $labels.kind }}") {
+            // kind=~"a|b" or kind!~"a|b" in the expression.
+            let (negated, alts) = ["kind=~\"", "kind!~\""]
+                .iter()
+                .find_map(|m| {
+                    let at = expr.find(m)? + m.len();
+                    let end = expr[at..].find('"')? + at;
+                    Some((m.starts_with("kind!"), &expr[at..end]))
+                })
+                .unwrap_or_else(|| panic!("{name}: no kind matcher in {expr}"));
+            let re = regex::Regex::new(&format!("^(?:{alts})$")).expect("kind regex");
+            let fired: Vec<&str> = kinds
+                .iter()
+                .copied()
+                .filter(|k| re.is_match(k) != negated)
+                .collect();
+            assert!(!fired.is_empty(), "{name} fires for no known kind");
+            covered.extend(fired.iter().copied());
+            fired
+                .iter()
+                .map(|k| url.replace("{{ $labels.kind }}", k))
+                .collect()
+        } else {
+            assert!(url.ends_with(&format!("/{name}.md")), "{name}: {url}");
+            vec![url.to_string()]
+        };
+        for page in expanded {
+            let text = std::fs::read_to_string(repo().join(&page))
+                .unwrap_or_else(|e| panic!("{name}: {page}: {e}"));
+            for section in ["## What it means", "## First checks", "## Commands"] {
+                assert!(text.contains(section), "{page} lacks {section:?}");
+            }
+            pages.insert(page);
+        }
+    }
+    assert_eq!(
+        covered.len(),
+        kinds.len(),
+        "incident kinds without an alert: {:?}",
+        kinds
+            .iter()
+            .filter(|k| !covered.contains(*k))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(pages.len(), 11 + kinds.len());
+    // The index links every page.
+    let index = std::fs::read_to_string(repo().join("docs/runbooks/README.md")).expect("index");
+    for page in &pages {
+        let rel = page.trim_start_matches("docs/runbooks/");
+        assert!(
+            index.contains(&format!("]({rel})")),
+            "docs/runbooks/README.md lacks {rel}"
+        );
+    }
+}
+
+/// `promtool test rules`: every alert's unit tests, among them probes
+/// switched off by configuration (`faultline_probe_enabled` 0) that do not
+/// fire `FaultlineProbeDetached` while a configured, detached one does.
+#[test]
+fn rule_unit_tests_pass_and_a_disabled_probe_does_not_alert() {
+    let dir = repo().join("deploy/prometheus");
+    let tests_yaml =
+        std::fs::read_to_string(dir.join("faultline-rules.test.yaml")).expect("rule tests");
+    assert!(
+        tests_yaml.contains("'faultline_probe_enabled{instance=\"n1\",probe=\"block_rq_issue\"}'")
+    );
+    let out = match Command::new("promtool")
+        .args(["test", "rules", "faultline-rules.test.yaml"])
+        .current_dir(&dir)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(!tests::in_ci(), "promtool missing under CI: {e}");
+            eprintln!("skipping: promtool: {e} (scripts/setup.sh installs it)");
+            return;
+        }
+    };
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("SUCCESS"), "{text}");
 }

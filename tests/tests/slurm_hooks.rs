@@ -4,9 +4,15 @@
 //! `hpc_job`, `faultline_job_hca_info`), with the HCAs on the NUMA nodes of
 //! the job's GPUs; the epilog removes it. tests/tests/deploy_prometheus.rs
 //! shows a running collector labelling GPU series from such a file.
+//!
+//! Slurm drains a node whose prolog or epilog exits non-zero, so neither
+//! script may fail for a reason of its own: an unwritable job directory, a
+//! missing sysfs or a missing job id is logged (`logger`, else stderr only)
+//! and the script exits 0.
 use std::{
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Output},
 };
 
 use collector::jobmap::JobMap;
@@ -49,20 +55,56 @@ fn fake_sysfs(root: &Path) {
 }
 
 fn run(name: &str, env: &[(&str, &str)], dir: &Path, sysfs: &Path) {
-    let out = Command::new("sh")
-        .arg(script(name))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("FAULTLINE_JOB_DIR", dir)
-        .env("FAULTLINE_SYSFS", sysfs)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run the script");
+    let out = run_with_path(name, env, dir, sysfs, "/usr/bin:/bin");
     assert!(
         out.status.success(),
         "{name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn run_with_path(name: &str, env: &[(&str, &str)], dir: &Path, sysfs: &Path, path: &str) -> Output {
+    // /bin/sh by path: the child's PATH would be searched for "sh".
+    Command::new("/bin/sh")
+        .arg(script(name))
+        .env_clear()
+        .env("PATH", path)
+        .env("FAULTLINE_JOB_DIR", dir)
+        .env("FAULTLINE_SYSFS", sysfs)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run the script")
+}
+
+/// A directory for the front of `PATH` with a `logger` that appends its
+/// arguments, one call per line, to `log`.
+fn fake_logger(bin: &Path, log: &Path) {
+    std::fs::create_dir_all(bin).expect("bin dir");
+    let l = bin.join("logger");
+    std::fs::write(
+        &l,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$*\" >>'{}'\n", log.display()),
+    )
+    .expect("fake logger");
+    std::fs::set_permissions(&l, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// A `PATH` directory with the tools the scripts use and no `logger`.
+fn tools_without_logger(bin: &Path) -> String {
+    std::fs::create_dir_all(bin).expect("bin dir");
+    for tool in [
+        "cat", "tr", "basename", "mkdir", "chmod", "mv", "rm", "uname",
+    ] {
+        let src = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} not in /usr/bin or /bin"));
+        let dst = bin.join(tool);
+        let _ = std::fs::remove_file(&dst);
+        std::os::unix::fs::symlink(src, dst).expect("symlink");
+    }
+    bin.display().to_string()
 }
 
 #[test]
@@ -121,13 +163,99 @@ fn prolog_writes_the_job_file_the_collector_reads_and_epilog_removes_it() {
     assert_eq!(m.jobs.len(), 1);
     assert_eq!(m.job_of_gpu(1), None, "job 4711 released GPU 1");
 
-    // Outside Slurm the prolog refuses (no job id), and writes nothing.
-    let out = Command::new("sh")
-        .arg(script("prolog.sh"))
-        .env_clear()
-        .env("FAULTLINE_JOB_DIR", &dir)
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    assert_eq!(JobMap::read(&dir).jobs.len(), 1);
+    // Outside Slurm (no job id) both scripts write and remove nothing, say
+    // why, and succeed.
+    for name in ["prolog.sh", "epilog.sh"] {
+        let out = run_with_path(name, &[], &dir, &sysfs, "/nonexistent");
+        assert!(out.status.success(), "{name}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("SLURM_JOB_ID not set"), "{name}: {err}");
+        assert_eq!(JobMap::read(&dir).jobs.len(), 1, "{name}");
+    }
+}
+
+/// A job directory that cannot be created (a path through a regular file:
+/// root writes any mode, but no one makes a directory under a file) must not
+/// fail the prolog, so Slurm does not drain the node; the failure goes to
+/// syslog through `logger` and to stderr. The pre-fix script (`set -e`)
+/// exited 1 here.
+#[test]
+fn prolog_with_an_unwritable_job_directory_logs_and_exits_0() {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks-unwritable");
+    let _ = std::fs::remove_dir_all(&base);
+    let sysfs = base.join("sys");
+    fake_sysfs(&sysfs);
+    write(
+        &base.join("run/faultline"),
+        "a file where the job directory's parent belongs\n",
+    );
+    let dir = base.join("run/faultline/jobs");
+    let log = base.join("syslog");
+    fake_logger(&base.join("bin"), &log);
+    let env = [
+        ("SLURM_JOB_ID", "4713"),
+        ("SLURM_JOB_USER", "carol"),
+        ("SLURM_JOB_GPUS", "0"),
+    ];
+
+    let path = format!("{}:/usr/bin:/bin", base.join("bin").display());
+    let out = run_with_path("prolog.sh", &env, &dir, &sysfs, &path);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let logged = std::fs::read_to_string(&log).expect("the prolog called logger");
+    let lines: Vec<&str> = logged.lines().collect();
+    assert_eq!(lines.len(), 1, "one log line: {logged}");
+    let want = format!("cannot create job directory {}", dir.display());
+    assert!(
+        lines[0].starts_with("-t faultline-prolog -p daemon.warning ")
+            && lines[0].contains(&want)
+            && lines[0].contains("job 4713 runs without faultline's job labels"),
+        "{logged}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&want),
+        "{out:?}"
+    );
+    assert!(!dir.exists());
+
+    // The epilog of that job: nothing to remove, nothing fails.
+    let out = run_with_path("epilog.sh", &env[..1], &dir, &sysfs, &path);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // No logger on the node: stderr only, still 0.
+    let _ = std::fs::remove_file(&log);
+    let tools = tools_without_logger(&base.join("tools"));
+    let out = run_with_path("prolog.sh", &env, &dir, &sysfs, &tools);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("faultline-prolog: ") && err.contains(&want),
+        "{err}"
+    );
+    assert!(!log.exists());
+}
+
+/// No sysfs at all (a container, a wrong FAULTLINE_SYSFS) and GPU ids that
+/// are UUIDs: the job file is still written, with no HCAs, and a newline in
+/// a value cannot add a key to it.
+#[test]
+fn prolog_without_sysfs_writes_the_job_without_hcas() {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks-nosysfs");
+    let _ = std::fs::remove_dir_all(&base);
+    let dir = base.join("jobs");
+    run(
+        "prolog.sh",
+        &[
+            ("SLURM_JOB_ID", "4714"),
+            ("SLURM_JOB_USER", "dave\ngpus=7"),
+            ("CUDA_VISIBLE_DEVICES", "GPU-0a1b,2"),
+        ],
+        &dir,
+        &base.join("no-sys"),
+    );
+    let text = std::fs::read_to_string(dir.join("4714")).expect("job file");
+    assert_eq!(text, "job=4714\nuser=davegpus=7\ngpus=GPU-0a1b,2\nhcas=\n");
+    let m = JobMap::read(&dir);
+    let j = m.job_of_gpu(2).expect("GPU 2's job");
+    assert_eq!((j.job.as_str(), j.hcas.len()), ("4714", 0));
+    assert_eq!(m.job_of_gpu(7), None);
 }

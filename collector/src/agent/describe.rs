@@ -137,6 +137,11 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "1 when the probe (tracepoint program or CUDA symbol) is attached",
     ),
     (
+        "faultline_probe_enabled",
+        true,
+        "1 when the collector means to attach the probe; 0 when it is disabled by configuration or not needed on this kernel",
+    ),
+    (
         "faultline_probe_events_total",
         false,
         "Ring events received by userspace, by probe",

@@ -4,6 +4,7 @@
 mod describe;
 pub mod host;
 pub mod kernel;
+pub mod probe_enabled;
 pub mod shutdown;
 mod source;
 
@@ -69,6 +70,7 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
     for s in probes.status() {
         console.info(format_args!("probe {s}"));
     }
+    probe_enabled::export(probes.status());
     // After the probes: a collector that cannot run says only why.
     let otlp = start_otlp(&cfg.otlp, console).await;
     let mut sources = start_sources(&cfg, &probes, &expo, console, otlp)?;
