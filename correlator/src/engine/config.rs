@@ -37,6 +37,8 @@ pub struct NcclConfig {
     /// Communicators and ranks per communicator tracked (more are dropped, counted).
     pub max_communicators: usize,
     pub max_ranks: usize,
+    /// Ranks tracked over all communicators together (memory bound).
+    pub max_ranks_total: usize,
     /// A rank that issues a communicator's collectives this share of its
     /// interval after its fastest peer on the same host holds up the job
     /// by at least that share: a straggler (`engine::nccl_lag`) ...
@@ -54,7 +56,8 @@ impl Default for NcclConfig {
             hang_min_s: 1.0,
             forget_s: 600.0,
             max_communicators: 4096,
-            max_ranks: 4096,
+            max_ranks: 16_384,
+            max_ranks_total: 262_144,
             straggler_lag_fraction: 0.3,
             straggler_lag_min_s: 0.01,
         }

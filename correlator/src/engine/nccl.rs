@@ -76,6 +76,8 @@ pub struct NcclDetector {
     /// The NCCL Inspector's latest collective rows per (host, GPU): the
     /// busiest few (most points) of the host's latest window that had any.
     perf: HashMap<(String, i32), Vec<NcclPerf>>,
+    /// Ranks tracked over all communicators (`max_ranks_total`).
+    ranks: usize,
     pub dropped: u64,
 }
 
@@ -121,11 +123,15 @@ impl NcclDetector {
         let c = self.comms.entry(r.comm.clone()).or_default();
         c.seen_ms = c.seen_ms.max(end_ms);
         let key = (host.to_string(), r.pid);
-        if !c.ranks.contains_key(&key) && c.ranks.len() >= self.cfg.max_ranks {
+        let new = !c.ranks.contains_key(&key);
+        if new && (c.ranks.len() >= self.cfg.max_ranks || self.ranks >= self.cfg.max_ranks_total) {
             self.dropped += 1;
             metrics::counter!("faultline_engine_dropped_total", "what" => "nccl_ranks")
                 .increment(1);
             return;
+        }
+        if new {
+            self.ranks += 1;
         }
         let prev_interval = c.ranks.get(&key).map_or(0.0, |x| x.interval_s);
         c.ranks.insert(
@@ -207,6 +213,7 @@ impl NcclDetector {
         let horizon = w.end_unix_ms - (self.cfg.forget_s * 1000.0) as i64;
         self.comms
             .retain(|_, c| c.seen_ms >= horizon && !c.ranks.values().all(|r| r.ended));
+        self.ranks = self.comms.values().map(|c| c.ranks.len()).sum();
         let comms = &self.comms;
         self.hung.retain(|id| comms.contains_key(id));
         (findings, evaluated)
@@ -259,6 +266,7 @@ impl NcclDetector {
             c.ranks.retain(|(h, _), _| !gone.contains(h));
         }
         self.comms.retain(|_, c| !c.ranks.is_empty());
+        self.ranks = self.comms.values().map(|c| c.ranks.len()).sum();
         let comms = &self.comms;
         self.hung.retain(|id| comms.contains_key(id));
         self.host_now.retain(|h, _| !gone.contains(h));
@@ -561,6 +569,26 @@ mod tests {
         let (f, ev) = d.observe("b", &window("b", 10_000, rows));
         assert!(f.is_empty());
         assert_eq!(ev, vec![format!("b/nccl/{c}")]);
+    }
+
+    #[test]
+    fn ranks_are_bounded_over_all_communicators_and_counted() {
+        let mut d = NcclDetector::new(NcclConfig {
+            max_ranks_total: 10,
+            ..NcclConfig::default()
+        });
+        // Three communicators of 4 ranks each: the third fits 2.
+        for c in ["c1", "c2", "c3"] {
+            let rows = (0..4)
+                .map(|i| rank(c, i, 10 + i as u32, 5, 900, 0.1))
+                .collect();
+            d.observe("a", &window("a", 1000, rows));
+        }
+        assert_eq!(d.ranks, 10);
+        assert_eq!(d.dropped, 2);
+        // A host forgotten frees its ranks.
+        d.forget_hosts(&HashSet::from(["a".to_string()]));
+        assert_eq!(d.ranks, 0);
     }
 
     #[test]
