@@ -9,12 +9,14 @@ use anyhow::{bail, Context as _, Result};
 
 /// The nightly the repo pins (also for the eBPF crate).
 const NIGHTLY: &str = "+nightly-2026-05-19";
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 7] = [
     "replay_line",
     "wire_decode",
     "sysfs_parse",
     "config_parse",
     "spool_decode",
+    "otlp_export",
+    "web_query",
 ];
 
 /// Absolute: cargo fuzz runs in `fuzz/`, the scratch corpus is made from here.

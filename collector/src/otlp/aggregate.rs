@@ -9,7 +9,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use super::decode::{reason, Buckets, Point, Raw, Target, Temporality};
+use super::decode::{exp_bound, reason, Buckets, Point, Raw, Target, Temporality};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -47,6 +47,12 @@ pub struct Agg {
     pub buckets_dropped: u64,
 }
 
+/// `a + b`, saturating at ±`f64::MAX`: the correlator drops a row whose sum
+/// is not finite, so an overflowing sum must not take the series with it.
+fn add_sat(a: f64, b: f64) -> f64 {
+    (a + b).clamp(-f64::MAX, f64::MAX)
+}
+
 impl Agg {
     pub fn has_buckets(&self) -> bool {
         !self.buckets.is_empty()
@@ -58,27 +64,33 @@ impl Agg {
         }
         let key = (lo.to_bits(), hi.to_bits());
         if self.buckets.len() < cap || self.buckets.contains_key(&key) {
-            *self.buckets.entry(key).or_default() += n;
+            let b = self.buckets.entry(key).or_default();
+            *b = b.saturating_add(n);
         } else {
-            self.buckets_dropped += n;
+            self.buckets_dropped = self.buckets_dropped.saturating_add(n);
         }
     }
 
     fn add_max(&mut self, m: f64) {
+        let m = m.clamp(-f64::MAX, f64::MAX);
         self.max = Some(self.max.map_or(m, |x| x.max(m)));
+    }
+
+    fn add(&mut self, count: u64, sum: f64) {
+        self.count = self.count.saturating_add(count);
+        self.sum = add_sat(self.sum, sum);
     }
 
     /// Adds everything of `other` (targets that resolve to the same job/rank).
     pub fn merge(&mut self, other: &Agg, cap: usize) {
-        self.count += other.count;
-        self.sum += other.sum;
+        self.add(other.count, other.sum);
         if let Some(m) = other.max {
             self.add_max(m);
         }
         for (&(lo, hi), &n) in &other.buckets {
             self.add_bucket(f64::from_bits(lo), f64::from_bits(hi), n, cap);
         }
-        self.buckets_dropped += other.buckets_dropped;
+        self.buckets_dropped = self.buckets_dropped.saturating_add(other.buckets_dropped);
     }
 
     /// The `q` quantile (0..=1) of the bucketed observations, each bucket's
@@ -132,8 +144,7 @@ fn observe(raw: &Raw, factor: f64, exact_max: bool, agg: &mut Agg, cap: usize) {
     match raw {
         Raw::Number(v) => {
             let v = v * factor;
-            agg.count += 1;
-            agg.sum += v;
+            agg.add(1, v);
             agg.add_max(v);
         }
         Raw::Explicit {
@@ -144,8 +155,7 @@ fn observe(raw: &Raw, factor: f64, exact_max: bool, agg: &mut Agg, cap: usize) {
             min,
             max,
         } => {
-            agg.count += count;
-            agg.sum += sum * factor;
+            agg.add(*count, sum * factor);
             let (min, max) = (min.map(|m| m * factor), max.map(|m| m * factor));
             let n = bounds.len();
             let mut top = None;
@@ -191,11 +201,9 @@ fn observe(raw: &Raw, factor: f64, exact_max: bool, agg: &mut Agg, cap: usize) {
             min,
             max,
         } => {
-            agg.count += count;
-            agg.sum += sum * factor;
+            agg.add(*count, sum * factor);
             let (min, max) = (min.map(|m| m * factor), max.map(|m| m * factor));
-            let gamma = 2f64.powi(-scale);
-            let bound = |i: i64| 2f64.powf(i as f64 * gamma) * factor;
+            let bound = |i: i64| exp_bound(*scale, i) * factor;
             let clamp = |lo: f64, hi: f64| {
                 let lo = min.map_or(lo, |m| lo.max(m));
                 let hi = max.map_or(hi, |m| hi.min(m));
@@ -351,6 +359,14 @@ fn delta(prev: &Raw, cur: &Raw) -> Option<(Raw, bool)> {
     }
 }
 
+/// A point's sum of observations (in the metric's unit).
+fn sum_of(raw: &Raw) -> f64 {
+    match raw {
+        Raw::Number(v) => *v,
+        Raw::Explicit { sum, .. } | Raw::Exponential { sum, .. } => *sum,
+    }
+}
+
 struct Last {
     start_ns: u64,
     raw: Raw,
@@ -428,6 +444,9 @@ impl Aggregator {
                             } else {
                                 None
                             };
+                            // A duration's total cannot go down either.
+                            let d =
+                                d.filter(|(r, _)| !(p.target.signal.is_time() && sum_of(r) < 0.0));
                             // A reset (new start, or values went down): the point is all new.
                             let d = d.unwrap_or_else(|| (p.raw.clone(), true));
                             last.raw = p.raw;

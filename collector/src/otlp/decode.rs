@@ -308,6 +308,18 @@ pub fn decode(req: &ExportMetricsServiceRequest, names: &Names, max_points: usiz
     out
 }
 
+/// `start` plus every count, or `None` past `u64` (counts that wrap could
+/// otherwise pass as adding up).
+fn checked_total(counts: &[u64], start: u64) -> Option<u64> {
+    counts.iter().try_fold(start, |t, &c| t.checked_add(c))
+}
+
+/// The bound between exponential buckets `index - 1` and `index` at `scale`
+/// (in the metric's unit): `2^(index · 2^-scale)`.
+pub fn exp_bound(scale: i32, index: i64) -> f64 {
+    2f64.powf(index as f64 * 2f64.powi(-scale))
+}
+
 struct Ctx<'a> {
     signal: Signal,
     factor: f64,
@@ -348,18 +360,26 @@ impl Ctx<'_> {
             number_data_point::Value::AsDouble(d) => d,
             number_data_point::Value::AsInt(i) => i as f64,
         };
-        v.is_finite()
+        self.usable(v)
             .then(|| self.point(&dp.attributes, dp.start_time_unix_nano, t, Raw::Number(v)))
+    }
+
+    /// Whether `v` (in the metric's unit) is a value of the signal: finite
+    /// once in the signal's unit (`1e306 h` is not), and not negative for a
+    /// duration.
+    fn usable(&self, v: f64) -> bool {
+        (v * self.factor).is_finite() && !(self.signal.is_time() && v < 0.0)
     }
 
     fn explicit(&self, dp: &HistogramDataPoint, t: Temporality) -> Option<Point> {
         let sum = dp.sum.unwrap_or(0.0);
-        let ok = sum.is_finite()
-            && dp.explicit_bounds.iter().all(|b| b.is_finite())
+        // A bucket of a duration cannot end below 0 (no observation is).
+        let ok = self.usable(sum)
+            && dp.explicit_bounds.iter().all(|&b| self.usable(b))
             && dp.explicit_bounds.windows(2).all(|w| w[0] < w[1])
             && (dp.bucket_counts.is_empty()
                 || (dp.bucket_counts.len() == dp.explicit_bounds.len() + 1
-                    && dp.bucket_counts.iter().sum::<u64>() == dp.count));
+                    && checked_total(&dp.bucket_counts, 0) == Some(dp.count)));
         ok.then(|| {
             self.point(
                 &dp.attributes,
@@ -374,8 +394,8 @@ impl Ctx<'_> {
                         dp.explicit_bounds.clone()
                     },
                     counts: dp.bucket_counts.clone(),
-                    min: dp.min.filter(|v| v.is_finite()),
-                    max: dp.max.filter(|v| v.is_finite()),
+                    min: dp.min.filter(|&v| self.usable(v)),
+                    max: dp.max.filter(|&v| self.usable(v)),
                 },
             )
         })
@@ -397,10 +417,23 @@ impl Ctx<'_> {
         };
         let positive = buckets(&dp.positive);
         let negative = buckets(&dp.negative);
-        let total = dp.zero_count
-            + positive.counts.iter().sum::<u64>()
-            + negative.counts.iter().sum::<u64>();
-        let ok = sum.is_finite() && (-10..=20).contains(&dp.scale) && total == dp.count;
+        let total = checked_total(&positive.counts, dp.zero_count)
+            .and_then(|t| checked_total(&negative.counts, t));
+        // Every non-empty bucket's bounds are finite in the signal's unit
+        // (at scale -10 a bucket spans 2^1024), and a duration has no
+        // observation below 0.
+        let in_range = |b: &Buckets| {
+            b.counts.iter().enumerate().all(|(i, &c)| {
+                c == 0 || self.usable(exp_bound(dp.scale, i64::from(b.offset) + i as i64 + 1))
+            })
+        };
+        let no_negative = !self.signal.is_time() || negative.counts.iter().all(|&c| c == 0);
+        let ok = self.usable(sum)
+            && (-10..=20).contains(&dp.scale)
+            && total == Some(dp.count)
+            && no_negative
+            && in_range(&positive)
+            && in_range(&negative);
         ok.then(|| {
             self.point(
                 &dp.attributes,
@@ -413,8 +446,8 @@ impl Ctx<'_> {
                     zero_count: dp.zero_count,
                     positive,
                     negative,
-                    min: dp.min.filter(|v| v.is_finite()),
-                    max: dp.max.filter(|v| v.is_finite()),
+                    min: dp.min.filter(|&v| self.usable(v)),
+                    max: dp.max.filter(|&v| self.usable(v)),
                 },
             )
         })

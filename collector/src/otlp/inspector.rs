@@ -238,19 +238,20 @@ impl Store {
             acc.last_ns = acc.last_ns.max(p.time_ns);
             acc.last_sn = acc.last_sn.max(p.sn);
             match p.measure {
+                // Saturating: a sum past f64 would make the row's mean ∞.
                 Measure::ExecUs => {
-                    acc.exec_sum += p.value;
-                    acc.exec_n += 1;
+                    acc.exec_sum = (acc.exec_sum + p.value).min(f64::MAX);
+                    acc.exec_n = acc.exec_n.saturating_add(1);
                 }
                 // A bandwidth of 0 carries no information (the Inspector
                 // leaves it out of its own geometric mean).
                 Measure::BusBw if p.value > 0.0 => {
                     acc.bus_log += p.value.ln();
-                    acc.bus_n += 1;
+                    acc.bus_n = acc.bus_n.saturating_add(1);
                 }
                 Measure::AlgoBw if p.value > 0.0 => {
                     acc.algo_log += p.value.ln();
-                    acc.algo_n += 1;
+                    acc.algo_n = acc.algo_n.saturating_add(1);
                 }
                 Measure::BusBw | Measure::AlgoBw => {}
             }
@@ -414,5 +415,21 @@ mod tests {
             }
         );
         assert_eq!(st.take().len(), 2);
+    }
+
+    #[test]
+    fn exec_time_sums_past_f64_max_stay_finite() {
+        let st = Store::new(8);
+        let a = [kv("gpu", "GPU0"), kv("collective", "AllReduce")];
+        let got = st.ingest(&req(vec![gauge(
+            "nccl_collective_exec_time_microseconds",
+            &a,
+            &[1e308, 1e308],
+        )]));
+        assert_eq!(got.accepted, 2);
+        let rows = st.take();
+        assert_eq!(rows.len(), 1);
+        // The sum saturates at f64::MAX: the mean is half of it, not ∞.
+        assert_eq!(rows[0].exec_us, f64::MAX / 2.0);
     }
 }

@@ -1038,7 +1038,11 @@ impl Store {
                  ORDER BY COUNT(*) DESC, MAX(opened_ms) DESC LIMIT ?3",
             )
             .map_err(|e| self.sql(e))?;
-        stmt.query_map(params![since_ms, min as i64, limit as i64], |r| {
+        // Saturating: `min` past i64 is "more than any entity has", not
+        // (wrapped to -1) "at least -1"; a `limit` past i64 is no limit.
+        let min = i64::try_from(min).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        stmt.query_map(params![since_ms, min, limit], |r| {
             let kinds: String = r.get(2)?;
             Ok(Offender {
                 entity: r.get(0)?,
@@ -1111,5 +1115,45 @@ pub(super) fn classify(path: &Path, e: &rusqlite::Error) -> HistoryError {
             path: path.to_path_buf(),
             detail,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offenders_min_past_i64_matches_no_entity() {
+        let path =
+            std::env::temp_dir().join(format!("faultline-offenders-min-{}.db", std::process::id()));
+        let mut st = Store::open(&path, &HistoryConfig::default()).expect("open");
+        let ups: Vec<CandidateUpdate> = (0..2)
+            .map(|i| CandidateUpdate {
+                ts_unix_ms: 1_700_000_000_000 + i * 60_000,
+                incident_id: format!("inc-{i}"),
+                state: "opened".into(),
+                kind: "ib_link_degraded".into(),
+                entity: "n017/mlx5_2/1".into(),
+                confidence: 0.9,
+                ..CandidateUpdate::default()
+            })
+            .collect();
+        st.write(&ups, &[]).expect("write");
+        let at_least = |min| st.offenders(1, min, 10).expect("offenders");
+        let two = at_least(2);
+        assert_eq!(two.len(), 1);
+        assert_eq!(
+            (two[0].entity.as_str(), two[0].incidents),
+            ("n017/mlx5_2/1", 2)
+        );
+        assert!(at_least(3).is_empty());
+        // u64::MAX once wrapped to -1 in SQL: every entity matched.
+        assert!(at_least(u64::MAX).is_empty());
+        // A limit past i64 is no limit (it once wrapped to -1, too).
+        assert_eq!(st.offenders(1, 1, usize::MAX).expect("offenders").len(), 1);
+        drop(st);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

@@ -18,6 +18,7 @@ use proto::v1::{StepTime, WorkloadSample};
 use super::{OtlpSection, Shared};
 use crate::identity::{ProcessIdentity, Workload};
 
+mod extremes;
 mod histograms;
 mod json;
 mod series;
