@@ -25,7 +25,37 @@ enum Command {
     Run(RunArgs),
     /// Check the configuration (file and flags), print the effective settings
     /// as TOML and exit: 0 when valid, 2 with one line naming the problem.
-    CheckConfig(RunArgs),
+    /// The file as `--config FILE` or `FILE`, as `faultline-correlator
+    /// check-config` takes it.
+    CheckConfig(CheckArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct CheckArgs {
+    /// TOML configuration file (the same as `--config FILE`).
+    #[arg(value_name = "FILE")]
+    file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+impl CheckArgs {
+    /// The run arguments with the file from either form.
+    fn run_args(&self) -> Result<RunArgs, String> {
+        let mut a = self.run.clone();
+        match (&self.file, &a.config) {
+            (Some(f), Some(c)) if f != c => {
+                return Err(format!(
+                    "check-config: two config files ({} and --config {}); give one",
+                    f.display(),
+                    c.display()
+                ))
+            }
+            (Some(f), _) => a.config = Some(f.clone()),
+            _ => {}
+        }
+        Ok(a)
+    }
 }
 
 /// Flags override the configuration file (`--config`), which overrides the
@@ -257,7 +287,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let (args, check) = match &cli.command {
         Some(Command::Run(a)) => (a.clone(), false),
-        Some(Command::CheckConfig(a)) => (a.clone(), true),
+        Some(Command::CheckConfig(a)) => match a.run_args() {
+            Ok(a) => (a, true),
+            Err(e) => {
+                eprintln!("faultline-collector: {e}");
+                return ExitCode::from(2);
+            }
+        },
         None => (cli.run.clone(), false),
     };
     let cfg = match settings(&args) {

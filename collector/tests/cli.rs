@@ -145,6 +145,30 @@ fn check_config_prints_the_effective_settings_flags_over_file() {
     let _ = std::fs::remove_file(p);
 }
 
+/// `check-config FILE` as `faultline-correlator check-config FILE` takes it,
+/// the same as `--config FILE`; two different files are one error line.
+#[test]
+fn check_config_takes_the_file_as_the_correlator_does() {
+    let p = write_config("pos", "[collector]\nwindow_secs = 3.5\n");
+    let stdout = stdout_of_success(&["check-config".as_ref(), p.as_os_str()]);
+    assert!(stdout.lines().any(|l| l == "window_secs = 3.5"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("# config ok"), "{stdout}");
+    let other = write_config("other", "");
+    let out = std::process::Command::new(BIN)
+        .arg("check-config")
+        .arg(&p)
+        .arg("--config")
+        .arg(&other)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("two config files"), "{stderr}");
+    let _ = std::fs::remove_file(p);
+    let _ = std::fs::remove_file(other);
+}
+
 /// `--once --sysfs-root /typo` exited 0 with nothing: a root that does not
 /// exist is a mistake, not a host without RDMA devices.
 #[test]

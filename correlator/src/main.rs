@@ -141,8 +141,17 @@ enum Command {
         #[command(flatten)]
         api: correlator::kube::ApiArgs,
     },
-    /// Check a config file and print the effective settings (defaults filled in) as TOML.
-    CheckConfig { file: std::path::PathBuf },
+    /// Check a config file and print the effective settings (defaults filled
+    /// in) as TOML: exit 0 when valid, 2 with one line naming the problem.
+    /// The file as `FILE` or `--config FILE`, as `faultline-collector
+    /// check-config` takes it.
+    CheckConfig {
+        #[arg(value_name = "FILE")]
+        file: Option<std::path::PathBuf>,
+        /// The config file (the same as `FILE`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
+    },
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe {
         /// Correlator URL.
@@ -560,10 +569,34 @@ async fn run(cli: Cli) -> Result<()> {
             };
             report(&mut std::io::stdout().lock(), &rows, f)?;
         }
-        Command::CheckConfig { file } => {
-            let cfg = correlator::engine::config::load_file(&file)?;
+        Command::CheckConfig { file, config } => {
+            let file = match (file, config) {
+                (Some(f), Some(c)) if f != c => {
+                    eprintln!(
+                        "faultline-correlator: check-config: two config files ({} and --config {}); give one",
+                        f.display(),
+                        c.display()
+                    );
+                    std::process::exit(2);
+                }
+                (Some(f), _) | (None, Some(f)) => f,
+                (None, None) => {
+                    eprintln!("faultline-correlator: check-config needs the config file: check-config FILE (or --config FILE)");
+                    std::process::exit(2);
+                }
+            };
+            let cfg = match correlator::engine::config::load_file(&file) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("faultline-correlator: error: {e:#}");
+                    std::process::exit(2);
+                }
+            };
             let text = toml::to_string(&cfg).context("printing the settings")?;
-            println!("# {}: valid; effective settings\n{text}", file.display());
+            println!(
+                "# {}: valid; effective settings\n{text}# config ok",
+                file.display()
+            );
         }
         Command::Replay {
             file,

@@ -18,7 +18,9 @@ fn a_device_or_fifo_as_config_is_refused_at_once() {
         }
         let out = c.arg("/dev/zero").output().expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{cmd}: {stderr}");
+        // check-config exits 2 on a bad config, as the collector's does.
+        let want = if cmd == "check-config" { 2 } else { 1 };
+        assert_eq!(out.status.code(), Some(want), "{cmd}: {stderr}");
         assert_eq!(
             stderr.trim(),
             "faultline-correlator: error: cannot read the config file /dev/zero: not a regular file",
@@ -30,4 +32,40 @@ fn a_device_or_fifo_as_config_is_refused_at_once() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// Both binaries take `check-config FILE` and `check-config --config FILE`,
+/// print the effective settings ending in `# config ok`, and exit 2 with one
+/// line on a bad file.
+#[test]
+fn check_config_takes_the_same_form_as_the_collectors() {
+    let dir = std::env::temp_dir().join(format!("faultline-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "[detect.nccl]\nstraggler_lag_fraction = 0.4\n").expect("write");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[detect.nccl]\nstraggler_lag_fraction = -1\n").expect("write");
+    for form in [vec!["check-config"], vec!["check-config", "--config"]] {
+        let out = Command::new(BIN)
+            .args(&form)
+            .arg(&good)
+            .output()
+            .expect("run");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{form:?}: {stdout}");
+        assert!(stdout.contains("straggler_lag_fraction = 0.4"), "{stdout}");
+        assert!(stdout.trim_end().ends_with("# config ok"), "{stdout}");
+        let out = Command::new(BIN)
+            .args(&form)
+            .arg(&bad)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{form:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("straggler_lag_fraction"), "{stderr}");
+    }
+    let out = Command::new(BIN).arg("check-config").output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
 }

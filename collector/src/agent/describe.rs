@@ -45,6 +45,16 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "Share of each period the CUDA launch probes are attached (1 = exact counts; below 1 launch counts are scaled estimates: bounded-overhead mode)",
     ),
     (
+        "faultline_cuda_launch_estimate_error_bound",
+        true,
+        "Estimated relative error of the sampled CUDA launch counts from the per-hit cost's uncertainty (0 while exact)",
+    ),
+    (
+        "faultline_cuda_launch_counts_approximate",
+        true,
+        "1 when the sampled CUDA launch counts' estimated error is above 5 % (single-stepped launch entries): the counts are approximate",
+    ),
+    (
         "faultline_cuda_launch_hit_cost_seconds",
         true,
         "CPU cost of one launch-probe hit the overhead budget uses (measured at start or configured)",
