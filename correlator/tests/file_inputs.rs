@@ -306,7 +306,8 @@ fn huge_capacities_fail_check_config_not_serve() {
         std::fs::write(&f, format!("[{table}]\n{key} = 2305843009213693952\n")).expect("write");
         let f = f.to_string_lossy().into_owned();
         let r = run(&["check-config", &f]);
-        assert_eq!(r.code, Some(1), "[{table}] {key}: {}", r.stderr);
+        // check-config: exit 2 on a bad value, as the collector's.
+        assert_eq!(r.code, Some(2), "[{table}] {key}: {}", r.stderr);
         assert!(
             r.stderr.contains(&format!("{table}.{key}")) && r.stderr.contains("within 1..="),
             "[{table}] {key}: {}",
