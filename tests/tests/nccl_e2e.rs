@@ -397,6 +397,7 @@ fn a_slow_rank_without_otlp_is_named_from_its_issue_lag() {
         .unwrap_or_else(|| panic!("lag in {line:?}"));
     assert!((0.09..0.35).contains(&lag), "lag {lag} s: {line}");
     let late = u["ts"].as_i64().expect("ts") - slow_ms;
+    eprintln!("named {late} ms after the slowdown; {line}");
     // Two windows of lag and 3 s of persistence, plus a window of slack.
     assert!(late <= 6_000, "named {late} ms after the slowdown");
     // No other rank is named.
