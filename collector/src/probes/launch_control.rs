@@ -337,14 +337,8 @@ impl LaunchController {
     fn cpu_s(&self, pid: u32) -> Option<(f64, f64)> {
         let text =
             std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
-        // Fields after the command (which may hold spaces and parentheses).
-        let rest = &text[text.rfind(')')? + 1..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // utime, stime and starttime are fields 14, 15 and 22 of the line
-        // (12, 13 and 20 here).
-        let utime: f64 = f.get(11)?.parse().ok()?;
-        let stime: f64 = f.get(12)?.parse().ok()?;
-        let start: f64 = f.get(19)?.parse().ok()?;
+        let (utime, stime, start) = super::launch_cpu::stat_times(&text)?;
+        let (utime, stime, start) = (utime as f64, stime as f64, start as f64);
         let uptime: f64 = std::fs::read_to_string(self.proc_root.join("uptime"))
             .ok()?
             .split_whitespace()

@@ -466,11 +466,12 @@ fn judge(cfg: &NcclConfig, id: &str, c: &Comm, host_now: &HashMap<String, i64>) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proto::v1::{NcclOpCount, Origin};
 
-    fn window(host: &str, end: i64, ranks: Vec<NcclRank>) -> Window {
+    /// A 1 s window of `host` ending at `end` (ms) with these NCCL rows.
+    pub(in crate::engine) fn window(host: &str, end: i64, ranks: Vec<NcclRank>) -> Window {
         Window {
             origin: Some(Origin {
                 hostname: host.into(),

@@ -203,20 +203,7 @@ impl LagDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::v1::Origin;
-
-    fn window(host: &str, end: i64, ranks: Vec<NcclRank>) -> Window {
-        Window {
-            origin: Some(Origin {
-                hostname: host.into(),
-                ..Default::default()
-            }),
-            start_unix_ms: end - 1000,
-            end_unix_ms: end,
-            nccl: ranks,
-            ..Default::default()
-        }
-    }
+    use crate::engine::nccl::tests::window;
 
     /// Rank `g` of host `h` (8 per host) on a ring of `n` ranks.
     fn row(node: u32, g: u32, lag: f64, interval: f64) -> NcclRank {

@@ -363,13 +363,14 @@ impl WorkloadDetector {
             ) else {
                 continue;
             };
+            let by_cadence = inferred(job);
             out.push(Symptom {
                 kind: "job_slowdown",
                 job: job.to_string(),
                 entity: job.to_string(),
                 line: format!(
                     "job {job} {} +{:.0}% since {} ({:.3} s vs {:.3} s baseline over {} {}, z {:.1})",
-                    if inferred(job) {
+                    if by_cadence {
                         "interval between NCCL collectives (its step time, inferred: no OTLP)"
                     } else {
                         "step time"
@@ -379,7 +380,7 @@ impl WorkloadDetector {
                     c.mean,
                     c.baseline,
                     c.n,
-                    if inferred(job) { "collectives" } else { "steps" },
+                    if by_cadence { "collectives" } else { "steps" },
                     c.z
                 ),
                 ratio: c.ratio,
