@@ -1,14 +1,7 @@
 //! CPU time and RSS of a process from /proc.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = s.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // fields after ')': state(0) ... utime is field 14 overall → index 11 here, stime 12.
-    let ut: f64 = f.get(11)?.parse().ok()?;
-    let st: f64 = f.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((ut + st) / hz)
+    Some(ticks(&s)? / clock_ticks())
 }
 
 pub fn rss_bytes(pid: u32) -> Option<u64> {
@@ -44,8 +37,8 @@ pub fn own_threads_cpu_seconds(prefix: &str) -> f64 {
 
 /// utime + stime (clock ticks) of a `stat` line.
 fn ticks(stat: &str) -> Option<f64> {
-    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+    let (utime, stime, _) = collector::probes::launch_cpu::stat_times(stat)?;
+    Some((utime + stime) as f64)
 }
 
 fn clock_ticks() -> f64 {
