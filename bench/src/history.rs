@@ -162,7 +162,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             let url = format!("http://{addr}{path}");
             let t = Instant::now();
             let (status, body) = rt
-                .block_on(correlator::alerts::http::request(
+                .block_on(correlator::http_client::request(
                     "GET",
                     &url,
                     None,

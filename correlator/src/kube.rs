@@ -194,7 +194,7 @@ impl Api {
             format!("{}:{}", self.host, self.port)
         };
         let bearer = format!("Bearer {own}");
-        crate::alerts::http::exchange(
+        crate::http_client::exchange(
             tls,
             method,
             &authority,
@@ -208,6 +208,7 @@ impl Api {
             1 << 20,
         )
         .await
+        .map_err(|e| e.to_string())
     }
 }
 

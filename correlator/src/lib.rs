@@ -10,6 +10,7 @@ pub mod conn;
 pub mod engine;
 pub mod finite;
 pub mod history;
+pub mod http_client;
 pub mod ingest;
 pub mod kube;
 pub mod logging;

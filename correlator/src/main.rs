@@ -361,7 +361,8 @@ async fn run(cli: Cli) -> Result<()> {
                 tracing::info!("web UI on http://{addr}/");
             }
             if !am.url.is_empty() {
-                correlator::alerts::spawn(am, utx.subscribe(), open.clone());
+                correlator::alerts::spawn(am, utx.subscribe(), open.clone())
+                    .context("[alertmanager] TLS files")?;
             }
             if !listen.ip().is_loopback() {
                 tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");

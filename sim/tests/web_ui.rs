@@ -25,7 +25,7 @@ impl Driver {
         let url = format!("{}{path}", self.base);
         let body = body.map(|b| b.to_string().into_bytes());
         let (status, out) = rt()
-            .block_on(correlator::alerts::http::request(
+            .block_on(correlator::http_client::request(
                 method,
                 &url,
                 body,

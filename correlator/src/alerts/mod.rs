@@ -6,7 +6,6 @@
 //! incident's own times are in the annotations), so Alertmanager's
 //! expiry works whatever the collectors' clocks say.
 pub mod config;
-pub mod http;
 
 use std::{
     collections::BTreeMap,
@@ -19,6 +18,8 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 pub use config::AlertmanagerConfig;
+
+use crate::http_client::{request_with, TlsSetupError};
 
 /// Resolved alerts kept until delivered, at most (older ones are dropped
 /// and counted).
@@ -43,7 +44,7 @@ struct Alert {
 }
 
 fn rfc3339(ms: i64) -> String {
-    let t = crate::history::report::utc(ms).replace(' ', "T");
+    let t = vocab::time::utc(ms).replace(' ', "T");
     format!("{t}.{:03}Z", ms.rem_euclid(1000))
 }
 
@@ -54,7 +55,7 @@ impl Alert {
             ("incident_id", u.incident_id.clone()),
             ("kind", u.kind.clone()),
             ("entity", u.entity.clone()),
-            ("host", crate::history::host_of(&u.entity).to_string()),
+            ("host", vocab::entity::host_of(&u.entity).to_string()),
             ("job", u.affected_jobs.first().cloned().unwrap_or_default()),
             ("severity", severity(&u.kind).to_string()),
         ]);
@@ -154,26 +155,28 @@ impl Alerts {
 
 /// Starts the pusher: incident updates from `updates`, the open incidents
 /// of `open` at start (restored after a restart) and after missed updates.
+/// Fails when the TLS files of an `https://` URL cannot be used.
 pub fn spawn(
     cfg: AlertmanagerConfig,
     mut updates: broadcast::Receiver<CandidateUpdate>,
     open: Arc<Mutex<Vec<CandidateUpdate>>>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+) -> Result<tokio::task::JoinHandle<()>, TlsSetupError> {
+    let tls = cfg.tls()?;
+    Ok(tokio::spawn(async move {
         let url = format!("{}/api/v2/alerts", cfg.url.trim_end_matches('/'));
         let snapshot = || open.lock().map(|o| o.clone()).unwrap_or_default();
         let mut alerts = Alerts::default();
-        alerts.resync(&snapshot(), crate::web::api::now_ms());
+        alerts.resync(&snapshot(), vocab::time::now_unix_ms());
         let mut tick = tokio::time::interval(Duration::from_secs_f64(cfg.resend_s));
         tracing::info!(%url, "pushing incidents to Alertmanager");
         let mut failing = false;
         loop {
             tokio::select! {
                 r = updates.recv() => match r {
-                    Ok(u) => alerts.apply(&u, crate::web::api::now_ms()),
+                    Ok(u) => alerts.apply(&u, vocab::time::now_unix_ms()),
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         metrics::counter!("faultline_alerts_dropped_total").increment(n);
-                        alerts.resync(&snapshot(), crate::web::api::now_ms());
+                        alerts.resync(&snapshot(), vocab::time::now_unix_ms());
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
@@ -181,21 +184,22 @@ pub fn spawn(
             }
             // Everything that queued meanwhile goes in the same post.
             while let Ok(u) = updates.try_recv() {
-                alerts.apply(&u, crate::web::api::now_ms());
+                alerts.apply(&u, vocab::time::now_unix_ms());
             }
             if alerts.by_id.is_empty() {
                 continue;
             }
             alerts.bound();
-            let now = crate::web::api::now_ms();
+            let now = vocab::time::now_unix_ms();
             let body: Vec<Value> = alerts.by_id.values().map(|a| a.json(&cfg, now)).collect();
             let n = body.len();
             let sent = serde_json::to_vec(&body).unwrap_or_default();
-            match http::request(
+            match request_with(
                 "POST",
                 &url,
                 Some(sent),
                 Duration::from_secs_f64(cfg.timeout_s),
+                tls.as_ref(),
             )
             .await
             {
@@ -222,7 +226,7 @@ pub fn spawn(
                 }
             }
         }
-    })
+    }))
 }
 
 #[cfg(test)]

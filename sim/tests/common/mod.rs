@@ -196,7 +196,7 @@ pub fn rt() -> tokio::runtime::Runtime {
 pub fn get(url: &str) -> Option<Vec<u8>> {
     let url = url.to_string();
     rt().block_on(async move {
-        match correlator::alerts::http::request("GET", &url, None, Duration::from_secs(10)).await {
+        match correlator::http_client::request("GET", &url, None, Duration::from_secs(10)).await {
             Ok((200..=299, b)) => Some(b),
             _ => None,
         }
