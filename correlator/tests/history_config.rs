@@ -52,7 +52,13 @@ fn history_web_and_alertmanager_keys_are_checked_and_printed() {
     let (ok, _, err) = check("[alertmanager]\nurl = \"https://am.example\"\n");
     assert!(!ok);
     assert!(
-        err.contains("alertmanager.url: must start with http://"),
+        err.contains("alertmanager.ca_file: is required for an https:// url"),
+        "{err}"
+    );
+    let (ok, _, err) = check("[alertmanager]\nurl = \"ftp://am.example\"\n");
+    assert!(!ok);
+    assert!(
+        err.contains("alertmanager.url: must start with http:// or https://"),
         "{err}"
     );
     let (ok, _, err) = check("[web]\nlisten = \"localhost\"\n");

@@ -23,10 +23,7 @@ pub const RAW: i64 = 0;
 pub const MINUTE: i64 = 60_000;
 pub const HOUR: i64 = 3_600_000;
 
-/// Host part of an entity (`n017/mlx5_2/1` → `n017`; a job name is its own).
-pub fn host_of(entity: &str) -> &str {
-    entity.split('/').next().unwrap_or(entity)
-}
+pub use vocab::entity::host_of;
 
 /// The history of a running correlator: the writer, a reader for the API,
 /// and the open incidents restored into the engine.

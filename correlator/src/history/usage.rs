@@ -128,9 +128,6 @@ impl Store {
     /// `TOTAL` line (the sum of all the others) last.
     pub fn usage(&self, since_ms: i64, by: By) -> Result<Vec<UsageRow>, HistoryError> {
         let path = self.path.clone();
-        self.conn
-            .execute_batch(SCHEMA)
-            .map_err(|e| classify(&path, &e))?;
         let since = since_ms - since_ms.rem_euclid(HOUR_MS);
         let mut q = self
             .conn

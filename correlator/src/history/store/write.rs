@@ -1,0 +1,198 @@
+//! Writes: incident updates (one transaction per batch) and the open
+//! incidents rewritten after a restart.
+use proto::v1::CandidateUpdate;
+use rusqlite::params;
+
+use super::{classify, json_list, maintain::MERGE, HistoryError, Store, MAX_SIDS};
+use crate::history::{rollup::Agg, samples::Sample, MINUTE};
+use vocab::entity::host_of;
+
+impl Store {
+    /// Writes incident updates and samples in one transaction.
+    pub fn write(
+        &mut self,
+        updates: &[CandidateUpdate],
+        samples: &[Sample],
+    ) -> Result<(), HistoryError> {
+        let r = self.write_tx(updates, samples);
+        if r.is_err() {
+            // Ids created by a rolled-back transaction are not in the database.
+            self.sids.clear();
+        }
+        r
+    }
+
+    fn write_tx(
+        &mut self,
+        updates: &[CandidateUpdate],
+        samples: &[Sample],
+    ) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let e = |e: rusqlite::Error| classify(&path, &e);
+        let tx = self.conn.transaction().map_err(e)?;
+        {
+            let mut inc = tx
+                .prepare_cached(
+                    "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
+                     resolved_ms, confidence, evidence, jobs, runbook) \
+                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11) \
+                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = excluded.state, \
+                     updated_ms = excluded.updated_ms, resolved_ms = excluded.resolved_ms, \
+                     confidence = excluded.confidence, evidence = excluded.evidence, \
+                     jobs = excluded.jobs, runbook = excluded.runbook",
+                )
+                .map_err(e)?;
+            let mut upd = tx
+                .prepare_cached(
+                    "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
+                     VALUES(?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(e)?;
+            let mut job = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO incident_jobs(incident_id, job) VALUES(?1, ?2)",
+                )
+                .map_err(e)?;
+            for u in updates {
+                let resolved = u.state == "resolved";
+                let evidence = json_list(&u.evidence);
+                inc.execute(params![
+                    u.incident_id,
+                    u.kind,
+                    u.entity,
+                    host_of(&u.entity),
+                    if resolved { "resolved" } else { "open" },
+                    u.ts_unix_ms,
+                    resolved.then_some(u.ts_unix_ms),
+                    u.confidence,
+                    evidence,
+                    json_list(&u.affected_jobs),
+                    u.runbook,
+                ])
+                .map_err(e)?;
+                upd.execute(params![
+                    u.incident_id,
+                    u.ts_unix_ms,
+                    u.state,
+                    u.confidence,
+                    evidence
+                ])
+                .map_err(e)?;
+                for j in &u.affected_jobs {
+                    job.execute(params![u.incident_id, j]).map_err(e)?;
+                }
+            }
+            let mut raw = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO series(res, sid, ts, n, sum, min, max) \
+                     VALUES(0, ?1, ?2, 1, ?3, ?3, ?3) {MERGE}"
+                ))
+                .map_err(e)?;
+            let mut new_sid = tx
+                .prepare_cached(
+                    "INSERT INTO series_ids(entity, signal) VALUES(?1, ?2) \
+                     ON CONFLICT(entity, signal) DO UPDATE SET entity = excluded.entity RETURNING id",
+                )
+                .map_err(e)?;
+            if self.sids.len() >= MAX_SIDS {
+                self.sids.clear();
+            }
+            for s in samples {
+                if !s.value.is_finite() {
+                    continue;
+                }
+                let known = self
+                    .sids
+                    .get(s.entity.as_str())
+                    .and_then(|v| v.iter().find(|(sig, _)| sig == s.signal))
+                    .map(|x| x.1);
+                let sid = match known {
+                    Some(id) => id,
+                    None => {
+                        let id: i64 = new_sid
+                            .query_row(params![s.entity, s.signal], |r| r.get(0))
+                            .map_err(e)?;
+                        self.sids
+                            .entry(s.entity.clone())
+                            .or_default()
+                            .push((s.signal.to_string(), id));
+                        id
+                    }
+                };
+                raw.execute(params![sid, s.ts, s.value]).map_err(e)?;
+                let a = Agg {
+                    n: 1,
+                    sum: s.value,
+                    min: s.value,
+                    max: s.value,
+                };
+                self.minutes.add(sid, s.ts, MINUTE, self.rolled_minute, a);
+            }
+        }
+        tx.commit().map_err(e)
+    }
+
+    /// Writes the latest state of incidents that are open — `(opened_ms,
+    /// latest update)` each — in one transaction: after a disk fault lost
+    /// some of their updates, or into a new file that replaced a deleted
+    /// one. An incident without any stored update gets its latest one.
+    pub fn rewrite_open(&mut self, open: &[(i64, &CandidateUpdate)]) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let e = |e: rusqlite::Error| classify(&path, &e);
+        let tx = self.conn.transaction().map_err(e)?;
+        {
+            let mut inc = tx
+                .prepare_cached(
+                    "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
+                     resolved_ms, confidence, evidence, jobs, runbook) \
+                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10) \
+                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = 'open', \
+                     opened_ms = MIN(opened_ms, excluded.opened_ms), \
+                     updated_ms = MAX(updated_ms, excluded.updated_ms), resolved_ms = NULL, \
+                     confidence = excluded.confidence, evidence = excluded.evidence, \
+                     jobs = excluded.jobs, runbook = excluded.runbook",
+                )
+                .map_err(e)?;
+            let mut upd = tx
+                .prepare_cached(
+                    "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
+                     SELECT ?1, ?2, ?3, ?4, ?5 \
+                     WHERE NOT EXISTS (SELECT 1 FROM updates WHERE incident_id = ?1)",
+                )
+                .map_err(e)?;
+            let mut job = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO incident_jobs(incident_id, job) VALUES(?1, ?2)",
+                )
+                .map_err(e)?;
+            for (opened, u) in open {
+                let evidence = json_list(&u.evidence);
+                inc.execute(params![
+                    u.incident_id,
+                    u.kind,
+                    u.entity,
+                    host_of(&u.entity),
+                    opened,
+                    u.ts_unix_ms,
+                    u.confidence,
+                    evidence,
+                    json_list(&u.affected_jobs),
+                    u.runbook,
+                ])
+                .map_err(e)?;
+                upd.execute(params![
+                    u.incident_id,
+                    u.ts_unix_ms,
+                    u.state,
+                    u.confidence,
+                    evidence
+                ])
+                .map_err(e)?;
+                for j in &u.affected_jobs {
+                    job.execute(params![u.incident_id, j]).map_err(e)?;
+                }
+            }
+        }
+        tx.commit().map_err(e)
+    }
+}
