@@ -5,8 +5,10 @@ panel lists below: fleet overview, one host, one job, one link.
 Every expression uses only metric names the collector and the correlator
 export (docs/metrics.md); tests/tests/deploy_prometheus.rs runs each one
 against a real Prometheus that scraped a running collector and correlator.
-Grafana variables: $node (the scrape target's instance, which the
-ServiceMonitor sets to the node name, and dcgm-exporter's Hostname), $job
+Grafana variables: $node (the scrape target's `instance`, which Prometheus
+sets on every series of the target, DCGM_FI_* ones included: a plain
+static scrape works with no relabelling; the ServiceMonitor sets it to the
+node name for readability), $job
 (the workload job), $device / $port (an HCA port), $__rate_interval.
 
 Run: python3 deploy/grafana/generate.py   (rewrites the JSON files)
@@ -127,7 +129,6 @@ FLEET = dashboard(
 
 NODE = [var_query("node", "node", "label_values(faultline_probe_attached, instance)")]
 N = 'instance=~"$node"'
-H = 'Hostname=~"$node"'
 
 HOST = dashboard(
     "faultline-host",
@@ -135,11 +136,11 @@ HOST = dashboard(
     "One node: its GPUs (dcgm-exporter names), CUDA activity by job, block latency, InfiniBand ports, probes.",
     NODE,
     [
-        panel(0, "GPU temperature", [(f"DCGM_FI_DEV_GPU_TEMP{{{H}}}", "GPU {{gpu}}")], unit="celsius"),
-        panel(0, "SM clock", [(f"DCGM_FI_DEV_SM_CLOCK{{{H}}}", "GPU {{gpu}}")], unit="MHz"),
-        panel(0, "Power", [(f"DCGM_FI_DEV_POWER_USAGE{{{H}}}", "GPU {{gpu}}")], unit="watt"),
-        panel(0, "Utilisation", [(f"DCGM_FI_DEV_GPU_UTIL{{{H}}}", "GPU {{gpu}}")], unit="percent"),
-        panel(0, "Framebuffer used", [(f"DCGM_FI_DEV_FB_USED{{{H}}}", "GPU {{gpu}}")], unit="decmbytes"),
+        panel(0, "GPU temperature", [(f"DCGM_FI_DEV_GPU_TEMP{{{N}}}", "GPU {{gpu}}")], unit="celsius"),
+        panel(0, "SM clock", [(f"DCGM_FI_DEV_SM_CLOCK{{{N}}}", "GPU {{gpu}}")], unit="MHz"),
+        panel(0, "Power", [(f"DCGM_FI_DEV_POWER_USAGE{{{N}}}", "GPU {{gpu}}")], unit="watt"),
+        panel(0, "Utilisation", [(f"DCGM_FI_DEV_GPU_UTIL{{{N}}}", "GPU {{gpu}}")], unit="percent"),
+        panel(0, "Framebuffer used", [(f"DCGM_FI_DEV_FB_USED{{{N}}}", "GPU {{gpu}}")], unit="decmbytes"),
         panel(0, "Active slowdown reasons", [(f'faultline_gpu_throttle_reason{{{N},reason!="idle"}} == 1', "GPU {{gpu}} {{reason}}")]),
         panel(0, "CUDA kernel launches by job and rank", [(f"sum by (job, rank, gpu) (rate(faultline_cuda_kernel_launches_total{{{N}}}[{RI}]))", "{{job}}/{{rank}} GPU {{gpu}}")], unit="ops"),
         panel(0, "Block I/O p99 latency", [(f"histogram_quantile(0.99, sum by (device, le) (rate(faultline_block_latency_seconds_bucket{{{N}}}[{RI}])))", "{{device}}")], unit="s"),

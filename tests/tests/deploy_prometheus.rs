@@ -95,7 +95,9 @@ fn query_until(prom: &str, q: &str, limit: Duration) -> Vec<serde_json::Value> {
 
 /// Every PromQL expression of the dashboards: (dashboard, panel, expr),
 /// Grafana's variables replaced by what selects everything.
-fn dashboard_queries() -> Vec<(String, String, String)> {
+/// Every dashboard query with its variables set: `$node` to `node` (the
+/// value its variable takes), the others to "all".
+fn dashboard_queries(node: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let dir = repo().join("deploy/grafana");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -108,7 +110,7 @@ fn dashboard_queries() -> Vec<(String, String, String)> {
     assert_eq!(files.len(), 4, "fleet, host, job, link: {files:?}");
     let subst = |e: &str| {
         e.replace("$__rate_interval", "15s")
-            .replace("$node", ".+")
+            .replace("$node", node)
             .replace("$job", ".+")
             .replace("$device", ".+")
             .replace("$port", ".+")
@@ -333,7 +335,9 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             .expect("fsync");
     }
 
-    // Prometheus: both targets every second, the rules every second.
+    // Prometheus: both targets every second, the rules every second. A
+    // plain static target: `instance` is Prometheus's own host:port, no
+    // relabelling (only `honor_labels`, which the workload `job` label needs).
     let prom_port = free_port();
     let conf = dir.join("prometheus.yml");
     std::fs::write(
@@ -342,7 +346,7 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
              rule_files: ['{rules}']\n\
              scrape_configs:\n\
-             - job_name: faultline-collector\n  honor_labels: true\n  static_configs:\n  - targets: ['{metrics_addr}']\n    labels: {{instance: {HOST}}}\n\
+             - job_name: faultline-collector\n  honor_labels: true\n  static_configs:\n  - targets: ['{metrics_addr}']\n\
              - job_name: faultline-correlator\n  static_configs:\n  - targets: ['127.0.0.1:{web}']\n",
             rules = repo().join("deploy/prometheus/faultline-rules.yaml").display()
         ),
@@ -367,8 +371,17 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     // 20 s of scrapes: the 15 s rate windows have their samples.
     std::thread::sleep(Duration::from_secs(20));
 
-    // The dashboards.
-    let queries = dashboard_queries();
+    // The dashboards, with $node set to the value its variable offers: the
+    // target's own `instance` (host:port), not a node name.
+    let nodes = query_until(
+        &prom,
+        "group by (instance) (faultline_probe_attached)",
+        Duration::from_secs(5),
+    );
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let node = nodes[0]["metric"]["instance"].as_str().unwrap_or_default();
+    assert_eq!(node, metrics_addr.to_string(), "Prometheus's own instance label");
+    let queries = dashboard_queries(&node.replace('.', "\\\\."));
     assert!(queries.len() >= 40, "{} queries", queries.len());
     let mut empty = Vec::new();
     for (dash, panel, q) in &queries {
@@ -431,7 +444,7 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     assert_eq!(firing.len(), 1, "{firing:?}");
     let m = &firing[0]["metric"];
     assert_eq!(m["gpu"].as_str(), Some("0"));
-    assert_eq!(m["instance"], HOST);
+    assert_eq!(m["instance"], metrics_addr.to_string().as_str());
     let code = query(&prom, "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"}");
     assert_eq!(code.len(), 1, "{code:?}");
     assert_eq!(code[0]["value"][1], "79");
