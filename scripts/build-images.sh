@@ -84,7 +84,17 @@ make_image() {
     cmd="$(grep -m1 '^CMD ' "$REPO_ROOT/deploy/images/$name.Dockerfile")"
     # The previous build's image goes (no dangling copy per rebuild).
     podman rmi -f "localhost/faultline/$name:latest" >/dev/null 2>&1 || true
-    podman import --quiet --change "$entry" --change "$cmd" "$OUT/$name.tar" "localhost/faultline/$name:latest" >/dev/null &&
+    # The Dockerfile's OCI labels, with this tree's version and commit; the
+    # base is this script's mmdebstrap root, not the Dockerfile's pinned one.
+    local version revision changes=(--change "$entry" --change "$cmd")
+    version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)"
+    revision="$(git -C "$REPO_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
+    while IFS= read -r l; do
+      l="${l//\$\{VERSION\}/$version}"
+      changes+=(--change "${l//\$\{REVISION\}/$revision}")
+    done < <(grep '^LABEL ' "$REPO_ROOT/deploy/images/$name.Dockerfile" | grep -v 'image\.base\.')
+    changes+=(--change "LABEL org.opencontainers.image.base.name=\"debian:$SUITE (mmdebstrap, Debian archive)\"")
+    podman import --quiet "${changes[@]}" "$OUT/$name.tar" "localhost/faultline/$name:latest" >/dev/null &&
       log "imported localhost/faultline/$name:latest" ||
       log "podman import of $name failed (the rootfs and tar are still usable)"
   fi

@@ -1,7 +1,13 @@
 # faultline correlator image (multi-stage). Sites with a registry build it:
 #   podman build -f deploy/images/correlator.Dockerfile -t faultline/correlator .
 # scripts/build-images.sh builds the same runtime stage from Debian packages.
-FROM docker.io/library/debian:bookworm AS build
+# The base image, pinned by digest: Debian's bookworm-20260918-slim (its
+# multi-arch index). Both stages use it, so one digest covers the build.
+# Refresh where a registry is reachable:
+#   skopeo inspect --format '{{.Digest}}' docker://docker.io/library/debian:bookworm-YYYYMMDD-slim
+# and update BASE here and in the other Dockerfile (tests/tests/images.rs checks both agree).
+ARG BASE=docker.io/library/debian:bookworm-20260918-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
+FROM ${BASE} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
       ca-certificates curl sudo git build-essential && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -9,7 +15,18 @@ COPY . .
 RUN bash scripts/setup.sh && . "$HOME/.cargo/env" && \
     cargo build --release -p correlator --bin faultline-correlator
 
-FROM docker.io/library/debian:bookworm-slim
+FROM ${BASE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+# OCI image labels; scripts/build-images.sh sets the same ones (from these lines).
+LABEL org.opencontainers.image.title="faultline-correlator"
+LABEL org.opencontainers.image.description="faultline correlator: ingests collectors' windows, compares peers and history, streams root-cause incidents"
+LABEL org.opencontainers.image.version="${VERSION}"
+LABEL org.opencontainers.image.revision="${REVISION}"
+LABEL org.opencontainers.image.licenses="Apache-2.0"
+LABEL org.opencontainers.image.vendor="faultline"
+LABEL org.opencontainers.image.base.name="docker.io/library/debian:bookworm-20260918-slim"
+LABEL org.opencontainers.image.base.digest="sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251"
 RUN apt-get update && apt-get install -y --no-install-recommends \
       libsqlite3-0 ca-certificates && rm -rf /var/lib/apt/lists/* && \
     groupadd -g 65532 faultline && useradd -u 65532 -g 65532 -M -d /var/lib/faultline faultline && \

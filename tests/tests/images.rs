@@ -255,6 +255,23 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
             got, default_cmd,
             "the image's default command is the Dockerfile's"
         );
+        let labels = Command::new("podman")
+            .args(["image", "inspect", "--format", "{{json .Config.Labels}}"])
+            .arg("localhost/faultline/correlator:latest")
+            .output()
+            .expect("podman image inspect");
+        let labels: serde_json::Value =
+            serde_json::from_slice(&labels.stdout).expect("Labels as JSON");
+        let label = |k: &str| labels[format!("org.opencontainers.image.{k}")].clone();
+        assert_eq!(label("title"), "faultline-correlator", "{labels}");
+        assert_eq!(label("licenses"), "Apache-2.0", "{labels}");
+        assert_eq!(label("version"), env!("CARGO_PKG_VERSION"), "{labels}");
+        let rev = label("revision");
+        let rev = rev.as_str().unwrap_or_default();
+        assert!(
+            rev == "unknown" || (rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{labels}"
+        );
         Command::new("podman")
             .args([
                 "--runtime",
@@ -529,4 +546,59 @@ fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_c
     );
     drop(col);
     drop(guards);
+}
+
+/// `ARG NAME=value` of a Dockerfile.
+fn dockerfile_arg(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("ARG {name}=")))
+        .map(str::to_string)
+}
+
+/// Both Dockerfiles build FROM one base pinned by digest (a tag alone can
+/// move under a rebuild) and label their image as OCI asks, the base's
+/// digest among the labels.
+#[test]
+fn dockerfiles_pin_their_base_by_digest_and_carry_oci_labels() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut bases = Vec::new();
+    for name in ["collector", "correlator"] {
+        let text = std::fs::read_to_string(repo.join(format!("deploy/images/{name}.Dockerfile")))
+            .expect("Dockerfile");
+        let base = dockerfile_arg(&text, "BASE").expect("ARG BASE");
+        let (image, digest) = base.split_once('@').expect("BASE pinned by digest");
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        assert!(
+            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name}: {base}"
+        );
+        let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+        assert_eq!(froms.len(), 2, "{name}: build and runtime stages");
+        for f in &froms {
+            assert!(
+                f.starts_with("FROM ${BASE}"),
+                "{name}: {f} is not the pinned base"
+            );
+        }
+        let label = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("LABEL org.opencontainers.image.{k}=")))
+                .map(|v| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("{name}: no {k} label"))
+        };
+        assert_eq!(label("title"), format!("faultline-{name}"));
+        assert_eq!(label("licenses"), "Apache-2.0");
+        assert_eq!(label("version"), "${VERSION}");
+        assert_eq!(label("revision"), "${REVISION}");
+        assert_eq!(label("base.name"), image);
+        assert_eq!(label("base.digest"), digest);
+        assert!(!label("description").is_empty());
+        assert_eq!(
+            dockerfile_arg(&text, "VERSION").as_deref(),
+            Some(env!("CARGO_PKG_VERSION")),
+            "{name}: the default version is the workspace's"
+        );
+        bases.push(base);
+    }
+    assert_eq!(bases[0], bases[1], "one base for both images");
 }
