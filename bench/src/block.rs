@@ -286,108 +286,112 @@ fn measure(config: Config, dev_path: &Path, a: &Args, dev: u32, counted: &mut u6
     Ok(x)
 }
 
-pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
-    ensure!(
-        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
-        "rounds, seconds and threads must be positive"
-    );
-    // tmpfs backing keeps the device fast, so probe cost is not hidden by disk latency.
-    let lo = tests::LoopDevice::new_in(Path::new("/dev/shm"), 64 << 20)
-        .context("creating a loop device (needs root and /dev/loop-control)")?;
-    // Fill once so reads hit allocated pages.
-    tests::direct_io_workload(&lo.path, 16, 4 << 20 >> 2, 0, 4096, 0, 0)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let _guard = rt.enter();
-    let (ma, mi) = lo.major_minor()?;
-    let dev = collector::storage::make_dev(ma, mi);
-    let mut configs = vec![Config::Without, Config::Empty, Config::FaultlineBtf];
-    if !a.no_classic {
-        configs.push(Config::FaultlineClassic);
-    }
-    let peer = !a.no_peer && crate::peer::available();
-    if peer {
-        configs.push(Config::Bpftrace);
-    } else if !a.no_peer {
-        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
-    }
+/// The timed rounds' results, per configuration (in `configs` order).
+struct Rounds {
+    iops: Vec<Vec<f64>>,
+    ratios: Vec<Vec<f64>>,
+    /// Requests faultline's probes counted over every measurement.
+    counted: u64,
+    /// A probed configuration that fails is reported as failed and left out
+    /// of the later rounds; the others go on.
+    failed: Vec<Option<String>>,
+}
+
+/// The timed rounds: each probed configuration measured between two
+/// measurements without probes and compared with their mean, so a drift of
+/// the machine within the round cancels to first order; the order of the
+/// probed ones rotates each round.
+fn rounds(
+    a: &Args,
+    configs: &[Config],
+    dev_path: &Path,
+    dev: u32,
+    failures: &mut Failures,
+) -> Result<Rounds> {
     let n = configs.len();
-    let mut iops: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut counted = 0u64;
-    // A probed configuration that fails is reported as failed and left out
-    // of the later rounds; the others go on.
-    let mut failed: Vec<Option<String>> = vec![None; n];
-    let mut failures = Failures::default();
+    let mut r = Rounds {
+        iops: vec![Vec::new(); n],
+        ratios: vec![Vec::new(); n],
+        counted: 0,
+        failed: vec![None; n],
+    };
     for round in 0..a.rounds as usize {
-        // Each probed configuration is measured between two measurements
-        // without probes and compared with their mean, so a drift of the
-        // machine within the round cancels to first order; the order of the
-        // probed ones rotates each round.
-        let mut without = measure(Config::Without, &lo.path, a, dev, &mut counted)?;
-        iops[0].push(without);
-        ratios[0].push(1.0);
+        let mut without = measure(Config::Without, dev_path, a, dev, &mut r.counted)?;
+        r.iops[0].push(without);
+        r.ratios[0].push(1.0);
         for k in 0..n - 1 {
             let i = 1 + (round + k) % (n - 1);
-            if failed[i].is_some() {
+            if r.failed[i].is_some() {
                 continue;
             }
-            let x = match measure(configs[i], &lo.path, a, dev, &mut counted) {
+            let x = match measure(configs[i], dev_path, a, dev, &mut r.counted) {
                 Ok(x) => x,
                 Err(e) => {
                     let what = format!("{} round {round}", configs[i].label());
-                    failed[i] = Some(failures.add(&what, &e));
+                    r.failed[i] = Some(failures.add(&what, &e));
                     continue;
                 }
             };
-            let after = measure(Config::Without, &lo.path, a, dev, &mut counted)?;
-            iops[0].push(after);
-            iops[i].push(x);
+            let after = measure(Config::Without, dev_path, a, dev, &mut r.counted)?;
+            r.iops[0].push(after);
+            r.iops[i].push(x);
             let base = (without + after) / 2.0;
             if base > 0.0 {
-                ratios[i].push(x / base);
+                r.ratios[i].push(x / base);
             }
             without = after;
         }
     }
-    // In-kernel cost per program run, from the kernel's own accounting, in a
-    // separate pass (the accounting itself adds two clock reads per run).
+    Ok(r)
+}
+
+/// In-kernel cost per program run, from the kernel's own accounting, in a
+/// separate pass (the accounting itself adds two clock reads per run): per
+/// configuration, per pass, per program.
+fn cost_passes(
+    a: &Args,
+    configs: &[Config],
+    dev_path: &Path,
+    failed: &mut [Option<String>],
+    failures: &mut Failures,
+) -> Result<Vec<Vec<Vec<ProgramCost>>>> {
+    let n = configs.len();
     let mut passes: Vec<Vec<Vec<ProgramCost>>> = vec![Vec::new(); n];
-    {
-        let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
-        for pass in 0..a.cost_passes.max(1) as usize {
-            for k in 0..n - 1 {
-                let i = 1 + (pass + k) % (n - 1);
-                if failed[i].is_some() {
-                    continue;
-                }
-                let cost = attach(configs[i]).and_then(|att| {
-                    reader_round(&lo.path, a.threads, a.seconds.max(1.0), !a.no_pin)?;
-                    Ok(match att {
-                        Attached::Faultline(p) => costs_of(p.program_run_stats(), "block_"),
-                        Attached::Empty(e) => costs_of(e.program_run_stats(), "bench_empty_"),
-                        Attached::Peer(b) => {
-                            let c = b.run_stats();
-                            b.stop()?;
-                            c
-                        }
-                        Attached::None => Vec::new(),
-                    })
-                });
-                match cost {
-                    Ok(c) => passes[i].push(c),
-                    Err(e) => {
-                        let what = format!("{} cost pass {pass}", configs[i].label());
-                        failed[i] = Some(failures.add(&what, &e));
+    let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
+    for pass in 0..a.cost_passes.max(1) as usize {
+        for k in 0..n - 1 {
+            let i = 1 + (pass + k) % (n - 1);
+            if failed[i].is_some() {
+                continue;
+            }
+            let cost = attach(configs[i]).and_then(|att| {
+                reader_round(dev_path, a.threads, a.seconds.max(1.0), !a.no_pin)?;
+                Ok(match att {
+                    Attached::Faultline(p) => costs_of(p.program_run_stats(), "block_"),
+                    Attached::Empty(e) => costs_of(e.program_run_stats(), "bench_empty_"),
+                    Attached::Peer(b) => {
+                        let c = b.run_stats();
+                        b.stop()?;
+                        c
                     }
+                    Attached::None => Vec::new(),
+                })
+            });
+            match cost {
+                Ok(c) => passes[i].push(c),
+                Err(e) => {
+                    let what = format!("{} cost pass {pass}", configs[i].label());
+                    failed[i] = Some(failures.add(&what, &e));
                 }
             }
         }
     }
-    // Per program: the median ns per run over the passes, runs summed.
-    let mut costs: Vec<Vec<ProgramCost>> = passes
+    Ok(passes)
+}
+
+/// Per program: the median ns per run over the passes, runs summed.
+fn median_costs(passes: &[Vec<Vec<ProgramCost>>]) -> Vec<Vec<ProgramCost>> {
+    passes
         .iter()
         .map(|ps| {
             let mut names: Vec<String> = ps.iter().flatten().map(|c| c.program.clone()).collect();
@@ -407,25 +411,28 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 })
                 .collect()
         })
-        .collect();
-    let mw = crate::median(&iops[0]);
-    let rows: Vec<Row> = configs
+        .collect()
+}
+
+fn rows(configs: &[Config], r: &Rounds, mut costs: Vec<Vec<ProgramCost>>) -> Vec<Row> {
+    let mw = crate::median(&r.iops[0]);
+    configs
         .iter()
         .enumerate()
         .map(|(i, &c)| {
-            let m = crate::median(&iops[i]);
+            let m = crate::median(&r.iops[i]);
             // Runs per request: programs that fire once per request (all of
             // ours and the peer's on this read-only workload).
             let per_req: f64 = costs[i].iter().map(|p| p.ns_per_run).sum();
             Row {
                 config: c,
                 label: c.label(),
-                iops: iops[i].clone(),
+                iops: r.iops[i].clone(),
                 median_iops: m,
-                paired_ratios: ratios[i].clone(),
-                median_ratio_over_without: crate::median(&ratios[i]),
-                paired_ratio_p25: crate::quantile(&ratios[i], 0.25),
-                paired_ratio_p75: crate::quantile(&ratios[i], 0.75),
+                paired_ratios: r.ratios[i].clone(),
+                median_ratio_over_without: crate::median(&r.ratios[i]),
+                paired_ratio_p25: crate::quantile(&r.ratios[i], 0.25),
+                paired_ratio_p75: crate::quantile(&r.ratios[i], 0.75),
                 ratio_of_medians: if mw > 0.0 { m / mw } else { 0.0 },
                 added_ns_per_request: if m > 0.0 && mw > 0.0 {
                     1e9 / m - 1e9 / mw
@@ -434,10 +441,21 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 },
                 program_cost: std::mem::take(&mut costs[i]),
                 program_ns_per_request: per_req,
-                failure: failed[i].clone(),
+                failure: r.failed[i].clone(),
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Faultline (tp_btf) over the peer (in-kernel and added wall ns per
+/// request) and over empty programs (median paired IOPS ratio).
+struct Comparisons {
+    over_prog: Option<f64>,
+    over_added: Option<f64>,
+    over_empty: Option<f64>,
+}
+
+fn comparisons(configs: &[Config], rows: &[Row], iops: &[Vec<f64>]) -> Comparisons {
     let find = |c: Config| rows.iter().find(|r| r.config == c);
     let (ours, theirs) = (find(Config::FaultlineBtf), find(Config::Bpftrace));
     let over_prog = match (ours, theirs) {
@@ -465,13 +483,22 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         }
         _ => None,
     };
+    Comparisons {
+        over_prog,
+        over_added,
+        over_empty,
+    }
+}
+
+fn print(a: &Args, rows: &[Row], cmp: &Comparisons) {
+    let (over_prog, over_added, over_empty) = (cmp.over_prog, cmp.over_added, cmp.over_empty);
     println!(
         "block probe overhead: 4 KiB O_DIRECT random reads, {} threads, loop on tmpfs, {} rounds × {} s",
         a.threads, a.rounds, a.seconds
     );
     println!("| configuration | median IOPS | median paired ratio / without (quartiles) | ratio of medians | added wall ns per request | in-kernel program ns per request |");
     println!("|---|---|---|---|---|---|");
-    for r in &rows {
+    for r in rows {
         println!(
             "| {} | {:.0} | {:.3} ({:.3}–{:.3}) | {:.3} | {:.0} | {:.0} |",
             r.label,
@@ -504,6 +531,43 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     if let Some(x) = over_empty {
         println!("faultline (tp_btf) / empty programs, median paired IOPS ratio: {x:.3}");
     }
+}
+
+pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
+    ensure!(
+        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
+        "rounds, seconds and threads must be positive"
+    );
+    // tmpfs backing keeps the device fast, so probe cost is not hidden by disk latency.
+    let lo = tests::LoopDevice::new_in(Path::new("/dev/shm"), 64 << 20)
+        .context("creating a loop device (needs root and /dev/loop-control)")?;
+    // Fill once so reads hit allocated pages.
+    tests::direct_io_workload(&lo.path, 16, 4 << 20 >> 2, 0, 4096, 0, 0)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let _guard = rt.enter();
+    let (ma, mi) = lo.major_minor()?;
+    let dev = collector::storage::make_dev(ma, mi);
+    let mut configs = vec![Config::Without, Config::Empty, Config::FaultlineBtf];
+    if !a.no_classic {
+        configs.push(Config::FaultlineClassic);
+    }
+    let peer = !a.no_peer && crate::peer::available();
+    if peer {
+        configs.push(Config::Bpftrace);
+    } else if !a.no_peer {
+        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
+    }
+    let mut failures = Failures::default();
+    let mut r = rounds(a, &configs, &lo.path, dev, &mut failures)?;
+    let passes = cost_passes(a, &configs, &lo.path, &mut r.failed, &mut failures)?;
+    let rows = rows(&configs, &r, median_costs(&passes));
+    let cmp = comparisons(&configs, &rows, &r.iops);
+    print(a, &rows, &cmp);
+    let (over_prog, over_added, over_empty) = (cmp.over_prog, cmp.over_added, cmp.over_empty);
+    let counted = r.counted;
     let res = Result_ {
         benchmark: "block_probe_overhead",
         workload: format!(

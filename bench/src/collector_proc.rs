@@ -3,7 +3,7 @@
 //! lines (printed even with `--quiet`), its `/metrics` scraped, and its
 //! stderr kept for the error when it fails.
 use std::{
-    io::{BufRead as _, Read as _, Write as _},
+    io::{BufRead as _, Read as _},
     net::SocketAddr,
     path::Path,
     process::{Command, Stdio},
@@ -157,16 +157,8 @@ impl Collector {
     /// The text of the collector's `/metrics`.
     pub fn scrape(&self) -> Result<String> {
         let addr = self.metrics;
-        let mut s =
-            std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        Ok(text)
+        ::tests::metrics::scrape(&addr.to_string())
+            .with_context(|| format!("scraping http://{addr}/metrics"))
     }
 
     /// CPU seconds the collector used so far.

@@ -106,23 +106,22 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
         .unwrap_or(0.0)
 }
 
-pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("faultline-bench-history-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let cfg = HistoryConfig::default();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-
+/// The web API's latency with `a.incidents` incidents in history: one row
+/// per endpoint.
+fn api_latency(
+    a: &Args,
+    dir: &Path,
+    cfg: &HistoryConfig,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Vec<serde_json::Value>> {
     // 1. API latency with `incidents` incidents in history.
     let db = dir.join("api.db");
-    let mut st = Store::open(&db, &cfg)?;
+    let mut st = Store::open(&db, cfg)?;
     let t = Instant::now();
     st.write(&incidents(a.incidents), &[])?;
     let load_s = t.elapsed().as_secs_f64();
     drop(st);
-    let reader = Store::open_reader(&db, &cfg)?;
+    let reader = Store::open_reader(&db, cfg)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -133,6 +132,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         updates: utx,
         open: Default::default(),
         ingest: None,
+        acks: None,
     };
     rt.block_on(correlator::web::serve(addr, state, std::future::pending()))?;
     let endpoints = [
@@ -190,12 +190,32 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         api_rows.push(json!({"request": name, "path": path, "p50_ms": p50, "p99_ms": p99, "ratio_to_shell": p50 / shell.max(1e-9)}));
     }
 
-    // 2. Write cost per window at `nodes` nodes: the writer's transaction
-    // per fleet round against the engine task's enqueue of the same window.
+    Ok(api_rows)
+}
+
+/// History writes at `a.nodes` nodes.
+struct WriteCost {
+    samples_per_window: usize,
+    /// Medians, µs per window: the writer's transaction, the engine's enqueue.
+    write_us: f64,
+    enqueue_us: f64,
+    rollup_ms: f64,
+    bytes: u64,
+    dropped: u64,
+}
+
+/// Write cost per window at `a.nodes` nodes: the writer's transaction per
+/// fleet round against the engine task's enqueue of the same window.
+fn write_cost(
+    a: &Args,
+    dir: &Path,
+    cfg: &HistoryConfig,
+    rt: &tokio::runtime::Runtime,
+) -> Result<WriteCost> {
     let db = dir.join("write.db");
-    let mut st = Store::open(&db, &cfg)?;
+    let mut st = Store::open(&db, cfg)?;
     let (mut write_us, mut enqueue_us) = (Vec::new(), Vec::new());
-    let rec_store = Store::open(&dir.join("queue.db"), &cfg)?;
+    let rec_store = Store::open(&dir.join("queue.db"), cfg)?;
     let (rec, _h) = Recorder::start(rec_store, 1 << 20)?;
     let mut rows = 0usize;
     for r in 0..a.rounds {
@@ -241,6 +261,26 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     );
     println!("| ratio write / enqueue | {:.0}x | |", w50 / e50.max(1e-9));
     println!("rollup of the run to 1 min and 1 h: {rollup_ms:.0} ms; {:.1} MiB in use; {dropped} windows dropped by the queue", bytes as f64 / (1 << 20) as f64);
+    Ok(WriteCost {
+        samples_per_window: rows / (a.nodes * a.rounds).max(1),
+        write_us: w50,
+        enqueue_us: e50,
+        rollup_ms,
+        bytes,
+        dropped,
+    })
+}
+
+pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("faultline-bench-history-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = HistoryConfig::default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let api_rows = api_latency(a, &dir, &cfg, &rt)?;
+    let w = write_cost(a, &dir, &cfg, &rt)?;
     crate::report::write(
         &out_dir.join("history.json"),
         json!({
@@ -250,13 +290,13 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             "api": api_rows,
             "nodes": a.nodes,
             "rounds": a.rounds,
-            "samples_per_window": rows / (a.nodes * a.rounds).max(1),
-            "write_us_per_window": w50,
-            "enqueue_us_per_window": e50,
-            "writer_core_share_at_1s_windows": w50 * a.nodes as f64 / 1e6,
-            "rollup_ms": rollup_ms,
-            "bytes_in_use": bytes,
-            "queue_drops": dropped,
+            "samples_per_window": w.samples_per_window,
+            "write_us_per_window": w.write_us,
+            "enqueue_us_per_window": w.enqueue_us,
+            "writer_core_share_at_1s_windows": w.write_us * a.nodes as f64 / 1e6,
+            "rollup_ms": w.rollup_ms,
+            "bytes_in_use": w.bytes,
+            "queue_drops": w.dropped,
         }),
         &crate::report::Failures::default(),
     )?;

@@ -131,6 +131,153 @@ fn window_with(node: usize, seq: u64, hot: bool) -> Window {
 }
 pub(crate) const SAMPLES_PER_WINDOW: u64 = 8 * 20 + 8 * 5;
 
+/// What one cluster size measured.
+struct Measured {
+    wall: f64,
+    cpu: f64,
+    rss: u64,
+    /// Window close → candidate, and the other updates before it.
+    latency: Option<f64>,
+    others: Option<u64>,
+}
+
+type Channel = tonic::transport::Channel;
+
+/// Every node streams the windows `ws(node)` on its own stream, at most 64
+/// streams at a time.
+async fn stream_all(
+    chan: &Channel,
+    sem: &std::sync::Arc<tokio::sync::Semaphore>,
+    n: usize,
+    ws: impl Fn(usize) -> Vec<Window>,
+) -> Result<()> {
+    let mut tasks = Vec::new();
+    for node in 0..n {
+        let mut client = IngestClient::new(chan.clone());
+        let permit = sem.clone().acquire_owned().await?;
+        let ws = ws(node);
+        tasks.push(tokio::spawn(async move {
+            let r = client.stream(tokio_stream::iter(ws)).await;
+            drop(permit);
+            r
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+/// The subscriber's `opened` update for node 0's hot GPU: seconds since
+/// `since`, and the other updates before it.
+async fn candidate(
+    sub: &mut tonic::Streaming<proto::v1::CandidateUpdate>,
+    since: Instant,
+    n: usize,
+) -> (Option<f64>, Option<u64>) {
+    let mut seen: std::collections::BTreeMap<String, u64> = Default::default();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            match sub.message().await {
+                Ok(Some(u)) => {
+                    if u.state == "opened"
+                        && u.kind == "gpu_thermal_throttle"
+                        && u.entity.starts_with("n0000/")
+                    {
+                        return Some(since.elapsed().as_secs_f64());
+                    }
+                    *seen.entry(format!("{} {}", u.state, u.kind)).or_default() += 1;
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    eprintln!("ingest bench: subscription ended: {e}");
+                    return None;
+                }
+            }
+        }
+    })
+    .await;
+    let latency = got.ok().flatten();
+    let others = latency.is_some().then(|| seen.values().sum::<u64>());
+    if latency.is_none() || !seen.is_empty() {
+        eprintln!("ingest bench, {n} collectors: other updates before the candidate: {seen:?}");
+    }
+    (latency, others)
+}
+
+/// `n` collectors, `windows` windows each, into the correlator at `url`
+/// (process `pid`): throughput, then the candidate latency.
+async fn measure(url: &str, pid: u32, n: usize, windows: u64) -> Result<Measured> {
+    let chan = tonic::transport::Endpoint::from_shared(url.to_string())?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the correlator on {url}"))?;
+    // Subscribed from the start: a healthy cluster opens nothing, so
+    // every update before the hot GPU's is a false alarm.
+    let mut sub = proto::v1::candidates_client::CandidatesClient::new(chan.clone())
+        .subscribe(proto::v1::SubscribeRequest::default())
+        .await?
+        .into_inner();
+    let c0 = crate::procstat::cpu_seconds(pid).unwrap_or(0.0);
+    let t0 = Instant::now();
+    // Bounded concurrency: 64 streams at a time.
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    stream_all(&chan, &sem, n, |node| {
+        (1..=windows).map(|s| window(node, s)).collect()
+    })
+    .await?;
+    let wall = t0.elapsed().as_secs_f64();
+    // CPU of the throughput part only (the latency rounds come after).
+    let cpu = crate::procstat::cpu_seconds(pid).unwrap_or(0.0) - c0;
+    let rss = crate::procstat::rss_bytes(pid).unwrap_or(0);
+    // Latency: two more rounds in which node 0's GPU 0 throttles; time
+    // from the start of the second round (its windows closing) to the
+    // subscriber's `opened` update.
+    let (mut latency, mut others) = (None, None);
+    for round in 1..=2u64 {
+        let t_round = Instant::now();
+        stream_all(&chan, &sem, n, |node| {
+            vec![window_with(node, windows + round, node == 0)]
+        })
+        .await?;
+        if round == 2 {
+            (latency, others) = candidate(&mut sub, t_round, n).await;
+        }
+    }
+    Ok(Measured {
+        wall,
+        cpu,
+        rss,
+        latency,
+        others,
+    })
+}
+
+/// A `faultline-correlator serve` on a free loopback port: the process and
+/// its URL.
+fn start_correlator(bin: &Path) -> Result<(tests::KillOnDrop, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = tests::KillOnDrop(
+        Command::new(bin)
+            .args([
+                "serve",
+                "--insecure",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--max-windows-per-sec",
+                "0",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?,
+    );
+    crate::wait::port(&mut child.0, port, "the correlator")?;
+    Ok((child, format!("http://127.0.0.1:{port}")))
+}
+
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -145,121 +292,16 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     println!("| collectors | windows | samples | wall s | correlator CPU s | samples/s/core | RSS MiB | RSS KiB per entity | window close → candidate (s) | other updates |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for &n in &a.sizes {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let mut child = tests::KillOnDrop(
-            Command::new(&bin)
-                .args([
-                    "serve",
-                    "--insecure",
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--max-windows-per-sec",
-                    "0",
-                ])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .with_context(|| format!("starting {}", bin.display()))?,
-        );
+        let (mut child, url) = start_correlator(&bin)?;
         let pid = child.0.id();
-        crate::wait::port(&mut child.0, port, "the correlator")?;
-        let url = format!("http://127.0.0.1:{port}");
         let windows = a.windows;
-        let (wall, cpu, rss, latency, others) = rt.block_on(async {
-            let chan = tonic::transport::Endpoint::from_shared(url.clone())?
-                .connect()
-                .await
-                .with_context(|| format!("connecting to the correlator on {url}"))?;
-            // Subscribed from the start: a healthy cluster opens nothing, so
-            // every update before the hot GPU's is a false alarm.
-            let mut sub = proto::v1::candidates_client::CandidatesClient::new(chan.clone())
-                .subscribe(proto::v1::SubscribeRequest::default())
-                .await?
-                .into_inner();
-            let c0 = crate::procstat::cpu_seconds(pid).unwrap_or(0.0);
-            let t0 = Instant::now();
-            let mut tasks = Vec::new();
-            // Bounded concurrency: 64 streams at a time.
-            let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
-            for node in 0..n {
-                let mut client = IngestClient::new(chan.clone());
-                let permit = sem.clone().acquire_owned().await?;
-                tasks.push(tokio::spawn(async move {
-                    let ws: Vec<Window> = (1..=windows).map(|s| window(node, s)).collect();
-                    let r = client.stream(tokio_stream::iter(ws)).await;
-                    drop(permit);
-                    r
-                }));
-            }
-            for t in tasks {
-                t.await??;
-            }
-            let wall = t0.elapsed().as_secs_f64();
-            // CPU of the throughput part only (the latency rounds come after).
-            let cpu = crate::procstat::cpu_seconds(pid).unwrap_or(0.0) - c0;
-            let rss = crate::procstat::rss_bytes(pid).unwrap_or(0);
-            // Latency: two more rounds in which node 0's GPU 0 throttles; time
-            // from the start of the second round (its windows closing) to the
-            // subscriber's `opened` update.
-            let mut latency = None;
-            let mut others = None;
-            for round in 1..=2u64 {
-                let t_round = Instant::now();
-                let mut tasks = Vec::new();
-                for node in 0..n {
-                    let mut client = IngestClient::new(chan.clone());
-                    let permit = sem.clone().acquire_owned().await?;
-                    tasks.push(tokio::spawn(async move {
-                        let r = client
-                            .stream(tokio_stream::iter(vec![window_with(
-                                node,
-                                windows + round,
-                                node == 0,
-                            )]))
-                            .await;
-                        drop(permit);
-                        r
-                    }));
-                }
-                for t in tasks {
-                    t.await??;
-                }
-                if round == 2 {
-                    let mut seen: std::collections::BTreeMap<String, u64> = Default::default();
-                    let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-                        loop {
-                            match sub.message().await {
-                                Ok(Some(u)) => {
-                                    if u.state == "opened"
-                                        && u.kind == "gpu_thermal_throttle"
-                                        && u.entity.starts_with("n0000/")
-                                    {
-                                        return Some(t_round.elapsed().as_secs_f64());
-                                    }
-                                    *seen.entry(format!("{} {}", u.state, u.kind)).or_default() += 1;
-                                }
-                                Ok(None) => return None,
-                                Err(e) => {
-                                    eprintln!("ingest bench: subscription ended: {e}");
-                                    return None;
-                                }
-                            }
-                        }
-                    })
-                    .await;
-                    latency = got.ok().flatten();
-                    if latency.is_some() {
-                        others = Some(seen.values().sum::<u64>());
-                    }
-                    if latency.is_none() || !seen.is_empty() {
-                        eprintln!("ingest bench, {n} collectors: other updates before the candidate: {seen:?}");
-                    }
-                }
-            }
-            anyhow::Ok((wall, cpu, rss, latency, others))
-        })?;
+        let Measured {
+            wall,
+            cpu,
+            rss,
+            latency,
+            others,
+        } = rt.block_on(measure(&url, pid, n, windows))?;
         let _ = child.0.kill();
         let samples = n as u64 * windows * SAMPLES_PER_WINDOW;
         let per_core = samples as f64 / cpu.max(1e-3);

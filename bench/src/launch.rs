@@ -6,20 +6,23 @@
 //! peer (bpftrace `count()` on the same function). Throughput is the
 //! stand-in's own count over its own run time; bounded mode's estimated
 //! launch count is compared with that truth.
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+//!
+//! [`storm`] runs the stand-in, [`bounded`] is bounded mode's measurement.
+use std::path::Path;
 
-use anyhow::{bail, ensure, Context as _, Result};
+use anyhow::{ensure, Result};
 use collector::{
     cuda_lib::Search,
-    probes::{launch_control::LaunchController, ProbeOptions, Probes},
+    probes::{ProbeOptions, Probes},
 };
 use serde::Serialize;
 
 use crate::{peer::Bpftrace, report::Failures};
+
+mod bounded;
+mod storm;
+
+use storm::{finish, spawn};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -151,58 +154,6 @@ struct Report {
     bounded_counts_within_target_or_approximate: Option<bool>,
 }
 
-struct Storm {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    pid: u32,
-}
-
-fn spawn(a: &Args) -> Result<Storm> {
-    let mut child = Command::new(tests::launch_storm())
-        .arg(a.library())
-        .args([
-            a.threads.to_string(),
-            a.seconds.to_string(),
-            a.work_ns.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("spawning launch_storm")?;
-    let lines = tests::lines_of(&mut child);
-    let pid = lines
-        .recv_timeout(crate::wait::READY)
-        .ok()
-        .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
-        .context("launch_storm did not start")?;
-    Ok(Storm { child, lines, pid })
-}
-
-/// Waits for the stand-in's end line: (launches, seconds).
-fn finish(mut s: Storm) -> Result<(u64, f64)> {
-    let status = s.child.wait()?;
-    ensure!(status.success(), "launch_storm failed: {status}");
-    for l in s.lines.iter() {
-        if let Some(rest) = l.strip_prefix("launches ") {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            if let (Some(n), Some(secs)) = (f.first(), f.get(2)) {
-                return Ok((n.parse()?, secs.parse()?));
-            }
-        }
-    }
-    bail!("launch_storm printed no count")
-}
-
-/// CPU ns of every thread of `pid` (`/proc/PID/task/*/schedstat`).
-fn task_cpu_ns(pid: u32) -> u64 {
-    let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    d.filter_map(Result::ok)
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
     Ok(p.cuda_snapshot()?
         .launches
@@ -217,26 +168,26 @@ fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
 #[derive(Clone, Debug, Default, Serialize)]
 struct BoundedRound {
     /// The controller marked the sampled counts approximate (in any window).
-    approximate: bool,
+    pub approximate: bool,
     /// Its largest estimated relative error of the sampled counts.
-    estimated_error_bound: f64,
+    pub estimated_error_bound: f64,
     /// The per-hit cost it used at the end, ns.
-    calibrated_hit_cost_ns: f64,
+    pub calibrated_hit_cost_ns: f64,
     /// What a trap cost the stand-in: its CPU per launch while the probes
     /// were attached less its CPU per launch while detached (from its true
     /// count), ns (`/proc/PID/task/*/schedstat`, read at each toggle).
-    paid_hit_cost_ns: f64,
+    pub paid_hit_cost_ns: f64,
 }
 
 /// One measurement.
 #[derive(Default)]
 struct Measured {
-    launches_per_sec: f64,
+    pub launches_per_sec: f64,
     /// What the tool counted / the truth.
-    count_over_truth: Option<f64>,
+    pub count_over_truth: Option<f64>,
     /// Bounded mode: the controller's attached fraction per window.
-    fractions: Vec<f64>,
-    bounded: Option<BoundedRound>,
+    pub fractions: Vec<f64>,
+    pub bounded: Option<BoundedRound>,
 }
 
 fn measure(c: Config, a: &Args) -> Result<Measured> {
@@ -273,139 +224,7 @@ fn measure(c: Config, a: &Args) -> Result<Measured> {
                 ..Measured::default()
             }
         }
-        Config::FaultlineBounded => {
-            // Run counts of the launch program: every trap, counted or gated.
-            let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
-            let mut p = Probes::load(&opts)?;
-            // As the collector runs it: the hit cost measured at start and
-            // again while the stand-in is bounded.
-            let kind = p.launch_entry_kind().context("no launch probes attached")?;
-            let mut ctl = LaunchController::calibrating(
-                a.budget,
-                Duration::from_millis(a.period_ms),
-                Path::new("/proc"),
-                kind,
-            )?;
-            let first = p.cuda_snapshot()?;
-            let me = std::process::id();
-            let (cpu0, t0) = (
-                crate::procstat::cpu_seconds(me).unwrap_or(0.0),
-                Instant::now(),
-            );
-            let mut s = spawn(a)?;
-            let pid = s.pid;
-            let before: u64 = first
-                .launches
-                .iter()
-                .filter(|(k, _)| k.pid == pid)
-                .map(|(_, v)| v.launches)
-                .sum();
-            // The agent's loop: a window each second, toggles on schedule.
-            let mut fractions = Vec::new();
-            let mut round = BoundedRound::default();
-            // The stand-in's CPU: all of it, and while the probes were attached.
-            let (cpu_start, mut cpu_att, mut cpu_mark) = (task_cpu_ns(pid), 0u64, 0u64);
-            let mut cpu_end = cpu_start;
-            let mut next_window = Instant::now() + Duration::from_secs(1);
-            let estimate = loop {
-                // Exited but not reaped: the last snapshot still reads its
-                // final CPU time (the scaling's basis).
-                let exited = collector::probes::bench::child_exited_unreaped(pid);
-                if !exited {
-                    cpu_end = task_cpu_ns(pid);
-                }
-                let now = Instant::now();
-                if exited || now >= next_window {
-                    let snap = p.cuda_snapshot()?;
-                    fractions.push(ctl.fraction());
-                    round.approximate |= ctl.approximate();
-                    round.estimated_error_bound =
-                        round.estimated_error_bound.max(ctl.error_bound());
-                    next_window = now + Duration::from_secs(1);
-                    if exited {
-                        break snap
-                            .launches
-                            .iter()
-                            .filter(|(k, _)| k.pid == pid)
-                            .map(|(_, v)| v.launches)
-                            .sum::<u64>()
-                            - before;
-                    }
-                    continue;
-                }
-                let t = ctl.next_event(p.launch_probes_attached());
-                if t <= now {
-                    let was = p.launch_probes_attached();
-                    ctl.on_event(&mut p)?;
-                    if was != p.launch_probes_attached() {
-                        let c = task_cpu_ns(pid);
-                        if was {
-                            cpu_att += c.saturating_sub(cpu_mark);
-                        }
-                        cpu_mark = c;
-                    }
-                } else {
-                    std::thread::sleep(t.min(next_window) - now);
-                }
-            };
-            let runs: u64 = p
-                .program_run_stats()
-                .iter()
-                .filter(|(n, _, _)| n == "cuda_launch")
-                .map(|(_, c, _)| *c)
-                .sum();
-            let agent_cpu = (crate::procstat::cpu_seconds(me).unwrap_or(0.0) - cpu0)
-                / t0.elapsed().as_secs_f64();
-            let raw = p.raw_launch_totals()?.get(&pid).copied().unwrap_or(0);
-            println!(
-                "  bounded: the agent's loop (snapshots, checks, attach/detach) used {:.2} % of a CPU",
-                100.0 * agent_cpu
-            );
-            println!(
-                "  bounded: {runs} traps, {raw} counted ({} gated); hit cost at the end {:.0} ns",
-                runs.saturating_sub(raw),
-                ctl.hit_cost_s() * 1e9
-            );
-            // Collect the exit line (the child has exited).
-            let status = s.child.wait()?;
-            ensure!(status.success(), "launch_storm failed: {status}");
-            let (n, secs) = s
-                .lines
-                .iter()
-                .find_map(|l| {
-                    let rest = l.strip_prefix("launches ")?.to_string();
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    Some((
-                        f.first()?.parse::<u64>().ok()?,
-                        f.get(2)?.parse::<f64>().ok()?,
-                    ))
-                })
-                .context("launch_storm printed no count")?;
-            // Every trap (counted or gated) fell in an attached phase; the
-            // other launches ran detached.
-            let cpu_all = cpu_end.saturating_sub(cpu_start) as f64 * 1e-9;
-            let cpu_on = cpu_att as f64 * 1e-9;
-            round.calibrated_hit_cost_ns = ctl.hit_cost_s() * 1e9;
-            round.paid_hit_cost_ns = if runs > 0 && n > runs {
-                1e9 * (cpu_on / runs as f64 - (cpu_all - cpu_on) / (n - runs) as f64)
-            } else {
-                0.0
-            };
-            println!(
-                "  bounded: count / truth {:.3}{}, estimated error bound {:.1} %; a trap cost the stand-in {:.0} ns, the controller used {:.0} ns",
-                estimate as f64 / n as f64,
-                if round.approximate { " (approximate)" } else { "" },
-                round.estimated_error_bound * 100.0,
-                round.paid_hit_cost_ns,
-                round.calibrated_hit_cost_ns
-            );
-            Measured {
-                launches_per_sec: n as f64 / secs,
-                count_over_truth: Some(estimate as f64 / n as f64),
-                fractions,
-                bounded: Some(round),
-            }
-        }
+        Config::FaultlineBounded => bounded::measure(a, &opts)?,
         Config::Bpftrace => {
             let prog = format!(
                 "uprobe:{}:cuLaunchKernel {{ @ = count(); }}",
@@ -424,85 +243,85 @@ fn measure(c: Config, a: &Args) -> Result<Measured> {
     })
 }
 
-pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
-    ensure!(
-        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
-        "rounds, seconds and threads must be positive"
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let _g = rt.enter();
-    // The hit cost on an entry of the kind faultline probes in this build.
-    let kind = collector::probes::entry::placement_of(&a.library(), "cuLaunchKernel").kind;
-    let hit_ns = collector::probes::measure_uprobe_hit_ns(kind, 500)?;
-    let mut configs = vec![
-        Config::Without,
-        Config::FaultlineExact,
-        Config::FaultlineBounded,
-    ];
-    let peer = !a.no_peer && crate::peer::available();
-    if peer {
-        configs.push(Config::Bpftrace);
-    } else if !a.no_peer {
-        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
-    }
+/// Every round's results, per configuration (in `configs` order).
+struct Series {
+    tput: Vec<Vec<f64>>,
+    ratios: Vec<Vec<f64>>,
+    counts: Vec<Vec<f64>>,
+    fracs: Vec<Vec<f64>>,
+    bounded: Vec<Vec<BoundedRound>>,
+    /// A configuration that fails is reported as failed and left out of the
+    /// later rounds; the others go on.
+    failed: Vec<Option<String>>,
+}
+
+/// The rounds: every configuration once per round, order rotated;
+/// throughput paired with the same round's "without".
+fn rounds(a: &Args, configs: &[Config], failures: &mut Failures) -> Series {
     let n = configs.len();
-    let mut tput: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut counts: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut fracs: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut bounded: Vec<Vec<BoundedRound>> = vec![Vec::new(); n];
-    // A configuration that fails is reported as failed and left out of the
-    // later rounds; the others go on.
-    let mut failed: Vec<Option<String>> = vec![None; n];
-    let mut failures = Failures::default();
+    let mut s = Series {
+        tput: vec![Vec::new(); n],
+        ratios: vec![Vec::new(); n],
+        counts: vec![Vec::new(); n],
+        fracs: vec![Vec::new(); n],
+        bounded: vec![Vec::new(); n],
+        failed: vec![None; n],
+    };
     for round in 0..a.rounds as usize {
         let mut this: Vec<Option<f64>> = vec![None; n];
         for k in 0..n {
             let i = (round + k) % n;
-            if failed[i].is_some() {
+            if s.failed[i].is_some() {
                 continue;
             }
             match measure(configs[i], a) {
                 Ok(m) => {
                     this[i] = Some(m.launches_per_sec);
                     if let Some(c) = m.count_over_truth {
-                        counts[i].push(c);
+                        s.counts[i].push(c);
                     }
-                    fracs[i].extend(m.fractions);
-                    bounded[i].extend(m.bounded);
+                    s.fracs[i].extend(m.fractions);
+                    s.bounded[i].extend(m.bounded);
                 }
                 Err(e) => {
                     let what = format!("{} round {round}", configs[i].label());
-                    failed[i] = Some(failures.add(&what, &e));
+                    s.failed[i] = Some(failures.add(&what, &e));
                 }
             }
         }
         for i in 0..n {
             let Some(t) = this[i] else { continue };
-            tput[i].push(t);
+            s.tput[i].push(t);
             if let Some(base) = this[0] {
-                ratios[i].push(t / base.max(1e-9));
+                s.ratios[i].push(t / base.max(1e-9));
             }
         }
     }
-    let rows: Vec<Row> = configs
+    s
+}
+
+fn rows(configs: &[Config], s: &Series) -> Vec<Row> {
+    configs
         .iter()
         .enumerate()
         .map(|(i, &c)| Row {
             config: c,
             label: c.label(),
-            median_launches_per_sec: crate::median(&tput[i]),
-            launches_per_sec: tput[i].clone(),
-            median_ratio_over_without: crate::median(&ratios[i]),
-            paired_ratios: ratios[i].clone(),
-            count_over_truth: counts[i].clone(),
-            fractions: fracs[i].clone(),
-            bounded_rounds: bounded[i].clone(),
-            failure: failed[i].clone(),
+            median_launches_per_sec: crate::median(&s.tput[i]),
+            launches_per_sec: s.tput[i].clone(),
+            median_ratio_over_without: crate::median(&s.ratios[i]),
+            paired_ratios: s.ratios[i].clone(),
+            count_over_truth: s.counts[i].clone(),
+            fractions: s.fracs[i].clone(),
+            bounded_rounds: s.bounded[i].clone(),
+            failure: s.failed[i].clone(),
         })
-        .collect();
+        .collect()
+}
+
+/// The table and bounded mode's rounds; whether bounded mode's counts were
+/// within 5 % of the truth or marked approximate in every round.
+fn print_rows(a: &Args, rows: &[Row], hit_ns: f64, kind: &str) -> Option<bool> {
     println!(
         "launch-heavy stand-in ({} build): {} threads × (cuLaunchKernel + {} µs CPU), {} s × {} rounds; uprobe hit {:.0} ns on a {} entry",
         a.entry.name(),
@@ -511,11 +330,11 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         a.seconds,
         a.rounds,
         hit_ns,
-        kind.name()
+        kind
     );
     println!("| configuration | median launches/s | median ratio / without | counted / truth (per round) |");
     println!("|---|---|---|---|");
-    for r in &rows {
+    for r in rows {
         let c: Vec<String> = r
             .count_over_truth
             .iter()
@@ -567,6 +386,36 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
                 .collect::<Vec<_>>()
         );
     }
+    held
+}
+
+pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
+    ensure!(
+        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
+        "rounds, seconds and threads must be positive"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _g = rt.enter();
+    // The hit cost on an entry of the kind faultline probes in this build.
+    let kind = collector::probes::entry::placement_of(&a.library(), "cuLaunchKernel").kind;
+    let hit_ns = collector::probes::measure_uprobe_hit_ns(kind, 500)?;
+    let mut configs = vec![
+        Config::Without,
+        Config::FaultlineExact,
+        Config::FaultlineBounded,
+    ];
+    let peer = !a.no_peer && crate::peer::available();
+    if peer {
+        configs.push(Config::Bpftrace);
+    } else if !a.no_peer {
+        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
+    }
+    let mut failures = Failures::default();
+    let series = rounds(a, &configs, &mut failures);
+    let rows = rows(&configs, &series);
+    let held = print_rows(a, &rows, hit_ns, kind.name());
     let report = Report {
         benchmark: "cuda_launch_bounded_overhead",
         workload: format!(

@@ -25,11 +25,19 @@ pub mod nccl;
 pub mod nccl_lib;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+/// Without NVML, only its configuration section (`[nvml]`).
+#[cfg(not(feature = "nvml"))]
+#[path = "nvml/section.rs"]
+pub mod nvml;
 pub mod otlp;
 #[cfg(feature = "nvml")]
 pub mod podresources;
 pub mod privilege;
 #[cfg(feature = "probes")]
+pub mod probes;
+/// Without the eBPF probes, only their configuration sections.
+#[cfg(not(feature = "probes"))]
+#[path = "probes/section.rs"]
 pub mod probes;
 pub mod prom_text;
 #[cfg(feature = "rdma")]

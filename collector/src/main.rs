@@ -39,17 +39,24 @@ struct CheckArgs {
     run: RunArgs,
 }
 
+/// `check-config FILE --config OTHER`: which one to check is unclear.
+#[derive(Debug, thiserror::Error)]
+#[error("check-config: two config files ({} and --config {}); give one", .file.display(), .flag.display())]
+struct TwoConfigFiles {
+    file: std::path::PathBuf,
+    flag: std::path::PathBuf,
+}
+
 impl CheckArgs {
     /// The run arguments with the file from either form.
-    fn run_args(&self) -> Result<RunArgs, String> {
+    fn run_args(&self) -> Result<RunArgs, TwoConfigFiles> {
         let mut a = self.run.clone();
         match (&self.file, &a.config) {
             (Some(f), Some(c)) if f != c => {
-                return Err(format!(
-                    "check-config: two config files ({} and --config {}); give one",
-                    f.display(),
-                    c.display()
-                ))
+                return Err(TwoConfigFiles {
+                    file: f.clone(),
+                    flag: c.clone(),
+                })
             }
             (Some(f), _) => a.config = Some(f.clone()),
             _ => {}
@@ -143,7 +150,7 @@ struct RunArgs {
     /// Provider data-path functions as `PATH:POLL_CQ:POST_SEND:POST_RECV`, each
     /// a symbol or a `0x` file offset [verbs.provider] (default: resolved through
     /// the ops table of a context on the first RDMA device).
-    #[arg(long, value_name = "SPEC", value_parser = parse_provider)]
+    #[arg(long, value_name = "SPEC", value_parser = collector::probes::ProviderTarget::parse_spec)]
     verbs_provider: Option<collector::probes::ProviderTarget>,
     /// Directory that holds `class/infiniband` and `dev/block` [collector.sysfs_root, default /sys].
     #[arg(long, value_name = "DIR")]
@@ -268,16 +275,7 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
         c.verbs.library = args.verbs_library.clone();
     }
     if let Some(t) = &args.verbs_provider {
-        let loc = |l: &collector::probes::CodeLoc| match l {
-            collector::probes::CodeLoc::Symbol(s) => s.clone(),
-            collector::probes::CodeLoc::Offset(o) => format!("0x{o:x}"),
-        };
-        c.verbs.provider = Some(collector::config::ProviderSection {
-            path: t.path.clone(),
-            poll_cq: loc(&t.poll_cq),
-            post_send: loc(&t.post_send),
-            post_recv: loc(&t.post_recv),
-        });
+        c.verbs.provider = Some(t.section());
     }
     c.validate()?;
     Ok(c)
@@ -384,18 +382,4 @@ fn init_tracing(filter: &str, format: &str) {
     } else {
         b.try_init()
     };
-}
-
-fn parse_provider(s: &str) -> Result<collector::probes::ProviderTarget, String> {
-    let parts: Vec<&str> = s.rsplitn(4, ':').collect();
-    let [recv, send, poll, path] = parts.as_slice() else {
-        return Err("expected PATH:POLL_CQ:POST_SEND:POST_RECV".into());
-    };
-    let loc = collector::config::parse_loc;
-    Ok(collector::probes::ProviderTarget {
-        path: std::path::PathBuf::from(path),
-        poll_cq: loc(poll)?,
-        post_send: loc(send)?,
-        post_recv: loc(recv)?,
-    })
 }

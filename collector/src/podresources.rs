@@ -27,7 +27,7 @@ use tonic::transport::{Endpoint, Uri};
 use crate::{nvml::GpuInfo, workload::WorkloadLabels};
 
 /// Where the kubelet serves the API.
-pub const DEFAULT_SOCKET: &str = crate::config::DEFAULT_POD_RESOURCES_SOCKET;
+pub const DEFAULT_SOCKET: &str = crate::nvml::DEFAULT_POD_RESOURCES_SOCKET;
 /// How often the kubelet is asked.
 pub const REFRESH: Duration = Duration::from_secs(5);
 /// How long one `List` (connect included) may take.
@@ -237,7 +237,9 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(h) = self.handle.take() {
-            let _ = h.join();
+            if h.join().is_err() {
+                tracing::error!("the pod-resources thread panicked: GPU pod labels stopped updating before shutdown");
+            }
         }
     }
 }

@@ -23,6 +23,23 @@ pub enum RdmaError {
     MissingSymbol { lib: String, symbol: &'static str },
 }
 
+/// Why the provider's data-path functions could not be located.
+#[derive(Debug, thiserror::Error)]
+pub enum DataPathError {
+    #[error(transparent)]
+    Load(#[from] RdmaError),
+    #[error("no RDMA device to open a context on")]
+    NoDevice,
+    #[error("ibv_open_device failed")]
+    OpenDevice,
+    #[error("reading /proc/self/maps: {0}")]
+    Maps(#[source] std::io::Error),
+    #[error("provider has no {0} in its ops table")]
+    NotInOps(&'static str),
+    #[error("{name} at {addr:#x} is not in a mapped file")]
+    NotMapped { name: &'static str, addr: u64 },
+}
+
 type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
 type FreeDeviceList = unsafe extern "C" fn(*mut *mut ibv_device);
 type GetDeviceName = unsafe extern "C" fn(*mut ibv_device) -> *const c_char;
@@ -405,13 +422,13 @@ impl Verbs {
     /// Resolves the provider's `poll_cq`, `post_send` and `post_recv` through
     /// the ops table of a context opened on the first device (providers such
     /// as rxe export no symbols). Needs an RDMA device.
-    pub fn data_path_locations(&self) -> Result<[(&'static str, CodeLocation); 3], String> {
+    pub fn data_path_locations(&self) -> Result<[(&'static str, CodeLocation); 3], DataPathError> {
         self.with_devices(|devs| {
-            let &d = devs.first().ok_or("no RDMA device to open a context on")?;
+            let &d = devs.first().ok_or(DataPathError::NoDevice)?;
             // SAFETY: device pointer from the list.
             let ctx = unsafe { (self.open_device)(d) };
             if ctx.is_null() {
-                return Err("ibv_open_device failed".to_string());
+                return Err(DataPathError::OpenDevice);
             }
             // SAFETY: open context; the ops table is part of struct ibv_context.
             let ops = unsafe { &(*ctx).ops };
@@ -420,15 +437,15 @@ impl Verbs {
                 ("post_send", ops.post_send.map(|f| f as usize as u64)),
                 ("post_recv", ops.post_recv.map(|f| f as usize as u64)),
             ];
-            let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string());
+            let maps = std::fs::read_to_string("/proc/self/maps").map_err(DataPathError::Maps);
             // SAFETY: context opened above.
             unsafe { (self.close_device)(ctx) };
             let maps = maps?;
-            let find = |(name, a): (&'static str, Option<u64>)| -> Result<(&'static str, CodeLocation), String> {
-                let a = a.ok_or_else(|| format!("provider has no {name} in its ops table"))?;
-                locate_address(&maps, a)
+            let find = |(name, a): (&'static str, Option<u64>)| {
+                let addr = a.ok_or(DataPathError::NotInOps(name))?;
+                locate_address(&maps, addr)
                     .map(|l| (name, l))
-                    .ok_or_else(|| format!("{name} at {a:#x} is not in a mapped file"))
+                    .ok_or(DataPathError::NotMapped { name, addr })
             };
             Ok([find(addrs[0])?, find(addrs[1])?, find(addrs[2])?])
         })

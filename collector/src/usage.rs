@@ -18,6 +18,10 @@ use proto::v1 as pb;
 
 use crate::prom_text::{Kind, Text};
 
+mod section;
+mod window;
+pub use section::UsageSection;
+
 /// One GPU's reading this window.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GpuReading {
@@ -125,8 +129,6 @@ pub struct Accountant {
     pub folded: u64,
 }
 
-type Key = (String, String, &'static str, String);
-
 impl Accountant {
     pub fn new(teams: BTreeMap<String, String>, max_jobs: usize) -> Self {
         Self {
@@ -156,200 +158,6 @@ impl Accountant {
             return proc_team.to_string();
         }
         self.learned.get(job).cloned().unwrap_or_default()
-    }
-
-    /// One window: the usage rows (sorted by job, team, kind, resource).
-    /// `who` resolves a pid.
-    pub fn window(
-        &mut self,
-        inp: &Inputs<'_>,
-        mut who: impl FnMut(u32) -> Who,
-    ) -> Vec<pb::JobUsage> {
-        let w = inp.seconds.max(0.0);
-        let mut rows: BTreeMap<Key, pb::JobUsage> = BTreeMap::new();
-        let mut resolved: BTreeMap<u32, Who> = BTreeMap::new();
-        let mut lookup =
-            |pid: u32| -> Who { resolved.entry(pid).or_insert_with(|| who(pid)).clone() };
-
-        // GPUs: per device, the jobs with a process on it (NVML's list and
-        // the CUDA rows), the device's busy time and energy split by share.
-        let mut host_gpu_share: BTreeMap<(String, String), f64> = BTreeMap::new();
-        for g in inp.gpus.iter().filter(|g| !g.lost) {
-            let res = g.index.to_string();
-            // (job, team) → (sm pct sum, launches, mem bytes)
-            let mut jobs: BTreeMap<(String, String), (f64, u64, u64)> = BTreeMap::new();
-            let mut per_proc = false;
-            for p in &g.procs {
-                let id = lookup(p.pid);
-                let team = self.team(&id.job, &id.team);
-                let e = jobs.entry((id.job, team)).or_default();
-                if let Some(sm) = p.sm_pct {
-                    per_proc = true;
-                    e.0 += f64::from(sm);
-                }
-                e.2 += p.mem_bytes.unwrap_or(0);
-            }
-            for c in inp.cuda.iter().filter(|c| c.device == g.index as i32) {
-                let id = lookup(c.pid);
-                let job = if c.job.is_empty() {
-                    id.job
-                } else {
-                    c.job.clone()
-                };
-                let team = self.team(&job, &id.team);
-                jobs.entry((job, team)).or_default().1 += c.launches;
-            }
-            let busy = g.util_pct.map_or(0.0, |u| f64::from(u.min(100)) / 100.0) * w;
-            let energy_j = match (g.energy_mj, self.prev_energy.get(&g.index)) {
-                (Some(cur), Some(&prev)) if cur >= prev => (cur - prev) as f64 / 1000.0,
-                _ => 0.0,
-            };
-            if let Some(e) = g.energy_mj {
-                self.prev_energy.insert(g.index, e);
-            }
-            let sm_sum: f64 = jobs.values().map(|v| v.0).sum();
-            let launch_sum: u64 = jobs.values().map(|v| v.1).sum();
-            let n = jobs.len() as f64;
-            let by_sm = per_proc && sm_sum > 0.0;
-            let how = if by_sm {
-                method::NVML_PROCESS
-            } else {
-                method::DEVICE_SHARE
-            };
-            let share = |v: &(f64, u64, u64)| -> f64 {
-                if by_sm {
-                    v.0 / sm_sum
-                } else if launch_sum > 0 {
-                    v.1 as f64 / launch_sum as f64
-                } else {
-                    1.0 / n
-                }
-            };
-            if jobs.is_empty() {
-                if busy > 0.0 || energy_j > 0.0 {
-                    let r = row(&mut rows, "", "", "gpu", &res);
-                    r.gpu_busy_seconds += busy;
-                    r.energy_joules += energy_j;
-                    r.resource_util = busy / w.max(1e-9);
-                }
-                continue;
-            }
-            for ((job, team), v) in &jobs {
-                let s = share(v);
-                let r = row(&mut rows, job, team, "gpu", &res);
-                r.gpu_alloc_seconds += w;
-                r.gpu_busy_seconds += busy * s;
-                r.energy_joules += energy_j * s;
-                r.peak_mem_bytes = r.peak_mem_bytes.max(v.2);
-                r.method = how.to_string();
-                r.resource_util = busy / w.max(1e-9);
-                *host_gpu_share
-                    .entry((job.clone(), team.clone()))
-                    .or_default() += 1.0;
-            }
-        }
-        // CUDA calls per job and device (also on GPUs NVML does not list).
-        for c in inp.cuda {
-            let id = lookup(c.pid);
-            let job = if c.job.is_empty() {
-                id.job
-            } else {
-                c.job.clone()
-            };
-            let team = self.team(&job, &id.team);
-            let r = row(&mut rows, &job, &team, "gpu", &c.device.to_string());
-            r.launches += c.launches;
-            r.copy_bytes += c.copy_bytes;
-            r.sync_wait_ns += c.sync_wait_ns;
-            if r.method.is_empty() {
-                r.method = method::EXACT.into();
-            }
-        }
-        // Storage: block rows are per submitter cgroup already.
-        let mut in_flight: BTreeMap<String, f64> = BTreeMap::new();
-        for b in inp.block {
-            let team = self.team(&b.job, "");
-            let r = row(&mut rows, &b.job, &team, "storage", &b.device);
-            r.io_requests += b.requests;
-            r.io_bytes += b.bytes;
-            r.io_device_ns += b.latency_sum_ns;
-            r.method = method::EXACT.into();
-            *in_flight.entry(b.device.clone()).or_default() += b.latency_sum_ns as f64 / 1e9;
-        }
-        // Fabric: bytes posted through verbs, per process's HCA.
-        for &(pid, bytes) in inp.verbs_posted {
-            let id = lookup(pid);
-            let team = self.team(&id.job, &id.team);
-            let res = id.hca.clone().unwrap_or_else(|| "verbs".into());
-            let r = row(&mut rows, &id.job, &team, "fabric", &res);
-            r.fabric_bytes += bytes;
-            r.method = method::VERBS.into();
-        }
-        // Port bytes where no verbs probe counts them: split by the jobs'
-        // GPU share on this host, unattributed when no job holds a GPU.
-        let gpu_total: f64 = host_gpu_share.values().sum();
-        for p in inp.ib_ports {
-            let Some(&words) = p.counters.get("port_xmit_data") else {
-                continue;
-            };
-            let key = (p.hca.clone(), p.port);
-            let prev = self.prev_port.insert(key, words);
-            let Some(prev) = prev.filter(|&v| v <= words) else {
-                continue;
-            };
-            let bytes = (words - prev).saturating_mul(4);
-            let res = format!("{}/{}", p.hca, p.port);
-            let util = if p.rate_bytes_per_sec > 0 && w > 0.0 {
-                bytes as f64 / (p.rate_bytes_per_sec as f64 * w)
-            } else {
-                0.0
-            };
-            if inp.verbs_active {
-                continue;
-            }
-            if gpu_total <= 0.0 {
-                if bytes > 0 {
-                    let r = row(&mut rows, "", "", "fabric", &res);
-                    r.fabric_bytes += bytes;
-                    r.method = method::PORT_SHARE.into();
-                    r.resource_util = util;
-                }
-                continue;
-            }
-            // Integer split; the remainder goes to the last job so the rows
-            // add up to the port's bytes exactly.
-            let mut left = bytes;
-            let n = host_gpu_share.len();
-            for (i, ((job, team), s)) in host_gpu_share.iter().enumerate() {
-                let part = if i + 1 == n {
-                    left
-                } else {
-                    ((bytes as f64 * s / gpu_total).floor() as u64).min(left)
-                };
-                left -= part;
-                let r = row(&mut rows, job, team, "fabric", &res);
-                r.fabric_bytes += part;
-                r.method = method::PORT_SHARE.into();
-                r.resource_util = util;
-            }
-        }
-        for ((_, _, kind, res), r) in rows.iter_mut() {
-            if *kind == "storage" {
-                r.resource_util = in_flight.get(res).copied().unwrap_or(0.0) / w.max(1e-9);
-            }
-        }
-        let out: Vec<pb::JobUsage> = rows.into_values().collect();
-        for u in &out {
-            let key = (u.job.clone(), u.team.clone());
-            let key = if self.totals.contains_key(&key) || self.totals.len() < self.max_jobs {
-                key
-            } else {
-                self.folded += 1;
-                (OVERFLOW_JOB.to_string(), String::new())
-            };
-            self.totals.entry(key).or_default().add(u);
-        }
-        out
     }
 
     pub fn totals(&self) -> &BTreeMap<(String, String), Totals> {
@@ -386,23 +194,6 @@ impl Accountant {
         );
         t.render()
     }
-}
-
-fn row<'a>(
-    rows: &'a mut BTreeMap<Key, pb::JobUsage>,
-    job: &str,
-    team: &str,
-    kind: &'static str,
-    res: &str,
-) -> &'a mut pb::JobUsage {
-    rows.entry((job.to_string(), team.to_string(), kind, res.to_string()))
-        .or_insert_with(|| pb::JobUsage {
-            job: job.to_string(),
-            team: team.to_string(),
-            resource_kind: kind.to_string(),
-            resource: res.to_string(),
-            ..pb::JobUsage::default()
-        })
 }
 
 #[cfg(test)]

@@ -137,7 +137,7 @@ pub fn gpu_workloads(
 ) -> BTreeMap<u32, (WorkloadLabels, usize)> {
     let mut seen: BTreeMap<u32, BTreeSet<WorkloadLabels>> = BTreeMap::new();
     for (&pid, ordinals) in procs.iter().take(4096) {
-        let minors = crate::nvml::gpus_of_pid(proc_root, pid);
+        let minors = gpus_of_pid(proc_root, pid);
         let Some(id) = ids.get(pid) else { continue };
         let gpus: BTreeSet<u32> = if minors.is_empty() {
             index.of_ordinals(id, ordinals)
@@ -179,6 +179,18 @@ pub fn gpu_workloads(
         }
     }
     out
+}
+
+/// GPU minor numbers a process has open, from `/dev/nvidia<N>` in its maps.
+pub fn gpus_of_pid(proc_root: &Path, pid: u32) -> BTreeSet<u32> {
+    let Ok(maps) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")) else {
+        return BTreeSet::new();
+    };
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter_map(|p| p.strip_prefix("/dev/nvidia"))
+        .filter_map(|n| n.parse::<u32>().ok())
+        .collect()
 }
 
 #[cfg(test)]

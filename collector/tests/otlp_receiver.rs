@@ -248,7 +248,7 @@ async fn a_port_in_use_is_reported_with_its_key_and_the_other_transport_runs() {
         ..test_config()
     };
     let rx = otlp::start(&cfg).await;
-    let e = rx.grpc.clone().unwrap_err();
+    let e = rx.grpc.clone().unwrap_err().to_string();
     assert!(
         e.contains("otlp.grpc_addr") && e.contains("--no-otlp-grpc"),
         "{e}"

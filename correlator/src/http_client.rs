@@ -131,6 +131,19 @@ pub async fn request(
     request_with(method, url, body, timeout, None).await
 }
 
+/// [`request`] with extra headers (`authorization`, …).
+pub async fn request_with_headers(
+    method: &str,
+    url: &str,
+    body: Option<Vec<u8>>,
+    timeout: Duration,
+    headers: &[(&str, &str)],
+) -> Result<(u16, Vec<u8>), HttpError> {
+    tokio::time::timeout(timeout, send(method, url, body, None, headers))
+        .await
+        .map_err(|_| HttpError::Timeout(url.to_string()))?
+}
+
 /// [`request`] for `http://` or, with `tls`, `https://` URLs.
 pub async fn request_with(
     method: &str,
@@ -139,7 +152,7 @@ pub async fn request_with(
     timeout: Duration,
     tls: Option<&Tls>,
 ) -> Result<(u16, Vec<u8>), HttpError> {
-    tokio::time::timeout(timeout, send(method, url, body, tls))
+    tokio::time::timeout(timeout, send(method, url, body, tls, &[]))
         .await
         .map_err(|_| HttpError::Timeout(url.to_string()))?
 }
@@ -149,6 +162,7 @@ async fn send(
     url: &str,
     body: Option<Vec<u8>>,
     tls: Option<&Tls>,
+    headers: &[(&str, &str)],
 ) -> Result<(u16, Vec<u8>), HttpError> {
     let uri: hyper::Uri = url.parse().map_err(|_| HttpError::Url(url.to_string()))?;
     let https = match uri.scheme_str() {
@@ -186,13 +200,22 @@ async fn send(
             method,
             auth.as_str(),
             path,
-            &[],
+            headers,
             body,
             MAX_REPLY_BYTES,
         )
         .await
     } else {
-        exchange(tcp, method, auth.as_str(), path, &[], body, MAX_REPLY_BYTES).await
+        exchange(
+            tcp,
+            method,
+            auth.as_str(),
+            path,
+            headers,
+            body,
+            MAX_REPLY_BYTES,
+        )
+        .await
     };
     reply.map_err(io)
 }

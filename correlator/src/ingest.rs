@@ -13,13 +13,15 @@ use std::{
 
 use proto::record::RecordLog;
 
-use proto::v1::{ingest_server::Ingest, Origin, ResumeReply, ResumeRequest, StreamSummary, Window};
-use tonic::{Request, Response, Status, Streaming};
+use proto::v1::{Origin, Window};
+use tonic::Status;
 
-use crate::auth::Peer;
+use crate::limits::LimitsConfig;
 
 mod seq;
+mod service;
 use seq::{Budget, Seq, Verdict};
+pub use service::IngestService;
 
 /// The largest window `serve` decodes (gRPC message limit, bytes).
 pub const MAX_WINDOW_BYTES: usize = 16 << 20;
@@ -42,54 +44,23 @@ pub struct Counters {
 /// 285 million years of 1-second windows).
 pub const MAX_SEQ: u64 = 1 << 53;
 
-/// What ingest accepts (from the `[detect.limits]` keys of the same names,
-/// [`LimitsConfig`](crate::engine::config::LimitsConfig), docs/security.md).
-#[derive(Clone, Debug, PartialEq)]
-pub struct IngestLimits {
-    /// A window may be at most this many sequence numbers past its origin's
-    /// last one.
-    pub max_seq_jump: u64,
-    /// Sequence numbers an origin may skip per minute of wall-clock time,
-    /// accumulating up to `max_seq_jump` (0 = no budget).
-    pub max_seq_skip_per_min: u64,
-    /// A window ending more than this far ahead of the correlator's clock is
-    /// refused (0 = no check).
-    pub max_future_s: f64,
-    /// … or ending more than this long ago (0 = no check).
-    pub max_past_s: f64,
-    /// Distinct hostnames tracked; windows of further hosts are refused.
-    pub max_hosts: usize,
-    /// Collector runs (origins) remembered per host; the least recently
-    /// seen is forgotten first.
-    pub max_origins_per_host: usize,
-    /// Hosts silent this long are forgotten (0 = never).
-    pub idle_forget_s: f64,
-}
-
-impl Default for IngestLimits {
-    fn default() -> Self {
-        crate::engine::config::LimitsConfig::default().ingest()
+/// For simulated or recorded clocks (the in-process simulator, replay):
+/// the `[detect.limits]` defaults without the clock checks (and without the
+/// skip budget, which is wall-clock time too).
+fn without_clock() -> LimitsConfig {
+    LimitsConfig {
+        max_future_s: 0.0,
+        max_past_s: 0.0,
+        max_seq_skip_per_min: 0,
+        ..LimitsConfig::default()
     }
 }
 
-impl IngestLimits {
-    /// For simulated or recorded clocks (the in-process simulator, replay):
-    /// the same bounds without the clock checks (and without the skip
-    /// budget, which is wall-clock time too).
-    pub fn without_clock() -> Self {
-        Self {
-            max_future_s: 0.0,
-            max_past_s: 0.0,
-            max_seq_skip_per_min: 0,
-            ..Self::default()
-        }
-    }
-
-    fn budget(&self) -> Budget {
-        Budget {
-            max_jump: self.max_seq_jump,
-            per_min: self.max_seq_skip_per_min,
-        }
+/// The skip budget of `[detect.limits]`.
+fn budget(l: &LimitsConfig) -> Budget {
+    Budget {
+        max_jump: l.max_seq_jump,
+        per_min: l.max_seq_skip_per_min,
     }
 }
 
@@ -110,7 +81,8 @@ struct Inner {
     log: Option<RecordLog>,
     /// The last log write failed (logged once per episode).
     log_failing: bool,
-    limits: IngestLimits,
+    /// Ingest reads the sequence, clock and host keys.
+    limits: LimitsConfig,
     swept: std::time::Instant,
 }
 
@@ -121,10 +93,10 @@ pub struct IngestState {
 }
 
 /// For the in-process simulator and replay: simulated clocks, so no clock
-/// checks ([`IngestLimits::without_clock`]).
+/// checks (the `[detect.limits]` defaults otherwise).
 impl Default for IngestState {
     fn default() -> Self {
-        Self::new(IngestLimits::without_clock())
+        Self::new(without_clock())
     }
 }
 
@@ -138,12 +110,6 @@ pub enum IngestError {
     },
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// A refusal: counted, logged at most once per reason and host per minute
 /// by the caller's status, and exported.
 fn reject(c: &mut Counters, reason: &'static str, status: Status) -> Status {
@@ -153,7 +119,7 @@ fn reject(c: &mut Counters, reason: &'static str, status: Status) -> Status {
 }
 
 impl IngestState {
-    pub fn new(limits: IngestLimits) -> Self {
+    pub fn new(limits: LimitsConfig) -> Self {
         Self {
             inner: Arc::new(Mutex::new(Inner {
                 hosts: HashMap::new(),
@@ -172,7 +138,7 @@ impl IngestState {
     /// and new windows are appended. Lines are windows in the replay format;
     /// lines of the older summary format (`hostname`, `seq` at the top) are
     /// read too.
-    pub fn with_log(path: &Path, limits: IngestLimits) -> Result<Self, IngestError> {
+    pub fn with_log(path: &Path, limits: LimitsConfig) -> Result<Self, IngestError> {
         let err = |source| IngestError::Log {
             path: path.to_path_buf(),
             source,
@@ -268,9 +234,42 @@ impl IngestState {
         let now = std::time::Instant::now();
         let mut g = self.lock();
         g.sweep(now);
-        let lim = g.limits.clone();
-        let c = &mut g.counters;
-        let skew_ms = w.end_unix_ms.saturating_sub(now_ms());
+        g.check_clock(w, o)?;
+        g.admit(w, o, rate, now)
+    }
+}
+
+impl Host {
+    fn new(tokens: f64, now: std::time::Instant) -> Self {
+        Self {
+            origins: HashMap::new(),
+            tokens,
+            refilled: now,
+            seen: now,
+        }
+    }
+
+    /// Takes one window from the host's token bucket of `rate` windows per
+    /// second (one second of burst); `false` when it is empty.
+    fn take_token(&mut self, rate: u32, now: std::time::Instant) -> bool {
+        let r = f64::from(rate);
+        self.tokens = (self.tokens + now.duration_since(self.refilled).as_secs_f64() * r).min(r);
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+impl Inner {
+    /// Refuses a window whose end lies further ahead of or behind the
+    /// correlator's clock than `max_future_s` / `max_past_s`.
+    fn check_clock(&mut self, w: &Window, o: &Origin) -> Result<(), Status> {
+        let lim = &self.limits;
+        let c = &mut self.counters;
+        let skew_ms = w.end_unix_ms.saturating_sub(vocab::time::now_unix_ms());
         if lim.max_future_s > 0.0 && skew_ms as f64 > lim.max_future_s * 1000.0 {
             return Err(reject(c, "clock_future", Status::out_of_range(format!(
                 "window of {} ends {:.0} s ahead of the correlator's clock (limit {} s): fix the host's clock (NTP)",
@@ -294,106 +293,103 @@ impl IngestState {
                 o.hostname, -skew_ms as f64 / 1000.0, lim.max_past_s
             ))));
         }
-        if !g.hosts.contains_key(&o.hostname) && g.hosts.len() >= lim.max_hosts {
-            return Err(reject(&mut g.counters, "host_cap", Status::resource_exhausted(format!(
+        Ok(())
+    }
+
+    /// Admits a window whose origin and clock passed: the host cap, the
+    /// origin's sequence, the host's rate, the ingest log.
+    fn admit(
+        &mut self,
+        w: &Window,
+        o: &Origin,
+        rate: u32,
+        now: std::time::Instant,
+    ) -> Result<bool, Status> {
+        if !self.hosts.contains_key(&o.hostname) && self.hosts.len() >= self.limits.max_hosts {
+            return Err(reject(&mut self.counters, "host_cap", Status::resource_exhausted(format!(
                 "the correlator tracks its limit of {} hosts (detect.limits.max_hosts); host {} refused",
-                lim.max_hosts, o.hostname
+                self.limits.max_hosts, o.hostname
             ))));
         }
-        let host = g.hosts.entry(o.hostname.clone()).or_insert_with(|| Host {
-            origins: HashMap::new(),
-            tokens: f64::from(rate),
-            refilled: now,
-            seen: now,
-        });
+        let budget = budget(&self.limits);
+        let host = self
+            .hosts
+            .entry(o.hostname.clone())
+            .or_insert_with(|| Host::new(f64::from(rate), now));
         let okey = (o.instance.clone(), o.boot_id.clone());
         let origin = host.origins.get(&okey);
         let last = origin.map(|s| s.last);
         let verdict = match origin {
-            Some(s) => s.judge(w.seq, now, lim.budget()),
+            Some(s) => s.judge(w.seq, now, budget),
             None if w.seq > MAX_SEQ => Verdict::TooFar,
             None => Verdict::Next { skipped: 0 },
         };
-        match verdict {
-            Verdict::TooFar => {
-                let bound = last.map_or(MAX_SEQ, |l| l.saturating_add(lim.max_seq_jump));
-                let msg = format!(
-                    "window seq {} of {}/{} jumps past {} (last {}, detect.limits.max_seq_jump {}): refused, never adopted",
-                    w.seq, o.hostname, o.instance, bound, last.unwrap_or(0), lim.max_seq_jump
-                );
-                return Err(reject(
-                    &mut g.counters,
-                    "seq_jump",
-                    Status::out_of_range(msg),
-                ));
-            }
-            Verdict::OverBudget { skipped, allowed } => {
-                let msg = format!(
-                    "window seq {} of {}/{} skips {skipped} sequence numbers, over the {allowed} this origin may still skip \
-                     (detect.limits.max_seq_skip_per_min {}): refused, never adopted; resend later or in order",
-                    w.seq, o.hostname, o.instance, lim.max_seq_skip_per_min
-                );
-                return Err(reject(
-                    &mut g.counters,
-                    "seq_budget",
-                    Status::resource_exhausted(msg),
-                ));
-            }
-            Verdict::Next { .. } | Verdict::Late | Verdict::Duplicate => {}
+        if let Some((reason, status)) = sequence_refusal(&self.limits, verdict, w, o, last) {
+            return Err(reject(&mut self.counters, reason, status));
         }
-        if rate > 0 {
-            let r = f64::from(rate);
-            host.tokens =
-                (host.tokens + now.duration_since(host.refilled).as_secs_f64() * r).min(r);
-            host.refilled = now;
-            if host.tokens < 1.0 {
-                return Err(reject(
-                    &mut g.counters,
-                    "rate",
-                    Status::resource_exhausted(format!(
+        if rate > 0 && !host.take_token(rate, now) {
+            return Err(reject(
+                &mut self.counters,
+                "rate",
+                Status::resource_exhausted(format!(
                     "host {} exceeds {rate} windows/s over all its streams; reconnect and resume",
                     o.hostname
                 )),
-                ));
-            }
-            host.tokens -= 1.0;
+            ));
         }
         host.seen = now;
         if verdict == Verdict::Duplicate {
             if let Some(e) = host.origins.get_mut(&okey) {
                 e.seen = now;
             }
-            g.counters.duplicates += 1;
+            self.counters.duplicates += 1;
             return Ok(false);
         }
-        if let Some(log) = g.log.as_mut() {
-            // Not logged = not accepted: the collector keeps the window
-            // spooled and resends it after its backoff.
-            if let Err(e) = log.append(w) {
-                g.counters.log_errors += 1;
-                if !g.log_failing {
-                    g.log_failing = true;
-                    tracing::error!(error = %e, "ingest log write failed; refusing windows until it works again (free space on its filesystem)");
-                }
-                return Err(Status::unavailable(format!(
-                    "correlator ingest log write failed ({e}); retry later"
-                )));
+        self.append(w)?;
+        self.count_missing(w, o, verdict, last.unwrap_or(0));
+        self.set_seq(&o.hostname, okey, now, |s| match s {
+            Some(s) => s.accept(w.seq, verdict, now, budget),
+            None => *s = Some(Seq::new(w.seq, now, budget)),
+        });
+        self.counters.accepted += 1;
+        Ok(true)
+    }
+
+    /// Appends `w` to the ingest log, if any. Not logged = not accepted:
+    /// the collector keeps the window spooled and resends it after its
+    /// backoff.
+    fn append(&mut self, w: &Window) -> Result<(), Status> {
+        let Some(log) = self.log.as_mut() else {
+            return Ok(());
+        };
+        if let Err(e) = log.append(w) {
+            self.counters.log_errors += 1;
+            if !self.log_failing {
+                self.log_failing = true;
+                tracing::error!(error = %e, "ingest log write failed; refusing windows until it works again (free space on its filesystem)");
             }
-            if g.log_failing {
-                g.log_failing = false;
-                tracing::info!("ingest log writable again");
-            }
+            return Err(Status::unavailable(format!(
+                "correlator ingest log write failed ({e}); retry later"
+            )));
         }
-        let last = last.unwrap_or(0);
+        if self.log_failing {
+            self.log_failing = false;
+            tracing::info!("ingest log writable again");
+        }
+        Ok(())
+    }
+
+    /// Counts the numbers an accepted window skipped past `last` as
+    /// missing (a first window counts the numbers before it too).
+    fn count_missing(&mut self, w: &Window, o: &Origin, verdict: Verdict, last: u64) {
         match verdict {
             Verdict::Late => tracing::debug!(
                 host = %o.hostname, instance = %o.instance, seq = w.seq, last,
                 "late window fills a sequence gap"
             ),
-            // A first window counts the numbers before it as missing too.
             _ if w.seq > last + 1 => {
                 let missing = w.seq - last - 1;
-                g.counters.missing = g.counters.missing.saturating_add(missing);
+                self.counters.missing = self.counters.missing.saturating_add(missing);
                 tracing::warn!(
                     host = %o.hostname, instance = %o.instance, from = last + 1, to = w.seq - 1,
                     collector_dropped = w.dropped_before,
@@ -402,30 +398,18 @@ impl IngestState {
             }
             _ => {}
         }
-        let budget = lim.budget();
-        g.set_seq(&o.hostname, okey, now, |s| match s {
-            Some(s) => s.accept(w.seq, verdict, now, budget),
-            None => *s = Some(Seq::new(w.seq, now, budget)),
-        });
-        g.counters.accepted += 1;
-        Ok(true)
     }
-}
 
-impl Inner {
     fn restore(&mut self, host: &str, boot: &str, instance: &str, seq: u64) {
         let now = std::time::Instant::now();
         if !self.hosts.contains_key(host) && self.hosts.len() >= self.limits.max_hosts {
             return;
         }
         let key = (instance.to_string(), boot.to_string());
-        self.hosts.entry(host.to_string()).or_insert_with(|| Host {
-            origins: HashMap::new(),
-            tokens: 0.0,
-            refilled: now,
-            seen: now,
-        });
-        let budget = self.limits.budget();
+        self.hosts
+            .entry(host.to_string())
+            .or_insert_with(|| Host::new(0.0, now));
+        let budget = budget(&self.limits);
         self.set_seq(host, key, now, |s| match s {
             Some(s) => s.restore(seq, now),
             None => *s = Some(Seq::new(seq, now, budget)),
@@ -490,76 +474,33 @@ impl Inner {
     }
 }
 
-/// Refuses a window or `Resume` for `host` from a peer bound to another host.
-fn check_identity(peer: &Peer, host: &str) -> Result<(), Status> {
-    if peer.may_speak_for(host) {
-        return Ok(());
-    }
-    metrics::counter!("faultline_ingest_rejected_total", "reason" => "identity").increment(1);
-    tracing::warn!(host, peer = %peer.describe(), "refused: the caller's certificate or token does not name this host");
-    Err(Status::permission_denied(format!(
-        "this client's certificate or token does not name host {host:?}; a collector may only send its own windows"
-    )))
-}
-
-/// The tonic service.
-pub struct IngestService {
-    pub state: IngestState,
-    /// Accepted windows go to the engine (bounded: a slow engine slows ingest).
-    pub engine: Option<tokio::sync::mpsc::Sender<Window>>,
-    /// Per-host limit, windows per second over all of the host's streams
-    /// (token bucket with one second of burst); a stream over it ends with
-    /// `RESOURCE_EXHAUSTED`, other hosts are unaffected. 0 = unlimited.
-    pub max_windows_per_sec: u32,
-}
-
-#[tonic::async_trait]
-impl Ingest for IngestService {
-    async fn resume(&self, req: Request<ResumeRequest>) -> Result<Response<ResumeReply>, Status> {
-        let peer = Peer::of(&req);
-        let o = req
-            .into_inner()
-            .origin
-            .ok_or_else(|| Status::invalid_argument("resume without origin"))?;
-        check_identity(&peer, &o.hostname)?;
-        Ok(Response::new(ResumeReply {
-            last_seq: self.state.last_seq(&o),
-        }))
-    }
-
-    async fn stream(
-        &self,
-        req: Request<Streaming<Window>>,
-    ) -> Result<Response<StreamSummary>, Status> {
-        let peer = Peer::of(&req);
-        // The host this stream has proven it may speak for (checked once).
-        let mut allowed_host: Option<String> = None;
-        let mut s = req.into_inner();
-        let (mut accepted, mut duplicates, mut last) = (0, 0, 0);
-        while let Some(mut w) = s.message().await? {
-            crate::finite::drop_non_finite(&mut w);
-            if let Some(o) = &w.origin {
-                if allowed_host.as_deref() != Some(o.hostname.as_str()) {
-                    check_identity(&peer, &o.hostname)?;
-                    allowed_host = Some(o.hostname.clone());
-                }
-            }
-            last = w.seq;
-            if self.state.admit(&w, self.max_windows_per_sec)? {
-                accepted += 1;
-                if let Some(tx) = &self.engine {
-                    if tx.send(w).await.is_err() {
-                        return Err(Status::unavailable("correlator engine stopped"));
-                    }
-                }
-            } else {
-                duplicates += 1;
-            }
+/// The refusal (reason, status) of a window whose sequence number jumps
+/// too far or over the origin's skip budget, `None` otherwise.
+fn sequence_refusal(
+    lim: &LimitsConfig,
+    verdict: Verdict,
+    w: &Window,
+    o: &Origin,
+    last: Option<u64>,
+) -> Option<(&'static str, Status)> {
+    let (reason, status) = match verdict {
+        Verdict::TooFar => {
+            let bound = last.map_or(MAX_SEQ, |l| l.saturating_add(lim.max_seq_jump));
+            let msg = format!(
+                "window seq {} of {}/{} jumps past {} (last {}, detect.limits.max_seq_jump {}): refused, never adopted",
+                w.seq, o.hostname, o.instance, bound, last.unwrap_or(0), lim.max_seq_jump
+            );
+            ("seq_jump", Status::out_of_range(msg))
         }
-        Ok(Response::new(StreamSummary {
-            accepted,
-            duplicates,
-            last_seq: last,
-        }))
-    }
+        Verdict::OverBudget { skipped, allowed } => {
+            let msg = format!(
+                "window seq {} of {}/{} skips {skipped} sequence numbers, over the {allowed} this origin may still skip \
+                 (detect.limits.max_seq_skip_per_min {}): refused, never adopted; resend later or in order",
+                w.seq, o.hostname, o.instance, lim.max_seq_skip_per_min
+            );
+            ("seq_budget", Status::resource_exhausted(msg))
+        }
+        Verdict::Next { .. } | Verdict::Late | Verdict::Duplicate => return None,
+    };
+    Some((reason, status))
 }

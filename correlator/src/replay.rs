@@ -13,12 +13,34 @@ pub enum ReplayError {
     // printer (`{:#}`) does not repeat it.
     #[error("{file}: {error}")]
     Io { file: String, error: std::io::Error },
-    #[error("{file} line {line}: {message}")]
+    #[error("{file} line {line}: {error}")]
     Invalid {
         file: String,
         line: usize,
-        message: String,
+        error: LineError,
     },
+}
+
+/// Why a line is not a window ingest takes.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LineError {
+    /// Not a window (JSON or field error; names the field when serde knew
+    /// which).
+    #[error("{0}")]
+    Json(String),
+    #[error("more after the window: one window per line")]
+    Trailing,
+    #[error("field `origin.hostname` is required")]
+    NoHostname,
+    #[error("field `seq` must be ≥ 1")]
+    ZeroSeq,
+    #[error("not UTF-8 text (byte {0})")]
+    NotUtf8(usize),
+    #[error("longer than {MAX_LINE_BYTES} bytes without a newline: not a window log (one window per line)")]
+    TooLong,
+    /// Refused by ingest (the status message).
+    #[error("{0}")]
+    Refused(String),
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -30,24 +52,23 @@ pub struct ReplayStats {
 }
 
 /// Parses one line; the error names the field serde stopped at.
-pub fn parse_line(text: &str) -> Result<Window, String> {
+pub fn parse_line(text: &str) -> Result<Window, LineError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let w: Window = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
-        if path.is_empty() || path == "." {
+        LineError::Json(if path.is_empty() || path == "." {
             inner
         } else {
             format!("field `{path}`: {inner}")
-        }
+        })
     })?;
-    de.end()
-        .map_err(|_| "more after the window: one window per line".to_string())?;
+    de.end().map_err(|_| LineError::Trailing)?;
     if w.origin.as_ref().is_none_or(|o| o.hostname.is_empty()) {
-        return Err("field `origin.hostname` is required".into());
+        return Err(LineError::NoHostname);
     }
     if w.seq == 0 {
-        return Err("field `seq` must be ≥ 1".into());
+        return Err(LineError::ZeroSeq);
     }
     Ok(w)
 }
@@ -102,28 +123,26 @@ pub fn replay(
             return Err(ReplayError::Invalid {
                 file,
                 line: i + 1,
-                message: format!(
-                    "longer than {MAX_LINE_BYTES} bytes without a newline: not a window log (one window per line)"
-                ),
+                error: LineError::TooLong,
             });
         }
         let parsed = match std::str::from_utf8(&line) {
             Ok(l) if l.trim().is_empty() || l.trim_start().starts_with('#') => continue,
             Ok(l) => parse_line(l),
-            Err(e) => Err(format!("not UTF-8 text (byte {})", e.valid_up_to() + 1)),
+            Err(e) => Err(LineError::NotUtf8(e.valid_up_to() + 1)),
         };
         let w = match parsed {
             Ok(w) => w,
-            Err(message) if skip_invalid => {
+            Err(error) if skip_invalid => {
                 stats.skipped_invalid += 1;
-                tracing::warn!(file, line = i + 1, %message, "skipping invalid line");
+                tracing::warn!(file, line = i + 1, message = %error, "skipping invalid line");
                 continue;
             }
-            Err(message) => {
+            Err(error) => {
                 return Err(ReplayError::Invalid {
                     file,
                     line: i + 1,
-                    message,
+                    error,
                 })
             }
         };
@@ -147,7 +166,7 @@ pub fn replay(
                 return Err(ReplayError::Invalid {
                     file,
                     line: i + 1,
-                    message: status.message().to_string(),
+                    error: LineError::Refused(status.message().to_string()),
                 })
             }
         }

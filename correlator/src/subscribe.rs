@@ -50,12 +50,15 @@ pub fn spawn_engine_with(
     open: Arc<Mutex<Vec<CandidateUpdate>>>,
     hooks: Hooks,
 ) -> tokio::task::JoinHandle<()> {
+    // The restored open incidents are in `open` before this returns, so a
+    // consumer started next (the Alertmanager pusher re-posting them after
+    // a restart) cannot see an empty list.
+    if let Ok(mut o) = open.lock() {
+        *o = engine.open();
+        crate::telemetry::open_incidents(&o);
+    }
     tokio::spawn(async move {
         let mut sampler = history::samples::Sampler::default();
-        if let Ok(mut o) = open.lock() {
-            *o = engine.open();
-            crate::telemetry::open_incidents(&o);
-        }
         let mut dirty = false;
         let mut snapped = std::time::Instant::now();
         while let Some(w) = rx.recv().await {
@@ -148,7 +151,7 @@ pub fn matches(f: &SubscribeRequest, u: &CandidateUpdate) -> bool {
     (f.kinds.is_empty() || f.kinds.contains(&u.kind))
         && (f.host.is_empty()
             || u.entity == f.host
-            || u.entity.starts_with(&format!("{}/", f.host)))
+            || u.entity.starts_with(&vocab::entity::host_prefix(&f.host)))
         && (f.job.is_empty() || u.affected_jobs.contains(&f.job))
         && (u.state == vocab::UpdateState::Resolved.as_str() || u.confidence >= f.min_confidence)
 }

@@ -129,9 +129,7 @@ fn describe() {
 pub fn window(w: &Window) {
     metrics::counter!("faultline_correlator_windows_total").increment(1);
     if let Some(o) = &w.origin {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = vocab::time::now_unix_ms();
         metrics::gauge!("faultline_correlator_collector_lag_seconds", "host" => o.hostname.clone())
             .set((now - w.end_unix_ms) as f64 / 1000.0);
     }

@@ -124,7 +124,8 @@ fn a_failed_migration_leaves_the_file_at_its_old_version() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("migrated over an obstacle"),
     }
-    // Version 1 (the idempotent baseline) committed; version 2 did not.
+    // Version 1 (the idempotent baseline) committed; version 2 did not, nor
+    // anything after it.
     assert_eq!(user_version(&path), 1);
     let c = Connection::open(&path).expect("open");
     let tables: i64 = c

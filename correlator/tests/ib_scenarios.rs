@@ -455,10 +455,12 @@ fn topology_makes_both_ends_of_a_link_one_incident() {
     assert!(
         correlator::engine::ib::parse_topology("x h1/mlx5_0/1\ny h1/mlx5_0/1\n")
             .unwrap_err()
+            .to_string()
             .contains("already belongs to link x")
     );
     assert!(correlator::engine::ib::parse_topology("x h1\n")
         .unwrap_err()
+        .to_string()
         .contains("is not <host>/<hca>/<port>"));
 }
 

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{now_ms, serve_ingest, window};
-use correlator::ingest::{IngestLimits, IngestState, MAX_SEQ};
+use correlator::ingest::{IngestState, MAX_SEQ};
+use correlator::limits::LimitsConfig;
 use proto::v1::{ingest_client::IngestClient, Window};
 
 /// Accepted as a new window (panics with the status otherwise).
@@ -15,7 +16,7 @@ fn new(r: Result<bool, tonic::Status>) -> bool {
 
 #[test]
 fn spoofed_sequence_is_refused_counted_and_the_real_host_keeps_streaming() {
-    let st = IngestState::new(IngestLimits::default());
+    let st = IngestState::new(LimitsConfig::default());
     let now = now_ms();
     for seq in 1..=5 {
         assert!(new(st.accept(&window("n1", seq, now))));
@@ -48,7 +49,7 @@ fn spoofed_sequence_is_refused_counted_and_the_real_host_keeps_streaming() {
 /// counted as a duplicate.
 #[test]
 fn chained_sequence_jumps_spend_a_budget_and_real_windows_keep_being_accepted() {
-    let st = IngestState::new(IngestLimits::default());
+    let st = IngestState::new(LimitsConfig::default());
     let now = now_ms();
     for seq in 1..=5 {
         assert!(new(st.accept(&window("n1", seq, now))));
@@ -78,7 +79,7 @@ fn chained_sequence_jumps_spend_a_budget_and_real_windows_keep_being_accepted() 
 
 #[test]
 fn windows_far_from_the_correlators_clock_are_refused() {
-    let st = IngestState::new(IngestLimits::default());
+    let st = IngestState::new(LimitsConfig::default());
     let now = now_ms();
     assert!(new(st.accept(&window("n1", 1, now))));
     let err = st
@@ -110,10 +111,10 @@ fn windows_far_from_the_correlators_clock_are_refused() {
 
 #[test]
 fn hosts_past_the_cap_are_refused_and_origins_per_host_bounded() {
-    let st = IngestState::new(IngestLimits {
+    let st = IngestState::new(LimitsConfig {
         max_hosts: 2,
         max_origins_per_host: 3,
-        ..IngestLimits::default()
+        ..LimitsConfig::default()
     });
     let now = now_ms();
     assert!(new(st.accept(&window("a", 1, now))));
@@ -150,7 +151,7 @@ fn a_poisoned_ingest_log_line_is_not_restored() {
          {\"hostname\":\"n1\",\"boot_id\":\"b\",\"instance\":\"n1-1\",\"seq\":18446744073709551615}\n",
     )
     .expect("write");
-    let st = IngestState::with_log(&p, IngestLimits::default()).expect("log");
+    let st = IngestState::with_log(&p, LimitsConfig::default()).expect("log");
     let now = now_ms();
     assert_eq!(st.last_seq(&window("n1", 1, now).origin.unwrap()), 4);
     assert!(new(st.accept(&window("n1", 5, now))));
@@ -161,7 +162,7 @@ fn a_poisoned_ingest_log_line_is_not_restored() {
 /// streams of one host shares that host's rate limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_status_and_per_host_rate_limit_over_many_streams() {
-    let state = IngestState::new(IngestLimits::default());
+    let state = IngestState::new(LimitsConfig::default());
     let chan = serve_ingest(&state, 20).await;
     let now = now_ms();
     let mut c = IngestClient::new(chan.clone());

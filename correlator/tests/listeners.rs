@@ -75,20 +75,6 @@ fn serve(prefix: &[&str], config: &str, args: &[&str], port: u16) -> Kill {
     k
 }
 
-/// The value of `series` in the text exposition at `addr`'s `/metrics`.
-fn scrape(addr: &str, series: &str) -> u64 {
-    let mut s = TcpStream::connect(addr).expect("connect to /metrics");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .expect("send");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("read /metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 /// An HTTP/2 client that sends the preface and SETTINGS, acknowledges the
 /// server's SETTINGS and answers its PINGs, and never opens a stream. The
 /// receiver gets the instant the server closed the connection.
@@ -200,9 +186,10 @@ async fn idle_h2_connections_are_displaced_then_closed_and_a_real_collector_stre
         "closed after the idle timeout (3 s): {closed:?}"
     );
     let series = |r: &str| {
-        scrape(
+        tests::metrics::counter(
             &maddr,
-            &format!("faultline_connections_closed_total{{listener=\"grpc\",reason=\"{r}\"}}"),
+            "faultline_connections_closed_total",
+            &[("listener", "grpc"), ("reason", r)],
         )
     };
     assert_eq!(series("evicted"), 1);
@@ -263,9 +250,10 @@ fn slow_web_clients_neither_exhaust_descriptors_nor_delay_a_real_request() {
     assert!(took < Duration::from_secs(1), "{took:?}");
     // The slow ones were refused or displaced, and counted.
     let series = |name: &str, r: &str| {
-        scrape(
+        tests::metrics::counter(
             &format!("127.0.0.1:{web}"),
-            &format!("{name}{{listener=\"web\",reason=\"{r}\"}}"),
+            name,
+            &[("listener", "web"), ("reason", r)],
         )
     };
     // (The per-peer check comes first: one address here.)

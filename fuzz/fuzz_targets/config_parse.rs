@@ -10,5 +10,5 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(c) = collector::config::FileConfig::parse(text, "fuzz") {
         assert!(!c.collector.window().is_zero());
     }
-    let _ = correlator::engine::config::parse(text, "fuzz");
+    let _ = correlator::config::parse(text, "fuzz");
 });

@@ -89,6 +89,7 @@ fn fixture() -> &'static Fixture {
             updates: tx,
             open: Arc::new(Mutex::new(Vec::new())),
             ingest: None,
+            acks: None,
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -281,3 +281,177 @@ fn incident_reaches_an_https_alertmanager_that_requires_a_client_certificate() {
     let _ = am.kill();
     let _ = am.wait();
 }
+
+/// Alertmanager's view of one incident's alert: its state (`active`,
+/// `suppressed`) and the silences that hold it.
+fn am_alert(am_url: &str, id: &str) -> Option<(String, Vec<String>)> {
+    let body = get(&format!("{am_url}/api/v2/alerts"))?;
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&body).ok()?;
+    let a = v.iter().find(|a| a["labels"]["incident_id"] == id)?;
+    let silenced = a["status"]["silencedBy"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((a["status"]["state"].as_str()?.to_string(), silenced))
+}
+
+/// `faultline-correlator ack …` against `s`: exit status and output.
+fn ack_cli(s: &Serve, token_file: &Path, id: &str, extra: &[&str]) -> (bool, String) {
+    let out = Command::new(correlator_bin())
+        .args(["ack", id, "--web", &s.web, "--by", "alice"])
+        .arg("--token-file")
+        .arg(token_file)
+        .args(extra)
+        .output()
+        .expect("run faultline-correlator ack");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// An operator acknowledges an open incident: Alertmanager holds its alert
+/// in a silence naming the operator (state `suppressed`: no notification),
+/// while the incident stays open in the engine. A wrong token is refused.
+/// The acknowledgement survives a correlator restart (no second silence),
+/// clearing it makes the alert active again, and the incident's later
+/// resolution is notified as usual.
+#[test]
+fn an_acknowledged_incident_is_silenced_in_alertmanager_and_stays_open() {
+    if !require(ALERTMANAGER) {
+        return;
+    }
+    let dir = out_dir("alertmanager-ack");
+    let ws = degraded_link_windows(&dir, 100);
+    let (fault, rest): (Vec<_>, Vec<_>) = ws.into_iter().partition(|w| w.seq <= 30);
+    let (more, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|w| w.seq <= 60);
+    let gone = without_port(&rest, "n000", "mlx5_5");
+    let (hook_port, rx) = webhook();
+    let (mut am, am_port) = alertmanager(&dir, hook_port, None);
+    let am_url = format!("http://127.0.0.1:{am_port}");
+    let t = Instant::now();
+    while get(&format!("{am_url}/-/ready")).is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "Alertmanager not ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let token = dir.join("operator.token");
+    std::fs::write(&token, "9f1c0c52b1e84d4a8e3f2a7d6b5c4e3f\n").expect("token");
+    let wrong = dir.join("wrong.token");
+    std::fs::write(&wrong, "0000000000000000000000000000000\n").expect("token");
+    let conf = dir.join("correlator.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[alertmanager]\nurl = \"{am_url}\"\nresend_s = 1\n[web]\noperator_token_file = \"{}\"\n",
+            token.display()
+        ),
+    )
+    .expect("write the correlator config");
+    let db = dir.join("h.db");
+    let s = Serve::start(&db, &["--config", conf.to_str().unwrap_or_default()]);
+    s.send(fault);
+    let firing = next_alert(&rx, "firing", &|a| {
+        a["status"] == "firing" && a["labels"]["kind"] == "ib_link_degraded"
+    });
+    let id = firing["labels"]["incident_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    let (ok, out) = ack_cli(&s, &wrong, &id, &["--why", "x"]);
+    assert!(!ok && out.contains("wrong operator token"), "{out}");
+    let (ok, out) = ack_cli(&s, &token, &id, &["--why", "optics swap tonight"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("acknowledged by alice until it resolves"),
+        "{out}"
+    );
+    let mut silence = String::new();
+    s.wait_until(
+        "the alert suppressed by a silence",
+        Duration::from_secs(20),
+        || match am_alert(&am_url, &id) {
+            Some((state, by)) if state == "suppressed" && by.len() == 1 => {
+                silence = by[0].clone();
+                true
+            }
+            _ => false,
+        },
+    );
+    let silences: serde_json::Value = serde_json::from_slice(
+        &get(&format!("{am_url}/api/v2/silence/{silence}")).expect("silence"),
+    )
+    .expect("JSON");
+    assert_eq!(silences["createdBy"], "alice");
+    assert_eq!(
+        silences["comment"],
+        "faultline acknowledgement: optics swap tonight"
+    );
+    // Still open in the engine, with the acknowledgement on record.
+    let open = s.api("/api/open");
+    assert!(
+        open["incidents"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|i| i["incident_id"] == id.as_str())),
+        "{open}"
+    );
+    let inc = s.api(&format!("/api/incidents/{id}"));
+    assert_eq!(inc["ack"]["by"], "alice", "{inc}");
+    assert_eq!(inc["acks"][0]["action"], "set", "{inc}");
+    assert_eq!(inc["incident"]["state"], "open");
+    // Thirty more windows of the fault: still one open incident that
+    // explains the job, and no incident of the job's own.
+    s.send(more);
+    let inc = s.api(&format!("/api/incidents/{id}"));
+    assert_eq!(inc["incident"]["state"], "open", "{inc}");
+    assert_eq!(
+        inc["incident"]["jobs"],
+        serde_json::json!(["llm-pretrain"]),
+        "{inc}"
+    );
+    assert_eq!(incidents_of(&s, "ib_link_degraded").len(), 1);
+    assert!(incidents_of(&s, "job_slowdown").is_empty());
+
+    // A restart: the acknowledgement is restored and its silence taken
+    // over, not doubled.
+    s.kill9();
+    let s = Serve::start(&db, &["--config", conf.to_str().unwrap_or_default()]);
+    let acks = s.api("/api/acks");
+    assert_eq!(acks["acks"][0]["incident_id"], id.as_str(), "{acks}");
+    std::thread::sleep(Duration::from_secs(3));
+    match am_alert(&am_url, &id) {
+        Some((state, by)) => {
+            assert_eq!((state.as_str(), by), ("suppressed", vec![silence.clone()]))
+        }
+        None => panic!("alert gone"),
+    }
+
+    // Cleared: the silence expires and the alert is active again.
+    let (ok, out) = ack_cli(&s, &token, &id, &["--clear"]);
+    assert!(ok && out.contains("acknowledgement cleared"), "{out}");
+    s.wait_until(
+        "the alert active again",
+        Duration::from_secs(20),
+        || matches!(am_alert(&am_url, &id), Some((state, _)) if state == "active"),
+    );
+    let inc = s.api(&format!("/api/incidents/{id}"));
+    assert!(inc["ack"].is_null(), "{inc}");
+    assert_eq!(inc["acks"][1]["action"], "cleared", "{inc}");
+
+    // The fault goes away: its resolution is notified.
+    s.send(gone);
+    next_alert(&rx, "resolved", &|a| {
+        a["status"] == "resolved" && a["labels"]["incident_id"] == id.as_str()
+    });
+    let _ = am.kill();
+    let _ = am.wait();
+}

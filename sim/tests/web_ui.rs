@@ -93,15 +93,11 @@ mod base64_png {
     }
 }
 
-#[test]
-fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
-    if !require(CHROMEDRIVER) || !require(CHROMIUM) {
-        return;
-    }
-    let dir = out_dir("web_ui");
-    let web = free_port();
+/// chromedriver and a headless chromium session: the driver process, the
+/// WebDriver client and the session id.
+fn browser(dir: &std::path::Path) -> (std::process::Child, Driver, String) {
     let port = free_port();
-    let mut cd = Command::new(CHROMEDRIVER)
+    let cd = Command::new(CHROMEDRIVER)
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -125,6 +121,17 @@ fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
         }}}})),
     );
     let session = s["sessionId"].as_str().expect("a session").to_string();
+    (cd, d, session)
+}
+
+#[test]
+fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
+    if !require(CHROMEDRIVER) || !require(CHROMIUM) {
+        return;
+    }
+    let dir = out_dir("web_ui");
+    let web = free_port();
+    let (mut cd, d, session) = browser(&dir);
     // The browser is up before the simulation starts (under a loaded test
     // run chromium takes seconds), and the simulation is slow, so the page
     // is open before the incident.
@@ -257,6 +264,102 @@ fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
     let _ = cd.wait();
     let _ = sim.kill();
     let _ = sim.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// The incident page's acknowledgement form in the browser, against
+/// `faultline-correlator serve` with an operator token: without the token
+/// the correlator's refusal is shown; with it the incident shows who
+/// acknowledged it and why, and clearing it brings the form back.
+#[test]
+fn an_operator_acknowledges_and_clears_from_the_incident_page() {
+    if !require(CHROMEDRIVER) || !require(CHROMIUM) {
+        return;
+    }
+    let dir = out_dir("web_ui_ack");
+    let token = dir.join("operator.token");
+    std::fs::write(&token, "3c1f5e7a9b2d4f6e8a0c1e3f5a7b9d2f\n").expect("token");
+    let conf = dir.join("correlator.toml");
+    std::fs::write(
+        &conf,
+        format!("[web]\noperator_token_file = \"{}\"\n", token.display()),
+    )
+    .expect("config");
+    let s = Serve::start(
+        &dir.join("h.db"),
+        &["--config", conf.to_str().unwrap_or_default()],
+    );
+    s.send(degraded_link_windows(&dir, 40));
+    let id = incidents_of(&s, "ib_link_degraded")
+        .first()
+        .and_then(|i| i["id"].as_str().map(str::to_string))
+        .expect("the incident");
+    let (mut cd, d, session) = browser(&dir);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        d.call(
+            "POST",
+            &format!("/session/{session}/url"),
+            Some(json!({ "url": format!("{}/incident?id={id}", s.web) })),
+        );
+        d.wait(
+            &session,
+            "the form",
+            "document.getElementById('ackform')",
+            Duration::from_secs(20),
+        );
+        let fill = |token: &str| {
+            d.script(
+                &session,
+                &format!(
+                    "const f = document.getElementById('ackform'); f.by.value = 'alice'; \
+                     f.why.value = 'optics swap 14:00'; f.for_s.value = '14400'; f.token.value = '{token}'; \
+                     f.querySelector('button[name=ack]').click(); return 1;"
+                ),
+            )
+        };
+        fill("not-the-token");
+        d.wait(
+            &session,
+            "the refusal",
+            "document.getElementById('ackmsg').textContent.includes('wrong operator token')",
+            Duration::from_secs(10),
+        );
+        fill("3c1f5e7a9b2d4f6e8a0c1e3f5a7b9d2f");
+        d.wait(
+            &session,
+            "the acknowledgement",
+            "(document.getElementById('ack') || {textContent: ''}).textContent.includes('alice')",
+            Duration::from_secs(10),
+        );
+        let text = d.script(
+            &session,
+            "return document.getElementById('ack').textContent;",
+        );
+        let text = text.as_str().unwrap_or_default();
+        assert!(
+            text.contains("optics swap 14:00") && text.contains("until "),
+            "{text}"
+        );
+        d.screenshot(&session, &dir.join("acknowledged.png"));
+        assert_eq!(s.api("/api/acks")["acks"][0]["by"], "alice");
+        d.script(
+            &session,
+            "const f = document.getElementById('ackform'); f.by.value = 'bob'; \
+             f.querySelector('button[name=clear]').click(); return 1;",
+        );
+        d.wait(
+            &session,
+            "the acknowledgement cleared",
+            "!document.getElementById('ack') && document.querySelectorAll('table.acks tr').length === 3",
+            Duration::from_secs(10),
+        );
+        assert_eq!(s.api("/api/acks")["acks"], json!([]));
+    }));
+    let _ = d.call("DELETE", &format!("/session/{session}"), None);
+    let _ = cd.kill();
+    let _ = cd.wait();
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }

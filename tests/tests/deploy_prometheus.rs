@@ -380,7 +380,11 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     );
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let node = nodes[0]["metric"]["instance"].as_str().unwrap_or_default();
-    assert_eq!(node, metrics_addr.to_string(), "Prometheus's own instance label");
+    assert_eq!(
+        node,
+        metrics_addr.to_string(),
+        "Prometheus's own instance label"
+    );
     let queries = dashboard_queries(&node.replace('.', "\\\\."));
     assert!(queries.len() >= 40, "{} queries", queries.len());
     let mut empty = Vec::new();

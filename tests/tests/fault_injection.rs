@@ -592,20 +592,6 @@ fn vm_rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-/// One sample of `name{label}` from a Prometheus text exposition at `addr`
-/// (0 when absent: a counter never incremented is not exported).
-fn scrape(addr: &str, series: &str) -> u64 {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to /metrics");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .expect("send");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("read /metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 /// Raise this process's soft file limit to its hard limit (the flood holds
 /// hundreds of sockets; the correlator inherits the limit).
 fn raise_nofile() {
@@ -736,9 +722,10 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
     col.wait_seq(held_from + 5);
     wait_recorded(&record, held_from + 5);
     let rss_peak = vm_rss_kib(pid);
-    let per_peer = scrape(
+    let per_peer = tests::metrics::counter(
         &maddr,
-        "faultline_connections_refused_total{listener=\"grpc\",reason=\"per_peer\"}",
+        "faultline_connections_refused_total",
+        &[("listener", "grpc"), ("reason", "per_peer")],
     );
     // End the flood: every open stream closes its request side cleanly.
     senders.clear();
@@ -864,17 +851,18 @@ fn full_disk_under_the_history_database_keeps_ingest_going() {
         &["--metrics-addr", &maddr, "--history", &db.to_string_lossy()],
     );
     let mut col = Collector::start_window("0.05", port, &dir.join("spool"), 64 << 20, ib.root());
-    let errors = "faultline_history_write_errors_total";
+    let errors =
+        |addr: &str| tests::metrics::counter(addr, "faultline_history_write_errors_total", &[]);
     col.wait_seq(20);
     let before_fill = dir_kib(&histdir);
     assert!(before_fill > 0, "history is being written");
-    assert_eq!(scrape(&maddr, errors), 0, "no error before the disk fills");
+    assert_eq!(errors(&maddr), 0, "no error before the disk fills");
     let filler = histdir.join("filler");
     let filled = fill(&filler);
     let started = Instant::now();
     loop {
         col.wait_seq(col.last_seq + 10);
-        if scrape(&maddr, errors) > 0 {
+        if errors(&maddr) > 0 {
             break;
         }
         assert!(
@@ -884,16 +872,16 @@ fn full_disk_under_the_history_database_keeps_ingest_going() {
     }
     // Keep streaming on the full disk.
     col.wait_seq(col.last_seq + 40);
-    let write_errors = scrape(&maddr, errors);
+    let write_errors = errors(&maddr);
     assert!(corr.try_wait().expect("poll").is_none(), "correlator died");
     // Space again: history writes succeed (the error count stops rising).
     std::fs::remove_file(&filler).expect("free the disk");
     // Recovered: the count stops rising for 20 windows (1 s).
     let freed = Instant::now();
     let recovered = loop {
-        let before = scrape(&maddr, errors);
+        let before = errors(&maddr);
         col.wait_seq(col.last_seq + 20);
-        if scrape(&maddr, errors) == before {
+        if errors(&maddr) == before {
             break true;
         }
         if freed.elapsed() > Duration::from_secs(15) {

@@ -31,20 +31,6 @@ fn window(instance: &str, seq: u64, end_ms: i64) -> Window {
     }
 }
 
-/// One sample of `series` from the Prometheus text at `addr` (0 when absent).
-fn scrape(addr: &str, series: &str) -> u64 {
-    use std::io::{Read as _, Write as _};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return 0;
-    };
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 #[test]
 fn windows_refused_for_good_leave_the_spool_and_newer_ones_are_delivered() {
     let dir = tmp("refusal");
@@ -109,9 +95,10 @@ fn windows_refused_for_good_leave_the_spool_and_newer_ones_are_delivered() {
         stats
     });
 
-    let rejected = scrape(
+    let rejected = tests::metrics::counter(
         &maddr,
-        "faultline_ingest_rejected_total{reason=\"clock_past\"}",
+        "faultline_ingest_rejected_total",
+        &[("reason", "clock_past")],
     );
     let _ = corr.kill();
     let _ = corr.wait();

@@ -68,31 +68,6 @@ fn in_cgroup(cgroup: &Path, script: &str, env: &[(&str, &str)]) -> tests::KillOn
     )
 }
 
-fn scrape(addr: &str) -> String {
-    use std::io::Read as _;
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-/// The value of the sample line starting with `series ` (0 when absent).
-fn value(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0)
-}
-
 #[test]
 fn usage_per_job_equals_what_each_process_did() {
     let _k = tests::kernel_lock();
@@ -202,15 +177,20 @@ fn usage_per_job_equals_what_each_process_did() {
     }
     // Done when both jobs' launches are counted and the last energy step
     // (5 s after the collector's nvmlInit) has been apportioned.
-    let a_l = "faultline_usage_cuda_launches_total{job=\"7001\",team=\"alpha\"}";
-    let b_l = "faultline_usage_cuda_launches_total{job=\"7002\",team=\"beta\"}";
-    let a_e = "faultline_usage_gpu_energy_joules_total{job=\"7001\",team=\"alpha\"}";
-    let b_e = "faultline_usage_gpu_energy_joules_total{job=\"7002\",team=\"beta\"}";
+    let launches = "faultline_usage_cuda_launches_total";
+    let energy = "faultline_usage_gpu_energy_joules_total";
+    let alpha: &[(&str, &str)] = &[("job", "7001"), ("team", "alpha")];
+    let beta: &[(&str, &str)] = &[("job", "7002"), ("team", "beta")];
+    // A sample's value, 0 while it is absent.
+    let value = |m: &str, name: &str, labels: &[(&str, &str)]| {
+        tests::metrics::value(m, name, labels).unwrap_or(0.0)
+    };
     let m = loop {
-        let m = scrape(&addr);
-        if value(&m, a_l) == 300.0
-            && value(&m, b_l) == 100.0
-            && value(&m, a_e) + value(&m, b_e) >= 899.999
+        // Empty while the endpoint does not answer yet: polled again.
+        let m = tests::metrics::scrape(&addr).unwrap_or_default();
+        if value(&m, launches, alpha) == 300.0
+            && value(&m, launches, beta) == 100.0
+            && value(&m, energy, alpha) + value(&m, energy, beta) >= 899.999
         {
             break m;
         }
@@ -221,7 +201,8 @@ fn usage_per_job_equals_what_each_process_did() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(
-        (value(&m, a_e) - 675.0).abs() < 1e-6 && (value(&m, b_e) - 225.0).abs() < 1e-6,
+        (value(&m, energy, alpha) - 675.0).abs() < 1e-6
+            && (value(&m, energy, beta) - 225.0).abs() < 1e-6,
         "energy split 60:20: {m}"
     );
     for mut w in [a, b] {

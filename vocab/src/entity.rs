@@ -11,6 +11,11 @@ pub fn hca_prefix(host: &str, hca: &str) -> String {
     format!("{host}/{hca}/")
 }
 
+/// The prefix every entity of one host shares: `host/`.
+pub fn host_prefix(host: &str) -> String {
+    format!("{host}/")
+}
+
 /// A GPU by its index on the host: `host/gpuN`.
 pub fn gpu(host: &str, index: impl core::fmt::Display) -> String {
     format!("{host}/gpu{index}")
@@ -24,6 +29,18 @@ pub fn device(host: &str, dev: &str) -> String {
 /// A rank of a job: `job/rank`.
 pub fn rank(job: &str, rank: impl core::fmt::Display) -> String {
     format!("{job}/{rank}")
+}
+
+/// An NCCL communicator as seen from one of its hosts: `host/nccl/comm`
+/// (a hang's entity: the first host, by name, of the ranks holding the
+/// others up, and the communicator they hold up).
+pub fn nccl_comm(host: &str, comm: &str) -> String {
+    format!("{host}/nccl/{comm}")
+}
+
+/// A model served by a job (an inference latency incident): `job/model`.
+pub fn model(job: &str, model: &str) -> String {
+    format!("{job}/{model}")
 }
 
 /// The host an entity belongs to (the whole name for a host entity).
@@ -42,6 +59,10 @@ mod tests {
         assert_eq!(gpu("n003", 5), "n003/gpu5");
         assert_eq!(device("n009", "nvme0n1"), "n009/nvme0n1");
         assert_eq!(rank("job7", 12), "job7/12");
+        assert!(gpu("n003", 5).starts_with(&host_prefix("n003")));
+        assert_eq!(model("chat-serve", "llama-3-70b"), "chat-serve/llama-3-70b");
+        assert_eq!(nccl_comm("n004", "a1b2c3"), "n004/nccl/a1b2c3");
+        assert_eq!(host_of(&nccl_comm("n004", "a1b2c3")), "n004");
         assert_eq!(host_of("n003/gpu5"), "n003");
         assert_eq!(host_of("n003"), "n003");
     }

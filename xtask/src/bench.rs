@@ -7,9 +7,10 @@
 //! when it wrote one, else a stub written here), and the run exits
 //! non-zero at the end, listing every failure.
 use std::{
+    io,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, ExitStatus},
     sync::mpsc,
     time::{Duration, Instant},
 };
@@ -85,15 +86,33 @@ fn stub(name: &str, reason: &str) -> String {
     format!("{v:#}\n")
 }
 
+/// Why one benchmark failed (its result file's `reason`).
+#[derive(Debug, thiserror::Error)]
+enum Failed {
+    #[error("cannot start {bin}: {source}")]
+    Start { bin: String, source: io::Error },
+    #[error("no end within {} min: killed", .0.as_secs() / 60)]
+    Timeout(Duration),
+    #[error("exited with {0}")]
+    Exited(ExitStatus),
+    #[error("waiting for it: {0}")]
+    Wait(io::Error),
+    #[error("exited 0 without writing its result")]
+    NoResult,
+}
+
 /// Runs `faultline-bench ARGS` in its own process group (so a timeout
 /// also ends the collectors, stand-ins and bpftrace it started); `Err` with
 /// the reason when it did not succeed.
-fn run_one(bin: &Path, args: &[String]) -> Result<(), String> {
+fn run_one(bin: &Path, args: &[String]) -> Result<(), Failed> {
     let mut child = Command::new(bin)
         .args(args)
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        .map_err(|source| Failed::Start {
+            bin: bin.display().to_string(),
+            source,
+        })?;
     let pgid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -105,16 +124,13 @@ fn run_one(bin: &Path, args: &[String]) -> Result<(), String> {
             // SAFETY: signalling the process group this function started.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
             let _ = rx.recv();
-            return Err(format!(
-                "no end within {} min: killed",
-                TIMEOUT.as_secs() / 60
-            ));
+            return Err(Failed::Timeout(TIMEOUT));
         }
     };
     let r = match status {
         Ok(s) if s.success() => return Ok(()),
-        Ok(s) => format!("exited with {s}"),
-        Err(e) => format!("waiting for it: {e}"),
+        Ok(s) => Failed::Exited(s),
+        Err(e) => Failed::Wait(e),
     };
     // What a crashed benchmark left running in its group (a collector, a
     // stand-in) would skew the next one: it goes too.
@@ -161,14 +177,12 @@ pub fn run(args: Vec<String>) -> Result<()> {
         let r = run_one(&bin, w);
         let written = file.as_ref().is_some_and(|f| f.exists());
         let r = match r {
-            Ok(()) if !written && file.is_some() => {
-                Err("exited 0 without writing its result".into())
-            }
+            Ok(()) if !written && file.is_some() => Err(Failed::NoResult),
             r => r,
         };
         if let Err(reason) = r {
             if let Some(f) = file.as_ref().filter(|_| !written) {
-                std::fs::write(f, stub(&label, &reason))
+                std::fs::write(f, stub(&label, &reason.to_string()))
                     .with_context(|| format!("writing {}", f.display()))?;
             }
             eprintln!("== faultline-bench {label}: FAILED ({reason})");
@@ -261,7 +275,7 @@ mod tests {
         let sh = |script: &str| -> Vec<String> { vec!["-c".into(), script.into()] };
         let bin = Path::new("/bin/sh");
         // A crash without a result: the reason is the exit status.
-        let e = run_one(bin, &sh("exit 3")).unwrap_err();
+        let e = run_one(bin, &sh("exit 3")).unwrap_err().to_string();
         assert_eq!(e, "exited with exit status: 3");
         std::fs::write(dir.join("ring.json"), stub("ring", &e)).unwrap();
         // The next one runs and succeeds.

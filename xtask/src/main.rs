@@ -7,6 +7,8 @@
 //! - `cargo xtask rdma-vm` runs the real-RDMA scenario in a soft-RoCE guest.
 //! - `cargo xtask gpu-check` checks the collector against a real NVIDIA GPU
 //!   (exit 3 where there is none; docs/gpu-check.md).
+//! - `cargo xtask layout` fails on an import circle between top-level modules
+//!   and on files or functions over the length limits (`layout/mod.rs`).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
@@ -18,6 +20,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fuzz;
 mod gpu_check;
+mod layout;
 mod rdma_vm;
 
 #[derive(Debug, Parser)]
@@ -76,6 +79,11 @@ enum Cmd {
     /// (with the pinned nightly that builds it, for its own target), warnings
     /// as errors.
     Clippy,
+    /// Check the workspace's shape: no import circle between the top-level
+    /// modules of the collector or the correlator, no file over 600 lines
+    /// and no function over 120 outside tests (exceptions, with their
+    /// reasons: xtask/layout-allow.txt).
+    Layout,
     /// Run every test of the workspace (root and a BPF-capable kernel needed
     /// for the probe tests; under CI=true their absence fails the run).
     Test {
@@ -95,6 +103,13 @@ fn run(mut cmd: Command) -> Result<()> {
         bail!("{shown} failed: {status}");
     }
     Ok(())
+}
+
+/// The workspace's root directory.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| ".".into(), std::path::Path::to_path_buf)
 }
 
 /// A release binary of the workspace (in `$CARGO_TARGET_DIR` when set).
@@ -188,6 +203,7 @@ fn main() -> Result<()> {
         }
         Cmd::Test { args } => test(&args),
         Cmd::Clippy => clippy(),
+        Cmd::Layout => layout::run(),
         Cmd::Fuzz { secs } => fuzz::run(secs),
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::GpuCheck(args) => std::process::exit(gpu_check::run(&args)),

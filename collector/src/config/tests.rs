@@ -1,5 +1,8 @@
 //! Config parsing, defaults, validation and its messages.
+use std::time::Duration;
+
 use super::*;
+use crate::probes::CodeLoc;
 
 #[test]
 fn defaults_and_a_full_file() {
@@ -117,19 +120,19 @@ fn values_that_would_panic_or_spin_are_refused() {
         );
     }
     assert_eq!(
-        duration_arg("1e20").unwrap_err(),
+        duration_arg("1e20").unwrap_err().to_string(),
         "must be a number of seconds in [0, 315360000], got 1e20"
     );
     assert_eq!(
-        duration_arg("nan").unwrap_err(),
+        duration_arg("nan").unwrap_err().to_string(),
         "must be a number of seconds in [0, 315360000], got NaN"
     );
     assert_eq!(
-        duration_arg("-1").unwrap_err(),
+        duration_arg("-1").unwrap_err().to_string(),
         "must be a number of seconds in [0, 315360000], got -1"
     );
     assert_eq!(
-        duration_arg("x").unwrap_err(),
+        duration_arg("x").unwrap_err().to_string(),
         "\"x\" is not a number of seconds"
     );
     assert_eq!(duration_arg("1.5"), Ok(Duration::from_millis(1500)));
@@ -159,4 +162,65 @@ fn values_that_would_panic_or_spin_are_refused() {
     }
     let c = FileConfig::parse("[collector]\nwindow_secs = 0.01\n", "f").unwrap();
     assert_eq!(c.collector.window(), Duration::from_millis(10));
+}
+
+/// `--metrics-addr :9477` was rejected; node_exporter accepts `:9100`.
+#[test]
+fn port_only_means_every_interface() {
+    use std::net::SocketAddr;
+    assert_eq!(
+        parse_listen_addr(":9477").ok(),
+        Some(SocketAddr::from(([0, 0, 0, 0], 9477)))
+    );
+    assert_eq!(
+        parse_listen_addr("127.0.0.1:9477").ok(),
+        Some(SocketAddr::from(([127, 0, 0, 1], 9477)))
+    );
+    assert!(parse_listen_addr("[::1]:9477").is_ok());
+    assert!(parse_listen_addr(":").is_err());
+    assert!(parse_listen_addr("9477").is_err());
+    let mut c = FileConfig::default();
+    c.collector.metrics_addr = ":9477".into();
+    assert!(c.validate().is_ok());
+}
+
+/// The `[ib]` and `[otlp]` checks live in their modules; through the file
+/// their messages still name the key after `config error:`.
+#[test]
+fn section_errors_keep_their_key_and_text() {
+    let e = FileConfig::parse(
+        "[ib]\ndevice_include = \"a\"\ndevice_exclude = \"b\"\n",
+        "f",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(e, "config error: ib.device_include: ib.device_include and ib.device_exclude are mutually exclusive (as node_exporter's --collector.infiniband.device-include/-exclude); set one");
+    let e = FileConfig::parse("[ib]\ndevice_exclude = \"mlx5_[0\"\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config error: ib.device_exclude: \"mlx5_[0\" is not a regular expression: "),
+        "{e}"
+    );
+    let e = FileConfig::parse("[otlp]\nmax_body_bytes = 10\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "config error: otlp.max_body_bytes: must be at least 1024, got 10"
+    );
+    let e = FileConfig::parse("[otlp.limits]\nmax_connections = 0\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config error: otlp.limits: max_connections: "),
+        "{e}"
+    );
+    let e = FileConfig::parse("[nccl]\nrescan_s = -1\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "config error: nccl.rescan_s: must be a number of seconds in [0, 86400], got -1"
+    );
 }

@@ -5,8 +5,6 @@
 //! mutually exclusive, as node_exporter's are.
 use regex::Regex;
 
-use crate::config::ConfigError;
-
 /// Include or exclude devices by name; the default reads every device.
 #[derive(Clone, Debug, Default)]
 pub struct DeviceFilter {
@@ -14,27 +12,46 @@ pub struct DeviceFilter {
     exclude: Option<Regex>,
 }
 
+/// A device filter that cannot be built; [`FilterError::key`] names the
+/// configuration key (the flags set the same keys).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FilterError {
+    #[error("ib.device_include and ib.device_exclude are mutually exclusive (as node_exporter's --collector.infiniband.device-include/-exclude); set one")]
+    BothSet,
+    #[error("{pattern:?} is not a regular expression: {reason}")]
+    NotARegex {
+        key: &'static str,
+        pattern: String,
+        reason: String,
+    },
+}
+
+impl FilterError {
+    /// The configuration key whose value is wrong.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::BothSet => "ib.device_include",
+            Self::NotARegex { key, .. } => key,
+        }
+    }
+}
+
 impl DeviceFilter {
     /// The filter of `[ib] device_include` / `device_exclude`; an invalid
-    /// pattern, or both set, is a configuration error naming the key.
-    pub fn new(include: Option<&str>, exclude: Option<&str>) -> Result<Self, ConfigError> {
+    /// pattern, or both set, is an error naming the key.
+    pub fn new(include: Option<&str>, exclude: Option<&str>) -> Result<Self, FilterError> {
         if include.is_some() && exclude.is_some() {
-            return Err(ConfigError::Invalid {
-                key: "ib.device_include",
-                message: "ib.device_include and ib.device_exclude are mutually exclusive (as node_exporter's --collector.infiniband.device-include/-exclude); set one".into(),
-            });
+            return Err(FilterError::BothSet);
         }
         let compile = |key: &'static str, p: Option<&str>| {
             p.map(|p| {
                 regex::RegexBuilder::new(p)
                     .size_limit(1 << 20)
                     .build()
-                    .map_err(|e| ConfigError::Invalid {
+                    .map_err(|e| FilterError::NotARegex {
                         key,
-                        message: format!(
-                            "{p:?} is not a regular expression: {}",
-                            e.to_string().replace('\n', " ")
-                        ),
+                        pattern: p.to_string(),
+                        reason: e.to_string().replace('\n', " "),
                     })
             })
             .transpose()
@@ -78,12 +95,12 @@ mod tests {
 
         let both = DeviceFilter::new(Some("a"), Some("b")).unwrap_err();
         assert!(both.to_string().contains("mutually exclusive"), "{both}");
+        assert_eq!(both.key(), "ib.device_include");
         let bad = DeviceFilter::new(Some("mlx5_[0"), None).unwrap_err();
+        assert_eq!(bad.key(), "ib.device_include");
         let bad = bad.to_string();
         assert!(
-            bad.starts_with(
-                "config error: ib.device_include: \"mlx5_[0\" is not a regular expression"
-            ) && !bad.contains('\n'),
+            bad.starts_with("\"mlx5_[0\" is not a regular expression") && !bad.contains('\n'),
             "{bad}"
         );
     }

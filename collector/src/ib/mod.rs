@@ -6,9 +6,11 @@ pub mod filter;
 pub mod issues;
 pub mod prom;
 pub mod rates;
+mod section;
 pub mod sysfs;
 
-pub use filter::DeviceFilter;
+pub use filter::{DeviceFilter, FilterError};
 pub use issues::ReadIssues;
 pub use rates::{PortRates, RateTracker};
+pub use section::IbSection;
 pub use sysfs::{read_ports, scan, PortSnapshot, Scan};

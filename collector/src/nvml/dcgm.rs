@@ -119,13 +119,24 @@ pub fn write(
             .filter(|(_, v)| !v.is_empty()),
         );
     }
+    for (name, v) in values(g, s, ex) {
+        let Some(v) = v else { continue };
+        let Some((_, kind, unit)) = FAMILIES.iter().find(|(n, _, _)| *n == name) else {
+            continue;
+        };
+        t.sample(name, &help(name, unit), *kind, &l, v);
+    }
+}
+
+/// Each field's value in dcgm-exporter's unit; `None` where unsampled.
+fn values(g: &GpuInfo, s: &GpuSample, ex: &Export<'_>) -> [(&'static str, Option<String>); 33] {
     let int = |v: Option<u64>| v.map(|x| x.to_string());
     let u = |v: Option<u32>| v.map(|x| x.to_string());
     let mib = |v: Option<u64>| v.map(|b| (b / MIB).to_string());
     let ratio = |v: Option<f64>| v.map(|x| x.to_string());
     let prof = s.prof.unwrap_or_default();
     let nvl = |c: NvLinkCounter| int(c.total(&s.nvlink));
-    let values = [
+    [
         ("DCGM_FI_DEV_SM_CLOCK", u(s.sm_clock_mhz)),
         ("DCGM_FI_DEV_MEM_CLOCK", u(s.mem_clock_mhz)),
         ("DCGM_FI_DEV_MEMORY_TEMP", u(s.memory_temp_c)),
@@ -203,14 +214,7 @@ pub fn write(
             "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
             nvl(NvLinkCounter::Recovery),
         ),
-    ];
-    for (name, v) in values {
-        let Some(v) = v else { continue };
-        let Some((_, kind, unit)) = FAMILIES.iter().find(|(n, _, _)| *n == name) else {
-            continue;
-        };
-        t.sample(name, &help(name, unit), *kind, &l, v);
-    }
+    ]
 }
 
 /// HELP text: what the field is and its unit.

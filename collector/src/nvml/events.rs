@@ -37,7 +37,11 @@ impl Drop for EventListener {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
-            let _ = h.join();
+            if h.join().is_err() {
+                tracing::error!(
+                    "the NVML event thread panicked: XID and ECC events stopped before shutdown"
+                );
+            }
         }
     }
 }

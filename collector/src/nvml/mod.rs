@@ -11,12 +11,7 @@ use std::{
     time::SystemTime,
 };
 
-use nvml_wrapper::{
-    enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor},
-    enum_wrappers::nv_link::ErrorCounter,
-    error::NvmlError,
-    Nvml,
-};
+use nvml_wrapper::{error::NvmlError, Nvml};
 
 pub use gpm::GpmMetrics;
 pub use nvlink::{NvLinkCounter, NvLinkErrors};
@@ -198,56 +193,6 @@ impl Drop for NvmlSource {
     }
 }
 
-/// Reads one NVML field of one GPU: a field found unsupported is logged
-/// once and not queried again, a lost GPU stops the GPU's remaining reads,
-/// other failures are counted.
-struct Reader<'a> {
-    gpu: u32,
-    lost: bool,
-    unsupported: &'a mut BTreeSet<(u32, &'static str)>,
-}
-
-impl Reader<'_> {
-    fn read<T>(
-        &mut self,
-        field: &'static str,
-        f: impl FnOnce() -> Result<T, NvmlError>,
-    ) -> Option<T> {
-        if self.lost || self.unsupported.contains(&(self.gpu, field)) {
-            return None;
-        }
-        match f() {
-            Ok(v) => Some(v),
-            Err(NvmlError::GpuLost) => {
-                self.lost = true;
-                None
-            }
-            Err(e @ (NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_))) => {
-                self.refuse(field, &e.to_string());
-                None
-            }
-            Err(e) => {
-                metrics::counter!("faultline_nvml_read_errors_total", "field" => field)
-                    .increment(1);
-                tracing::debug!(gpu = self.gpu, field, error = %e, "NVML read failed");
-                None
-            }
-        }
-    }
-
-    /// Records `field` as unsupported on this GPU (logged once).
-    fn refuse(&mut self, field: &'static str, reason: &str) {
-        tracing::info!(
-            gpu = self.gpu,
-            field,
-            reason,
-            "NVML field unsupported; not queried again"
-        );
-        metrics::counter!("faultline_nvml_unsupported_fields_total").increment(1);
-        self.unsupported.insert((self.gpu, field));
-    }
-}
-
 fn load(lib: &Path) -> Result<Nvml, NvmlSourceError> {
     Nvml::builder()
         .lib_path(lib.as_os_str())
@@ -324,132 +269,6 @@ impl NvmlSource {
     /// Fields recorded as unsupported, per GPU.
     pub fn unsupported(&self) -> &BTreeSet<(u32, &'static str)> {
         &self.unsupported
-    }
-
-    /// Samples every GPU. A GPU that falls off the bus yields one `Lost`
-    /// event (and `lost: true` samples from then on), never an error.
-    pub fn sample(&mut self) -> (Vec<GpuSample>, Vec<GpuEvent>) {
-        let mut samples = Vec::with_capacity(self.gpus.len());
-        let mut events = Vec::new();
-        for g in &self.gpus {
-            let mut s = GpuSample {
-                index: g.index,
-                ..GpuSample::default()
-            };
-            if self.lost.contains(&g.index) {
-                s.lost = true;
-                samples.push(s);
-                continue;
-            }
-            let Ok(d) = self.nvml.device_by_index(g.index) else {
-                samples.push(s);
-                continue;
-            };
-            let mut r = Reader {
-                gpu: g.index,
-                lost: false,
-                unsupported: &mut self.unsupported,
-            };
-            s.power_w = r
-                .read("power", || d.power_usage())
-                .map(|mw| f64::from(mw) / 1000.0);
-            s.power_limit_w = r
-                .read("power_limit", || d.enforced_power_limit())
-                .map(|mw| f64::from(mw) / 1000.0);
-            s.temp_c = r.read("temperature", || d.temperature(TemperatureSensor::Gpu));
-            // NVML_FI_DEV_MEMORY_TEMP = 82 (HBM temperature).
-            s.memory_temp_c = r
-                .read("memory_temperature", || field_u64(&d, 82))
-                .map(|v| v as u32);
-            s.sm_clock_mhz = r.read("sm_clock", || d.clock_info(Clock::SM));
-            s.sm_clock_max_mhz = r.read("sm_clock_max", || d.max_clock_info(Clock::SM));
-            s.mem_clock_mhz = r.read("mem_clock", || d.clock_info(Clock::Memory));
-            s.mem_clock_max_mhz = r.read("mem_clock_max", || d.max_clock_info(Clock::Memory));
-            s.throttle = r.read("throttle_reasons", || {
-                d.current_throttle_reasons().map(|r| r.bits())
-            });
-            if let Some(u) = r.read("utilization", || d.utilization_rates()) {
-                s.util_gpu_pct = Some(u.gpu);
-                s.util_mem_pct = Some(u.memory);
-            }
-            if let Some(m) = r.read("memory", || d.memory_info()) {
-                s.mem_total_bytes = Some(m.total);
-                s.mem_used_bytes = Some(m.used);
-                s.mem_reserved_bytes = Some(m.reserved);
-                s.mem_free_bytes = Some(m.free);
-            }
-            s.ecc_sbe_volatile = r.read("ecc_sbe", || {
-                d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
-            });
-            s.ecc_dbe_volatile = r.read("ecc_dbe", || {
-                d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-            });
-            s.pcie_replay = r
-                .read("pcie_replay", || d.pcie_replay_counter())
-                .map(u64::from);
-            s.pcie_tx_bytes_per_sec = r
-                .read("pcie_tx", || d.pcie_throughput(PcieUtilCounter::Send))
-                .map(|k| u64::from(k) * 1024);
-            s.pcie_rx_bytes_per_sec = r
-                .read("pcie_rx", || d.pcie_throughput(PcieUtilCounter::Receive))
-                .map(|k| u64::from(k) * 1024);
-            if let Some(l0) = r.read("nvlink_errors", || {
-                d.link_wrapper_for(0).error_counter(ErrorCounter::DlReplay)
-            }) {
-                s.nvlink = nvlink::errors(&d, l0);
-                if let Some(now) = r.read("nvlink_bandwidth", || nvlink::data(&d)) {
-                    let prev = self.nvlink_prev.insert(g.index, now);
-                    s.nvlink_bandwidth = Some(nvlink::bandwidth(prev, now));
-                    s.nvlink_data_kib = Some(now.kib);
-                }
-            }
-            s.energy_mj = r.read("energy", || d.total_energy_consumption());
-            s.enc_util_pct = r
-                .read("encoder_utilization", || d.encoder_utilization())
-                .map(|u| u.utilization);
-            s.dec_util_pct = r
-                .read("decoder_utilization", || d.decoder_utilization())
-                .map(|u| u.utilization);
-            // NVML_FI_DEV_REMAPPED_COR / _UNC / _FAILURE = 142 / 143 / 145
-            // (nvmlDeviceGetRemappedRows through field values; Ampere and later).
-            s.remapped_rows_corr = r.read("remapped_rows", || field_u64(&d, 142));
-            if s.remapped_rows_corr.is_some() {
-                s.remapped_rows_unc = r.read("remapped_rows", || field_u64(&d, 143));
-                s.remap_failure = r.read("remapped_rows", || field_u64(&d, 145));
-            }
-            match r.read("gpm", || d.gpm_support()) {
-                Some(true) => {
-                    s.prof = r
-                        .read("gpm_metrics", || self.gpm.window(&self.nvml, &d, g.index))
-                        .flatten();
-                }
-                Some(false) => r.refuse(
-                    "gpm",
-                    "the GPU has no GPM (before Hopper): no DCGM_FI_PROF_* series",
-                ),
-                None => {}
-            }
-            let lost = r.lost;
-            if lost {
-                self.lost.insert(g.index);
-                self.gpm.forget(&self.nvml, g.index);
-                self.nvlink_prev.remove(&g.index);
-                s = GpuSample {
-                    index: g.index,
-                    lost: true,
-                    ..GpuSample::default()
-                };
-                tracing::warn!(gpu = g.index, uuid = %g.uuid, "GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)");
-                events.push(GpuEvent {
-                    index: Some(g.index),
-                    uuid: g.uuid.clone(),
-                    at: SystemTime::now(),
-                    kind: GpuEventKind::Lost,
-                });
-            }
-            samples.push(s);
-        }
-        (samples, events)
     }
 }
 
@@ -549,18 +368,6 @@ fn field_u64(d: &nvml_wrapper::Device<'_>, id: u32) -> Result<u64, NvmlError> {
     }
 }
 
-/// GPU minor numbers a process has open, from `/dev/nvidia<N>` in its maps.
-pub fn gpus_of_pid(proc_root: &Path, pid: u32) -> BTreeSet<u32> {
-    let Ok(maps) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")) else {
-        return BTreeSet::new();
-    };
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter_map(|p| p.strip_prefix("/dev/nvidia"))
-        .filter_map(|n| n.parse::<u32>().ok())
-        .collect()
-}
-
 /// The GPU state joined onto CUDA data for a CUDA device ordinal (CUDA
 /// ordinals follow NVML indices unless `CUDA_VISIBLE_DEVICES` remaps them).
 pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Option<String> {
@@ -599,9 +406,12 @@ mod events;
 mod gpm;
 mod nvlink;
 mod prom;
+mod sample;
+mod section;
 
 pub use events::{spawn_event_listener, EventListener};
 pub use prom::{render_prometheus, render_with, Export};
+pub use section::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET};
 
 #[cfg(test)]
 mod tests {
@@ -630,8 +440,8 @@ mod tests {
             "7f00-7f10 rw-s 00000000 00:05 1 /dev/nvidia3\n7f10-7f20 rw-s 0 00:05 2 /dev/nvidiactl\n7f20-7f30 rw-s 0 00:05 3 /dev/nvidia5\n7f30-7f40 rw-s 0 00:05 3 /dev/nvidia3\n",
         )
         .unwrap();
-        assert_eq!(gpus_of_pid(&d, 77), BTreeSet::from([3, 5]));
-        assert!(gpus_of_pid(&d, 78).is_empty());
+        assert_eq!(crate::workload::gpus_of_pid(&d, 77), BTreeSet::from([3, 5]));
+        assert!(crate::workload::gpus_of_pid(&d, 78).is_empty());
         std::fs::remove_dir_all(&d).unwrap();
     }
 

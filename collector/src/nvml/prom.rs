@@ -61,265 +61,313 @@ pub fn render_with(
         let Some(g) = gpus.iter().find(|g| g.index == s.index) else {
             continue;
         };
-        let index = g.index.to_string();
-        let wl = ex.workloads.get(&g.index);
-        let mut l = vec![
-            ("gpu", index.as_str()),
-            ("uuid", g.uuid.as_str()),
-            ("pci_bus_id", g.pci_bus_id.as_str()),
-        ];
-        if let Some((w, _)) = wl {
-            l.extend(w.pairs());
-        }
-        if let Some((_, n)) = wl {
-            t.sample(
-                "faultline_gpu_workloads",
-                "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
-                Kind::Gauge,
-                &l,
-                n,
-            );
-        }
-        if ex.dcgm_compat {
-            super::dcgm::write(&mut t, g, s, ex, wl.map(|(w, _)| w));
-        }
+        gpu_families(&mut t, g, s, ex);
+    }
+    xid_families(&mut t, gpus, samples, xids, ex);
+    t.render()
+}
+
+/// One GPU's families: workloads, dcgm-exporter's, lost, the sampled
+/// values, NVLink, profiling, row remapping, video, throttle reasons.
+fn gpu_families(t: &mut Text, g: &GpuInfo, s: &GpuSample, ex: &Export<'_>) {
+    let index = g.index.to_string();
+    let wl = ex.workloads.get(&g.index);
+    let mut l = vec![
+        ("gpu", index.as_str()),
+        ("uuid", g.uuid.as_str()),
+        ("pci_bus_id", g.pci_bus_id.as_str()),
+    ];
+    if let Some((w, _)) = wl {
+        l.extend(w.pairs());
+    }
+    if let Some((_, n)) = wl {
         t.sample(
-            "faultline_gpu_lost",
-            "1 when NVML reports the GPU fell off the bus",
+            "faultline_gpu_workloads",
+            "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
             Kind::Gauge,
             &l,
-            u8::from(s.lost),
+            n,
         );
-        let f = |v: Option<f64>| v.map(|x| format!("{x}"));
-        let u = |v: Option<u32>| v.map(|x| x.to_string());
-        let q = |v: Option<u64>| v.map(|x| x.to_string());
-        for (name, help, kind, v) in [
-            (
-                "faultline_gpu_power_watts",
-                "Power draw",
-                Kind::Gauge,
-                f(s.power_w),
-            ),
-            (
-                "faultline_gpu_power_limit_watts",
-                "Enforced power limit",
-                Kind::Gauge,
-                f(s.power_limit_w),
-            ),
-            (
-                "faultline_gpu_temperature_celsius",
-                "GPU temperature",
-                Kind::Gauge,
-                u(s.temp_c),
-            ),
-            (
-                "faultline_gpu_sm_clock_mhz",
-                "SM clock",
-                Kind::Gauge,
-                u(s.sm_clock_mhz),
-            ),
-            (
-                "faultline_gpu_sm_clock_max_mhz",
-                "Maximum SM clock",
-                Kind::Gauge,
-                u(s.sm_clock_max_mhz),
-            ),
-            (
-                "faultline_gpu_memory_clock_mhz",
-                "Memory clock",
-                Kind::Gauge,
-                u(s.mem_clock_mhz),
-            ),
-            (
-                "faultline_gpu_memory_clock_max_mhz",
-                "Maximum memory clock",
-                Kind::Gauge,
-                u(s.mem_clock_max_mhz),
-            ),
-            (
-                "faultline_gpu_utilization_percent",
-                "GPU utilisation",
-                Kind::Gauge,
-                u(s.util_gpu_pct),
-            ),
-            (
-                "faultline_gpu_memory_utilization_percent",
-                "Memory controller utilisation",
-                Kind::Gauge,
-                u(s.util_mem_pct),
-            ),
-            (
-                "faultline_gpu_memory_used_bytes",
-                "Framebuffer memory allocated, without the driver's reserved memory",
-                Kind::Gauge,
-                q(s.mem_used_bytes),
-            ),
-            (
-                "faultline_gpu_memory_reserved_bytes",
-                "Framebuffer memory reserved by the driver and firmware",
-                Kind::Gauge,
-                q(s.mem_reserved_bytes),
-            ),
-            (
-                "faultline_gpu_memory_total_bytes",
-                "Framebuffer memory total",
-                Kind::Gauge,
-                q(s.mem_total_bytes),
-            ),
-            (
-                "faultline_gpu_ecc_sbe_volatile_total",
-                "Volatile single-bit (corrected) ECC errors",
-                Kind::Counter,
-                q(s.ecc_sbe_volatile),
-            ),
-            (
-                "faultline_gpu_ecc_dbe_volatile_total",
-                "Volatile double-bit (uncorrected) ECC errors",
-                Kind::Counter,
-                q(s.ecc_dbe_volatile),
-            ),
-            (
-                "faultline_gpu_pcie_replay_total",
-                "PCIe replay counter",
-                Kind::Counter,
-                q(s.pcie_replay),
-            ),
-            (
-                "faultline_gpu_pcie_tx_bytes_per_second",
-                "PCIe transmit throughput",
-                Kind::Gauge,
-                q(s.pcie_tx_bytes_per_sec),
-            ),
-            (
-                "faultline_gpu_pcie_rx_bytes_per_second",
-                "PCIe receive throughput",
-                Kind::Gauge,
-                q(s.pcie_rx_bytes_per_sec),
-            ),
-            (
-                "faultline_gpu_energy_joules_total",
-                "Energy consumed since driver load",
-                Kind::Counter,
-                s.energy_mj.map(|m| format!("{}", m as f64 / 1000.0)),
-            ),
-        ] {
-            if let Some(v) = v {
-                t.sample(name, help, kind, &l, v);
-            }
+    }
+    if ex.dcgm_compat {
+        super::dcgm::write(t, g, s, ex, wl.map(|(w, _)| w));
+    }
+    t.sample(
+        "faultline_gpu_lost",
+        "1 when NVML reports the GPU fell off the bus",
+        Kind::Gauge,
+        &l,
+        u8::from(s.lost),
+    );
+    sampled(t, s, &l);
+    nvlink(t, s, &l);
+    profiling(t, s, &l);
+    row_remapping(t, s, &l);
+    video(t, s, &l);
+    throttle(t, s, &l);
+}
+
+/// Power, temperature, clocks, utilisation, memory, ECC, PCIe, energy.
+fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    let f = |v: Option<f64>| v.map(|x| format!("{x}"));
+    let u = |v: Option<u32>| v.map(|x| x.to_string());
+    let q = |v: Option<u64>| v.map(|x| x.to_string());
+    for (name, help, kind, v) in [
+        (
+            "faultline_gpu_power_watts",
+            "Power draw",
+            Kind::Gauge,
+            f(s.power_w),
+        ),
+        (
+            "faultline_gpu_power_limit_watts",
+            "Enforced power limit",
+            Kind::Gauge,
+            f(s.power_limit_w),
+        ),
+        (
+            "faultline_gpu_temperature_celsius",
+            "GPU temperature",
+            Kind::Gauge,
+            u(s.temp_c),
+        ),
+        (
+            "faultline_gpu_sm_clock_mhz",
+            "SM clock",
+            Kind::Gauge,
+            u(s.sm_clock_mhz),
+        ),
+        (
+            "faultline_gpu_sm_clock_max_mhz",
+            "Maximum SM clock",
+            Kind::Gauge,
+            u(s.sm_clock_max_mhz),
+        ),
+        (
+            "faultline_gpu_memory_clock_mhz",
+            "Memory clock",
+            Kind::Gauge,
+            u(s.mem_clock_mhz),
+        ),
+        (
+            "faultline_gpu_memory_clock_max_mhz",
+            "Maximum memory clock",
+            Kind::Gauge,
+            u(s.mem_clock_max_mhz),
+        ),
+        (
+            "faultline_gpu_utilization_percent",
+            "GPU utilisation",
+            Kind::Gauge,
+            u(s.util_gpu_pct),
+        ),
+        (
+            "faultline_gpu_memory_utilization_percent",
+            "Memory controller utilisation",
+            Kind::Gauge,
+            u(s.util_mem_pct),
+        ),
+        (
+            "faultline_gpu_memory_used_bytes",
+            "Framebuffer memory allocated, without the driver's reserved memory",
+            Kind::Gauge,
+            q(s.mem_used_bytes),
+        ),
+        (
+            "faultline_gpu_memory_reserved_bytes",
+            "Framebuffer memory reserved by the driver and firmware",
+            Kind::Gauge,
+            q(s.mem_reserved_bytes),
+        ),
+        (
+            "faultline_gpu_memory_total_bytes",
+            "Framebuffer memory total",
+            Kind::Gauge,
+            q(s.mem_total_bytes),
+        ),
+        (
+            "faultline_gpu_ecc_sbe_volatile_total",
+            "Volatile single-bit (corrected) ECC errors",
+            Kind::Counter,
+            q(s.ecc_sbe_volatile),
+        ),
+        (
+            "faultline_gpu_ecc_dbe_volatile_total",
+            "Volatile double-bit (uncorrected) ECC errors",
+            Kind::Counter,
+            q(s.ecc_dbe_volatile),
+        ),
+        (
+            "faultline_gpu_pcie_replay_total",
+            "PCIe replay counter",
+            Kind::Counter,
+            q(s.pcie_replay),
+        ),
+        (
+            "faultline_gpu_pcie_tx_bytes_per_second",
+            "PCIe transmit throughput",
+            Kind::Gauge,
+            q(s.pcie_tx_bytes_per_sec),
+        ),
+        (
+            "faultline_gpu_pcie_rx_bytes_per_second",
+            "PCIe receive throughput",
+            Kind::Gauge,
+            q(s.pcie_rx_bytes_per_sec),
+        ),
+        (
+            "faultline_gpu_energy_joules_total",
+            "Energy consumed since driver load",
+            Kind::Counter,
+            s.energy_mj.map(|m| format!("{}", m as f64 / 1000.0)),
+        ),
+    ] {
+        if let Some(v) = v {
+            t.sample(name, help, kind, l, v);
         }
-        for e in &s.nvlink {
-            let link = e.link.to_string();
-            let mut ll = l.clone();
-            ll.push(("link", link.as_str()));
-            for (name, help, v) in [
-                (
-                    "faultline_gpu_nvlink_replay_errors_total",
-                    "NVLink data-link replay errors, per link",
-                    e.replay,
-                ),
-                (
-                    "faultline_gpu_nvlink_recovery_errors_total",
-                    "NVLink data-link recovery errors, per link",
-                    e.recovery,
-                ),
-                (
-                    "faultline_gpu_nvlink_crc_flit_errors_total",
-                    "NVLink flow-control (flit) CRC errors, per link",
-                    e.crc_flit,
-                ),
-                (
-                    "faultline_gpu_nvlink_crc_data_errors_total",
-                    "NVLink data CRC errors, per link",
-                    e.crc_data,
-                ),
-            ] {
-                if let Some(v) = v {
-                    t.sample(name, help, Kind::Counter, &ll, v);
-                }
-            }
-        }
-        if let Some(kib) = s.nvlink_data_kib {
-            t.sample(
-                "faultline_gpu_nvlink_data_bytes_total",
-                "NVLink data transmitted plus received over all links since driver load",
-                Kind::Counter,
-                &l,
-                kib.saturating_mul(1024),
-            );
-        }
-        if let Some(p) = &s.prof {
-            for (engine, v) in [
-                ("graphics", p.gr_engine_active),
-                ("tensor", p.tensor_active),
-                ("dram", p.dram_active),
-            ] {
-                let Some(v) = v else { continue };
-                let mut ll = l.clone();
-                ll.push(("engine", engine));
-                t.sample(
-                    "faultline_gpu_engine_active_ratio",
-                    "Ratio of the last window the engine was active (NVML GPM, Hopper and later)",
-                    Kind::Gauge,
-                    &ll,
-                    v,
-                );
-            }
-        }
+    }
+}
+
+/// NVLink error counters per link and data over all links.
+fn nvlink(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    for e in &s.nvlink {
+        let link = e.link.to_string();
+        let mut ll = l.to_vec();
+        ll.push(("link", link.as_str()));
         for (name, help, v) in [
             (
-                "faultline_gpu_remapped_rows_correctable_total",
-                "Rows remapped for correctable ECC errors",
-                s.remapped_rows_corr,
+                "faultline_gpu_nvlink_replay_errors_total",
+                "NVLink data-link replay errors, per link",
+                e.replay,
             ),
             (
-                "faultline_gpu_remapped_rows_uncorrectable_total",
-                "Rows remapped for uncorrectable ECC errors",
-                s.remapped_rows_unc,
+                "faultline_gpu_nvlink_recovery_errors_total",
+                "NVLink data-link recovery errors, per link",
+                e.recovery,
+            ),
+            (
+                "faultline_gpu_nvlink_crc_flit_errors_total",
+                "NVLink flow-control (flit) CRC errors, per link",
+                e.crc_flit,
+            ),
+            (
+                "faultline_gpu_nvlink_crc_data_errors_total",
+                "NVLink data CRC errors, per link",
+                e.crc_data,
             ),
         ] {
             if let Some(v) = v {
-                t.sample(name, help, Kind::Counter, &l, v);
-            }
-        }
-        if let Some(v) = s.remap_failure {
-            t.sample(
-                "faultline_gpu_row_remap_failure",
-                "1 when a row remapping has failed on the GPU",
-                Kind::Gauge,
-                &l,
-                v,
-            );
-        }
-        for (name, help, v) in [
-            (
-                "faultline_gpu_encoder_utilization_percent",
-                "Video encoder utilisation",
-                s.enc_util_pct,
-            ),
-            (
-                "faultline_gpu_decoder_utilization_percent",
-                "Video decoder utilisation",
-                s.dec_util_pct,
-            ),
-        ] {
-            if let Some(v) = v {
-                t.sample(name, help, Kind::Gauge, &l, v);
-            }
-        }
-        if let Some(mask) = s.throttle {
-            for (bit, reason) in THROTTLE_FLAGS {
-                let mut ll = l.clone();
-                ll.push(("reason", reason));
-                t.sample(
-                    "faultline_gpu_throttle_reason",
-                    "1 when this clock event (throttle) reason is active",
-                    Kind::Gauge,
-                    &ll,
-                    u8::from(mask & bit != 0),
-                );
+                t.sample(name, help, Kind::Counter, &ll, v);
             }
         }
     }
+    if let Some(kib) = s.nvlink_data_kib {
+        t.sample(
+            "faultline_gpu_nvlink_data_bytes_total",
+            "NVLink data transmitted plus received over all links since driver load",
+            Kind::Counter,
+            l,
+            kib.saturating_mul(1024),
+        );
+    }
+}
+
+/// NVML GPM engine activity (Hopper and later).
+fn profiling(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    if let Some(p) = &s.prof {
+        for (engine, v) in [
+            ("graphics", p.gr_engine_active),
+            ("tensor", p.tensor_active),
+            ("dram", p.dram_active),
+        ] {
+            let Some(v) = v else { continue };
+            let mut ll = l.to_vec();
+            ll.push(("engine", engine));
+            t.sample(
+                "faultline_gpu_engine_active_ratio",
+                "Ratio of the last window the engine was active (NVML GPM, Hopper and later)",
+                Kind::Gauge,
+                &ll,
+                v,
+            );
+        }
+    }
+}
+
+/// Rows remapped for ECC errors, and remapping failures.
+fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    for (name, help, v) in [
+        (
+            "faultline_gpu_remapped_rows_correctable_total",
+            "Rows remapped for correctable ECC errors",
+            s.remapped_rows_corr,
+        ),
+        (
+            "faultline_gpu_remapped_rows_uncorrectable_total",
+            "Rows remapped for uncorrectable ECC errors",
+            s.remapped_rows_unc,
+        ),
+    ] {
+        if let Some(v) = v {
+            t.sample(name, help, Kind::Counter, l, v);
+        }
+    }
+    if let Some(v) = s.remap_failure {
+        t.sample(
+            "faultline_gpu_row_remap_failure",
+            "1 when a row remapping has failed on the GPU",
+            Kind::Gauge,
+            l,
+            v,
+        );
+    }
+}
+
+/// Video encoder and decoder utilisation.
+fn video(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    for (name, help, v) in [
+        (
+            "faultline_gpu_encoder_utilization_percent",
+            "Video encoder utilisation",
+            s.enc_util_pct,
+        ),
+        (
+            "faultline_gpu_decoder_utilization_percent",
+            "Video decoder utilisation",
+            s.dec_util_pct,
+        ),
+    ] {
+        if let Some(v) = v {
+            t.sample(name, help, Kind::Gauge, l, v);
+        }
+    }
+}
+
+/// One series per throttle (clock event) reason, 1 while active.
+fn throttle(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    if let Some(mask) = s.throttle {
+        for (bit, reason) in THROTTLE_FLAGS {
+            let mut ll = l.to_vec();
+            ll.push(("reason", reason));
+            t.sample(
+                "faultline_gpu_throttle_reason",
+                "1 when this clock event (throttle) reason is active",
+                Kind::Gauge,
+                &ll,
+                u8::from(mask & bit != 0),
+            );
+        }
+    }
+}
+
+/// XID counts per GPU (every GPU, from zero) and per (GPU, code).
+fn xid_families(
+    t: &mut Text,
+    gpus: &[GpuInfo],
+    samples: &[GpuSample],
+    xids: &BTreeMap<(u32, u64), u64>,
+    ex: &Export<'_>,
+) {
     // Every GPU's XID count, from zero: `increase()` sees the first XID
     // (a per-code series appears at 1, which `increase()` cannot tell
     // from an old count).
@@ -370,5 +418,4 @@ pub fn render_with(
             n,
         );
     }
-    t.render()
 }

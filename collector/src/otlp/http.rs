@@ -89,23 +89,57 @@ fn reply(status: StatusCode, enc: Encoding, body: Vec<u8>) -> Response<Full<Byte
     r
 }
 
-fn reject(
+/// Why a request is refused: the status, the `google.rpc.Status` code and
+/// message in the request's encoding, and the metric's reason.
+struct Rejection {
     status: StatusCode,
     enc: Encoding,
     code: tonic::Code,
     reason: &'static str,
     message: String,
-) -> Response<Full<Bytes>> {
-    metrics::counter!("faultline_otlp_rejected_requests_total", "transport" => "http", "reason" => reason).increment(1);
-    let body = match enc {
-        Encoding::Protobuf => RpcStatus {
-            code: code as i32,
+}
+
+impl Rejection {
+    fn new(
+        status: StatusCode,
+        enc: Encoding,
+        code: tonic::Code,
+        reason: &'static str,
+        message: String,
+    ) -> Self {
+        Self {
+            status,
+            enc,
+            code,
+            reason,
             message,
         }
-        .encode_to_vec(),
-        Encoding::Json => encode_json_status(code as i32, &message),
-    };
-    reply(status, enc, body)
+    }
+
+    /// `what` (a body) over `otlp.max_body_bytes`.
+    fn too_large(enc: Encoding, what: &str, max: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            enc,
+            tonic::Code::ResourceExhausted,
+            "too_large",
+            format!("{what} over {max} bytes (otlp.max_body_bytes)"),
+        )
+    }
+
+    /// The response, counted under its reason.
+    fn respond(self) -> Response<Full<Bytes>> {
+        metrics::counter!("faultline_otlp_rejected_requests_total", "transport" => "http", "reason" => self.reason).increment(1);
+        let body = match self.enc {
+            Encoding::Protobuf => RpcStatus {
+                code: self.code as i32,
+                message: self.message,
+            }
+            .encode_to_vec(),
+            Encoding::Json => encode_json_status(self.code as i32, &self.message),
+        };
+        reply(self.status, self.enc, body)
+    }
 }
 
 /// Why a gzip body was not taken.
@@ -138,123 +172,8 @@ async fn handle(
     shared: Arc<Shared>,
     body_timeout: Duration,
 ) -> Response<Full<Bytes>> {
-    let pb = Encoding::Protobuf;
-    if req.uri().path() != "/v1/metrics" {
-        return reject(
-            StatusCode::NOT_FOUND,
-            pb,
-            tonic::Code::NotFound,
-            "not_found",
-            format!("no route {}", req.uri().path()),
-        );
-    }
-    if req.method() != Method::POST {
-        return reject(
-            StatusCode::METHOD_NOT_ALLOWED,
-            pb,
-            tonic::Code::Unimplemented,
-            "method",
-            format!("{} not allowed; POST", req.method()),
-        );
-    }
-    let ctype = header_str(&req, header::CONTENT_TYPE).unwrap_or("");
-    let essence = ctype.split(';').next().unwrap_or("").trim();
-    let enc = if essence.eq_ignore_ascii_case("application/x-protobuf") {
-        Encoding::Protobuf
-    } else if essence.eq_ignore_ascii_case("application/json") {
-        Encoding::Json
-    } else {
-        return reject(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            pb,
-            tonic::Code::InvalidArgument,
-            "content_type",
-            format!(
-                "content type {ctype:?} not supported; send application/x-protobuf or application/json"
-            ),
-        );
-    };
-    let encoding = header_str(&req, header::CONTENT_ENCODING)
-        .unwrap_or("identity")
-        .trim();
-    let gzip = if encoding.eq_ignore_ascii_case("gzip") {
-        true
-    } else if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") {
-        false
-    } else {
-        return reject(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            enc,
-            tonic::Code::InvalidArgument,
-            "content_encoding",
-            format!("content encoding {encoding:?} not supported; send gzip or uncompressed"),
-        );
-    };
-    let max = shared.max_body_bytes;
-    let too_large = |what: &str| {
-        reject(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            enc,
-            tonic::Code::ResourceExhausted,
-            "too_large",
-            format!("{what} over {max} bytes (otlp.max_body_bytes)"),
-        )
-    };
-    let declared = header_str(&req, header::CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > max) {
-        return too_large("request body");
-    }
-    let body = match proto::listen::read_body(req.into_body(), max, body_timeout, LISTENER).await {
-        Ok(b) => b,
-        Err(BodyError::TooLarge) => return too_large("request body"),
-        Err(BodyError::Read(e)) => {
-            return reject(
-                StatusCode::BAD_REQUEST,
-                enc,
-                tonic::Code::InvalidArgument,
-                "body",
-                format!("reading the body: {e}"),
-            )
-        }
-        Err(BodyError::Timeout) => {
-            return reject(
-                StatusCode::REQUEST_TIMEOUT,
-                enc,
-                tonic::Code::DeadlineExceeded,
-                "timeout",
-                format!(
-                    "body not received within {:.1} s (otlp.limits.body_timeout_s)",
-                    body_timeout.as_secs_f64()
-                ),
-            )
-        }
-    };
-    let body = if gzip {
-        match gunzip(&body, max) {
-            Ok(b) => Bytes::from(b),
-            Err(Inflate::TooLarge) => return too_large("decompressed request body"),
-            Err(Inflate::Corrupt(e)) => {
-                return reject(
-                    StatusCode::BAD_REQUEST,
-                    enc,
-                    tonic::Code::InvalidArgument,
-                    "compression",
-                    format!("malformed gzip body: {e}"),
-                )
-            }
-        }
-    } else {
-        body
-    };
-    let decoded = match enc {
-        Encoding::Protobuf => ExportMetricsServiceRequest::decode(body)
-            .map_err(|e| format!("malformed protobuf: {e}")),
-        Encoding::Json => {
-            super::json::decode_request(&body).map_err(|e| format!("malformed OTLP/JSON: {e}"))
-        }
-    };
-    match decoded {
-        Ok(r) => {
+    match accept(req, &shared, body_timeout).await {
+        Ok((enc, gzip, r)) => {
             Shared::count_request("http", enc.label(), if gzip { "gzip" } else { "none" });
             let resp = shared.export(&r, "http");
             let body = match enc {
@@ -263,13 +182,149 @@ async fn handle(
             };
             reply(StatusCode::OK, enc, body)
         }
-        Err(message) => reject(
+        Err(rejection) => rejection.respond(),
+    }
+}
+
+/// The request as an export: its encoding, whether it was gzipped, and
+/// the decoded request; or why it is refused.
+async fn accept(
+    req: Request<Incoming>,
+    shared: &Shared,
+    body_timeout: Duration,
+) -> Result<(Encoding, bool, ExportMetricsServiceRequest), Rejection> {
+    route(&req)?;
+    let (enc, gzip) = encodings(&req)?;
+    let body = read(req, enc, gzip, shared.max_body_bytes, body_timeout).await?;
+    let malformed = |message: String| {
+        Rejection::new(
             StatusCode::BAD_REQUEST,
             enc,
             tonic::Code::InvalidArgument,
             "malformed",
             message,
-        ),
+        )
+    };
+    let r = match enc {
+        Encoding::Protobuf => ExportMetricsServiceRequest::decode(body)
+            .map_err(|e| malformed(format!("malformed protobuf: {e}")))?,
+        Encoding::Json => super::json::decode_request(&body)
+            .map_err(|e| malformed(format!("malformed OTLP/JSON: {e}")))?,
+    };
+    Ok((enc, gzip, r))
+}
+
+/// `POST /v1/metrics` only.
+fn route(req: &Request<Incoming>) -> Result<(), Rejection> {
+    let pb = Encoding::Protobuf;
+    if req.uri().path() != "/v1/metrics" {
+        return Err(Rejection::new(
+            StatusCode::NOT_FOUND,
+            pb,
+            tonic::Code::NotFound,
+            "not_found",
+            format!("no route {}", req.uri().path()),
+        ));
+    }
+    if req.method() != Method::POST {
+        return Err(Rejection::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            pb,
+            tonic::Code::Unimplemented,
+            "method",
+            format!("{} not allowed; POST", req.method()),
+        ));
+    }
+    Ok(())
+}
+
+/// The content type (protobuf or JSON) and whether the body is gzipped.
+fn encodings(req: &Request<Incoming>) -> Result<(Encoding, bool), Rejection> {
+    let ctype = header_str(req, header::CONTENT_TYPE).unwrap_or("");
+    let essence = ctype.split(';').next().unwrap_or("").trim();
+    let enc = if essence.eq_ignore_ascii_case("application/x-protobuf") {
+        Encoding::Protobuf
+    } else if essence.eq_ignore_ascii_case("application/json") {
+        Encoding::Json
+    } else {
+        return Err(Rejection::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Encoding::Protobuf,
+            tonic::Code::InvalidArgument,
+            "content_type",
+            format!(
+                "content type {ctype:?} not supported; send application/x-protobuf or application/json"
+            ),
+        ));
+    };
+    let encoding = header_str(req, header::CONTENT_ENCODING)
+        .unwrap_or("identity")
+        .trim();
+    if encoding.eq_ignore_ascii_case("gzip") {
+        Ok((enc, true))
+    } else if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") {
+        Ok((enc, false))
+    } else {
+        Err(Rejection::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            enc,
+            tonic::Code::InvalidArgument,
+            "content_encoding",
+            format!("content encoding {encoding:?} not supported; send gzip or uncompressed"),
+        ))
+    }
+}
+
+/// The body, within `max` bytes and `body_timeout`, decompressed.
+async fn read(
+    req: Request<Incoming>,
+    enc: Encoding,
+    gzip: bool,
+    max: usize,
+    body_timeout: Duration,
+) -> Result<Bytes, Rejection> {
+    let declared = header_str(&req, header::CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(Rejection::too_large(enc, "request body", max));
+    }
+    let body = match proto::listen::read_body(req.into_body(), max, body_timeout, LISTENER).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => return Err(Rejection::too_large(enc, "request body", max)),
+        Err(BodyError::Read(e)) => {
+            return Err(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                enc,
+                tonic::Code::InvalidArgument,
+                "body",
+                format!("reading the body: {e}"),
+            ))
+        }
+        Err(BodyError::Timeout) => {
+            return Err(Rejection::new(
+                StatusCode::REQUEST_TIMEOUT,
+                enc,
+                tonic::Code::DeadlineExceeded,
+                "timeout",
+                format!(
+                    "body not received within {:.1} s (otlp.limits.body_timeout_s)",
+                    body_timeout.as_secs_f64()
+                ),
+            ))
+        }
+    };
+    if !gzip {
+        return Ok(body);
+    }
+    match gunzip(&body, max) {
+        Ok(b) => Ok(Bytes::from(b)),
+        Err(Inflate::TooLarge) => Err(Rejection::too_large(enc, "decompressed request body", max)),
+        Err(Inflate::Corrupt(e)) => Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            enc,
+            tonic::Code::InvalidArgument,
+            "compression",
+            format!("malformed gzip body: {e}"),
+        )),
     }
 }
 

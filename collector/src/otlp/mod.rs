@@ -12,8 +12,8 @@
 //! joins it to jobs, ranks and placement. The NCCL Inspector's metrics take
 //! their own path ([`inspector`]) into `Window.nccl_perf`. `docs/otlp.md`
 //! documents it.
-pub mod config;
 pub mod names;
+pub mod section;
 
 #[cfg(feature = "otlp")]
 pub mod aggregate;
@@ -30,7 +30,7 @@ pub mod inspector;
 #[cfg(feature = "otlp")]
 pub mod json;
 
-pub use config::OtlpSection;
+pub use section::{OtlpSection, SectionError};
 
 #[cfg(feature = "otlp")]
 pub use receiver::*;
@@ -45,9 +45,9 @@ mod receiver {
 
     use super::{
         aggregate::{Aggregator, Limits},
-        config::OtlpSection,
         decode::{decode, reason},
         names::Names,
+        section::OtlpSection,
     };
     use crate::identity::ProcessIdentity;
 
@@ -149,12 +149,37 @@ mod receiver {
         }
     }
 
+    /// Why a transport is not serving; the message names the key and the
+    /// flag that change it.
+    #[derive(Clone, Debug, thiserror::Error)]
+    pub enum BindError {
+        #[error("{key}: {addr:?}: {source}")]
+        Address {
+            key: &'static str,
+            addr: String,
+            #[source]
+            source: std::net::AddrParseError,
+        },
+        #[error("cannot bind the OTLP gRPC receiver on {addr} ({source}); choose another address with otlp.grpc_addr / --otlp-grpc-addr or turn it off with otlp.grpc_enabled = false / --no-otlp-grpc")]
+        Grpc {
+            addr: SocketAddr,
+            #[source]
+            source: Arc<std::io::Error>,
+        },
+        #[error("cannot bind the OTLP HTTP receiver on {addr} ({source}); choose another address with otlp.http_addr / --otlp-http-addr or turn it off with otlp.http_enabled = false / --no-otlp-http")]
+        Http {
+            addr: SocketAddr,
+            #[source]
+            source: Arc<std::io::Error>,
+        },
+    }
+
     /// A running receiver: aborting its tasks on drop.
     pub struct Receiver {
         pub shared: Arc<Shared>,
-        /// Bound gRPC address, or why it is not serving.
-        pub grpc: Result<Option<SocketAddr>, String>,
-        pub http: Result<Option<SocketAddr>, String>,
+        /// Bound gRPC address, `None` when disabled, or why it is not serving.
+        pub grpc: Result<Option<SocketAddr>, BindError>,
+        pub http: Result<Option<SocketAddr>, BindError>,
         tasks: Vec<tokio::task::JoinHandle<()>>,
     }
 
@@ -166,45 +191,58 @@ mod receiver {
         }
     }
 
+    /// The address of a transport that is on, or why it cannot be read.
+    fn address(on: bool, addr: &str, key: &'static str) -> Result<Option<SocketAddr>, BindError> {
+        if !on {
+            return Ok(None);
+        }
+        addr.parse::<SocketAddr>()
+            .map(Some)
+            .map_err(|source| BindError::Address {
+                key,
+                addr: addr.to_string(),
+                source,
+            })
+    }
+
     /// Starts the enabled transports. A transport that cannot bind is
     /// reported in its field (naming the config key) and the other still runs.
     pub async fn start(cfg: &OtlpSection) -> Receiver {
         let shared = Arc::new(Shared::new(cfg));
         let mut tasks = Vec::new();
-        let bind = |enabled: bool, addr: &str, key: &str| -> Option<Result<SocketAddr, String>> {
-            if !(cfg.enabled && enabled) {
-                return None;
-            }
-            Some(
-                addr.parse::<SocketAddr>()
-                    .map_err(|e| format!("{key}: {addr:?}: {e}")),
-            )
-        };
-        let grpc = match bind(cfg.grpc_enabled, &cfg.grpc_addr, "otlp.grpc_addr") {
-            None => Ok(None),
-            Some(Err(e)) => Err(e),
-            Some(Ok(a)) => match super::grpc::serve(a, shared.clone(), &cfg.limits).await {
+        let grpc = match address(
+            cfg.enabled && cfg.grpc_enabled,
+            &cfg.grpc_addr,
+            "otlp.grpc_addr",
+        ) {
+            Ok(Some(a)) => match super::grpc::serve(a, shared.clone(), &cfg.limits).await {
                 Ok((bound, t)) => {
                     tasks.push(t);
                     Ok(Some(bound))
                 }
-                Err(e) => Err(format!(
-                    "cannot bind the OTLP gRPC receiver on {a} ({e}); choose another address with otlp.grpc_addr / --otlp-grpc-addr or turn it off with otlp.grpc_enabled = false / --no-otlp-grpc"
-                )),
+                Err(e) => Err(BindError::Grpc {
+                    addr: a,
+                    source: Arc::new(e),
+                }),
             },
+            other => other,
         };
-        let http = match bind(cfg.http_enabled, &cfg.http_addr, "otlp.http_addr") {
-            None => Ok(None),
-            Some(Err(e)) => Err(e),
-            Some(Ok(a)) => match super::http::serve(a, shared.clone(), &cfg.limits).await {
+        let http = match address(
+            cfg.enabled && cfg.http_enabled,
+            &cfg.http_addr,
+            "otlp.http_addr",
+        ) {
+            Ok(Some(a)) => match super::http::serve(a, shared.clone(), &cfg.limits).await {
                 Ok((bound, t)) => {
                     tasks.push(t);
                     Ok(Some(bound))
                 }
-                Err(e) => Err(format!(
-                    "cannot bind the OTLP HTTP receiver on {a} ({e}); choose another address with otlp.http_addr / --otlp-http-addr or turn it off with otlp.http_enabled = false / --no-otlp-http"
-                )),
+                Err(e) => Err(BindError::Http {
+                    addr: a,
+                    source: Arc::new(e),
+                }),
             },
+            other => other,
         };
         Receiver {
             shared,

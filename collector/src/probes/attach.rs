@@ -3,7 +3,7 @@
 use aya::{
     programs::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
-        BtfTracePoint, TracePoint, UProbe,
+        BtfTracePoint, ProgramError, TracePoint, UProbe,
     },
     Btf, Ebpf,
 };
@@ -11,23 +11,135 @@ use aya::{
 use super::*;
 use crate::tracefs::Tracefs;
 
+/// Why a program did not load or attach (a probe's status says it).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("program {0} missing from the eBPF object")]
+    MissingProgram(&'static str),
+    #[error("program {program}: {source}")]
+    ProgramType {
+        program: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("verifier rejected {program}: {source:#}")]
+    Verifier {
+        program: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("tracepoint {category}/{name} not found in {root}/events (kernel lacks it)")]
+    NoTracepoint {
+        category: &'static str,
+        name: &'static str,
+        root: String,
+    },
+    #[error("attach tp_btf {name}: {source}")]
+    BtfTracepoint {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("attach to {category}/{name}: {source}")]
+    Tracepoint {
+        category: &'static str,
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("kernel BTF: {0}")]
+    KernelBtf(#[source] aya::BtfError),
+    #[error("reading /proc/self/maps: {0}")]
+    SelfMaps(#[source] std::io::Error),
+    #[error("{0:#x} is in no mapping of /proc/self/maps")]
+    NotMapped(usize),
+    /// The uprobe on the collector's own calibration function.
+    #[error("{kind} entry at {offset:#x} of /proc/self/exe: {source}")]
+    Calibration {
+        kind: &'static str,
+        offset: u64,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("calibration entries exist for x86-64 only")]
+    NoCalibration,
+    /// A uprobe that did not attach at its location.
+    #[error("{0}")]
+    Uprobe(#[source] ProgramError),
+    /// Which probe of which library: `uprobe X in LIB: ...`.
+    #[error("{kind} {symbol} in {}: {source}", .lib.display())]
+    In {
+        kind: &'static str,
+        symbol: String,
+        lib: std::path::PathBuf,
+        #[source]
+        source: Box<AttachError>,
+    },
+}
+
+impl AttachError {
+    /// `self`, said of the entry (`uprobe`) or return (`uretprobe`) probe
+    /// on `symbol` in `lib`.
+    pub(super) fn of(self, ret: bool, symbol: &str, lib: &std::path::Path) -> Self {
+        Self::In {
+            kind: if ret { "uretprobe" } else { "uprobe" },
+            symbol: symbol.to_string(),
+            lib: lib.to_path_buf(),
+            source: Box::new(self),
+        }
+    }
+}
+
+/// Program `name` of `ebpf` as a `T` (a tracepoint, a uprobe ...).
+pub(super) fn program<'e, T>(
+    ebpf: &'e mut Ebpf,
+    name: &'static str,
+) -> Result<&'e mut T, AttachError>
+where
+    &'e mut T: TryFrom<&'e mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(AttachError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| AttachError::ProgramType {
+            program: name,
+            source,
+        })
+}
+
 /// Loads `program` of `ebpf` as a BTF-enabled raw tracepoint program on
 /// tracepoint `name` (types from `btf`, the kernel's) and attaches it.
 pub(super) fn attach_btf_tracepoint(
     ebpf: &mut Ebpf,
-    program: &str,
-    name: &str,
+    program: &'static str,
+    name: &'static str,
     btf: &Btf,
-) -> Result<(), String> {
-    let prog: &mut BtfTracePoint = ebpf
-        .program_mut(program)
-        .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
-        .try_into()
-        .map_err(|e| format!("program {program}: {e}"))?;
+) -> Result<(), AttachError> {
+    let prog: &mut BtfTracePoint = self::program(ebpf, program)?;
     prog.load(name, btf)
-        .map_err(|e| format!("verifier rejected {program}: {e:#}"))?;
+        .map_err(|source| AttachError::Verifier { program, source })?;
     prog.attach()
-        .map_err(|e| format!("attach tp_btf {name}: {e}"))?;
+        .map_err(|source| AttachError::BtfTracepoint { name, source })?;
+    Ok(())
+}
+
+/// Loads `program` of `ebpf` as a classic tracepoint program and attaches
+/// it to `category`/`name`.
+pub(super) fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    category: &'static str,
+    name: &'static str,
+) -> Result<(), AttachError> {
+    let prog: &mut TracePoint = self::program(ebpf, program)?;
+    prog.load()
+        .map_err(|source| AttachError::Verifier { program, source })?;
+    prog.attach(category, name)
+        .map_err(|source| AttachError::Tracepoint {
+            category,
+            name,
+            source,
+        })?;
     Ok(())
 }
 
@@ -39,28 +151,20 @@ pub(super) fn attach(
     tracefs: &Tracefs,
     spec: &ProbeSpec,
     btf: Option<&Btf>,
-) -> Result<(), String> {
+) -> Result<(), AttachError> {
     match spec.attach {
         Attach::Tracepoint { category, name } => {
             if !tracefs.has_tracepoint(category, name) {
-                return Err(format!(
-                    "tracepoint {category}/{name} not found in {}/events (kernel lacks it)",
-                    tracefs.root().display()
-                ));
+                return Err(AttachError::NoTracepoint {
+                    category,
+                    name,
+                    root: tracefs.root().display().to_string(),
+                });
             }
             if let (Some(btf), Some(program)) = (btf, spec.btf_program) {
                 return attach_btf_tracepoint(ebpf, program, name, btf);
             }
-            let prog: &mut TracePoint = ebpf
-                .program_mut(spec.program)
-                .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?
-                .try_into()
-                .map_err(|e| format!("program {}: {e}", spec.program))?;
-            prog.load()
-                .map_err(|e| format!("verifier rejected {}: {e:#}", spec.program))?;
-            prog.attach(category, name)
-                .map_err(|e| format!("attach to {category}/{name}: {e}"))?;
-            Ok(())
+            attach_tracepoint(ebpf, spec.program, category, name)
         }
     }
 }
@@ -124,14 +228,7 @@ pub(super) fn attach_cuda(
                 spec.cookie,
                 &lib,
             )
-            .map_err(|e| {
-                format!(
-                    "{} {} in {}: {e}",
-                    if is_ret { "uretprobe" } else { "uprobe" },
-                    spec.symbol,
-                    lib.display()
-                )
-            });
+            .map_err(|e| e.of(is_ret, spec.symbol, &lib));
             match r {
                 Ok(id) => {
                     if table::is_launch_program(prog_name) {
@@ -155,7 +252,7 @@ pub(super) fn attach_cuda(
                 attached += 1;
                 ProbeState::Attached
             }
-            Err(why) => ProbeState::Inactive(why),
+            Err(why) => ProbeState::Inactive(why.to_string()),
         };
         metrics::gauge!("faultline_probe_attached", "probe" => spec.symbol).set(
             if state == ProbeState::Attached {
@@ -188,7 +285,7 @@ pub(super) fn attach_one(
     loc: UProbeAttachLocation<'_>,
     cookie: u64,
     target: &std::path::Path,
-) -> Result<(), String> {
+) -> Result<(), AttachError> {
     attach_one_link(ebpf, loaded, prog, loc, cookie, target).map(|_| ())
 }
 
@@ -209,16 +306,14 @@ pub(super) fn attach_one_link(
     loc: UProbeAttachLocation<'_>,
     cookie: u64,
     target: &std::path::Path,
-) -> Result<UProbeLinkId, String> {
-    let p: &mut UProbe = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| format!("program {prog} missing from the eBPF object"))?
-        .try_into()
-        .map_err(|e| format!("program {prog}: {e}"))?;
+) -> Result<UProbeLinkId, AttachError> {
+    let p: &mut UProbe = program(ebpf, prog)?;
     // Loaded once: by this attach pass, or by an earlier one (a rescan).
     if !loaded.contains(&prog) && p.fd().is_err() {
-        p.load()
-            .map_err(|e| format!("verifier rejected {prog}: {e:#}"))?;
+        p.load().map_err(|source| AttachError::Verifier {
+            program: prog,
+            source,
+        })?;
         loaded.push(prog);
     }
     let point = UProbeAttachPoint {
@@ -226,7 +321,54 @@ pub(super) fn attach_one_link(
         cookie: Some(cookie),
     };
     p.attach(point, target, UProbeScope::AllProcesses)
-        .map_err(|e| e.to_string())
+        .map_err(AttachError::Uprobe)
+}
+
+/// Why a verbs probe is inactive.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    #[error("{op} in {}: {source}", .path.display())]
+    Op {
+        op: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: AttachError,
+    },
+    #[error("verbs control-path probes inactive: verbs.library {} does not exist", .0.display())]
+    NoLibrary(std::path::PathBuf),
+    #[error("verbs control-path probes inactive: libibverbs.so.1 not found (ld.so cache, {}); set verbs.library", crate::cuda_lib::SYSTEM_LIB_DIRS.join(", "))]
+    LibraryNotFound,
+    #[error("verbs data-path probes inactive: {0}; set verbs.provider with its poll_cq/post_send/post_recv symbols or offsets")]
+    DataPath(#[source] crate::rdma::DataPathError),
+}
+
+/// Records the outcome of verbs probe `name` in `status`.
+fn record(status: &mut Vec<ProbeStatus>, name: &'static str, r: Result<(), VerbsError>) {
+    let state = match r {
+        Ok(()) => ProbeState::Attached,
+        Err(why) => {
+            tracing::warn!(probe = name, reason = %why, "verbs probe inactive");
+            ProbeState::Inactive(why.to_string())
+        }
+    };
+    metrics::gauge!("faultline_probe_attached", "probe" => name).set(
+        if state == ProbeState::Attached {
+            1.0
+        } else {
+            0.0
+        },
+    );
+    status.push(ProbeStatus { name, state });
+}
+
+/// Where a uprobe goes for `loc`.
+fn at(loc: &CodeLoc) -> UProbeAttachLocation<'_> {
+    match loc {
+        CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
+        CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
+    }
 }
 
 /// Attaches the verbs probes: control path on libibverbs' exports, data path
@@ -234,114 +376,86 @@ pub(super) fn attach_one_link(
 /// table). Every outcome goes into `status`; nothing here is fatal.
 pub(super) fn attach_verbs(ebpf: &mut Ebpf, opts: &ProbeOptions, status: &mut Vec<ProbeStatus>) {
     let mut loaded = Vec::new();
-    let record = |status: &mut Vec<ProbeStatus>, name: &'static str, r: Result<(), String>| {
-        let state = match r {
-            Ok(()) => ProbeState::Attached,
-            Err(why) => {
-                tracing::warn!(probe = name, reason = %why, "verbs probe inactive");
-                ProbeState::Inactive(why)
-            }
-        };
-        metrics::gauge!("faultline_probe_attached", "probe" => name).set(
-            if state == ProbeState::Attached {
-                1.0
-            } else {
-                0.0
-            },
-        );
-        status.push(ProbeStatus { name, state });
-    };
-    let lib = opts
-        .verbs_library
-        .clone()
-        .or_else(|| crate::cuda_lib::find_system_library("libibverbs.so.1"));
-    match &lib {
-        Some(lib) if lib.is_file() => {
-            // (status name, symbol, programs attached to it: all or none counts)
-            let control: [(&'static str, &str, &[&'static str]); 2] = [
-                ("verbs:ibv_modify_qp", "ibv_modify_qp", &["verbs_modify_qp"]),
-                (
-                    "verbs:ibv_get_async_event",
-                    "ibv_get_async_event",
-                    &["verbs_async_enter", "verbs_async_return"],
-                ),
-            ];
-            for (name, sym, progs) in control {
-                let r = progs.iter().try_for_each(|prog| {
-                    attach_one(
-                        ebpf,
-                        &mut loaded,
-                        prog,
-                        UProbeAttachLocation::Symbol(sym),
-                        0,
-                        lib,
-                    )
-                });
-                record(status, name, r);
-            }
-        }
-        other => {
-            let why = match other {
-                Some(p) => format!("verbs.library {} does not exist", p.display()),
-                None => format!(
-                    "libibverbs.so.1 not found (ld.so cache, {}); set verbs.library",
-                    crate::cuda_lib::SYSTEM_LIB_DIRS.join(", ")
-                ),
-            };
-            record(
-                status,
-                "verbs:control",
-                Err(format!("verbs control-path probes inactive: {why}")),
-            );
-        }
-    }
-    let targets: Result<Vec<(&'static str, std::path::PathBuf, CodeLoc)>, String> = match &opts.verbs_provider {
+    attach_verbs_control(ebpf, &mut loaded, opts, status);
+    let targets = match &opts.verbs_provider {
         Some(t) => Ok(vec![
             ("poll_cq", t.path.clone(), t.poll_cq.clone()),
             ("post_send", t.path.clone(), t.post_send.clone()),
             ("post_recv", t.path.clone(), t.post_recv.clone()),
         ]),
         None => crate::rdma::Verbs::load()
-            .map_err(|e| e.to_string())
+            .map_err(crate::rdma::DataPathError::from)
             .and_then(|v| v.data_path_locations())
             .map(|locs| {
                 locs.into_iter()
                     .map(|(n, l)| (n, l.path, CodeLoc::Offset(l.file_offset)))
                     .collect()
             })
-            .map_err(|e| format!("verbs data-path probes inactive: {e}; set verbs.provider with its poll_cq/post_send/post_recv symbols or offsets")),
+            .map_err(VerbsError::DataPath),
     };
-    match targets {
-        Ok(targets) => {
-            for (op, path, loc) in targets {
-                let l = match &loc {
-                    CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
-                    CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
-                };
-                let r = match op {
-                    "poll_cq" => attach_one(ebpf, &mut loaded, "verbs_poll_enter", l, 0, &path)
-                        .and_then(|()| {
-                            let l = match &loc {
-                                CodeLoc::Symbol(s) => UProbeAttachLocation::Symbol(s.as_str()),
-                                CodeLoc::Offset(o) => UProbeAttachLocation::AbsoluteOffset(*o),
-                            };
-                            attach_one(ebpf, &mut loaded, "verbs_poll_return", l, 0, &path)
-                        }),
-                    "post_send" => attach_one(ebpf, &mut loaded, "verbs_post", l, 0, &path),
-                    _ => attach_one(ebpf, &mut loaded, "verbs_post", l, 1, &path),
-                };
-                let name = match op {
-                    "poll_cq" => "verbs:poll_cq",
-                    "post_send" => "verbs:post_send",
-                    _ => "verbs:post_recv",
-                };
-                record(
-                    status,
-                    name,
-                    r.map_err(|e| format!("{op} in {}: {e}", path.display())),
-                );
-            }
-        }
-        Err(why) => record(status, "verbs:data_path", Err(why)),
+    let targets = match targets {
+        Ok(t) => t,
+        Err(why) => return record(status, "verbs:data_path", Err(why)),
+    };
+    for (op, path, loc) in targets {
+        let r = match op {
+            "poll_cq" => attach_one(ebpf, &mut loaded, "verbs_poll_enter", at(&loc), 0, &path)
+                .and_then(|()| {
+                    attach_one(ebpf, &mut loaded, "verbs_poll_return", at(&loc), 0, &path)
+                }),
+            "post_send" => attach_one(ebpf, &mut loaded, "verbs_post", at(&loc), 0, &path),
+            _ => attach_one(ebpf, &mut loaded, "verbs_post", at(&loc), 1, &path),
+        };
+        let name = match op {
+            "poll_cq" => "verbs:poll_cq",
+            "post_send" => "verbs:post_send",
+            _ => "verbs:post_recv",
+        };
+        let r = r.map_err(|source| VerbsError::Op {
+            op,
+            path: path.clone(),
+            source,
+        });
+        record(status, name, r);
+    }
+}
+
+/// The control-path probes on libibverbs' exports.
+fn attach_verbs_control(
+    ebpf: &mut Ebpf,
+    loaded: &mut Vec<&'static str>,
+    opts: &ProbeOptions,
+    status: &mut Vec<ProbeStatus>,
+) {
+    let lib = opts
+        .verbs_library
+        .clone()
+        .or_else(|| crate::cuda_lib::find_system_library("libibverbs.so.1"));
+    let lib = match lib {
+        Some(lib) if lib.is_file() => lib,
+        Some(p) => return record(status, "verbs:control", Err(VerbsError::NoLibrary(p))),
+        None => return record(status, "verbs:control", Err(VerbsError::LibraryNotFound)),
+    };
+    // (status name, symbol, programs attached to it: all or none counts)
+    let control: [(&'static str, &str, &[&'static str]); 2] = [
+        ("verbs:ibv_modify_qp", "ibv_modify_qp", &["verbs_modify_qp"]),
+        (
+            "verbs:ibv_get_async_event",
+            "ibv_get_async_event",
+            &["verbs_async_enter", "verbs_async_return"],
+        ),
+    ];
+    for (name, sym, progs) in control {
+        let r = progs.iter().try_for_each(|prog| {
+            attach_one(
+                ebpf,
+                loaded,
+                prog,
+                UProbeAttachLocation::Symbol(sym),
+                0,
+                &lib,
+            )
+        });
+        record(status, name, r.map_err(VerbsError::from));
     }
 }

@@ -1,13 +1,10 @@
 //! The benchmarks' probes: a do-nothing uprobe (the uprobe baseline) and
 //! the ring-drain benchmark's synthetic producer.
-use aya::{
-    programs::{uprobe::UProbeAttachLocation, TracePoint},
-    Ebpf, EbpfLoader,
-};
+use aya::{programs::uprobe::UProbeAttachLocation, Ebpf, EbpfLoader};
 use collector_common::stat;
 
 use super::{
-    attach::{attach_btf_tracepoint, attach_one},
+    attach::{attach_btf_tracepoint, attach_one, attach_tracepoint, AttachError},
     read_stats, ring, ProbeError,
 };
 
@@ -48,7 +45,7 @@ impl EmptyUprobe {
         )
         .map_err(|reason| ProbeError::Required {
             probe: "bench_empty_uprobe",
-            reason,
+            reason: Box::new(reason),
         })?;
         Ok(Self { _ebpf: ebpf })
     }
@@ -76,7 +73,7 @@ impl EmptyBlock {
         privilege::check_host()?;
         let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Required {
             probe: "bench_empty_io_start",
-            reason: format!("kernel BTF: {e}"),
+            reason: Box::new(AttachError::KernelBtf(e)),
         })?;
         let mut ebpf = EbpfLoader::new()
             .load(BENCH_OBJECT)
@@ -85,7 +82,7 @@ impl EmptyBlock {
             attach_btf_tracepoint(&mut ebpf, program, tracepoint, &btf).map_err(|reason| {
                 ProbeError::Required {
                     probe: program,
-                    reason,
+                    reason: Box::new(reason),
                 }
             })?;
         }
@@ -138,20 +135,15 @@ impl BenchProducer {
             .override_global("BENCH_TGID", &tgid, true)
             .load(BENCH_OBJECT)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
-        let r = (|| -> Result<(), String> {
-            let prog: &mut TracePoint = ebpf
-                .program_mut("bench_ring_producer")
-                .ok_or("program bench_ring_producer missing")?
-                .try_into()
-                .map_err(|e| format!("{e}"))?;
-            prog.load().map_err(|e| format!("{e:#}"))?;
-            prog.attach("syscalls", "sys_enter_getppid")
-                .map_err(|e| format!("{e}"))?;
-            Ok(())
-        })();
-        r.map_err(|reason| ProbeError::Required {
+        attach_tracepoint(
+            &mut ebpf,
+            "bench_ring_producer",
+            "syscalls",
+            "sys_enter_getppid",
+        )
+        .map_err(|reason| ProbeError::Required {
             probe: "bench_ring_producer",
-            reason,
+            reason: Box::new(reason),
         })?;
         let ring = ring::EventRing::from_ebpf(&mut ebpf)?;
         Ok((Self { ebpf }, ring))

@@ -21,7 +21,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 
-use super::{entry::EntryKind, ProbeError};
+use super::{attach::AttachError, entry::EntryKind, ProbeError};
 
 #[cfg(target_arch = "x86_64")]
 std::arch::global_asm!(
@@ -110,9 +110,8 @@ pub fn code_of(kind: EntryKind) -> [u8; 8] {
 
 /// Where `addr` is in the file mapped there: the file offset, from
 /// `/proc/self/maps`.
-fn file_offset_of(addr: usize) -> Result<u64, String> {
-    let maps = std::fs::read_to_string("/proc/self/maps")
-        .map_err(|e| format!("reading /proc/self/maps: {e}"))?;
+fn file_offset_of(addr: usize) -> Result<u64, AttachError> {
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(AttachError::SelfMaps)?;
     for line in maps.lines() {
         let mut f = line.split_whitespace();
         let (Some(range), Some(_perms), Some(off)) = (f.next(), f.next(), f.next()) else {
@@ -129,7 +128,7 @@ fn file_offset_of(addr: usize) -> Result<u64, String> {
             return Ok((addr - lo + off) as u64);
         }
     }
-    Err(format!("{addr:#x} is in no mapping of /proc/self/maps"))
+    Err(AttachError::NotMapped(addr))
 }
 
 /// CPU time of the calling thread, ns: preemption by other threads (a
@@ -179,9 +178,9 @@ impl HitCalibrator {
         if bench.is_empty() {
             return Err(ProbeError::Stub);
         }
-        let err = |reason: String| ProbeError::Required {
+        let err = |reason: AttachError| ProbeError::Required {
             probe: "uprobe calibration",
-            reason,
+            reason: Box::new(reason),
         };
         let f = function_of(kind);
         let offset = file_offset_of(f as usize).map_err(err)?;
@@ -192,12 +191,10 @@ impl HitCalibrator {
             .map_max_entries("BENCH_RING", 4096)
             .load(bench)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
-        let p: &mut UProbe = ebpf
-            .program_mut("bench_empty_uprobe")
-            .ok_or_else(|| err("bench_empty_uprobe missing".into()))?
-            .try_into()
-            .map_err(|e| err(format!("{e}")))?;
-        p.load().map_err(|e| err(format!("{e:#}")))?;
+        let program = "bench_empty_uprobe";
+        let p: &mut UProbe = super::attach::program(&mut ebpf, program).map_err(err)?;
+        p.load()
+            .map_err(|source| err(AttachError::Verifier { program, source }))?;
         // The running binary by its magic link: right even when the file
         // was replaced on disk since (its maps entry then reads "(deleted)").
         p.attach(
@@ -208,11 +205,12 @@ impl HitCalibrator {
             "/proc/self/exe",
             UProbeScope::CallingProcess,
         )
-        .map_err(|e| {
-            err(format!(
-                "{} entry at {offset:#x} of /proc/self/exe: {e}",
-                kind.name()
-            ))
+        .map_err(|source| {
+            err(AttachError::Calibration {
+                kind: kind.name(),
+                offset,
+                source,
+            })
         })?;
         Ok(Self {
             _ebpf: ebpf,
@@ -227,7 +225,7 @@ impl HitCalibrator {
     pub fn new(_kind: EntryKind) -> Result<Self, ProbeError> {
         Err(ProbeError::Required {
             probe: "uprobe calibration",
-            reason: "calibration entries exist for x86-64 only".into(),
+            reason: Box::new(AttachError::NoCalibration),
         })
     }
 

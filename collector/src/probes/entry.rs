@@ -22,7 +22,11 @@
 //!
 //! Past an instruction that writes anything else (`mov`, `sub %rsp`, a
 //! `push` with a REX.W prefix…) the probe stays at the start, single-stepped.
-use std::{fs::File, path::Path};
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use object::{Object, ObjectSection, ObjectSymbol, ReadCache};
 
@@ -177,42 +181,106 @@ pub fn skip(code: &[u8]) -> u64 {
 /// An ELF file, parsed, for reading its symbols' code.
 type Elf<'a> = object::File<'a, &'a ReadCache<File>>;
 
-fn open(path: &Path) -> Result<ReadCache<File>, String> {
-    File::open(path)
-        .map(ReadCache::new)
-        .map_err(|e| format!("opening {}: {e}", path.display()))
+/// Why a function's code could not be read from an ELF file.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("opening {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("parsing {}: {source}", .path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: object::Error,
+    },
+    #[error("{0} not defined")]
+    NotDefined(String),
+    #[error("{0} is in no section")]
+    NoSection(String),
+    #[error("{symbol}'s section: {source}")]
+    Section {
+        symbol: String,
+        #[source]
+        source: object::Error,
+    },
+    #[error("reading {symbol}'s code: {source}")]
+    Read {
+        symbol: String,
+        #[source]
+        source: object::Error,
+    },
+    #[error("{0}'s code is outside its section")]
+    OutsideSection(String),
+    /// A symbol's error, said of its file.
+    #[error("{source} in {}", .path.display())]
+    In {
+        path: PathBuf,
+        #[source]
+        source: Box<ElfError>,
+    },
 }
 
-fn parse<'a>(path: &Path, cache: &'a ReadCache<File>) -> Result<Elf<'a>, String> {
-    object::File::parse(cache).map_err(|e| format!("parsing {}: {e}", path.display()))
+impl ElfError {
+    /// `self`, said of the file at `path`.
+    pub fn in_file(self, path: &Path) -> Self {
+        Self::In {
+            path: path.to_path_buf(),
+            source: Box::new(self),
+        }
+    }
+}
+
+pub(super) fn open(path: &Path) -> Result<ReadCache<File>, ElfError> {
+    File::open(path)
+        .map(ReadCache::new)
+        .map_err(|source| ElfError::Open {
+            path: path.to_path_buf(),
+            source: Arc::new(source),
+        })
+}
+
+pub(super) fn parse<'a>(path: &Path, cache: &'a ReadCache<File>) -> Result<Elf<'a>, ElfError> {
+    object::File::parse(cache).map_err(|source| ElfError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The first `len` bytes of `symbol`'s code in `obj` (dynamic symbols
 /// first, then the symbol table).
-fn code_in(obj: &Elf<'_>, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
+fn code_in(obj: &Elf<'_>, symbol: &str, len: u64) -> Result<Vec<u8>, ElfError> {
     let sym = obj
         .dynamic_symbols()
         .chain(obj.symbols())
         .find(|s| s.name() == Ok(symbol) && s.is_definition())
-        .ok_or_else(|| format!("{symbol} not defined"))?;
+        .ok_or_else(|| ElfError::NotDefined(symbol.to_string()))?;
     let index = sym
         .section_index()
-        .ok_or_else(|| format!("{symbol} is in no section"))?;
+        .ok_or_else(|| ElfError::NoSection(symbol.to_string()))?;
     let section = obj
         .section_by_index(index)
-        .map_err(|e| format!("{symbol}'s section: {e}"))?;
+        .map_err(|source| ElfError::Section {
+            symbol: symbol.to_string(),
+            source,
+        })?;
     let len = len.min(sym.size().max(1));
     section
         .data_range(sym.address(), len)
-        .map_err(|e| format!("reading {symbol}'s code: {e}"))?
+        .map_err(|source| ElfError::Read {
+            symbol: symbol.to_string(),
+            source,
+        })?
         .map(<[u8]>::to_vec)
-        .ok_or_else(|| format!("{symbol}'s code is outside its section"))
+        .ok_or_else(|| ElfError::OutsideSection(symbol.to_string()))
 }
 
 /// The first `len` bytes of `symbol`'s code in the ELF file `path`.
-pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, String> {
+pub fn code_of(path: &Path, symbol: &str, len: u64) -> Result<Vec<u8>, ElfError> {
     let cache = open(path)?;
-    code_in(&parse(path, &cache)?, symbol, len).map_err(|e| format!("{e} in {}", path.display()))
+    code_in(&parse(path, &cache)?, symbol, len).map_err(|e| e.in_file(path))
 }
 
 /// For each of `symbols`, where to attach its uprobes in `path`: at

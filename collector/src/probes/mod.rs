@@ -15,9 +15,11 @@ pub mod exec;
 pub mod launch_control;
 pub mod launch_cpu;
 pub mod launch_duty;
+mod load;
 mod mmap_array;
 pub mod nccl;
 pub mod ring;
+mod section;
 pub mod table;
 pub mod verbs;
 
@@ -25,23 +27,19 @@ use std::fmt;
 
 use aya::{
     maps::{MapData, PerCpuArray},
-    Ebpf, EbpfLoader,
+    Ebpf,
 };
-use collector_common::{
-    block::{RqSlot, RQ_SLOTS},
-    cuda::{LaunchSlot, LAUNCH_SLOTS},
-    stat,
-};
+use collector_common::{block::RqSlot, cuda::LaunchSlot, stat};
 use mmap_array::MmapArray;
-use tokio::io::unix::AsyncFd;
 
-use crate::{
-    privilege::{self, PrivilegeError},
-    tracefs::{Tracefs, TracefsError},
-};
-use attach::{attach, attach_cuda, attach_verbs, unload_btf};
+use crate::{privilege::PrivilegeError, tracefs::TracefsError};
+pub use attach::{AttachError, VerbsError};
 pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyBlock, EmptyUprobe};
 pub use calibrate::{measure_uprobe_hit_ns, HitCalibrator};
+pub use section::{
+    parse_loc, BlockSection, CodeLoc, CudaSection, LocError, NcclSection, ProviderSection,
+    ProviderTarget, SpecError, VerbsSection,
+};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
@@ -67,7 +65,11 @@ pub enum ProbeError {
     #[error("loading the eBPF object failed: {0}; check `dmesg` and that the kernel has BPF, BTF and ring buffers (5.8+)")]
     Load(#[source] Box<aya::EbpfError>),
     #[error("required probe {probe} failed: {reason}")]
-    Required { probe: &'static str, reason: String },
+    Required {
+        probe: &'static str,
+        #[source]
+        reason: Box<AttachError>,
+    },
     #[error("CUDA launch probes: {0}")]
     Launch(String),
     #[error("eBPF map {0} missing from the object")]
@@ -121,22 +123,6 @@ pub struct ProbeOptions {
     pub nccl: bool,
     /// Where to find `libnccl.so.2` (every distinct copy found is attached).
     pub nccl_search: crate::nccl_lib::Search,
-}
-
-/// Where a provider function is: by symbol, or at a file offset.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CodeLoc {
-    Symbol(String),
-    Offset(u64),
-}
-
-/// The provider library and its data-path functions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProviderTarget {
-    pub path: std::path::PathBuf,
-    pub poll_cq: CodeLoc,
-    pub post_send: CodeLoc,
-    pub post_recv: CodeLoc,
 }
 
 impl Default for ProbeOptions {
@@ -218,183 +204,7 @@ pub fn clock_ns(id: libc::clockid_t) -> u64 {
         .saturating_add(t.tv_nsec as u64)
 }
 
-/// Maps the mmapable array `name` (`len` values) for the life of the probes.
-fn map_slots<T: aya::Pod>(
-    ebpf: &Ebpf,
-    name: &'static str,
-    len: u32,
-    writable: bool,
-) -> Result<MmapArray<T>, ProbeError> {
-    let Some(aya::maps::Map::Array(m)) = ebpf.map(name) else {
-        return Err(ProbeError::MissingMap(name));
-    };
-    MmapArray::map(std::os::fd::AsFd::as_fd(m.fd()), len as usize, writable)
-        .map_err(|source| ProbeError::Mmap { name, source })
-}
-
 impl Probes {
-    /// Checks privileges, loads the object with tracepoint field offsets read
-    /// from tracefs, attaches every enabled probe and starts forwarding the
-    /// probes' aya-log records to `tracing`.
-    pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
-        if PROBES_OBJECT.is_empty() {
-            return Err(ProbeError::Stub);
-        }
-        privilege::check_host()?;
-        let tracefs = Tracefs::system()?;
-        let block_mode = opts
-            .block_mode
-            .unwrap_or_else(|| BlockMode::detect(&tracefs));
-        let mut globals = table::globals(&tracefs, opts, block_mode)?;
-        // BTF-enabled block probes: struct offsets from the kernel's BTF, and
-        // the BTF itself for the attach; without either, classic tracepoints.
-        let mut kernel_btf = None;
-        if opts.block && opts.block_btf {
-            match btf::block_globals(btf::VMLINUX_BTF)
-                .map_err(|e| e.to_string())
-                .and_then(|g| {
-                    aya::Btf::from_sys_fs()
-                        .map(|b| (g, b))
-                        .map_err(|e| format!("parsing {}: {e}", btf::VMLINUX_BTF))
-                }) {
-                Ok((g, b)) => {
-                    globals.extend(g);
-                    kernel_btf = Some(b);
-                }
-                Err(why) => tracing::warn!(
-                    reason = %why,
-                    "BTF block probes unavailable; using the classic block tracepoints"
-                ),
-            }
-        }
-
-        let mut loader = EbpfLoader::new();
-        for (name, value) in &globals {
-            loader.override_global(name, value, true);
-        }
-        loader.override_global("CUDA_EVENTS_PER_SEC", &opts.cuda_events_per_sec, true);
-        // One row of launch slots per possible CPU (the program indexes by CPU).
-        let cpus = aya::util::nr_cpus().unwrap_or(1).max(1) as u32;
-        loader.map_max_entries("CUDA_LAUNCH_SLOTS", cpus.saturating_mul(LAUNCH_SLOTS));
-        let mut ebpf = loader
-            .load(PROBES_OBJECT)
-            .map_err(|e| ProbeError::Load(Box::new(e)))?;
-        let rq_slots = map_slots::<RqSlot>(&ebpf, "BLOCK_RQ_SLOTS", RQ_SLOTS, false)?;
-        let launch_slots = map_slots::<LaunchSlot>(
-            &ebpf,
-            "CUDA_LAUNCH_SLOTS",
-            cpus.saturating_mul(LAUNCH_SLOTS),
-            true,
-        )?;
-        start_log_forwarding(&mut ebpf);
-
-        // Block programs first as BTF raw tracepoints; if any of them fails,
-        // all of them are unloaded and the family attaches classically.
-        let mut block_attach = BlockAttach::Classic;
-        if let Some(btf) = &kernel_btf {
-            let used: Vec<&ProbeSpec> = PROBES
-                .iter()
-                .filter(|s| {
-                    s.btf_program.is_some() && s.unused_with(block_mode, BlockAttach::Btf).is_none()
-                })
-                .collect();
-            let failed = used
-                .iter()
-                .find_map(|s| attach(&mut ebpf, &tracefs, s, Some(btf)).err());
-            match failed {
-                None => block_attach = BlockAttach::Btf,
-                Some(why) => {
-                    tracing::warn!(reason = %why, "BTF block probes failed; using the classic block tracepoints");
-                    for s in &used {
-                        unload_btf(&mut ebpf, s);
-                    }
-                }
-            }
-        }
-
-        let mut status = Vec::with_capacity(PROBES.len());
-        for spec in PROBES {
-            let state = if let Some(why) = spec.unused_with(block_mode, block_attach) {
-                ProbeState::Unused(why)
-            } else if !spec.enabled(opts) {
-                ProbeState::Disabled
-            } else if block_attach == BlockAttach::Btf && spec.btf_program.is_some() {
-                ProbeState::Attached
-            } else {
-                match attach(&mut ebpf, &tracefs, spec, None) {
-                    Ok(()) => ProbeState::Attached,
-                    Err(reason) if spec.required => {
-                        return Err(ProbeError::Required {
-                            probe: spec.name,
-                            reason,
-                        })
-                    }
-                    Err(reason) => ProbeState::Inactive(reason),
-                }
-            };
-            match &state {
-                ProbeState::Attached => tracing::info!(probe = spec.name, "attached"),
-                ProbeState::Disabled => tracing::info!(probe = spec.name, "disabled"),
-                ProbeState::Unused(why) => tracing::info!(probe = spec.name, why, "not used"),
-                ProbeState::Inactive(why) => {
-                    tracing::warn!(probe = spec.name, reason = %why, "probe inactive")
-                }
-            }
-            metrics::gauge!("faultline_probe_attached", "probe" => spec.name).set(
-                if state == ProbeState::Attached {
-                    1.0
-                } else {
-                    0.0
-                },
-            );
-            status.push(ProbeStatus {
-                name: spec.name,
-                state,
-            });
-        }
-        let (cuda_library, launch_links) = if opts.cuda {
-            attach_cuda(&mut ebpf, opts, &mut status)
-        } else {
-            status.push(ProbeStatus {
-                name: "cuda",
-                state: ProbeState::Disabled,
-            });
-            (None, Vec::new())
-        };
-        let launch = launch_duty::LaunchDuty::new(cuda_library.clone(), launch_links);
-        if opts.verbs {
-            attach_verbs(&mut ebpf, opts, &mut status);
-        } else {
-            status.push(ProbeStatus {
-                name: "verbs",
-                state: ProbeState::Disabled,
-            });
-        }
-        let nccl_libraries = if opts.nccl {
-            nccl::attach_nccl(&mut ebpf, &opts.nccl_search, &mut status)
-        } else {
-            status.push(ProbeStatus {
-                name: "nccl",
-                state: ProbeState::Disabled,
-            });
-            Vec::new()
-        };
-        if opts.block {
-            tracing::info!(attach = block_attach.as_str(), "block probes");
-        }
-        Ok(Self {
-            ebpf,
-            status,
-            block_mode,
-            block_attach,
-            cuda_library,
-            nccl_libraries,
-            launch: std::sync::Mutex::new(launch),
-            rq_slots,
-            launch_slots,
-        })
-    }
-
     /// The CUDA driver library the uprobes are attached to, if any.
     pub fn cuda_library(&self) -> Option<&std::path::Path> {
         self.cuda_library.as_deref()
@@ -512,35 +322,6 @@ fn read_stats(ebpf: &Ebpf) -> Result<[u64; stat::COUNT as usize], ProbeError> {
 pub fn enable_run_stats() -> std::io::Result<std::os::fd::OwnedFd> {
     aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .map_err(|e| std::io::Error::other(e.to_string()))
-}
-
-/// Forwards aya-log records from the probes to `log` (bridged into `tracing`).
-fn start_log_forwarding(ebpf: &mut Ebpf) {
-    let logger = match aya_log::EbpfLogger::init(ebpf) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "eBPF log forwarding unavailable");
-            return;
-        }
-    };
-    // SAFETY: the logger owns its ring fd for as long as the AsyncFd lives.
-    let mut logger =
-        match unsafe { AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE) } {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e.into_parts().1, "eBPF log forwarding unavailable");
-                return;
-            }
-        };
-    tokio::spawn(async move {
-        loop {
-            let Ok(mut guard) = logger.readable_mut().await else {
-                return;
-            };
-            guard.clear_ready();
-            guard.get_inner_mut().flush();
-        }
-    });
 }
 
 /// Removes the entries of `name` whose key belongs to a process in `dead`.

@@ -11,7 +11,7 @@ use collector_common::{
 };
 use object::{Object, ObjectSymbol};
 
-use super::{ProbeError, ProbeState, ProbeStatus, Probes};
+use super::{entry::ElfError, ProbeError, ProbeState, ProbeStatus, Probes};
 
 /// One NCCL API: its name (without the `nccl`/`pnccl` prefix), the programs
 /// and the cookie, and whether every supported NCCL exports it.
@@ -151,16 +151,14 @@ pub const NCCL_APIS: &[NcclApi] = &[
 ];
 
 /// One API in one library: the symbol to attach and its address, or why not.
-pub type Resolved = Result<(String, u64), String>;
+pub type Resolved = Result<(String, u64), ElfError>;
 
 /// Where one API is attached in one library: the symbol used (`pncclX`
 /// when both names share an address, else the public `ncclX`) and its
 /// address; `Err` when neither is defined.
-pub fn resolve(path: &Path, apis: &[NcclApi]) -> Result<Vec<Resolved>, String> {
-    let data = std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
-    let cache = object::ReadCache::new(data);
-    let obj =
-        object::File::parse(&cache).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+pub fn resolve(path: &Path, apis: &[NcclApi]) -> Result<Vec<Resolved>, ElfError> {
+    let cache = super::entry::open(path)?;
+    let obj = super::entry::parse(path, &cache)?;
     let mut addr: BTreeMap<String, u64> = BTreeMap::new();
     for s in obj.dynamic_symbols().chain(obj.symbols()) {
         if !s.is_definition() {
@@ -181,7 +179,7 @@ pub fn resolve(path: &Path, apis: &[NcclApi]) -> Result<Vec<Resolved>, String> {
                 (Some(x), Some(y)) if x == y => Ok((profiling, *y)),
                 (Some(x), _) => Ok((public, *x)),
                 (None, Some(y)) => Ok((profiling, *y)),
-                (None, None) => Err(format!("{public} not defined in {}", path.display())),
+                (None, None) => Err(ElfError::NotDefined(public).in_file(path)),
             }
         })
         .collect())
@@ -237,7 +235,7 @@ fn attach_libraries(
             let (symbol, _) = match r {
                 Ok(s) => s,
                 Err(e) => {
-                    why[i] = Some(e);
+                    why[i] = Some(e.to_string());
                     continue;
                 }
             };
@@ -254,20 +252,14 @@ fn attach_libraries(
                         api.cookie,
                         lib,
                     )
-                    .map_err(|e| {
-                        format!(
-                            "{} {symbol} in {}: {e}",
-                            if ret { "uretprobe" } else { "uprobe" },
-                            lib.display()
-                        )
-                    })
+                    .map_err(|e| e.of(ret, &symbol, lib))
                 });
             match r {
                 Ok(()) => {
                     attached_in[i] += 1;
                     any = true;
                 }
-                Err(e) => why[i] = Some(e),
+                Err(e) => why[i] = Some(e.to_string()),
             }
         }
         if any {

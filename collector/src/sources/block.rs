@@ -3,7 +3,7 @@ use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
+    sources::{Ctx, Fact, Source},
     storage::{self, BlockSnapshot, BlockWindow, Names},
 };
 
@@ -24,7 +24,7 @@ impl BlockSource {
 }
 
 impl Source for BlockSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         let cur = cx.probes.block_snapshot()?;
         let win = BlockWindow::between(&self.prev, &cur, &mut self.names);
         for line in win.lines() {
@@ -34,6 +34,6 @@ impl Source for BlockSource {
         cx.expo
             .set_section("block", storage::render_prometheus(&cur, &mut self.names));
         self.prev = cur;
-        Ok(())
+        Ok(None)
     }
 }

@@ -6,13 +6,16 @@ use proto::v1 as pb;
 
 use super::retired::Retired;
 use crate::{
-    agent::{Ctx, Source},
     cuda::{self, CudaSeries, CudaSnapshot},
     nvml,
+    sources::{Ctx, CudaPids, Fact, Facts, Source},
 };
 
 pub struct CudaSource {
     prev: CudaSnapshot,
+    /// This window's console lines (text with its process, CUDA device),
+    /// printed in the derive phase with their GPU's state.
+    lines: Vec<(String, i32)>,
     /// Last counts of processes that exited (see [`super::retired`]).
     retired: CudaSeries,
     retired_pairs: Retired,
@@ -22,6 +25,7 @@ impl CudaSource {
     pub fn new(prev: CudaSnapshot) -> Self {
         Self {
             prev,
+            lines: Vec::new(),
             retired: CudaSeries::default(),
             retired_pairs: Retired::default(),
         }
@@ -29,7 +33,7 @@ impl CudaSource {
 }
 
 impl Source for CudaSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         let cur = cx.probes.cuda_snapshot()?;
         // Export first, print after: whoever reads the console line can scrape it.
         let pids = cur.launches.keys().map(|k| k.pid);
@@ -42,25 +46,24 @@ impl Source for CudaSource {
         all.absorb(&live);
         all.absorb(&exited);
         cx.expo.set_section("cuda", all.render());
+        self.lines.clear();
         if !cx.console.quiet {
+            // The process is described now, before the exited ones are forgotten.
             for l in cuda::window_lines(&self.prev, &cur) {
                 let who = cx
                     .ids
                     .get(l.pid)
                     .map(|id| format!(" {{{}}}", id.describe()))
                     .unwrap_or_default();
-                match nvml::describe_gpu(l.device, &cx.gpu.gpus, &cx.gpu.samples) {
-                    Some(g) => cx.console.detail(format_args!("{}{who} [{g}]", l.text)),
-                    None => cx.console.detail(format_args!("{}{who}", l.text)),
-                }
+                self.lines.push((format!("{}{who}", l.text), l.device));
             }
         }
         wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
-        cx.gpu.cuda_pids.clear();
+        let mut pids = CudaPids::new();
         for (pid, dev) in (cur.launches.keys().map(|k| (k.pid, k.device)))
             .chain(cur.calls.keys().map(|k| (k.pid, k.device)))
         {
-            cx.gpu.cuda_pids.entry(pid).or_default().insert(dev);
+            pids.entry(pid).or_default().insert(dev);
         }
         // After this window's rows: the exited processes' last counts are in them.
         let now = std::time::Instant::now();
@@ -74,6 +77,17 @@ impl Source for CudaSource {
         let gone = self.retired_pairs.expire(&live.jobs(), now);
         self.retired.forget(&gone);
         self.prev = cur;
+        Ok(Some(Fact::CudaPids(pids)))
+    }
+
+    /// The window's lines, each with its GPU's state of this window.
+    fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, _: &mut pb::Window) -> Result<()> {
+        for (text, device) in self.lines.drain(..) {
+            match nvml::describe_gpu(device, &facts.gpu.gpus, &facts.gpu.samples) {
+                Some(g) => cx.console.detail(format_args!("{text} [{g}]")),
+                None => cx.console.detail(text),
+            }
+        }
         Ok(())
     }
 }

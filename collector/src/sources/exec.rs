@@ -3,9 +3,9 @@
 use anyhow::{Context as _, Result};
 
 use crate::{
-    agent::Console,
     identity::IdentityCache,
     probes::exec::{ExecRecord, ExecRing},
+    sources::Console,
 };
 
 pub struct ExecSource {

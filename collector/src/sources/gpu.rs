@@ -6,10 +6,10 @@ use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
     jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
     podresources,
+    sources::{Ctx, Fact, Facts, GpuFacts, Source},
     window::unix_ms,
     workload::{gpu_workloads, GpuIndex},
 };
@@ -88,7 +88,7 @@ fn event(
 }
 
 impl Source for GpuSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         let (samples, lost) = self.src.sample();
         for e in lost {
             let entity = entity(cx.host, e.index);
@@ -139,6 +139,30 @@ impl Source for GpuSource {
             wire.events
                 .push(event(vocab::EventKind::GpuXid, e.at, entity, detail, code));
         }
+        let readings = samples
+            .iter()
+            .map(|s| crate::usage::GpuReading {
+                index: s.index,
+                lost: s.lost,
+                util_pct: s.util_gpu_pct,
+                energy_mj: s.energy_mj,
+                procs: if s.lost {
+                    Vec::new()
+                } else {
+                    self.src.processes(s.index)
+                },
+            })
+            .collect();
+        Ok(Some(Fact::Gpu(GpuFacts {
+            gpus: self.src.gpus().to_vec(),
+            samples,
+            readings,
+        })))
+    }
+
+    /// The GPU families, labelled with the workloads of the processes the
+    /// CUDA probes saw this window (and the job files, and the kubelet).
+    fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, _: &mut pb::Window) -> Result<()> {
         let jobs = self
             .labels
             .job_dir
@@ -165,7 +189,7 @@ impl Source for GpuSource {
         };
         let mut workloads = gpu_workloads(
             &index,
-            &cx.gpu.cuda_pids,
+            &facts.cuda_pids,
             cx.ids,
             &self.labels.proc_root,
             &jobs,
@@ -176,7 +200,7 @@ impl Source for GpuSource {
             p.current().label(self.src.gpus(), &mut workloads);
         }
         cx.expo
-            .set_section("jobs", job_hca_info(&jobs, &cx.gpu.cuda_pids, cx.ids));
+            .set_section("jobs", job_hca_info(&jobs, &facts.cuda_pids, cx.ids));
         let ex = nvml::Export {
             hostname: cx.host,
             driver_version: self.src.driver_version(),
@@ -186,24 +210,8 @@ impl Source for GpuSource {
         };
         cx.expo.set_section(
             "gpu",
-            nvml::render_with(self.src.gpus(), &samples, &self.xid_counts, &ex),
+            nvml::render_with(self.src.gpus(), &facts.gpu.samples, &self.xid_counts, &ex),
         );
-        cx.feed.gpus = samples
-            .iter()
-            .map(|s| crate::usage::GpuReading {
-                index: s.index,
-                lost: s.lost,
-                util_pct: s.util_gpu_pct,
-                energy_mj: s.energy_mj,
-                procs: if s.lost {
-                    Vec::new()
-                } else {
-                    self.src.processes(s.index)
-                },
-            })
-            .collect();
-        cx.gpu.gpus = self.src.gpus().to_vec();
-        cx.gpu.samples = samples;
         Ok(())
     }
 }
@@ -217,7 +225,7 @@ const MAX_JOB_HCAS: usize = 4096;
 /// group_left (job)`).
 fn job_hca_info(
     jobs: &JobMap,
-    pids: &BTreeMap<u32, std::collections::BTreeSet<i32>>,
+    pids: &crate::sources::CudaPids,
     ids: &mut crate::identity::IdentityCache,
 ) -> String {
     let mut rows = std::collections::BTreeSet::new();

@@ -6,8 +6,8 @@ use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
     ib::{self, rates::CounterChange, PortRates, RateTracker},
+    sources::{Ctx, Fact, Source},
     window::unix_ms,
 };
 
@@ -36,13 +36,13 @@ impl IbSource {
 }
 
 impl Source for IbSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         let scan = match ib::scan(&self.sysfs_root, &self.filter) {
             Ok(s) => s,
             Err(e) => {
                 metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
                 tracing::warn!(error = %e, "reading InfiniBand sysfs");
-                return Ok(());
+                return Ok(None);
             }
         };
         self.issues.account(cx.host, &scan);
@@ -64,7 +64,7 @@ impl Source for IbSource {
                 });
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 

@@ -1,9 +1,12 @@
 //! One source per signal family. Each owns its snapshot → delta → typed
 //! window and yields the wire rows, its console lines and its metrics
-//! (`agent::Source`). The agent loop calls them in this order each window:
-//! `block`, `rdma` (async events), `ib`, `verbs`, `gpu`, `cuda` (after
-//! `gpu`: its lines name the GPU), `nccl`, `otlp`, `usage` (last: it reads the
-//! others' rows); `exec` is drained between windows.
+//! ([`Source`]). A window has two phases ([`close_window`]): every source
+//! collects, in this order: `block`, `rdma` (async events), `ib`, `verbs`,
+//! `gpu`, `cuda`, `nccl`, `otlp`, `usage`; then the sources that need
+//! another's data of the same window derive from the [`Facts`] the others
+//! returned: `gpu` (workload labels from the processes `cuda` saw), `cuda`
+//! (its lines name the GPU `gpu` read), `usage` (from every row and the
+//! NVML and verbs facts). `exec` is drained between windows.
 pub mod block;
 pub mod cuda;
 pub mod exec;
@@ -13,5 +16,10 @@ pub mod nccl;
 pub mod otlp;
 pub mod rdma;
 pub mod retired;
+mod source;
+mod start;
 pub mod usage;
 pub mod verbs;
+
+pub use source::{close_window, Console, Ctx, CudaPids, Fact, Facts, GpuFacts, Source};
+pub use start::{start_otlp, start_sources};

@@ -10,8 +10,8 @@ use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
     nccl::{self, RankState, Who},
+    sources::{Ctx, Fact, Source},
 };
 
 pub struct NcclSource {
@@ -35,7 +35,7 @@ impl NcclSource {
 }
 
 impl Source for NcclSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         if let Some((search, every)) = &self.rescan {
             if self.last_scan.elapsed() >= *every {
                 self.last_scan = Instant::now();
@@ -105,6 +105,6 @@ impl Source for NcclSource {
             metrics::counter!("faultline_nccl_pruned_entries_total").increment(n);
         }
         self.prev = cur;
-        Ok(())
+        Ok(None)
     }
 }

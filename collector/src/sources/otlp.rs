@@ -9,9 +9,9 @@ use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
     otlp::Receiver,
     prom_text::{Kind, Text},
+    sources::{Ctx, Fact, Source},
 };
 
 /// A job/rank whose last step is older than this leaves `/metrics`.
@@ -84,7 +84,7 @@ impl OtlpSource {
 }
 
 impl Source for OtlpSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         let ids = &mut *cx.ids;
         let (steps, workload) = self.rx.shared.take_window(|pid| ids.get(pid).cloned());
         for s in &steps {
@@ -112,6 +112,6 @@ impl Source for OtlpSource {
                 p.busbw_gbs
             ));
         }
-        Ok(())
+        Ok(None)
     }
 }

@@ -6,8 +6,8 @@ use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
     rdma::AsyncEvent,
+    sources::{Ctx, Fact, Source},
     window::unix_ms,
 };
 
@@ -22,7 +22,7 @@ impl RdmaEventSource {
 }
 
 impl Source for RdmaEventSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         while let Ok(ev) = self.rx.try_recv() {
             metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
             let entity = vocab::entity::port(cx.host, &ev.device, ev.port);
@@ -36,6 +36,6 @@ impl Source for RdmaEventSource {
                 code: i64::from(ev.event_type),
             });
         }
-        Ok(())
+        Ok(None)
     }
 }

@@ -1,22 +1,14 @@
-//! Usage per job and team (`crate::usage`): runs after every other source,
-//! from the rows they put on the wire this window plus what they left in
-//! [`UsageFeed`] (NVML's per-process view, verbs posted bytes).
+//! Usage per job and team (`crate::usage`): all of it in the derive phase,
+//! from the rows every source put on the wire this window plus the facts
+//! they returned (NVML's per-process view, verbs posted bytes).
 use anyhow::Result;
 use proto::v1 as pb;
 
 use crate::{
-    agent::{Ctx, Source},
     probes::verbs::VerbsSnapshot,
-    usage::{Accountant, GpuReading, Inputs, Who},
+    sources::{Ctx, Fact, Facts, Source},
+    usage::{Accountant, Inputs, Who},
 };
-
-/// What other sources hand the usage source each window.
-#[derive(Debug, Default)]
-pub struct UsageFeed {
-    pub gpus: Vec<GpuReading>,
-    /// Bytes each process posted on send queues in the window.
-    pub verbs_posted: Vec<(u32, u64)>,
-}
 
 /// Send-side bytes posted per process between two verbs snapshots.
 pub fn verbs_posted(prev: &VerbsSnapshot, cur: &VerbsSnapshot) -> Vec<(u32, u64)> {
@@ -38,7 +30,7 @@ pub struct UsageSource {
 }
 
 impl UsageSource {
-    pub fn new(cfg: &crate::config::UsageSection, verbs_active: bool) -> Self {
+    pub fn new(cfg: &crate::usage::UsageSection, verbs_active: bool) -> Self {
         Self {
             acct: Accountant::new(cfg.teams.clone(), cfg.max_jobs),
             verbs_active,
@@ -47,15 +39,18 @@ impl UsageSource {
 }
 
 impl Source for UsageSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
-        let feed = std::mem::take(cx.feed);
+    fn collect(&mut self, _: &mut Ctx<'_>, _: &mut pb::Window) -> Result<Option<Fact>> {
+        Ok(None)
+    }
+
+    fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, wire: &mut pb::Window) -> Result<()> {
         let seconds = (wire.end_unix_ms - wire.start_unix_ms).max(0) as f64 / 1000.0;
         let inp = Inputs {
             seconds,
             block: &wire.block,
             cuda: &wire.cuda,
-            gpus: &feed.gpus,
-            verbs_posted: &feed.verbs_posted,
+            gpus: &facts.gpu.readings,
+            verbs_posted: &facts.verbs_posted,
             verbs_active: self.verbs_active,
             ib_ports: &wire.ib_ports,
         };

@@ -5,8 +5,8 @@ use proto::v1 as pb;
 
 use super::retired::Retired;
 use crate::{
-    agent::{Ctx, Source},
     probes::verbs::{absorb, render_series, VerbsSeries, VerbsSnapshot},
+    sources::{Ctx, Fact, Source},
 };
 
 pub struct VerbsSource {
@@ -27,13 +27,13 @@ impl VerbsSource {
 }
 
 impl Source for VerbsSource {
-    fn window(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<()> {
+    fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         let cur = cx.probes.verbs_snapshot()?;
         for line in window_lines(&self.prev, &cur) {
             cx.console.detail(line);
         }
         wire.verbs = crate::window::verbs(&self.prev, &cur, cx.ids);
-        cx.feed.verbs_posted = super::usage::verbs_posted(&self.prev, &cur);
+        let posted = super::usage::verbs_posted(&self.prev, &cur);
         let pids = cur.completions.keys().map(|k| k.pid);
         let pids = pids.chain(cur.posts.keys().map(|k| k.pid));
         let pids = pids.chain(cur.qp_states.keys().map(|k| k.pid));
@@ -64,7 +64,7 @@ impl Source for VerbsSource {
         self.retired
             .retain(|(_, j, r, _), _| !gone.contains(&(j.clone(), r.clone())));
         self.prev = cur;
-        Ok(())
+        Ok(Some(Fact::VerbsPosted(posted)))
     }
 }
 

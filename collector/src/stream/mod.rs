@@ -6,11 +6,13 @@
 //! drops duplicates by sequence number. When the spool is full the oldest
 //! windows are dropped and counted (the next window carries the count).
 mod backoff;
+mod section;
 pub mod sender;
 pub mod spool;
 /// TLS and token credentials for the correlator connection.
 pub use proto::client_tls as tls;
 
 pub use backoff::Backoff;
+pub use section::{check_endpoint, EndpointError, StreamSection};
 pub use sender::{spawn, SenderConfig, SenderStats};
 pub use spool::Spool;

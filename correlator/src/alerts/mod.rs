@@ -17,9 +17,14 @@ use proto::v1::CandidateUpdate;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+pub mod silence;
+
 pub use config::AlertmanagerConfig;
 
-use crate::http_client::{request_with, TlsSetupError};
+use crate::{
+    ack::Acks,
+    http_client::{request_with, Tls, TlsSetupError},
+};
 
 /// Resolved alerts kept until delivered, at most (older ones are dropped
 /// and counted).
@@ -154,22 +159,48 @@ impl Alerts {
 }
 
 /// Starts the pusher: incident updates from `updates`, the open incidents
-/// of `open` at start (restored after a restart) and after missed updates.
-/// Fails when the TLS files of an `https://` URL cannot be used.
+/// of `open` at start (restored after a restart) and after missed updates;
+/// with `acks`, each acknowledged incident's alert silenced
+/// ([`silence`]). Fails when the TLS files of an `https://` URL cannot be
+/// used.
 pub fn spawn(
     cfg: AlertmanagerConfig,
-    mut updates: broadcast::Receiver<CandidateUpdate>,
+    updates: broadcast::Receiver<CandidateUpdate>,
     open: Arc<Mutex<Vec<CandidateUpdate>>>,
+    acks: Option<Arc<Acks>>,
 ) -> Result<tokio::task::JoinHandle<()>, TlsSetupError> {
     let tls = cfg.tls()?;
-    Ok(tokio::spawn(async move {
-        let url = format!("{}/api/v2/alerts", cfg.url.trim_end_matches('/'));
+    let pusher = Pusher {
+        url: format!("{}/api/v2/alerts", cfg.url.trim_end_matches('/')),
+        failing: false,
+        cfg,
+        tls,
+    };
+    Ok(tokio::spawn(pusher.run(updates, open, acks)))
+}
+
+struct Pusher {
+    cfg: AlertmanagerConfig,
+    url: String,
+    tls: Option<Tls>,
+    /// Whether the last post failed (logged once until it works again).
+    failing: bool,
+}
+
+impl Pusher {
+    async fn run(
+        mut self,
+        mut updates: broadcast::Receiver<CandidateUpdate>,
+        open: Arc<Mutex<Vec<CandidateUpdate>>>,
+        acks: Option<Arc<Acks>>,
+    ) {
         let snapshot = || open.lock().map(|o| o.clone()).unwrap_or_default();
         let mut alerts = Alerts::default();
         alerts.resync(&snapshot(), vocab::time::now_unix_ms());
-        let mut tick = tokio::time::interval(Duration::from_secs_f64(cfg.resend_s));
-        tracing::info!(%url, "pushing incidents to Alertmanager");
-        let mut failing = false;
+        let mut silences = silence::Silences::default();
+        let mut ack_events = acks.as_ref().map(|a| a.subscribe());
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(self.cfg.resend_s));
+        tracing::info!(url = %self.url, "pushing incidents to Alertmanager");
         loop {
             tokio::select! {
                 r = updates.recv() => match r {
@@ -180,53 +211,66 @@ pub fn spawn(
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
+                // An acknowledgement set or cleared: silences now, not at the next tick.
+                _ = async { ack_events.as_mut()?.recv().await.ok() }, if ack_events.is_some() => {}
                 _ = tick.tick() => {}
             }
             // Everything that queued meanwhile goes in the same post.
             while let Ok(u) = updates.try_recv() {
                 alerts.apply(&u, vocab::time::now_unix_ms());
             }
-            if alerts.by_id.is_empty() {
-                continue;
+            if let Some(a) = &acks {
+                let now = vocab::time::now_unix_ms();
+                let target = silence::Target {
+                    base: self.cfg.url.trim_end_matches('/'),
+                    tls: self.tls.as_ref(),
+                    timeout: Duration::from_secs_f64(self.cfg.timeout_s),
+                };
+                let lease = silence::lease_ms(self.cfg.resend_s);
+                silences.sync(&a.current(now), now, lease, &target).await;
             }
-            alerts.bound();
-            let now = vocab::time::now_unix_ms();
-            let body: Vec<Value> = alerts.by_id.values().map(|a| a.json(&cfg, now)).collect();
-            let n = body.len();
-            let sent = serde_json::to_vec(&body).unwrap_or_default();
-            match request_with(
-                "POST",
-                &url,
-                Some(sent),
-                Duration::from_secs_f64(cfg.timeout_s),
-                tls.as_ref(),
-            )
-            .await
-            {
-                Ok((200..=299, _)) => {
-                    metrics::counter!("faultline_alerts_sent_total").increment(n as u64);
-                    alerts.by_id.retain(|_, a| a.resolved_ms.is_none());
-                    if failing {
-                        tracing::info!(%url, "Alertmanager reachable again");
-                        failing = false;
-                    }
+            if !alerts.by_id.is_empty() {
+                self.post(&mut alerts).await;
+            }
+        }
+    }
+
+    /// Posts every alert; resolved ones are dropped once delivered.
+    async fn post(&mut self, alerts: &mut Alerts) {
+        alerts.bound();
+        let now = vocab::time::now_unix_ms();
+        let body: Vec<Value> = alerts
+            .by_id
+            .values()
+            .map(|a| a.json(&self.cfg, now))
+            .collect();
+        let n = body.len();
+        let sent = serde_json::to_vec(&body).unwrap_or_default();
+        let timeout = Duration::from_secs_f64(self.cfg.timeout_s);
+        match request_with("POST", &self.url, Some(sent), timeout, self.tls.as_ref()).await {
+            Ok((200..=299, _)) => {
+                metrics::counter!("faultline_alerts_sent_total").increment(n as u64);
+                alerts.by_id.retain(|_, a| a.resolved_ms.is_none());
+                if self.failing {
+                    tracing::info!(url = %self.url, "Alertmanager reachable again");
+                    self.failing = false;
                 }
-                r => {
-                    metrics::counter!("faultline_alerts_failed_total").increment(1);
-                    if !failing {
-                        let why = match r {
-                            Ok((status, body)) => {
-                                format!("HTTP {status}: {}", String::from_utf8_lossy(&body))
-                            }
-                            Err(e) => e.to_string(),
-                        };
-                        tracing::warn!(%url, error = %why, "cannot push to Alertmanager; retrying at every resend");
-                        failing = true;
-                    }
+            }
+            r => {
+                metrics::counter!("faultline_alerts_failed_total").increment(1);
+                if !self.failing {
+                    let why = match r {
+                        Ok((status, body)) => {
+                            format!("HTTP {status}: {}", String::from_utf8_lossy(&body))
+                        }
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::warn!(url = %self.url, error = %why, "cannot push to Alertmanager; retrying at every resend");
+                    self.failing = true;
                 }
             }
         }
-    }))
+    }
 }
 
 #[cfg(test)]

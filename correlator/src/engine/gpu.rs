@@ -92,7 +92,7 @@ impl GpuDetector {
         // Runbooks name the host as one shell word.
         let shown = crate::shell::quote(host);
         for g in &w.gpus {
-            let entity = format!("{host}/gpu{}", g.index);
+            let entity = vocab::entity::gpu(host, g.index);
             let st = self.gpus.entry(entity.clone()).or_default();
             if g.lost {
                 out.push(

@@ -1,58 +1,14 @@
 //! From detector findings to incidents: one incident per (kind, entity)
 //! episode with a stable id, streamed as opened / updated / resolved.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proto::v1::CandidateUpdate;
 
 use super::config::IncidentConfig;
 
-/// Evidence of one detector for one entity in one window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Finding {
-    pub kind: &'static str,
-    pub entity: String,
-    pub confidence: f64,
-    pub evidence: Vec<String>,
-    pub jobs: Vec<String>,
-    pub runbook: String,
-    /// Facts that are news for an open incident even at the same
-    /// confidence (e.g. `saturated:symbol_error`): a new one is an `updated`.
-    pub marks: Vec<String>,
-}
-
-impl Finding {
-    pub fn new(kind: &'static str, entity: &str, confidence: f64) -> Self {
-        Self {
-            kind,
-            entity: entity.to_string(),
-            confidence,
-            evidence: Vec::new(),
-            jobs: Vec::new(),
-            runbook: String::new(),
-            marks: Vec::new(),
-        }
-    }
-    pub fn with_mark(mut self, m: String) -> Self {
-        self.marks.push(m);
-        self
-    }
-    pub fn with_evidence(mut self, e: String) -> Self {
-        self.evidence.push(e);
-        self
-    }
-    pub fn with_evidence_list(mut self, e: Vec<String>) -> Self {
-        self.evidence.extend(e);
-        self
-    }
-    pub fn with_jobs(mut self, j: &[String]) -> Self {
-        self.jobs = j.to_vec();
-        self
-    }
-    pub fn with_runbook(mut self, r: String) -> Self {
-        self.runbook = r;
-        self
-    }
-}
+mod causes;
+mod finding;
+pub use finding::Finding;
 
 /// Kinds that are one fault at different stages share one incident per
 /// entity: a second down of a port turns its `ib_link_down` incident into
@@ -179,6 +135,66 @@ fn fnv(s: &str) -> u64 {
     h
 }
 
+/// Merges a finding (of family stage `rank`) into the open incident of
+/// its family and entity; whether that is news worth an `updated`: a
+/// higher stage (escalated), a confidence change of `update_delta`, a new
+/// reporter (the other end of a link) or a new mark.
+fn merge(i: &mut Incident, f: Finding, rank: u8, ts: i64, update_delta: f64) -> bool {
+    i.quiet = 0;
+    i.restored = false;
+    i.last_seen_ms = i.last_seen_ms.max(ts);
+    let escalated = rank > family(i.kind).1;
+    if escalated {
+        i.kind = f.kind;
+        i.runbook = f.runbook.clone();
+    } else if f.kind != i.kind {
+        // A lower stage of the same fault (a flapping link that is down
+        // right now) only keeps it open.
+        return false;
+    }
+    let changed = (f.confidence - i.confidence).abs() >= update_delta;
+    for j in &f.jobs {
+        if !i.jobs.contains(j) {
+            i.jobs.push(j.clone());
+        }
+    }
+    // A new reporter of the same fault (the other end of a link) is new
+    // evidence even at the same confidence.
+    let reporters: Vec<String> = i
+        .evidence
+        .iter()
+        .filter(|e| e.starts_with("reported by "))
+        .cloned()
+        .collect();
+    let new_reporter = f
+        .evidence
+        .iter()
+        .any(|e| e.starts_with("reported by ") && !reporters.contains(e));
+    let mut news = false;
+    for m in &f.marks {
+        if !i.marks.contains(m) {
+            i.marks.push(m.clone());
+            news = true;
+        }
+    }
+    if !(changed || new_reporter || escalated || news) {
+        return false;
+    }
+    i.confidence = if escalated {
+        f.confidence
+    } else {
+        i.confidence.max(f.confidence)
+    };
+    let mut ev = f.evidence;
+    for r in reporters {
+        if !ev.contains(&r) {
+            ev.push(r);
+        }
+    }
+    i.evidence = ev;
+    true
+}
+
 impl IncidentManager {
     fn insert_open(&mut self, key: (&'static str, String), i: Incident) {
         *self.per_host.entry(i.owner.clone()).or_insert(0) += 1;
@@ -295,7 +311,7 @@ impl IncidentManager {
         held: &[String],
     ) -> Vec<CandidateUpdate> {
         let mut out = Vec::new();
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         let mut over_share = 0u64;
         for f in findings {
             let (fam, rank) = family(f.kind);
@@ -307,56 +323,7 @@ impl IncidentManager {
                 self.max_open_per_host > 0 && self.open_of(&owner) >= self.max_open_per_host;
             match self.open.get_mut(&key) {
                 Some(i) => {
-                    i.quiet = 0;
-                    i.restored = false;
-                    i.last_seen_ms = i.last_seen_ms.max(ts);
-                    let escalated = rank > family(i.kind).1;
-                    if escalated {
-                        i.kind = f.kind;
-                        i.runbook = f.runbook.clone();
-                    } else if f.kind != i.kind {
-                        // A lower stage of the same fault (a flapping link
-                        // that is down right now) only keeps it open.
-                        continue;
-                    }
-                    let changed = (f.confidence - i.confidence).abs() >= self.cfg.update_delta;
-                    for j in &f.jobs {
-                        if !i.jobs.contains(j) {
-                            i.jobs.push(j.clone());
-                        }
-                    }
-                    // A new reporter of the same fault (the other end of a
-                    // link) is new evidence even at the same confidence.
-                    let reporters: Vec<String> = i
-                        .evidence
-                        .iter()
-                        .filter(|e| e.starts_with("reported by "))
-                        .cloned()
-                        .collect();
-                    let new_reporter = f
-                        .evidence
-                        .iter()
-                        .any(|e| e.starts_with("reported by ") && !reporters.contains(e));
-                    let mut news = false;
-                    for m in &f.marks {
-                        if !i.marks.contains(m) {
-                            i.marks.push(m.clone());
-                            news = true;
-                        }
-                    }
-                    if changed || new_reporter || escalated || news {
-                        i.confidence = if escalated {
-                            f.confidence
-                        } else {
-                            i.confidence.max(f.confidence)
-                        };
-                        let mut ev = f.evidence;
-                        for r in reporters {
-                            if !ev.contains(&r) {
-                                ev.push(r);
-                            }
-                        }
-                        i.evidence = ev;
+                    if merge(i, f, rank, ts, self.cfg.update_delta) {
                         out.push(Self::update(ts, "updated", i));
                     }
                 }
@@ -371,30 +338,7 @@ impl IncidentManager {
                     metrics::counter!("faultline_engine_dropped_total", "what" => "host_incidents")
                         .increment(1);
                 }
-                None => {
-                    self.seq += 1;
-                    let id = format!(
-                        "{:016x}",
-                        fnv(&format!("{}|{}|{}|{}", f.kind, f.entity, ts, self.seq))
-                    );
-                    let i = Incident {
-                        id,
-                        kind: f.kind,
-                        entity: f.entity.clone(),
-                        confidence: f.confidence,
-                        evidence: f.evidence,
-                        jobs: f.jobs,
-                        runbook: f.runbook,
-                        marks: f.marks,
-                        symptoms: BTreeMap::new(),
-                        quiet: 0,
-                        last_seen_ms: ts,
-                        restored: false,
-                        owner,
-                    };
-                    out.push(Self::update(ts, "opened", &i));
-                    self.insert_open(key, i);
-                }
+                None => out.push(self.open_new(ts, key, f, owner)),
             }
         }
         if over_share > 0 {
@@ -405,13 +349,64 @@ impl IncidentManager {
                 "host over its share of the open incidents (detect.limits.max_open_incidents_per_host): new incidents dropped"
             );
         }
-        let prefix = format!("{host}/");
-        let mut resolved = Vec::new();
         if !seen.contains(&("node_lost", host.to_string())) {
             if let Some(i) = self.remove_open(&("node_lost", host.to_string())) {
                 out.push(Self::update(ts, "resolved", &i));
             }
         }
+        for key in self.quiet(ts, host, &evaluated, &seen, held) {
+            if let Some(i) = self.remove_open(&key) {
+                out.push(Self::update(ts, "resolved", &i));
+            }
+        }
+        out
+    }
+
+    /// Opens an incident for a finding of a new (family, entity).
+    fn open_new(
+        &mut self,
+        ts: i64,
+        key: (&'static str, String),
+        f: Finding,
+        owner: String,
+    ) -> CandidateUpdate {
+        self.seq += 1;
+        let id = format!(
+            "{:016x}",
+            fnv(&format!("{}|{}|{}|{}", f.kind, f.entity, ts, self.seq))
+        );
+        let i = Incident {
+            id,
+            kind: f.kind,
+            entity: f.entity.clone(),
+            confidence: f.confidence,
+            evidence: f.evidence,
+            jobs: f.jobs,
+            runbook: f.runbook,
+            marks: f.marks,
+            symptoms: BTreeMap::new(),
+            quiet: 0,
+            last_seen_ms: ts,
+            restored: false,
+            owner,
+        };
+        let u = Self::update(ts, "opened", &i);
+        self.insert_open(key, i);
+        u
+    }
+
+    /// The open incidents this host window owns (entities under `host/` and
+    /// the `evaluated` ones) that had no finding in it (`seen`) and have now
+    /// been quiet long enough to resolve. Counts their quiet windows.
+    fn quiet(
+        &mut self,
+        ts: i64,
+        host: &str,
+        evaluated: &[String],
+        seen: &BTreeSet<(&'static str, String)>,
+        held: &[String],
+    ) -> Vec<(&'static str, String)> {
+        let prefix = vocab::entity::host_prefix(host);
         let quiet_ms = (self.cfg.quiet_s * 1000.0) as i64;
         // The incidents this window owns: entities under `host/` (one
         // range of the index) and the evaluated ones, in `open`'s order.
@@ -426,13 +421,14 @@ impl IncidentManager {
         for (e, fams) in under {
             owned.extend(fams.iter().map(|f| (*f, e.clone())));
         }
-        for e in &evaluated {
+        for e in evaluated {
             if let Some(fams) = self.by_entity.get(e) {
                 owned.extend(fams.iter().map(|f| (*f, e.clone())));
             }
         }
         owned.sort_unstable();
         owned.dedup();
+        let mut resolved = Vec::new();
         for key in owned {
             let Some(i) = self.open.get_mut(&key) else {
                 continue;
@@ -450,12 +446,7 @@ impl IncidentManager {
                 resolved.push(key);
             }
         }
-        for key in resolved {
-            if let Some(i) = self.remove_open(&key) {
-                out.push(Self::update(ts, "resolved", &i));
-            }
-        }
-        out
+        resolved
     }
 
     /// Reopens an incident that was open when the correlator stopped (same
@@ -508,83 +499,6 @@ impl IncidentManager {
         true
     }
 
-    /// The open incident (its key) that `explains` accepts (kind, entity,
-    /// evidence), the most confident first.
-    pub fn find_cause(
-        &self,
-        explains: impl Fn(&str, &str, &[String]) -> bool,
-    ) -> Option<(&'static str, String)> {
-        self.open
-            .iter()
-            .filter(|(_, i)| explains(i.kind, &i.entity, &i.evidence))
-            .max_by(|a, b| a.1.confidence.total_cmp(&b.1.confidence))
-            .map(|(k, _)| k.clone())
-    }
-
-    /// Attaches a workload symptom (`tag` its entity, `line` its measured
-    /// impact) and its job to an open incident: an `updated` when the
-    /// symptom is new there or its impact moved by `update_delta`.
-    pub fn attach(
-        &mut self,
-        key: &(&'static str, String),
-        ts: i64,
-        tag: &str,
-        line: String,
-        job: &str,
-        ratio: f64,
-    ) -> Option<CandidateUpdate> {
-        let delta = self.cfg.update_delta;
-        let i = self.open.get_mut(key)?;
-        let news = match i.symptoms.get(tag) {
-            Some((_, r)) => (ratio - r).abs() >= delta,
-            None => true,
-        };
-        if !job.is_empty() && !i.jobs.iter().any(|j| j == job) {
-            i.jobs.push(job.to_string());
-        }
-        if !news {
-            if let Some(s) = i.symptoms.get_mut(tag) {
-                s.0 = line;
-            }
-            return None;
-        }
-        i.symptoms.insert(tag.to_string(), (line, ratio));
-        i.confidence = (i.confidence + 0.05).min(0.99);
-        Some(Self::update(ts, "updated", i))
-    }
-
-    /// An open incident's kind and evidence.
-    pub fn evidence_of(&self, key: &(&'static str, String)) -> Option<(&'static str, &[String])> {
-        self.open.get(key).map(|i| (i.kind, i.evidence.as_slice()))
-    }
-
-    /// Whether an incident of `kind` on `entity` is open.
-    pub fn is_open(&self, kind: &'static str, entity: &str) -> bool {
-        self.open
-            .contains_key(&(family(kind).0, entity.to_string()))
-    }
-
-    /// Resolves an open symptom incident (`kind` on `entity`) because a
-    /// root cause now explains it: one fault, one incident.
-    pub fn supersede(
-        &mut self,
-        kind: &'static str,
-        entity: &str,
-        ts: i64,
-        by: &(&'static str, String),
-    ) -> Option<CandidateUpdate> {
-        let cause = self
-            .open
-            .get(by)
-            .map(|c| (c.id.clone(), c.kind, c.entity.clone()))?;
-        let mut i = self.remove_open(&(family(kind).0, entity.to_string()))?;
-        i.evidence.push(format!(
-            "explained by incident {} ({} on {}): followed there",
-            cause.0, cause.1, cause.2
-        ));
-        Some(Self::update(ts, "resolved", &i))
-    }
-
     pub fn open(&self) -> Vec<CandidateUpdate> {
         let mut v: Vec<CandidateUpdate> = self
             .open
@@ -597,86 +511,4 @@ impl IncidentManager {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mgr() -> IncidentManager {
-        IncidentManager::new(IncidentConfig {
-            quiet_s: 2.0,
-            quiet_windows: 2,
-            update_delta: 0.05,
-        })
-    }
-
-    fn states(ups: &[CandidateUpdate]) -> Vec<(String, String)> {
-        ups.iter()
-            .map(|u| (u.state.clone(), u.entity.clone()))
-            .collect()
-    }
-
-    #[test]
-    fn a_window_resolves_only_its_own_hosts_and_evaluated_incidents() {
-        let mut m = mgr();
-        let f = |e: &str| Finding::new("gpu_thermal_throttle", e, 0.8);
-        // "a" opens a GPU incident and one on an entity it evaluates; "ab"
-        // (a host whose name starts with "a") opens its own.
-        let ups = m.apply(1000, "a", vec![], vec![f("a/gpu0"), f("job/0")], &[]);
-        assert_eq!(ups.len(), 2);
-        m.apply(1000, "ab", vec![], vec![f("ab/gpu0")], &[]);
-        // Many quiet windows from "ab" resolve only "ab/gpu0".
-        let mut got = Vec::new();
-        for t in 2..10 {
-            got.extend(states(&m.apply(t * 1000, "ab", vec![], vec![], &[])));
-        }
-        assert_eq!(got, vec![("resolved".into(), "ab/gpu0".into())]);
-        // Quiet windows from "a" (which evaluates job/0) resolve both of
-        // its incidents once 2 windows and 2 s have passed, in key order.
-        let mut got = Vec::new();
-        for t in 2..5 {
-            got.extend(states(&m.apply(
-                t * 1000,
-                "a",
-                vec!["job/0".to_string()],
-                vec![],
-                &[],
-            )));
-        }
-        assert_eq!(
-            got,
-            vec![
-                ("resolved".into(), "a/gpu0".into()),
-                ("resolved".into(), "job/0".into())
-            ]
-        );
-        assert!(m.open().is_empty());
-        assert!(m.by_entity.is_empty());
-    }
-
-    #[test]
-    fn each_host_fills_only_its_share_and_node_lost_is_the_lost_hosts() {
-        let mut m = mgr().with_cap(100, 2);
-        let f = |k, e: &str| Finding::new(k, e, 0.8);
-        // "a" raises 3 of its own: the third is over its share of 2.
-        let ups = m.apply(
-            1000,
-            "a",
-            vec![],
-            vec![
-                f("gpu_xid", "a/gpu0"),
-                f("gpu_xid", "a/gpu1"),
-                f("gpu_xid", "a/gpu2"),
-            ],
-            &[],
-        );
-        assert_eq!(ups.len(), 2);
-        assert_eq!((m.open_of("a"), m.dropped_per_host), (2, 1));
-        // Its window notices 3 lost hosts: each is charged to the lost host.
-        let lost = ["b", "c", "d"].map(|h| f("node_lost", h));
-        assert_eq!(m.apply(2000, "a", vec![], lost.to_vec(), &[]).len(), 3);
-        assert_eq!((m.open_of("a"), m.open_of("b")), (2, 1));
-        // "b" reports again: its node_lost resolves and its share is free.
-        m.apply(3000, "b", vec![], vec![], &[]);
-        assert_eq!(m.open_of("b"), 0);
-        assert!(!m.per_host.contains_key("b"));
-    }
-}
+mod tests;

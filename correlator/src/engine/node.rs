@@ -38,13 +38,6 @@ impl std::fmt::Debug for ArrivalClock {
     }
 }
 
-/// The correlator's wall clock, unix ms (the arrival clock of `serve`).
-pub fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 #[derive(Debug, Default)]
 pub struct NodeDetector {
     /// host → (latest window end, at most its arrival time; window length) in ms.

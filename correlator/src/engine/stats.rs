@@ -102,6 +102,38 @@ pub fn poisson_sf(k: u64, lambda: f64) -> f64 {
     }
 }
 
+/// `P(X ≥ k)` for `X ~ Binomial(n, p)`, for the upper tail only (`k`
+/// above the mean `n·p`; at or below it, 1): the conditional test that the
+/// later of two Poisson counts is higher than their exposures explain.
+pub fn binomial_upper_sf(k: u64, n: u64, p: f64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if p.is_nan() || p <= 0.0 {
+        return 0.0;
+    }
+    if k > n {
+        return 0.0;
+    }
+    if p >= 1.0 || k as f64 <= n as f64 * p {
+        return 1.0;
+    }
+    let nf = n as f64;
+    let ln_c = |i: f64| ln_gamma(nf + 1.0) - ln_gamma(i + 1.0) - ln_gamma(nf - i + 1.0);
+    let (lp, lq) = (p.ln(), (-p).ln_1p());
+    // Terms fall from i = k on (k is above the mode): sum until negligible.
+    let mut sum = 0.0;
+    for i in k..=n {
+        let fi = i as f64;
+        let term = (ln_c(fi) + fi * lp + (nf - fi) * lq).exp();
+        sum += term;
+        if term <= sum * 1e-17 {
+            break;
+        }
+    }
+    sum.min(1.0)
+}
+
 /// `P(X ≤ k)` for `X ~ Poisson(lambda)`: how surprising so few events are
 /// when `lambda` are expected (the test that a rate has dropped).
 pub fn poisson_cdf(k: u64, lambda: f64) -> f64 {
@@ -177,6 +209,29 @@ mod tests {
 
     fn close(a: f64, b: f64, rel: f64) -> bool {
         (a - b).abs() <= rel * b.abs().max(1e-300)
+    }
+
+    #[test]
+    fn binomial_upper_tail_matches_direct_sums() {
+        // P(X >= 14), X ~ Bin(20, 1/3) = 8.8e-4 (a later stretch of 5
+        // minutes with 14 of 20 errors, the earlier 10 with 6).
+        let direct: f64 = (14..=20u64)
+            .map(|i| {
+                let c = (1..=i).fold(1.0, |a, j| a * (20 - i + j) as f64 / j as f64);
+                c * (1.0f64 / 3.0).powi(i as i32) * (2.0f64 / 3.0).powi(20 - i as i32)
+            })
+            .sum();
+        assert!(
+            close(binomial_upper_sf(14, 20, 1.0 / 3.0), direct, 1e-9),
+            "{direct}"
+        );
+        assert!(close(direct, 8.8e-4, 0.01), "{direct}");
+        assert_eq!(binomial_upper_sf(5, 20, 1.0 / 3.0), 1.0, "below the mean");
+        assert_eq!(binomial_upper_sf(0, 20, 0.5), 1.0);
+        assert_eq!(binomial_upper_sf(21, 20, 0.5), 0.0);
+        // Large n: no overflow, a tiny tail (z ≈ 19: about 1e-80).
+        let t = binomial_upper_sf(53_000, 100_000, 0.5);
+        assert!(t > 1e-90 && t < 1e-70, "{t}");
     }
 
     #[test]

@@ -96,34 +96,38 @@ impl StorageDetector {
     }
 
     pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
-        let cfg = self.cfg.clone();
         let len_ms = if w.start_unix_ms > 0 && w.end_unix_ms > w.start_unix_ms {
             w.end_unix_ms - w.start_unix_ms
         } else {
             1000
         };
-        // Per device: sum over ops and jobs.
-        let mut per: HashMap<&str, DevWindow> = HashMap::new();
-        for b in &w.block {
-            let e = per.entry(b.device.as_str()).or_default();
-            e.requests += b.requests;
-            e.sum_ns += b.latency_sum_ns;
-            e.max_ns = e.max_ns.max(b.latency_max_ns);
-            e.bytes += b.bytes;
-            for (i, c) in b.hist.iter().take(LAT_BUCKETS).enumerate() {
-                e.hist[i] += c;
-                e.timed += c;
-            }
-            if e.class.is_empty() {
-                e.class.clone_from(&b.device_class);
-            }
+        let candidates = self.quantiles(host, w.end_unix_ms, per_device(w));
+        let peers = self.class_peers(w.end_unix_ms, len_ms);
+        let mut out = Vec::new();
+        for (entity, d) in candidates {
+            let Some(st) = self.devs.get_mut(&entity) else {
+                continue;
+            };
+            out.extend(judge(&self.cfg, st, &d, &peers, &entity, jobs));
         }
+        out
+    }
+
+    /// Each device's latest quantiles from its window (ending at `end_ms`);
+    /// the devices with enough requests to judge.
+    fn quantiles(
+        &mut self,
+        host: &str,
+        end_ms: i64,
+        per: HashMap<&str, DevWindow>,
+    ) -> Vec<(String, DevWindow)> {
+        let cfg = &self.cfg;
         let mut candidates = Vec::new();
         for (dev, d) in per {
-            let entity = format!("{host}/{dev}");
+            let entity = vocab::entity::device(host, dev);
             let st = self.devs.entry(entity.clone()).or_default();
             st.class.clone_from(&d.class);
-            st.at_ms = w.end_unix_ms;
+            st.at_ms = end_ms;
             if d.requests < cfg.min_requests {
                 st.p50 = None;
                 st.p99 = None;
@@ -143,119 +147,176 @@ impl StorageDetector {
             st.p99 = p99;
             candidates.push((entity, d));
         }
-        let peers = self.class_peers(w.end_unix_ms, len_ms);
-        let mut out = Vec::new();
-        for (entity, d) in candidates {
-            let Some(st) = self.devs.get_mut(&entity) else {
-                continue;
-            };
-            let floor = cfg.floor(&st.class);
-            let (peer_p50, peer_p99, n_peers) = peers
-                .by_class
-                .get(&st.class)
-                .copied()
-                .unwrap_or((0.0, 0.0, 0));
-            let by_peers = n_peers >= cfg.min_peers;
-            // Too few class peers: the own history judges, scaled by the
-            // fleet's common shift when enough devices of any class have
-            // one (a load change slows every device; a fault slows one).
-            let by_fleet = !by_peers && peers.n_shift >= cfg.min_peers;
-            let shift = |s: f64| if by_fleet { s.max(1.0) } else { 1.0 };
-            let (shift50, shift99) = (shift(peers.shift50), shift(peers.shift99));
-            // One quantile's verdict: above its floor, above its peers (when
-            // there are enough) and above its own history (once it has one;
-            // with too few peers, the own history is required).
-            let judge =
-                |x: Option<f64>, floor_ms: f64, peer: f64, own: &OwnBaseline, shift: f64| -> bool {
-                    let Some(x) = x else { return false };
-                    if x * 1e3 <= floor_ms {
-                        return false;
-                    }
-                    // Without an own history yet, peers alone must show
-                    // twice the margin: healthy devices of one class differ
-                    // by up to ~2.5x (models, firmware, fill level).
-                    let margin = if own.warm() { 1.0 } else { 2.0 };
-                    let above_peers = !by_peers || x > margin * cfg.peer_ratio * peer;
-                    let above_own = match own.value().filter(|_| own.warm()) {
-                        Some(b) => x > cfg.own_ratio * b * shift,
-                        None => by_peers,
-                    };
-                    above_peers && above_own
-                };
-            let slow50 = judge(st.p50, floor.p50_ms, peer_p50, &st.own_p50, shift50);
-            let slow99 = judge(st.p99, floor.p99_ms, peer_p99, &st.own_p99, shift99);
-            st.streak = if slow50 || slow99 { st.streak + 1 } else { 0 };
-            // Own history learns from windows near it.
-            let (own50, own99, learnt) =
-                (st.own_p50.value(), st.own_p99.value(), st.own_p50.learnt());
-            if let Some(x) = st.p50 {
-                let near = st.own_p50.near(x, floor.p50_ms / 1e3);
-                st.own_p50.learn(x, near);
-            }
-            if let Some(x) = st.p99 {
-                let near = st.own_p99.near(x, floor.p99_ms / 1e3);
-                st.own_p99.learn(x, near);
-            }
-            if st.streak < cfg.persist_windows {
-                continue;
-            }
-            let ms =
-                |v: Option<f64>| v.map_or_else(|| "-".to_string(), |s| format!("{:.2}", s * 1e3));
-            let class = if st.class.is_empty() {
-                "unclassified"
-            } else {
-                st.class.as_str()
-            };
-            let x50 = st.p50.unwrap_or(0.0);
-            let mut ev = vec![format!(
-                "p50 {} ms, p99 {} ms ({class}); floors {} / {} ms",
-                ms(st.p50),
-                ms(st.p99),
-                floor.p50_ms,
-                floor.p99_ms
-            )];
-            if by_peers {
-                ev.push(format!(
-                    "{:.0}x the median p50 {} ms (p99 {} ms) of {n_peers} {class} devices",
-                    if peer_p50 > 0.0 {
-                        x50 / peer_p50
-                    } else {
-                        f64::INFINITY
-                    },
-                    ms(Some(peer_p50)),
-                    ms(Some(peer_p99))
-                ));
-            } else {
-                ev.push(format!("{n_peers} {class} devices are too few to compare with peers: judged against its own history"));
-                if by_fleet {
-                    ev.push(format!(
-                        "fleet-wide shift over {} devices: p50 {:.1}x, p99 {:.1}x their own history (this device's threshold scaled by it)",
-                        peers.n_shift, peers.shift50, peers.shift99
-                    ));
-                }
-            }
-            if let Some(b) = own50 {
-                ev.push(format!(
-                    "own history p50 {} ms, p99 {} ms over {learnt} windows",
-                    ms(Some(b)),
-                    ms(own99)
-                ));
-            }
-            ev.push(format!(
-                "{} requests, {} bytes, max {:.1} ms this window",
-                d.requests,
-                d.bytes,
-                d.max_ns as f64 / 1e6
-            ));
-            out.push(
-                Finding::new("storage_latency", &entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
-                    .with_evidence_list(ev)
-                    .with_jobs(jobs)
-                    .with_runbook(format!("slow storage on {}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)", crate::shell::quote(&entity))),
-            );
-        }
-        out
+        candidates
     }
+}
+
+/// Per device: the window's block rows summed over ops and jobs.
+fn per_device(w: &Window) -> HashMap<&str, DevWindow> {
+    let mut per: HashMap<&str, DevWindow> = HashMap::new();
+    for b in &w.block {
+        let e = per.entry(b.device.as_str()).or_default();
+        e.requests += b.requests;
+        e.sum_ns += b.latency_sum_ns;
+        e.max_ns = e.max_ns.max(b.latency_max_ns);
+        e.bytes += b.bytes;
+        for (i, c) in b.hist.iter().take(LAT_BUCKETS).enumerate() {
+            e.hist[i] += c;
+            e.timed += c;
+        }
+        if e.class.is_empty() {
+            e.class.clone_from(&b.device_class);
+        }
+    }
+    per
+}
+
+/// What a device was compared with: its class peers (median p50, p99,
+/// devices; used when there are `min_peers`), or else its own history,
+/// scaled by the fleet's common shift when enough devices have one.
+struct Compared {
+    peer_p50: f64,
+    peer_p99: f64,
+    n_peers: usize,
+    by_peers: bool,
+    by_fleet: bool,
+}
+
+/// Judges one device's latest quantiles; a finding once it has been slow
+/// for `persist_windows` windows. Its own history learns from the window.
+fn judge(
+    cfg: &StorageConfig,
+    st: &mut DevState,
+    d: &DevWindow,
+    peers: &Peers,
+    entity: &str,
+    jobs: &[String],
+) -> Option<Finding> {
+    let floor = cfg.floor(&st.class);
+    let (peer_p50, peer_p99, n_peers) = peers
+        .by_class
+        .get(&st.class)
+        .copied()
+        .unwrap_or((0.0, 0.0, 0));
+    let by_peers = n_peers >= cfg.min_peers;
+    // Too few class peers: the own history judges, scaled by the fleet's
+    // common shift when enough devices of any class have one (a load
+    // change slows every device; a fault slows one).
+    let by_fleet = !by_peers && peers.n_shift >= cfg.min_peers;
+    let shift = |s: f64| if by_fleet { s.max(1.0) } else { 1.0 };
+    let (shift50, shift99) = (shift(peers.shift50), shift(peers.shift99));
+    // One quantile's verdict: above its floor, above its peers (when there
+    // are enough) and above its own history (once it has one; with too few
+    // peers, the own history is required).
+    let slow = |x: Option<f64>, floor_ms: f64, peer: f64, own: &OwnBaseline, shift: f64| -> bool {
+        let Some(x) = x else { return false };
+        if x * 1e3 <= floor_ms {
+            return false;
+        }
+        // Without an own history yet, peers alone must show twice the
+        // margin: healthy devices of one class differ by up to ~2.5x
+        // (models, firmware, fill level).
+        let margin = if own.warm() { 1.0 } else { 2.0 };
+        let above_peers = !by_peers || x > margin * cfg.peer_ratio * peer;
+        let above_own = match own.value().filter(|_| own.warm()) {
+            Some(b) => x > cfg.own_ratio * b * shift,
+            None => by_peers,
+        };
+        above_peers && above_own
+    };
+    let slow50 = slow(st.p50, floor.p50_ms, peer_p50, &st.own_p50, shift50);
+    let slow99 = slow(st.p99, floor.p99_ms, peer_p99, &st.own_p99, shift99);
+    st.streak = if slow50 || slow99 { st.streak + 1 } else { 0 };
+    // Own history learns from windows near it.
+    let own = (st.own_p50.value(), st.own_p99.value(), st.own_p50.learnt());
+    if let Some(x) = st.p50 {
+        let near = st.own_p50.near(x, floor.p50_ms / 1e3);
+        st.own_p50.learn(x, near);
+    }
+    if let Some(x) = st.p99 {
+        let near = st.own_p99.near(x, floor.p99_ms / 1e3);
+        st.own_p99.learn(x, near);
+    }
+    if st.streak < cfg.persist_windows {
+        return None;
+    }
+    let compared = Compared {
+        peer_p50,
+        peer_p99,
+        n_peers,
+        by_peers,
+        by_fleet,
+    };
+    let ev = evidence(cfg, st, d, &compared, peers, own);
+    Some(
+        Finding::new("storage_latency", entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
+            .with_evidence_list(ev)
+            .with_jobs(jobs)
+            .with_runbook(format!("slow storage on {}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)", crate::shell::quote(entity))),
+    )
+}
+
+/// A slow device's evidence: its quantiles and floors, what it was
+/// compared with, its own history as it was before this window (`own`:
+/// p50, p99, windows learnt) and the window's requests.
+fn evidence(
+    cfg: &StorageConfig,
+    st: &DevState,
+    d: &DevWindow,
+    c: &Compared,
+    peers: &Peers,
+    (own50, own99, learnt): (Option<f64>, Option<f64>, u32),
+) -> Vec<String> {
+    let floor = cfg.floor(&st.class);
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |s| format!("{:.2}", s * 1e3));
+    let class = if st.class.is_empty() {
+        "unclassified"
+    } else {
+        st.class.as_str()
+    };
+    let x50 = st.p50.unwrap_or(0.0);
+    let n_peers = c.n_peers;
+    let mut ev = vec![format!(
+        "p50 {} ms, p99 {} ms ({class}); floors {} / {} ms",
+        ms(st.p50),
+        ms(st.p99),
+        floor.p50_ms,
+        floor.p99_ms
+    )];
+    if c.by_peers {
+        ev.push(format!(
+            "{:.0}x the median p50 {} ms (p99 {} ms) of {n_peers} {class} devices",
+            if c.peer_p50 > 0.0 {
+                x50 / c.peer_p50
+            } else {
+                f64::INFINITY
+            },
+            ms(Some(c.peer_p50)),
+            ms(Some(c.peer_p99))
+        ));
+    } else {
+        ev.push(format!("{n_peers} {class} devices are too few to compare with peers: judged against its own history"));
+        if c.by_fleet {
+            ev.push(format!(
+                "fleet-wide shift over {} devices: p50 {:.1}x, p99 {:.1}x their own history (this device's threshold scaled by it)",
+                peers.n_shift, peers.shift50, peers.shift99
+            ));
+        }
+    }
+    if let Some(b) = own50 {
+        ev.push(format!(
+            "own history p50 {} ms, p99 {} ms over {learnt} windows",
+            ms(Some(b)),
+            ms(own99)
+        ));
+    }
+    ev.push(format!(
+        "{} requests, {} bytes, max {:.1} ms this window",
+        d.requests,
+        d.bytes,
+        d.max_ns as f64 / 1e6
+    ));
+    ev
 }
 
 impl StorageDetector {

@@ -93,7 +93,7 @@ impl StragglerDetector {
             r.host = host.to_string();
             r.device = s.device;
             r.hca = s.hca.clone();
-            evaluated.push(format!("{}/{}", s.job, s.rank));
+            evaluated.push(vocab::entity::rank(&s.job, s.rank));
             by_job.entry(s.job.as_str()).or_default().push(s);
         }
         let mut slow = Vec::new();
@@ -169,7 +169,7 @@ impl Slow {
         Symptom {
             kind: "straggler",
             job: self.job.clone(),
-            entity: format!("{}/{}", self.job, self.rank),
+            entity: vocab::entity::rank(&self.job, self.rank),
             line: self.describe(),
             ratio: if self.median > 0.0 {
                 self.seconds / self.median

@@ -19,6 +19,8 @@ use proto::v1::Window;
 
 use super::config::WorkloadConfig;
 
+mod explain;
+
 /// Normal windows whose median is the baseline.
 const HISTORY: usize = 32;
 /// A run longer than this is the job's new normal (a new phase, a new
@@ -218,7 +220,7 @@ fn model_name(model: &str) -> &str {
 
 /// The entity of a model server's latency incident: `<job>/<model>`.
 pub fn model_entity(job: &str, model: &str) -> String {
-    format!("{job}/{}", model_name(model))
+    vocab::entity::model(job, model_name(model))
 }
 
 /// Adds a host's contribution to the series' open slot; returns the
@@ -304,9 +306,16 @@ impl WorkloadDetector {
         w: &Window,
         inferred: impl Fn(&str) -> bool,
     ) -> Vec<Symptom> {
-        let cfg = self.cfg.clone();
-        let (start, end) = (w.start_unix_ms, w.end_unix_ms);
-        // Placement, from step reports and workload samples.
+        self.place_ranks(host, w);
+        let mut out = self.step_symptoms(w, inferred);
+        out.extend(self.latency_symptoms(w));
+        self.forget(w.end_unix_ms);
+        out
+    }
+
+    /// Placement, from step reports and workload samples.
+    fn place_ranks(&mut self, host: &str, w: &Window) {
+        let end = w.end_unix_ms;
         for s in &w.steps {
             let p = Place {
                 host: host.to_string(),
@@ -325,8 +334,13 @@ impl WorkloadDetector {
             };
             self.place(&s.job, p, end);
         }
+    }
+
+    /// Step time per job (this host's slowest rank), pooled per slot and
+    /// judged against the job's history.
+    fn step_symptoms(&mut self, w: &Window, inferred: impl Fn(&str) -> bool) -> Vec<Symptom> {
+        let (start, end) = (w.start_unix_ms, w.end_unix_ms);
         let mut out = Vec::new();
-        // Step time per job: this host's slowest rank.
         let mut per_job: HashMap<&str, (f64, u64)> = HashMap::new();
         for s in &w.steps {
             if s.seconds <= 0.0 || !s.seconds.is_finite() {
@@ -339,7 +353,7 @@ impl WorkloadDetector {
                 *e = (x, n);
             }
         }
-        let delta = (1.0 + cfg.min_slowdown).ln();
+        let delta = (1.0 + self.cfg.min_slowdown).ln();
         for (job, (x, n)) in per_job {
             if !self.steps.contains_key(job) && self.steps.len() >= MAX_SERIES {
                 self.dropped += 1;
@@ -359,7 +373,7 @@ impl WorkloadDetector {
                 done.max_x,
                 done.max_n,
                 delta,
-                &cfg,
+                &self.cfg,
             ) else {
                 continue;
             };
@@ -388,8 +402,15 @@ impl WorkloadDetector {
                 places: self.places(job),
             });
         }
-        // Inference latency per (job, model, signal), pooled over replicas.
-        let delta = (1.0 + cfg.min_latency_increase).ln();
+        out
+    }
+
+    /// Inference latency per (job, model, signal), pooled over replicas
+    /// per slot and judged against its history.
+    fn latency_symptoms(&mut self, w: &Window) -> Vec<Symptom> {
+        let (start, end) = (w.start_unix_ms, w.end_unix_ms);
+        let mut out = Vec::new();
+        let delta = (1.0 + self.cfg.min_latency_increase).ln();
         for s in &w.workload {
             let Some((_, what)) = LATENCY_SIGNALS.iter().find(|(n, _)| *n == s.signal) else {
                 continue;
@@ -409,7 +430,8 @@ impl WorkloadDetector {
             });
             let Some(done) = done else { continue };
             let x = (done.sum / done.count.max(1) as f64).ln();
-            let Some(c) = sh.observe(done.start_ms, done.end_ms, x, done.count, delta, &cfg) else {
+            let Some(c) = sh.observe(done.start_ms, done.end_ms, x, done.count, delta, &self.cfg)
+            else {
                 continue;
             };
             let model = model_name(&s.model);
@@ -432,7 +454,6 @@ impl WorkloadDetector {
                 places: self.places(&s.job),
             });
         }
-        self.forget(end);
         out
     }
 
@@ -456,189 +477,5 @@ impl WorkloadDetector {
     }
 }
 
-impl Symptom {
-    /// Whether an incident (kind, entity, evidence) on the infrastructure
-    /// explains this symptom: it sits on a GPU, HCA port, host or device
-    /// that one of the job's ranks uses.
-    pub fn explained_by(&self, kind: &str, entity: &str, evidence: &[String]) -> bool {
-        self.places
-            .iter()
-            .any(|p| place_explained(p, kind, entity, evidence))
-    }
-
-    /// The placement that ties the symptom to the cause, for the evidence
-    /// ("rank 7 on n003 uses gpu1 and mlx5_1").
-    pub fn via(&self, kind: &str, entity: &str, evidence: &[String]) -> String {
-        let Some(p) = self
-            .places
-            .iter()
-            .find(|p| place_explained(p, kind, entity, evidence))
-        else {
-            return String::new();
-        };
-        let mut s = if p.rank >= 0 {
-            format!("rank {} on {}", p.rank, p.host)
-        } else {
-            format!("served from {}", p.host)
-        };
-        let mut uses = Vec::new();
-        if p.device >= 0 {
-            uses.push(format!("gpu{}", p.device));
-        }
-        if !p.hca.is_empty() {
-            uses.push(p.hca.clone());
-        }
-        if !uses.is_empty() {
-            s.push_str(&format!(" uses {}", uses.join(" and ")));
-        }
-        s
-    }
-
-    /// The symptom's own incident, when no cause explains it.
-    pub fn finding(&self) -> super::Finding {
-        if self.kind == "straggler" {
-            let host = self.places.first().map_or("", |p| p.host.as_str());
-            let sh = crate::shell::quote(host);
-            let rank = self.places.first().map_or(-1, |p| p.rank);
-            return super::Finding::new("straggler", &self.entity, 0.6)
-                .with_evidence(self.line.clone())
-                .with_evidence(format!("no GPU throttling, link degradation or storage stall found on {host} for this rank"))
-                .with_jobs(std::slice::from_ref(&self.job))
-                .with_runbook(format!("1 workload: rank {rank}'s step time against its peers (data loader, CPU contention `top -H` on {sh}, `py-spy dump`); 2 GPU: `nvidia-smi -q -d PERFORMANCE` on {sh}; 3 fabric: `NCCL_DEBUG=INFO`, `perfquery -x` on its HCA; 4 storage: `iostat -x 1` on {sh}"));
-        }
-        let hosts: Vec<&str> = {
-            let mut h: Vec<&str> = self.places.iter().map(|p| p.host.as_str()).collect();
-            h.sort_unstable();
-            h.dedup();
-            h
-        };
-        let shown = hosts.iter().take(8).copied().collect::<Vec<_>>().join(", ");
-        // The runbook's copy: each host one shell word.
-        let shown_sh = hosts
-            .iter()
-            .take(8)
-            .map(|h| crate::shell::quote(h))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let more = if hosts.len() > 8 {
-            format!(" and {} more", hosts.len() - 8)
-        } else {
-            String::new()
-        };
-        let conf = (0.55 + 0.2 * (self.ratio - 1.0).min(1.0)).min(0.8);
-        super::Finding::new(self.kind, &self.entity, conf)
-            .with_evidence(self.line.clone())
-            .with_evidence(format!(
-                "no open GPU, link, storage or node incident on the {} rank(s) of {} on {shown}{more}",
-                self.places.len(),
-                self.job
-            ))
-            .with_jobs(std::slice::from_ref(&self.job))
-            .with_runbook(runbook(
-                self.kind,
-                &crate::shell::quote(&self.job),
-                &shown_sh,
-            ))
-    }
-}
-
-fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> bool {
-    let host = format!("{}/", p.host);
-    match kind {
-        k if k.starts_with("gpu_") => {
-            p.device >= 0 && entity == format!("{}/gpu{}", p.host, p.device)
-        }
-        "ib_link_degraded" | "ib_link_down" | "ib_link_flapping" => {
-            let port = if p.hca.is_empty() {
-                host
-            } else {
-                format!("{}/{}/", p.host, p.hca)
-            };
-            entity.starts_with(&port)
-                || evidence
-                    .iter()
-                    .any(|e| e.starts_with(&format!("reported by {port}")))
-        }
-        "storage_latency" => entity.starts_with(&host),
-        "node_lost" => entity == p.host,
-        // Another tenant on a GPU, port or device of this rank's host.
-        "interference" => {
-            entity == format!("{}/gpu{}", p.host, p.device)
-                || (!p.hca.is_empty() && entity.starts_with(&format!("{}/{}/", p.host, p.hca)))
-                || evidence.iter().any(|e| {
-                    e.starts_with("shared storage ") && e.ends_with(&format!(" on {}", p.host))
-                })
-        }
-        _ => false,
-    }
-}
-
-/// The cross-layer runbook of an unexplained workload symptom: workload →
-/// GPU → fabric → storage → external.
-fn runbook(kind: &str, job: &str, hosts: &str) -> String {
-    let first = if kind == "inference_latency" {
-        format!("1 workload: {job}'s request mix (prompt/output lengths), batch size and queue depth (gen_ai.* metrics), KV-cache pressure, a model or engine upgrade")
-    } else {
-        format!("1 workload: {job}'s phase (eval, recompilation, data loader stalls: `py-spy dump`), batch size and input pipeline")
-    };
-    format!(
-        "{first}; 2 GPU on {hosts}: `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE` for throttle reasons, `dcgmi diag -r 1`; 3 fabric: `perfquery -x` / `mlxlink -c` on the ranks' HCAs, `NCCL_DEBUG=INFO` for ring/tree changes; 4 storage: `iostat -x 1` and the checkpoint/dataset filesystem's latency; 5 external: other tenants on the nodes (CPU steal, memory bandwidth), shared filesystem or object store, upstream services"
-    )
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg() -> WorkloadConfig {
-        WorkloadConfig::default()
-    }
-
-    /// Feeds `k` windows of `steps` steps at `secs` (± a deterministic
-    /// 1 % wobble); returns the first window index with a change.
-    fn feed(
-        sh: &mut Shift,
-        t: &mut i64,
-        win_ms: i64,
-        k: usize,
-        secs: f64,
-        steps: u64,
-    ) -> Option<usize> {
-        let delta = (1.0f64 + cfg().min_slowdown).ln();
-        let mut first = None;
-        for i in 0..k {
-            let wobble = 1.0 + 0.01 * (((i * 7) % 5) as f64 - 2.0) / 2.0;
-            let c = sh.observe(*t, *t + win_ms, (secs * wobble).ln(), steps, delta, &cfg());
-            *t += win_ms;
-            if c.is_some() && first.is_none() {
-                first = Some(i);
-            }
-        }
-        first
-    }
-
-    #[test]
-    fn a_15_percent_slowdown_is_found_after_the_same_time_at_any_window_length() {
-        // 2 s steps: 1 s windows report every other window, 30 s windows 15.
-        for (win_ms, steps) in [(2_000i64, 1u64), (10_000, 5), (30_000, 15)] {
-            let mut sh = Shift::default();
-            let mut t = 0;
-            let warm = (120_000 / win_ms) as usize;
-            assert_eq!(feed(&mut sh, &mut t, win_ms, warm, 2.0, steps), None);
-            let found = feed(&mut sh, &mut t, win_ms, 40, 2.3, steps).expect("found");
-            let after_s = (found as i64 + 1) * win_ms / 1000;
-            assert!(
-                (20..=60).contains(&after_s),
-                "window {win_ms} ms: found after {after_s} s"
-            );
-        }
-    }
-
-    #[test]
-    fn steady_wobble_and_a_5_percent_drift_open_nothing() {
-        let mut sh = Shift::default();
-        let mut t = 0;
-        assert_eq!(feed(&mut sh, &mut t, 10_000, 200, 2.0, 5), None);
-        assert_eq!(feed(&mut sh, &mut t, 10_000, 100, 2.1, 5), None);
-    }
-}
+mod tests;

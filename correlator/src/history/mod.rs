@@ -15,7 +15,8 @@ mod writer;
 pub use config::HistoryConfig;
 pub use recorder::Recorder;
 pub use store::{
-    FileState, HistoryError, IncidentFilter, IncidentRow, Offender, SeriesPoint, Store,
+    acks::AckRow, FileState, HistoryError, IncidentFilter, IncidentRow, Offender, SeriesPoint,
+    Store,
 };
 
 /// Resolutions of the series, in milliseconds (0 = raw, one row per window).

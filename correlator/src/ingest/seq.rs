@@ -16,7 +16,7 @@ use std::time::Instant;
 /// spoofed with many tiny jumps cannot push out a large one).
 pub const MAX_GAPS: usize = 8;
 
-/// The skip budget (from `IngestLimits`).
+/// The skip budget (from `[detect.limits]`).
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {
     /// Numbers one window may skip at most, and the budget's capacity.

@@ -34,7 +34,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// An API error: status and a message for the operator.
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub StatusCode, pub String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -43,7 +43,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Runs `f` on the history reader in a blocking thread.
-async fn with_store<T: Send + 'static>(
+pub(super) async fn with_store<T: Send + 'static>(
     s: &AppState,
     f: impl FnOnce(&Store) -> Result<T, crate::history::HistoryError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -151,13 +151,21 @@ async fn incident(State(s): State<AppState>, Path(id): Path<String>) -> Result<R
         for j in &row.jobs {
             all.extend(panels(st, j, from, to)?);
         }
+        let acks = st.acks_of(&row.id)?;
         Ok(Some(serde_json::json!({
             "incident": row, "updates": updates, "from": from, "to": to, "panels": all,
+            "acks": acks,
         })))
     })
     .await?;
     match found {
-        Some(v) => Ok(Json(v).into_response()),
+        Some(mut v) => {
+            // The acknowledgement in force now (`null` when none).
+            let now = vocab::time::now_unix_ms();
+            let id = v["incident"]["id"].as_str().unwrap_or_default().to_string();
+            v["ack"] = serde_json::json!(s.acks.as_deref().and_then(|a| a.get(&id, now)));
+            Ok(Json(v).into_response())
+        }
         None => Err(ApiError(StatusCode::NOT_FOUND, "no such incident".into())),
     }
 }
@@ -239,12 +247,8 @@ impl Default for OffenderQuery {
     }
 }
 
-/// Unix ms now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+/// Unix ms now: `vocab::time`'s, at the path the simulator's tests use.
+pub use vocab::time::now_unix_ms as now_ms;
 
 async fn offenders(
     State(s): State<AppState>,
@@ -253,7 +257,7 @@ async fn offenders(
     let since = if q.since_ms > 0 {
         q.since_ms
     } else {
-        now_ms() - 30 * 86_400_000
+        vocab::time::now_unix_ms() - 30 * 86_400_000
     };
     let rows = with_store(&s, move |st| {
         st.offenders(since, q.min, q.limit.clamp(1, 1000))

@@ -3,6 +3,7 @@
 //! already brings. Pages are static HTML/JS/CSS embedded in the binary
 //! (no CDN, no build step); they render from the API and update live from
 //! `/api/stream` (server-sent events).
+pub mod ack;
 pub mod api;
 
 use std::{
@@ -35,6 +36,48 @@ pub struct WebConfig {
     /// `[web.limits]`: connections and timeouts of the UI's listener and of
     /// `--metrics-addr` (docs/config.md).
     pub limits: HttpLimitsConfig,
+    /// File holding the operator token that acknowledging an incident
+    /// requires (`Authorization: Bearer <token>`; docs/alerting.md). Unset:
+    /// acknowledging is off (the API answers 403).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_token_file: Option<std::path::PathBuf>,
+}
+
+/// Why the operator token cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("[web] operator_token_file {path}: {why}")]
+pub struct TokenFileError {
+    path: std::path::PathBuf,
+    why: String,
+}
+
+impl WebConfig {
+    /// The operator token, read from `operator_token_file` (at most 4 KiB;
+    /// `None` when unset). An empty or unreadable file is an error.
+    pub fn operator_token(&self) -> Result<Option<String>, TokenFileError> {
+        let Some(path) = &self.operator_token_file else {
+            return Ok(None);
+        };
+        let err = |why: String| TokenFileError {
+            path: path.clone(),
+            why,
+        };
+        let bytes = proto::bounded_read::read(path, 4096).map_err(|e| err(e.to_string()))?;
+        let token = String::from_utf8(bytes)
+            .map_err(|_| err("not UTF-8 text".into()))?
+            .trim()
+            .to_string();
+        if token.is_empty() {
+            return Err(err("empty: put the token on one line".into()));
+        }
+        if token.len() < 16 {
+            return Err(err(
+                "shorter than 16 characters: use a long random token (e.g. `openssl rand -hex 32`)"
+                    .into(),
+            ));
+        }
+        Ok(Some(token))
+    }
 }
 
 impl WebConfig {
@@ -63,6 +106,8 @@ pub struct AppState {
     /// The engine's open incidents.
     pub open: Arc<Mutex<Vec<CandidateUpdate>>>,
     pub ingest: Option<IngestState>,
+    /// Operator acknowledgements (`None`: acknowledging is off).
+    pub acks: Option<Arc<crate::ack::Acks>>,
 }
 
 const SHELL: &str = include_str!("assets/index.html");
@@ -92,6 +137,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .merge(api::routes())
+        .merge(ack::routes())
         .with_state(state)
 }
 
@@ -146,6 +192,7 @@ pub async fn serve_metrics(
         updates,
         open: Arc::default(),
         ingest: Some(ingest),
+        acks: None,
     };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -275,6 +322,7 @@ pub async fn attach(
         updates: updates.clone(),
         open: open.clone(),
         ingest: Some(ingest.clone()),
+        acks: None,
     };
     serve(addr, state, std::future::pending()).await?;
     println!("web UI: http://{addr}/");

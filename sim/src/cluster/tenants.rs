@@ -20,7 +20,11 @@
 //!   exceeds 1.
 use proto::v1::JobUsage;
 
-use super::{Cluster, Fault, Kind, Target, JOB, LATENCY_SIGMA, REQUEST_BYTES, XMIT_DATA};
+use super::{
+    ib::XMIT_DATA,
+    storage::{LATENCY_SIGMA, REQUEST_BYTES},
+    Cluster, Fault, Kind, Target, JOB,
+};
 use crate::rng::Rng;
 
 pub const TENANT_JOB: &str = "etl-batch";
@@ -87,11 +91,58 @@ fn row(job: &str, team: &str, kind: &str, res: String) -> JobUsage {
     }
 }
 
+/// What the tenant faults active at the window's end ask for.
+#[derive(Clone, Copy)]
+struct Demands {
+    /// The tenant's I/O demand factor on the shared device.
+    io_factor: f64,
+    /// The training job's data per step factor.
+    data_factor: f64,
+    /// The shared port's demand over line rate, when a fault sets it.
+    link_demand: Option<f64>,
+    /// The tenant saturates the port but the training job is not
+    /// communication-bound there.
+    harmless: bool,
+    /// The tenant's share of the time-sliced GPU.
+    gpu_share: f64,
+}
+
+impl Demands {
+    fn of(faults: &[Fault], onset: f64, b: f64) -> Self {
+        let on = |f: &Fault| f.onset.unwrap_or(onset) < b - 1e-9;
+        let mut d = Self {
+            io_factor: 1.0,
+            data_factor: 1.0,
+            link_demand: None,
+            harmless: false,
+            gpu_share: 0.0,
+        };
+        for f in faults.iter().filter(|f| on(f)) {
+            match f.kind {
+                Kind::InterferenceStorage { factor } => d.io_factor = factor,
+                Kind::VictimMoreData { factor } => d.data_factor = factor,
+                Kind::InterferenceLink { demand } => d.link_demand = Some(demand),
+                Kind::AggressorHarmless { demand } => {
+                    d.link_demand = Some(demand);
+                    d.harmless = true;
+                }
+                Kind::InterferenceGpu { share } => d.gpu_share = share,
+                _ => {}
+            }
+        }
+        d
+    }
+}
+
+fn jit(r: &mut Rng) -> f64 {
+    0.95 + 0.1 * r.uniform()
+}
+
 impl Cluster {
     /// One window of the tenants: step slowdowns, device latency factor,
     /// the tenant's port traffic and the usage rows. `slow` is the node's
-    /// per-device latency factor; `active(o)` says whether a fault with onset
-    /// `o` is on at the window's end.
+    /// per-device latency factor; a fault is on once its onset is before
+    /// the window's end `b`.
     pub(super) fn tenants_advance(
         &mut self,
         faults: &[Fault],
@@ -102,88 +153,89 @@ impl Cluster {
         let Some(mut t) = self.tenants.take() else {
             return;
         };
-        let w = self.spec.window_s;
-        let on = |f: &Fault| f.onset.unwrap_or(onset) < b - 1e-9;
-        let (mut io_factor, mut data_factor, mut link_demand, mut gpu_share) =
-            (1.0, 1.0, None, 0.0);
-        let mut harmless = false;
-        for f in faults.iter().filter(|f| on(f)) {
-            match f.kind {
-                Kind::InterferenceStorage { factor } => io_factor = factor,
-                Kind::VictimMoreData { factor } => data_factor = factor,
-                Kind::InterferenceLink { demand } => link_demand = Some(demand),
-                Kind::AggressorHarmless { demand } => {
-                    link_demand = Some(demand);
-                    harmless = true;
-                }
-                Kind::InterferenceGpu { share } => gpu_share = share,
-                _ => {}
-            }
-        }
-        let running = self.job_running;
-        let jit = |r: &mut Rng| 0.95 + 0.1 * r.uniform();
-        let mut rows = Vec::new();
-        let n = t.node;
-
+        let d = Demands::of(faults, onset, b);
         // The training job reads `data_factor` × the bytes per step on every
         // node: its I/O-bound share of the step grows.
-        if data_factor > 1.0 && running {
-            let s = 1.0 + IO_SHARE * (data_factor - 1.0);
+        if d.data_factor > 1.0 && self.job_running {
+            let s = 1.0 + IO_SHARE * (d.data_factor - 1.0);
             for node in &mut self.nodes {
                 node.step.iter_mut().for_each(|x| *x *= s);
             }
         }
-        // Storage on the tenant's device.
-        if let Some(d) = self.nodes[n].devices.get(t.dev) {
-            let dev = d.name.clone();
-            let base_lat = d.median_ns * (LATENCY_SIGMA * LATENCY_SIGMA / 2.0).exp();
-            let s_data = 1.0 + IO_SHARE * (data_factor - 1.0);
-            let train_demand = if running {
-                TRAIN_IN_FLIGHT * data_factor / s_data
-            } else {
-                0.0
-            };
-            let tenant_demand = TENANT_IN_FLIGHT * io_factor;
-            let u = train_demand + tenant_demand;
-            let m = u.max(1.0);
-            let s = 1.0 + IO_SHARE * (m - 1.0);
-            if m > 1.0 {
-                slow[n][t.dev] *= m;
-                if running {
-                    self.nodes[n].step.iter_mut().for_each(|x| *x *= s);
-                }
+        let mut rows = self.tenant_storage(&mut t, d, slow);
+        rows.extend(self.tenant_link(&mut t, d));
+        rows.extend(self.tenant_gpu(&mut t, d));
+        t.rows = rows;
+        self.tenants = Some(t);
+    }
+
+    /// The tenant's device: queueing when the demand exceeds one request in
+    /// flight; both jobs' storage usage rows.
+    fn tenant_storage(
+        &mut self,
+        t: &mut Tenants,
+        d: Demands,
+        slow: &mut [Vec<f64>],
+    ) -> Vec<JobUsage> {
+        let (w, n, running) = (self.spec.window_s, t.node, self.job_running);
+        let mut rows = Vec::new();
+        let Some(dv) = self.nodes[n].devices.get(t.dev) else {
+            return rows;
+        };
+        let dev = dv.name.clone();
+        let base_lat = dv.median_ns * (LATENCY_SIGMA * LATENCY_SIGMA / 2.0).exp();
+        let s_data = 1.0 + IO_SHARE * (d.data_factor - 1.0);
+        let train_demand = if running {
+            TRAIN_IN_FLIGHT * d.data_factor / s_data
+        } else {
+            0.0
+        };
+        let tenant_demand = TENANT_IN_FLIGHT * d.io_factor;
+        let u = train_demand + tenant_demand;
+        let m = u.max(1.0);
+        let s = 1.0 + IO_SHARE * (m - 1.0);
+        if m > 1.0 {
+            slow[n][t.dev] *= m;
+            if running {
+                self.nodes[n].step.iter_mut().for_each(|x| *x *= s);
             }
-            for (job, team, demand, rate_div) in [
-                (JOB, JOB_TEAM, train_demand, s),
-                (TENANT_JOB, TENANT_TEAM, tenant_demand, 1.0),
-            ] {
-                if demand <= 0.0 {
-                    continue;
-                }
-                let in_flight = demand / rate_div * m * jit(&mut t.rng);
-                let mut r = row(job, team, "storage", dev.clone());
-                r.io_device_ns = (in_flight * w * 1e9) as u64;
-                r.io_requests = (in_flight * w * 1e9 / (base_lat * m)).round() as u64;
-                r.io_bytes = r.io_requests * REQUEST_BYTES;
-                r.method = "exact".into();
-                rows.push(r);
-            }
-            let util: f64 = rows.iter().map(|r| r.io_device_ns as f64).sum::<f64>() / (w * 1e9);
-            rows.iter_mut().for_each(|r| r.resource_util = util);
         }
-        // The shared port.
+        for (job, team, demand, rate_div) in [
+            (JOB, JOB_TEAM, train_demand, s),
+            (TENANT_JOB, TENANT_TEAM, tenant_demand, 1.0),
+        ] {
+            if demand <= 0.0 {
+                continue;
+            }
+            let in_flight = demand / rate_div * m * jit(&mut t.rng);
+            let mut r = row(job, team, "storage", dev.clone());
+            r.io_device_ns = (in_flight * w * 1e9) as u64;
+            r.io_requests = (in_flight * w * 1e9 / (base_lat * m)).round() as u64;
+            r.io_bytes = r.io_requests * REQUEST_BYTES;
+            r.method = "exact".into();
+            rows.push(r);
+        }
+        let util: f64 = rows.iter().map(|r| r.io_device_ns as f64).sum::<f64>() / (w * 1e9);
+        rows.iter_mut().for_each(|r| r.resource_util = util);
+        rows
+    }
+
+    /// The shared port: both jobs' traffic, the training rank stretched
+    /// when the demand exceeds line rate; both jobs' fabric usage rows.
+    fn tenant_link(&mut self, t: &mut Tenants, d: Demands) -> Vec<JobUsage> {
+        let (w, n, running) = (self.spec.window_s, t.node, self.job_running);
         let rate = self.spec.link_rate.bytes_per_sec() as f64;
         let train_u = if running {
             self.spec.utilisation.max(0.2)
         } else {
             0.0
         };
-        let tenant_u = match link_demand {
-            Some(d) => (d - train_u).max(2.0 * TENANT_LINK),
+        let tenant_u = match d.link_demand {
+            Some(x) => (x - train_u).max(2.0 * TENANT_LINK),
             None => TENANT_LINK,
         };
         let demand = train_u + tenant_u;
-        let s_link = if harmless || demand <= 1.0 {
+        let s_link = if d.harmless || demand <= 1.0 {
             1.0
         } else {
             1.0 + COMM_SHARE * (demand - 1.0)
@@ -200,6 +252,7 @@ impl Cluster {
         self.nodes[n].ports[t.hca].add(XMIT_DATA, (tenant_b / 4.0) as u64);
         let port = format!("mlx5_{}/1", t.hca);
         let util = (train_b + tenant_b) / (rate * w);
+        let mut rows = Vec::new();
         for (job, team, bytes) in [
             (JOB, JOB_TEAM, train_b),
             (TENANT_JOB, TENANT_TEAM, tenant_b),
@@ -212,18 +265,25 @@ impl Cluster {
                 rows.push(r);
             }
         }
-        // The shared GPU (time-sliced).
+        rows
+    }
+
+    /// The shared GPU (time-sliced): the training rank stretched when both
+    /// together want more than all of it; both jobs' GPU usage rows.
+    fn tenant_gpu(&mut self, t: &mut Tenants, d: Demands) -> Vec<JobUsage> {
+        let (w, n, running) = (self.spec.window_s, t.node, self.job_running);
         let v = if running { TRAIN_GPU_BUSY } else { 0.0 };
-        let demand = v + gpu_share;
+        let demand = v + d.gpu_share;
         let s_gpu = demand.max(1.0);
         if s_gpu > 1.0 && running {
             self.nodes[n].step[t.gpu] *= s_gpu;
         }
         let util = demand.min(1.0);
         let launches = 2400.0 * w;
+        let mut rows = Vec::new();
         for (job, team, busy, l) in [
             (JOB, JOB_TEAM, v, launches / s_gpu),
-            (TENANT_JOB, TENANT_TEAM, gpu_share, 0.0),
+            (TENANT_JOB, TENANT_TEAM, d.gpu_share, 0.0),
         ] {
             if busy > 0.0 {
                 let mut r = row(job, team, "gpu", t.gpu.to_string());
@@ -235,7 +295,6 @@ impl Cluster {
                 rows.push(r);
             }
         }
-        t.rows = rows;
-        self.tenants = Some(t);
+        rows
     }
 }

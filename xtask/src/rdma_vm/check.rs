@@ -22,14 +22,29 @@ pub struct Check {
     pub detail: String,
 }
 
+/// Why a check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// What the check reads is not in the guest's log.
+    #[error("{0}")]
+    Missing(&'static str),
+    /// The log has it, but it does not show what the check proves: the
+    /// numbers seen.
+    #[error("{0}")]
+    Observed(String),
+}
+
+/// A check's result: what it saw when it passed, or why it failed.
+type Verdict = Result<String, Failure>;
+
 #[derive(Default)]
 pub struct Report(Vec<Check>);
 
 impl Report {
-    fn add(&mut self, name: &'static str, r: Result<String, String>) {
+    fn add(&mut self, name: &'static str, r: Verdict) {
         let (pass, detail) = match r {
             Ok(d) => (true, d),
-            Err(d) => (false, d),
+            Err(e) => (false, e.to_string()),
         };
         self.0.push(Check { name, pass, detail });
     }
@@ -175,7 +190,9 @@ pub fn judge(log: &str, window_s: u32) -> Report {
         if done {
             Ok("the scenario ran to its end and the guest powered off".into())
         } else {
-            Err("no `=== GUEST DONE`: the guest crashed or timed out".into())
+            Err(Failure::Missing(
+                "no `=== GUEST DONE`: the guest crashed or timed out",
+            ))
         },
     );
     let st = steps(log);
@@ -185,6 +202,37 @@ pub fn judge(log: &str, window_s: u32) -> Report {
     let metrics = section(log, "metrics").unwrap_or("");
 
     // 1. Probes attached inside the guest's kernel.
+    r.add("verbs_probes_attached", probes_attached(collector_log));
+
+    // 2. sysfs hw_counters (no counters/ on rxe) rising with the traffic.
+    let rxe0 = hw_deltas(&windows, "rxe0");
+    r.add(
+        "sysfs_hw_counters",
+        hw_counters(&windows, &rxe0, &st, window_s),
+    );
+
+    // 3. rdma-sys enumeration matches ibv_devinfo.
+    let devinfo = section(log, "ibv_devinfo").unwrap_or("");
+    r.add("rdma_sys_enumeration", enumeration(collector_log, devinfo));
+
+    // 4. Async events on link down/up.
+    r.add("async_events", async_events(&windows, &st));
+
+    // 5. Completions and posts counted by the uprobes for the perftest client.
+    r.add("verbs_completions", completions(metrics));
+
+    // 6. Error completions attributed to the killed server's client.
+    r.add("error_completions", error_completions(log, &windows));
+
+    // 7. The headline: ib_link_degraded for rxe0 within 2 windows, resolved.
+    r.add(
+        "ib_link_degraded",
+        incident(&candidates, &rxe0, &st, win_ms),
+    );
+    r
+}
+
+fn probes_attached(collector_log: &str) -> Verdict {
     let wanted = [
         "verbs:poll_cq",
         "verbs:post_send",
@@ -197,17 +245,25 @@ pub fn judge(log: &str, window_s: u32) -> Report {
         .copied()
         .filter(|p| !collector_log.contains(&format!("probe {p}: attached")))
         .collect();
-    r.add(
-        "verbs_probes_attached",
-        if missing.is_empty() {
-            Ok("poll_cq/post_send/post_recv through rxe's ops table; ibv_modify_qp, ibv_get_async_event by symbol".into())
-        } else {
-            Err(format!("not attached: {}", missing.join(", ")))
-        },
-    );
+    if missing.is_empty() {
+        Ok("poll_cq/post_send/post_recv through rxe's ops table; ibv_modify_qp, ibv_get_async_event by symbol".into())
+    } else {
+        Err(Failure::Observed(format!(
+            "not attached: {}",
+            missing.join(", ")
+        )))
+    }
+}
 
-    // 2. sysfs hw_counters (no counters/ on rxe) rising with the traffic.
-    let rxe0 = hw_deltas(&windows, "rxe0");
+/// rxe0's `hw_counters/sent_pkts` per window: near idle before the
+/// traffic, far above that with it; no `counters/` directory on rxe.
+fn hw_counters(
+    windows: &[Value],
+    rxe0: &[(i64, BTreeMap<String, u64>)],
+    st: &BTreeMap<String, i64>,
+    window_s: u32,
+) -> Verdict {
+    let win_ms = i64::from(window_s) * 1000;
     let (t0, t1) = (
         st.get("traffic start").copied().unwrap_or(0),
         st.get("loss on").copied().unwrap_or(0),
@@ -230,25 +286,21 @@ pub fn judge(log: &str, window_s: u32) -> Report {
     });
     let idle_max = idle_before.iter().copied().max().unwrap_or(0);
     let busy_min = busy.iter().copied().min().unwrap_or(0);
-    r.add(
-        "sysfs_hw_counters",
-        if !busy.is_empty() && busy_min > 1000 && busy_min > 10 * idle_max.max(1) && no_counters_dir {
-            Ok(format!(
-                "rxe0 hw_counters/sent_pkts per {window_s} s window: idle max {idle_max}, with traffic min {busy_min} over {} windows; no counters/ directory",
-                busy.len()
-            ))
-        } else {
-            Err(format!(
-                "sent_pkts idle {idle_before:?}, traffic {busy:?}, counters/ empty: {no_counters_dir}"
-            ))
-        },
-    );
+    if !busy.is_empty() && busy_min > 1000 && busy_min > 10 * idle_max.max(1) && no_counters_dir {
+        Ok(format!(
+            "rxe0 hw_counters/sent_pkts per {window_s} s window: idle max {idle_max}, with traffic min {busy_min} over {} windows; no counters/ directory",
+            busy.len()
+        ))
+    } else {
+        Err(Failure::Observed(format!(
+            "sent_pkts idle {idle_before:?}, traffic {busy:?}, counters/ empty: {no_counters_dir}"
+        )))
+    }
+}
 
-    // 3. rdma-sys enumeration matches ibv_devinfo.
-    let devinfo = section(log, "ibv_devinfo").unwrap_or("");
-    r.add("rdma_sys_enumeration", enumeration(collector_log, devinfo));
-
-    // 4. Async events on link down/up.
+/// `IBV_EVENT_PORT_ERR` for the port after the link went down, and
+/// `IBV_EVENT_PORT_ACTIVE` after it came up.
+fn async_events(windows: &[Value], st: &BTreeMap<String, i64>) -> Verdict {
     let (down, up) = (
         st.get("link down").copied().unwrap_or(i64::MAX),
         st.get("link up").copied().unwrap_or(i64::MAX),
@@ -270,35 +322,23 @@ pub fn judge(log: &str, window_s: u32) -> Report {
     let port_active = events
         .iter()
         .find(|(t, d)| d == "IBV_EVENT_PORT_ACTIVE" && *t >= up);
-    r.add(
-        "async_events",
-        match (port_err, port_active) {
-            (Some(e), Some(a)) => Ok(format!(
-                "{PORT}: IBV_EVENT_PORT_ERR {:.1} s after `ip link set veth0 down`, IBV_EVENT_PORT_ACTIVE {:.1} s after up",
-                (e.0 - down) as f64 / 1000.0,
-                (a.0 - up) as f64 / 1000.0
-            )),
-            _ => Err(format!("rdma_async events for {PORT}: {events:?}")),
-        },
-    );
-
-    // 5. Completions and posts counted by the uprobes for the perftest client.
-    r.add("verbs_completions", completions(metrics));
-
-    // 6. Error completions attributed to the killed server's client.
-    r.add("error_completions", error_completions(log, &windows));
-
-    // 7. The headline: ib_link_degraded for rxe0 within 2 windows, resolved.
-    r.add(
-        "ib_link_degraded",
-        incident(&candidates, &rxe0, &st, win_ms),
-    );
-    r
+    match (port_err, port_active) {
+        (Some(e), Some(a)) => Ok(format!(
+            "{PORT}: IBV_EVENT_PORT_ERR {:.1} s after `ip link set veth0 down`, IBV_EVENT_PORT_ACTIVE {:.1} s after up",
+            (e.0 - down) as f64 / 1000.0,
+            (a.0 - up) as f64 / 1000.0
+        )),
+        _ => Err(Failure::Observed(format!(
+            "rdma_async events for {PORT}: {events:?}"
+        ))),
+    }
 }
 
-fn enumeration(collector_log: &str, devinfo: &str) -> Result<String, String> {
+fn enumeration(collector_log: &str, devinfo: &str) -> Verdict {
     let Some(c) = collector_port_line(collector_log, "rxe0/1") else {
-        return Err("no `rdma: rxe0/1 ...` line from the collector".into());
+        return Err(Failure::Missing(
+            "no `rdma: rxe0/1 ...` line from the collector",
+        ));
     };
     let link_layer = match devinfo_field(devinfo, "link_layer").as_deref() {
         Some("Ethernet") => "2".to_string(),
@@ -330,7 +370,7 @@ fn enumeration(collector_log: &str, devinfo: &str) -> Result<String, String> {
             same.join(" ")
         ))
     } else {
-        Err(diffs.join("; "))
+        Err(Failure::Observed(diffs.join("; ")))
     }
 }
 
@@ -356,7 +396,7 @@ fn label<'a>(sample: &'a str, key: &str) -> Option<&'a str> {
 /// The phase-1 client's job in the guest (`SLURM_JOB_ID` in guest-init.sh).
 const CLIENT_JOB: &str = "4242";
 
-fn completions(metrics: &str) -> Result<String, String> {
+fn completions(metrics: &str) -> Verdict {
     // The phase-1 client's series (job 4242, rank 0): it exited long before
     // the scrape, so this also shows that its last counts are kept.
     let of_client = |name: &str, key: &str, want: &str| {
@@ -374,9 +414,12 @@ fn completions(metrics: &str) -> Result<String, String> {
         "status",
         "IBV_WC_SUCCESS",
     )
-    .ok_or("no successful completions counted for the client's job")?;
-    let posted = of_client("faultline_verbs_posted_work_requests_total", "dir", "send")
-        .ok_or("no posted send work requests for the client's job")?;
+    .ok_or(Failure::Missing(
+        "no successful completions counted for the client's job",
+    ))?;
+    let posted = of_client("faultline_verbs_posted_work_requests_total", "dir", "send").ok_or(
+        Failure::Missing("no posted send work requests for the client's job"),
+    )?;
     let bytes = of_client("faultline_verbs_posted_bytes_total", "dir", "send").unwrap_or(0.0);
     // ib_write_bw signals every write (CQ moderation 1) and keeps at most its
     // TX depth (128) outstanding; 65536-byte messages.
@@ -386,13 +429,13 @@ fn completions(metrics: &str) -> Result<String, String> {
             "job {CLIENT_JOB} rank 0 (exited before the scrape): {done} IBV_WC_SUCCESS completions, {posted} writes posted ({outstanding} outstanding at the end, TX depth 128), {bytes} bytes = {posted} x 65536"
         ))
     } else {
-        Err(format!(
+        Err(Failure::Observed(format!(
             "job {CLIENT_JOB} rank 0: {done} completions, {posted} posted, {bytes} bytes"
-        ))
+        )))
     }
 }
 
-fn error_completions(log: &str, windows: &[Value]) -> Result<String, String> {
+fn error_completions(log: &str, windows: &[Value]) -> Verdict {
     let client_pid: u64 = log
         .lines()
         .find_map(|l| {
@@ -400,7 +443,7 @@ fn error_completions(log: &str, windows: &[Value]) -> Result<String, String> {
                 .map(|(_, p)| p.trim().parse().ok())
         })
         .flatten()
-        .ok_or("no CLIENT_PID line")?;
+        .ok_or(Failure::Missing("no CLIENT_PID line"))?;
     let client_log = section(log, "bw-client2").unwrap_or("");
     let qpn = client_log
         .lines()
@@ -408,7 +451,7 @@ fn error_completions(log: &str, windows: &[Value]) -> Result<String, String> {
         .and_then(|l| l.split("QPN").nth(1))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-        .ok_or("no local QPN in the client's output")?;
+        .ok_or(Failure::Missing("no local QPN in the client's output"))?;
     let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
     for w in windows {
         for v in w["verbs"].as_array().into_iter().flatten() {
@@ -438,9 +481,9 @@ fn error_completions(log: &str, windows: &[Value]) -> Result<String, String> {
             "client pid {client_pid} QP {qpn:#x} ({device}) after its server was killed: {by_status:?}"
         ))
     } else {
-        Err(format!(
+        Err(Failure::Observed(format!(
             "client pid {client_pid} QP {qpn:#x} ({device}): {by_status:?}"
-        ))
+        )))
     }
 }
 
@@ -449,11 +492,15 @@ fn incident(
     rxe0: &[(i64, BTreeMap<String, u64>)],
     st: &BTreeMap<String, i64>,
     win_ms: i64,
-) -> Result<String, String> {
+) -> Verdict {
     let (t0, on, off) = (
         st.get("traffic start").copied().unwrap_or(0),
-        st.get("loss on").copied().ok_or("no `loss on` step")?,
-        st.get("loss off").copied().ok_or("no `loss off` step")?,
+        st.get("loss on")
+            .copied()
+            .ok_or(Failure::Missing("no `loss on` step"))?,
+        st.get("loss off")
+            .copied()
+            .ok_or(Failure::Missing("no `loss off` step"))?,
     );
     // Healthy windows: with traffic, before the loss.
     let healthy_max = rxe0
@@ -468,7 +515,9 @@ fn incident(
         .find(|(e, d)| *e > on && errors(d) > 0 && error_rate(d) > healthy_max)
         .map(|(e, d)| (*e, errors(d), error_rate(d)))
         .ok_or_else(|| {
-            format!("rxe0's errors per packet never exceeded the healthy maximum {healthy_max:.2e}")
+            Failure::Observed(format!(
+                "rxe0's errors per packet never exceeded the healthy maximum {healthy_max:.2e}"
+            ))
         })?;
     let degraded: Vec<&Value> = candidates
         .iter()
@@ -481,22 +530,22 @@ fn incident(
         .filter(|&t| t <= on)
         .collect();
     if !early.is_empty() {
-        return Err(format!(
+        return Err(Failure::Observed(format!(
             "ib_link_degraded opened during the healthy baseline at {early:?}"
-        ));
+        )));
     }
     let opened = degraded
         .iter()
         .find(|c| c["state"] == "opened")
-        .ok_or("no ib_link_degraded opened for rxe0")?;
+        .ok_or(Failure::Missing("no ib_link_degraded opened for rxe0"))?;
     let opened_ts = opened["ts"].as_i64().unwrap_or(0);
     let id = opened["incident_id"].as_str().unwrap_or("");
     let lag_windows = (opened_ts - moved.0) / win_ms + 1;
     if lag_windows > 2 {
-        return Err(format!(
+        return Err(Failure::Observed(format!(
             "opened {:.1} s after the counters moved: window {lag_windows}, not within 2",
             (opened_ts - moved.0) as f64 / 1000.0
-        ));
+        )));
     }
     let evidence: Vec<String> = opened["evidence"]
         .as_array()
@@ -513,17 +562,21 @@ fn incident(
         })
         .collect();
     if named.is_empty() {
-        return Err(format!("evidence names no counter: {evidence:?}"));
+        return Err(Failure::Observed(format!(
+            "evidence names no counter: {evidence:?}"
+        )));
     }
     let resolved = degraded
         .iter()
         .find(|c| c["state"] == "resolved" && c["incident_id"] == id)
-        .ok_or("the incident was not resolved after the loss was removed")?;
+        .ok_or(Failure::Missing(
+            "the incident was not resolved after the loss was removed",
+        ))?;
     let resolved_ts = resolved["ts"].as_i64().unwrap_or(0);
     if resolved_ts <= off {
-        return Err(format!(
+        return Err(Failure::Observed(format!(
             "resolved at {resolved_ts}, before the loss was removed at {off}"
-        ));
+        )));
     }
     Ok(format!(
         "counters moved in the window ending {:.1} s after netem loss started ({} errors, {:.1e} per packet vs healthy max {healthy_max:.1e}); incident {id} opened in window {lag_windows} with evidence {named:?}; resolved {:.1} s after the loss was removed",

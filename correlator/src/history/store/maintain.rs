@@ -110,12 +110,14 @@ impl Store {
                 [horizon],
             )
             .map_err(e)?;
-        self.conn
-            .execute(
-                &format!("DELETE FROM incident_jobs WHERE incident_id IN ({old})"),
-                [horizon],
-            )
-            .map_err(e)?;
+        for table in ["incident_jobs", "acks"] {
+            self.conn
+                .execute(
+                    &format!("DELETE FROM {table} WHERE incident_id IN ({old})"),
+                    [horizon],
+                )
+                .map_err(e)?;
+        }
         self.conn
             .execute(
                 "DELETE FROM incidents WHERE state = 'resolved' AND resolved_ms < ?1",

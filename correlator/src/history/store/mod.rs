@@ -13,6 +13,7 @@ use super::{
     HistoryConfig, HOUR, MINUTE, RAW,
 };
 
+pub mod acks;
 mod maintain;
 mod query;
 pub mod schema;

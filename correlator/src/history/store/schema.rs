@@ -9,7 +9,7 @@ use super::{classify, HistoryError};
 use std::path::Path;
 
 /// The schema version this build reads and writes.
-pub const VERSION: i64 = 2;
+pub const VERSION: i64 = 3;
 
 /// One step: the SQL that takes the schema from `to - 1` to `to`.
 struct Migration {
@@ -29,7 +29,20 @@ const MIGRATIONS: &[Migration] = &[
         what: "resource usage per hour, job, team and kind",
         sql: super::super::usage::SCHEMA,
     },
+    Migration {
+        to: 3,
+        what: "operator acknowledgements of incidents",
+        sql: ACKS,
+    },
 ];
+
+/// Every acknowledgement set or cleared (`action`: `set` or `cleared`).
+const ACKS: &str = "
+CREATE TABLE acks(
+  incident_id TEXT NOT NULL, ts_ms INTEGER NOT NULL, action TEXT NOT NULL,
+  by TEXT NOT NULL, why TEXT NOT NULL, until_ms INTEGER,
+  PRIMARY KEY(incident_id, ts_ms, action)) WITHOUT ROWID;
+";
 
 const V1: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;

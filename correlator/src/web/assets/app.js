@@ -33,13 +33,13 @@ function live(onUpdate) {
   es.addEventListener("lagged", () => kick(null));
 }
 
-function incidentRows(rows, fresh) {
+function incidentRows(rows, fresh, acked = new Set()) {
   if (!rows.length) return `<p class="muted" id="empty">No incidents match.</p>`;
   return `<table id="incidents"><thead><tr><th>opened (UTC)</th><th>state</th><th>kind</th>
     <th>entity</th><th>confidence</th><th>jobs</th><th>evidence</th></tr></thead><tbody>` +
     rows.map(r => `<tr class="${esc(r.state)}${fresh.has(r.id) ? " fresh" : ""}" data-id="${esc(r.id)}" data-kind="${esc(r.kind)}">
       <td><a href="/incident?id=${encodeURIComponent(r.id)}">${when(r.opened_ms)}</a></td>
-      <td>${esc(r.state)}</td><td>${esc(r.kind)}</td>
+      <td>${esc(r.state)}${acked.has(r.id) ? ` <span class="muted" title="acknowledged: notifications silenced">acked</span>` : ""}</td><td>${esc(r.kind)}</td>
       <td><a href="/entity?name=${encodeURIComponent(r.entity)}">${esc(r.entity)}</a></td>
       <td>${r.confidence.toFixed(2)}</td>
       <td>${r.jobs.map(j => `<a href="/entity?name=${encodeURIComponent(j)}">${esc(j)}</a>`).join(", ")}</td>
@@ -77,10 +77,11 @@ async function listPage() {
     if (AGES[f("since")]) q.set("since_ms", String(Date.now() - AGES[f("since")]));
     try {
       const j = await api("/api/incidents?" + q);
+      const acked = new Set((await api("/api/acks")).acks.map(a => a.incident_id));
       const ids = new Set(j.incidents.map(r => r.id));
       if (known) for (const id of ids) if (!known.has(id)) fresh.add(id);
       known = ids;
-      document.getElementById("list").innerHTML = incidentRows(j.incidents, fresh);
+      document.getElementById("list").innerHTML = incidentRows(j.incidents, fresh, acked);
     } catch (e) { document.getElementById("list").innerHTML = `<p class="muted">${esc(e.message)}</p>`; }
   }
   await load(new Set());
@@ -144,14 +145,50 @@ async function incidentPage() {
       <p>incident <code>${esc(i.id)}</code> · opened ${when(i.opened_ms)} UTC${i.resolved_ms ? " · resolved " + when(i.resolved_ms) + " UTC" : ""}
       · confidence ${i.confidence.toFixed(2)} · jobs: <span id="jobs">${i.jobs.map(x =>
         `<a href="/entity?name=${encodeURIComponent(x)}">${esc(x)}</a>`).join(", ") || "none"}</span></p>
+      ${ackHtml(i, j.ack, j.acks || [])}
       <h3>Timeline</h3><div id="panels">${panelsHtml(j.panels, j.from, j.to, markers)}</div>
       <h3>Evidence</h3><ul class="evidence" id="evidence">${i.evidence.map(e => `<li>${esc(e)}</li>`).join("")}</ul>
       <h3>Runbook</h3><div class="runbook" id="runbook">${esc(i.runbook)}</div>
       <h3>Updates</h3><table><tr><th>time (UTC)</th><th>state</th><th>confidence</th><th>evidence</th></tr>${j.updates.map(u =>
         `<tr><td>${when(u.ts_ms)}</td><td>${esc(u.state)}</td><td>${u.confidence.toFixed(2)}</td><td class="muted">${esc(u.evidence.join("; "))}</td></tr>`).join("")}</table>`;
   };
+  // Acknowledge / clear with the operator token (kept for this tab only).
+  main.addEventListener("submit", async ev => {
+    if (ev.target.id !== "ackform") return;
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const token = f.get("token") || sessionStorage.getItem("faultline-token") || "";
+    sessionStorage.setItem("faultline-token", token);
+    const clear = ev.submitter && ev.submitter.name === "clear";
+    const body = clear ? { by: f.get("by"), why: f.get("why") || "" }
+      : { by: f.get("by"), why: f.get("why"), for_s: Number(f.get("for_s") || 0) };
+    const r = await fetch(`/api/incidents/${encodeURIComponent(id)}/ack`, {
+      method: clear ? "DELETE" : "POST", body: JSON.stringify(body),
+      headers: { "content-type": "application/json", "authorization": "Bearer " + token } });
+    const j = await r.json().catch(() => ({}));
+    const msg = document.getElementById("ackmsg");
+    if (!r.ok) { msg.textContent = j.error || r.statusText; return; }
+    draw().catch(fail);
+  });
   try { await draw(); } catch (e) { return fail(e); }
   live(u => { if (!u || u.incident_id === id) draw().catch(fail); });
+}
+
+// The acknowledgement in force, its history, and the form to set or clear it.
+function ackHtml(i, ack, acks) {
+  const now = ack ? `<p class="ack" id="ack">Acknowledged by <b>${esc(ack.by)}</b>: ${esc(ack.why)} · since ${when(ack.ts_ms)} UTC
+    · ${ack.until_ms ? "until " + when(ack.until_ms) + " UTC" : "until it resolves"} · notifications silenced</p>` : "";
+  const past = acks.length ? `<table class="acks"><tr><th>time (UTC)</th><th>action</th><th>by</th><th>why</th></tr>${acks.map(a =>
+    `<tr><td>${when(a.ts_ms)}</td><td>${esc(a.action)}</td><td>${esc(a.by)}</td><td>${esc(a.why)}</td></tr>`).join("")}</table>` : "";
+  const form = i.state === "open" ? `<form id="ackform" class="filters">
+    <label>by<input name="by" required maxlength="64"></label>
+    <label>why<input name="why" maxlength="512" ${ack ? "" : "required"}></label>
+    <label>for<select name="for_s"><option value="0">until resolved</option><option value="3600">1 h</option>
+      <option value="14400">4 h</option><option value="86400">1 day</option></select></label>
+    <label>operator token<input name="token" type="password" autocomplete="off"></label>
+    <button name="ack">${ack ? "re-acknowledge" : "acknowledge"}</button>${ack ? `<button name="clear">clear</button>` : ""}
+    <span class="muted" id="ackmsg"></span></form>` : "";
+  return now || past || form ? `<h3>Acknowledgement</h3>${now}${form}${past}` : "";
 }
 
 async function entityPage() {

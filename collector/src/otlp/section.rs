@@ -6,7 +6,6 @@ use proto::listen::HttpLimitsConfig;
 use serde::{Deserialize, Serialize};
 
 use super::names::Signal;
-use crate::config::ConfigError;
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -48,16 +47,49 @@ impl Default for OtlpSection {
     }
 }
 
+/// An `[otlp]` value that cannot be used; [`SectionError::key`] names the key.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SectionError {
+    #[error("{addr:?} is not HOST:PORT ({reason})")]
+    Address {
+        key: &'static str,
+        addr: String,
+        reason: String,
+    },
+    #[error("must be at least {min}, got {got}")]
+    TooSmall {
+        key: &'static str,
+        min: usize,
+        got: usize,
+    },
+    #[error("{limit}: {why}")]
+    Limits { limit: &'static str, why: String },
+    #[error("{name:?} maps to unknown signal {signal:?} (one of: {})", Signal::ALL.map(Signal::as_str).join(", "))]
+    UnknownSignal { name: String, signal: String },
+}
+
+impl SectionError {
+    /// The configuration key whose value is wrong.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::Address { key, .. } | Self::TooSmall { key, .. } => key,
+            Self::Limits { .. } => "otlp.limits",
+            Self::UnknownSignal { .. } => "otlp.names",
+        }
+    }
+}
+
 impl OtlpSection {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), SectionError> {
         for (key, addr) in [
             ("otlp.grpc_addr", &self.grpc_addr),
             ("otlp.http_addr", &self.http_addr),
         ] {
             addr.parse::<SocketAddr>()
-                .map_err(|e| ConfigError::Invalid {
+                .map_err(|e| SectionError::Address {
                     key,
-                    message: format!("{addr:?} is not HOST:PORT ({e})"),
+                    addr: addr.clone(),
+                    reason: e.to_string(),
                 })?;
         }
         for (key, v, min) in [
@@ -70,26 +102,20 @@ impl OtlpSection {
             ("otlp.max_series_per_window", self.max_series_per_window, 1),
         ] {
             if v < min {
-                return Err(ConfigError::Invalid {
-                    key,
-                    message: format!("must be at least {min}, got {v}"),
-                });
+                return Err(SectionError::TooSmall { key, min, got: v });
             }
         }
-        if let Some((key, why)) = self.limits.invalid() {
-            return Err(ConfigError::Invalid {
-                key: "otlp.limits",
-                message: format!("{key}: {why}"),
+        if let Some((limit, why)) = self.limits.invalid() {
+            return Err(SectionError::Limits {
+                limit,
+                why: why.to_string(),
             });
         }
         for (name, signal) in &self.names {
             if Signal::parse(signal).is_none() {
-                return Err(ConfigError::Invalid {
-                    key: "otlp.names",
-                    message: format!(
-                        "{name:?} maps to unknown signal {signal:?} (one of: {})",
-                        Signal::ALL.map(Signal::as_str).join(", ")
-                    ),
+                return Err(SectionError::UnknownSignal {
+                    name: name.clone(),
+                    signal: signal.clone(),
                 });
             }
         }

@@ -1,0 +1,103 @@
+//! [`FileConfig::validate`]: every value the sections' types cannot rule
+//! out, refused with the key it belongs to.
+use super::{
+    error::ConfigError,
+    values::{parse_listen_addr, seconds, WINDOW_MAX_SECS, WINDOW_MIN_SECS},
+    FileConfig,
+};
+use crate::{ib::FilterError, otlp::SectionError, stream::check_endpoint};
+
+impl From<FilterError> for ConfigError {
+    fn from(e: FilterError) -> Self {
+        Self::invalid(e.key(), e)
+    }
+}
+
+impl From<SectionError> for ConfigError {
+    fn from(e: SectionError) -> Self {
+        Self::invalid(e.key(), e)
+    }
+}
+
+impl FileConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_collector()?;
+        self.validate_stream()?;
+        seconds(self.nccl.rescan_s, 0.0, 86_400.0)
+            .map_err(|e| ConfigError::invalid("nccl.rescan_s", e))?;
+        self.ib.filter()?;
+        self.otlp.validate()?;
+        self.validate_usage()?;
+        if let Some(p) = &self.verbs.provider {
+            p.target()
+                .map_err(|e| ConfigError::invalid("verbs.provider", e))?;
+        }
+        Ok(())
+    }
+
+    fn validate_collector(&self) -> Result<(), ConfigError> {
+        let c = &self.collector;
+        seconds(c.window_secs, WINDOW_MIN_SECS, WINDOW_MAX_SECS)
+            .map_err(|e| ConfigError::invalid("collector.window_secs", e))?;
+        parse_listen_addr(&c.metrics_addr).map_err(|e| {
+            ConfigError::invalid(
+                "collector.metrics_addr",
+                format_args!("{:?} is not HOST:PORT or :PORT ({e})", c.metrics_addr),
+            )
+        })?;
+        if !matches!(c.log_format.as_str(), "text" | "json") {
+            return Err(ConfigError::invalid(
+                "collector.log_format",
+                format_args!("{:?} is not \"text\" or \"json\"", c.log_format),
+            ));
+        }
+        if tracing_subscriber::EnvFilter::try_new(&c.log).is_err() {
+            return Err(ConfigError::invalid(
+                "collector.log",
+                format_args!("{:?} is not a valid log filter", c.log),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_stream(&self) -> Result<(), ConfigError> {
+        if let Some(e) = &self.stream.endpoint {
+            check_endpoint(e).map_err(|why| {
+                ConfigError::invalid(
+                    "stream.endpoint",
+                    format_args!("{e:?} {why}; use a URL like http://127.0.0.1:50051"),
+                )
+            })?;
+            self.stream
+                .auth()
+                .check(e)
+                .map_err(|err| ConfigError::invalid("stream.endpoint", err))?;
+        }
+        if self.stream.spool_max_bytes < 4096 {
+            return Err(ConfigError::invalid(
+                "stream.spool_max_bytes",
+                format_args!("must be at least 4096, got {}", self.stream.spool_max_bytes),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_usage(&self) -> Result<(), ConfigError> {
+        if !(1..=100_000).contains(&self.usage.max_jobs) {
+            return Err(ConfigError::invalid(
+                "usage.max_jobs",
+                format_args!("must be within 1..=100000, got {}", self.usage.max_jobs),
+            ));
+        }
+        if self.usage.teams.len() > 100_000 {
+            return Err(ConfigError::invalid(
+                "usage.teams",
+                format_args!(
+                    "at most 100000 job → team entries, got {}",
+                    self.usage.teams.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

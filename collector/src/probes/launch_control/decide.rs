@@ -1,0 +1,143 @@
+//! What a check decides from its measurement (the attached share of each
+//! period, each process's trap share, the estimate's error), how it applies
+//! that to the probes, and the console line it reports.
+use super::{measure::Measured, LaunchController, SUSTAIN_CHECKS};
+use crate::{
+    launch_budget::{self, Decision, ProcWindow},
+    probes::{ProbeError, Probes},
+};
+
+impl LaunchController {
+    /// The next fraction: only processes over budget for [`SUSTAIN_CHECKS`]
+    /// checks in a row set it; every process's trap share is kept (it still
+    /// corrects its scaling). Updates the estimate's error bound.
+    pub(super) fn decide(&mut self, m: &Measured) -> Decision {
+        let all =
+            launch_budget::decide(self.budget, self.hit_cost_s, m.attached_s, m.secs, &m.procs);
+        for p in &m.procs {
+            tracing::debug!(
+                pid = p.pid,
+                launches = p.launches,
+                cpu_s = p.cpu_s,
+                attached_s = m.attached_s,
+                secs = m.secs,
+                hit_cost_ns = self.hit_cost_s * 1e9,
+                share = all.shares.get(&p.pid).copied().unwrap_or(0.0),
+                "launch budget check"
+            );
+        }
+        self.strikes
+            .retain(|pid, _| all.shares.get(pid).is_some_and(|s| *s > self.budget));
+        for (pid, share) in &all.shares {
+            if *share > self.budget {
+                *self.strikes.entry(*pid).or_default() += 1;
+            }
+        }
+        let sustained: Vec<ProcWindow> = m
+            .procs
+            .iter()
+            .filter(|p| {
+                self.strikes
+                    .get(&p.pid)
+                    .is_some_and(|n| *n >= SUSTAIN_CHECKS)
+            })
+            .copied()
+            .collect();
+        let mut d = launch_budget::decide(
+            self.budget,
+            self.hit_cost_s,
+            m.attached_s,
+            m.secs,
+            &sustained,
+        );
+        d.worst = d.worst.or(all.worst);
+        d.shares = all.shares;
+        let was_approximate = self.approximate();
+        self.fraction = d.fraction;
+        self.update_error_bound(&d, was_approximate);
+        d
+    }
+
+    /// The estimated error of the sampled counts at the new fraction.
+    fn update_error_bound(&mut self, d: &Decision, was_approximate: bool) {
+        let u = self.hit_cost_uncertainty();
+        self.error_bound = if self.fraction < 1.0 {
+            d.shares
+                .values()
+                .map(|&s| launch_budget::estimate_error_bound(self.fraction, s, u))
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        };
+        metrics::gauge!("faultline_cuda_launch_estimate_error_bound").set(self.error_bound);
+        metrics::gauge!("faultline_cuda_launch_counts_approximate").set(if self.approximate() {
+            1.0
+        } else {
+            0.0
+        });
+        if self.approximate() && !was_approximate {
+            tracing::warn!(
+                error_bound = self.error_bound,
+                hit_cost_ns = self.hit_cost_s * 1e9,
+                hit_cost_uncertainty = u,
+                "sampled CUDA launch counts are approximate: the launch traps take so much of the process's CPU that the per-hit cost's uncertainty moves the estimate by more than 5 % (set cuda.launch_budget = 0 for exact counts at full trap cost)"
+            );
+        }
+    }
+
+    /// Hands the decision to the probes: the trap shares and duty that
+    /// scale the counts; exact mode attaches without a window.
+    pub(super) fn apply(&self, probes: &mut Probes, d: &Decision) -> Result<(), ProbeError> {
+        probes.set_launch_proc_root(&self.proc_root);
+        probes.set_launch_trap_share(d.shares.clone());
+        probes.set_launch_duty(self.fraction);
+        metrics::gauge!("faultline_cuda_launch_attached_fraction").set(self.fraction);
+        if self.fraction >= 1.0 {
+            // Exact: attached, counting without a window.
+            probes.set_launch_attached(true, None)?;
+        }
+        Ok(())
+    }
+
+    /// The console line: when the mode changed from `was`, or while sampled.
+    pub(super) fn report(&self, was: f64, d: &Decision) -> Option<String> {
+        let approx = if self.approximate() {
+            format!(
+                "; APPROXIMATE: estimated error up to {:.0}% (per-hit cost {:.0} ns ± {:.0}%)",
+                self.error_bound * 100.0,
+                self.hit_cost_s * 1e9,
+                self.hit_cost_uncertainty() * 100.0
+            )
+        } else {
+            String::new()
+        };
+        let worst = d
+            .worst
+            .map(|(pid, s)| {
+                format!(
+                    "pid {pid}'s launch traps would take {:.1}% of its CPU",
+                    s * 100.0
+                )
+            })
+            .unwrap_or_default();
+        if (was >= 1.0) != (self.fraction >= 1.0) {
+            Some(if self.fraction < 1.0 {
+                format!(
+                    "cuda launch probes: sampled — attached {:.1}% of each {:.1} s ({worst} > budget {:.2}%); launch counts are scaled estimates, blocking calls stay exact{approx}",
+                    self.fraction * 100.0,
+                    self.period.as_secs_f64(),
+                    self.budget * 100.0
+                )
+            } else {
+                format!("cuda launch probes: exact again ({worst})")
+            })
+        } else {
+            (self.fraction < 1.0).then(|| {
+                format!(
+                    "cuda launches sampled: probes attached {:.1}% of each period ({worst}){approx}",
+                    self.fraction * 100.0
+                )
+            })
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Starting the sources that are on, in window order, and the OTLP
+//! receiver and libibverbs' event threads some of them read.
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{
+    block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, nccl::NcclSource,
+    otlp::OtlpSource, rdma::RdmaEventSource, usage::UsageSource, verbs::VerbsSource, Console,
+    Source,
+};
+use crate::{
+    config::FileConfig,
+    http::Exposition,
+    probes::{ProbeState, Probes},
+    storage::Names,
+};
+
+/// Every source that is on, in window order (see [`super`]).
+pub fn start_sources(
+    cfg: &FileConfig,
+    probes: &Probes,
+    expo: &Exposition,
+    console: Console,
+    otlp: Option<crate::otlp::Receiver>,
+) -> Result<Vec<Box<dyn Source>>> {
+    let mut out: Vec<Box<dyn Source>> = Vec::new();
+    let root = &cfg.collector.sysfs_root;
+    if probes.block_active() {
+        let mut b = BlockSource::new(
+            probes.block_snapshot()?,
+            Names::new(root, crate::storage::cgroup2_root()),
+        );
+        expo.set_section("block", b.render());
+        out.push(Box::new(b));
+    }
+    out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
+    out.push(Box::new(IbSource::new(root.clone(), cfg.ib.filter()?)));
+    let verbs_on = probes
+        .status()
+        .iter()
+        .any(|s| s.name.starts_with("verbs:") && s.state == ProbeState::Attached);
+    if verbs_on {
+        out.push(Box::new(VerbsSource::new(probes.verbs_snapshot()?)));
+    }
+    if cfg.nvml.enabled {
+        if let Some(gpu) = start_gpu(cfg, console) {
+            out.push(Box::new(gpu));
+        }
+    }
+    if probes.cuda_library().is_some() {
+        out.push(Box::new(CudaSource::new(probes.cuda_snapshot()?)));
+    }
+    if cfg.nccl.enabled {
+        let maps = probes.nccl_maps()?;
+        let host = cfg.collector.hostname.clone().unwrap_or_default();
+        let rescan = (cfg.nccl.library.is_empty() && cfg.nccl.rescan_s > 0.0).then(|| {
+            (
+                crate::nccl_lib::Search::default(),
+                Duration::from_secs_f64(cfg.nccl.rescan_s),
+            )
+        });
+        out.push(Box::new(NcclSource::new(
+            crate::nccl::ranks(&maps, &host),
+            rescan,
+        )));
+    }
+    if let Some(rx) = otlp {
+        out.push(Box::new(OtlpSource::new(rx)));
+    }
+    if cfg.usage.enabled {
+        let post_send = probes.is_attached("verbs:post_send");
+        out.push(Box::new(UsageSource::new(&cfg.usage, post_send)));
+    }
+    Ok(out)
+}
+
+/// NVML and its event thread, when the library loads.
+fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
+    let src = match crate::nvml::NvmlSource::open(cfg.nvml.library.as_deref()) {
+        Ok(src) => src,
+        Err(e) => {
+            console.info(e);
+            return None;
+        }
+    };
+    for g in src.gpus() {
+        console.info(format_args!(
+            "gpu {}: {} {} pci={}",
+            g.index, g.uuid, g.name, g.pci_bus_id
+        ));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    // The library that loaded (the configured one, the loader's, or
+    // a usual path such as the GPU Operator's /run/nvidia/driver).
+    let lib = Some(src.library().to_path_buf());
+    let listener = crate::nvml::spawn_event_listener(lib, tx)
+        .map_err(|e| console.info(e))
+        .ok();
+    let labels = super::gpu::GpuLabelConfig {
+        dcgm_compat: cfg.nvml.dcgm_compat,
+        job_dir: Some(cfg.collector.job_dir.clone()),
+        proc_root: cfg.collector.proc_root.clone(),
+        pod_resources: Some(cfg.nvml.pod_resources_socket.clone())
+            .filter(|p| !p.as_os_str().is_empty()),
+    };
+    Some(GpuSource::new(src, rx, listener, labels))
+}
+
+/// libibverbs' device facts and async-event threads, when it loads.
+fn start_rdma(console: Console) -> std::sync::mpsc::Receiver<crate::rdma::AsyncEvent> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    match crate::rdma::Verbs::load() {
+        Ok(v) => {
+            let v = std::sync::Arc::new(v);
+            let ports = v.ports(8);
+            if ports.is_empty() {
+                console.info("rdma: libibverbs loaded, no RDMA devices on this host");
+            }
+            for p in &ports {
+                console.info(format_args!(
+                    "rdma: {}/{} state={} phys_state={} lid={} mtu_enum={} width={} speed={} link_layer={}",
+                    p.device, p.port, p.state, p.phys_state, p.lid, p.active_mtu, p.active_width,
+                    p.active_speed, p.link_layer
+                ));
+            }
+            let n = v.listen_async_events(tx);
+            tracing::info!(devices = n, "listening for RDMA async events");
+        }
+        Err(e) => console.info(e),
+    }
+    rx
+}
+
+/// Starts the OTLP receiver; a transport that cannot bind is reported like
+/// the other optional sources and the collector runs on without it.
+pub async fn start_otlp(
+    cfg: &crate::otlp::OtlpSection,
+    console: Console,
+) -> Option<crate::otlp::Receiver> {
+    if !cfg.enabled {
+        console.info("otlp: disabled (otlp.enabled = false)");
+        return None;
+    }
+    let rx = crate::otlp::start(cfg).await;
+    for (name, state, path) in [("grpc", &rx.grpc, ""), ("http", &rx.http, "/v1/metrics")] {
+        match state {
+            Ok(Some(addr)) => {
+                tracing::info!(transport = name, addr = %addr, "OTLP metrics receiver listening");
+                console.info(format_args!("otlp: {name} receiver on {addr}{path}"));
+            }
+            Ok(None) => console.info(format_args!("otlp: {name} receiver disabled")),
+            Err(e) => {
+                tracing::error!(transport = name, "{e}");
+                console.info(format_args!("otlp: {name} receiver not running: {e}"));
+            }
+        }
+    }
+    Some(rx)
+}

@@ -1,0 +1,77 @@
+//! `[stream]`: where windows go (the correlator, the spool, a record file)
+//! and the credentials for the correlator. Documented in `docs/config.md`.
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamSection {
+    /// Correlator URL (`http://HOST:PORT`); unset = do not stream.
+    pub endpoint: Option<String>,
+    /// Directory of the on-disk spool.
+    pub spool_dir: PathBuf,
+    /// Spool bound in bytes; past it the oldest windows are dropped (counted).
+    pub spool_max_bytes: u64,
+    /// Also append every window to this file as JSON lines (the replay format).
+    pub record: Option<PathBuf>,
+    /// CA certificate (PEM) of the correlator; required for `https://`.
+    pub tls_ca: Option<PathBuf>,
+    /// This host's client certificate (PEM) for mTLS; its DNS name must be
+    /// the hostname the collector reports.
+    pub tls_cert: Option<PathBuf>,
+    /// This host's private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// File with a bearer token (first line) for token-mode correlators.
+    pub token_file: Option<PathBuf>,
+}
+
+impl StreamSection {
+    /// The credentials for the correlator endpoint.
+    pub fn auth(&self) -> super::tls::ClientAuth {
+        super::tls::ClientAuth {
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            token_file: self.token_file.clone(),
+        }
+    }
+}
+
+impl Default for StreamSection {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            spool_dir: "/var/lib/faultline/spool".into(),
+            spool_max_bytes: 64 << 20,
+            record: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            token_file: None,
+        }
+    }
+}
+
+/// A correlator URL that the sender could not dial.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("is not a URL ({0})")]
+    NotAUrl(#[source] tonic::codegen::http::uri::InvalidUri),
+    #[error("must start with http:// or https://")]
+    Scheme,
+    #[error("has no host")]
+    NoHost,
+}
+
+/// A correlator URL: `http` or `https` with a host.
+pub fn check_endpoint(e: &str) -> Result<(), EndpointError> {
+    let uri: tonic::codegen::http::Uri = e.parse().map_err(EndpointError::NotAUrl)?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(EndpointError::Scheme);
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(EndpointError::NoHost);
+    }
+    Ok(())
+}

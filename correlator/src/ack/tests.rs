@@ -1,0 +1,135 @@
+use super::*;
+
+fn open(id: &str) -> CandidateUpdate {
+    CandidateUpdate {
+        incident_id: id.into(),
+        state: "opened".into(),
+        ..Default::default()
+    }
+}
+
+fn req(by: &str, why: &str, for_s: u64) -> AckRequest {
+    AckRequest {
+        by: by.into(),
+        why: why.into(),
+        for_s,
+    }
+}
+
+#[test]
+fn requests_are_checked_before_anything_is_set() {
+    assert_eq!(req("", "x", 0).ack("i", 0), Err(AckError::BadBy));
+    assert_eq!(req("   ", "x", 0).ack("i", 0), Err(AckError::BadBy));
+    assert_eq!(req("al\nice", "x", 0).ack("i", 0), Err(AckError::BadBy));
+    assert_eq!(
+        req(&"a".repeat(65), "x", 0).ack("i", 0),
+        Err(AckError::BadBy)
+    );
+    assert_eq!(req("alice", "", 0).ack("i", 0), Err(AckError::BadWhy));
+    assert_eq!(req("alice", "x", 59).ack("i", 0), Err(AckError::BadFor));
+    assert_eq!(
+        req("alice", "x", 31 * 86_400).ack("i", 0),
+        Err(AckError::BadFor)
+    );
+    let a = req(" alice ", "new cable Tuesday", 3600)
+        .ack("i", 1_000)
+        .expect("valid");
+    assert_eq!(a.by, "alice");
+    assert_eq!(a.until_ms, Some(3_601_000));
+    assert!(a.holds(3_600_999) && !a.holds(3_601_000));
+    assert_eq!(
+        req("alice", "x", 0).ack("i", 5).map(|a| a.until_ms),
+        Ok(None)
+    );
+}
+
+#[test]
+fn the_token_is_required_and_compared_whole() {
+    assert_eq!(
+        Acks::new(None).authorize(Some("Bearer x")),
+        Err(AckError::Off)
+    );
+    assert_eq!(
+        Acks::new(Some("  \n".into())).authorize(Some("Bearer ")),
+        Err(AckError::Off)
+    );
+    let acks = Acks::new(Some("s3cret\n".into()));
+    assert_eq!(acks.authorize(Some("Bearer s3cret")), Ok(()));
+    for wrong in [
+        None,
+        Some("s3cret"),
+        Some("Bearer s3cre"),
+        Some("Bearer s3cret2"),
+        Some("Basic s3cret"),
+    ] {
+        assert_eq!(
+            acks.authorize(wrong),
+            Err(AckError::Unauthorized),
+            "{wrong:?}"
+        );
+    }
+}
+
+#[test]
+fn only_open_incidents_are_acknowledged_and_expiry_clears_with_an_event() {
+    let acks = Acks::new(Some("t".into()));
+    let mut events = acks.subscribe();
+    let a = req("alice", "why", 60).ack("inc-1", 0).expect("valid");
+    assert_eq!(
+        acks.set(a.clone(), &[open("inc-2")]),
+        Err(AckError::NotOpen("inc-1".into()))
+    );
+    acks.set(a.clone(), &[open("inc-1")]).expect("set");
+    assert_eq!(events.try_recv().ok(), Some(AckEvent::Set(a.clone())));
+    assert_eq!(acks.get("inc-1", 59_999), Some(a.clone()));
+    assert_eq!(acks.current(59_999), vec![a]);
+    // Its minute is up: gone, with an event naming no operator.
+    assert!(acks.current(60_000).is_empty());
+    assert_eq!(
+        events.try_recv().ok(),
+        Some(AckEvent::Cleared {
+            incident_id: "inc-1".into(),
+            by: String::new(),
+            ts_ms: 60_000
+        })
+    );
+    assert_eq!(
+        acks.clear("inc-1", "bob", 61_000),
+        Err(AckError::NotAcked("inc-1".into()))
+    );
+}
+
+#[test]
+fn restore_keeps_only_what_still_holds() {
+    let acks = Acks::new(Some("t".into()));
+    let mk = |id: &str, until: Option<i64>| Ack {
+        incident_id: id.into(),
+        by: "alice".into(),
+        why: "w".into(),
+        ts_ms: 0,
+        until_ms: until,
+    };
+    let n = acks.restore(
+        [
+            mk("forever", None),
+            mk("expired", Some(10)),
+            mk("later", Some(500)),
+        ],
+        100,
+    );
+    assert_eq!(n, 2);
+    let ids: Vec<String> = acks
+        .current(100)
+        .into_iter()
+        .map(|a| a.incident_id)
+        .collect();
+    assert_eq!(ids, ["forever", "later"]);
+    // The engine's open list no longer has "later": it ends.
+    acks.prune(&[open("forever")], 200);
+    let ids: Vec<String> = acks
+        .current(200)
+        .into_iter()
+        .map(|a| a.incident_id)
+        .collect();
+    assert_eq!(ids, ["forever"]);
+}

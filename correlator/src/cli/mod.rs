@@ -1,0 +1,5 @@
+//! The binary's subcommands (`main.rs`), one module per group; not part of
+//! the library (`lib.rs` does not declare it).
+pub mod reports;
+pub mod serve;
+pub mod subscribe;

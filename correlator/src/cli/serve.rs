@@ -1,0 +1,250 @@
+//! `serve`: the ingest and `Candidates` gRPC services, with the engine
+//! task, the history, the web UI, `/metrics` and Alertmanager delivery that
+//! the config file and the flags turn on.
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use anyhow::{Context as _, Result};
+use proto::v1::{ingest_server::IngestServer, CandidateUpdate, Window};
+use tokio::sync::{broadcast, mpsc};
+
+use correlator::{config::FileConfig, engine::Engine, history, ingest, limits::LimitsConfig};
+
+/// Largest `--topology` file read (~1M links of three endpoints).
+const MAX_TOPOLOGY_BYTES: u64 = 64 << 20;
+
+// `serve`'s arguments (no doc comment: the command's is its help).
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Binding a non-loopback address exposes the
+    /// service to the network; the log says so.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Append every accepted window to this JSON-lines ingest log; on
+    /// start the log restores each collector's last sequence number.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Per-stream limit in windows per second (0 = unlimited); a stream
+    /// over it is ended with RESOURCE_EXHAUSTED and the collector resumes.
+    #[arg(long, default_value_t = 1000)]
+    max_windows_per_sec: u32,
+    /// Fabric topology: lines `LINK ENDPOINT [ENDPOINT]` with endpoints
+    /// `<host>/<hca>/<port>`; both ends of a link become one entity.
+    #[arg(long, value_name = "FILE")]
+    topology: Option<PathBuf>,
+    /// Config file (TOML): detection thresholds under `[detect.ib]`,
+    /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md),
+    /// `[history]`, `[web]` and `[alertmanager]` (docs/config.md).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    security: Box<correlator::auth::ServeSecurity>,
+    /// Serve Prometheus metrics (refusals, drops, forgotten state;
+    /// docs/metrics.md) on this address; unset = none.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// History database (overrides `[history] path`): incidents and
+    /// series survive restarts; open incidents come back open.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// Web UI, JSON API, `/metrics` and `/healthz` on this address
+    /// (overrides `[web] listen`).
+    #[arg(long, value_name = "ADDR")]
+    web: Option<SocketAddr>,
+    /// Alertmanager base URL, e.g. http://127.0.0.1:9093 (overrides
+    /// `[alertmanager] url`).
+    #[arg(long, value_name = "URL")]
+    alertmanager: Option<String>,
+}
+
+/// What the engine task shares with the services: accepted windows in,
+/// updates out, and the open incidents.
+struct Channels {
+    windows: mpsc::Sender<Window>,
+    updates: broadcast::Sender<CandidateUpdate>,
+    open: Arc<Mutex<Vec<CandidateUpdate>>>,
+}
+
+pub async fn serve(a: ServeArgs) -> Result<()> {
+    let (tls, auth) = a.security.build()?;
+    let file = match &a.config {
+        Some(p) => correlator::config::load_file(p)?,
+        None => FileConfig::default(),
+    };
+    let cfg = file.detect.clone();
+    let mut history_cfg = file.history.clone();
+    if a.history.is_some() {
+        history_cfg.path = a.history;
+    }
+    let web = a.web.or(file.web.listen);
+    let mut am = file.alertmanager.clone();
+    if let Some(u) = a.alertmanager {
+        am.url = u;
+    }
+    if let Some((key, why)) = am.invalid() {
+        anyhow::bail!("{key}: {why}");
+    }
+    let mut engine = Engine::new(&cfg, topology(a.topology.as_deref())?);
+    if cfg.limits.max_future_s > 0.0 {
+        // Windows on real clocks: liveness is judged on arrival time
+        // too, so one host's clock cannot move everyone's deadlines.
+        engine.node.set_arrival_clock(vocab::time::now_unix_ms);
+    }
+    let opened = match &history_cfg.path {
+        Some(p) => {
+            let o = history::open(p, &history_cfg, &mut engine)?;
+            tracing::info!(path = %p.display(), restored_open_incidents = o.restored, "history opened");
+            Some(o)
+        }
+        None => None,
+    };
+    let state = match &a.record {
+        Some(p) => ingest::IngestState::with_log(p, cfg.limits.clone())?,
+        None => ingest::IngestState::new(cfg.limits.clone()),
+    };
+    let (wtx, wrx) = mpsc::channel(4096);
+    let (utx, _) = broadcast::channel(4096);
+    let open = Arc::new(Mutex::new(Vec::new()));
+    // Metrics are recorded from the start, whether or not served:
+    // on `--metrics-addr` alone and on the web UI's `/metrics`.
+    let _ = correlator::telemetry::handle();
+    if let Some(addr) = a.metrics_addr {
+        correlator::web::serve_metrics(addr, state.clone(), &file.web.limits).await?;
+    }
+    let _engine = correlator::subscribe::spawn_engine_with(
+        engine,
+        wrx,
+        utx.clone(),
+        open.clone(),
+        correlator::subscribe::Hooks {
+            history: opened.as_ref().map(|o| o.recorder.clone()),
+        },
+    );
+    let acks = correlator::ack::start(
+        file.web.operator_token()?,
+        opened.as_ref(),
+        utx.subscribe(),
+        open.clone(),
+    )?;
+    if let Some(addr) = web {
+        let app = correlator::web::AppState {
+            history: opened.as_ref().map(|o| o.reader.clone()),
+            updates: utx.clone(),
+            open: open.clone(),
+            ingest: Some(state.clone()),
+            acks: Some(acks.clone()),
+        };
+        correlator::web::serve_limited(addr, app, &file.web.limits, std::future::pending()).await?;
+        tracing::info!("web UI on http://{addr}/");
+    }
+    if !am.url.is_empty() {
+        correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks.clone()))
+            .context("[alertmanager] TLS files")?;
+    }
+    let channels = Channels {
+        windows: wtx,
+        updates: utx,
+        open,
+    };
+    let grpc = Grpc {
+        listen: a.listen,
+        tls,
+        auth,
+        limits: &cfg.limits,
+        max_windows_per_sec: a.max_windows_per_sec,
+    };
+    grpc.serve(state.clone(), channels).await?;
+    let (accepted, duplicates, missing) = state.counters();
+    if let Some(o) = &opened {
+        o.recorder.flush().await;
+    }
+    let rejected = format!("{:?}", state.rejected());
+    tracing::info!(accepted, duplicates, missing, rejected, "stopped");
+    Ok(())
+}
+
+/// The fabric topology of `--topology`, none without it.
+fn topology(path: Option<&Path>) -> Result<HashMap<String, String>> {
+    let Some(p) = path else {
+        return Ok(HashMap::new());
+    };
+    let text = proto::bounded_read::read_to_string(p, MAX_TOPOLOGY_BYTES)
+        .with_context(|| format!("reading the topology {}", p.display()))?;
+    let map = correlator::engine::ib::parse_topology(&text)
+        .map_err(|e| anyhow::anyhow!("topology {}: {e}", p.display()))?;
+    tracing::info!(links = map.len(), "fabric topology loaded");
+    Ok(map)
+}
+
+/// The gRPC listener and its settings.
+struct Grpc<'a> {
+    listen: SocketAddr,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    auth: correlator::auth::Auth,
+    limits: &'a LimitsConfig,
+    max_windows_per_sec: u32,
+}
+
+impl Grpc<'_> {
+    /// Serves ingest and `Candidates` until Ctrl-C or SIGTERM.
+    async fn serve(self, state: ingest::IngestState, c: Channels) -> Result<()> {
+        let listen = self.listen;
+        if !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "listening on a non-loopback address: reachable from the network");
+        }
+        tracing::info!(%listen, tls = self.tls.is_some(), "serving");
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = self.tls {
+            server = server.tls_config(tls).context("TLS setup")?;
+        }
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        let grpc = correlator::conn::grpc(self.limits);
+        server
+            .max_concurrent_streams(Some(self.limits.max_streams_per_connection))
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+            .layer(self.auth.layer())
+            // Inside the authentication: only authenticated streams keep
+            // a connection from being closed as idle.
+            .layer(correlator::conn::ActivityLayer(grpc.clone()))
+            .add_service(
+                IngestServer::new(ingest::IngestService {
+                    state,
+                    engine: Some(c.windows),
+                    max_windows_per_sec: self.max_windows_per_sec,
+                })
+                .max_decoding_message_size(ingest::MAX_WINDOW_BYTES),
+            )
+            .add_service(proto::v1::candidates_server::CandidatesServer::new(
+                correlator::subscribe::CandidatesService {
+                    updates: c.updates,
+                    open: c.open,
+                },
+            ))
+            .serve_with_incoming_shutdown(correlator::conn::incoming(listener, grpc), shutdown())
+            .await
+            .with_context(|| format!("serving on {listen}"))
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}

@@ -1,0 +1,135 @@
+//! The correlator's config file (`faultline-correlator serve --config
+//! FILE`, docs/config.md), assembled from the tables each module owns:
+//! `[detect]` (the engine's thresholds and `[detect.limits]`), `[history]`,
+//! `[web]` and `[alertmanager]`. Read bounded, parsed and validated here;
+//! every key is optional (each table's defaults).
+use serde::{Deserialize, Serialize};
+
+use crate::{engine::DetectConfig, setting::InvalidSetting};
+
+/// The whole file.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    /// `[detect.*]`: detection thresholds and limits (docs/detection.md).
+    pub detect: DetectConfig,
+    /// `[history]`: the incident and series database (docs/history.md).
+    pub history: crate::history::HistoryConfig,
+    /// `[web]`: the UI, API, `/metrics` and `/healthz` (docs/web.md).
+    pub web: crate::web::WebConfig,
+    /// `[alertmanager]`: incident delivery (docs/alerting.md).
+    pub alertmanager: crate::alerts::AlertmanagerConfig,
+}
+
+/// Why the config file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    // The cause is in the message (not a `source`), so that a chain printer
+    // (`{:#}`) does not repeat it.
+    #[error("cannot read the config file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config file {path}: {key}: {why}")]
+    Setting {
+        path: String,
+        key: &'static str,
+        why: &'static str,
+    },
+    #[error("config file {path}: {setting}")]
+    Invalid {
+        path: String,
+        setting: InvalidSetting,
+    },
+}
+
+/// Parses and validates a config file's text (`path` names it in errors).
+pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
+    parse_file(text, path).map(|f| f.detect)
+}
+
+/// Parses and validates every table of a config file.
+pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
+    let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_string(),
+        message: e.to_string(),
+    })?;
+    let invalid = |setting| ConfigError::Invalid {
+        path: path.to_string(),
+        setting,
+    };
+    f.detect.validate().map_err(invalid)?;
+    if let Some((key, why)) = f
+        .history
+        .invalid()
+        .or_else(|| f.web.invalid())
+        .or_else(|| f.alertmanager.invalid())
+    {
+        return Err(ConfigError::Setting {
+            path: path.to_string(),
+            key,
+            why,
+        });
+    }
+    Ok(f)
+}
+
+/// Reads, parses and validates every table of a config file.
+pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+    let shown = path.display().to_string();
+    // `/dev/zero` or a FIFO given as the config is refused, not read forever.
+    let text = proto::bounded_read::read_to_string(path, proto::bounded_read::CONFIG_MAX).map_err(
+        |error| ConfigError::Read {
+            path: shown.clone(),
+            error,
+        },
+    )?;
+    parse_file(&text, &shown)
+}
+
+/// Reads, parses and validates a config file.
+pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
+    load_file(path).map(|f| f.detect)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_keys_and_errors_said_once() {
+        let c = parse("[detect.workload]\nmin_slowdown = 0.2\n", "w.toml").unwrap();
+        assert_eq!(c.workload.min_slowdown, 0.2);
+        assert_eq!(c.workload.z, 5.0);
+        let e = parse("[detect.workload]\nz = -1\n", "w.toml").unwrap_err();
+        // A chain printer (`{:#}`) adds each source: the cause must be in
+        // the message only, or the operator reads it twice.
+        assert!(std::error::Error::source(&e).is_none());
+        assert_eq!(
+            e.to_string(),
+            "config file w.toml: detect.workload.z = -1: must be a positive number"
+        );
+        let e = load(std::path::Path::new("/nonexistent/faultline.toml")).unwrap_err();
+        assert!(std::error::Error::source(&e).is_none());
+        assert!(e
+            .to_string()
+            .starts_with("cannot read the config file /nonexistent/faultline.toml: "));
+    }
+
+    #[test]
+    fn file_sets_keys_and_names_mistakes() {
+        let c = parse(
+            "[detect.ib]\nreference_ber = 1e-15\n[detect.storage.nvme]\np50_ms = 0.3\np99_ms = 3.0\n",
+            "x.toml",
+        )
+        .unwrap();
+        assert_eq!(c.ib.reference_ber, 1e-15);
+        assert_eq!(c.ib.alarm_ber, 1e-12);
+        assert_eq!(c.storage.nvme.p50_ms, 0.3);
+        let e = parse("[detect.ib]\nreference_bear = 1e-15\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("reference_bear"), "{e}");
+        let e = parse("[detect.ib]\nsignificance = 2.0\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("detect.ib.significance = 2"), "{e}");
+        assert_eq!(parse("", "x.toml").unwrap(), DetectConfig::default());
+    }
+}

@@ -1,0 +1,283 @@
+//! InfiniBand/RoCE link detectors, in physical units.
+//!
+//! - `ib_link_degraded`: a port's bit error rate (errors ÷ bits signalled:
+//!   the link's rate × the time it was ACTIVE, idle or not, because physical
+//!   errors happen on idle links too) is significantly above a reference
+//!   BER, per counter family, by a Poisson test over the latest window and
+//!   over the last `horizon_s` seconds (however many windows that is). The
+//!   reference is the fabric's median BER, floored at `reference_ber` and
+//!   capped at the absolute alarm line `alarm_ber`. Transport retries
+//!   (`hw_counters`) are judged per packet against their own reference.
+//!   Once degraded, a port stays degraded while its errors stay significant
+//!   at the looser `clear_significance` (hysteresis), or while a counter it
+//!   was judged on is saturated.
+//! - `ib_link_down`: a port that was ACTIVE is not, or `link_downed` moved
+//!   while both samples saw ACTIVE (a down and up shorter than the window).
+//!   The incident stays open for `flap_horizon_s` after the down, so that a
+//!   second down turns it into …
+//! - `ib_link_flapping`: `flap_downs` downs within `flap_horizon_s`; the
+//!   incident manager turns the open `ib_link_down` incident into this kind
+//!   (same id).
+//!
+//! Counter semantics: a counter going down is a reset (that window of that
+//! counter is unknown, never a negative or huge count); a legacy counter at
+//! its maximum is saturated (its delta into the maximum is a lower bound,
+//! afterwards it is unknown, never "no errors"); windows with a down are
+//! left out of the BER (errors during link training are the down's symptom).
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use proto::v1::{IbPort, Window};
+
+use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, median};
+
+mod counters;
+mod history;
+mod links;
+#[cfg(test)]
+mod tests;
+mod topology;
+mod verdict;
+
+use counters::remember;
+use history::{History, FAMILIES};
+pub use topology::{parse_topology, TopologyError};
+
+/// Physical-layer error counter families in `counters/` (IBA PortCounters).
+pub const ERROR_COUNTERS: &[&str] = &[
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "local_link_integrity_errors",
+    "port_rcv_remote_physical_errors",
+    "excessive_buffer_overrun_errors",
+];
+const _: () = assert!(ERROR_COUNTERS.len() == FAMILIES);
+
+/// Transport retransmit/timeout/sequence counters in `hw_counters/` (mlx5
+/// and rxe names), judged per packet.
+pub const HW_ERROR_COUNTERS: &[&str] = &[
+    "local_ack_timeout_err",
+    "retry_exceeded_err",
+    "rnr_nak_retry_err",
+    "out_of_seq_request",
+    "packet_seq_err",
+    "out_of_sequence",
+    "duplicate_request",
+    "rcvd_seq_err",
+    "completer_retry_err",
+];
+
+/// IBA port state ACTIVE.
+const ACTIVE: u32 = 4;
+
+#[derive(Debug, Default)]
+struct PortState {
+    counters: BTreeMap<String, u64>,
+    hw: BTreeMap<String, u64>,
+    state: Option<u32>,
+    last_end_ms: Option<i64>,
+    history: History,
+    /// Window ends of downs (state transitions and `link_downed` moves).
+    downs: VecDeque<i64>,
+    /// Window end at which the port, ACTIVE before, was first seen not
+    /// ACTIVE; cleared when it is ACTIVE again. A port down for good keeps
+    /// its incident open whatever the flap horizon says.
+    down_since_ms: Option<i64>,
+    /// Counters seen at their maximum.
+    saturated: BTreeSet<String>,
+    /// Hysteresis: opened and not yet cleared.
+    degraded: bool,
+    /// Horizon BER estimate (max over families), for the fabric median.
+    ber: Option<f64>,
+    /// Horizon retries per packet, for the fabric median.
+    retry_ratio: Option<f64>,
+    /// Own history of retries per packet (windows with packets).
+    own_retry: OwnBaseline,
+    /// Transport retry counters that moved in the latest window.
+    moved_hw: Vec<(String, u64)>,
+    resets: u64,
+}
+
+/// Fabric baselines computed once per time slot: (slot end, median BER,
+/// median retries per packet, ports with a BER, ports with a retry ratio).
+type Fabric = (i64, f64, f64, usize, usize);
+
+/// All ports of the fabric.
+#[derive(Debug, Default)]
+pub struct IbDetector {
+    cfg: IbConfig,
+    ports: HashMap<String, PortState>,
+    by_host: HashMap<String, Vec<String>>,
+    /// Port entity → link name, from the fabric topology: both ends of a
+    /// link report under one entity.
+    topology: HashMap<String, String>,
+    fabric: super::slot_cache::SlotCache<Fabric>,
+}
+
+impl IbDetector {
+    /// Ports with state in the detector (all hosts).
+    pub fn ports_tracked(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// A port's horizon BER estimate and retries per packet, as the tests
+    /// last computed them (for the history's series).
+    pub fn port_signals(&self, port: &str) -> Option<(Option<f64>, Option<f64>)> {
+        self.ports.get(port).map(|s| (s.ber, s.retry_ratio))
+    }
+
+    pub fn new(cfg: IbConfig, topology: HashMap<String, String>) -> Self {
+        Self {
+            cfg,
+            topology,
+            ..Self::default()
+        }
+    }
+
+    pub fn with_topology(topology: HashMap<String, String>) -> Self {
+        Self::new(IbConfig::default(), topology)
+    }
+
+    /// Forgets the ports of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.ports.retain(|e, _| !gone.contains(super::host_of(e)));
+        self.by_host.retain(|h, _| !gone.contains(h));
+    }
+
+    /// Entities (ports) known on a host.
+    pub fn entities_of(&self, host: &str) -> Vec<String> {
+        self.by_host.get(host).cloned().unwrap_or_default()
+    }
+
+    /// The entity a port reports under: its link name when the topology
+    /// knows it, else the port itself.
+    pub fn entity_of(&self, port: &str) -> String {
+        self.topology
+            .get(port)
+            .cloned()
+            .unwrap_or_else(|| port.to_string())
+    }
+
+    /// Link names (from the topology) of a host's ports.
+    pub fn links_of(&self, host: &str) -> Vec<String> {
+        self.entities_of(host)
+            .iter()
+            .filter_map(|p| self.topology.get(p).cloned())
+            .collect()
+    }
+
+    /// Fabric medians, recomputed at most once per half window of event
+    /// time (hosts' window ends differ by their clocks): O(ports) per slot.
+    fn fabric(&mut self, end_ms: i64, len_ms: i64) -> Fabric {
+        let ports = &self.ports;
+        self.fabric.get(end_ms, len_ms, || {
+            let bers: Vec<f64> = ports.values().filter_map(|s| s.ber).collect();
+            let retries: Vec<f64> = ports.values().filter_map(|s| s.retry_ratio).collect();
+            (
+                end_ms,
+                median(&bers),
+                median(&retries),
+                bers.len(),
+                retries.len(),
+            )
+        })
+    }
+
+    /// Times the fabric medians were recomputed.
+    pub fn fabric_recomputed(&self) -> u64 {
+        self.fabric.recomputed
+    }
+
+    /// Updates the host's ports from a window and returns findings for them.
+    pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
+        let len_ms = if w.start_unix_ms > 0 && w.end_unix_ms > w.start_unix_ms {
+            w.end_unix_ms - w.start_unix_ms
+        } else {
+            1000
+        };
+        let mut findings = Vec::new();
+        let mut names = Vec::new();
+        // Ports whose tests ran this window: judged after the fabric medians
+        // include this window's estimates.
+        let mut judged: Vec<(String, u32)> = Vec::new();
+        for p in &w.ib_ports {
+            let entity = vocab::entity::port(host, &p.hca, p.port);
+            names.push(entity.clone());
+            let st = self.ports.entry(entity.clone()).or_default();
+            let at = (w.end_unix_ms, len_ms);
+            if st.observe(&self.cfg, &entity, p, at, jobs, &mut findings) {
+                judged.push((entity, p.port));
+            }
+        }
+        if !names.is_empty() {
+            self.by_host.insert(host.to_string(), names);
+        }
+        if !judged.is_empty() {
+            let fabric = self.fabric(w.end_unix_ms, len_ms);
+            // Verbs completions in error on this host confirm a link problem.
+            let verbs_errors: u64 = w
+                .verbs
+                .iter()
+                .filter(|v| v.status != "IBV_WC_SUCCESS")
+                .map(|v| v.count)
+                .sum();
+            for (entity, port) in judged {
+                if let Some(f) = self.judge(&entity, port, fabric, verbs_errors, jobs) {
+                    findings.push(f);
+                }
+            }
+        }
+        for f in &mut findings {
+            if let Some(link) = self.topology.get(&f.entity) {
+                f.evidence.push(format!("reported by {}", f.entity));
+                f.entity = link.clone();
+            }
+        }
+        findings
+    }
+}
+
+impl PortState {
+    /// Takes one window's snapshot of the port (the window ends at `at.0`
+    /// and lasts `at.1` ms): its downs and link findings into `findings`,
+    /// and a sample for the error tests. Whether the tests should judge it
+    /// (ACTIVE, no down: a window with a down is the down's; its errors,
+    /// from link training, are a symptom, not a degradation).
+    fn observe(
+        &mut self,
+        cfg: &IbConfig,
+        entity: &str,
+        p: &IbPort,
+        (end_ms, len_ms): (i64, i64),
+        jobs: &[String],
+        findings: &mut Vec<Finding>,
+    ) -> bool {
+        let first = self.counters.is_empty() && self.hw.is_empty();
+        let secs = match self.last_end_ms {
+            Some(prev) if end_ms > prev => (end_ms - prev) as f64 / 1000.0,
+            _ => len_ms as f64 / 1000.0,
+        }
+        .clamp(0.001, 3600.0);
+        self.last_end_ms = Some(end_ms);
+        let downs = self.count_downs(cfg, p, first, end_ms);
+        findings.extend(self.link_finding(cfg, entity, p, &downs, jobs));
+        self.state = Some(p.state);
+        let mut judge = false;
+        if !first {
+            let signalling = downs.count == 0 && downs.was_active && downs.is_active;
+            let sample = self.sample(p, secs, signalling);
+            self.history.push(sample, cfg.horizon_s);
+            let s = self.history.sums();
+            self.ber = (0..FAMILIES)
+                .filter(|&f| s.horizon[f].1 > 0.0)
+                .map(|f| s.horizon[f].0 as f64 / s.horizon[f].1)
+                .reduce(f64::max);
+            self.retry_ratio =
+                (s.retries_h.1 > 0).then(|| s.retries_h.0 as f64 / s.retries_h.1 as f64);
+            judge = downs.is_active && downs.count == 0;
+        }
+        remember(&mut self.counters, &p.counters);
+        remember(&mut self.hw, &p.hw_counters);
+        judge
+    }
+}

@@ -1,0 +1,48 @@
+//! A detector's finding: the input of the incident manager.
+/// Evidence of one detector for one entity in one window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    pub kind: &'static str,
+    pub entity: String,
+    pub confidence: f64,
+    pub evidence: Vec<String>,
+    pub jobs: Vec<String>,
+    pub runbook: String,
+    /// Facts that are news for an open incident even at the same
+    /// confidence (e.g. `saturated:symbol_error`): a new one is an `updated`.
+    pub marks: Vec<String>,
+}
+
+impl Finding {
+    pub fn new(kind: &'static str, entity: &str, confidence: f64) -> Self {
+        Self {
+            kind,
+            entity: entity.to_string(),
+            confidence,
+            evidence: Vec::new(),
+            jobs: Vec::new(),
+            runbook: String::new(),
+            marks: Vec::new(),
+        }
+    }
+    pub fn with_mark(mut self, m: String) -> Self {
+        self.marks.push(m);
+        self
+    }
+    pub fn with_evidence(mut self, e: String) -> Self {
+        self.evidence.push(e);
+        self
+    }
+    pub fn with_evidence_list(mut self, e: Vec<String>) -> Self {
+        self.evidence.extend(e);
+        self
+    }
+    pub fn with_jobs(mut self, j: &[String]) -> Self {
+        self.jobs = j.to_vec();
+        self
+    }
+    pub fn with_runbook(mut self, r: String) -> Self {
+        self.runbook = r;
+        self
+    }
+}

@@ -1,0 +1,92 @@
+//! HTTP/1 servers within a listener's limits, and bounded request bodies.
+use std::{convert::Infallible, future::Future, time::Duration};
+
+use http_body_util::BodyExt as _;
+use tokio::net::TcpListener;
+
+use super::{
+    activity::hold,
+    config::HttpTimeouts,
+    conn::spawn_trimmer,
+    table::{closed_metric, Busy, Listener},
+};
+
+/// Serves `handler` over HTTP/1 on `listener` within `limits` and
+/// `timeouts.header` until `shutdown` completes (open connections finish on
+/// their own). A request marks its connection busy until its response ends.
+pub async fn serve_http1<H, Fut, B>(
+    listener: TcpListener,
+    limits: Listener,
+    timeouts: HttpTimeouts,
+    handler: H,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) where
+    H: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<B>> + Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    spawn_trimmer();
+    let name = limits.0.name;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let conn = tokio::select! {
+            c = limits.accept(&listener) => c,
+            () = &mut shutdown => return,
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let peer = conn.peer();
+            let slot = conn.slot.clone();
+            let svc = hyper::service::service_fn(move |req| {
+                let busy = Busy::new(slot.clone());
+                let fut = handler(req);
+                async move { Ok::<_, Infallible>(fut.await.map(|b| hold(b, busy))) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeouts.header)
+                .serve_connection(TokioIo::new(conn), svc)
+                .await;
+            if let Err(e) = served {
+                if e.is_timeout() {
+                    closed_metric(name, "header_timeout");
+                }
+                tracing::debug!(listener = name, %peer, error = %e, "HTTP connection ended");
+            }
+        });
+    }
+}
+
+/// Reads a request body within `limit` bytes and `timeout` (counted as
+/// `body_timeout` on the connection's listener when it runs out).
+pub async fn read_body<B>(
+    body: B,
+    limit: usize,
+    timeout: Duration,
+    listener: &'static str,
+) -> Result<bytes::Bytes, BodyError>
+where
+    B: http_body::Body,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(e)) => Err(BodyError::Read(e.to_string())),
+        Err(_) => {
+            closed_metric(listener, "body_timeout");
+            Err(BodyError::Timeout)
+        }
+    }
+}
+
+/// Why [`read_body`] failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyError {
+    TooLarge,
+    Timeout,
+    Read(String),
+}
