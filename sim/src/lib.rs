@@ -31,6 +31,9 @@ pub struct SimArgs {
     /// bit error rate; ramp=0: seconds of log-linear ramp from the port's
     /// base BER), ib-link-down, ib-link-flap (period=6, down=2: seconds
     /// between downs and of each down), gpu-thermal, gpu-power, xid, ecc-dbe,
+    /// gpu-thermal-host (ENTITY a host; gpus=4: its GPUs 0.. throttling at
+    /// once, shared cooling), gpu-nvlink (rate=1: corrupted flits per
+    /// second on one link; link=0),
     /// storage-stall (factor=20: slowdown of one device), node-loss; tenants
     /// (a second team's job `etl-batch` sharing the target's node):
     /// interference-storage (factor=8: its I/O demand on the device),

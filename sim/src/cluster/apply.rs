@@ -198,7 +198,7 @@ impl Cluster {
     /// A GPU fault active at the window's end (onset `o`): throttles slow
     /// the rank (and the model server on the last GPU of the last node); an
     /// XID is an event in its onset window; a double-bit ECC error counts.
-    fn gpu_fault(&mut self, kind: &Kind, s: Span, o: f64, node: usize, gpu: usize) {
+    pub(super) fn gpu_fault(&mut self, kind: &Kind, s: Span, o: f64, node: usize, gpu: usize) {
         let serves = node == self.nodes.len().saturating_sub(1) && gpu == GPUS - 1;
         let slowdown = match kind {
             Kind::GpuThermal => {

@@ -85,7 +85,20 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
                 fmt_value(sig3(down))
             )
         }
+        "ib-switch-degrade" => format!(
+            ":ber={},ports={}",
+            fmt_value(sig3(r.log_uniform(1e-11, 1e-8))),
+            3 + r.below(6)
+        ),
         "storage-stall" => format!(":factor={}", fmt_value(sig3(r.log_uniform(3.0, 50.0)))),
+        // A failed fan or blocked air path takes several GPUs (two alone
+        // are within chance at the fleet floor: two GPU incidents).
+        "gpu-thermal-host" => format!(":gpus={}", 3 + r.below(6)),
+        "gpu-nvlink" => format!(
+            ":rate={},link={}",
+            fmt_value(sig3(r.log_uniform(0.05, 50.0))),
+            r.below(18)
+        ),
         "job-end" => format!(":gap={:.0}", r.range(60.0, 300.0)),
         "congestion" => format!(
             ":fraction={:.2},duration={:.0}",
@@ -125,6 +138,8 @@ fn visible_budget(inject: &str) -> f64 {
     };
     if inject.starts_with("ib-link-degrade") {
         param("ramp") + 300.0
+    } else if inject.starts_with("ib-switch-degrade") || inject.starts_with("gpu-nvlink") {
+        300.0
     } else if inject.starts_with("ib-link-flap") {
         param("period") + 60.0
     } else if inject.starts_with("job-end") {

@@ -105,9 +105,13 @@ fn ber_tests(t: &mut Tests, s: &Sums, long: &[LongSum], reference: f64) {
         let p_short =
             stats::poisson_sf(kw, reference * bw).min(stats::poisson_sf(kh, reference * bh));
         // The most significant long horizon, if one beats the short ones.
+        // A long horizon whose rate the short one demonstrably no longer
+        // shows (its count improbably low for that rate) holds history,
+        // not the link's present: it neither opens nor holds the port.
         let deciding = long
             .iter()
             .filter(|l| l.errors[f].1 > 0.0)
+            .filter(|l| !stopped(kh, bh, l.errors[f].0, l.errors[f].1, cfg.clear_significance))
             .map(|l| {
                 (
                     stats::poisson_sf(l.errors[f].0, reference * l.errors[f].1),
