@@ -138,8 +138,9 @@ impl Extent {
         };
         let names: Vec<&str> = flagged.iter().map(|(p, _)| p.as_str()).collect();
         let mut evidence = vec![format!(
-            "{k} of the {n} ports behind switch {switch} {what} at once ({}); the rest of the fabric: {elsewhere} of {others} ports, so {k} here by chance has p = {p:.1e}",
-            names.join(", ")
+            "{k} of the {n} ports behind switch {switch} {what} at once ({}); the rest of the fabric: {elsewhere} of {others} ports, so {k} here by chance has p {}",
+            names.join(", "),
+            if p > 0.0 { format!("= {p:.1e}") } else { "< 1e-300".to_string() }
         )];
         for (port, fl) in flagged.iter().take(MAX_LISTED) {
             evidence.push(format!("member {port}: {}", fl.line));
@@ -162,7 +163,7 @@ impl Extent {
         .with_evidence_list(evidence)
         .with_jobs(&jobs)
         .with_runbook(format!(
-            "one element, {k} cables: check switch {switch} itself first (power supplies, fans and temperature, firmware and its log; `ibqueryerrors` and `iblinkinfo` for all its ports and uplinks), then whether the cables share an optics batch; move the jobs behind it (`ibnetdiscover` lists them) before a reset"
+            "one element, several cables: check switch {switch} itself first (power supplies, fans and temperature, firmware and its log; `ibqueryerrors` and `iblinkinfo` for all its ports and uplinks), then whether the cables share an optics batch; move the jobs behind it (`ibnetdiscover` lists them) before a reset"
         ));
         g.absorbs = absorbs;
         Some(g)
