@@ -12,7 +12,9 @@ use std::{
 pub fn scrape(addr: &str) -> io::Result<String> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    // One write: a server that answers after the request line and closes
+    // must not find the rest of the request unread (a reset).
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let Some((head, body)) = text.split_once("\r\n\r\n") else {
@@ -172,10 +174,15 @@ faultline_odd{path=\"a \\\"b\\\" c\\\\d\",x=\"}\"} 0.25
         let addr = l.local_addr().expect("addr").to_string();
         let h = std::thread::spawn(move || {
             let (mut s, _) = l.accept().expect("accept");
+            // The whole request (to its blank line), so closing after the
+            // response leaves nothing unread.
+            let mut r = io::BufReader::new(&s);
             let mut first = String::new();
-            io::BufReader::new(&s)
-                .read_line(&mut first)
-                .expect("request line");
+            r.read_line(&mut first).expect("request line");
+            let mut line = String::new();
+            while r.read_line(&mut line).expect("header line") > 0 && line != "\r\n" {
+                line.clear();
+            }
             s.write_all(response.as_bytes()).expect("respond");
             first
         });

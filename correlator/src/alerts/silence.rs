@@ -30,6 +30,10 @@ struct Held {
     ends_ms: i64,
     /// The acknowledgement it stands for (`ts_ms`: a new one replaces it).
     ack_ms: i64,
+    /// Its `startsAt` as Alertmanager holds it: a refresh must send it
+    /// unchanged, or Alertmanager expires the silence and makes a new one
+    /// (it updates an active silence in place only when the start is kept).
+    starts: Option<String>,
 }
 
 /// The silences this pusher holds, by incident id.
@@ -50,19 +54,20 @@ pub(super) fn lease_ms(resend_s: f64) -> i64 {
     ((resend_s * 4_000.0) as i64).max(15 * 60_000)
 }
 
-/// The silence of `ack` ending at `ends_ms` (`id`: the one it replaces).
-fn body(ack: &Ack, id: Option<&str>, now_ms: i64, ends_ms: i64) -> Value {
+/// The silence of `ack` ending at `ends_ms`; `held`: the one it refreshes
+/// (its id and start), else a new one starting now.
+fn body(ack: &Ack, held: Option<&Held>, now_ms: i64, ends_ms: i64) -> Value {
     let mut v = json!({
         "matchers": [{
             "name": "incident_id", "value": ack.incident_id, "isRegex": false, "isEqual": true,
         }],
-        "startsAt": rfc3339(now_ms),
+        "startsAt": held.and_then(|h| h.starts.clone()).unwrap_or_else(|| rfc3339(now_ms)),
         "endsAt": rfc3339(ends_ms),
         "createdBy": ack.by,
         "comment": format!("{COMMENT}{}", ack.why),
     });
-    if let Some(id) = id {
-        v["id"] = json!(id);
+    if let Some(h) = held {
+        v["id"] = json!(h.id);
     }
     v
 }
@@ -87,7 +92,7 @@ impl Silences {
             if held.as_ref().is_some_and(fresh) {
                 continue;
             }
-            let sent = body(ack, held.as_ref().map(|h| h.id.as_str()), now_ms, ends);
+            let sent = body(ack, held.as_ref(), now_ms, ends);
             let url = format!("{}/api/v2/silences", t.base);
             match request_with(
                 "POST",
@@ -109,12 +114,20 @@ impl Silences {
                     }
                     metrics::counter!("faultline_alerts_silences_total", "action" => "set")
                         .increment(1);
+                    // Updated in place: its start is unchanged. A new one:
+                    // its start as Alertmanager set it (clamped to its own
+                    // clock), for the refreshes.
+                    let starts = match held.filter(|h| h.id == id && h.starts.is_some()) {
+                        Some(h) => h.starts,
+                        None => starts_of(t, id).await,
+                    };
                     self.by_incident.insert(
                         ack.incident_id.clone(),
                         Held {
                             id: id.to_string(),
                             ends_ms: ends,
                             ack_ms: ack.ts_ms,
+                            starts,
                         },
                     );
                 }
@@ -143,6 +156,23 @@ impl Silences {
     }
 }
 
+/// The `startsAt` Alertmanager holds for silence `id`; `None` when it
+/// cannot be read (the next refresh then replaces the silence: harmless).
+async fn starts_of(t: &Target<'_>, id: &str) -> Option<String> {
+    let url = format!("{}/api/v2/silence/{id}", t.base);
+    match request_with("GET", &url, None, t.timeout, t.tls).await {
+        Ok((200..=299, body)) => serde_json::from_slice::<Value>(&body)
+            .ok()?
+            .get("startsAt")?
+            .as_str()
+            .map(str::to_string),
+        r => {
+            failed("get", &outcome(r));
+            None
+        }
+    }
+}
+
 impl Silences {
     /// Takes over the active silences a previous run set (after a restart):
     /// those of acknowledgements still in force are refreshed under their
@@ -158,12 +188,14 @@ impl Silences {
         };
         for s in list {
             if let Some((incident, id)) = own_active(&s) {
+                let starts = s["startsAt"].as_str().map(str::to_string);
                 tracing::info!(incident = %incident, silence = %id, "taking over a silence a previous run set");
                 // Refreshed (or expired) at once: no end, no acknowledgement.
                 let held = Held {
                     id,
                     ends_ms: 0,
                     ack_ms: -1,
+                    starts,
                 };
                 self.by_incident.insert(incident, held);
             }
@@ -210,7 +242,19 @@ mod tests {
             ts_ms: 0,
             until_ms: None,
         };
-        let v = body(&ack, Some("s-1"), 1_000, 901_000);
+        let held = Held {
+            id: "s-1".into(),
+            ends_ms: 0,
+            ack_ms: -1,
+            starts: Some("1970-01-01T00:00:00.500Z".into()),
+        };
+        let v = body(&ack, Some(&held), 1_000, 901_000);
+        // A refresh keeps the start Alertmanager holds.
+        assert_eq!(v["startsAt"], "1970-01-01T00:00:00.500Z");
+        assert_eq!(
+            body(&ack, None, 1_000, 901_000)["startsAt"],
+            "1970-01-01T00:00:01.000Z"
+        );
         assert_eq!(v["matchers"][0]["name"], "incident_id");
         assert_eq!(v["matchers"][0]["value"], "inc-9");
         assert_eq!(v["matchers"][0]["isEqual"], true);
