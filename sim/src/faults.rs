@@ -38,7 +38,10 @@ pub enum Kind {
     },
     GpuThermal,
     GpuPower,
-    Xid,
+    /// An XID event with this code (NVIDIA's catalogue decides its action).
+    Xid {
+        code: u32,
+    },
     EccDbe,
     /// A host's shared cooling fails: its first `gpus` GPUs throttle
     /// thermally at once (one host incident).
@@ -141,7 +144,7 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("ib-link-flap", &[("period", 6.0), ("down", 2.0)]),
     ("gpu-thermal", &[]),
     ("gpu-power", &[]),
-    ("xid", &[]),
+    ("xid", &[("code", 79.0)]),
     ("ecc-dbe", &[]),
     ("gpu-thermal-host", &[("gpus", 4.0)]),
     ("gpu-nvlink", &[("rate", 1.0), ("link", 0.0)]),
@@ -174,7 +177,7 @@ impl Kind {
             Kind::IbLinkFlap { .. } => "ib-link-flap",
             Kind::GpuThermal => "gpu-thermal",
             Kind::GpuPower => "gpu-power",
-            Kind::Xid => "xid",
+            Kind::Xid { .. } => "xid",
             Kind::EccDbe => "ecc-dbe",
             Kind::GpuThermalHost { .. } => "gpu-thermal-host",
             Kind::GpuNvlink { .. } => "gpu-nvlink",
@@ -212,6 +215,7 @@ impl Kind {
                 vec![("factor", factor)]
             }
             Kind::JobEnd { gap_s } => vec![("gap", gap_s)],
+            Kind::Xid { code } => vec![("code", code as f64)],
             Kind::Congestion {
                 fraction,
                 duration_s,
@@ -244,7 +248,7 @@ impl Kind {
             Kind::IbLinkFlap { .. } => "ib_link_flapping",
             Kind::GpuThermal => "gpu_thermal_throttle",
             Kind::GpuPower => "gpu_power_throttle",
-            Kind::Xid => "gpu_xid",
+            Kind::Xid { .. } => "gpu_xid",
             Kind::EccDbe => "gpu_ecc",
             Kind::GpuThermalHost { .. } => "gpu_thermal_throttle",
             Kind::GpuNvlink { .. } => "gpu_nvlink_errors",

@@ -32,7 +32,8 @@ pub struct SimArgs {
     /// base BER), ib-link-down, ib-link-flap (period=6, down=2: seconds
     /// between downs and of each down), ib-switch-degrade (ENTITY a leaf
     /// switch, `leaf02`; ber=1e-10, ports=4: that many of the ports behind
-    /// it degrade at once), gpu-thermal, gpu-power, xid, ecc-dbe,
+    /// it degrade at once), gpu-thermal, gpu-power, xid (code=79: the XID;
+    /// NVIDIA's catalogue decides the action), ecc-dbe,
     /// gpu-thermal-host (ENTITY a host; gpus=4: its GPUs 0.. throttling at
     /// once, shared cooling), gpu-nvlink (rate=1: corrupted flits per
     /// second on one link; link=0),

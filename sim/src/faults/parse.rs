@@ -31,7 +31,7 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::IbLinkFlap { .. }
         | Kind::CounterReset => Wants::Port,
         Kind::IbSwitchDegrade { .. } => Wants::Switch,
-        Kind::GpuThermal | Kind::GpuPower | Kind::Xid | Kind::EccDbe => Wants::Gpu,
+        Kind::GpuThermal | Kind::GpuPower | Kind::Xid { .. } | Kind::EccDbe => Wants::Gpu,
         Kind::GpuNvlink { .. } => Wants::Gpu,
         Kind::GpuThermalHost { .. } => Wants::Node,
         Kind::StorageStall { .. }
@@ -253,7 +253,13 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
         }
         "gpu-thermal" => Kind::GpuThermal,
         "gpu-power" => Kind::GpuPower,
-        "xid" => Kind::Xid,
+        "xid" => Kind::Xid {
+            code: g.checked(
+                "code",
+                |c| c >= 1.0 && c.fract() == 0.0 && c <= 1023.0,
+                "must be an XID code (a whole number in 1..=1023)",
+            )? as u32,
+        },
         "ecc-dbe" => Kind::EccDbe,
         // GPU faults beyond one GPU's state (`cluster::gpu`).
         "gpu-thermal-host" => Kind::GpuThermalHost {
