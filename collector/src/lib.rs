@@ -23,6 +23,7 @@ pub mod jobmap;
 pub mod launch_budget;
 pub mod nccl;
 pub mod nccl_lib;
+pub mod nfs;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 /// Without NVML, only its configuration section (`[nvml]`).

@@ -48,6 +48,21 @@ pub fn gpus(info: &[nvml::GpuInfo], samples: &[nvml::GpuSample]) -> Vec<pb::GpuS
                 ecc_sbe_volatile: s.ecc_sbe_volatile,
                 ecc_dbe_volatile: s.ecc_dbe_volatile,
                 util_gpu_pct: s.util_gpu_pct,
+                nvlink: s
+                    .nvlink
+                    .iter()
+                    .map(|l| pb::NvLinkCounters {
+                        link: l.link,
+                        replay: l.replay,
+                        recovery: l.recovery,
+                        crc_flit: l.crc_flit,
+                        crc_data: l.crc_data,
+                    })
+                    .collect(),
+                remapped_rows_corr: s.remapped_rows_corr,
+                remapped_rows_unc: s.remapped_rows_unc,
+                remap_pending: s.remap_pending,
+                remap_failure: s.remap_failure.map(|f| f != 0),
             }
         })
         .collect()

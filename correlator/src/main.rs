@@ -152,8 +152,7 @@ async fn run(cli: Cli) -> Result<()> {
             config,
         } => {
             let cfg = detect_config(config.as_deref())?;
-            let mut engine =
-                correlator::engine::Engine::new(&cfg, std::collections::HashMap::new());
+            let mut engine = correlator::engine::Engine::new(&cfg, Default::default());
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             let stats = correlator::replay::replay(&file, &mut engine, skip_invalid, &mut out)?;

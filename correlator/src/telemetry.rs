@@ -7,8 +7,6 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use proto::v1::{CandidateUpdate, Window};
 
-use crate::engine::incidents::KINDS;
-
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Installs the Prometheus recorder once per process (`None` when another
@@ -137,9 +135,10 @@ pub fn window(w: &Window) {
 
 /// The open incidents changed.
 pub fn open_incidents(open: &[CandidateUpdate]) {
-    for k in KINDS {
-        let n = open.iter().filter(|u| u.kind == *k).count();
-        metrics::gauge!("faultline_correlator_open_incidents", "kind" => *k).set(n as f64);
+    for k in vocab::kind::IncidentKind::ALL {
+        let k = k.as_str();
+        let n = open.iter().filter(|u| u.kind == k).count();
+        metrics::gauge!("faultline_correlator_open_incidents", "kind" => k).set(n as f64);
     }
 }
 

@@ -461,7 +461,7 @@ fn topology_makes_both_ends_of_a_link_one_incident() {
     assert!(correlator::engine::ib::parse_topology("x h1\n")
         .unwrap_err()
         .to_string()
-        .contains("is not <host>/<hca>/<port>"));
+        .contains("is neither <host>/<hca>/<port> nor <switch>[<port>]"));
 }
 
 #[test]
@@ -724,4 +724,154 @@ fn sparse_errors_hold_one_incident_and_a_stop_resolves_it() {
         "resolved {k} s after the last error"
     );
     assert_eq!(opened(&all).len(), 1, "reopened: {all:#?}");
+}
+
+/// 16 hosts × 2 ports, h00–h07 behind leaf01 and h08–h15 behind leaf02,
+/// in ibnetdiscover's form is tested in the parser; here in faultline's own.
+fn two_leaves() -> correlator::engine::ib::Topology {
+    let mut text = String::from("# link  hca-port  switch[port]\n");
+    for h in 0..16 {
+        let leaf = if h < 8 { "leaf01" } else { "leaf02" };
+        for (p, hca) in PORTS.iter().enumerate() {
+            let sw_port = (h % 8) * 2 + p + 1;
+            text.push_str(&format!("c{h}-{p} h{h:02}/{hca}/1 {leaf}[{sw_port}]\n"));
+        }
+    }
+    text.push_str("up1 leaf01[33] spine01[1]\nup2 leaf02[33] spine01[2]\n");
+    correlator::engine::ib::parse_topology(&text).expect("topology")
+}
+
+/// Ports (host, port index) at BER 1e-11 for 8 windows of 10 s, then
+/// healthy for 10 windows: every update.
+fn degrade_together(ports: &[(usize, usize)]) -> Vec<CandidateUpdate> {
+    let mut e = Engine::new(&DetectConfig::default(), two_leaves());
+    let mut f = Fabric::new(16, 10.0);
+    let mut all = f.run(&mut e, 3);
+    assert!(all.is_empty(), "{all:#?}");
+    for _ in 0..8 {
+        for &(h, p) in ports {
+            f.add(h, p, "symbol_error", 40);
+        }
+        all.extend(f.tick(&mut e));
+    }
+    all.extend(f.run(&mut e, 10));
+    all
+}
+
+/// Incidents still open after the updates, by id: (kind, entity).
+fn still_open(all: &[CandidateUpdate]) -> Vec<(String, String)> {
+    let mut open: HashMap<&str, (String, String)> = HashMap::new();
+    for u in all {
+        if u.state == "resolved" {
+            open.remove(u.incident_id.as_str());
+        } else {
+            open.insert(&u.incident_id, (u.kind.clone(), u.entity.clone()));
+        }
+    }
+    let mut v: Vec<_> = open.into_values().collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn four_ports_behind_one_leaf_degrading_together_are_one_switch_incident() {
+    let all = degrade_together(&[(0, 0), (1, 0), (2, 1), (5, 0)]);
+    let switch: Vec<&CandidateUpdate> =
+        all.iter().filter(|u| u.entity == "switch:leaf01").collect();
+    let ids: std::collections::BTreeSet<&str> =
+        switch.iter().map(|u| u.incident_id.as_str()).collect();
+    assert_eq!(ids.len(), 1, "{all:#?}");
+    let opened = switch.first().expect("a switch incident");
+    assert_eq!(opened.state, "opened");
+    assert_eq!(opened.kind, "ib_link_degraded");
+    // Once every member has reported twice, the incident lists all four
+    // (as the fault fades, members drop out one by one).
+    let last = switch
+        .iter()
+        .find(|u| {
+            u.evidence.iter().any(|e| {
+                e.starts_with("4 of the 16 ports behind switch leaf01 degraded at once (h00/mlx5_0/1, h01/mlx5_0/1, h02/mlx5_1/1, h05/mlx5_0/1)")
+            })
+        })
+        .unwrap_or_else(|| panic!("an update naming all four members: {:#?}", switch.iter().map(|u| (u.ts_unix_ms, u.state.clone(), u.evidence.first().cloned())).collect::<Vec<_>>()));
+    assert_evidence(last, |e| {
+        e.contains("the rest of the fabric: 0 of 16 ports")
+    });
+    for m in [
+        "h00/mlx5_0/1",
+        "h01/mlx5_0/1",
+        "h02/mlx5_1/1",
+        "h05/mlx5_0/1",
+    ] {
+        assert_evidence(last, |e| e.starts_with(&format!("member {m}: ")));
+    }
+    // The port incidents of the fault's first window (before every host had
+    // reported it) are resolved into the switch's.
+    let ports: Vec<&CandidateUpdate> = all
+        .iter()
+        .filter(|u| u.kind == "ib_link_degraded" && !u.entity.starts_with("switch:"))
+        .collect();
+    let port_ids: std::collections::BTreeSet<&str> =
+        ports.iter().map(|u| u.incident_id.as_str()).collect();
+    assert!(port_ids.len() <= 4, "{ports:#?}");
+    for id in &port_ids {
+        let end = ports
+            .iter()
+            .rev()
+            .find(|u| u.incident_id == *id)
+            .expect("its last update");
+        assert_eq!(end.state, "resolved", "{end:#?}");
+        assert_evidence(end, |e| {
+            e.starts_with(&format!(
+                "explained by incident {} (ib_link_degraded on switch:leaf01)",
+                opened.incident_id
+            ))
+        });
+    }
+    // Healthy again: the switch incident resolves like any other.
+    assert_eq!(switch.last().map(|u| u.state.as_str()), Some("resolved"));
+    assert!(still_open(&all).is_empty(), "{:?}", still_open(&all));
+}
+
+#[test]
+fn one_or_two_bad_cables_behind_a_leaf_stay_port_incidents() {
+    let all = degrade_together(&[(3, 1)]);
+    assert_eq!(
+        opened(&all),
+        [("ib_link_degraded".to_string(), "c3-1".to_string())]
+    );
+    let all = degrade_together(&[(3, 1), (6, 0)]);
+    let mut o = opened(&all);
+    o.sort();
+    assert_eq!(
+        o,
+        [
+            ("ib_link_degraded".to_string(), "c3-1".to_string()),
+            ("ib_link_degraded".to_string(), "c6-0".to_string())
+        ]
+    );
+}
+
+#[test]
+fn a_fabric_wide_rise_is_not_pinned_on_a_switch() {
+    // Four ports behind each leaf: the rest of the fabric is as bad as
+    // either switch (4 of 16), so neither switch stands out.
+    let all = degrade_together(&[
+        (0, 0),
+        (1, 0),
+        (2, 1),
+        (5, 0),
+        (8, 0),
+        (9, 1),
+        (12, 0),
+        (14, 1),
+    ]);
+    assert!(
+        all.iter().all(|u| !u.entity.starts_with("switch:")),
+        "{:#?}",
+        all.iter()
+            .filter(|u| u.entity.starts_with("switch:"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(opened(&all).len(), 8, "{:?}", opened(&all));
 }

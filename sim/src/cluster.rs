@@ -25,11 +25,13 @@ use super::{
 use correlator::engine::config::DetectConfig;
 
 mod apply;
+mod gpu;
 mod ib;
 pub mod nccl;
 mod spec;
 mod storage;
 pub mod tenants;
+pub mod topology;
 mod truth;
 mod wire;
 
@@ -56,6 +58,9 @@ struct Gpu {
     power: f64,
     sbe: u64,
     dbe: u64,
+    /// Cumulative NVLink counters per link: replay, recovery, crc_flit,
+    /// crc_data ([`gpu`]).
+    nvl: [[u64; 4]; gpu::NVLINKS],
 }
 
 #[derive(Debug)]
@@ -106,6 +111,11 @@ pub struct Cluster {
     /// stream (the cluster's streams stay as they were without it).
     serve_factor: f64,
     serve_rng: Rng,
+    /// NVLink errors' own random stream, and the detector's reference
+    /// rate and significance they are judged visible against ([`gpu`]).
+    nvl_rng: Rng,
+    nvl_reference: f64,
+    nvl_significance: f64,
     /// A second team's job sharing one node (tenant faults only).
     tenants: Option<tenants::Tenants>,
     /// The training job's NCCL communicators.
@@ -174,6 +184,7 @@ impl Cluster {
                         power: 550.0,
                         sbe: 0,
                         dbe: 0,
+                        nvl: [[0; 4]; gpu::NVLINKS],
                     })
                     .collect(),
                 devices: storage::devices_for(spec.storage, &mut setup),
@@ -209,6 +220,9 @@ impl Cluster {
             congested: vec![0.0; ports],
             serve_factor: 1.0,
             serve_rng: Rng::derive(spec.seed, 0x5e7e),
+            nvl_rng: Rng::derive(spec.seed, 0x4e71),
+            nvl_reference: DetectConfig::default().gpu.nvlink_reference_per_s,
+            nvl_significance: DetectConfig::default().gpu.nvlink_significance,
             tenants: None,
             nccl: nccl::Collectives::new(spec.nodes, spec.seed),
             rank_own: vec![1.0; spec.nodes * GPUS],
@@ -306,6 +320,7 @@ impl Cluster {
         self.single_errors_advance(faults, s);
         self.ports_advance(w, util, run_frac);
         let mut slow = self.nodes_advance(faults, s);
+        self.gpu_faults_advance(faults, s);
         self.tenants_advance(faults, onset, s.b, &mut slow);
         self.congestion_advance(cong_level);
         self.collectives_advance(faults, onset, s.a, s.b);

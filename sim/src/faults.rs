@@ -22,6 +22,13 @@ pub enum Kind {
         ber: f64,
         ramp_s: f64,
     },
+    /// `ports` ports behind one leaf switch (spread over its nodes) degrade
+    /// together to `ber` (one switch's fault: power, cooling, firmware, an
+    /// optics batch): one incident on the switch.
+    IbSwitchDegrade {
+        ber: f64,
+        ports: usize,
+    },
     /// The port goes DOWN and stays down.
     IbLinkDown,
     /// The port goes down every `period_s` seconds for `down_s` seconds.
@@ -31,8 +38,22 @@ pub enum Kind {
     },
     GpuThermal,
     GpuPower,
-    Xid,
+    /// An XID event with this code (NVIDIA's catalogue decides its action).
+    Xid {
+        code: u32,
+    },
     EccDbe,
+    /// A host's shared cooling fails: its first `gpus` GPUs throttle
+    /// thermally at once (one host incident).
+    GpuThermalHost {
+        gpus: usize,
+    },
+    /// One NVLink link of a GPU corrupts `rate` flits a second (each one
+    /// a flit CRC error and a replay).
+    GpuNvlink {
+        rate: f64,
+        link: usize,
+    },
     /// One block device `factor` times slower.
     StorageStall {
         factor: f64,
@@ -118,12 +139,15 @@ pub enum Kind {
 /// Kind names with their parameter keys (besides `at`) and defaults.
 pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("ib-link-degrade", &[("ber", 1e-10), ("ramp", 0.0)]),
+    ("ib-switch-degrade", &[("ber", 1e-10), ("ports", 4.0)]),
     ("ib-link-down", &[]),
     ("ib-link-flap", &[("period", 6.0), ("down", 2.0)]),
     ("gpu-thermal", &[]),
     ("gpu-power", &[]),
-    ("xid", &[]),
+    ("xid", &[("code", 79.0)]),
     ("ecc-dbe", &[]),
+    ("gpu-thermal-host", &[("gpus", 4.0)]),
+    ("gpu-nvlink", &[("rate", 1.0), ("link", 0.0)]),
     ("storage-stall", &[("factor", 20.0)]),
     ("node-loss", &[]),
     ("job-slow", &[("factor", 1.3)]),
@@ -148,12 +172,15 @@ impl Kind {
     pub fn name(&self) -> &'static str {
         match self {
             Kind::IbLinkDegrade { .. } => "ib-link-degrade",
+            Kind::IbSwitchDegrade { .. } => "ib-switch-degrade",
             Kind::IbLinkDown => "ib-link-down",
             Kind::IbLinkFlap { .. } => "ib-link-flap",
             Kind::GpuThermal => "gpu-thermal",
             Kind::GpuPower => "gpu-power",
-            Kind::Xid => "xid",
+            Kind::Xid { .. } => "xid",
             Kind::EccDbe => "ecc-dbe",
+            Kind::GpuThermalHost { .. } => "gpu-thermal-host",
+            Kind::GpuNvlink { .. } => "gpu-nvlink",
             Kind::StorageStall { .. } => "storage-stall",
             Kind::NodeLoss => "node-loss",
             Kind::JobSlow { .. } => "job-slow",
@@ -178,6 +205,7 @@ impl Kind {
     pub fn params(&self) -> Vec<(&'static str, f64)> {
         match *self {
             Kind::IbLinkDegrade { ber, ramp_s } => vec![("ber", ber), ("ramp", ramp_s)],
+            Kind::IbSwitchDegrade { ber, ports } => vec![("ber", ber), ("ports", ports as f64)],
             Kind::IbLinkFlap { period_s, down_s } => vec![("period", period_s), ("down", down_s)],
             Kind::StorageStall { factor }
             | Kind::StorageFleetSlow { factor }
@@ -187,6 +215,7 @@ impl Kind {
                 vec![("factor", factor)]
             }
             Kind::JobEnd { gap_s } => vec![("gap", gap_s)],
+            Kind::Xid { code } => vec![("code", code as f64)],
             Kind::Congestion {
                 fraction,
                 duration_s,
@@ -201,6 +230,8 @@ impl Kind {
                 vec![("demand", demand)]
             }
             Kind::InterferenceGpu { share } => vec![("share", share)],
+            Kind::GpuThermalHost { gpus } => vec![("gpus", gpus as f64)],
+            Kind::GpuNvlink { rate, link } => vec![("rate", rate), ("link", link as f64)],
             _ => Vec::new(),
         }
     }
@@ -212,13 +243,15 @@ impl Kind {
     /// The incident kind this fault should raise (`None` for confounders).
     pub fn expected_kind(&self) -> Option<&'static str> {
         Some(match self {
-            Kind::IbLinkDegrade { .. } => "ib_link_degraded",
+            Kind::IbLinkDegrade { .. } | Kind::IbSwitchDegrade { .. } => "ib_link_degraded",
             Kind::IbLinkDown => "ib_link_down",
             Kind::IbLinkFlap { .. } => "ib_link_flapping",
             Kind::GpuThermal => "gpu_thermal_throttle",
             Kind::GpuPower => "gpu_power_throttle",
-            Kind::Xid => "gpu_xid",
+            Kind::Xid { .. } => "gpu_xid",
             Kind::EccDbe => "gpu_ecc",
+            Kind::GpuThermalHost { .. } => "gpu_thermal_throttle",
+            Kind::GpuNvlink { .. } => "gpu_nvlink_errors",
             Kind::StorageStall { .. } => "storage_latency",
             Kind::NodeLoss => "node_lost",
             Kind::JobSlow { .. } => "job_slowdown",
@@ -250,6 +283,8 @@ pub enum Target {
         dev: usize,
     },
     Node(usize),
+    /// A leaf switch of the fat tree, by index.
+    Switch(usize),
     Cluster,
     /// The simulated training job.
     Job,
@@ -324,6 +359,7 @@ pub fn target_name(c: &Cluster, t: &Target) -> String {
             vocab::entity::port(&c.node_name(*node), &format!("mlx5_{hca}"), 1)
         }
         Target::Gpu { node, gpu } => vocab::entity::gpu(&c.node_name(*node), *gpu),
+        Target::Switch(l) => vocab::entity::switch(&super::cluster::topology::leaf_name(*l)),
         Target::Device { node, dev } => vocab::entity::device(
             &c.node_name(*node),
             c.device_name(*node, *dev).unwrap_or("?"),

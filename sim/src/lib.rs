@@ -30,7 +30,13 @@ pub struct SimArgs {
     /// Faults and their keys (defaults): ib-link-degrade (ber=1e-10: target
     /// bit error rate; ramp=0: seconds of log-linear ramp from the port's
     /// base BER), ib-link-down, ib-link-flap (period=6, down=2: seconds
-    /// between downs and of each down), gpu-thermal, gpu-power, xid, ecc-dbe,
+    /// between downs and of each down), ib-switch-degrade (ENTITY a leaf
+    /// switch, `leaf02`; ber=1e-10, ports=4: that many of the ports behind
+    /// it degrade at once), gpu-thermal, gpu-power, xid (code=79: the XID;
+    /// NVIDIA's catalogue decides the action), ecc-dbe,
+    /// gpu-thermal-host (ENTITY a host; gpus=4: its GPUs 0.. throttling at
+    /// once, shared cooling), gpu-nvlink (rate=1: corrupted flits per
+    /// second on one link; link=0),
     /// storage-stall (factor=20: slowdown of one device), node-loss; tenants
     /// (a second team's job `etl-batch` sharing the target's node):
     /// interference-storage (factor=8: its I/O demand on the device),

@@ -51,6 +51,12 @@ async fn start_correlator(args: &SimArgs) -> Result<Correlator> {
     let (utx, _) = tokio::sync::broadcast::channel(8192);
     let open = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut engine = Engine::default();
+    engine.ib.set_topology(
+        correlator::engine::ib::parse_topology(&crate::cluster::topology::ibnetdiscover(
+            args.nodes,
+        ))
+        .map_err(|e| anyhow::anyhow!("the simulated fabric's topology: {e}"))?,
+    );
     let ui = correlator::web::attach(&args.ui, &mut engine, &utx, &open, &state).await?;
     let hooks = ui
         .as_ref()

@@ -18,7 +18,9 @@
  * Values hold until changed. FAKE_NVML_GPUS sets the GPU count (default 8).
  * mem_temp (C), remap_cor, remap_unc, remap_fail (remapped rows) are served
  * through nvmlDeviceGetFieldValues; other field values return
- * NVML_ERROR_NOT_SUPPORTED. enc_util, dec_util (%) are the encoder and
+ * NVML_ERROR_NOT_SUPPORTED. nvmlDeviceGetRemappedRows returns remap_cor,
+ * remap_unc (rows), remap_pending and remap_fail (0/1) the same way;
+ * noremap=1 makes it NVML_ERROR_NOT_SUPPORTED (a GPU before Ampere). enc_util, dec_util (%) are the encoder and
  * decoder utilisation. nvlinks=N gives the GPU N NVLink links, link L
  * reporting nvl_replay, nvl_recovery, nvl_crc_flit, nvl_crc_data × (L + 1)
  * data-link replays, recoveries, flit and data CRC errors
@@ -327,6 +329,16 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned link, int 
     static const char *const keys[] = {"nvl_replay", "nvl_recovery", "nvl_crc_flit", "nvl_crc_data"};
     if (counter < 0 || counter > 3) return NVML_ERROR_NOT_SUPPORTED;
     *v = val(d->index, keys[counter], 0) * (link + 1);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned *corrRows, unsigned *uncRows, unsigned *isPending, unsigned *failureOccurred) {
+    CHECK(d);
+    if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
+    if (val(d->index, "noremap", 0)) return NVML_ERROR_NOT_SUPPORTED;
+    *corrRows = (unsigned)val(d->index, "remap_cor", 0);
+    *uncRows = (unsigned)val(d->index, "remap_unc", 0);
+    *isPending = val(d->index, "remap_pending", 0) ? 1 : 0;
+    *failureOccurred = val(d->index, "remap_fail", 0) ? 1 : 0;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t d, unsigned *u, unsigned *period) {

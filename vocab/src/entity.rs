@@ -43,8 +43,34 @@ pub fn model(job: &str, model: &str) -> String {
     format!("{job}/{model}")
 }
 
-/// The host an entity belongs to (the whole name for a host entity).
+/// A switch of the fabric (a leaf, from the topology): `switch:<name>`.
+/// Not under any host: the incidents of the ports behind it, on many
+/// hosts, become one on it.
+pub fn switch(name: &str) -> String {
+    format!("switch:{name}")
+}
+
+/// An NFS target shared by the hosts that mount it: `nfs:server:/export`.
+/// Not under any host (an export path has slashes, so [`host_of`] returns
+/// the whole name, like a host's).
+pub fn nfs_target(server: &str, export: &str) -> String {
+    format!("{NFS_PREFIX}{server}:{export}")
+}
+
+/// One host's mount of an NFS target (a host-side NFS problem):
+/// `host/nfs:server:/export`.
+pub fn nfs_mount(host: &str, server: &str, export: &str) -> String {
+    format!("{host}/{}", nfs_target(server, export))
+}
+
+const NFS_PREFIX: &str = "nfs:";
+
+/// The host an entity belongs to (the whole name for a host entity, and
+/// for an entity of no host such as an NFS target).
 pub fn host_of(entity: &str) -> &str {
+    if entity.starts_with(NFS_PREFIX) {
+        return entity;
+    }
     entity.split('/').next().unwrap_or(entity)
 }
 
@@ -65,5 +91,17 @@ mod tests {
         assert_eq!(host_of(&nccl_comm("n004", "a1b2c3")), "n004");
         assert_eq!(host_of("n003/gpu5"), "n003");
         assert_eq!(host_of("n003"), "n003");
+        assert_eq!(nfs_target("filer1", "/home"), "nfs:filer1:/home");
+        assert_eq!(
+            host_of(&nfs_target("[fd00::5]", "/a/b")),
+            "nfs:[fd00::5]:/a/b"
+        );
+        assert_eq!(
+            nfs_mount("n003", "filer1", "/home"),
+            "n003/nfs:filer1:/home"
+        );
+        assert_eq!(host_of(&nfs_mount("n003", "filer1", "/home")), "n003");
+        assert_eq!(switch("leaf07"), "switch:leaf07");
+        assert_eq!(host_of(&switch("leaf07")), "switch:leaf07");
     }
 }

@@ -54,7 +54,13 @@ names! {
         GpuEcc = "gpu_ecc",
         GpuThermalThrottle = "gpu_thermal_throttle",
         GpuPowerThrottle = "gpu_power_throttle",
+        /// NVLink data-link errors (CRC, replays, recoveries) on a GPU's
+        /// links at a rate above the fleet's and the floor.
+        GpuNvlinkErrors = "gpu_nvlink_errors",
         StorageLatency = "storage_latency",
+        /// An NFS target's RPC latency (on the target when its hosts are
+        /// slow together, on one host's mount when only it is).
+        NfsLatency = "nfs_latency",
         NodeLost = "node_lost",
         Straggler = "straggler",
         JobSlowdown = "job_slowdown",
@@ -62,6 +68,8 @@ names! {
         /// One tenant's job saturating a shared resource (storage device,
         /// HCA port or link, time-sliced GPU) and slowing another's.
         Interference = "interference",
+        /// A collective that stopped making progress on every rank.
+        CollectiveHang = "collective_hang",
     }
 }
 

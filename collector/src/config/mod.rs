@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use self::collector::{CollectorSection, DEFAULT_JOB_DIR};
 pub use crate::{
     ib::IbSection,
+    nfs::NfsSection,
     nvml::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET},
     otlp::OtlpSection,
     probes::{parse_loc, BlockSection, CudaSection, NcclSection, ProviderSection, VerbsSection},
@@ -43,6 +44,7 @@ pub struct FileConfig {
     pub stream: StreamSection,
     pub otlp: OtlpSection,
     pub usage: UsageSection,
+    pub nfs: NfsSection,
 }
 
 impl FileConfig {

@@ -28,6 +28,15 @@ impl FileConfig {
         self.ib.filter()?;
         self.otlp.validate()?;
         self.validate_usage()?;
+        if self.nfs.max_mounts == 0 {
+            return Err(ConfigError::invalid("nfs.max_mounts", "must be at least 1"));
+        }
+        if self.nfs.mountstats.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                "nfs.mountstats",
+                "must name a file under collector.proc_root (self/mountstats, 1/mountstats)",
+            ));
+        }
         if let Some(p) = &self.verbs.provider {
             p.target()
                 .map_err(|e| ConfigError::invalid("verbs.provider", e))?;

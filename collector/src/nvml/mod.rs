@@ -87,6 +87,8 @@ pub struct GpuSample {
     /// Rows remapped for correctable / uncorrectable errors (Ampere and later).
     pub remapped_rows_corr: Option<u64>,
     pub remapped_rows_unc: Option<u64>,
+    /// A row remapping waiting for the next GPU reset.
+    pub remap_pending: Option<bool>,
     /// 1 when a row remapping failed in the past.
     pub remap_failure: Option<u64>,
 }
@@ -406,6 +408,7 @@ mod events;
 mod gpm;
 mod nvlink;
 mod prom;
+mod remap;
 mod sample;
 mod section;
 

@@ -294,7 +294,7 @@ fn profiling(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     }
 }
 
-/// Rows remapped for ECC errors, and remapping failures.
+/// Rows remapped for ECC errors, pending remaps and remapping failures.
 fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     for (name, help, v) in [
         (
@@ -319,6 +319,15 @@ fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
             Kind::Gauge,
             l,
             v,
+        );
+    }
+    if let Some(v) = s.remap_pending {
+        t.sample(
+            "faultline_gpu_row_remap_pending",
+            "1 when a row remapping waits for the next GPU reset",
+            Kind::Gauge,
+            l,
+            u64::from(v),
         );
     }
 }

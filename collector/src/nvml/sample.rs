@@ -9,7 +9,7 @@ use nvml_wrapper::{
     Device,
 };
 
-use super::{field_u64, nvlink, GpuEvent, GpuEventKind, GpuSample, NvmlSource};
+use super::{field_u64, nvlink, remap, GpuEvent, GpuEventKind, GpuSample, NvmlSource};
 
 /// Reads one NVML field of one GPU: a field found unsupported is logged
 /// once and not queried again, a lost GPU stops the GPU's remaining reads,
@@ -201,11 +201,11 @@ fn read_energy_video_rows(r: &mut Reader<'_>, d: &Device<'_>, s: &mut GpuSample)
     s.dec_util_pct = r
         .read("decoder_utilization", || d.decoder_utilization())
         .map(|u| u.utilization);
-    // NVML_FI_DEV_REMAPPED_COR / _UNC / _FAILURE = 142 / 143 / 145
-    // (nvmlDeviceGetRemappedRows through field values; Ampere and later).
-    s.remapped_rows_corr = r.read("remapped_rows", || field_u64(d, 142));
-    if s.remapped_rows_corr.is_some() {
-        s.remapped_rows_unc = r.read("remapped_rows", || field_u64(d, 143));
-        s.remap_failure = r.read("remapped_rows", || field_u64(d, 145));
+    // nvmlDeviceGetRemappedRows (Ampere and later).
+    if let Some(rows) = r.read("remapped_rows", || remap::read(d)) {
+        s.remapped_rows_corr = Some(rows.corr);
+        s.remapped_rows_unc = Some(rows.unc);
+        s.remap_pending = Some(rows.pending);
+        s.remap_failure = Some(u64::from(rows.failure));
     }
 }

@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use super::{
     block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, nccl::NcclSource,
-    otlp::OtlpSource, rdma::RdmaEventSource, usage::UsageSource, verbs::VerbsSource, Console,
-    Source,
+    nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource, usage::UsageSource,
+    verbs::VerbsSource, Console, Source,
 };
 use crate::{
     config::FileConfig,
@@ -33,6 +33,12 @@ pub fn start_sources(
         );
         expo.set_section("block", b.render());
         out.push(Box::new(b));
+    }
+    if cfg.nfs.enabled {
+        let reader = crate::nfs::NfsReader::new(&cfg.collector.proc_root, &cfg.nfs);
+        let n = NfsSource::new(reader);
+        expo.set_section("nfs", n.render());
+        out.push(Box::new(n));
     }
     out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
     out.push(Box::new(IbSource::new(root.clone(), cfg.ib.filter()?)));

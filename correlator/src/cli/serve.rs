@@ -2,7 +2,6 @@
 //! task, the history, the web UI, `/metrics` and Alertmanager delivery that
 //! the config file and the flags turn on.
 use std::{
-    collections::HashMap,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -32,8 +31,10 @@ pub struct ServeArgs {
     /// over it is ended with RESOURCE_EXHAUSTED and the collector resumes.
     #[arg(long, default_value_t = 1000)]
     max_windows_per_sec: u32,
-    /// Fabric topology: lines `LINK ENDPOINT [ENDPOINT]` with endpoints
-    /// `<host>/<hca>/<port>`; both ends of a link become one entity.
+    /// Fabric topology: `ibnetdiscover`'s output, or lines
+    /// `LINK ENDPOINT [ENDPOINT]` with endpoints `<host>/<hca>/<port>` or
+    /// `<switch>[<port>]`; both HCA ends of a link become one entity, and
+    /// ports behind one switch flagged together one incident on the switch.
     #[arg(long, value_name = "FILE")]
     topology: Option<PathBuf>,
     /// Config file (TOML): detection thresholds under `[detect.ib]`,
@@ -168,15 +169,22 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
 }
 
 /// The fabric topology of `--topology`, none without it.
-fn topology(path: Option<&Path>) -> Result<HashMap<String, String>> {
+fn topology(path: Option<&Path>) -> Result<correlator::engine::ib::Topology> {
     let Some(p) = path else {
-        return Ok(HashMap::new());
+        return Ok(Default::default());
     };
     let text = proto::bounded_read::read_to_string(p, MAX_TOPOLOGY_BYTES)
         .with_context(|| format!("reading the topology {}", p.display()))?;
     let map = correlator::engine::ib::parse_topology(&text)
         .map_err(|e| anyhow::anyhow!("topology {}: {e}", p.display()))?;
-    tracing::info!(links = map.len(), "fabric topology loaded");
+    let (links, switches, uplinks, skipped) = map.counts();
+    tracing::info!(links, switches, uplinks, "fabric topology loaded");
+    if skipped > 0 {
+        tracing::warn!(
+            skipped,
+            "topology: CAs without a `<host> <hca>` node description left out (rdma-ndd's default \"%h %d\" names them)"
+        );
+    }
     Ok(map)
 }
 

@@ -166,6 +166,7 @@ pub fn clip<'a>(l: &LimitsConfig, w: &'a Window) -> (Cow<'a, Window>, Dropped) {
         nccl: rows(&w.nccl, max_r, |x| x.job.as_str(), &mut keep_job),
         usage: rows(&w.usage, max_rows, |x| x.job.as_str(), &mut keep_job),
         nccl_perf: rows(&w.nccl_perf, max_rows, |x| x.job.as_str(), &mut keep_job),
+        nfs: head(&w.nfs, max_e).to_vec(),
     };
     d.jobs = dropped_jobs.len();
     (Cow::Owned(c), d)

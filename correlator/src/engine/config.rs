@@ -7,6 +7,7 @@
 //! from what makes the simulator pass.
 use serde::{Deserialize, Serialize};
 
+pub use super::gpu::GpuConfig;
 pub use crate::limits::LimitsConfig;
 pub use crate::setting::InvalidSetting;
 use crate::setting::{pos, prob};
@@ -16,7 +17,12 @@ use crate::setting::{pos, prob};
 #[serde(default, deny_unknown_fields)]
 pub struct DetectConfig {
     pub ib: IbConfig,
+    /// `[detect.gpu]`: NVLink errors and shared cooling (the section lives
+    /// with its detector, `engine::gpu::config`).
+    pub gpu: GpuConfig,
     pub storage: StorageConfig,
+    /// `[detect.nfs]` (its type in `engine::nfs`).
+    pub nfs: super::nfs::NfsConfig,
     pub workload: WorkloadConfig,
     pub interference: InterferenceConfig,
     pub nccl: NcclConfig,
@@ -202,6 +208,19 @@ pub struct IbConfig {
     /// Downs (state transitions or `link_downed` increments) within
     /// `flap_horizon_s` that make a port flapping.
     pub flap_downs: usize,
+    /// Ports behind one switch (from `--topology`) flagged together (same
+    /// kind, within `extent_window_s`) from which they are one incident on
+    /// the switch, listing them: two can be two bad cables, three at once
+    /// on one switch are not chance while the rest of the fabric is clean.
+    pub extent_min_ports: usize,
+    /// … and only when that many flagged ports behind one switch would be
+    /// this unlikely were the switch's ports flagged at the rate of the
+    /// rest of the fabric (binomial tail): a fabric-wide problem is not
+    /// pinned on one switch.
+    pub extent_significance: f64,
+    /// Seconds a port's finding counts as current for the grouping (its
+    /// incident's quiet period).
+    pub extent_window_s: f64,
 }
 
 impl Default for IbConfig {
@@ -218,6 +237,9 @@ impl Default for IbConfig {
             min_peers: 4,
             flap_horizon_s: 600.0,
             flap_downs: 2,
+            extent_min_ports: 3,
+            extent_significance: 1e-3,
+            extent_window_s: 30.0,
         }
     }
 }
@@ -331,7 +353,9 @@ impl DetectConfig {
     /// is the error.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         self.ib.validate()?;
+        self.gpu.validate()?;
         self.storage.validate()?;
+        self.nfs.validate()?;
         self.workload.validate()?;
         self.nccl.validate()?;
         self.interference.validate()?;
@@ -386,6 +410,15 @@ impl IbConfig {
                 "must be at least 2 (one down is ib_link_down)",
             ));
         }
+        if self.extent_min_ports < 2 {
+            return Err(InvalidSetting::new(
+                "ib.extent_min_ports",
+                self.extent_min_ports,
+                "must be at least 2 (one port is a port incident)",
+            ));
+        }
+        prob("ib.extent_significance", self.extent_significance)?;
+        pos("ib.extent_window_s", self.extent_window_s)?;
         Ok(())
     }
 }

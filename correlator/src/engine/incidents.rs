@@ -33,6 +33,7 @@ fn workload_hint(kind: &str) -> Option<&'static str> {
         "ib_link_degraded" | "ib_link_down" | "ib_link_flapping" => "workload: the affected jobs' step time and NCCL bus bandwidth (`NCCL_DEBUG=INFO`; nccl-tests `all_reduce_perf` across this link), retransmits in the jobs' logs",
         k if k.starts_with("gpu_") => "workload: step time of the rank on this GPU against its peers and the latency of models served from it; move the rank or replica off it",
         "storage_latency" => "workload: checkpoint save duration and data-loader wait of the jobs that write or read here",
+        "nfs_latency" => "workload: checkpoint save duration, data-loader wait and I/O wait (`pidstat -d 1`) of the jobs on the affected hosts that read or write this export",
         "node_lost" => "workload: the jobs with ranks on this host have stalled or restarted: their scheduler state (`squeue -w`, `kubectl get pods -o wide`) and last step time",
         _ => return None,
     })
@@ -72,23 +73,6 @@ fn owner(kind: &str, entity: &str, reporter: &str) -> String {
         reporter.to_string()
     }
 }
-
-/// Every incident kind, for restoring incidents stored by name.
-pub const KINDS: &[&str] = &[
-    "ib_link_degraded",
-    "ib_link_down",
-    "ib_link_flapping",
-    "gpu_xid",
-    "gpu_ecc",
-    "gpu_thermal_throttle",
-    "storage_latency",
-    "node_lost",
-    "straggler",
-    "job_slowdown",
-    "inference_latency",
-    "interference",
-    "collective_hang",
-];
 
 /// An open incident as history stored it.
 #[derive(Clone, Debug, Default)]
@@ -139,6 +123,17 @@ fn fnv(s: &str) -> u64 {
 /// its family and entity; whether that is news worth an `updated`: a
 /// higher stage (escalated), a confidence change of `update_delta`, a new
 /// reporter (the other end of a link) or a new mark.
+/// Who an evidence line is from: a link end's "reported by PORT" line or a
+/// switch incident's "member PORT: …" line.
+fn reporter_of(e: &str) -> Option<&str> {
+    if e.starts_with("reported by ") {
+        return Some(e);
+    }
+    e.strip_prefix("member ")
+        .and_then(|r| r.split_once(':'))
+        .map(|(port, _)| port)
+}
+
 fn merge(i: &mut Incident, f: Finding, rank: u8, ts: i64, update_delta: f64) -> bool {
     i.quiet = 0;
     i.restored = false;
@@ -158,18 +153,23 @@ fn merge(i: &mut Incident, f: Finding, rank: u8, ts: i64, update_delta: f64) -> 
             i.jobs.push(j.clone());
         }
     }
-    // A new reporter of the same fault (the other end of a link) is new
-    // evidence even at the same confidence.
+    // A new reporter of the same fault (the other end of a link) or a new
+    // member (a switch's next port) is new evidence even at the same
+    // confidence.
+    let new_reporter = {
+        let known: Vec<&str> = i.evidence.iter().filter_map(|e| reporter_of(e)).collect();
+        f.evidence
+            .iter()
+            .filter_map(|e| reporter_of(e))
+            .any(|r| !known.contains(&r))
+    };
+    // A link end that reported once stays named.
     let reporters: Vec<String> = i
         .evidence
         .iter()
         .filter(|e| e.starts_with("reported by "))
         .cloned()
         .collect();
-    let new_reporter = f
-        .evidence
-        .iter()
-        .any(|e| e.starts_with("reported by ") && !reporters.contains(e));
     let mut news = false;
     for m in &f.marks {
         if !i.marks.contains(m) {
@@ -454,7 +454,7 @@ impl IncidentManager {
     /// quiet period counted from its host's first window. Returns false for
     /// an unknown kind or an entity that already has an open incident.
     pub fn restore(&mut self, s: Stored) -> bool {
-        let Some(kind) = KINDS.iter().copied().find(|k| *k == s.kind) else {
+        let Some(kind) = vocab::kind::IncidentKind::parse(&s.kind).map(|k| k.as_str()) else {
             return false;
         };
         let key = (family(kind).0, s.entity.clone());

@@ -14,6 +14,7 @@ pub mod incidents;
 pub mod interference;
 pub mod nccl;
 pub mod nccl_lag;
+pub mod nfs;
 pub mod node;
 pub mod slot_cache;
 pub mod stats;
@@ -37,6 +38,7 @@ pub struct Engine {
     pub ib: ib::IbDetector,
     pub gpu: gpu::GpuDetector,
     pub storage: storage::StorageDetector,
+    pub nfs: nfs::NfsDetector,
     pub node: node::NodeDetector,
     pub straggler: straggler::StragglerDetector,
     pub nccl_lag: nccl_lag::LagDetector,
@@ -58,12 +60,14 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine with these settings and fabric topology (port entity →
-    /// link name; empty when unknown).
-    pub fn new(cfg: &DetectConfig, topology: std::collections::HashMap<String, String>) -> Self {
+    /// An engine with these settings and fabric topology (link names and
+    /// the switch behind each port; empty when unknown).
+    pub fn new(cfg: &DetectConfig, topology: ib::Topology) -> Self {
         Self {
             ib: ib::IbDetector::new(cfg.ib.clone(), topology),
             storage: storage::StorageDetector::new(cfg.storage.clone()),
+            nfs: nfs::NfsDetector::new(cfg.nfs.clone()),
+            gpu: gpu::GpuDetector::new(cfg.gpu.clone()),
             workload: workload::WorkloadDetector::new(cfg.workload.clone()),
             interference: interference::InterferenceDetector::new(cfg.interference.clone()),
             nccl: nccl::NcclDetector::new(cfg.nccl.clone()),
@@ -104,6 +108,9 @@ impl Engine {
         }
         if self.nccl_lag.dropped > 0 {
             d.insert("nccl_lag_runs", self.nccl_lag.dropped);
+        }
+        if self.nfs.dropped > 0 {
+            d.insert("nfs", self.nfs.dropped);
         }
         d
     }
@@ -221,6 +228,7 @@ impl Engine {
         self.ib.forget_hosts(&gone);
         self.gpu.forget_hosts(&gone);
         self.storage.forget_hosts(&gone);
+        self.nfs.forget_hosts(&gone);
         self.straggler.forget_hosts(&gone);
         self.nccl_lag.forget_hosts(&gone);
         self.interference.forget_hosts(&gone);
@@ -269,6 +277,8 @@ impl Engine {
         let mut findings = self.ib.observe(&host, w, &jobs);
         findings.extend(self.gpu.observe(&host, w, &jobs));
         findings.extend(self.storage.observe(&host, w, &jobs));
+        let (nfs_findings, nfs_evaluated) = self.nfs.observe(&host, w, &jobs);
+        findings.extend(nfs_findings);
         findings.extend(self.node.observe(&host, w));
         findings.extend(nccl_findings);
         let (mut slow, mut evaluated) = self.straggler.observe(&host, w);
@@ -285,6 +295,9 @@ impl Engine {
         findings.extend(self.interference.observe(&host, w, &symptoms));
         evaluated.extend(jobs.iter().cloned());
         evaluated.extend(nccl_evaluated);
+        evaluated.extend(nfs_evaluated);
+        evaluated.extend(self.ib.evaluated(&host));
+        evaluated.extend(self.gpu.evaluated(&host));
         evaluated.extend(
             w.workload
                 .iter()
@@ -313,9 +326,22 @@ impl Engine {
         // Links, GPUs and hosts name the communicators whose ranks cross them.
         self.nccl.annotate(&mut findings);
         let held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
+        // Findings that stand for other entities' incidents (a switch for
+        // its ports) take those incidents over once applied.
+        let absorbing: Vec<(&'static str, String, Vec<String>)> = findings
+            .iter_mut()
+            .filter(|f| !f.absorbs.is_empty())
+            .map(|f| (f.kind, f.entity.clone(), std::mem::take(&mut f.absorbs)))
+            .collect();
         let mut out = self
             .incidents
             .apply(w.end_unix_ms, &host, evaluated, findings, &held);
+        for (kind, entity, members) in absorbing {
+            out.extend(
+                self.incidents
+                    .absorb(kind, &entity, &members, w.end_unix_ms),
+            );
+        }
         for s in joined {
             let Some(key) = self
                 .incidents

@@ -333,7 +333,9 @@ impl NcclDetector {
                         r.hcas.is_empty() || r.hcas.iter().any(|h| h == rest || h == hca)
                     }
                     k if k.starts_with("gpu_") => {
-                        r.device >= 0 && f.entity == vocab::entity::gpu(host, r.device)
+                        let gpu = vocab::entity::gpu(host, r.device);
+                        // A host incident stands for the GPUs it absorbs.
+                        r.device >= 0 && (f.entity == gpu || f.absorbs.contains(&gpu))
                     }
                     "node_lost" => &f.entity == host,
                     _ => false,

@@ -146,7 +146,7 @@ impl Cluster {
             }
             match (&f.kind, &f.target) {
                 (
-                    Kind::GpuThermal | Kind::GpuPower | Kind::Xid | Kind::EccDbe,
+                    Kind::GpuThermal | Kind::GpuPower | Kind::Xid { .. } | Kind::EccDbe,
                     &Target::Gpu { node, gpu },
                 ) => {
                     self.gpu_fault(&f.kind, s, o, node, gpu);
@@ -198,7 +198,7 @@ impl Cluster {
     /// A GPU fault active at the window's end (onset `o`): throttles slow
     /// the rank (and the model server on the last GPU of the last node); an
     /// XID is an event in its onset window; a double-bit ECC error counts.
-    fn gpu_fault(&mut self, kind: &Kind, s: Span, o: f64, node: usize, gpu: usize) {
+    pub(super) fn gpu_fault(&mut self, kind: &Kind, s: Span, o: f64, node: usize, gpu: usize) {
         let serves = node == self.nodes.len().saturating_sub(1) && gpu == GPUS - 1;
         let slowdown = match kind {
             Kind::GpuThermal => {
@@ -211,7 +211,7 @@ impl Cluster {
                 (g.clock, g.throttle, g.power) = (1400, 0x4, 699.0);
                 1.35
             }
-            Kind::Xid if s.in_window(o) => {
+            Kind::Xid { code } if s.in_window(o) => {
                 let name = self.nodes[node].name.clone();
                 let unix_ms = self.t0_ms + (o * 1000.0).round() as i64;
                 self.nodes[node].events.push(Event {
@@ -219,7 +219,7 @@ impl Cluster {
                     kind: vocab::EventKind::GpuXid.to_string(),
                     entity: vocab::entity::gpu(&name, gpu),
                     detail: format!("GPU-{name}-{gpu}"),
-                    code: 79,
+                    code: i64::from(*code),
                 });
                 return;
             }

@@ -103,19 +103,37 @@ impl Cluster {
         let bits = self.spec.link_rate.bits_per_sec();
         for (fi, f) in faults.iter().enumerate() {
             let o = s.on(f);
-            if let (&Kind::IbLinkDegrade { ber, ramp_s }, Target::Port { node, hca }) =
-                (&f.kind, &f.target)
-            {
+            let (ber, ramp_s, ports) = match (&f.kind, &f.target) {
+                (&Kind::IbLinkDegrade { ber, ramp_s }, &Target::Port { node, hca }) => {
+                    (ber, ramp_s, vec![(node, hca)])
+                }
+                (&Kind::IbSwitchDegrade { ber, ports }, &Target::Switch(leaf)) => (
+                    ber,
+                    0.0,
+                    super::topology::switch_ports(leaf, ports, self.nodes.len()),
+                ),
+                _ => continue,
+            };
+            // A switch's ports: each is judged on its own errors, and the
+            // switch is the fault once three are significant, so the truth
+            // follows the third-most erring port (the only one of one).
+            let mut each: Vec<(u64, f64)> = Vec::with_capacity(ports.len());
+            for (node, hca) in ports {
                 let pi = node * HCAS + hca;
-                let base = self.nodes[*node].ports[*hca].base_ber;
+                let base = self.nodes[node].ports[hca].base_ber;
                 let up_bits = bits * self.up_frac[pi];
                 let lambda = up_bits * excess_ber_integral(base, ber, ramp_s, o, s.a, s.b);
                 let excess = self.rng.poisson(lambda);
                 self.extra_sym[pi] += excess;
                 let signalled = up_bits * overlap(s.a, s.b, o, f64::INFINITY);
-                let (reference_ber, significance) = (self.reference_ber, self.significance);
-                self.truth[fi].link_errors(s.k, excess, signalled, reference_ber, significance);
+                each.push((excess, signalled));
             }
+            each.sort_by_key(|e| std::cmp::Reverse(e.0));
+            let Some(&(excess, signalled)) = each.get(each.len().min(3).saturating_sub(1)) else {
+                continue;
+            };
+            let (reference_ber, significance) = (self.reference_ber, self.significance);
+            self.truth[fi].link_errors(s.k, excess, signalled, reference_ber, significance);
         }
     }
 

@@ -127,6 +127,8 @@ impl Cluster {
                 let visible = match f.kind {
                     // Once the other ranks wait (the timeline says when).
                     Kind::IbLinkDegrade { .. } | Kind::NcclHang => None,
+                    // Once its errors are significant (`gpu::gpu_faults_advance`).
+                    Kind::GpuNvlink { .. } => None,
                     Kind::IbLinkFlap { period_s, .. } => Some(self.window_of(o + period_s)),
                     Kind::NodeLoss => {
                         Some(ow + correlator::engine::node::LOST_AFTER_WINDOWS as u64)

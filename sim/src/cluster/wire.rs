@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use collector::ib::PortSnapshot;
-use proto::v1::{CudaProc, GpuSample, Origin, StepTime, Window, WorkloadSample};
+use proto::v1::{CudaProc, GpuSample, NvLinkCounters, Origin, StepTime, Window, WorkloadSample};
 
 use super::{ib::COUNTERS, Cluster, LinkRate, Node, GPUS, HCAS, JOB, SERVE_JOB, SERVE_MODEL};
 
@@ -80,6 +80,19 @@ fn gpu_rows(node: &Node, running: bool) -> Vec<GpuSample> {
             ecc_sbe_volatile: Some(g.sbe),
             ecc_dbe_volatile: Some(g.dbe),
             util_gpu_pct: Some(if running { 97 } else { 0 }),
+            nvlink: g
+                .nvl
+                .iter()
+                .enumerate()
+                .map(|(l, c)| NvLinkCounters {
+                    link: l as u32,
+                    replay: Some(c[0]),
+                    recovery: Some(c[1]),
+                    crc_flit: Some(c[2]),
+                    crc_data: Some(c[3]),
+                })
+                .collect(),
+            ..GpuSample::default()
         })
         .collect()
 }

@@ -62,6 +62,11 @@ impl Scenario {
     }
 }
 
+/// XID codes the grid draws from: 13 and 31 (RESTART_APP), 95 and 119
+/// (RESET_GPU), 79 (RESTART_BM: fallen off the bus), 48 (the double-bit
+/// ECC workflow), 74 (the NVLink workflow).
+const XID_CLASSES: &[u32] = &[13, 31, 48, 74, 79, 95, 119];
+
 fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
     match kind {
         "ib-link-degrade" => format!(
@@ -85,7 +90,23 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
                 fmt_value(sig3(down))
             )
         }
+        "ib-switch-degrade" => format!(
+            ":ber={},ports={}",
+            fmt_value(sig3(r.log_uniform(1e-11, 1e-8))),
+            3 + r.below(6)
+        ),
         "storage-stall" => format!(":factor={}", fmt_value(sig3(r.log_uniform(3.0, 50.0)))),
+        // A failed fan or blocked air path takes several GPUs (two alone
+        // are within chance at the fleet floor: two GPU incidents).
+        // One code of each of NVIDIA's action buckets that page someone:
+        // application error, reset, reboot, ECC and NVLink workflows.
+        "xid" => format!(":code={}", XID_CLASSES[r.below(XID_CLASSES.len())]),
+        "gpu-thermal-host" => format!(":gpus={}", 3 + r.below(6)),
+        "gpu-nvlink" => format!(
+            ":rate={},link={}",
+            fmt_value(sig3(r.log_uniform(0.05, 50.0))),
+            r.below(18)
+        ),
         "job-end" => format!(":gap={:.0}", r.range(60.0, 300.0)),
         "congestion" => format!(
             ":fraction={:.2},duration={:.0}",
@@ -125,6 +146,8 @@ fn visible_budget(inject: &str) -> f64 {
     };
     if inject.starts_with("ib-link-degrade") {
         param("ramp") + 300.0
+    } else if inject.starts_with("ib-switch-degrade") || inject.starts_with("gpu-nvlink") {
+        300.0
     } else if inject.starts_with("ib-link-flap") {
         param("period") + 60.0
     } else if inject.starts_with("job-end") {
@@ -327,4 +350,37 @@ pub(super) fn fnv(s: &str) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::XID_CLASSES;
+    use vocab::xid::{action, Action};
+
+    #[test]
+    fn the_drawn_xids_span_the_catalogue_buckets_that_page_someone() {
+        let mut buckets: Vec<&str> = XID_CLASSES
+            .iter()
+            .map(|&c| {
+                let a = action(c);
+                assert!(
+                    !matches!(a, Action::Ignore | Action::Unknown),
+                    "XID {c}: {a:?}"
+                );
+                a.bucket()
+            })
+            .collect();
+        buckets.sort();
+        buckets.dedup();
+        assert_eq!(
+            buckets,
+            [
+                "RESET_GPU",
+                "RESTART_APP",
+                "RESTART_BM",
+                "WORKFLOW_NVLINK_ERR",
+                "WORKFLOW_XID_48"
+            ]
+        );
+    }
 }

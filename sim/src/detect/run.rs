@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::grid::{fnv, tail_windows, Scenario};
 use crate::{
-    cluster::{tenants::TENANT_JOB, Cluster, ClusterSpec, Truth, JOB},
+    cluster::{tenants::TENANT_JOB, topology, Cluster, ClusterSpec, Truth, JOB},
     faults::{self, Fault},
 };
 use correlator::engine::{config::DetectConfig, median, Engine};
@@ -33,6 +33,9 @@ pub(super) struct Seen {
     pub exact: bool,
     /// The opening evidence, to say why a false alarm was raised.
     pub evidence: Vec<String>,
+    /// Resolved into this incident (`explained by incident ID`): a port
+    /// incident of a switch's fault before the switch's was opened.
+    pub merged_into: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -76,6 +79,10 @@ pub(super) struct Outcome {
     /// on the expected entity whose evidence named the injected aggressor.
     pub interference_incidents: u64,
     pub interference_right: u64,
+    /// Incidents resolved into the fault's own incident (the ports of a
+    /// switch fault reported in its first window, before every host had
+    /// reported it): part of the fault, not false alarms, counted here.
+    pub merged_incidents: u64,
     pub seconds: f64,
 }
 
@@ -198,7 +205,15 @@ impl Watch {
                 expected: false,
                 exact: false,
                 evidence: u.evidence.clone(),
+                merged_into: None,
             });
+        if u.state == vocab::UpdateState::Resolved.as_str() {
+            inc.merged_into = u.evidence.iter().find_map(|l| {
+                l.strip_prefix("explained by incident ")
+                    .and_then(|r| r.split_once(' '))
+                    .map(|(id, _)| id.to_string())
+            });
+        }
         if !inc.kinds.contains(&u.kind) {
             inc.kinds.push(u.kind.clone());
         }
@@ -219,8 +234,19 @@ impl Watch {
             symptom_incidents += u64::from(!keep);
             keep
         });
-        let (on_fault, mut false_alarms): (Vec<Seen>, Vec<Seen>) =
+        let (on_fault, false_alarms): (Vec<Seen>, Vec<Seen>) =
             seen.into_values().partition(|i| i.expected);
+        let exact_ids: Vec<&str> = on_fault
+            .iter()
+            .filter(|i| i.exact)
+            .map(|i| i.id.as_str())
+            .collect();
+        let (merged, mut false_alarms): (Vec<Seen>, Vec<Seen>) =
+            false_alarms.into_iter().partition(|i| {
+                i.merged_into
+                    .as_deref()
+                    .is_some_and(|m| exact_ids.contains(&m))
+            });
         let incidents_on_fault = on_fault.iter().filter(|i| i.exact).count() as u64;
         false_alarms.sort_by_key(|f| f.first_window);
         let mut false_alarm_kinds: BTreeMap<String, u64> = BTreeMap::new();
@@ -251,6 +277,7 @@ impl Watch {
             symptom_incidents,
             interference_incidents: self.interference_ids.len() as u64,
             interference_right: self.interference_right.len() as u64,
+            merged_incidents: merged.len() as u64,
             seconds,
             scenario: s.clone(),
         }
@@ -297,6 +324,10 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
     let mut c = Cluster::new(spec.clone());
     let fs = faults::parse_all(&s.inject, &c, spec.seed)?;
     let mut e = Engine::default();
+    e.ib.set_topology(
+        correlator::engine::ib::parse_topology(&topology::ibnetdiscover(s.nodes))
+            .map_err(|err| anyhow::anyhow!("the simulated fabric's topology: {err}"))?,
+    );
     let mut watch = Watch::default();
     let mut x = Expect {
         fault: fs.first(),

@@ -20,6 +20,8 @@ enum Wants {
     Model,
     /// A training rank by its GPU, or every rank of a host.
     Rank,
+    /// A leaf switch.
+    Switch,
 }
 
 fn wants(kind: &Kind) -> Wants {
@@ -28,7 +30,10 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::IbLinkDown
         | Kind::IbLinkFlap { .. }
         | Kind::CounterReset => Wants::Port,
-        Kind::GpuThermal | Kind::GpuPower | Kind::Xid | Kind::EccDbe => Wants::Gpu,
+        Kind::IbSwitchDegrade { .. } => Wants::Switch,
+        Kind::GpuThermal | Kind::GpuPower | Kind::Xid { .. } | Kind::EccDbe => Wants::Gpu,
+        Kind::GpuNvlink { .. } => Wants::Gpu,
+        Kind::GpuThermalHost { .. } => Wants::Node,
         Kind::StorageStall { .. }
         | Kind::InterferenceStorage { .. }
         | Kind::VictimMoreData { .. } => Wants::Device,
@@ -46,6 +51,20 @@ fn wants(kind: &Kind) -> Wants {
 }
 
 fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Target> {
+    if want == Wants::Switch {
+        let leaves = c.nodes().div_ceil(crate::cluster::NODES_PER_LEAF);
+        let leaf = s
+            .strip_prefix("leaf")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&l| l < leaves)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "entity {s:?} does not fit this kind: it takes a leaf switch leaf00..leaf{:02}",
+                    leaves.saturating_sub(1)
+                )
+            })?;
+        return Ok(Target::Switch(leaf));
+    }
     let parts: Vec<&str> = s.split('/').collect();
     let node = c.node_index(parts[0]).ok_or_else(|| {
         anyhow::anyhow!(
@@ -108,6 +127,7 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
                 Wants::Node => "a node like n017",
                 Wants::Rank =>
                     "a rank by its GPU like n017/gpu5, or a host like n017 (all its ranks)",
+                Wants::Switch => "a leaf switch like leaf01",
                 Wants::Cluster | Wants::Job | Wants::Model => "no entity",
             }
         );
@@ -209,6 +229,18 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
             let ramp_s = g.checked("ramp", |r| r >= 0.0, "must be ≥ 0 seconds")?;
             Kind::IbLinkDegrade { ber, ramp_s }
         }
+        "ib-switch-degrade" => Kind::IbSwitchDegrade {
+            ber: g.checked(
+                "ber",
+                |b| b > 0.0 && b < 1e-3,
+                "must be a bit error rate in (0, 1e-3)",
+            )?,
+            ports: g.checked(
+                "ports",
+                |p| p >= 1.0 && p.fract() == 0.0 && p <= 128.0,
+                "must be a whole number of ports in 1..=128 (a leaf's HCA ports)",
+            )? as usize,
+        },
         "ib-link-down" => Kind::IbLinkDown,
         "ib-link-flap" => {
             let down_s = g.checked("down", |d| d > 0.0, "must be > 0 seconds")?;
@@ -221,8 +253,34 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
         }
         "gpu-thermal" => Kind::GpuThermal,
         "gpu-power" => Kind::GpuPower,
-        "xid" => Kind::Xid,
+        "xid" => Kind::Xid {
+            code: g.checked(
+                "code",
+                |c| c >= 1.0 && c.fract() == 0.0 && c <= 1023.0,
+                "must be an XID code (a whole number in 1..=1023)",
+            )? as u32,
+        },
         "ecc-dbe" => Kind::EccDbe,
+        // GPU faults beyond one GPU's state (`cluster::gpu`).
+        "gpu-thermal-host" => Kind::GpuThermalHost {
+            gpus: g.checked(
+                "gpus",
+                |n| (2.0..=8.0).contains(&n) && n.fract() == 0.0,
+                "must be a whole number of GPUs in 2..=8 (one GPU is gpu-thermal)",
+            )? as usize,
+        },
+        "gpu-nvlink" => Kind::GpuNvlink {
+            rate: g.checked(
+                "rate",
+                |r| r > 0.0 && r <= 1e6,
+                "must be corrupted flits per second in (0, 1e6]",
+            )?,
+            link: g.checked(
+                "link",
+                |l| (0.0..18.0).contains(&l) && l.fract() == 0.0,
+                "must be a link number in 0..=17",
+            )? as usize,
+        },
         "storage-stall" => Kind::StorageStall {
             factor: g.slowdown()?,
         },
@@ -297,6 +355,9 @@ fn draw_target(c: &Cluster, want: Wants, rng: &mut Rng) -> Target {
             }
         }
         Wants::Node => Target::Node(rng.below(c.nodes())),
+        Wants::Switch => {
+            Target::Switch(rng.below(c.nodes().div_ceil(crate::cluster::NODES_PER_LEAF).max(1)))
+        }
         Wants::Cluster => Target::Cluster,
         Wants::Job => Target::Job,
         Wants::Model => Target::Model,

@@ -31,6 +31,7 @@ use proto::v1::{IbPort, Window};
 use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, median};
 
 mod counters;
+mod extent;
 mod history;
 mod links;
 #[cfg(test)]
@@ -40,7 +41,7 @@ mod verdict;
 
 use counters::remember;
 use history::{History, FAMILIES};
-pub use topology::{parse_topology, TopologyError};
+pub use topology::{parse_topology, Topology, TopologyError};
 
 /// Physical-layer error counter families in `counters/` (IBA PortCounters).
 pub const ERROR_COUNTERS: &[&str] = &[
@@ -108,9 +109,11 @@ pub struct IbDetector {
     cfg: IbConfig,
     ports: HashMap<String, PortState>,
     by_host: HashMap<String, Vec<String>>,
-    /// Port entity → link name, from the fabric topology: both ends of a
-    /// link report under one entity.
-    topology: HashMap<String, String>,
+    /// Link names (both ends of a link report under one entity) and the
+    /// switch each port is cabled to, from the fabric topology.
+    topology: Topology,
+    /// Flagged ports behind switches, for the fault's extent.
+    extent: extent::Extent,
     fabric: super::slot_cache::SlotCache<Fabric>,
 }
 
@@ -126,7 +129,7 @@ impl IbDetector {
         self.ports.get(port).map(|s| (s.ber, s.retry_ratio))
     }
 
-    pub fn new(cfg: IbConfig, topology: HashMap<String, String>) -> Self {
+    pub fn new(cfg: IbConfig, topology: Topology) -> Self {
         Self {
             cfg,
             topology,
@@ -134,14 +137,21 @@ impl IbDetector {
         }
     }
 
-    pub fn with_topology(topology: HashMap<String, String>) -> Self {
+    pub fn with_topology(topology: Topology) -> Self {
         Self::new(IbConfig::default(), topology)
+    }
+
+    /// Replaces the fabric topology (before the first window).
+    pub fn set_topology(&mut self, topology: Topology) {
+        self.topology = topology;
     }
 
     /// Forgets the ports of these hosts.
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.ports.retain(|e, _| !gone.contains(super::host_of(e)));
         self.by_host.retain(|h, _| !gone.contains(h));
+        self.extent
+            .forget(|p| gone.contains(vocab::entity::host_of(p)));
     }
 
     /// Entities (ports) known on a host.
@@ -153,7 +163,7 @@ impl IbDetector {
     /// knows it, else the port itself.
     pub fn entity_of(&self, port: &str) -> String {
         self.topology
-            .get(port)
+            .link_of(port)
             .cloned()
             .unwrap_or_else(|| port.to_string())
     }
@@ -162,8 +172,22 @@ impl IbDetector {
     pub fn links_of(&self, host: &str) -> Vec<String> {
         self.entities_of(host)
             .iter()
-            .filter_map(|p| self.topology.get(p).cloned())
+            .filter_map(|p| self.topology.link_of(p).cloned())
             .collect()
+    }
+
+    /// Entities not under the host that its ports report into (link names
+    /// and the switches they are cabled to): the host's windows count
+    /// towards their incidents' quiet period.
+    pub fn evaluated(&self, host: &str) -> Vec<String> {
+        let mut e = Vec::new();
+        for p in self.by_host.get(host).into_iter().flatten() {
+            e.extend(self.topology.link_of(p).cloned());
+            e.extend(self.topology.leaf_of(p).map(vocab::entity::switch));
+        }
+        e.sort();
+        e.dedup();
+        e
     }
 
     /// Fabric medians, recomputed at most once per half window of event
@@ -227,8 +251,12 @@ impl IbDetector {
                 }
             }
         }
+        let tracked = self.ports.len();
+        let end = w.end_unix_ms;
+        self.extent
+            .group(&self.topology, &self.cfg, end, tracked, &mut findings);
         for f in &mut findings {
-            if let Some(link) = self.topology.get(&f.entity) {
+            if let Some(link) = self.topology.link_of(&f.entity) {
                 f.evidence.push(format!("reported by {}", f.entity));
                 f.entity = link.clone();
             }

@@ -81,4 +81,25 @@ impl IncidentManager {
         ));
         Some(Self::update(ts, "resolved", &i))
     }
+
+    /// Resolves the open incidents of `members` (same family as `kind`)
+    /// into the open incident of `kind` on `entity` that stands for them
+    /// (a switch for its ports).
+    pub fn absorb(
+        &mut self,
+        kind: &'static str,
+        entity: &str,
+        members: &[String],
+        ts: i64,
+    ) -> Vec<CandidateUpdate> {
+        let by = (family(kind).0, entity.to_string());
+        if !self.open.contains_key(&by) {
+            return Vec::new();
+        }
+        members
+            .iter()
+            .filter(|m| m.as_str() != entity)
+            .filter_map(|m| self.supersede(kind, m, ts, &by))
+            .collect()
+    }
 }

@@ -11,6 +11,10 @@ pub struct Finding {
     /// Facts that are news for an open incident even at the same
     /// confidence (e.g. `saturated:symbol_error`): a new one is an `updated`.
     pub marks: Vec<String>,
+    /// Entities whose open incidents of this kind's family this finding
+    /// stands for (the ports of a switch incident): the engine resolves
+    /// them into it, one fault, one incident.
+    pub absorbs: Vec<String>,
 }
 
 impl Finding {
@@ -23,6 +27,7 @@ impl Finding {
             jobs: Vec::new(),
             runbook: String::new(),
             marks: Vec::new(),
+            absorbs: Vec::new(),
         }
     }
     pub fn with_mark(mut self, m: String) -> Self {

@@ -94,7 +94,12 @@ fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> 
     let host = vocab::entity::host_prefix(&p.host);
     match kind {
         k if k.starts_with("gpu_") => {
-            p.device >= 0 && entity == vocab::entity::gpu(&p.host, p.device)
+            let gpu = vocab::entity::gpu(&p.host, p.device);
+            // A host incident (shared cooling) lists its GPUs, one line each.
+            p.device >= 0
+                && (entity == gpu
+                    || (entity == p.host
+                        && evidence.iter().any(|e| e.starts_with(&format!("{gpu}: ")))))
         }
         "ib_link_degraded" | "ib_link_down" | "ib_link_flapping" => {
             let port = if p.hca.is_empty() {
@@ -103,11 +108,21 @@ fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> 
                 vocab::entity::hca_prefix(&p.host, &p.hca)
             };
             entity.starts_with(&port)
-                || evidence
-                    .iter()
-                    .any(|e| e.starts_with(&format!("reported by {port}")))
+                || evidence.iter().any(|e| {
+                    e.strip_prefix("reported by ")
+                        .or_else(|| e.strip_prefix("member "))
+                        .is_some_and(|r| r.starts_with(&port))
+                })
         }
         "storage_latency" => entity.starts_with(&host),
+        // One host's mount, or a target whose evidence lists this host.
+        "nfs_latency" => {
+            entity.starts_with(&host)
+                || evidence.iter().any(|e| {
+                    e.strip_prefix(crate::engine::nfs::AFFECTED)
+                        .is_some_and(|l| l.split(' ').any(|h| h == p.host))
+                })
+        }
         "node_lost" => entity == p.host,
         // Another tenant on a GPU, port or device of this rank's host.
         "interference" => {

@@ -1,0 +1,171 @@
+//! The fault's extent: port findings that co-occur behind one switch (from
+//! the topology) become one finding on the switch, which lists the ports
+//! and stands for their incidents (one fault, one incident).
+//!
+//! A port counts as flagged for `extent_window_s` after its latest finding.
+//! Behind a switch with `n` ports, `k` ports of one family (errors, or
+//! state: down/flapping) flagged in two windows running are the switch's
+//! when `k ≥ extent_min_ports` and `k` is unlikely at the rate the rest of
+//! the fabric's ports are flagged (binomial tail below
+//! `extent_significance`): one bad cable, or two, stay port incidents; a
+//! fabric-wide rise is not pinned on a switch. Two windows, because hosts
+//! report one after another: by a port's second finding every host has
+//! reported the first window of the fault, so "the rest of the fabric" is
+//! known. The port incidents opened in that first window are then resolved
+//! into the switch's.
+use std::collections::HashMap;
+
+use super::{super::stats::binomial_upper_sf, topology::Topology, Finding, IbConfig};
+
+/// Members listed one per evidence line (the rest counted).
+const MAX_LISTED: usize = 16;
+
+/// The grouping family of a link kind: errors, or state.
+fn family(kind: &str) -> Option<&'static str> {
+    match kind {
+        "ib_link_degraded" => Some("errors"),
+        "ib_link_down" | "ib_link_flapping" => Some("state"),
+        _ => None,
+    }
+}
+
+/// A port's latest finding, while it is current.
+#[derive(Debug)]
+struct Flag {
+    family: &'static str,
+    /// First window end of this run of findings.
+    since_ms: i64,
+    at_ms: i64,
+    line: String,
+    jobs: Vec<String>,
+}
+
+/// Flagged ports behind switches.
+#[derive(Debug, Default)]
+pub(super) struct Extent {
+    /// Port entity → its latest finding (only ports the topology puts
+    /// behind a switch; bounded by the ports tracked).
+    flagged: HashMap<String, Flag>,
+}
+
+impl Extent {
+    pub(super) fn forget(&mut self, gone: impl Fn(&str) -> bool) {
+        self.flagged.retain(|p, _| !gone(p));
+    }
+
+    /// Records this window's port findings and rewrites those whose switch
+    /// has become the fault into one finding on the switch. `ports` is the
+    /// number of ports tracked in the fabric.
+    pub(super) fn group(
+        &mut self,
+        topo: &Topology,
+        cfg: &IbConfig,
+        end_ms: i64,
+        ports: usize,
+        findings: &mut Vec<Finding>,
+    ) {
+        let window_ms = (cfg.extent_window_s * 1000.0) as i64;
+        self.flagged.retain(|_, f| end_ms - f.at_ms <= window_ms);
+        for f in findings.iter() {
+            if let (Some(family), Some(_)) = (family(f.kind), topo.leaf_of(&f.entity)) {
+                let line = f.evidence.first().cloned().unwrap_or_default();
+                let jobs = f.jobs.clone();
+                let since_ms = self
+                    .flagged
+                    .get(&f.entity)
+                    .filter(|old| old.family == family)
+                    .map_or(end_ms, |old| old.since_ms);
+                let flag = Flag {
+                    family,
+                    since_ms,
+                    at_ms: end_ms,
+                    line,
+                    jobs,
+                };
+                self.flagged.insert(f.entity.clone(), flag);
+            }
+        }
+        let mut out: Vec<Finding> = Vec::with_capacity(findings.len());
+        for f in findings.drain(..) {
+            let verdict = family(f.kind)
+                .zip(topo.leaf_of(&f.entity))
+                .and_then(|(fam, sw)| self.switch_finding(topo, cfg, sw, fam, ports, &f));
+            let f = verdict.unwrap_or(f);
+            // One finding per (kind, switch) per window.
+            if !out.iter().any(|o| o.kind == f.kind && o.entity == f.entity) {
+                out.push(f);
+            }
+        }
+        *findings = out;
+    }
+
+    /// The switch's finding in place of `f`, when the switch is the fault.
+    fn switch_finding(
+        &self,
+        topo: &Topology,
+        cfg: &IbConfig,
+        switch: &str,
+        family: &'static str,
+        ports: usize,
+        f: &Finding,
+    ) -> Option<Finding> {
+        let members = topo.members(switch);
+        let flagged: Vec<(&String, &Flag)> = members
+            .iter()
+            .filter_map(|p| self.flagged.get_key_value(p))
+            .filter(|(_, fl)| fl.family == family && fl.since_ms < fl.at_ms)
+            .collect();
+        let k = flagged.len();
+        if k < cfg.extent_min_ports {
+            return None;
+        }
+        let n = members.len();
+        let elsewhere = self
+            .flagged
+            .iter()
+            .filter(|(p, fl)| fl.family == family && topo.leaf_of(p) != Some(switch))
+            .count();
+        let others = ports.saturating_sub(n).max(elsewhere).max(1);
+        let rate = elsewhere as f64 / others as f64;
+        let p = binomial_upper_sf(k as u64, n as u64, rate);
+        if p >= cfg.extent_significance {
+            return None;
+        }
+        let what = if family == "errors" {
+            "degraded"
+        } else {
+            "down or flapping"
+        };
+        let names: Vec<&str> = flagged.iter().map(|(p, _)| p.as_str()).collect();
+        let mut evidence = vec![format!(
+            "{k} of the {n} ports behind switch {switch} {what} at once ({}); the rest of the fabric: {elsewhere} of {others} ports, so {k} here by chance has p {}",
+            names.join(", "),
+            if p > 0.0 { format!("= {p:.1e}") } else { "< 1e-300".to_string() }
+        )];
+        for (port, fl) in flagged.iter().take(MAX_LISTED) {
+            evidence.push(format!("member {port}: {}", fl.line));
+        }
+        if k > MAX_LISTED {
+            evidence.push(format!("and {} more members", k - MAX_LISTED));
+        }
+        let mut jobs: Vec<String> = flagged.iter().flat_map(|(_, fl)| fl.jobs.clone()).collect();
+        jobs.sort();
+        jobs.dedup();
+        let absorbs = names
+            .iter()
+            .map(|p| topo.link_of(p).cloned().unwrap_or_else(|| p.to_string()))
+            .collect();
+        let mut g = Finding::new(
+            f.kind,
+            &vocab::entity::switch(switch),
+            f.confidence.max(0.9),
+        )
+        .with_evidence_list(evidence)
+        .with_jobs(&jobs)
+        .with_runbook(format!(
+            "one element, several cables: check switch {switch} itself first (power supplies, fans and temperature, firmware and its log; `ibqueryerrors` and `iblinkinfo` for all its ports and uplinks), then whether the cables share an optics batch; move the jobs behind it (`ibnetdiscover` lists them) before a reset"
+        ));
+        g.absorbs = absorbs;
+        Some(g)
+    }
+}

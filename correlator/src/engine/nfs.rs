@@ -1,0 +1,310 @@
+//! `nfs_latency`: an NFS target (`server:/export`) whose RPCs take far
+//! longer than they did, judged per host, target and procedure (READ,
+//! WRITE, GETATTR, COMMIT, …) on the mean round-trip time of the window's
+//! RPCs (the kernel's cumulative RTT over its RPC count, as `nfsiostat`
+//! reports "avg RTT") against that mount's own history.
+//!
+//! A storage fault shared by the hosts that mount one target is one
+//! incident on the target (`nfs:server:/export`): when at least two hosts,
+//! and `target_share` of those with a current window on it, are slow, the
+//! finding names every affected host and the jobs on them. A host whose
+//! mount alone is slow while at least `min_peers` other hosts on the same
+//! target are fine is a host-side problem (the client, its NIC or network
+//! path): its incident is on `host/nfs:server:/export` and says so.
+//!
+//! Windows of different hosts arrive one after another, so the verdict at
+//! one host's window uses the other hosts' latest windows (within one
+//! window length); a host needs `persist_windows` slow windows before a
+//! finding, by which time its peers have reported the slot it first saw.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use proto::v1::Window;
+
+use super::{baseline::OwnBaseline, incidents::Finding, median};
+
+mod config;
+pub use config::NfsConfig;
+
+/// The evidence line listing the affected hosts (the workload joins its
+/// symptoms through it).
+pub const AFFECTED: &str = "affected hosts: ";
+
+/// One (host, target, procedure) series.
+#[derive(Debug, Default)]
+struct Series {
+    own: OwnBaseline,
+    /// The latest judged window: mean RTT (ms), RPCs, retransmissions, its end.
+    rtt_ms: f64,
+    ops: u64,
+    retrans: u64,
+    at_ms: i64,
+    /// The own history before the latest window (for the evidence).
+    base_ms: Option<f64>,
+    streak: u32,
+    mountpoint: String,
+}
+
+/// A host's window on one target and procedure, summed over its mounts.
+#[derive(Debug, Default)]
+struct OpWindow {
+    ops: u64,
+    rtt_ms: u64,
+    retrans: u64,
+    mountpoint: String,
+}
+
+type Key = (String, String, String);
+
+#[derive(Debug, Default)]
+pub struct NfsDetector {
+    cfg: NfsConfig,
+    /// By (host, target, procedure).
+    series: BTreeMap<Key, Series>,
+    /// Each host's jobs in its latest window.
+    jobs: HashMap<String, Vec<String>>,
+    /// Series and rows dropped at the caps.
+    pub dropped: u64,
+}
+
+/// One host's state on a target at the current slot.
+struct HostView {
+    host: String,
+    slow: bool,
+    persisted: bool,
+    /// Its slow procedures: (op, mean RTT, own history, RPCs,
+    /// retransmissions), by name.
+    slow_ops: Vec<SlowOp>,
+}
+
+type SlowOp = (String, f64, Option<f64>, u64, u64);
+
+/// Over the slow hosts, per procedure: mean RTTs, own histories, RPCs,
+/// retransmissions.
+type OpSummary = (Vec<f64>, Vec<f64>, u64, u64);
+
+impl NfsDetector {
+    pub fn new(cfg: NfsConfig) -> Self {
+        Self {
+            cfg,
+            ..Self::default()
+        }
+    }
+
+    /// The window's rows per (target, procedure), within the row cap.
+    fn per_target(&mut self, w: &Window) -> BTreeMap<(String, String), OpWindow> {
+        let mut per: BTreeMap<(String, String), OpWindow> = BTreeMap::new();
+        let over = w.nfs.len().saturating_sub(self.cfg.max_rows_per_window);
+        self.count_drops(over as u64);
+        for r in w.nfs.iter().take(self.cfg.max_rows_per_window) {
+            let target = format!("{}:{}", r.server, r.export);
+            let e = per.entry((target, r.op.clone())).or_default();
+            e.ops += r.ops;
+            e.rtt_ms += r.rtt_ms_sum;
+            e.retrans += r.retrans;
+            if e.mountpoint.is_empty() {
+                e.mountpoint.clone_from(&r.mountpoint);
+            }
+        }
+        per
+    }
+
+    fn count_drops(&mut self, n: u64) {
+        if n > 0 {
+            self.dropped += n;
+            metrics::counter!("faultline_engine_dropped_total", "what" => "nfs").increment(n);
+        }
+    }
+
+    /// Judges one host's window: its findings (target or host-scoped) and
+    /// the target entities it evaluated (so their incidents resolve once
+    /// quiet).
+    pub fn observe(
+        &mut self,
+        host: &str,
+        w: &Window,
+        jobs: &[String],
+    ) -> (Vec<Finding>, Vec<String>) {
+        if w.nfs.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let len_ms = if w.end_unix_ms > w.start_unix_ms && w.start_unix_ms > 0 {
+            w.end_unix_ms - w.start_unix_ms
+        } else {
+            1000
+        };
+        self.jobs.insert(host.to_string(), jobs.to_vec());
+        let mut targets = BTreeSet::new();
+        for ((target, op), d) in self.per_target(w) {
+            targets.insert(target.clone());
+            self.learn(host, target, op, &d, w.end_unix_ms);
+        }
+        let mut out = Vec::new();
+        let mut evaluated = Vec::new();
+        for target in targets {
+            let Some((server, export)) = target.split_once(':') else {
+                continue;
+            };
+            evaluated.push(vocab::entity::nfs_target(server, export));
+            let views = self.views(&target, w.end_unix_ms - len_ms);
+            out.extend(self.judge(host, &target, &views));
+        }
+        (out, evaluated)
+    }
+
+    /// Feeds one (target, procedure) window into its series and judges it
+    /// against the series' own history.
+    fn learn(&mut self, host: &str, target: String, op: String, d: &OpWindow, end_ms: i64) {
+        if d.ops < self.cfg.min_ops {
+            return;
+        }
+        let key = (host.to_string(), target, op);
+        if !self.series.contains_key(&key) && self.series.len() >= self.cfg.max_series {
+            self.count_drops(1);
+            return;
+        }
+        let cfg = &self.cfg;
+        let s = self.series.entry(key).or_default();
+        let x = d.rtt_ms as f64 / d.ops as f64;
+        let base = s.own.value().filter(|_| s.own.warm());
+        let slow = x > cfg.floor_ms && base.is_some_and(|b| x > cfg.own_ratio * b.max(1e-3));
+        s.streak = if slow { s.streak.saturating_add(1) } else { 0 };
+        s.base_ms = base;
+        let near = s.own.near(x, cfg.floor_ms);
+        s.own.learn(x, near);
+        s.rtt_ms = x;
+        s.ops = d.ops;
+        s.retrans = d.retrans;
+        s.at_ms = end_ms;
+        s.mountpoint.clone_from(&d.mountpoint);
+    }
+
+    /// Every host with a window on `target` ending at or after `fresh`.
+    fn views(&self, target: &str, fresh: i64) -> Vec<HostView> {
+        let mut by: BTreeMap<&str, HostView> = BTreeMap::new();
+        for ((h, t, op), s) in &self.series {
+            if t != target || s.at_ms < fresh {
+                continue;
+            }
+            let v = by.entry(h.as_str()).or_insert_with(|| HostView {
+                host: h.clone(),
+                slow: false,
+                persisted: false,
+                slow_ops: Vec::new(),
+            });
+            if s.streak >= 1 {
+                v.slow = true;
+                v.slow_ops
+                    .push((op.clone(), s.rtt_ms, s.base_ms, s.ops, s.retrans));
+            }
+            v.persisted |= s.streak >= self.cfg.persist_windows;
+        }
+        by.into_values().collect()
+    }
+
+    /// The verdict at `host`'s window on one target.
+    fn judge(&self, host: &str, target: &str, views: &[HostView]) -> Option<Finding> {
+        let cfg = &self.cfg;
+        let slow: Vec<&HostView> = views.iter().filter(|v| v.slow).collect();
+        let n = views.len();
+        let need = ((cfg.target_share * n as f64).ceil() as usize).max(2);
+        if slow.len() >= need && slow.iter().any(|v| v.persisted) {
+            return Some(self.target_finding(target, n, &slow));
+        }
+        let me = views.iter().find(|v| v.host == host && v.persisted)?;
+        // Its slow procedure with the most RPCs (the steadiest mean).
+        let (op, x, base, ops, retrans) = me.slow_ops.iter().max_by_key(|o| o.3)?.clone();
+        let peers: Vec<f64> = views
+            .iter()
+            .filter(|v| !v.slow && v.host != host)
+            .filter_map(|v| self.peer_rtt(&v.host, target, &op))
+            .collect();
+        let m = median(&peers);
+        if peers.len() < cfg.min_peers || x <= cfg.peer_ratio * m {
+            return None;
+        }
+        let (server, export) = target.split_once(':')?;
+        let mp = self
+            .series
+            .get(&(host.to_string(), target.to_string(), op.clone()))
+            .map_or("", |s| s.mountpoint.as_str());
+        let own = base.map_or_else(String::new, |b| {
+            format!(", {:.1}x its own history {b:.2} ms", x / b.max(1e-3))
+        });
+        Some(
+            Finding::new("nfs_latency", &vocab::entity::nfs_mount(host, server, export), 0.75)
+                .with_evidence(format!("{op} mean RTT {x:.2} ms on {host}'s mount {mp} of {target}{own}; {ops} RPCs, {retrans} retransmissions this window"))
+                .with_evidence(format!("{} other hosts on the same target are fine: median {op} RTT {m:.2} ms ({:.1}x): a host-side problem (this client, its NIC or network path), not the server", peers.len(), x / m.max(1e-3)))
+                .with_jobs(self.jobs.get(host).map_or(&[][..], Vec::as_slice))
+                .with_runbook(format!("NFS on {h}: `nfsiostat 1 {mp}` (avg RTT against avg exe per op), the client's NIC errors and TCP retransmits (`nstat -az TcpRetransSegs`, `ss -ti dport = :2049`), its CPU and memory pressure; the other hosts on {target} are fine", h = crate::shell::quote(host), mp = crate::shell::quote(mp))),
+        )
+    }
+
+    fn peer_rtt(&self, host: &str, target: &str, op: &str) -> Option<f64> {
+        self.series
+            .get(&(host.to_string(), target.to_string(), op.to_string()))
+            .map(|s| s.rtt_ms)
+    }
+
+    /// One incident on the target: every slow host, their jobs, and per
+    /// procedure the median RTT over them against their own history.
+    fn target_finding(&self, target: &str, n: usize, slow: &[&HostView]) -> Finding {
+        let (server, export) = target.split_once(':').unwrap_or((target, ""));
+        let hosts: Vec<&str> = slow.iter().map(|v| v.host.as_str()).collect();
+        let mut jobs: Vec<String> = hosts
+            .iter()
+            .filter_map(|h| self.jobs.get(*h))
+            .flatten()
+            .cloned()
+            .collect();
+        jobs.sort();
+        jobs.dedup();
+        let mut by_op: BTreeMap<&str, OpSummary> = BTreeMap::new();
+        for v in slow {
+            for (op, x, base, ops, retrans) in &v.slow_ops {
+                let e = by_op.entry(op.as_str()).or_default();
+                e.0.push(*x);
+                if let Some(b) = base {
+                    e.1.push(*b);
+                }
+                e.2 += ops;
+                e.3 += retrans;
+            }
+        }
+        let mut ev = vec![
+            format!("RPC latency on {target} rose on {} of the {n} hosts mounting it: the server or the network path to it (one target problem, not {} client problems)", hosts.len(), hosts.len()),
+            format!("{AFFECTED}{}", hosts.join(" ")),
+        ];
+        for (op, (xs, bs, ops, retrans)) in &by_op {
+            let x = median(xs);
+            let b = median(bs);
+            ev.push(format!("{op} mean RTT {x:.2} ms (median over {} hosts), {:.1}x their own history {b:.2} ms; {ops} RPCs, {retrans} retransmissions in their latest windows", xs.len(), x / b.max(1e-3)));
+        }
+        let conf = (0.7 + 0.05 * hosts.len().min(5) as f64).min(0.95);
+        let mut f = Finding::new("nfs_latency", &vocab::entity::nfs_target(server, export), conf)
+            .with_evidence_list(ev)
+            .with_jobs(&jobs)
+            .with_runbook(format!("NFS server {s} export {e}: its load and disk latency (`nfsstat -s`, the array's own latency), `nfsiostat 1` on an affected host (avg RTT against avg exe per op), the network path to it (retransmits, `ss -ti dport = :2049`)", s = crate::shell::quote(server), e = crate::shell::quote(export)));
+        for h in hosts {
+            f = f.with_mark(format!("host:{h}"));
+        }
+        f
+    }
+
+    /// Forgets the series and jobs of these hosts.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.series.retain(|(h, _, _), _| !gone.contains(h));
+        self.jobs.retain(|h, _| !gone.contains(h));
+    }
+
+    /// Series tracked.
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;
