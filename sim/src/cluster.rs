@@ -14,7 +14,9 @@
 //! in the 64-bit PortCountersExtended counters.
 //!
 //! Block devices ([`storage`]): devices of one or more classes with
-//! lognormal request latencies and log2 histograms. Faults act through
+//! lognormal request latencies and log2 histograms. NFS ([`nfs`]): every
+//! node mounts the shared dataset target `filer01:/datasets`, its counters
+//! read through the collector's own mountstats tracker. Faults act through
 //! [`apply`]; ground truth is [`truth`]; the windows are built in [`wire`].
 use proto::v1::Event;
 
@@ -28,6 +30,7 @@ mod apply;
 mod gpu;
 mod ib;
 pub mod nccl;
+pub mod nfs;
 mod spec;
 mod storage;
 pub mod tenants;
@@ -69,6 +72,8 @@ struct Node {
     ports: Vec<ib::Port>,
     gpus: Vec<Gpu>,
     devices: Vec<storage::Device>,
+    /// Its mount of the shared NFS target ([`nfs`]).
+    nfs: nfs::NfsMount,
     instance: String,
     restarts: u32,
     seq: u64,
@@ -116,6 +121,8 @@ pub struct Cluster {
     nvl_rng: Rng,
     nvl_reference: f64,
     nvl_significance: f64,
+    /// NFS draws' own random stream ([`nfs`]).
+    nfs_rng: Rng,
     /// A second team's job sharing one node (tenant faults only).
     tenants: Option<tenants::Tenants>,
     /// The training job's NCCL communicators.
@@ -165,6 +172,7 @@ fn overlap(a: f64, b: f64, s: f64, e: f64) -> f64 {
 impl Cluster {
     pub fn new(spec: ClusterSpec) -> Self {
         let mut setup = Rng::derive(spec.seed, 0xc105);
+        let mut nfs_rng = Rng::derive(spec.seed, 0x4ef5);
         let nodes: Vec<Node> = (0..spec.nodes)
             .map(|i| Node {
                 name: format!("n{i:03}"),
@@ -188,6 +196,7 @@ impl Cluster {
                     })
                     .collect(),
                 devices: storage::devices_for(spec.storage, &mut setup),
+                nfs: nfs::NfsMount::new(&mut nfs_rng),
                 instance: format!("n{i:03}-sim-1"),
                 restarts: 0,
                 seq: 0,
@@ -223,6 +232,7 @@ impl Cluster {
             nvl_rng: Rng::derive(spec.seed, 0x4e71),
             nvl_reference: DetectConfig::default().gpu.nvlink_reference_per_s,
             nvl_significance: DetectConfig::default().gpu.nvlink_significance,
+            nfs_rng,
             tenants: None,
             nccl: nccl::Collectives::new(spec.nodes, spec.seed),
             rank_own: vec![1.0; spec.nodes * GPUS],
@@ -321,6 +331,7 @@ impl Cluster {
         self.ports_advance(w, util, run_frac);
         let mut slow = self.nodes_advance(faults, s);
         self.gpu_faults_advance(faults, s);
+        self.nfs_advance(faults, s, io_scale);
         self.tenants_advance(faults, onset, s.b, &mut slow);
         self.congestion_advance(cong_level);
         self.collectives_advance(faults, onset, s.a, s.b);

@@ -101,6 +101,7 @@ const FAULTS: &[&str] = &[
     "gpu-thermal-host",
     "gpu-nvlink",
     "storage-stall",
+    "nfs-slow",
     "node-loss",
     "job-slow",
     "inference-slow",

@@ -3,7 +3,8 @@
 //!
 //! Syntax (`--inject` and scenario files): `KIND[@ENTITY][:KEY=VALUE,...]`,
 //! e.g. `ib-link-degrade@n017/mlx5_2/1:ber=1e-9,ramp=600` or
-//! `storage-stall@n003/sda:factor=8,at=120`. Every kind takes `at=SECONDS`
+//! `storage-stall@n003/sda:factor=8,at=120`; an NFS target keeps its
+//! colons (`nfs-slow@filer01:/datasets:factor=10`). Every kind takes `at=SECONDS`
 //! (its onset; default: the run's `--onset`); the other keys are listed in
 //! [`PARAMS`]. Unknown keys and out-of-range values are errors that name the
 //! spec.
@@ -56,6 +57,12 @@ pub enum Kind {
     },
     /// One block device `factor` times slower.
     StorageStall {
+        factor: f64,
+    },
+    /// The shared NFS target's RPC round trips `factor` times longer on
+    /// every node mounting it (the server or its network path), or on one
+    /// host's mount alone: `nfs_latency`.
+    NfsSlow {
         factor: f64,
     },
     NodeLoss,
@@ -149,6 +156,7 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("gpu-thermal-host", &[("gpus", 4.0)]),
     ("gpu-nvlink", &[("rate", 1.0), ("link", 0.0)]),
     ("storage-stall", &[("factor", 20.0)]),
+    ("nfs-slow", &[("factor", 10.0)]),
     ("node-loss", &[]),
     ("job-slow", &[("factor", 1.3)]),
     ("inference-slow", &[("factor", 1.6)]),
@@ -182,6 +190,7 @@ impl Kind {
             Kind::GpuThermalHost { .. } => "gpu-thermal-host",
             Kind::GpuNvlink { .. } => "gpu-nvlink",
             Kind::StorageStall { .. } => "storage-stall",
+            Kind::NfsSlow { .. } => "nfs-slow",
             Kind::NodeLoss => "node-loss",
             Kind::JobSlow { .. } => "job-slow",
             Kind::InferenceSlow { .. } => "inference-slow",
@@ -208,6 +217,7 @@ impl Kind {
             Kind::IbSwitchDegrade { ber, ports } => vec![("ber", ber), ("ports", ports as f64)],
             Kind::IbLinkFlap { period_s, down_s } => vec![("period", period_s), ("down", down_s)],
             Kind::StorageStall { factor }
+            | Kind::NfsSlow { factor }
             | Kind::StorageFleetSlow { factor }
             | Kind::JobSlow { factor }
             | Kind::NcclSlowRank { factor }
@@ -253,6 +263,7 @@ impl Kind {
             Kind::GpuThermalHost { .. } => "gpu_thermal_throttle",
             Kind::GpuNvlink { .. } => "gpu_nvlink_errors",
             Kind::StorageStall { .. } => "storage_latency",
+            Kind::NfsSlow { .. } => "nfs_latency",
             Kind::NodeLoss => "node_lost",
             Kind::JobSlow { .. } => "job_slowdown",
             Kind::InferenceSlow { .. } => "inference_latency",
@@ -285,6 +296,11 @@ pub enum Target {
     Node(usize),
     /// A leaf switch of the fat tree, by index.
     Switch(usize),
+    /// The shared NFS target ([`super::cluster::nfs`]), or one node's
+    /// mount of it.
+    Nfs {
+        node: Option<usize>,
+    },
     Cluster,
     /// The simulated training job.
     Job,
@@ -365,6 +381,9 @@ pub fn target_name(c: &Cluster, t: &Target) -> String {
             c.device_name(*node, *dev).unwrap_or("?"),
         ),
         Target::Node(n) => c.node_name(*n),
+        Target::Nfs { node } => {
+            super::cluster::nfs::entity(node.map(|n| c.node_name(n)).as_deref())
+        }
         Target::Cluster => "cluster".into(),
         Target::Job => JOB.into(),
         Target::Model => vocab::entity::model(SERVE_JOB, SERVE_MODEL),

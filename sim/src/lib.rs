@@ -7,7 +7,8 @@
 //! (`leaf = node / 16`); one data-parallel job with a rank per GPU, rank r on
 //! node r/8 using GPU r%8 and HCA `mlx5_{r%8}`. Each rank's step time is its
 //! compute time scaled by what slows it (throttled GPU, degraded link, slow
-//! storage); the job's step time is the slowest rank's. The job's NCCL
+//! storage, its dataset reads from the NFS target `filer01:/datasets` every
+//! node mounts); the job's step time is the slowest rank's. The job's NCCL
 //! communicators (a ring over every rank, a tree over the nodes' GPU 0)
 //! issue their collectives on that cadence ([`cluster::nccl`]).
 pub mod cluster;
@@ -37,7 +38,10 @@ pub struct SimArgs {
     /// gpu-thermal-host (ENTITY a host; gpus=4: its GPUs 0.. throttling at
     /// once, shared cooling), gpu-nvlink (rate=1: corrupted flits per
     /// second on one link; link=0),
-    /// storage-stall (factor=20: slowdown of one device), node-loss; tenants
+    /// storage-stall (factor=20: slowdown of one device), nfs-slow (ENTITY
+    /// the NFS target every node mounts, `filer01:/datasets` (the default),
+    /// or a host, `n003`, for its mount alone; factor=10: RPC round-trip
+    /// time multiplier, 1..=1000), node-loss; tenants
     /// (a second team's job `etl-batch` sharing the target's node):
     /// interference-storage (factor=8: its I/O demand on the device),
     /// interference-link (demand=1.3: the port's demand over line rate),

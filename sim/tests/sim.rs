@@ -658,10 +658,10 @@ fn bench_detect_quick_writes_json() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("json written")).expect("json");
     let runs = v["runs"].as_array().expect("runs");
-    // 19 fault kinds (with ib-switch-degrade, gpu-thermal-host and
-    // gpu-nvlink) and 2 without OTLP at 3 window lengths, 8 confounders
-    // at 3.
-    assert_eq!(runs.len(), 21 * 3 + 8 * 3, "{}", runs.len());
+    // 20 fault kinds (with ib-switch-degrade, gpu-thermal-host,
+    // gpu-nvlink and nfs-slow) and 2 without OTLP at 3 window lengths, 8
+    // confounders at 3.
+    assert_eq!(runs.len(), 22 * 3 + 8 * 3, "{}", runs.len());
     assert_eq!(v["scenarios"].as_u64(), Some(runs.len() as u64));
     assert_eq!(v["grid"]["quick"], true);
     for k in [

@@ -1,6 +1,6 @@
 //! A node's window as its collector would send it: port snapshots through
 //! the collector's own conversion, GPU samples, block rows, CUDA processes,
-//! OTLP step times, the model server's TTFT, usage and NCCL rows.
+//! OTLP step times, the model server's TTFT, usage, NCCL and NFS rows.
 use std::collections::BTreeMap;
 
 use collector::ib::PortSnapshot;
@@ -191,6 +191,7 @@ impl Cluster {
                 _ => Vec::new(),
             },
             nccl,
+            nfs: node.nfs.rows.clone(),
             ..Window::default()
         })
     }

@@ -96,6 +96,8 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
             3 + r.below(6)
         ),
         "storage-stall" => format!(":factor={}", fmt_value(sig3(r.log_uniform(3.0, 50.0)))),
+        // From a loaded server (3x) to one rebuilding its array (30x).
+        "nfs-slow" => format!(":factor={}", fmt_value(sig3(r.log_uniform(3.0, 30.0)))),
         // A failed fan or blocked air path takes several GPUs (two alone
         // are within chance at the fleet floor: two GPU incidents).
         // One code of each of NVIDIA's action buckets that page someone:

@@ -22,6 +22,8 @@ enum Wants {
     Rank,
     /// A leaf switch.
     Switch,
+    /// The shared NFS target, or a host's mount of it.
+    Nfs,
 }
 
 fn wants(kind: &Kind) -> Wants {
@@ -31,6 +33,7 @@ fn wants(kind: &Kind) -> Wants {
         | Kind::IbLinkFlap { .. }
         | Kind::CounterReset => Wants::Port,
         Kind::IbSwitchDegrade { .. } => Wants::Switch,
+        Kind::NfsSlow { .. } => Wants::Nfs,
         Kind::GpuThermal | Kind::GpuPower | Kind::Xid { .. } | Kind::EccDbe => Wants::Gpu,
         Kind::GpuNvlink { .. } => Wants::Gpu,
         Kind::GpuThermalHost { .. } => Wants::Node,
@@ -50,7 +53,31 @@ fn wants(kind: &Kind) -> Wants {
     }
 }
 
+/// The NFS target (`filer01:/datasets`, `nfs:filer01:/datasets`), or a
+/// host's mount of it (`n003`, `n003/nfs:filer01:/datasets`).
+fn parse_nfs(c: &Cluster, s: &str) -> Result<Target> {
+    let target = crate::cluster::nfs::target();
+    let is_target = |t: &str| t.strip_prefix("nfs:").unwrap_or(t) == target;
+    if is_target(s) {
+        return Ok(Target::Nfs { node: None });
+    }
+    let (host, mount) = match s.split_once('/') {
+        Some((h, m)) if !h.contains(':') => (h, Some(m)),
+        _ => (s, None),
+    };
+    match c.node_index(host) {
+        Some(n) if mount.is_none_or(is_target) => Ok(Target::Nfs { node: Some(n) }),
+        _ => bail!(
+            "entity {s:?} does not fit this kind: it takes the NFS target {target} (every node mounts it) or a host n000..n{:03} (its mount alone)",
+            c.nodes().saturating_sub(1)
+        ),
+    }
+}
+
 fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Target> {
+    if want == Wants::Nfs {
+        return parse_nfs(c, s);
+    }
     if want == Wants::Switch {
         let leaves = c.nodes().div_ceil(crate::cluster::NODES_PER_LEAF);
         let leaf = s
@@ -128,6 +155,7 @@ fn parse_target(c: &Cluster, s: &str, want: Wants, rng: &mut Rng) -> Result<Targ
                 Wants::Rank =>
                     "a rank by its GPU like n017/gpu5, or a host like n017 (all its ranks)",
                 Wants::Switch => "a leaf switch like leaf01",
+                Wants::Nfs => "the NFS target filer01:/datasets or a host like n017",
                 Wants::Cluster | Wants::Job | Wants::Model => "no entity",
             }
         );
@@ -284,6 +312,13 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
         "storage-stall" => Kind::StorageStall {
             factor: g.slowdown()?,
         },
+        "nfs-slow" => Kind::NfsSlow {
+            factor: g.checked(
+                "factor",
+                |f| (1.0..=1000.0).contains(&f),
+                "must be an RTT multiplier in 1..=1000 (1 is healthy; 1000 turns a 1 ms RPC into a second)",
+            )?,
+        },
         "node-loss" => Kind::NodeLoss,
         "inference-slow" => Kind::InferenceSlow {
             factor: g.slowdown()?,
@@ -358,18 +393,35 @@ fn draw_target(c: &Cluster, want: Wants, rng: &mut Rng) -> Target {
         Wants::Switch => {
             Target::Switch(rng.below(c.nodes().div_ceil(crate::cluster::NODES_PER_LEAF).max(1)))
         }
+        // The fleet's one target.
+        Wants::Nfs => Target::Nfs { node: None },
         Wants::Cluster => Target::Cluster,
         Wants::Job => Target::Job,
         Wants::Model => Target::Model,
     }
 }
 
+/// `KIND[@ENTITY]` and its `KEY=VALUE,...` list, split at the first `:`
+/// that is not part of an NFS entity: the one of `server:/export` (followed
+/// by the export's `/`) and of the `nfs:` prefix stay in the entity.
+fn split_spec(spec: &str) -> (&str, &str) {
+    let at = spec.find('@');
+    let sep = spec.match_indices(':').map(|(i, _)| i).find(|&i| {
+        let in_entity = at.is_some_and(|a| i > a)
+            && (spec[i + 1..].starts_with('/')
+                || spec[..i].ends_with("@nfs")
+                || spec[..i].ends_with("/nfs"));
+        !in_entity
+    });
+    match sep {
+        Some(i) => (&spec[..i], &spec[i + 1..]),
+        None => (spec, ""),
+    }
+}
+
 /// Parses one `KIND[@ENTITY][:KEY=VALUE,...]`; `rng` draws missing entities.
 pub fn parse_one(spec: &str, c: &Cluster, rng: &mut Rng) -> Result<Fault> {
-    let (head, params) = match spec.split_once(':') {
-        Some((h, p)) => (h, p),
-        None => (spec, ""),
-    };
+    let (head, params) = split_spec(spec);
     let (k, ent) = match head.split_once('@') {
         Some((k, e)) => (k, Some(e)),
         None => (head, None),
@@ -458,4 +510,40 @@ pub fn parse_scenario(text: &str, c: &Cluster, seed: u64) -> Result<Vec<Fault>> 
         out.push(f);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_spec;
+
+    #[test]
+    fn nfs_entities_keep_their_colons() {
+        for (spec, head, params) in [
+            ("nfs-slow", "nfs-slow", ""),
+            ("nfs-slow:factor=3", "nfs-slow", "factor=3"),
+            (
+                "nfs-slow@filer01:/datasets:factor=3,at=5",
+                "nfs-slow@filer01:/datasets",
+                "factor=3,at=5",
+            ),
+            (
+                "nfs-slow@nfs:filer01:/datasets:factor=3",
+                "nfs-slow@nfs:filer01:/datasets",
+                "factor=3",
+            ),
+            (
+                "nfs-slow@n003/nfs:filer01:/datasets",
+                "nfs-slow@n003/nfs:filer01:/datasets",
+                "",
+            ),
+            ("nfs-slow@n003:factor=2", "nfs-slow@n003", "factor=2"),
+            (
+                "storage-stall@n003/sda:factor=8",
+                "storage-stall@n003/sda",
+                "factor=8",
+            ),
+        ] {
+            assert_eq!(split_spec(spec), (head, params), "{spec}");
+        }
+    }
 }
