@@ -275,6 +275,8 @@ impl Report<'_> {
             .collect();
         json!({
             "benchmark": "detection_accuracy",
+            "date": vocab::time::utc(now_ms()),
+            "commit": commit(),
             "elapsed_s": self.elapsed,
             "grid": self.grid_json(),
             "scenarios": self.outcomes.len(),
@@ -303,4 +305,27 @@ impl Report<'_> {
             "note": "latency from onset in windows counts from the onset window (0: raised in it); in seconds it is to the end of the window in which the incident appeared. Latency from visible is signed (negative: the engine alarmed before the fault became visible, e.g. before a degrading link's excess errors since its onset were significant at the reference BER). False alarms are distinct incident ids that never carried the expected (kind, entity); in confounder-only runs every incident is one.",
         })
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The commit the result comes from (`git rev-parse HEAD` where it runs),
+/// `+dirty` when the work tree differs from it; null outside a checkout.
+fn commit() -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}+dirty") } else { head })
 }
