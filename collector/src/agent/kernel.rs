@@ -146,6 +146,7 @@ pub fn describe() {
         "faultline_cuda_unmatched_returns_total",
         "CUDA return probes without an entry record"
     );
+    d!("faultline_probe_recursion_misses_total", "Program runs the kernel skipped because the program was already running on that CPU (an interrupt hit its hook): those events are lost");
     d!(
         "faultline_verbs_completions_undecoded_total",
         "Work completions returned beyond the per-poll decode bound: counted, not decoded"
@@ -156,6 +157,15 @@ pub fn describe() {
 pub fn export(k: &[u64; stat::COUNT as usize]) {
     for &(name, probe, slot) in KERNEL_COUNTERS {
         metrics::counter!(name, "probe" => probe).absolute(k[slot as usize]);
+    }
+}
+
+/// The kernel's skipped runs per program (absolute values; programs that
+/// never missed are left out, so healthy hosts export no series).
+pub fn export_misses(misses: &[(String, u64)]) {
+    for (program, n) in misses.iter().filter(|m| m.1 > 0) {
+        metrics::counter!("faultline_probe_recursion_misses_total", "program" => program.clone())
+            .absolute(*n);
     }
 }
 

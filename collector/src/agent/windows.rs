@@ -96,6 +96,7 @@ impl Agent {
         };
         sources::close_window(&mut self.sources, &mut cx, &mut wire)?;
         kernel::export(&k);
+        kernel::export_misses(&self.probes.recursion_misses());
         self.delivery.publish(wire);
         Ok(())
     }

@@ -268,6 +268,18 @@ impl Probes {
         run_stats_of(&self.ebpf)
     }
 
+    /// Runs the kernel skipped per program (`recursion_misses` in
+    /// `/proc/self/fdinfo`): a program already running on a CPU is not run
+    /// again when an interrupt hits its hook there (a block completion in
+    /// softirq over another device's completion), so that event is lost.
+    /// Always counted by the kernel, no stats switch needed.
+    pub fn recursion_misses(&self) -> Vec<(String, u64)> {
+        fdinfo_of(&self.ebpf, &["recursion_misses:"])
+            .into_iter()
+            .map(|(n, v)| (n, v[0]))
+            .collect()
+    }
+
     /// Access to the loaded object for probe families that read maps.
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
@@ -280,7 +292,17 @@ impl Probes {
 
 /// Kernel run statistics of `ebpf`'s loaded programs: (program,
 /// invocations, total ns), from `/proc/self/fdinfo`, sorted by program.
+/// (program, invocations, total ns) of every loaded program.
 fn run_stats_of(ebpf: &Ebpf) -> Vec<(String, u64, u64)> {
+    fdinfo_of(ebpf, &["run_cnt:", "run_time_ns:"])
+        .into_iter()
+        .map(|(n, v)| (n, v[0], v[1]))
+        .collect()
+}
+
+/// The `fields` (0 when absent) of every loaded program's
+/// `/proc/self/fdinfo` entry, by program name.
+fn fdinfo_of(ebpf: &Ebpf, fields: &[&str]) -> Vec<(String, Vec<u64>)> {
     use std::os::fd::{AsFd as _, AsRawFd as _};
     let mut out = Vec::new();
     for (name, prog) in ebpf.programs() {
@@ -295,7 +317,7 @@ fn run_stats_of(ebpf: &Ebpf) -> Vec<(String, u64, u64)> {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        out.push((name.to_string(), field("run_cnt:"), field("run_time_ns:")));
+        out.push((name.to_string(), fields.iter().map(|f| field(f)).collect()));
     }
     out.sort();
     out
