@@ -229,7 +229,11 @@ fn test(args: &[String]) -> Result<()> {
     b.args(["build", "--bins"]);
     run(b)?;
     let mut c = cargo();
-    c.arg("test").args(args).stdout(Stdio::piped());
+    // Every test binary runs even after one fails, so a run reports all
+    // its failures at once.
+    c.args(["test", "--no-fail-fast"])
+        .args(args)
+        .stdout(Stdio::piped());
     let mut child = c.spawn().context("spawning cargo test")?;
     let stdout = child.stdout.take().context("cargo test stdout")?;
     let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);

@@ -8,7 +8,7 @@
 //! the rest are counted in `faultline_nfs_mounts_dropped_total`. A mount
 //! whose counters went backwards (unmounted and mounted again between two
 //! reads) has no delta that window: its window is unknown, counted in
-//! `faultline_nfs_counter_resets_total`, and the new values are the base.
+//! `faultline_nfs_resets_total`, and the new values are the base.
 use std::collections::HashMap;
 
 use proto::v1 as pb;
@@ -183,7 +183,7 @@ impl NfsTracker {
                 self.dropped_total,
             ),
             (
-                "faultline_nfs_counter_resets_total",
+                "faultline_nfs_resets_total",
                 "NFS mount windows left out because their counters went back (remount)",
                 self.resets_total,
             ),

@@ -247,6 +247,9 @@ fn parse_params<'a>(
 
 /// Kind `kname` with its parameters checked against their physical ranges.
 fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
+    if let Some(k) = gpu_kind_of(kname, g)? {
+        return Ok(k);
+    }
     Ok(match kname {
         "ib-link-degrade" => {
             let ber = g.checked(
@@ -279,36 +282,6 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
             )?;
             Kind::IbLinkFlap { period_s, down_s }
         }
-        "gpu-thermal" => Kind::GpuThermal,
-        "gpu-power" => Kind::GpuPower,
-        "xid" => Kind::Xid {
-            code: g.checked(
-                "code",
-                |c| c >= 1.0 && c.fract() == 0.0 && c <= 1023.0,
-                "must be an XID code (a whole number in 1..=1023)",
-            )? as u32,
-        },
-        "ecc-dbe" => Kind::EccDbe,
-        // GPU faults beyond one GPU's state (`cluster::gpu`).
-        "gpu-thermal-host" => Kind::GpuThermalHost {
-            gpus: g.checked(
-                "gpus",
-                |n| (2.0..=8.0).contains(&n) && n.fract() == 0.0,
-                "must be a whole number of GPUs in 2..=8 (one GPU is gpu-thermal)",
-            )? as usize,
-        },
-        "gpu-nvlink" => Kind::GpuNvlink {
-            rate: g.checked(
-                "rate",
-                |r| r > 0.0 && r <= 1e6,
-                "must be corrupted flits per second in (0, 1e6]",
-            )?,
-            link: g.checked(
-                "link",
-                |l| (0.0..18.0).contains(&l) && l.fract() == 0.0,
-                "must be a link number in 0..=17",
-            )? as usize,
-        },
         "storage-stall" => Kind::StorageStall {
             factor: g.slowdown()?,
         },
@@ -369,6 +342,44 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
         },
         other => bail!("fault kind {other:?} has no parser"),
     })
+}
+
+/// A GPU fault kind `kname` with its parameters checked; `None` for other
+/// kinds.
+fn gpu_kind_of(kname: &str, g: &Given) -> Result<Option<Kind>> {
+    Ok(Some(match kname {
+        "gpu-thermal" => Kind::GpuThermal,
+        "gpu-power" => Kind::GpuPower,
+        "xid" => Kind::Xid {
+            code: g.checked(
+                "code",
+                |c| c >= 1.0 && c.fract() == 0.0 && c <= 1023.0,
+                "must be an XID code (a whole number in 1..=1023)",
+            )? as u32,
+        },
+        "ecc-dbe" => Kind::EccDbe,
+        // GPU faults beyond one GPU's state (`cluster::gpu`).
+        "gpu-thermal-host" => Kind::GpuThermalHost {
+            gpus: g.checked(
+                "gpus",
+                |n| (2.0..=8.0).contains(&n) && n.fract() == 0.0,
+                "must be a whole number of GPUs in 2..=8 (one GPU is gpu-thermal)",
+            )? as usize,
+        },
+        "gpu-nvlink" => Kind::GpuNvlink {
+            rate: g.checked(
+                "rate",
+                |r| r > 0.0 && r <= 1e6,
+                "must be corrupted flits per second in (0, 1e6]",
+            )?,
+            link: g.checked(
+                "link",
+                |l| (0.0..18.0).contains(&l) && l.fract() == 0.0,
+                "must be a link number in 0..=17",
+            )? as usize,
+        },
+        _ => return Ok(None),
+    }))
 }
 
 /// An entity of the kind `want` drawn from `rng` (no `@ENTITY` given).
