@@ -152,6 +152,9 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         "--sizes must be within 2..=4096"
     );
     anyhow::ensure!(a.seeds >= 1, "--seeds must be at least 1");
+    // The code measured is the code at the start, whatever happens to the
+    // checkout during a long run.
+    report::pin_provenance();
     let started = std::time::Instant::now();
     let scenarios = grid::grid(a);
     let jobs = a.jobs.unwrap_or_else(|| {

@@ -275,8 +275,8 @@ impl Report<'_> {
             .collect();
         json!({
             "benchmark": "detection_accuracy",
-            "date": vocab::time::utc(now_ms()),
-            "commit": commit(),
+            "date": provenance().0,
+            "commit": provenance().1,
             "elapsed_s": self.elapsed,
             "grid": self.grid_json(),
             "scenarios": self.outcomes.len(),
@@ -305,6 +305,18 @@ impl Report<'_> {
             "note": "latency from onset in windows counts from the onset window (0: raised in it); in seconds it is to the end of the window in which the incident appeared. Latency from visible is signed (negative: the engine alarmed before the fault became visible, e.g. before a degrading link's excess errors since its onset were significant at the reference BER). False alarms are distinct incident ids that never carried the expected (kind, entity); in confounder-only runs every incident is one.",
         })
     }
+}
+
+/// Date and commit of the run, taken when it starts.
+static PROVENANCE: std::sync::OnceLock<(String, Option<String>)> = std::sync::OnceLock::new();
+
+/// Records the run's date and commit (at its start).
+pub fn pin_provenance() {
+    provenance();
+}
+
+fn provenance() -> &'static (String, Option<String>) {
+    PROVENANCE.get_or_init(|| (vocab::time::utc(now_ms()), commit()))
 }
 
 fn now_ms() -> i64 {
