@@ -8,7 +8,7 @@ use super::config::IncidentConfig;
 
 mod causes;
 mod finding;
-pub use finding::Finding;
+pub use finding::{evidence_port, Finding};
 
 /// Kinds that are one fault at different stages share one incident per
 /// entity: a second down of a port turns its `ib_link_down` incident into
@@ -122,18 +122,7 @@ fn fnv(s: &str) -> u64 {
 /// Merges a finding (of family stage `rank`) into the open incident of
 /// its family and entity; whether that is news worth an `updated`: a
 /// higher stage (escalated), a confidence change of `update_delta`, a new
-/// reporter (the other end of a link) or a new mark.
-/// Who an evidence line is from: a link end's "reported by PORT" line or a
-/// switch incident's "member PORT: …" line.
-fn reporter_of(e: &str) -> Option<&str> {
-    if e.starts_with("reported by ") {
-        return Some(e);
-    }
-    e.strip_prefix("member ")
-        .and_then(|r| r.split_once(':'))
-        .map(|(port, _)| port)
-}
-
+/// reporter (the other end of a link) or switch member, or a new mark.
 fn merge(i: &mut Incident, f: Finding, rank: u8, ts: i64, update_delta: f64) -> bool {
     i.quiet = 0;
     i.restored = false;
@@ -157,10 +146,10 @@ fn merge(i: &mut Incident, f: Finding, rank: u8, ts: i64, update_delta: f64) -> 
     // member (a switch's next port) is new evidence even at the same
     // confidence.
     let new_reporter = {
-        let known: Vec<&str> = i.evidence.iter().filter_map(|e| reporter_of(e)).collect();
+        let known: Vec<&str> = i.evidence.iter().filter_map(|e| evidence_port(e)).collect();
         f.evidence
             .iter()
-            .filter_map(|e| reporter_of(e))
+            .filter_map(|e| evidence_port(e))
             .any(|r| !known.contains(&r))
     };
     // A link end that reported once stays named.

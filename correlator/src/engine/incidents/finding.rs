@@ -17,6 +17,16 @@ pub struct Finding {
     pub absorbs: Vec<String>,
 }
 
+/// The port an evidence line speaks for: a link end's "reported by PORT"
+/// line or a switch incident's "member PORT: …" line.
+pub fn evidence_port(e: &str) -> Option<&str> {
+    e.strip_prefix("reported by ").or_else(|| {
+        e.strip_prefix("member ")
+            .and_then(|r| r.split_once(':'))
+            .map(|(port, _)| port)
+    })
+}
+
 impl Finding {
     pub fn new(kind: &'static str, entity: &str, confidence: f64) -> Self {
         Self {

@@ -109,9 +109,7 @@ fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> 
             };
             entity.starts_with(&port)
                 || evidence.iter().any(|e| {
-                    e.strip_prefix("reported by ")
-                        .or_else(|| e.strip_prefix("member "))
-                        .is_some_and(|r| r.starts_with(&port))
+                    crate::engine::incidents::evidence_port(e).is_some_and(|r| r.starts_with(&port))
                 })
         }
         "storage_latency" => entity.starts_with(&host),
