@@ -2,21 +2,10 @@
 //! streaming, the real engine): a host's shared cooling failing raises one
 //! host incident, a bad NVLink link one `gpu_nvlink_errors` on its GPU;
 //! the healthy links' sporadic errors raise nothing.
-use sim::{cluster::StorageMix, run, SimArgs};
+use sim::run;
 
-fn args(inject: &[&str]) -> SimArgs {
-    SimArgs {
-        nodes: 16,
-        inject: inject.iter().map(|s| s.to_string()).collect(),
-        seed: 7,
-        speed: 10.0,
-        duration: 24.0,
-        onset: 8.0,
-        json: true,
-        storage: StorageMix::Hdd,
-        ..SimArgs::default()
-    }
-}
+mod scenario;
+use scenario::args;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_cooling_is_one_host_incident_and_a_bad_nvlink_its_gpu_s() {
@@ -26,12 +15,8 @@ async fn shared_cooling_is_one_host_incident_and_a_bad_nvlink_its_gpu_s() {
     ]))
     .await
     .expect("sim runs");
-    let mut by_id: std::collections::BTreeMap<&str, (&str, &str)> = Default::default();
-    for u in &seen {
-        by_id.insert(&u.incident_id, (&u.kind, &u.entity));
-    }
-    let mut got: Vec<(&str, &str)> = by_id.into_values().collect();
-    got.sort_unstable();
+    let got = scenario::kinds_and_entities(&seen);
+    let got: Vec<(&str, &str)> = got.iter().map(|(k, e)| (k.as_str(), e.as_str())).collect();
     assert_eq!(
         got,
         [

@@ -7,35 +7,28 @@
 use proto::v1::CandidateUpdate;
 use sim::{
     cluster::{nfs, Cluster, ClusterSpec, JOB},
-    faults, run, SimArgs, StorageMix,
+    faults, run, SimArgs,
 };
 
 const NODES: usize = 16;
 
+mod scenario;
+
 fn args(inject: &[&str]) -> SimArgs {
     SimArgs {
         nodes: NODES,
-        inject: inject.iter().map(|s| s.to_string()).collect(),
-        seed: 7,
         speed: 20.0,
         // The job's slowdown needs `workload.min_persist_s` (20 s) to be a
         // symptom to join.
         duration: 70.0,
         onset: 30.0,
-        json: true,
-        storage: StorageMix::Hdd,
-        ..SimArgs::default()
+        ..scenario::args(inject)
     }
 }
 
 /// Every incident of a run by id, latest update of each.
 async fn incidents(inject: &[&str]) -> Vec<CandidateUpdate> {
-    let seen = run(args(inject)).await.expect("sim runs");
-    let mut by_id: std::collections::BTreeMap<String, CandidateUpdate> = Default::default();
-    for u in seen {
-        by_id.insert(u.incident_id.clone(), u);
-    }
-    by_id.into_values().collect()
+    scenario::latest_updates(args(inject)).await
 }
 
 /// The numbers of the evidence line starting with `prefix`, in order.

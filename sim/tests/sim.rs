@@ -11,33 +11,11 @@ use sim::{
     faults, run, SimArgs,
 };
 
-fn args(inject: &[&str]) -> SimArgs {
-    SimArgs {
-        nodes: 16,
-        inject: inject.iter().map(|s| s.to_string()).collect(),
-        seed: 7,
-        speed: 10.0,
-        duration: 24.0,
-        onset: 8.0,
-        json: true,
-        // Hard disks: a stalled one is slow by any engine's standard.
-        storage: StorageMix::Hdd,
-        ..SimArgs::default()
-    }
-}
+mod scenario;
+use scenario::args;
 
-/// Every incident the run raised, as (kind, entity) with its latest kind
-/// (an `ib_link_down` incident that became `ib_link_flapping` is one
-/// incident of kind `ib_link_flapping`).
 async fn opened(inject: &[&str]) -> Vec<(String, String)> {
-    let seen = run(args(inject)).await.expect("sim runs");
-    let mut by_id: std::collections::BTreeMap<String, (String, String)> = Default::default();
-    for u in &seen {
-        by_id.insert(u.incident_id.clone(), (u.kind.clone(), u.entity.clone()));
-    }
-    let mut o: Vec<(String, String)> = by_id.into_values().collect();
-    o.sort();
-    o
+    scenario::kinds_and_entities(&run(args(inject)).await.expect("sim runs"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,16 +111,7 @@ async fn interference_names_the_aggressor_and_harmless_saturation_raises_nothing
     assert!(quiet.is_empty(), "{quiet:#?}");
 }
 
-/// Every incident of a run by id, latest update of each.
-async fn incidents(a: SimArgs) -> Vec<proto::v1::CandidateUpdate> {
-    let seen = run(a).await.expect("sim runs");
-    let mut by_id: std::collections::BTreeMap<String, proto::v1::CandidateUpdate> =
-        Default::default();
-    for u in seen {
-        by_id.insert(u.incident_id.clone(), u);
-    }
-    by_id.into_values().collect()
-}
+use scenario::latest_updates as incidents;
 
 /// The first `+N%` of the evidence line starting with `prefix`.
 fn percent(u: &proto::v1::CandidateUpdate, prefix: &str) -> f64 {

@@ -316,13 +316,10 @@ pub fn pin_provenance() {
 }
 
 fn provenance() -> &'static (String, Option<String>) {
-    PROVENANCE.get_or_init(|| (vocab::time::utc(now_ms()), commit()))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    PROVENANCE.get_or_init(|| {
+        let now = vocab::time::unix_ms(std::time::SystemTime::now());
+        (vocab::time::utc(now), commit())
+    })
 }
 
 /// The commit the result comes from (`git rev-parse HEAD` where it runs),
