@@ -60,6 +60,20 @@ pub fn fake_nvml() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("nvml/libnvidia-ml.so.1")
 }
 
+/// Drives the NVML stand-in of this test process: writes `scenario` to a
+/// fresh directory named for `name` and sets `FAKE_NVML_SCENARIO` and
+/// `FAKE_NVML_GPUS`, which the stand-in reads at `nvmlInit` (so call it
+/// before any thread of the test starts). The directory, for other files.
+pub fn nvml_scenario(name: &str, scenario: &str, gpus: u32) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("faultline-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the scenario directory");
+    let file = dir.join("scenario.txt");
+    std::fs::write(&file, scenario).expect("write the NVML scenario");
+    std::env::set_var("FAKE_NVML_SCENARIO", &file);
+    std::env::set_var("FAKE_NVML_GPUS", gpus.to_string());
+    dir
+}
+
 /// The stand-in `libnccl.so.2` (NCCL's C ABI; ranks as processes).
 pub fn fake_nccl() -> PathBuf {
     PathBuf::from(STANDINS_DIR).join("nccl/libnccl.so.2")

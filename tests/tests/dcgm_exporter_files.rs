@@ -23,14 +23,8 @@ const TARGET: &[(&str, &str)] = &[("instance", "n17:9477"), ("job", "faultline-c
 
 #[test]
 fn default_counters_and_dashboard_panels_against_the_nvml_stand_in() {
-    let dir = std::env::temp_dir().join(format!("faultline-dcgm-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("scenario.txt");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    let dir = tests::nvml_scenario("dcgm-files", SCENARIO, 2);
     let gpm_log = dir.join("gpm.log");
-    // Read by the stand-in at nvmlInit; set before any thread of this test starts.
-    std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
-    std::env::set_var("FAKE_NVML_GPUS", "2");
     std::env::set_var("FAKE_NVML_GPM_LOG", &gpm_log);
 
     let mut src = NvmlSource::open(Some(&tests::fake_nvml())).expect("the stand-in");

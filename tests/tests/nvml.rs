@@ -20,13 +20,7 @@ const SCENARIO: &str = "\
 
 #[test]
 fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
-    let dir = std::env::temp_dir().join(format!("faultline-nvml-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("scenario.txt");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    // Read by the stand-in at nvmlInit; set before any thread of this test starts.
-    std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
-    std::env::set_var("FAKE_NVML_GPUS", "4");
+    let dir = tests::nvml_scenario("nvml", SCENARIO, 4);
 
     let lib = tests::fake_nvml();
     let t0 = SystemTime::now();

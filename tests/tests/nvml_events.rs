@@ -18,13 +18,7 @@ const SCENARIO: &str = "\
 
 #[test]
 fn a_gpu_failing_registration_leaves_the_others_and_events_find_their_gpu() {
-    let dir = std::env::temp_dir().join(format!("faultline-nvml-ev-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let scenario = dir.join("scenario.txt");
-    std::fs::write(&scenario, SCENARIO).expect("write scenario");
-    // Read by the stand-in at nvmlInit; set before any thread of this test starts.
-    std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
-    std::env::set_var("FAKE_NVML_GPUS", "3");
+    let dir = tests::nvml_scenario("nvml-ev", SCENARIO, 3);
 
     let (tx, rx) = mpsc::channel();
     let listener = nvml::spawn_event_listener(Some(tests::fake_nvml()), tx).expect("event thread");

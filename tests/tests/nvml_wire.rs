@@ -15,13 +15,7 @@ const SCENARIO: &str = "\
 
 #[test]
 fn nvlink_counters_and_remapped_rows_reach_the_wire_rows() {
-    let dir = std::env::temp_dir().join(format!("faultline-nvml-wire-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("scenario.txt");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    // Read by the stand-in at nvmlInit; set before any thread of this test starts.
-    std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
-    std::env::set_var("FAKE_NVML_GPUS", "4");
+    let dir = tests::nvml_scenario("nvml-wire", SCENARIO, 4);
 
     let lib = tests::fake_nvml();
     let mut src = NvmlSource::open(Some(&lib)).expect("open the stand-in through nvml-wrapper");
