@@ -21,6 +21,7 @@ pub mod ib;
 pub mod identity;
 pub mod jobmap;
 pub mod launch_budget;
+pub mod lustre;
 pub mod nccl;
 pub mod nccl_lib;
 pub mod nfs;

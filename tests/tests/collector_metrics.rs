@@ -127,13 +127,27 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
     }
     let ib = fake_ib();
     let nvml = tests::fake_nvml();
-    let nvml_args = ["--nvml-library", nvml.to_str().expect("utf-8 path")];
+    // A real Lustre client's OSC/MDC files (lustre_exporter's fixture).
+    let lustre = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data/lustre_exporter/proc/fs/lustre");
+    let config = ib.root().join("collector.toml");
+    std::fs::write(
+        &config,
+        format!("[lustre]\nroots = [{:?}]\n", lustre.display().to_string()),
+    )
+    .expect("write the config");
+    let args = [
+        "--nvml-library",
+        nvml.to_str().expect("utf-8 path"),
+        "--config",
+        config.to_str().expect("utf-8 path"),
+    ];
     let Live {
         child: _child,
         rx,
         mut seen,
         addr,
-    } = start_collector("0.3", &ib, &nvml_args, &[("FAKE_NVML_GPUS", "2")]);
+    } = start_collector("0.3", &ib, &args, &[("FAKE_NVML_GPUS", "2")]);
     // Things a verbose console prints a line for: a CUDA process, a port
     // going down with errors.
     let out = Command::new(tests::cuda_workload())
@@ -199,6 +213,12 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
     );
     assert!(
         text.contains("faultline_gpu_throttle_reason{gpu=\"1\","),
+        "{text}"
+    );
+    // The fixture's seven OSTs and one MDT, with their import state.
+    assert!(text.contains("faultline_lustre_targets 8\n"), "{text}");
+    assert!(
+        text.contains("faultline_lustre_rpc_operations_total{fsname=\"lustrefs\",target=\"lustrefs-OST0000\",mountpoint=\"lustrefs-ffff88105db50000\",op=\"ost_write\"} 18210286\n"),
         "{text}"
     );
     let mut promtool = Command::new("promtool")

@@ -65,10 +65,18 @@ pub fn nfs_mount(host: &str, server: &str, export: &str) -> String {
 
 const NFS_PREFIX: &str = "nfs:";
 
+/// A Lustre target (an OST or MDT) shared by the clients that mount its
+/// file system: `lustre:lustrefs-OST0003`. Not under any host.
+pub fn lustre_target(name: &str) -> String {
+    format!("{LUSTRE_PREFIX}{name}")
+}
+
+const LUSTRE_PREFIX: &str = "lustre:";
+
 /// The host an entity belongs to (the whole name for a host entity, and
 /// for an entity of no host such as an NFS target).
 pub fn host_of(entity: &str) -> &str {
-    if entity.starts_with(NFS_PREFIX) {
+    if entity.starts_with(NFS_PREFIX) || entity.starts_with(LUSTRE_PREFIX) {
         return entity;
     }
     entity.split('/').next().unwrap_or(entity)
@@ -102,6 +110,9 @@ mod tests {
         );
         assert_eq!(host_of(&nfs_mount("n003", "filer1", "/home")), "n003");
         assert_eq!(switch("leaf07"), "switch:leaf07");
+        assert_eq!(lustre_target("fs-OST0003"), "lustre:fs-OST0003");
+        assert_eq!(host_of("lustre:fs-OST0003"), "lustre:fs-OST0003");
+        assert_eq!(host_of("n003/lustre:fs-OST0003"), "n003");
         assert_eq!(host_of(&switch("leaf07")), "switch:leaf07");
     }
 }

@@ -61,6 +61,10 @@ names! {
         /// An NFS target's RPC latency (on the target when its hosts are
         /// slow together, on one host's mount when only it is).
         NfsLatency = "nfs_latency",
+        /// A Lustre target's (OST or MDT) RPC time, from the clients' OSC
+        /// and MDC statistics: on the target when its clients are slow
+        /// together, on one client's view when only it is.
+        LustreLatency = "lustre_latency",
         NodeLost = "node_lost",
         Straggler = "straggler",
         JobSlowdown = "job_slowdown",

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use self::collector::{CollectorSection, DEFAULT_JOB_DIR};
 pub use crate::{
     ib::IbSection,
+    lustre::LustreSection,
     nfs::NfsSection,
     nvml::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET},
     otlp::OtlpSection,
@@ -45,6 +46,7 @@ pub struct FileConfig {
     pub otlp: OtlpSection,
     pub usage: UsageSection,
     pub nfs: NfsSection,
+    pub lustre: LustreSection,
 }
 
 impl FileConfig {

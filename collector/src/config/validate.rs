@@ -37,6 +37,24 @@ impl FileConfig {
                 "must name a file under collector.proc_root (self/mountstats, 1/mountstats)",
             ));
         }
+        if self.lustre.max_targets == 0 {
+            return Err(ConfigError::invalid(
+                "lustre.max_targets",
+                "must be at least 1",
+            ));
+        }
+        if self.lustre.enabled && self.lustre.roots.is_empty() {
+            return Err(ConfigError::invalid(
+                "lustre.roots",
+                "must name at least one directory with the client's osc/ and mdc/ (/sys/kernel/debug/lustre, /proc/fs/lustre), or set lustre.enabled = false",
+            ));
+        }
+        if self.lustre.mounts.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                "lustre.mounts",
+                "must name a file under collector.proc_root (self/mounts, 1/mounts)",
+            ));
+        }
         if let Some(p) = &self.verbs.provider {
             p.target()
                 .map_err(|e| ConfigError::invalid("verbs.provider", e))?;

@@ -95,6 +95,7 @@ fn mount_rows(cur: &Mount, prev: &Mount) -> Option<Vec<pb::NfsOp>> {
             exe_ms_sum: d.execute_ms,
             errors: d.errors.unwrap_or(0),
             reconnects,
+            nid: String::new(),
         });
     }
     Some(rows)

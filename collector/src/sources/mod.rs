@@ -1,7 +1,8 @@
 //! One source per signal family. Each owns its snapshot → delta → typed
 //! window and yields the wire rows, its console lines and its metrics
 //! ([`Source`]). A window has two phases ([`close_window`]): every source
-//! collects, in this order: `block`, `nfs` (mountstats), `rdma` (async
+//! collects, in this order: `block`, `nfs` (mountstats), `lustre`
+//! (client targets), `rdma` (async
 //! events), `ib`, `verbs`,
 //! `gpu`, `cuda`, `nccl`, `otlp`, `usage`; then the sources that need
 //! another's data of the same window derive from the [`Facts`] the others
@@ -13,6 +14,7 @@ pub mod cuda;
 pub mod exec;
 pub mod gpu;
 pub mod ib;
+pub mod lustre;
 pub mod nccl;
 pub mod nfs;
 pub mod otlp;

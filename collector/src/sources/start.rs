@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::{
-    block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, nccl::NcclSource,
-    nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource, usage::UsageSource,
+    block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, lustre::LustreSource,
+    nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource, usage::UsageSource,
     verbs::VerbsSource, Console, Source,
 };
 use crate::{
@@ -39,6 +39,12 @@ pub fn start_sources(
         let n = NfsSource::new(reader);
         expo.set_section("nfs", n.render());
         out.push(Box::new(n));
+    }
+    if cfg.lustre.enabled {
+        let reader = crate::lustre::LustreReader::new(&cfg.collector.proc_root, &cfg.lustre);
+        let l = LustreSource::new(reader);
+        expo.set_section("lustre", l.render());
+        out.push(Box::new(l));
     }
     out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
     out.push(Box::new(IbSource::new(root.clone(), cfg.ib.filter()?)));

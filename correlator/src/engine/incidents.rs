@@ -34,6 +34,7 @@ fn workload_hint(kind: &str) -> Option<&'static str> {
         k if k.starts_with("gpu_") => "workload: step time of the rank on this GPU against its peers and the latency of models served from it; move the rank or replica off it",
         "storage_latency" => "workload: checkpoint save duration and data-loader wait of the jobs that write or read here",
         "nfs_latency" => "workload: checkpoint save duration, data-loader wait and I/O wait (`pidstat -d 1`) of the jobs on the affected hosts that read or write this export",
+        "lustre_latency" => "workload: checkpoint save duration, data-loader wait and I/O wait (`pidstat -d 1`) of the jobs on the affected clients whose files stripe over this target (`lfs getstripe`)",
         "node_lost" => "workload: the jobs with ranks on this host have stalled or restarted: their scheduler state (`squeue -w`, `kubectl get pods -o wide`) and last step time",
         _ => return None,
     })

@@ -2,10 +2,14 @@
 //! longer than they did, judged per host, target and procedure (READ,
 //! WRITE, GETATTR, COMMIT, …) on the mean round-trip time of the window's
 //! RPCs (the kernel's cumulative RTT over its RPC count, as `nfsiostat`
-//! reports "avg RTT") against that mount's own history.
+//! reports "avg RTT") against that mount's own history. `lustre_latency`:
+//! the same for a Lustre target (an OST or MDT, rows with `fstype =
+//! "lustre"`), per RPC type (`ost_write`, `mds_getattr`, …) on the mean
+//! RPC time its clients' OSC/MDC statistics report ([`Target`]).
 //!
 //! A storage fault shared by the hosts that mount one target is one
-//! incident on the target (`nfs:server:/export`): when at least two hosts,
+//! incident on the target (`nfs:server:/export`, `lustre:<target>`): when
+//! at least two hosts,
 //! and `target_share` of those with a current window on it, are slow, the
 //! finding names every affected host and the jobs on them. A host whose
 //! mount alone is slow while at least `min_peers` other hosts on the same
@@ -23,7 +27,9 @@ use proto::v1::Window;
 use super::{baseline::OwnBaseline, incidents::Finding, median};
 
 mod config;
+mod target;
 pub use config::NfsConfig;
+pub use target::Target;
 
 /// The evidence line listing the affected hosts (the workload joins its
 /// symptoms through it).
@@ -42,6 +48,8 @@ struct Series {
     base_ms: Option<f64>,
     streak: u32,
     mountpoint: String,
+    /// The server NID (Lustre).
+    nid: String,
 }
 
 /// A host's window on one target and procedure, summed over its mounts.
@@ -51,9 +59,10 @@ struct OpWindow {
     rtt_ms: u64,
     retrans: u64,
     mountpoint: String,
+    nid: String,
 }
 
-type Key = (String, String, String);
+type Key = (String, Target, String);
 
 #[derive(Debug, Default)]
 pub struct NfsDetector {
@@ -91,18 +100,22 @@ impl NfsDetector {
     }
 
     /// The window's rows per (target, procedure), within the row cap.
-    fn per_target(&mut self, w: &Window) -> BTreeMap<(String, String), OpWindow> {
-        let mut per: BTreeMap<(String, String), OpWindow> = BTreeMap::new();
+    fn per_target(&mut self, w: &Window) -> BTreeMap<(Target, String), OpWindow> {
+        let mut per: BTreeMap<(Target, String), OpWindow> = BTreeMap::new();
         let over = w.nfs.len().saturating_sub(self.cfg.max_rows_per_window);
         self.count_drops(over as u64);
         for r in w.nfs.iter().take(self.cfg.max_rows_per_window) {
-            let target = format!("{}:{}", r.server, r.export);
+            let target = Target::of(r);
+            let failed = target.failed(r);
             let e = per.entry((target, r.op.clone())).or_default();
             e.ops += r.ops;
             e.rtt_ms += r.rtt_ms_sum;
-            e.retrans += r.retrans;
+            e.retrans += failed;
             if e.mountpoint.is_empty() {
                 e.mountpoint.clone_from(&r.mountpoint);
+            }
+            if e.nid.is_empty() {
+                e.nid.clone_from(&r.nid);
             }
         }
         per
@@ -141,10 +154,7 @@ impl NfsDetector {
         let mut out = Vec::new();
         let mut evaluated = Vec::new();
         for target in targets {
-            let Some((server, export)) = target.split_once(':') else {
-                continue;
-            };
-            evaluated.push(vocab::entity::nfs_target(server, export));
+            evaluated.push(target.entity());
             let views = self.views(&target, w.end_unix_ms - len_ms);
             out.extend(self.judge(host, &target, &views));
         }
@@ -153,7 +163,7 @@ impl NfsDetector {
 
     /// Feeds one (target, procedure) window into its series and judges it
     /// against the series' own history.
-    fn learn(&mut self, host: &str, target: String, op: String, d: &OpWindow, end_ms: i64) {
+    fn learn(&mut self, host: &str, target: Target, op: String, d: &OpWindow, end_ms: i64) {
         if d.ops < self.cfg.min_ops {
             return;
         }
@@ -176,10 +186,11 @@ impl NfsDetector {
         s.retrans = d.retrans;
         s.at_ms = end_ms;
         s.mountpoint.clone_from(&d.mountpoint);
+        s.nid.clone_from(&d.nid);
     }
 
     /// Every host with a window on `target` ending at or after `fresh`.
-    fn views(&self, target: &str, fresh: i64) -> Vec<HostView> {
+    fn views(&self, target: &Target, fresh: i64) -> Vec<HostView> {
         let mut by: BTreeMap<&str, HostView> = BTreeMap::new();
         for ((h, t, op), s) in &self.series {
             if t != target || s.at_ms < fresh {
@@ -202,7 +213,7 @@ impl NfsDetector {
     }
 
     /// The verdict at `host`'s window on one target.
-    fn judge(&self, host: &str, target: &str, views: &[HostView]) -> Option<Finding> {
+    fn judge(&self, host: &str, target: &Target, views: &[HostView]) -> Option<Finding> {
         let cfg = &self.cfg;
         let slow: Vec<&HostView> = views.iter().filter(|v| v.slow).collect();
         let n = views.len();
@@ -222,33 +233,32 @@ impl NfsDetector {
         if peers.len() < cfg.min_peers || x <= cfg.peer_ratio * m {
             return None;
         }
-        let (server, export) = target.split_once(':')?;
         let mp = self
             .series
-            .get(&(host.to_string(), target.to_string(), op.clone()))
+            .get(&(host.to_string(), target.clone(), op.clone()))
             .map_or("", |s| s.mountpoint.as_str());
         let own = base.map_or_else(String::new, |b| {
             format!(", {:.1}x its own history {b:.2} ms", x / b.max(1e-3))
         });
+        let (lat, label, failures) = (target.latency(), target.label(), target.failures());
         Some(
-            Finding::new("nfs_latency", &vocab::entity::nfs_mount(host, server, export), 0.75)
-                .with_evidence(format!("{op} mean RTT {x:.2} ms on {host}'s mount {mp} of {target}{own}; {ops} RPCs, {retrans} retransmissions this window"))
-                .with_evidence(format!("{} other hosts on the same target are fine: median {op} RTT {m:.2} ms ({:.1}x): a host-side problem (this client, its NIC or network path), not the server", peers.len(), x / m.max(1e-3)))
+            Finding::new(target.kind(), &target.host_entity(host), 0.75)
+                .with_evidence(format!("{op} mean {lat} {x:.2} ms on {host}'s mount {mp} of {label}{own}; {ops} RPCs, {retrans} {failures} this window"))
+                .with_evidence(format!("{} other hosts on the same target are fine: median {op} {lat} {m:.2} ms ({:.1}x): a host-side problem (this client, its NIC or network path), not the server", peers.len(), x / m.max(1e-3)))
                 .with_jobs(self.jobs.get(host).map_or(&[][..], Vec::as_slice))
-                .with_runbook(format!("NFS on {h}: `nfsiostat 1 {mp}` (avg RTT against avg exe per op), the client's NIC errors and TCP retransmits (`nstat -az TcpRetransSegs`, `ss -ti dport = :2049`), its CPU and memory pressure; the other hosts on {target} are fine", h = crate::shell::quote(host), mp = crate::shell::quote(mp))),
+                .with_runbook(target.host_runbook(host, mp)),
         )
     }
 
-    fn peer_rtt(&self, host: &str, target: &str, op: &str) -> Option<f64> {
+    fn peer_rtt(&self, host: &str, target: &Target, op: &str) -> Option<f64> {
         self.series
-            .get(&(host.to_string(), target.to_string(), op.to_string()))
+            .get(&(host.to_string(), target.clone(), op.to_string()))
             .map(|s| s.rtt_ms)
     }
 
     /// One incident on the target: every slow host, their jobs, and per
     /// procedure the median RTT over them against their own history.
-    fn target_finding(&self, target: &str, n: usize, slow: &[&HostView]) -> Finding {
-        let (server, export) = target.split_once(':').unwrap_or((target, ""));
+    fn target_finding(&self, target: &Target, n: usize, slow: &[&HostView]) -> Finding {
         let hosts: Vec<&str> = slow.iter().map(|v| v.host.as_str()).collect();
         let mut jobs: Vec<String> = hosts
             .iter()
@@ -270,24 +280,40 @@ impl NfsDetector {
                 e.3 += retrans;
             }
         }
+        let (lat, label, failures) = (target.latency(), target.label(), target.failures());
         let mut ev = vec![
-            format!("RPC latency on {target} rose on {} of the {n} hosts mounting it: the server or the network path to it (one target problem, not {} client problems)", hosts.len(), hosts.len()),
+            format!("RPC latency on {label} rose on {} of the {n} hosts mounting it: the server or the network path to it (one target problem, not {} client problems)", hosts.len(), hosts.len()),
             format!("{AFFECTED}{}", hosts.join(" ")),
         ];
         for (op, (xs, bs, ops, retrans)) in &by_op {
             let x = median(xs);
             let b = median(bs);
-            ev.push(format!("{op} mean RTT {x:.2} ms (median over {} hosts), {:.1}x their own history {b:.2} ms; {ops} RPCs, {retrans} retransmissions in their latest windows", xs.len(), x / b.max(1e-3)));
+            ev.push(format!("{op} mean {lat} {x:.2} ms (median over {} hosts), {:.1}x their own history {b:.2} ms; {ops} RPCs, {retrans} {failures} in their latest windows", xs.len(), x / b.max(1e-3)));
+        }
+        let nids = self.nids(target);
+        if !nids.is_empty() {
+            ev.push(format!("served from {nids}"));
         }
         let conf = (0.7 + 0.05 * hosts.len().min(5) as f64).min(0.95);
-        let mut f = Finding::new("nfs_latency", &vocab::entity::nfs_target(server, export), conf)
+        let mut f = Finding::new(target.kind(), &target.entity(), conf)
             .with_evidence_list(ev)
             .with_jobs(&jobs)
-            .with_runbook(format!("NFS server {s} export {e}: its load and disk latency (`nfsstat -s`, the array's own latency), `nfsiostat 1` on an affected host (avg RTT against avg exe per op), the network path to it (retransmits, `ss -ti dport = :2049`)", s = crate::shell::quote(server), e = crate::shell::quote(export)));
+            .with_runbook(target.runbook(if nids.is_empty() { "its server" } else { &nids }));
         for h in hosts {
             f = f.with_mark(format!("host:{h}"));
         }
         f
+    }
+
+    /// The server NIDs the hosts' latest windows on `target` name.
+    fn nids(&self, target: &Target) -> String {
+        let set: BTreeSet<&str> = self
+            .series
+            .iter()
+            .filter(|((_, t, _), s)| t == target && !s.nid.is_empty())
+            .map(|(_, s)| s.nid.as_str())
+            .collect();
+        set.into_iter().collect::<Vec<_>>().join(" ")
     }
 
     /// Forgets the series and jobs of these hosts.

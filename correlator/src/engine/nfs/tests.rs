@@ -195,3 +195,85 @@ fn a_target_incident_explains_the_jobs_on_its_affected_hosts() {
     assert!(on("n004").explained_by("nfs_latency", "n004/nfs:filer1:/home", &[]));
     assert!(!on("n004").explained_by("storage_latency", "nfs:filer1:/home", &ev));
 }
+
+/// One client's Lustre window `k`: 300 `ost_write` RPCs to each of two
+/// OSTs at the mean the lustre_exporter fixture's client measured (6.05 ms,
+/// tests/data/lustre_exporter), OST0003's times `factor` ×.
+fn lustre_window(i: usize, k: i64, factor: f64) -> Window {
+    let row = |ost: &str, nid: &str, f: f64| NfsOp {
+        server: format!("lustrefs-{ost}"),
+        export: "lustrefs".into(),
+        mountpoint: "/lustre".into(),
+        fstype: "lustre".into(),
+        op: "ost_write".into(),
+        ops: 300,
+        rtt_ms_sum: (300.0 * (6.05 + 0.02 * i as f64) * f).round() as u64,
+        nid: nid.into(),
+        ..NfsOp::default()
+    };
+    Window {
+        nfs: vec![
+            row("OST0000", "172.20.20.5@o2ib", 1.0),
+            row("OST0003", "172.20.20.6@o2ib", factor),
+        ],
+        ..window(i, k, 1.0)
+    }
+}
+
+#[test]
+fn a_slow_lustre_ost_is_one_target_incident_naming_its_server() {
+    let mut e = Engine::new(&DetectConfig::default(), Default::default());
+    let mut out = Vec::new();
+    for k in 0..10 {
+        for i in 0..8 {
+            let f = if k >= 6 { 8.0 } else { 1.0 };
+            out.extend(e.ingest(&lustre_window(i, k, f)));
+        }
+    }
+    let opened: Vec<&CandidateUpdate> = out.iter().filter(|u| u.state == "opened").collect();
+    assert_eq!(opened.len(), 1, "{opened:#?}");
+    let u = opened[0];
+    assert_eq!(
+        (u.kind.as_str(), u.entity.as_str()),
+        ("lustre_latency", "lustre:lustrefs-OST0003")
+    );
+    assert!(
+        u.evidence[0]
+            .starts_with("RPC latency on lustrefs-OST0003 of lustrefs rose on 8 of the 8 hosts"),
+        "{:?}",
+        u.evidence
+    );
+    // The hosts' 48.4–49.5 ms over their 6.05–6.19 ms history.
+    assert_eq!(
+        u.evidence[2],
+        "ost_write mean RPC time 48.96 ms (median over 8 hosts), 8.0x their own history 6.12 ms; 2400 RPCs, 0 import timeouts in their latest windows"
+    );
+    assert_eq!(u.evidence[3], "served from 172.20.20.6@o2ib");
+    assert!(
+        u.runbook.contains("obdfilter.lustrefs-OST0003.brw_stats"),
+        "{}",
+        u.runbook
+    );
+    assert_eq!(u.affected_jobs, ["job-0", "job-1", "job-2", "job-3"]);
+}
+
+#[test]
+fn an_ipv6_nfs_server_keeps_its_whole_name() {
+    let mut e = Engine::new(&DetectConfig::default(), Default::default());
+    let mut out = Vec::new();
+    for k in 0..8 {
+        for i in 0..8 {
+            let mut w = window(i, k, if k >= 5 { 10.0 } else { 1.0 });
+            for r in &mut w.nfs {
+                r.server = "[fd00::5]".into();
+            }
+            out.extend(e.ingest(&w));
+        }
+    }
+    let opened: Vec<&str> = out
+        .iter()
+        .filter(|u| u.state == "opened")
+        .map(|u| u.entity.as_str())
+        .collect();
+    assert_eq!(opened, ["nfs:[fd00::5]:/home"]);
+}

@@ -114,7 +114,7 @@ fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> 
         }
         "storage_latency" => entity.starts_with(&host),
         // One host's mount, or a target whose evidence lists this host.
-        "nfs_latency" => {
+        "nfs_latency" | "lustre_latency" => {
             entity.starts_with(&host)
                 || evidence.iter().any(|e| {
                     e.strip_prefix(crate::engine::nfs::AFFECTED)

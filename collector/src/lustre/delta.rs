@@ -1,0 +1,260 @@
+//! From two reads of the client's targets to a window of per-target,
+//! per-RPC-type deltas: wire rows (`NfsOp` with `fstype = "lustre"`),
+//! console lines and the `faultline_lustre_*` families.
+//!
+//! A target is keyed by its client device (`lustrefs-OST0000-osc-ffff…`),
+//! so two mounts of one file system are two sets of targets. A device whose
+//! counters went backwards (unmounted and mounted again between reads) has
+//! no delta that window: counted in `faultline_lustre_resets_total`, and
+//! the new values are the base.
+use std::collections::{BTreeMap, HashMap};
+
+use proto::v1 as pb;
+
+use super::parse::{Import, RpcStat, Stats};
+use crate::prom_text::{Kind, Text};
+
+/// One client device's latest read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    /// The device directory (`lustrefs-OST0000-osc-ffff88105db50000`).
+    pub device: String,
+    pub fsname: String,
+    /// `lustrefs-OST0000`.
+    pub target: String,
+    /// The file system's mount point, else the client instance.
+    pub mountpoint: String,
+    pub stats: Stats,
+    /// `None` when the device has no readable import file.
+    pub import: Option<Import>,
+}
+
+/// What one window found, besides its rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowCounts {
+    pub targets: usize,
+    pub resets: u64,
+}
+
+#[derive(Debug)]
+pub struct LustreTracker {
+    prev: HashMap<String, Target>,
+    /// The latest read's devices in name order (for the exposition).
+    latest: Vec<String>,
+    pub(super) dropped_total: u64,
+    resets_total: u64,
+    malformed_total: u64,
+}
+
+fn inc(cur: u64, prev: u64) -> Option<u64> {
+    cur.checked_sub(prev)
+}
+
+/// The device's rows for the RPC types that completed in the window;
+/// `None` when a counter went back.
+fn target_rows(cur: &Target, prev: &Target) -> Option<Vec<pb::NfsOp>> {
+    let (timeouts, reconnects) = match (&cur.import, &prev.import) {
+        (Some(c), Some(p)) => (
+            inc(c.timeouts, p.timeouts)?,
+            inc(c.connection_attempts, p.connection_attempts)?,
+        ),
+        _ => (0, 0),
+    };
+    let nid = cur.import.as_ref().map_or("", |i| i.nid.as_str());
+    let row = |op: &str, d: RpcStat| pb::NfsOp {
+        server: cur.target.clone(),
+        export: cur.fsname.clone(),
+        mountpoint: cur.mountpoint.clone(),
+        fstype: "lustre".into(),
+        op: op.to_string(),
+        ops: d.samples,
+        timeouts,
+        rtt_ms_sum: d.sum_us / 1000,
+        reconnects,
+        nid: nid.to_string(),
+        ..Default::default()
+    };
+    let mut rows = Vec::new();
+    for (name, c) in &cur.stats.rpcs {
+        let p = prev.stats.rpcs.get(name).copied().unwrap_or_default();
+        let d = RpcStat {
+            samples: inc(c.samples, p.samples)?,
+            sum_us: inc(c.sum_us, p.sum_us)?,
+        };
+        if d.samples > 0 {
+            rows.push(row(name, d));
+        }
+    }
+    inc(cur.stats.wait.samples, prev.stats.wait.samples)?;
+    if rows.is_empty() && (timeouts > 0 || reconnects > 0) {
+        // No RPC completed, but the import timed out or reconnected.
+        rows.push(row("import", RpcStat::default()));
+    }
+    Some(rows)
+}
+
+impl Default for LustreTracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LustreTracker {
+    pub fn new() -> Self {
+        Self {
+            prev: HashMap::new(),
+            latest: Vec::new(),
+            dropped_total: 0,
+            resets_total: 0,
+            malformed_total: 0,
+        }
+    }
+
+    /// A new read: the window's rows (none for a device seen for the first
+    /// time, whose counters are the base) and what it counted.
+    pub fn update(&mut self, read: Vec<Target>) -> (Vec<pb::NfsOp>, WindowCounts) {
+        let mut counts = WindowCounts::default();
+        let mut rows = Vec::new();
+        let mut next = HashMap::with_capacity(read.len());
+        let mut order = Vec::with_capacity(read.len());
+        for t in read {
+            self.malformed_total += t.stats.malformed;
+            if let Some(p) = self.prev.get(&t.device) {
+                match target_rows(&t, p) {
+                    Some(r) => rows.extend(r),
+                    None => counts.resets += 1,
+                }
+            }
+            order.push(t.device.clone());
+            next.insert(t.device.clone(), t);
+        }
+        counts.targets = next.len();
+        self.resets_total += counts.resets;
+        self.prev = next;
+        self.latest = order;
+        (rows, counts)
+    }
+
+    /// The exposition of the latest read: cumulative counters per target
+    /// and RPC type, the import's state, and the tracker's own counters.
+    pub fn render(&self) -> String {
+        let mut t = Text::new();
+        let mut per_fs: BTreeMap<&str, usize> = BTreeMap::new();
+        for dev in &self.latest {
+            let Some(x) = self.prev.get(dev) else {
+                continue;
+            };
+            *per_fs.entry(x.fsname.as_str()).or_default() += 1;
+            render_target(&mut t, x);
+        }
+        t.sample(
+            "faultline_lustre_targets",
+            "Lustre client targets (OSC/MDC devices) tracked",
+            Kind::Gauge,
+            &[],
+            self.latest.len(),
+        );
+        for (name, help, v) in [
+            (
+                "faultline_lustre_targets_dropped_total",
+                "Lustre client targets past lustre.max_targets, not tracked (per read)",
+                self.dropped_total,
+            ),
+            (
+                "faultline_lustre_resets_total",
+                "Lustre target windows left out because their counters went back (remount)",
+                self.resets_total,
+            ),
+            (
+                "faultline_lustre_malformed_lines_total",
+                "Lustre stats lines without their expected form, skipped",
+                self.malformed_total,
+            ),
+        ] {
+            t.sample(name, help, Kind::Counter, &[], v);
+        }
+        t.render()
+    }
+}
+
+fn render_target(t: &mut Text, x: &Target) {
+    let base = [
+        ("fsname", x.fsname.as_str()),
+        ("target", x.target.as_str()),
+        ("mountpoint", x.mountpoint.as_str()),
+    ];
+    for (op, s) in x.stats.rpcs.iter().filter(|(_, s)| s.samples > 0) {
+        let l = [base[0], base[1], base[2], ("op", op.as_str())];
+        t.sample(
+            "faultline_lustre_rpc_operations_total",
+            "Lustre RPCs completed, per target and RPC type",
+            Kind::Counter,
+            &l,
+            s.samples,
+        );
+        t.sample(
+            "faultline_lustre_rpc_seconds_total",
+            "Sum of Lustre RPC times (request sent to reply), per target and RPC type",
+            Kind::Counter,
+            &l,
+            s.sum_us as f64 / 1e6,
+        );
+    }
+    let Some(i) = &x.import else {
+        return;
+    };
+    let full = u8::from(i.state == "FULL");
+    let l = [
+        base[0],
+        base[1],
+        base[2],
+        ("state", i.state.as_str()),
+        ("nid", i.nid.as_str()),
+    ];
+    t.sample(
+        "faultline_lustre_import_full",
+        "1 when the target's import is FULL (connected and serving), else 0; the state and server NID as labels",
+        Kind::Gauge,
+        &l,
+        full,
+    );
+    t.sample(
+        "faultline_lustre_import_timeouts_total",
+        "Lustre RPCs to the target that timed out",
+        Kind::Counter,
+        &base,
+        i.timeouts,
+    );
+    t.sample(
+        "faultline_lustre_import_connects_total",
+        "Connection attempts of the target's import (a rise after the first is a reconnection)",
+        Kind::Counter,
+        &base,
+        i.connection_attempts,
+    );
+}
+
+/// One console line per target and RPC type with RPCs in the window.
+pub fn line(r: &pb::NfsOp) -> String {
+    let mean = if r.ops > 0 {
+        r.rtt_ms_sum as f64 / r.ops as f64
+    } else {
+        0.0
+    };
+    format!(
+        "lustre {} ({}) on {} via {} {} ops={} rpc={:.2}ms timeouts={}{}",
+        r.server,
+        r.export,
+        r.mountpoint,
+        if r.nid.is_empty() { "?" } else { &r.nid },
+        r.op,
+        r.ops,
+        mean,
+        r.timeouts,
+        if r.reconnects > 0 {
+            format!(" reconnects={}", r.reconnects)
+        } else {
+            String::new()
+        }
+    )
+}
