@@ -53,6 +53,7 @@ pub mod rdma;
 pub mod sources;
 pub mod storage;
 pub mod stream;
+pub mod switches;
 pub mod tracefs;
 pub mod usage;
 pub mod window;

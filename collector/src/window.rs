@@ -24,6 +24,7 @@ pub fn ib_ports(ports: &[PortSnapshot]) -> Vec<pb::IbPort> {
             counters: p.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             hw_counters: p.hw_counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             link_layer: p.link_layer.clone().unwrap_or_default(),
+            switch: String::new(),
         })
         .collect()
 }

@@ -130,10 +130,33 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
     // A real Lustre client's OSC/MDC files (lustre_exporter's fixture).
     let lustre = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("data/lustre_exporter/proc/fs/lustre");
+    // The switches of a real `ibnetdiscover --ports` output, polled through
+    // a stand-in perfquery that prints infiniband_exporter's real output
+    // for the GUIDs it has (ib-i1l2s01 has none: a failed poll).
+    let fabric = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/infiniband_exporter");
+    let perfquery = ib.root().join("perfquery");
+    std::fs::write(
+        &perfquery,
+        format!(
+            "#!/bin/sh\nf={}/perfquery/$4.out\n[ -f \"$f\" ] || {{ echo \"no GUID $4\" >&2; exit 1; }}\ncat \"$f\"\n",
+            fabric.display()
+        ),
+    )
+    .expect("write the stand-in perfquery");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&perfquery, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    }
     let config = ib.root().join("collector.toml");
     std::fs::write(
         &config,
-        format!("[lustre]\nroots = [{:?}]\n", lustre.display().to_string()),
+        format!(
+            "[lustre]\nroots = [{:?}]\n\n[switches]\nenabled = true\ntopology = {:?}\nperfquery = {:?}\ninterval_s = 1\n",
+            lustre.display().to_string(),
+            fabric.join("ibnetdiscover/test.out").display().to_string(),
+            perfquery.display().to_string(),
+        ),
     )
     .expect("write the config");
     let args = [
@@ -189,12 +212,16 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         let l = wait_for(&rx, &mut seen, |_| true, "a line");
         windows += usize::from(l.starts_with("window "));
     }
-    let metrics = Command::new("curl")
-        .args(["-sf", &format!("http://{addr}/metrics")])
-        .output()
-        .expect("curl");
-    assert!(metrics.status.success());
-    let text = String::from_utf8(metrics.stdout).expect("utf-8");
+    // Every poll: two switches answer, one fails; ib-i1l1s01's uplink port
+    // 1 is the one row (ports 10 and 11 are not in its output).
+    let text = scrape_until(&addr, "a switch poll", |t| {
+        value(t, "faultline_switch_polls_total{result=\"ok\"}").is_some_and(|v| v >= 2.0)
+    });
+    assert!(text.contains("faultline_switch_ports 1\n"), "{text}");
+    assert!(
+        value(&text, "faultline_switch_polls_total{result=\"failed\"}").is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
     assert!(
         text.contains("faultline_infiniband_state_id{device=\"mlx5_0\",port=\"1\"} 1"),
         "{text}"

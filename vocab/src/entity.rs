@@ -50,6 +50,13 @@ pub fn switch(name: &str) -> String {
     format!("switch:{name}")
 }
 
+/// One port of a switch (its counters read from the fabric by the
+/// collector's `[switches]` source): `switch:<name>/<port>`, under the
+/// switch as a host's ports are under the host.
+pub fn switch_port(name: &str, port: u32) -> String {
+    format!("{}/{port}", switch(name))
+}
+
 /// An NFS target shared by the hosts that mount it: `nfs:server:/export`.
 /// Not under any host (an export path has slashes, so [`host_of`] returns
 /// the whole name, like a host's).
@@ -111,6 +118,8 @@ mod tests {
         assert_eq!(host_of(&nfs_mount("n003", "filer1", "/home")), "n003");
         assert_eq!(switch("leaf07"), "switch:leaf07");
         assert_eq!(lustre_target("fs-OST0003"), "lustre:fs-OST0003");
+        assert_eq!(switch_port("leaf07", 33), "switch:leaf07/33");
+        assert_eq!(host_of(&switch_port("leaf07", 33)), "switch:leaf07");
         assert_eq!(host_of("lustre:fs-OST0003"), "lustre:fs-OST0003");
         assert_eq!(host_of("n003/lustre:fs-OST0003"), "n003");
         assert_eq!(host_of(&switch("leaf07")), "switch:leaf07");

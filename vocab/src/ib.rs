@@ -193,6 +193,46 @@ pub const COUNTERS: &[CounterSpec] = &[
     ),
 ];
 
+/// `perfquery`'s names for the PortCounters(Extended) fields (what it
+/// prints for a switch port) → the sysfs file name of the same counter.
+pub const PERFQUERY_NAMES: &[(&str, &str)] = &[
+    ("PortXmitData", "port_xmit_data"),
+    ("PortRcvData", "port_rcv_data"),
+    ("PortXmitPkts", "port_xmit_packets"),
+    ("PortRcvPkts", "port_rcv_packets"),
+    ("PortUnicastXmitPkts", "unicast_xmit_packets"),
+    ("PortUnicastRcvPkts", "unicast_rcv_packets"),
+    ("PortMulticastXmitPkts", "multicast_xmit_packets"),
+    ("PortMulticastRcvPkts", "multicast_rcv_packets"),
+    ("SymbolErrorCounter", "symbol_error"),
+    ("LinkErrorRecoveryCounter", "link_error_recovery"),
+    ("LinkDownedCounter", "link_downed"),
+    ("PortRcvErrors", "port_rcv_errors"),
+    (
+        "PortRcvRemotePhysicalErrors",
+        "port_rcv_remote_physical_errors",
+    ),
+    ("PortRcvSwitchRelayErrors", "port_rcv_switch_relay_errors"),
+    ("PortXmitDiscards", "port_xmit_discards"),
+    ("PortXmitConstraintErrors", "port_xmit_constraint_errors"),
+    ("PortRcvConstraintErrors", "port_rcv_constraint_errors"),
+    ("LocalLinkIntegrityErrors", "local_link_integrity_errors"),
+    (
+        "ExcessiveBufferOverrunErrors",
+        "excessive_buffer_overrun_errors",
+    ),
+    ("VL15Dropped", "VL15_dropped"),
+    ("PortXmitWait", "port_xmit_wait"),
+];
+
+/// The sysfs file name of a `perfquery` field.
+pub fn perfquery_file(name: &str) -> Option<&'static str> {
+    PERFQUERY_NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
+}
+
 pub fn spec(file: &str) -> Option<&'static CounterSpec> {
     COUNTERS.iter().find(|s| s.file == file)
 }

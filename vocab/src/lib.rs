@@ -10,6 +10,7 @@
 pub mod entity;
 pub mod hist;
 pub mod ib;
+pub mod ibnet;
 pub mod kind;
 pub mod state;
 pub mod term;

@@ -97,6 +97,26 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "sysfs files that could not be read or parsed, by file",
     ),
     (
+        "faultline_switch_polls_total",
+        false,
+        "perfquery runs of the [switches] source, by result (ok, failed: exit status, not found or timed out)",
+    ),
+    (
+        "faultline_switch_ports",
+        true,
+        "Switch ports in the latest [switches] poll",
+    ),
+    (
+        "faultline_switch_ports_dropped_total",
+        false,
+        "Switch ports past switches.max_ports, not polled (per poll)",
+    ),
+    (
+        "faultline_switch_malformed_lines_total",
+        false,
+        "perfquery output lines without their Name:....value form, skipped",
+    ),
+    (
         "faultline_rdma_async_events_total",
         false,
         "RDMA asynchronous events, by device and event",

@@ -25,6 +25,7 @@ pub use crate::{
     otlp::OtlpSection,
     probes::{parse_loc, BlockSection, CudaSection, NcclSection, ProviderSection, VerbsSection},
     stream::{check_endpoint, StreamSection},
+    switches::SwitchesSection,
     usage::UsageSection,
 };
 pub use error::{ConfigError, SecondsError};
@@ -47,6 +48,7 @@ pub struct FileConfig {
     pub usage: UsageSection,
     pub nfs: NfsSection,
     pub lustre: LustreSection,
+    pub switches: SwitchesSection,
 }
 
 impl FileConfig {

@@ -37,6 +37,16 @@ impl FileConfig {
                 "must name a file under collector.proc_root (self/mountstats, 1/mountstats)",
             ));
         }
+        if self.switches.max_ports == 0 {
+            return Err(ConfigError::invalid(
+                "switches.max_ports",
+                "must be at least 1",
+            ));
+        }
+        seconds(self.switches.interval_s, 1.0, 3600.0)
+            .map_err(|e| ConfigError::invalid("switches.interval_s", e))?;
+        seconds(self.switches.timeout_s, 0.1, 600.0)
+            .map_err(|e| ConfigError::invalid("switches.timeout_s", e))?;
         if self.lustre.max_targets == 0 {
             return Err(ConfigError::invalid(
                 "lustre.max_targets",

@@ -3,7 +3,7 @@
 //! ([`Source`]). A window has two phases ([`close_window`]): every source
 //! collects, in this order: `block`, `nfs` (mountstats), `lustre`
 //! (client targets), `rdma` (async
-//! events), `ib`, `verbs`,
+//! events), `ib`, `switches` (switch port counters), `verbs`,
 //! `gpu`, `cuda`, `nccl`, `otlp`, `usage`; then the sources that need
 //! another's data of the same window derive from the [`Facts`] the others
 //! returned: `gpu` (workload labels from the processes `cuda` saw), `cuda`
@@ -22,6 +22,7 @@ pub mod rdma;
 pub mod retired;
 mod source;
 mod start;
+pub mod switches;
 pub mod usage;
 pub mod verbs;
 

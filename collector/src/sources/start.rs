@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use super::{
     block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, lustre::LustreSource,
-    nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource, usage::UsageSource,
-    verbs::VerbsSource, Console, Source,
+    nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource,
+    switches::SwitchesSource, usage::UsageSource, verbs::VerbsSource, Console, Source,
 };
 use crate::{
     config::FileConfig,
@@ -48,6 +48,25 @@ pub fn start_sources(
     }
     out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
     out.push(Box::new(IbSource::new(root.clone(), cfg.ib.filter()?)));
+    if cfg.switches.enabled {
+        // Optional like a probe: a fabric file that cannot be used is
+        // reported and the collector runs on without switch counters.
+        match crate::switches::load(&cfg.switches.topology) {
+            Ok(sw) => {
+                let ports: usize = sw.iter().map(|s| s.ports.len()).sum();
+                console.info(format_args!(
+                    "switches: {} switches, {ports} cabled ports from {}, polled every {} s with {}",
+                    sw.len(),
+                    cfg.switches.topology.display(),
+                    cfg.switches.interval_s,
+                    cfg.switches.perfquery.display()
+                ));
+                let latest = crate::switches::start(cfg.switches.clone(), sw);
+                out.push(Box::new(SwitchesSource::new(latest)));
+            }
+            Err(e) => console.info(e),
+        }
+    }
     let verbs_on = probes
         .status()
         .iter()

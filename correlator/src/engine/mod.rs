@@ -170,7 +170,7 @@ impl Engine {
         let ports: Vec<bool> = w
             .ib_ports
             .iter()
-            .map(|p| admit(format!("ib:{}/{}", p.hca, p.port)))
+            .map(|p| admit(format!("ib:{}/{}/{}", p.switch, p.hca, p.port)))
             .collect();
         let gpus: Vec<bool> = w
             .gpus

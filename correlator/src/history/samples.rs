@@ -92,7 +92,7 @@ impl Sampler {
             });
         };
         for p in &w.ib_ports {
-            let port = format!("{host}/{}/{}", p.hca, p.port);
+            let port = crate::engine::ib::port_entity(host, p);
             // With a fabric topology both ends of a link are one entity
             // (the incident's), and their samples merge into its series.
             let e = engine.ib.entity_of(&port);

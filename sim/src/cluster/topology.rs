@@ -119,7 +119,9 @@ mod tests {
         let t = correlator::engine::ib::parse_topology(&ibnetdiscover(20)).expect("parses");
         assert_eq!(t.members("leaf00").len(), 16 * HCAS);
         assert_eq!(t.members("leaf01").len(), 4 * HCAS);
-        assert_eq!(t.leaf_of("n017/mlx5_3/1"), Some("leaf01"));
+        assert_eq!(t.parent_of("n017/mlx5_3/1"), Some("leaf01"));
+        // Each spine groups its two uplinks.
+        assert_eq!(t.members("spine00").len(), 2);
         // No links named, 2 leaves, 2 × 2 uplinks, nothing skipped.
         assert_eq!(t.counts(), (0, 2, 4, 0));
     }

@@ -1,6 +1,10 @@
-//! The fault's extent: port findings that co-occur behind one switch (from
-//! the topology) become one finding on the switch, which lists the ports
-//! and stands for their incidents (one fault, one incident).
+//! The fault's extent: port findings that co-occur under one switch (from
+//! the topology) become one finding on the switch, which lists the members
+//! and stands for their incidents (one fault, one incident). A leaf's
+//! members are the HCA ports behind it (reported by the hosts or by the
+//! leaf's own port counters); a spine's are its uplinks (reported by the
+//! switch counters of either end). A member counts once however many ends
+//! report it.
 //!
 //! A port counts as flagged for `extent_window_s` after its latest finding.
 //! Behind a switch with `n` ports, `k` ports of one family (errors, or
@@ -43,8 +47,9 @@ struct Flag {
 /// Flagged ports behind switches.
 #[derive(Debug, Default)]
 pub(super) struct Extent {
-    /// Port entity → its latest finding (only ports the topology puts
-    /// behind a switch; bounded by the ports tracked).
+    /// Member (the topology's canonical name of the reporting port) → its
+    /// latest finding (only members the topology puts under a switch;
+    /// bounded by the ports tracked).
     flagged: HashMap<String, Flag>,
 }
 
@@ -67,12 +72,13 @@ impl Extent {
         let window_ms = (cfg.extent_window_s * 1000.0) as i64;
         self.flagged.retain(|_, f| end_ms - f.at_ms <= window_ms);
         for f in findings.iter() {
-            if let (Some(family), Some(_)) = (family(f.kind), topo.leaf_of(&f.entity)) {
+            if let (Some(family), Some(_)) = (family(f.kind), topo.parent_of(&f.entity)) {
+                let member = topo.canonical(&f.entity).to_string();
                 let line = f.evidence.first().cloned().unwrap_or_default();
                 let jobs = f.jobs.clone();
                 let since_ms = self
                     .flagged
-                    .get(&f.entity)
+                    .get(&member)
                     .filter(|old| old.family == family)
                     .map_or(end_ms, |old| old.since_ms);
                 let flag = Flag {
@@ -82,13 +88,13 @@ impl Extent {
                     line,
                     jobs,
                 };
-                self.flagged.insert(f.entity.clone(), flag);
+                self.flagged.insert(member, flag);
             }
         }
         let mut out: Vec<Finding> = Vec::with_capacity(findings.len());
         for f in findings.drain(..) {
             let verdict = family(f.kind)
-                .zip(topo.leaf_of(&f.entity))
+                .zip(topo.parent_of(&f.entity))
                 .and_then(|(fam, sw)| self.switch_finding(topo, cfg, sw, fam, ports, &f));
             let f = verdict.unwrap_or(f);
             // One finding per (kind, switch) per window.
@@ -123,7 +129,7 @@ impl Extent {
         let elsewhere = self
             .flagged
             .iter()
-            .filter(|(p, fl)| fl.family == family && topo.leaf_of(p) != Some(switch))
+            .filter(|(p, fl)| fl.family == family && topo.parent_of(p) != Some(switch))
             .count();
         let others = ports.saturating_sub(n).max(elsewhere).max(1);
         let rate = elsewhere as f64 / others as f64;
@@ -137,8 +143,13 @@ impl Extent {
             "down or flapping"
         };
         let names: Vec<&str> = flagged.iter().map(|(p, _)| p.as_str()).collect();
+        let under = if names.iter().any(|m| topo.is_uplink(m)) {
+            "uplinks of"
+        } else {
+            "ports behind"
+        };
         let mut evidence = vec![format!(
-            "{k} of the {n} ports behind switch {switch} {what} at once ({}); the rest of the fabric: {elsewhere} of {others} ports, so {k} here by chance has p {}",
+            "{k} of the {n} {under} switch {switch} {what} at once ({}); the rest of the fabric: {elsewhere} of {others} ports, so {k} here by chance has p {}",
             names.join(", "),
             if p > 0.0 { format!("= {p:.1e}") } else { "< 1e-300".to_string() }
         )];

@@ -71,6 +71,17 @@ pub const HW_ERROR_COUNTERS: &[&str] = &[
 /// IBA port state ACTIVE.
 const ACTIVE: u32 = 4;
 
+/// The entity of a port row: a host's HCA port `<host>/<hca>/<port>`, or a
+/// switch's port `switch:<switch>/<port>` (the `[switches]` source's rows,
+/// from whichever host polls the fabric).
+pub fn port_entity(host: &str, p: &IbPort) -> String {
+    if p.switch.is_empty() {
+        vocab::entity::port(host, &p.hca, p.port)
+    } else {
+        vocab::entity::switch_port(&p.switch, p.port)
+    }
+}
+
 #[derive(Debug, Default)]
 struct PortState {
     counters: BTreeMap<String, u64>,
@@ -146,9 +157,16 @@ impl IbDetector {
         self.topology = topology;
     }
 
-    /// Forgets the ports of these hosts.
+    /// Forgets the ports of these hosts (and the switch ports they polled).
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        self.ports.retain(|e, _| !gone.contains(super::host_of(e)));
+        let polled: std::collections::HashSet<&String> = gone
+            .iter()
+            .filter_map(|h| self.by_host.get(h))
+            .flatten()
+            .collect();
+        let polled: std::collections::HashSet<String> = polled.into_iter().cloned().collect();
+        self.ports
+            .retain(|e, _| !gone.contains(super::host_of(e)) && !polled.contains(e));
         self.by_host.retain(|h, _| !gone.contains(h));
         self.extent
             .forget(|p| gone.contains(vocab::entity::host_of(p)));
@@ -183,7 +201,7 @@ impl IbDetector {
         let mut e = Vec::new();
         for p in self.by_host.get(host).into_iter().flatten() {
             e.extend(self.topology.link_of(p).cloned());
-            e.extend(self.topology.leaf_of(p).map(vocab::entity::switch));
+            e.extend(self.topology.parent_of(p).map(vocab::entity::switch));
         }
         e.sort();
         e.dedup();
@@ -225,7 +243,7 @@ impl IbDetector {
         // include this window's estimates.
         let mut judged: Vec<(String, u32)> = Vec::new();
         for p in &w.ib_ports {
-            let entity = vocab::entity::port(host, &p.hca, p.port);
+            let entity = port_entity(host, p);
             names.push(entity.clone());
             let st = self.ports.entry(entity.clone()).or_default();
             let at = (w.end_unix_ms, len_ms);

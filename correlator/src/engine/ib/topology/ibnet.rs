@@ -1,145 +1,42 @@
-//! `ibnetdiscover`'s topology output: node records, each a header line
-//! (`Switch 36 "S-<guid>" # "<node description>" …` or
-//! `Ca 2 "H-<guid>" # "<node description>"`) followed by one line per
-//! connected port (`[<port>](<port guid>) "<remote id>"[<remote port>] # …`);
-//! `vendid=`-style lines and comments in between. The same grammar is
-//! ibsim's network file (`Hca` headers, no descriptions).
-use std::collections::{BTreeMap, HashMap};
+//! A topology from `ibnetdiscover`'s output (either form, parsed by
+//! [`vocab::ibnet`]): CA ports behind the switch their cable lands on, and
+//! the uplinks between switches.
+use vocab::ibnet::{Fabric, NodeType};
 
 use super::{Topology, TopologyError};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NodeType {
-    Switch,
-    Ca,
-}
-
-/// A node header: type, id, node description (empty when absent).
-fn header(line: &str) -> Option<(NodeType, &str, &str)> {
-    let mut words = line.split_whitespace();
-    let ty = match words.next()? {
-        "Switch" => NodeType::Switch,
-        "Ca" | "Hca" => NodeType::Ca,
-        _ => return None,
-    };
-    words.next()?.parse::<u32>().ok()?;
-    let (id, rest) = quoted(line)?;
-    let desc = rest
-        .split_once('#')
-        .and_then(|(_, c)| quoted(c))
-        .map_or("", |(d, _)| d);
-    Some((ty, id, desc))
-}
-
-/// The first `"…"` of `s` and what follows it.
-fn quoted(s: &str) -> Option<(&str, &str)> {
-    let (_, after) = s.split_once('"')?;
-    let (inner, rest) = after.split_once('"')?;
-    Some((inner, rest))
-}
-
-/// `[N]` at the start of `s`: N and what follows.
-fn bracketed(s: &str) -> Option<(u32, &str)> {
-    let inner = s.strip_prefix('[')?;
-    let (n, rest) = inner.split_once(']')?;
-    Some((n.trim().parse().ok()?, rest))
-}
-
-/// A port line: local port, remote id, remote port.
-fn port_line(line: &str) -> Option<(u32, &str, u32)> {
-    let (local, rest) = bracketed(line)?;
-    let (remote, rest) = quoted(rest)?;
-    let (rport, _) = bracketed(rest.trim_start())?;
-    Some((local, remote, rport))
-}
-
-/// Whether the text has ibnetdiscover node headers.
+/// Whether the text is ibnetdiscover output.
 pub(super) fn looks_like(text: &str) -> bool {
-    text.lines()
-        .map(str::trim)
-        .any(|l| !l.starts_with('#') && header(l).is_some())
-}
-
-/// One record as read.
-struct Node<'a> {
-    ty: NodeType,
-    desc: &'a str,
-    ports: Vec<(u32, &'a str, u32)>,
+    vocab::ibnet::looks_like(text)
 }
 
 pub(super) fn parse(text: &str) -> Result<Topology, TopologyError> {
-    let mut nodes: BTreeMap<&str, Node<'_>> = BTreeMap::new();
-    let mut current: Option<&str> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some((ty, id, desc)) = header(line) {
-            if nodes.contains_key(id) {
-                return Err(TopologyError::Ibnet {
-                    line: i + 1,
-                    why: "node listed twice",
-                    text: line.to_string(),
-                });
-            }
-            let ports = Vec::new();
-            nodes.insert(id, Node { ty, desc, ports });
-            current = Some(id);
-        } else if line.starts_with('[') {
-            let p = port_line(line).ok_or_else(|| TopologyError::Ibnet {
-                line: i + 1,
-                why: "expected `[port] \"remote id\"[remote port]`",
-                text: line.to_string(),
-            })?;
-            let node =
-                current
-                    .and_then(|id| nodes.get_mut(id))
-                    .ok_or_else(|| TopologyError::Ibnet {
-                        line: i + 1,
-                        why: "a port line before any node header",
-                        text: line.to_string(),
-                    })?;
-            node.ports.push(p);
-        }
-    }
-    Ok(build(&nodes))
+    Ok(build(&vocab::ibnet::parse(text)?))
 }
 
-/// Switch names: the node description where it is one switch's alone,
-/// else the node id.
-fn switch_names<'a>(nodes: &BTreeMap<&'a str, Node<'a>>) -> HashMap<&'a str, String> {
-    let mut uses: HashMap<&str, usize> = HashMap::new();
-    for n in nodes.values().filter(|n| n.ty == NodeType::Switch) {
-        *uses.entry(n.desc.trim()).or_default() += 1;
-    }
-    nodes
-        .iter()
-        .filter(|(_, n)| n.ty == NodeType::Switch)
-        .map(|(id, n)| {
-            let d = n.desc.trim();
-            let name = if d.is_empty() || uses.get(d).copied().unwrap_or(0) > 1 {
-                (*id).to_string()
-            } else {
-                d.to_string()
-            };
-            (*id, name)
-        })
-        .collect()
-}
-
-fn build(nodes: &BTreeMap<&str, Node<'_>>) -> Topology {
-    let names = switch_names(nodes);
+fn build(f: &Fabric) -> Topology {
+    let names = f.switch_names();
     let mut t = Topology::default();
-    for (id, n) in nodes {
+    for (id, n) in &f.nodes {
         match n.ty {
             NodeType::Switch => {
-                // Each uplink is listed from both ends: counted once.
-                t.uplinks += n
-                    .ports
-                    .iter()
-                    .filter(|(_, r, _)| names.contains_key(r) && *id < *r)
-                    .count();
+                // Each uplink is listed from both ends: taken once.
+                for p in &n.ports {
+                    let Some(remote) = names.get(p.remote.as_str()) else {
+                        continue;
+                    };
+                    if id.as_str() < p.remote.as_str() {
+                        let here = (names[id.as_str()].as_str(), p.port);
+                        let there = (remote.as_str(), p.remote_port);
+                        let (a, b) = if here <= there {
+                            (here, there)
+                        } else {
+                            (there, here)
+                        };
+                        let name = format!("{}[{}]~{}[{}]", a.0, a.1, b.0, b.1);
+                        t.uplink(&name, a, b);
+                    }
+                }
             }
             NodeType::Ca => {
                 let words: Vec<&str> = n.desc.split_whitespace().collect();
@@ -147,14 +44,15 @@ fn build(nodes: &BTreeMap<&str, Node<'_>>) -> Topology {
                     t.skipped += 1;
                     continue;
                 };
-                for (port, remote, _) in &n.ports {
-                    if let Some(sw) = names.get(remote) {
-                        t.cable(&vocab::entity::port(host, hca, *port), sw);
+                for p in &n.ports {
+                    if let Some(sw) = names.get(p.remote.as_str()) {
+                        t.cable(&vocab::entity::port(host, hca, p.port), sw, p.remote_port);
                     }
                 }
             }
         }
     }
+    t.place_uplinks();
     t
 }
 
@@ -215,8 +113,13 @@ Ca	1 "H-b83fd20300c1aaaa"		# "Mellanox Technologies Aggregation Node"
             ["gpu-a01/mlx5_0/1", "gpu-a01/mlx5_1/1", "gpu-a02/mlx5_0/1"]
         );
         assert_eq!(t.members("leaf02"), ["gpu-b01/mlx5_0/1"]);
-        assert_eq!(t.leaf_of("gpu-a02/mlx5_0/1"), Some("leaf01"));
-        assert!(t.members("spine01").is_empty());
+        assert_eq!(t.parent_of("gpu-a02/mlx5_0/1"), Some("leaf01"));
+        assert_eq!(
+            t.members("spine01"),
+            ["leaf01[33]~spine01[1]", "leaf02[33]~spine01[2]"]
+        );
+        assert_eq!(t.parent_of("switch:leaf02/33"), Some("spine01"));
+        assert_eq!(t.canonical("switch:leaf01/3"), "gpu-a02/mlx5_0/1");
         // 0 named links, 2 leaves with CAs, 2 uplinks, the aggregation node
         // skipped.
         assert_eq!(t.counts(), (0, 2, 2, 1));
@@ -230,8 +133,8 @@ Ca	1 "H-b83fd20300c1aaaa"		# "Mellanox Technologies Aggregation Node"
                     Ca 1 \"H-0a\" # \"n1 mlx5_0\"\n[1](0a) \"S-01\"[1]\n\n\
                     Ca 1 \"H-0b\" # \"n2 mlx5_0\"\n[1](0b) \"S-02\"[1]\n";
         let t = parse_topology(text).expect("parses");
-        assert_eq!(t.leaf_of("n1/mlx5_0/1"), Some("S-01"));
-        assert_eq!(t.leaf_of("n2/mlx5_0/1"), Some("S-02"));
+        assert_eq!(t.parent_of("n1/mlx5_0/1"), Some("S-01"));
+        assert_eq!(t.parent_of("n2/mlx5_0/1"), Some("S-02"));
     }
 
     #[test]

@@ -2,16 +2,22 @@
 //!
 //! - faultline's own: one link per line, `LINK ENDPOINT [ENDPOINT]`, `#`
 //!   comments. An endpoint is an HCA port `<host>/<hca>/<port>` or a switch
-//!   port `<switch>[<port>]`. Both HCA ends of a link report under the
-//!   link's name; an HCA port cabled to a switch port sits behind that
-//!   switch (its leaf); a link between two switch ports is an uplink.
-//! - `ibnetdiscover`'s output, as saved by `ibnetdiscover > FILE`
-//!   ([`ibnet`]): every CA port cabled to a switch sits behind it. A CA is
-//!   named by its node description `<host> <hca>` (rdma-ndd's default
-//!   `%h %d`); CAs described otherwise are skipped and counted.
+//!   port `<switch>[<port>]`. Both ends of a link report under the link's
+//!   name; an HCA port cabled to a switch port sits behind that switch (its
+//!   leaf); a link between two switch ports is an uplink.
+//! - `ibnetdiscover`'s output in its default or `--ports` form
+//!   ([`vocab::ibnet`], [`ibnet`]): every CA port cabled to a switch sits
+//!   behind it. A CA is named by its node description `<host> <hca>`
+//!   (rdma-ndd's default `%h %d`); CAs described otherwise are skipped and
+//!   counted. Uplinks are named `<switch>[<port>]~<switch>[<port>]` (the
+//!   two ends in name order).
 //!
-//! The switches are what [`super::extent`] groups co-occurring port
-//! findings by.
+//! Switch ports report as `switch:<switch>/<port>` (the collector's
+//! `[switches]` source). A switch port cabled to an HCA port reports under
+//! the HCA port's entity (or its link's name); the two ends of an uplink
+//! under the uplink's name. The extent ([`super::extent`]) groups
+//! co-occurring findings by their **parent**: an HCA port's leaf, an
+//! uplink's upper switch (the end with no HCA behind it: the spine).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 mod ibnet;
@@ -33,41 +39,61 @@ pub enum TopologyError {
         endpoint: String,
         link: String,
     },
-    #[error("line {line} (ibnetdiscover): {why}: {text:?}")]
-    Ibnet {
-        line: usize,
-        why: &'static str,
-        text: String,
-    },
+    #[error("{0}")]
+    Ibnet(#[from] vocab::ibnet::IbnetError),
 }
 
-/// Links, and which switch each HCA port is cabled to.
+/// Links, and which switch each HCA port and uplink groups under.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Topology {
-    /// Port entity → link name (both ends of a host-to-host link).
+    /// Port entity → the entity it reports under: a link's name (both
+    /// ends), or for a switch port cabled to an HCA port that HCA port.
     links: HashMap<String, String>,
-    /// Port entity → the switch its cable lands on.
-    leaf: HashMap<String, String>,
-    /// Switch → the HCA ports behind it (sorted).
+    /// Port entity or uplink name → the switch it groups under.
+    parent: HashMap<String, String>,
+    /// Switch → what groups under it (sorted): the HCA ports behind a
+    /// leaf, the uplinks of a spine.
     members: BTreeMap<String, Vec<String>>,
-    /// Switch-to-switch links.
-    uplinks: usize,
+    /// Switch port entity → the HCA port it is cabled to.
+    faces: HashMap<String, String>,
+    /// Uplinks: (name, one end's switch and entity, the other's).
+    uplinks: Vec<(String, String, String, String, String)>,
     /// CAs left out (no `<host> <hca>` node description).
     skipped: usize,
 }
 
 impl Topology {
-    /// The link name a port reports under, if the topology names one.
+    /// The entity a port reports under, if not itself.
     pub fn link_of(&self, port: &str) -> Option<&String> {
         self.links.get(port)
     }
 
-    /// The switch a port is cabled to, if known.
-    pub fn leaf_of(&self, port: &str) -> Option<&str> {
-        self.leaf.get(port).map(String::as_str)
+    /// What a reported port stands for in its parent's member list: the
+    /// HCA port a switch port faces, an uplink end's uplink, else itself.
+    pub fn canonical<'a>(&'a self, port: &'a str) -> &'a str {
+        if let Some(h) = self.faces.get(port) {
+            return h;
+        }
+        match self.links.get(port) {
+            Some(l) if self.parent.contains_key(l) => l,
+            _ => port,
+        }
     }
 
-    /// The HCA ports behind a switch.
+    /// The switch a port (or uplink) groups under, if known.
+    pub fn parent_of(&self, port: &str) -> Option<&str> {
+        self.parent
+            .get(port)
+            .or_else(|| self.parent.get(self.canonical(port)))
+            .map(String::as_str)
+    }
+
+    /// Whether a name is an uplink's (a spine's member).
+    pub fn is_uplink(&self, name: &str) -> bool {
+        self.uplinks.iter().any(|u| u.0 == name)
+    }
+
+    /// What groups under a switch.
     pub fn members(&self, switch: &str) -> &[String] {
         self.members.get(switch).map_or(&[], Vec::as_slice)
     }
@@ -75,15 +101,65 @@ impl Topology {
     /// Named links, switches with HCA ports behind them, uplinks, skipped
     /// CAs (for the start-up log line).
     pub fn counts(&self) -> (usize, usize, usize, usize) {
-        let links: BTreeSet<&String> = self.links.values().collect();
-        (links.len(), self.members.len(), self.uplinks, self.skipped)
+        let uplinks: BTreeSet<&String> = self.uplinks.iter().map(|u| &u.0).collect();
+        let links: BTreeSet<&String> = self
+            .links
+            .values()
+            .filter(|l| !uplinks.contains(l) && !self.parent.contains_key(*l))
+            .collect();
+        let leaves = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.iter().any(|p| !uplinks.contains(p)))
+            .count();
+        (links.len(), leaves, uplinks.len(), self.skipped)
     }
 
-    fn cable(&mut self, port: &str, switch: &str) {
-        self.leaf.insert(port.to_string(), switch.to_string());
-        let m = self.members.entry(switch.to_string()).or_default();
-        if let Err(at) = m.binary_search_by(|p| p.as_str().cmp(port)) {
-            m.insert(at, port.to_string());
+    fn cable(&mut self, port: &str, switch: &str, switch_port: u32) {
+        self.parent.insert(port.to_string(), switch.to_string());
+        self.member(switch, port);
+        let sp = vocab::entity::switch_port(switch, switch_port);
+        let to = self
+            .links
+            .get(port)
+            .cloned()
+            .unwrap_or_else(|| port.to_string());
+        self.parent.insert(sp.clone(), switch.to_string());
+        self.faces.insert(sp.clone(), port.to_string());
+        self.links.insert(sp, to);
+    }
+
+    fn member(&mut self, switch: &str, m: &str) {
+        let v = self.members.entry(switch.to_string()).or_default();
+        if let Err(at) = v.binary_search_by(|p| p.as_str().cmp(m)) {
+            v.insert(at, m.to_string());
+        }
+    }
+
+    fn uplink(&mut self, name: &str, (a, ap): (&str, u32), (b, bp): (&str, u32)) {
+        let (ea, eb) = (
+            vocab::entity::switch_port(a, ap),
+            vocab::entity::switch_port(b, bp),
+        );
+        self.links.insert(ea.clone(), name.to_string());
+        self.links.insert(eb.clone(), name.to_string());
+        self.uplinks
+            .push((name.to_string(), a.to_string(), ea, b.to_string(), eb));
+    }
+
+    /// Once every link is known: each uplink groups under its end with no
+    /// HCA port behind it (a spine above a leaf); between two switches
+    /// alike (both leaves, or a spine and a core) it groups under none.
+    fn place_uplinks(&mut self) {
+        let leaves: BTreeSet<String> = self.members.keys().cloned().collect();
+        for (name, a, _, b, _) in self.uplinks.clone() {
+            let up = match (leaves.contains(&a), leaves.contains(&b)) {
+                (true, false) => b,
+                (false, true) => a,
+                _ => continue,
+            };
+            self.parent.insert(name.clone(), up.clone());
+            self.member(&up, &name);
         }
     }
 }
@@ -152,11 +228,14 @@ fn parse_links(text: &str) -> Result<Topology, TopologyError> {
             }
         }
         match ends.as_slice() {
-            [End::Hca(p), End::Switch(s, _)] | [End::Switch(s, _), End::Hca(p)] => t.cable(p, s),
-            [End::Switch(..), End::Switch(..)] => t.uplinks += 1,
+            [End::Hca(p), End::Switch(s, sp)] | [End::Switch(s, sp), End::Hca(p)] => {
+                t.cable(p, s, *sp);
+            }
+            [End::Switch(a, ap), End::Switch(b, bp)] => t.uplink(link, (a, *ap), (b, *bp)),
             _ => {}
         }
     }
+    t.place_uplinks();
     Ok(t)
 }
 
@@ -175,10 +254,23 @@ mod tests {
              b2b n04/mlx5_0/1 n05/mlx5_0/1\n",
         )
         .expect("parses");
-        assert_eq!(t.leaf_of("n01/mlx5_0/1"), Some("leaf01"));
-        assert_eq!(t.leaf_of("n04/mlx5_0/1"), None);
+        assert_eq!(t.parent_of("n01/mlx5_0/1"), Some("leaf01"));
+        assert_eq!(t.parent_of("n04/mlx5_0/1"), None);
         assert_eq!(t.members("leaf01"), ["n01/mlx5_0/1", "n02/mlx5_0/1"]);
         assert_eq!(t.link_of("n05/mlx5_0/1").map(String::as_str), Some("b2b"));
+        // The leaf's side of l2 reports under l2 and groups with n02's port.
+        assert_eq!(t.link_of("switch:leaf01/2").map(String::as_str), Some("l2"));
+        assert_eq!(t.parent_of("switch:leaf01/2"), Some("leaf01"));
+        assert_eq!(t.canonical("switch:leaf01/2"), "n02/mlx5_0/1");
+        // Both ends of the uplink report under it; it groups under the
+        // spine (no HCA behind it).
+        assert_eq!(
+            t.link_of("switch:spine01/1").map(String::as_str),
+            Some("up1")
+        );
+        assert_eq!(t.canonical("switch:leaf01/33"), "up1");
+        assert_eq!(t.parent_of("switch:leaf01/33"), Some("spine01"));
+        assert_eq!(t.members("spine01"), ["up1"]);
         assert_eq!(t.counts(), (4, 2, 1, 0));
     }
 
