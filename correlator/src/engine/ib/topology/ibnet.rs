@@ -137,6 +137,30 @@ Ca	1 "H-b83fd20300c1aaaa"		# "Mellanox Technologies Aggregation Node"
         assert_eq!(t.parent_of("n2/mlx5_0/1"), Some("S-02"));
     }
 
+    /// infiniband_exporter's real `ibnetdiscover --ports` output
+    /// (tests/data/infiniband_exporter).
+    #[test]
+    fn the_ports_form_places_cas_and_uplinks() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/data/infiniband_exporter/ibnetdiscover/test.out"
+        ))
+        .expect("fixture");
+        let t = parse_topology(&text).expect("parses");
+        assert_eq!(t.members("ib-i1l1s01"), ["o0001/HCA-1/1", "o0002/HCA-1/1"]);
+        assert_eq!(t.parent_of("p0001/HCA-1/1"), Some("ib-i4l1s01"));
+        // The leaf's port 11 reports into o0002's port.
+        assert_eq!(t.canonical("switch:ib-i1l1s01/11"), "o0002/HCA-1/1");
+        // ib-i1l2s01 has no CA behind it: the uplink groups under it.
+        let up = "ib-i1l1s01[1]~ib-i1l2s01[1]";
+        assert_eq!(t.members("ib-i1l2s01"), [up]);
+        assert_eq!(
+            t.link_of("switch:ib-i1l2s01/1").map(String::as_str),
+            Some(up)
+        );
+        assert_eq!(t.counts(), (0, 2, 1, 0));
+    }
+
     #[test]
     fn a_garbled_port_line_is_named_with_its_line() {
         let e = parse_topology("Ca 1 \"H-0a\" # \"n1 mlx5_0\"\n[1](0a) S-01 1\n").unwrap_err();
