@@ -54,6 +54,9 @@ APT_PACKAGES=(
   # the correlator's web UI test (headless chromium through chromedriver)
   # and its Alertmanager delivery test.
   chromium chromium-driver prometheus-alertmanager
+  # the NATS JetStream transport's tests (tests/tests/scale_out.rs start
+  # their own server on loopback ports).
+  nats-server
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -84,7 +87,7 @@ if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>
 fi
 # Likewise the Alertmanager daemon (and the node exporter it may bring):
 # the tests start their own on loopback ports.
-for svc in prometheus-alertmanager prometheus-node-exporter; do
+for svc in prometheus-alertmanager prometheus-node-exporter nats-server; do
   if command -v systemctl >/dev/null && systemctl is-enabled --quiet "$svc" 2>/dev/null; then
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
   fi

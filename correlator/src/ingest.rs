@@ -18,6 +18,7 @@ use tonic::Status;
 
 use crate::limits::LimitsConfig;
 
+pub mod nats;
 mod seq;
 mod service;
 use seq::{Budget, Seq, Verdict};

@@ -162,6 +162,7 @@ fn spawn_senders(
                 backoff_max: Duration::from_secs(2),
                 resume_every: Duration::from_secs(1),
                 auth: collector::stream::tls::ClientAuth::default(),
+                nats: Default::default(),
             },
             rx,
             Duration::from_secs(3),

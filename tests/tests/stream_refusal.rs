@@ -64,6 +64,7 @@ fn windows_refused_for_good_leave_the_spool_and_newer_ones_are_delivered() {
             backoff_max: Duration::from_millis(500),
             resume_every: Duration::from_secs(1),
             auth: collector::stream::tls::ClientAuth::default(),
+            nats: Default::default(),
         };
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let (h, stats) = spawn(cfg, rx, Duration::from_secs(3)).expect("sender");

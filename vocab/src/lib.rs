@@ -12,6 +12,7 @@ pub mod hist;
 pub mod ib;
 pub mod ibnet;
 pub mod kind;
+pub mod nats;
 pub mod state;
 pub mod term;
 pub mod time;

@@ -97,11 +97,14 @@ fn start_sender(cfg: &FileConfig, console: Console) -> Result<Option<Sender>> {
         backoff_max: Duration::from_secs(10),
         resume_every: Duration::from_secs(1),
         auth: cfg.stream.auth(),
+        nats: cfg.stream.nats(),
     };
     // Unreadable credentials stop the collector here, not in the sender.
-    sc.auth
-        .endpoint(endpoint)
-        .with_context(|| format!("the correlator endpoint {endpoint}"))?;
+    if !endpoint.starts_with("nats://") {
+        sc.auth
+            .endpoint(endpoint)
+            .with_context(|| format!("the correlator endpoint {endpoint}"))?;
+    }
     let (task, stats) = stream::spawn(sc, rx, Duration::from_secs(3))
         .with_context(|| format!("opening the spool {}", cfg.stream.spool_dir.display()))?;
     console.info(format_args!(

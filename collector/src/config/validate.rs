@@ -37,6 +37,37 @@ impl FileConfig {
                 "must name a file under collector.proc_root (self/mountstats, 1/mountstats)",
             ));
         }
+        if !self.stream.shard.is_empty() && !vocab::nats::valid_shard(&self.stream.shard) {
+            return Err(ConfigError::invalid(
+                "stream.shard",
+                "must be one NATS subject token: no '.', '*', '>' or white space (a leaf switch's name, say)",
+            ));
+        }
+        if self.stream.nats_buckets == 0 || self.stream.nats_buckets > 4096 {
+            return Err(ConfigError::invalid(
+                "stream.nats_buckets",
+                "must be in [1, 4096]",
+            ));
+        }
+        if self.stream.nats_stream.is_empty() || !vocab::nats::valid_shard(&self.stream.nats_stream)
+        {
+            return Err(ConfigError::invalid(
+                "stream.nats_stream",
+                "must be a JetStream stream name: not empty, no '.', '*', '>' or white space",
+            ));
+        }
+        if self.stream.nats_subject.is_empty()
+            || self
+                .stream
+                .nats_subject
+                .split('.')
+                .any(|t| !vocab::nats::valid_shard(t))
+        {
+            return Err(ConfigError::invalid(
+                "stream.nats_subject",
+                "must be dot-separated subject tokens without '*', '>' or white space",
+            ));
+        }
         if self.switches.max_ports == 0 {
             return Err(ConfigError::invalid(
                 "switches.max_ports",

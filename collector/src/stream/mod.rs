@@ -5,7 +5,10 @@
 //! already has, so the spool is pruned and resent from there; the correlator
 //! drops duplicates by sequence number. When the spool is full the oldest
 //! windows are dropped and counted (the next window carries the count).
+//! A `nats://` endpoint publishes the spool to a NATS JetStream stream
+//! instead ([`nats`]), for sharded correlators.
 mod backoff;
+pub mod nats;
 mod section;
 pub mod sender;
 pub mod spool;

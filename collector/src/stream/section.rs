@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamSection {
-    /// Correlator URL (`http://HOST:PORT`); unset = do not stream.
+    /// Correlator URL (`http://HOST:PORT`), or a NATS server
+    /// (`nats://HOST:4222`) to publish to JetStream; unset = do not stream.
     pub endpoint: Option<String>,
     /// Directory of the on-disk spool.
     pub spool_dir: PathBuf,
@@ -24,9 +25,28 @@ pub struct StreamSection {
     pub tls_key: Option<PathBuf>,
     /// File with a bearer token (first line) for token-mode correlators.
     pub token_file: Option<PathBuf>,
+    /// NATS: the JetStream stream (created when absent).
+    pub nats_stream: String,
+    /// NATS: the subject prefix; windows go to `<prefix>.<shard>`.
+    pub nats_subject: String,
+    /// NATS: this host's shard key (its leaf switch, say); empty = a hash
+    /// of the host name into `nats_buckets` buckets (`h00`…).
+    pub shard: String,
+    /// NATS: buckets of the host-name shard key.
+    pub nats_buckets: u32,
 }
 
 impl StreamSection {
+    /// Where windows go on NATS.
+    pub fn nats(&self) -> super::nats::NatsTarget {
+        super::nats::NatsTarget {
+            stream: self.nats_stream.clone(),
+            prefix: self.nats_subject.clone(),
+            shard: self.shard.clone(),
+            buckets: self.nats_buckets,
+        }
+    }
+
     /// The credentials for the correlator endpoint.
     pub fn auth(&self) -> super::tls::ClientAuth {
         super::tls::ClientAuth {
@@ -49,6 +69,10 @@ impl Default for StreamSection {
             tls_cert: None,
             tls_key: None,
             token_file: None,
+            nats_stream: vocab::nats::DEFAULT_STREAM.into(),
+            nats_subject: vocab::nats::DEFAULT_PREFIX.into(),
+            shard: String::new(),
+            nats_buckets: vocab::nats::DEFAULT_BUCKETS,
         }
     }
 }
@@ -58,16 +82,17 @@ impl Default for StreamSection {
 pub enum EndpointError {
     #[error("is not a URL ({0})")]
     NotAUrl(#[source] tonic::codegen::http::uri::InvalidUri),
-    #[error("must start with http:// or https://")]
+    #[error("must start with http://, https:// or nats://")]
     Scheme,
     #[error("has no host")]
     NoHost,
 }
 
-/// A correlator URL: `http` or `https` with a host.
+/// A correlator URL: `http` or `https` with a host, or a NATS server's
+/// `nats://` URL.
 pub fn check_endpoint(e: &str) -> Result<(), EndpointError> {
     let uri: tonic::codegen::http::Uri = e.parse().map_err(EndpointError::NotAUrl)?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+    if !matches!(uri.scheme_str(), Some("http" | "https" | "nats")) {
         return Err(EndpointError::Scheme);
     }
     if uri.host().is_none_or(str::is_empty) {

@@ -28,6 +28,8 @@ pub struct SenderConfig {
     pub resume_every: Duration,
     /// TLS and token credentials for `endpoint` (none for `http://`).
     pub auth: super::tls::ClientAuth,
+    /// For a `nats://` endpoint: the stream and subjects.
+    pub nats: super::nats::NatsTarget,
 }
 
 /// Counters shared with the collector's main loop (and exported as metrics).
@@ -89,19 +91,19 @@ const DRAIN_RETRY: Duration = Duration::from_millis(100);
 /// How long one `Resume` call may take before the attempt counts as failed.
 const RESUME_TIMEOUT: Duration = Duration::from_secs(3);
 
-struct Sender {
-    cfg: SenderConfig,
-    spool: Spool,
-    stats: Arc<SenderStats>,
-    rx: mpsc::Receiver<Window>,
+pub(super) struct Sender {
+    pub(super) cfg: SenderConfig,
+    pub(super) spool: Spool,
+    pub(super) stats: Arc<SenderStats>,
+    pub(super) rx: mpsc::Receiver<Window>,
     /// Set when the input closed: deliver until then, and return.
-    closing: Option<Instant>,
+    pub(super) closing: Option<Instant>,
     drain: Duration,
     /// Spool names sent on the current stream and not yet confirmed.
-    in_flight: std::collections::BTreeSet<String>,
+    pub(super) in_flight: std::collections::BTreeSet<String>,
     /// Evicted from the spool after being sent: delivered or lost, decided by
-    /// the next `Resume`.
-    evicted_sent: std::collections::BTreeSet<String>,
+    /// the next `Resume` (NATS: by its publish acknowledgement).
+    pub(super) evicted_sent: std::collections::BTreeSet<String>,
     /// Quarantined spool files already counted as dropped.
     quarantined_seen: u64,
     /// Failed connection attempts in the current outage (0 = connected or
@@ -113,7 +115,7 @@ struct Sender {
 }
 
 /// How a connection attempt ended.
-enum Session {
+pub(super) enum Session {
     /// Windows were delivered: reconnect without growing the backoff.
     Progress,
     /// Nothing delivered (unreachable, refused, failed): back off.
@@ -123,7 +125,7 @@ enum Session {
 }
 
 impl Sender {
-    fn push(&mut self, mut w: Window) {
+    pub(super) fn push(&mut self, mut w: Window) {
         w.dropped_before = self.stats.dropped.load(Ordering::Relaxed);
         match self.spool.push(&w) {
             Ok(evicted) => {
@@ -154,7 +156,7 @@ impl Sender {
         self.pending();
     }
 
-    fn pending(&mut self) {
+    pub(super) fn pending(&mut self) {
         // Quarantined files are windows that will never be delivered.
         let q = self.spool.quarantined - self.quarantined_seen;
         if q > 0 {
@@ -169,12 +171,12 @@ impl Sender {
         metrics::gauge!("faultline_spool_bytes").set(self.spool.bytes() as f64);
     }
 
-    fn closing_due(&self) -> bool {
+    pub(super) fn closing_due(&self) -> bool {
         self.closing.is_some_and(|t| Instant::now() >= t)
     }
 
     /// Takes one window from the input (or notes that it closed).
-    fn input(&mut self, w: Option<Window>) {
+    pub(super) fn input(&mut self, w: Option<Window>) {
         match w {
             Some(w) => self.push(w),
             None => self.closing = Some(Instant::now() + self.drain),
@@ -263,7 +265,7 @@ impl Sender {
 
     /// After a stream ended and the correlator was asked what it has: evicted
     /// windows it does not have are lost.
-    fn settle_lost(&mut self) {
+    pub(super) fn settle_lost(&mut self) {
         let lost = self.evicted_sent.len() as u64;
         if lost > 0 {
             self.stats.dropped.fetch_add(lost, Ordering::Relaxed);
@@ -320,9 +322,44 @@ impl Sender {
         }
     }
 
+    /// A failed connection attempt: logged once per outage at warn.
+    pub(super) fn unreachable_now(&mut self, endpoint: &str, error: &str) {
+        self.unreachable += 1;
+        if self.unreachable == 1 {
+            tracing::warn!(
+                endpoint,
+                error,
+                "correlator unreachable; spooling and retrying (logged once per outage)"
+            );
+        } else {
+            tracing::debug!(
+                endpoint,
+                error,
+                attempts = self.unreachable,
+                "correlator still unreachable"
+            );
+        }
+    }
+
+    /// Connected after an outage: said once.
+    pub(super) fn reachable_again(&mut self, endpoint: &str) {
+        if self.unreachable > 0 {
+            tracing::info!(
+                endpoint,
+                attempts = self.unreachable,
+                "correlator reachable again"
+            );
+            self.unreachable = 0;
+        }
+    }
+
     /// One connection: connect, resume, stream the spool until the stream
     /// ends or the drain time is over.
     async fn session(&mut self) -> Session {
+        if self.cfg.endpoint.starts_with("nats://") {
+            let target = self.cfg.nats.clone();
+            return self.nats_session(&target).await;
+        }
         let (endpoint, token) = match endpoint(&self.cfg) {
             Ok(e) => e,
             Err(e) => {
@@ -337,19 +374,13 @@ impl Sender {
         let chan = match endpoint.connect().await {
             Ok(c) => c,
             Err(e) => {
-                self.unreachable += 1;
-                if self.unreachable == 1 {
-                    tracing::warn!(endpoint = %self.cfg.endpoint, error = %e, "correlator unreachable; spooling and retrying (logged once per outage)");
-                } else {
-                    tracing::debug!(endpoint = %self.cfg.endpoint, error = %e, attempts = self.unreachable, "correlator still unreachable");
-                }
+                let url = self.cfg.endpoint.clone();
+                self.unreachable_now(&url, &e.to_string());
                 return Session::Failed;
             }
         };
-        if self.unreachable > 0 {
-            tracing::info!(endpoint = %self.cfg.endpoint, attempts = self.unreachable, "correlator reachable again");
-            self.unreachable = 0;
-        }
+        let url = self.cfg.endpoint.clone();
+        self.reachable_again(&url);
         let mut client = IngestClient::with_interceptor(chan, token);
         self.refused_now = 0;
         let mut delivered = match self.resume(&mut client).await {

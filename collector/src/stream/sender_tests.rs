@@ -91,6 +91,7 @@ where
         backoff_max: backoff,
         resume_every: Duration::from_secs(1),
         auth: super::super::tls::ClientAuth::default(),
+        nats: Default::default(),
     };
     let lines = tracing::subscriber::with_default(sub, || {
         let rt = tokio::runtime::Builder::new_current_thread()

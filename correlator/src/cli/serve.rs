@@ -60,6 +60,68 @@ pub struct ServeArgs {
     /// `[alertmanager] url`).
     #[arg(long, value_name = "URL")]
     alertmanager: Option<String>,
+    #[command(flatten)]
+    nats: NatsArgs,
+}
+
+/// Consuming windows from NATS JetStream (docs/scale-out.md).
+#[derive(Debug, clap::Args)]
+struct NatsArgs {
+    /// Also take windows from this NATS server's JetStream stream
+    /// (`nats://HOST:4222`), besides gRPC ingest.
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// The JetStream stream of windows.
+    #[arg(long, value_name = "NAME", default_value = vocab::nats::DEFAULT_STREAM)]
+    nats_stream: String,
+    /// The subject prefix the collectors publish under.
+    #[arg(long, value_name = "PREFIX", default_value = vocab::nats::DEFAULT_PREFIX)]
+    nats_subject: String,
+    /// This correlator's shards (comma-separated shard keys); unset = all.
+    /// Several need nats-server 2.10.
+    #[arg(long, value_name = "SHARD,...", value_delimiter = ',')]
+    nats_shards: Vec<String>,
+    /// The durable consumer: one name per shard set, the same for a
+    /// shard's active correlator and its standby.
+    #[arg(long, value_name = "NAME", default_value = "faultline-correlator")]
+    nats_consumer: String,
+}
+
+impl NatsArgs {
+    fn ingest(&self) -> Result<Option<ingest::nats::NatsIngest>> {
+        let Some(url) = &self.nats else {
+            return Ok(None);
+        };
+        if !url.starts_with("nats://") {
+            anyhow::bail!("--nats {url:?}: must be a nats:// URL");
+        }
+        for (what, v) in [
+            ("--nats-stream", &self.nats_stream),
+            ("--nats-consumer", &self.nats_consumer),
+        ] {
+            if !vocab::nats::valid_shard(v) {
+                anyhow::bail!(
+                    "{what} {v:?}: must be one NATS name token (no '.', '*', '>', white space)"
+                );
+            }
+        }
+        if let Some(s) = self
+            .nats_shards
+            .iter()
+            .find(|s| !vocab::nats::valid_shard(s))
+        {
+            anyhow::bail!(
+                "--nats-shards: {s:?} is not one subject token (no '.', '*', '>', white space)"
+            );
+        }
+        Ok(Some(ingest::nats::NatsIngest {
+            url: url.clone(),
+            stream: self.nats_stream.clone(),
+            prefix: self.nats_subject.clone(),
+            shards: self.nats_shards.clone(),
+            consumer: self.nats_consumer.clone(),
+        }))
+    }
 }
 
 /// What the engine task shares with the services: accepted windows in,
@@ -89,6 +151,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     if let Some((key, why)) = am.invalid() {
         anyhow::bail!("{key}: {why}");
     }
+    let nats = a.nats.ingest()?;
     let mut engine = Engine::new(&cfg, topology(a.topology.as_deref())?);
     if cfg.limits.max_future_s > 0.0 {
         // Windows on real clocks: liveness is judged on arrival time
@@ -145,6 +208,10 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     if !am.url.is_empty() {
         correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks.clone()))
             .context("[alertmanager] TLS files")?;
+    }
+    if let Some(n) = nats {
+        tracing::info!(url = %n.url, shards = ?n.filters(), "NATS ingest on");
+        ingest::nats::spawn(n, state.clone(), wtx.clone());
     }
     let channels = Channels {
         windows: wtx,

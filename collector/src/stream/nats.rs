@@ -1,0 +1,194 @@
+//! The NATS JetStream transport (`stream.endpoint = "nats://…"`): the same
+//! spool, drained in order by publishing each window to the stream's
+//! subject `<prefix>.<shard>` with the message id `<host>/<instance>/<seq>`
+//! (JetStream drops a resend it already holds within its duplicate
+//! window; the correlator drops any older resend by sequence). A window
+//! leaves the spool when its publish acknowledgement arrives: the stream
+//! has stored it, so whichever correlator consumes the shard will get it.
+//! Up to [`PIPELINE`] publishes are in flight at once.
+use std::{sync::atomic::Ordering, time::Duration};
+
+use async_nats::jetstream::{self, message::PublishMessage};
+use prost::Message as _;
+use proto::v1::Window;
+use tokio::time::Instant;
+
+use super::sender::{Sender, Session};
+
+/// Publishes awaiting their acknowledgement at once.
+pub const PIPELINE: usize = 64;
+/// How long JetStream remembers message ids (a resend after a reconnect
+/// within it is dropped by the stream, later ones by the correlator).
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// A publish acknowledgement later than this fails the session.
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where windows go on NATS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NatsTarget {
+    pub stream: String,
+    pub prefix: String,
+    /// The configured shard key; empty = the host name's bucket.
+    pub shard: String,
+    pub buckets: u32,
+}
+
+impl Default for NatsTarget {
+    fn default() -> Self {
+        Self {
+            stream: vocab::nats::DEFAULT_STREAM.into(),
+            prefix: vocab::nats::DEFAULT_PREFIX.into(),
+            shard: String::new(),
+            buckets: vocab::nats::DEFAULT_BUCKETS,
+        }
+    }
+}
+
+impl NatsTarget {
+    /// A window's subject: its host's shard under the prefix.
+    pub fn subject(&self, w: &Window) -> String {
+        let shard = if self.shard.is_empty() {
+            let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
+            vocab::nats::host_shard(host, self.buckets)
+        } else {
+            self.shard.clone()
+        };
+        vocab::nats::subject(&self.prefix, &shard)
+    }
+
+    /// The stream as this side creates it when absent: file storage, every
+    /// subject under the prefix, the duplicate window.
+    pub fn stream_config(&self) -> jetstream::stream::Config {
+        jetstream::stream::Config {
+            name: self.stream.clone(),
+            subjects: vec![vocab::nats::stream_subjects(&self.prefix)],
+            storage: jetstream::stream::StorageType::File,
+            duplicate_window: DUPLICATE_WINDOW,
+            ..Default::default()
+        }
+    }
+}
+
+/// A window's message id.
+fn msg_id(w: &Window) -> String {
+    let (host, inst) = w
+        .origin
+        .as_ref()
+        .map_or(("", ""), |o| (o.hostname.as_str(), o.instance.as_str()));
+    vocab::nats::msg_id(host, inst, w.seq)
+}
+
+impl Sender {
+    /// One NATS connection: connect, make sure the stream exists, publish
+    /// the spool in order until an error or the drain time ends it.
+    pub(super) async fn nats_session(&mut self, target: &NatsTarget) -> Session {
+        let url = self.cfg.endpoint.clone();
+        let client = match async_nats::ConnectOptions::new()
+            .name("faultline-collector")
+            .connection_timeout(Duration::from_secs(2))
+            .connect(url.as_str())
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                self.unreachable_now(&url, &e.to_string());
+                return Session::Failed;
+            }
+        };
+        let js = jetstream::new(client);
+        if let Err(e) = js.get_or_create_stream(target.stream_config()).await {
+            self.unreachable_now(&url, &format!("stream {}: {e}", target.stream));
+            return Session::Failed;
+        }
+        self.reachable_again(&url);
+        self.stats.connected.store(true, Ordering::Relaxed);
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!("faultline_correlator_connected").set(1.0);
+        tracing::info!(endpoint = %url, stream = %target.stream, pending = self.spool.len(), "publishing to NATS JetStream");
+        let (delivered, ok) = self.publish_spool(&js, target).await;
+        self.stats.connected.store(false, Ordering::Relaxed);
+        metrics::gauge!("faultline_correlator_connected").set(0.0);
+        self.settle_lost();
+        if self.closing.is_some() && (self.spool.is_empty() || self.closing_due()) {
+            Session::Done
+        } else if delivered > 0 || ok {
+            Session::Progress
+        } else {
+            Session::Failed
+        }
+    }
+
+    /// Publishes the spool, [`PIPELINE`] at a time, waiting for input when
+    /// it is empty. Returns (windows confirmed, ended without error).
+    async fn publish_spool(&mut self, js: &jetstream::Context, target: &NatsTarget) -> (u64, bool) {
+        let mut delivered = 0u64;
+        loop {
+            let names: Vec<String> = self
+                .spool
+                .names_after(None)
+                .into_iter()
+                .take(PIPELINE)
+                .collect();
+            if names.is_empty() {
+                if self.closing.is_some() {
+                    return (delivered, true);
+                }
+                let w = self.rx.recv().await;
+                self.input(w);
+                continue;
+            }
+            let mut acks = Vec::with_capacity(names.len());
+            for name in names {
+                let Some(w) = self.spool.read(&name) else {
+                    continue;
+                };
+                let publish = PublishMessage::build()
+                    .payload(w.encode_to_vec().into())
+                    .message_id(msg_id(&w));
+                match js.send_publish(target.subject(&w), publish).await {
+                    Ok(ack) => {
+                        self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                        self.in_flight.insert(name.clone());
+                        acks.push((name, ack));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "publish to NATS failed");
+                        return (delivered, false);
+                    }
+                }
+            }
+            for (name, ack) in acks {
+                match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+                    Ok(Ok(_)) => {
+                        if self.in_flight.remove(&name) {
+                            self.spool.remove(&name);
+                        } else {
+                            self.evicted_sent.remove(&name);
+                        }
+                        delivered += 1;
+                        self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                        metrics::counter!("faultline_windows_sent_total").increment(1);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "NATS did not store a window; resending after a reconnect");
+                        self.pending();
+                        return (delivered, false);
+                    }
+                    Err(_) => {
+                        tracing::warn!("no NATS publish acknowledgement within 5 s; reconnecting");
+                        self.pending();
+                        return (delivered, false);
+                    }
+                }
+            }
+            self.pending();
+            // Input that arrived meanwhile, without waiting.
+            while let Ok(w) = self.rx.try_recv() {
+                self.push(w);
+            }
+            if self.closing.is_some_and(|t| Instant::now() >= t) {
+                return (delivered, true);
+            }
+        }
+    }
+}
