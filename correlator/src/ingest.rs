@@ -21,6 +21,7 @@ use crate::limits::LimitsConfig;
 pub mod nats;
 mod seq;
 mod service;
+pub mod shard;
 use seq::{Budget, Seq, Verdict};
 pub use service::IngestService;
 

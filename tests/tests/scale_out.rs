@@ -268,3 +268,175 @@ fn two_correlators_on_two_shards_get_their_own_hosts_windows() {
     assert_eq!(recorded_windows(&rec_b).len(), 10);
     assert_eq!(hosts(&rec_b), ["n2-run"]);
 }
+
+/// One host's window `seq` with one NDR port, down from `down_from`.
+fn port_window(host: &str, seq: u64, down_from: Option<u64>) -> Window {
+    let down = down_from.is_some_and(|d| seq >= d);
+    let mut w = window(host, seq);
+    w.ib_ports = vec![proto::v1::IbPort {
+        hca: "mlx5_0".into(),
+        port: 1,
+        state: if down { 1 } else { 4 },
+        phys_state: if down { 3 } else { 5 },
+        rate_bytes_per_sec: 50_000_000_000,
+        counters: [
+            ("symbol_error".to_string(), 0u64),
+            ("link_downed".to_string(), 0),
+        ]
+        .into_iter()
+        .collect(),
+        link_layer: "InfiniBand".into(),
+        ..Default::default()
+    }];
+    w
+}
+
+/// The open incidents a correlator's web API lists: (id, kind, entity);
+/// `None` while its web listener is not up (a standby).
+fn open_incidents(web: &str) -> Option<Vec<(String, String, String)>> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "2", &format!("http://{web}/api/open")])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let s = |x: &serde_json::Value, k: &str| x[k].as_str().unwrap_or("").to_string();
+    Some(
+        v["incidents"]
+            .as_array()?
+            .iter()
+            .map(|i| (s(i, "incident_id"), s(i, "kind"), s(i, "entity")))
+            .collect(),
+    )
+}
+
+/// Polls `f` every 50 ms until it returns `Some` (within 30 s).
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
+    let dir = tmp("nats-standby");
+    let nport = free_port();
+    let Some(_server) = nats_server(nport, &dir.join("js")) else {
+        return;
+    };
+    let url = format!("nats://127.0.0.1:{nport}");
+    let (rec_a, rec_b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    let (web_a, web_b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let shard = |rec: &Path, web: &str| {
+        KillOnDrop(correlator_with(
+            free_port(),
+            rec,
+            &[
+                "--nats",
+                &url,
+                "--nats-consumer",
+                "shard-1",
+                "--nats-lease-s",
+                "1",
+                "--web",
+                web,
+            ],
+        ))
+    };
+    let mut a = shard(&rec_a, &web_a);
+    // Active once its web API answers (it starts after the lease).
+    until("the first correlator active", || open_incidents(&web_a));
+    let _b = shard(&rec_b, &web_b);
+    let rt = tests::runtime();
+    let hosts = ["n1", "n2", "n3"];
+    let (txs, tasks): (Vec<_>, Vec<_>) = hosts
+        .iter()
+        .map(|h| {
+            let _g = rt.enter();
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let (t, _) = spawn(
+                sender(nport, &dir.join(format!("spool-{h}")), ""),
+                rx,
+                Duration::from_secs(5),
+            )
+            .expect("sender");
+            (tx, t)
+        })
+        .unzip();
+    let send = |from: u64, to: u64| {
+        for seq in from..=to {
+            for (h, tx) in hosts.iter().zip(&txs) {
+                let down = (*h == "n2").then_some(3);
+                rt.block_on(tx.send(port_window(h, seq, down)))
+                    .expect("input");
+            }
+        }
+    };
+    send(1, 6);
+    let down = until("the port-down incident on the active shard", || {
+        open_incidents(&web_a)?
+            .into_iter()
+            .find(|i| i.1 == "ib_link_down" && i.2 == "n2/mlx5_0/1")
+    });
+    // The active shard dies without a goodbye; its standby takes over.
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    let killed = Instant::now();
+    let taken = until("the standby active", || open_incidents(&web_b));
+    let takeover = killed.elapsed();
+    send(7, 12);
+    until("every window on the standby", || {
+        let got = recorded_windows(&rec_b);
+        hosts
+            .iter()
+            .all(|h| {
+                got.iter()
+                    .any(|(i, s)| *i == format!("{h}-run") && *s == 12)
+            })
+            .then_some(())
+    });
+    // The incident came back under its id, before any window of its own,
+    // and is still the only one for that port.
+    assert_eq!(taken, std::slice::from_ref(&down), "restored at takeover");
+    let now = open_incidents(&web_b).expect("standby answers");
+    assert_eq!(
+        now,
+        [down],
+        "one incident, same id, after the standby's windows"
+    );
+    // No window lost: the two logs together hold every host's 1..=12.
+    let mut all: Vec<(String, u64)> = recorded_windows(&rec_a);
+    all.extend(recorded_windows(&rec_b));
+    all.sort();
+    all.dedup();
+    for h in hosts {
+        let seqs: Vec<u64> = all
+            .iter()
+            .filter(|(i, _)| *i == format!("{h}-run"))
+            .map(|(_, s)| *s)
+            .collect();
+        assert_eq!(seqs, (1..=12).collect::<Vec<u64>>(), "{h}");
+    }
+    // Lease 1 s, retried every 250 ms: within two 1-second windows.
+    assert!(
+        takeover < Duration::from_secs(2),
+        "takeover took {takeover:?}"
+    );
+    eprintln!("standby took over {takeover:?} after the kill");
+    drop(txs);
+    rt.block_on(async {
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    });
+}

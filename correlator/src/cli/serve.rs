@@ -85,6 +85,11 @@ struct NatsArgs {
     /// shard's active correlator and its standby.
     #[arg(long, value_name = "NAME", default_value = "faultline-correlator")]
     nats_consumer: String,
+    /// Seconds the shard lease lasts without renewal: a standby takes the
+    /// shard over this long (and a quarter more at most) after the active
+    /// process stops.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
+    nats_lease_s: f64,
 }
 
 impl NatsArgs {
@@ -104,6 +109,12 @@ impl NatsArgs {
                     "{what} {v:?}: must be one NATS name token (no '.', '*', '>', white space)"
                 );
             }
+        }
+        if !(0.2..=600.0).contains(&self.nats_lease_s) {
+            anyhow::bail!(
+                "--nats-lease-s {}: must be in [0.2, 600]",
+                self.nats_lease_s
+            );
         }
         if let Some(s) = self
             .nats_shards
@@ -166,6 +177,20 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    // With NATS: one active process per shard; a standby waits here for
+    // the lease, then takes over the shard's open incidents.
+    let shard = match &nats {
+        Some(n) => {
+            let lease = std::time::Duration::from_secs_f64(a.nats.nats_lease_s);
+            let s = ingest::shard::ShardState::connect(&n.url, &n.consumer, lease).await?;
+            let rev = s.acquire().await?;
+            let restored = ingest::shard::restore(&mut engine, s.open_incidents().await?);
+            tracing::info!(restored, consumer = %n.consumer, "shard's open incidents restored from NATS");
+            s.keep(rev).await?;
+            Some(s)
+        }
+        None => None,
+    };
     let state = match &a.record {
         Some(p) => ingest::IngestState::with_log(p, cfg.limits.clone())?,
         None => ingest::IngestState::new(cfg.limits.clone()),
@@ -208,6 +233,9 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     if !am.url.is_empty() {
         correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks.clone()))
             .context("[alertmanager] TLS files")?;
+    }
+    if let Some(s) = &shard {
+        s.mirror(utx.subscribe()).await?;
     }
     if let Some(n) = nats {
         tracing::info!(url = %n.url, shards = ?n.filters(), "NATS ingest on");
