@@ -168,6 +168,20 @@ async fn stream_all(
     Ok(())
 }
 
+/// `n` collectors' `windows` windows each, streamed to the correlator at
+/// `url` (64 streams at a time); returns once it has accepted them all.
+pub(crate) async fn stream_windows(url: &str, n: usize, windows: u64) -> Result<()> {
+    let chan = tonic::transport::Endpoint::from_shared(url.to_string())?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the correlator on {url}"))?;
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    stream_all(&chan, &sem, n, |node| {
+        (1..=windows).map(|s| window(node, s)).collect()
+    })
+    .await
+}
+
 /// The subscriber's `opened` update for node 0's hot GPU: seconds since
 /// `since`, and the other updates before it.
 async fn candidate(
@@ -255,7 +269,7 @@ async fn measure(url: &str, pid: u32, n: usize, windows: u64) -> Result<Measured
 
 /// A `faultline-correlator serve` on a free loopback port: the process and
 /// its URL.
-fn start_correlator(bin: &Path) -> Result<(tests::KillOnDrop, String)> {
+pub(crate) fn start_correlator(bin: &Path) -> Result<(tests::KillOnDrop, String)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();

@@ -14,6 +14,7 @@ mod peer;
 mod procstat;
 mod report;
 mod ring;
+mod shards;
 mod uprobe;
 mod wait;
 
@@ -62,6 +63,9 @@ enum Which {
     /// History: web API latency with 10,000 incidents, database write cost
     /// per window at 1024 nodes against queueing it off the hot loop.
     History(history::Args),
+    /// Correlator ingest through NATS JetStream with 1, 2 and 4 shards,
+    /// beside direct gRPC in the same run.
+    Shards(shards::Args),
 }
 
 impl Which {
@@ -78,6 +82,7 @@ impl Which {
             Self::Ring(_) => ("ring", "ring.json"),
             Self::Otlp(_) => ("otlp", "otlp.json"),
             Self::History(_) => ("history", "history.json"),
+            Self::Shards(_) => ("shards", "shards.json"),
         };
         (name, out_dir.join(file))
     }
@@ -109,6 +114,7 @@ fn main() -> Result<()> {
         Which::Ring(a) => ring::run(&a, &cli.out_dir),
         Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
         Which::History(a) => history::run(&a, &cli.out_dir),
+        Which::Shards(a) => shards::run(&a, &cli.out_dir),
     };
     if let Err(e) = &r {
         if !report::written(&path) {

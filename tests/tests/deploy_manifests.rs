@@ -648,3 +648,129 @@ fn install_script_puts_unit_config_and_environment_file_in_place() {
         "[collector]\nwindow_secs = 5.0\n"
     );
 }
+
+/// The scale-out overlay (`deploy/kubernetes/scale-out`, docs/scale-out.md)
+/// holds together: its manifests validate; the collectors' ConfigMap is the
+/// base's with only `[stream]` changed, to NATS with 4 hash buckets; the
+/// shard Deployments consume exactly those buckets, each through its own
+/// durable consumer, with an active and a standby replica; every flag
+/// they pass is one `serve` takes; NATS runs as many servers as the stream
+/// replicas they ask for.
+#[test]
+fn scale_out_overlay_shards_cover_every_bucket_of_the_collectors() {
+    let Some(venv) = venv() else { return };
+    let dir = repo().join("deploy/kubernetes/scale-out");
+    let kust = std::fs::read_to_string(dir.join("kustomization.yaml")).expect("kustomization");
+    let files: Vec<PathBuf> = [
+        "nats.yaml",
+        "correlator-shards.yaml",
+        "collector-config.yaml",
+    ]
+    .iter()
+    .map(|f| dir.join(f))
+    .collect();
+    for f in &files {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        assert!(kust.contains(name), "{name} not in the kustomization");
+    }
+    let report = run(Command::new(venv.join("bin/kubernetes-validate"))
+        .args(["--strict", "-k", "1.29.0"])
+        .args(&files));
+    let passed = report
+        .lines()
+        .filter(|l| l.contains(" passed for "))
+        .count();
+    assert_eq!(passed, 4 + 6 + 1, "{report}");
+    let docs: Vec<serde_json::Value> = serde_json::from_str(&run(Command::new(venv.join("bin/python"))
+        .args(["-c", "import json, sys, yaml; print(json.dumps([d for f in sys.argv[1:] for d in yaml.safe_load_all(open(f)) if d]))"])
+        .args(&files)))
+    .expect("JSON");
+
+    // The collectors: the base's config but for [stream].
+    let toml = |d: &serde_json::Value| {
+        d["data"]["collector.toml"]
+            .as_str()
+            .expect("toml")
+            .to_string()
+    };
+    let overlay = toml(object(&docs, "ConfigMap", "faultline-collector"));
+    let base = rendered()
+        .map(|b| toml(object(&b, "ConfigMap", "faultline-collector")))
+        .expect("base");
+    let without_stream = |t: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut skip = false;
+        for l in t.lines() {
+            if l.starts_with('[') {
+                skip = l == "[stream]";
+            }
+            if !skip {
+                out.push(l.to_string());
+            }
+        }
+        out
+    };
+    assert_eq!(without_stream(&overlay), without_stream(&base));
+    let cfg = FileConfig::parse(&overlay, "scale-out ConfigMap").expect("valid collector config");
+    assert_eq!(
+        cfg.stream.endpoint.as_deref(),
+        Some("nats://faultline-nats.faultline.svc:4222")
+    );
+    let buckets: std::collections::BTreeSet<String> = (0..cfg.stream.nats_buckets)
+        .map(|b| format!("h{b:02x}"))
+        .collect();
+    // Every bucket is a host's: a few hundred host names reach them all.
+    let hashed: std::collections::BTreeSet<String> = (0..400)
+        .map(|i| vocab::nats::host_shard(&format!("gpu-node-{i:04}"), cfg.stream.nats_buckets))
+        .collect();
+    assert_eq!(hashed, buckets);
+
+    // The shards.
+    let help = run(Command::new(tests::bin("faultline-correlator")).args(["serve", "--help"]));
+    let mut shards = std::collections::BTreeSet::new();
+    let mut consumers = std::collections::BTreeSet::new();
+    let mut replicas = 0;
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        assert_eq!(d["spec"]["replicas"], 2, "an active and a standby: {d}");
+        let args: Vec<&str> = d["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        for flag in args.iter().filter(|a| a.starts_with("--")) {
+            assert!(
+                help.split(|c: char| c.is_whitespace() || c == ',').any(|w| w == *flag),
+                "serve has no {flag}"
+            );
+        }
+        let after = |f: &str| {
+            args.iter()
+                .position(|a| *a == f)
+                .and_then(|i| args.get(i + 1))
+                .copied()
+        };
+        assert_eq!(
+            after("--nats"),
+            Some("nats://faultline-nats.faultline.svc:4222")
+        );
+        for s in after("--nats-shards").expect("--nats-shards").split(',') {
+            assert!(shards.insert(s.to_string()), "shard {s} consumed twice");
+        }
+        assert!(consumers.insert(
+            after("--nats-consumer")
+                .expect("--nats-consumer")
+                .to_string()
+        ));
+        replicas = after("--nats-replicas")
+            .and_then(|r| r.parse().ok())
+            .expect("--nats-replicas");
+    }
+    assert_eq!(
+        shards, buckets,
+        "the shards consume exactly the collectors' buckets"
+    );
+    assert_eq!(cfg.stream.nats_replicas, replicas);
+    let nats = object(&docs, "StatefulSet", "faultline-nats");
+    assert_eq!(nats["spec"]["replicas"].as_u64(), Some(replicas as u64));
+}

@@ -43,6 +43,12 @@ impl FileConfig {
                 "must be one NATS subject token: no '.', '*', '>' or white space (a leaf switch's name, say)",
             ));
         }
+        if !(1..=5).contains(&self.stream.nats_replicas) {
+            return Err(ConfigError::invalid(
+                "stream.nats_replicas",
+                "must be in [1, 5] (JetStream's limit)",
+            ));
+        }
         if self.stream.nats_buckets == 0 || self.stream.nats_buckets > 4096 {
             return Err(ConfigError::invalid(
                 "stream.nats_buckets",
@@ -136,10 +142,24 @@ impl FileConfig {
                     format_args!("{e:?} {why}; use a URL like http://127.0.0.1:50051"),
                 )
             })?;
-            self.stream
-                .auth()
-                .check(e)
-                .map_err(|err| ConfigError::invalid("stream.endpoint", err))?;
+            if e.starts_with("nats://") {
+                let s = &self.stream;
+                if s.tls_ca.is_some()
+                    || s.tls_cert.is_some()
+                    || s.tls_key.is_some()
+                    || s.token_file.is_some()
+                {
+                    return Err(ConfigError::invalid(
+                        "stream.endpoint",
+                        "tls_ca, tls_cert, tls_key and token_file are for an https:// correlator; a nats:// endpoint takes its credentials in the URL (nats://USER:PASSWORD@HOST:4222)",
+                    ));
+                }
+            } else {
+                self.stream
+                    .auth()
+                    .check(e)
+                    .map_err(|err| ConfigError::invalid("stream.endpoint", err))?;
+            }
         }
         if self.stream.spool_max_bytes < 4096 {
             return Err(ConfigError::invalid(

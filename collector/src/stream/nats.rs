@@ -31,6 +31,8 @@ pub struct NatsTarget {
     /// The configured shard key; empty = the host name's bucket.
     pub shard: String,
     pub buckets: u32,
+    /// Replicas of the stream when this side creates it.
+    pub replicas: usize,
 }
 
 impl Default for NatsTarget {
@@ -40,6 +42,7 @@ impl Default for NatsTarget {
             prefix: vocab::nats::DEFAULT_PREFIX.into(),
             shard: String::new(),
             buckets: vocab::nats::DEFAULT_BUCKETS,
+            replicas: 1,
         }
     }
 }
@@ -64,6 +67,7 @@ impl NatsTarget {
             subjects: vec![vocab::nats::stream_subjects(&self.prefix)],
             storage: jetstream::stream::StorageType::File,
             duplicate_window: DUPLICATE_WINDOW,
+            num_replicas: self.replicas.max(1),
             ..Default::default()
         }
     }

@@ -34,6 +34,9 @@ pub struct StreamSection {
     pub shard: String,
     /// NATS: buckets of the host-name shard key.
     pub nats_buckets: u32,
+    /// NATS: replicas of the stream when the collector creates it (the
+    /// servers in a JetStream cluster that keep it; at most 5).
+    pub nats_replicas: usize,
 }
 
 impl StreamSection {
@@ -44,6 +47,7 @@ impl StreamSection {
             prefix: self.nats_subject.clone(),
             shard: self.shard.clone(),
             buckets: self.nats_buckets,
+            replicas: self.nats_replicas,
         }
     }
 
@@ -73,6 +77,7 @@ impl Default for StreamSection {
             nats_subject: vocab::nats::DEFAULT_PREFIX.into(),
             shard: String::new(),
             nats_buckets: vocab::nats::DEFAULT_BUCKETS,
+            nats_replicas: 1,
         }
     }
 }

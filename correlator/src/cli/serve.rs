@@ -90,6 +90,10 @@ struct NatsArgs {
     /// process stops.
     #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
     nats_lease_s: f64,
+    /// Replicas of the stream and the shard state buckets when this
+    /// process creates them (servers of the JetStream cluster; at most 5).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    nats_replicas: usize,
 }
 
 impl NatsArgs {
@@ -109,6 +113,9 @@ impl NatsArgs {
                     "{what} {v:?}: must be one NATS name token (no '.', '*', '>', white space)"
                 );
             }
+        }
+        if !(1..=5).contains(&self.nats_replicas) {
+            anyhow::bail!("--nats-replicas {}: must be in [1, 5]", self.nats_replicas);
         }
         if !(0.2..=600.0).contains(&self.nats_lease_s) {
             anyhow::bail!(
@@ -131,6 +138,7 @@ impl NatsArgs {
             prefix: self.nats_subject.clone(),
             shards: self.nats_shards.clone(),
             consumer: self.nats_consumer.clone(),
+            replicas: self.nats_replicas,
         }))
     }
 }
@@ -182,7 +190,8 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     let shard = match &nats {
         Some(n) => {
             let lease = std::time::Duration::from_secs_f64(a.nats.nats_lease_s);
-            let s = ingest::shard::ShardState::connect(&n.url, &n.consumer, lease).await?;
+            let s =
+                ingest::shard::ShardState::connect(&n.url, &n.consumer, lease, n.replicas).await?;
             let rev = s.acquire().await?;
             let restored = ingest::shard::restore(&mut engine, s.open_incidents().await?);
             tracing::info!(restored, consumer = %n.consumer, "shard's open incidents restored from NATS");

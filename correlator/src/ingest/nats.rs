@@ -30,6 +30,9 @@ pub struct NatsIngest {
     /// The durable consumer's name: one per shard set, shared by the
     /// active correlator and its standby.
     pub consumer: String,
+    /// Replicas of the stream and the shard buckets when this side creates
+    /// them.
+    pub replicas: usize,
 }
 
 impl NatsIngest {
@@ -99,6 +102,7 @@ async fn session(
             subjects: vec![vocab::nats::stream_subjects(&cfg.prefix)],
             storage: jetstream::stream::StorageType::File,
             duplicate_window: Duration::from_secs(120),
+            num_replicas: cfg.replicas.max(1),
             ..Default::default()
         })
         .await

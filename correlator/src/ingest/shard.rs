@@ -46,6 +46,7 @@ pub struct ShardState {
     /// Who holds the lease: this process (host and pid).
     holder: String,
     lease: Duration,
+    replicas: usize,
 }
 
 /// The bucket of `name`, created with `max_age` when absent. Its stream is
@@ -57,6 +58,7 @@ async fn bucket(
     js: &jetstream::Context,
     name: &'static str,
     max_age: Duration,
+    replicas: usize,
 ) -> Result<kv::Store, ShardError> {
     let err = |detail: String| ShardError::Bucket {
         bucket: name,
@@ -80,6 +82,7 @@ async fn bucket(
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
+        num_replicas: replicas.max(1),
         storage: jetstream::stream::StorageType::File,
         ..Default::default()
     };
@@ -97,7 +100,12 @@ async fn bucket(
 }
 
 impl ShardState {
-    pub async fn connect(url: &str, consumer: &str, lease: Duration) -> Result<Self, ShardError> {
+    pub async fn connect(
+        url: &str,
+        consumer: &str,
+        lease: Duration,
+        replicas: usize,
+    ) -> Result<Self, ShardError> {
         let client = async_nats::ConnectOptions::new()
             .name("faultline-correlator-state")
             .connection_timeout(Duration::from_secs(2))
@@ -113,13 +121,14 @@ impl ShardState {
             consumer: consumer.into(),
             holder: format!("{}/{}", host.trim(), std::process::id()),
             lease: lease.max(Duration::from_millis(200)),
+            replicas,
         })
     }
 
     /// Waits until this process holds the shard's lease; returns the
     /// revision to renew. Logs once while another process holds it.
     pub async fn acquire(&self) -> Result<u64, ShardError> {
-        let leases = bucket(&self.js, LEASES, self.lease).await?;
+        let leases = bucket(&self.js, LEASES, self.lease, self.replicas).await?;
         let mut said = false;
         loop {
             match leases
@@ -155,7 +164,7 @@ impl ShardState {
     /// holder, then exits the process (status 3): a supervisor restarts it
     /// as a standby.
     pub async fn keep(&self, mut rev: u64) -> Result<(), ShardError> {
-        let leases = bucket(&self.js, LEASES, self.lease).await?;
+        let leases = bucket(&self.js, LEASES, self.lease, self.replicas).await?;
         let consumer = self.consumer.clone();
         let holder = self.holder.clone();
         let every = self.lease / 3;
@@ -185,7 +194,7 @@ impl ShardState {
     /// The shard's open incidents as the previous holder last published
     /// them.
     pub async fn open_incidents(&self) -> Result<Vec<CandidateUpdate>, ShardError> {
-        let open = bucket(&self.js, OPEN, Duration::ZERO).await?;
+        let open = bucket(&self.js, OPEN, Duration::ZERO, self.replicas).await?;
         let err = |e: String| ShardError::Bucket {
             bucket: OPEN,
             detail: e,
@@ -218,7 +227,7 @@ impl ShardState {
         &self,
         mut updates: broadcast::Receiver<CandidateUpdate>,
     ) -> Result<(), ShardError> {
-        let open = bucket(&self.js, OPEN, Duration::ZERO).await?;
+        let open = bucket(&self.js, OPEN, Duration::ZERO, self.replicas).await?;
         let consumer = self.consumer.clone();
         tokio::spawn(async move {
             loop {
