@@ -22,10 +22,10 @@ use crate::ingest::{window, SAMPLES_PER_WINDOW};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Simulated collectors.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 1024)]
     collectors: usize,
     /// Windows per collector.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 16)]
     windows: u64,
     /// Shard counts to measure through NATS.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]

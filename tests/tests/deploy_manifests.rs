@@ -740,7 +740,8 @@ fn scale_out_overlay_shards_cover_every_bucket_of_the_collectors() {
             .collect();
         for flag in args.iter().filter(|a| a.starts_with("--")) {
             assert!(
-                help.split(|c: char| c.is_whitespace() || c == ',').any(|w| w == *flag),
+                help.split(|c: char| c.is_whitespace() || c == ',')
+                    .any(|w| w == *flag),
                 "serve has no {flag}"
             );
         }
@@ -765,7 +766,18 @@ fn scale_out_overlay_shards_cover_every_bucket_of_the_collectors() {
         replicas = after("--nats-replicas")
             .and_then(|r| r.parse().ok())
             .expect("--nats-replicas");
+        assert_eq!(
+            after("--nats-max-bytes").and_then(|b| b.parse::<i64>().ok()),
+            Some(cfg.stream.nats_max_bytes),
+            "whichever side creates the stream bounds it alike"
+        );
     }
+    // The bound fits the servers' store (max_file_store: 50G).
+    let conf = object(&docs, "ConfigMap", "faultline-nats")["data"]["nats.conf"]
+        .as_str()
+        .expect("nats.conf");
+    assert!(conf.contains("max_file_store: 50G"), "{conf}");
+    assert!(cfg.stream.nats_max_bytes > 0 && cfg.stream.nats_max_bytes < 50 << 30);
     assert_eq!(
         shards, buckets,
         "the shards consume exactly the collectors' buckets"

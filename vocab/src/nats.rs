@@ -9,6 +9,15 @@ pub const DEFAULT_STREAM: &str = "FAULTLINE_WINDOWS";
 pub const DEFAULT_PREFIX: &str = "faultline.windows";
 /// Hash buckets of the host-name shard key (`h00` … `h3f`).
 pub const DEFAULT_BUCKETS: u32 = 64;
+/// The windows stream is a work queue (a window leaves it when its shard's
+/// consumer acknowledges it), so it holds only what no correlator has
+/// taken yet, bounded by age and size; past either the oldest windows go.
+/// A day, so a shard down for hours resumes where it stopped.
+pub const MAX_AGE_S: u64 = 86_400;
+/// The stream's size bound when created (per server keeping a replica);
+/// -1: none but the server's own JetStream store limit (nats-server
+/// refuses a stream whose bound exceeds the storage it can reserve).
+pub const DEFAULT_MAX_BYTES: i64 = -1;
 
 /// A window's subject: `<prefix>.<shard>`.
 pub fn subject(prefix: &str, shard: &str) -> String {

@@ -35,6 +35,7 @@ const SUITE: &[&[&str]] = &[
     &["ingest-tls"],
     &["otlp"],
     &["history"],
+    &["shards"],
 ];
 
 /// Result files combined into `bench/results.json` (`detect` comes from
@@ -52,6 +53,7 @@ const COMBINED: &[&str] = &[
     "ingest_tls",
     "otlp",
     "history",
+    "shards",
     "detect",
 ];
 

@@ -43,6 +43,12 @@ impl FileConfig {
                 "must be one NATS subject token: no '.', '*', '>' or white space (a leaf switch's name, say)",
             ));
         }
+        if self.stream.nats_max_bytes != -1 && self.stream.nats_max_bytes < 1 << 20 {
+            return Err(ConfigError::invalid(
+                "stream.nats_max_bytes",
+                "must be -1 (the server's store limit) or at least 1048576 (1 MiB)",
+            ));
+        }
         if !(1..=5).contains(&self.stream.nats_replicas) {
             return Err(ConfigError::invalid(
                 "stream.nats_replicas",

@@ -33,6 +33,8 @@ pub struct NatsTarget {
     pub buckets: u32,
     /// Replicas of the stream when this side creates it.
     pub replicas: usize,
+    /// The stream's size bound when this side creates it.
+    pub max_bytes: i64,
 }
 
 impl Default for NatsTarget {
@@ -43,6 +45,7 @@ impl Default for NatsTarget {
             shard: String::new(),
             buckets: vocab::nats::DEFAULT_BUCKETS,
             replicas: 1,
+            max_bytes: vocab::nats::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -68,6 +71,9 @@ impl NatsTarget {
             storage: jetstream::stream::StorageType::File,
             duplicate_window: DUPLICATE_WINDOW,
             num_replicas: self.replicas.max(1),
+            max_age: Duration::from_secs(vocab::nats::MAX_AGE_S),
+            max_bytes: self.max_bytes,
+            retention: jetstream::stream::RetentionPolicy::WorkQueue,
             ..Default::default()
         }
     }

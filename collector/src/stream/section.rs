@@ -37,6 +37,8 @@ pub struct StreamSection {
     /// NATS: replicas of the stream when the collector creates it (the
     /// servers in a JetStream cluster that keep it; at most 5).
     pub nats_replicas: usize,
+    /// NATS: the stream's size bound in bytes when the collector creates it.
+    pub nats_max_bytes: i64,
 }
 
 impl StreamSection {
@@ -48,6 +50,7 @@ impl StreamSection {
             shard: self.shard.clone(),
             buckets: self.nats_buckets,
             replicas: self.nats_replicas,
+            max_bytes: self.nats_max_bytes,
         }
     }
 
@@ -78,6 +81,7 @@ impl Default for StreamSection {
             shard: String::new(),
             nats_buckets: vocab::nats::DEFAULT_BUCKETS,
             nats_replicas: 1,
+            nats_max_bytes: vocab::nats::DEFAULT_MAX_BYTES,
         }
     }
 }

@@ -94,6 +94,10 @@ struct NatsArgs {
     /// process creates them (servers of the JetStream cluster; at most 5).
     #[arg(long, value_name = "N", default_value_t = 1)]
     nats_replicas: usize,
+    /// The windows stream's size bound in bytes when this process creates
+    /// it (it holds only windows no shard has taken yet).
+    #[arg(long, value_name = "BYTES", default_value_t = vocab::nats::DEFAULT_MAX_BYTES)]
+    nats_max_bytes: i64,
 }
 
 impl NatsArgs {
@@ -113,6 +117,12 @@ impl NatsArgs {
                     "{what} {v:?}: must be one NATS name token (no '.', '*', '>', white space)"
                 );
             }
+        }
+        if self.nats_max_bytes != -1 && self.nats_max_bytes < 1 << 20 {
+            anyhow::bail!(
+                "--nats-max-bytes {}: must be -1 (the server's store limit) or at least 1048576",
+                self.nats_max_bytes
+            );
         }
         if !(1..=5).contains(&self.nats_replicas) {
             anyhow::bail!("--nats-replicas {}: must be in [1, 5]", self.nats_replicas);
@@ -139,6 +149,7 @@ impl NatsArgs {
             shards: self.nats_shards.clone(),
             consumer: self.nats_consumer.clone(),
             replicas: self.nats_replicas,
+            max_bytes: self.nats_max_bytes,
         }))
     }
 }

@@ -33,6 +33,8 @@ pub struct NatsIngest {
     /// Replicas of the stream and the shard buckets when this side creates
     /// them.
     pub replicas: usize,
+    /// The stream's size bound when this side creates it.
+    pub max_bytes: i64,
 }
 
 impl NatsIngest {
@@ -103,6 +105,9 @@ async fn session(
             storage: jetstream::stream::StorageType::File,
             duplicate_window: Duration::from_secs(120),
             num_replicas: cfg.replicas.max(1),
+            max_age: Duration::from_secs(vocab::nats::MAX_AGE_S),
+            max_bytes: cfg.max_bytes,
+            retention: jetstream::stream::RetentionPolicy::WorkQueue,
             ..Default::default()
         })
         .await
