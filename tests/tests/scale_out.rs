@@ -9,6 +9,13 @@
 //! - Two correlators on two shards (`--nats-shards`, each its own durable
 //!   consumer) each get exactly the windows of the hosts whose shard key
 //!   they own.
+//! - `kill -9` of a shard's active correlator: its standby takes over
+//!   within two 1-second windows with the open incidents under their ids,
+//!   no window lost, no incident duplicated.
+//! - A simulated 48-node cluster's run (faults on every leaf) through 3
+//!   shards by leaf gives one correlator's incidents, opened and resolved
+//!   within a window of each other — except the one place shards are
+//!   approximate today, a switch's extent, stated where it is asserted.
 use std::{
     io::{BufRead as _, BufReader},
     path::Path,
@@ -439,4 +446,264 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
     });
+}
+
+/// A correlator's every update, by a gRPC subscription taken before any
+/// window flows; read on a thread until `stop`.
+fn subscribe_all(port: u16) -> std::sync::mpsc::Receiver<proto::v1::CandidateUpdate> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tests::runtime();
+        rt.block_on(async move {
+            let url = format!("http://127.0.0.1:{port}");
+            let chan = loop {
+                match tonic::transport::Endpoint::from_shared(url.clone())
+                    .expect("url")
+                    .connect()
+                    .await
+                {
+                    Ok(c) => break c,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            let mut s = proto::v1::candidates_client::CandidatesClient::new(chan)
+                .subscribe(proto::v1::SubscribeRequest::default())
+                .await
+                .expect("subscribe")
+                .into_inner();
+            let _ = tx.send(proto::v1::CandidateUpdate {
+                state: "subscribed".into(),
+                ..Default::default()
+            });
+            while let Ok(Some(u)) = s.message().await {
+                if tx.send(u).is_err() {
+                    return;
+                }
+            }
+        });
+    });
+    rx
+}
+
+/// Incidents from updates: (kind, entity) → (opened ms, resolved ms).
+type Episodes = std::collections::BTreeMap<(String, String), (i64, Option<i64>)>;
+
+fn episodes(updates: &[proto::v1::CandidateUpdate]) -> Episodes {
+    let mut by_id: std::collections::BTreeMap<&str, (String, String, i64, Option<i64>)> =
+        Default::default();
+    for u in updates {
+        let e = by_id.entry(u.incident_id.as_str()).or_insert((
+            u.kind.clone(),
+            u.entity.clone(),
+            u.ts_unix_ms,
+            None,
+        ));
+        // The kind an incident ends as (a down becoming a flap keeps its id).
+        e.0.clone_from(&u.kind);
+        if u.state == "resolved" {
+            e.3 = Some(u.ts_unix_ms);
+        }
+    }
+    by_id
+        .into_values()
+        .map(|(k, e, o, r)| ((k, e), (o, r)))
+        .collect()
+}
+
+#[test]
+fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent() {
+    use sim::cluster::{topology, Cluster};
+    let dir = tmp("nats-equivalence");
+    let nport = free_port();
+    let Some(_server) = nats_server(nport, &dir.join("js")) else {
+        return;
+    };
+    let url = format!("nats://127.0.0.1:{nport}");
+    // 48 nodes behind 3 leaves (16 each); faults on every leaf, one a
+    // leaf-wide switch fault, and confounders.
+    let args = sim::SimArgs {
+        nodes: 48,
+        duration: 150.0,
+        onset: 40.0,
+        inject: [
+            "ib-link-degrade@n003/mlx5_2/1:ber=1e-10",
+            "ib-switch-degrade@leaf01:ber=1e-10,ports=4",
+            "gpu-thermal@n040/gpu3",
+            "storage-stall@n037/nvme0n1",
+            "single-errors",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..sim::SimArgs::default()
+    };
+    let mut cluster = Cluster::new(args.spec());
+    let faults = sim::faults::parse_all(&args.inject, &cluster, args.seed).expect("faults");
+    let topo = dir.join("fabric.topo");
+    std::fs::write(&topo, topology::ibnetdiscover(args.nodes)).expect("topology");
+    // Simulated time is not this machine's: no clock checks.
+    let cfg = dir.join("correlator.toml");
+    std::fs::write(&cfg, "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n").expect("config");
+    let start = |stream: &str, prefix: &str, shards: &str, consumer: &str| {
+        let port = free_port();
+        let mut a = vec![
+            "--nats",
+            &url,
+            "--nats-stream",
+            stream,
+            "--nats-subject",
+            prefix,
+            "--nats-consumer",
+            consumer,
+            "--config",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        a.push(cfg.display().to_string());
+        a.extend(["--topology".to_string(), topo.display().to_string()]);
+        if !shards.is_empty() {
+            a.extend(["--nats-shards".to_string(), shards.to_string()]);
+        }
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let child = KillOnDrop(correlator_with(
+            port,
+            &dir.join(format!("{consumer}.jsonl")),
+            &a,
+        ));
+        let rx = subscribe_all(port);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(30)).map(|u| u.state),
+            Ok("subscribed".to_string())
+        );
+        (child, rx)
+    };
+    let one = start("ONE", "one", "", "one");
+    let shards: Vec<_> = (0..3)
+        .map(|l| {
+            start(
+                "THREE",
+                "three",
+                &topology::leaf_name(l),
+                &format!("three-{l}"),
+            )
+        })
+        .collect();
+    // Every window, to both streams: the whole run on one correlator, each
+    // host's windows on its leaf's shard.
+    let mut windows = Vec::new();
+    let n = (args.duration / args.window) as usize;
+    for _ in 0..n {
+        cluster.advance(&faults, args.onset);
+        for node in 0..args.nodes {
+            if let Some(w) = cluster.window(node) {
+                windows.push((topology::leaf_name(cluster.leaf_of(node)), w));
+            }
+        }
+    }
+    // After them, per leaf, a marker host whose GPU falls off the bus: its
+    // incident is the last update each correlator sends, so once a
+    // subscriber has it every earlier update has arrived.
+    let end_ms = windows.last().map_or(0, |(_, w)| w.end_unix_ms);
+    for l in 0..3 {
+        let leaf = topology::leaf_name(l);
+        let marker = Window {
+            origin: Some(Origin {
+                hostname: format!("zz-marker-{leaf}"),
+                boot_id: "b".into(),
+                instance: "m".into(),
+                machine_id: String::new(),
+            }),
+            seq: 1,
+            start_unix_ms: end_ms,
+            end_unix_ms: end_ms + 1000,
+            gpus: vec![proto::v1::GpuSample {
+                index: 0,
+                uuid: "GPU-marker".into(),
+                lost: true,
+                ..Default::default()
+            }],
+            ..Window::default()
+        };
+        windows.push((leaf, marker));
+    }
+    let rt = tests::runtime();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(url.as_str()).await.expect("nats"));
+        for (leaf, w) in &windows {
+            let o = w.origin.clone().unwrap_or_default();
+            let id = vocab::nats::msg_id(&o.hostname, &o.instance, w.seq);
+            for subject in [format!("one.{leaf}"), format!("three.{leaf}")] {
+                use prost::Message as _;
+                let m = async_nats::jetstream::message::PublishMessage::build()
+                    .payload(w.encode_to_vec().into())
+                    .message_id(id.clone());
+                js.send_publish(subject, m)
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("ack");
+            }
+        }
+    });
+    // Every update, up to the markers' (3 on the one correlator, its own on
+    // each shard).
+    let drain = |rx: &mpsc::Receiver<proto::v1::CandidateUpdate>, markers: usize| {
+        let mut got = Vec::new();
+        let mut seen = 0;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while seen < markers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let u = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("{seen} of {markers} markers, then {e}"));
+            if u.entity.starts_with("zz-marker-") {
+                seen += usize::from(u.state == "opened");
+            } else {
+                got.push(u);
+            }
+        }
+        got
+    };
+    let single = episodes(&drain(&one.1, 3));
+    let mut sharded = Episodes::new();
+    for (_, rx) in &shards {
+        sharded.extend(episodes(&drain(rx, 1)));
+    }
+    assert!(!single.is_empty());
+    let keys = |e: &Episodes| e.keys().cloned().collect::<std::collections::BTreeSet<_>>();
+    // The one difference, and why: a shard judges a switch's extent against
+    // the rest of *its* fabric. Behind leaf01, 4 ports degrading at once are
+    // one switch fault on its shard (the rest of that shard's fabric is
+    // clean); the single correlator also counts n003's bad cable on leaf00,
+    // and 4 of 128 ports at the rest's rate of 1 in 256 has a binomial tail
+    // of ≈ 2e-3, above extent_significance (1e-3): it keeps them as 4 port
+    // incidents. Fleet-wide summaries (issue 35, not built) remove this.
+    let switch = ("ib_link_degraded".to_string(), "switch:leaf01".to_string());
+    let mut expected = keys(&single);
+    expected.insert(switch.clone());
+    assert_eq!(
+        keys(&sharded),
+        expected,
+        "the same incidents but the extent"
+    );
+    let window_ms = (args.window * 1000.0) as i64;
+    let members: Vec<String> = (16..20).map(|n| format!("n{n:03}/")).collect();
+    for (k, (o1, r1)) in &single {
+        let (o3, r3) = sharded[k];
+        assert!((o1 - o3).abs() <= window_ms, "{k:?} opened {o1} vs {o3}");
+        // The switch's members are resolved into it on the shard.
+        if members.iter().any(|m| k.1.starts_with(m.as_str())) {
+            continue;
+        }
+        match (r1, r3) {
+            (Some(a), Some(b)) => assert!((a - b).abs() <= window_ms, "{k:?} resolved {a} vs {b}"),
+            (None, None) => {}
+            other => panic!("{k:?}: resolved {other:?}"),
+        }
+    }
+    eprintln!(
+        "{} incidents on 1 correlator, the same plus {switch:?} on 3 shards: {:?}",
+        single.len(),
+        keys(&single)
+    );
 }
