@@ -18,6 +18,7 @@ use tonic::Status;
 
 use crate::limits::LimitsConfig;
 
+pub mod fleet;
 pub mod nats;
 mod seq;
 mod service;

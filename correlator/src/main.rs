@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
-use cli::{reports, serve, subscribe};
+use cli::{fleet, reports, serve, subscribe};
 
 /// faultline's correlator.
 #[derive(Debug, Parser)]
@@ -20,6 +20,10 @@ struct Cli {
 enum Command {
     /// Serve the ingest API.
     Serve(serve::ServeArgs),
+    /// One view over sharded correlators: every shard's incident updates
+    /// from NATS JetStream into one open list, history, web UI and
+    /// Alertmanager (docs/scale-out.md).
+    Fleet(fleet::FleetArgs),
     /// Incidents from the history database, newest first.
     Incidents(reports::IncidentsArgs),
     /// Recurring offenders: entities with repeated incidents (replacement candidates).
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(args).await?,
+        Command::Fleet(args) => fleet::fleet(args).await?,
         Command::Subscribe(args) => subscribe::subscribe(args).await?,
         Command::Certs(args) => {
             for p in correlator::certs::write_pki(&args)? {

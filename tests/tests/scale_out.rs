@@ -31,6 +31,14 @@ use tests::{
     KillOnDrop,
 };
 
+/// One test at a time: the 3-shard run keeps both cores busy for most of a
+/// minute, and the others measure a takeover in wall time.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// `nats-server -js` on a loopback port with its store under `dir`,
 /// returned once it says it is ready.
 fn nats_server(port: u16, dir: &Path) -> Option<KillOnDrop> {
@@ -135,6 +143,7 @@ fn n(f: &std::sync::atomic::AtomicU64) -> u64 {
 
 #[test]
 fn a_nats_server_killed_and_restarted_mid_run_loses_no_window() {
+    let _serial = one_at_a_time();
     let dir = tmp("nats-restart");
     let nport = free_port();
     let Some(server) = nats_server(nport, &dir.join("js")) else {
@@ -209,6 +218,7 @@ fn a_nats_server_killed_and_restarted_mid_run_loses_no_window() {
 
 #[test]
 fn two_correlators_on_two_shards_get_their_own_hosts_windows() {
+    let _serial = one_at_a_time();
     let dir = tmp("nats-shards");
     let nport = free_port();
     let Some(_server) = nats_server(nport, &dir.join("js")) else {
@@ -333,6 +343,7 @@ fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 #[test]
 fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
+    let _serial = one_at_a_time();
     let dir = tmp("nats-standby");
     let nport = free_port();
     let Some(_server) = nats_server(nport, &dir.join("js")) else {
@@ -512,6 +523,7 @@ fn episodes(updates: &[proto::v1::CandidateUpdate]) -> Episodes {
 
 #[test]
 fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent() {
+    let _serial = one_at_a_time();
     use sim::cluster::{topology, Cluster};
     let dir = tmp("nats-equivalence");
     let nport = free_port();
@@ -629,6 +641,14 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
     let rt = tests::runtime();
     rt.block_on(async {
         let js = async_nats::jetstream::new(async_nats::connect(url.as_str()).await.expect("nats"));
+        // The correlators create their streams as they connect.
+        for name in ["ONE", "THREE"] {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while js.get_stream(name).await.is_err() {
+                assert!(Instant::now() < deadline, "stream {name} never created");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
         for (leaf, w) in &windows {
             let o = w.origin.clone().unwrap_or_default();
             let id = vocab::nats::msg_id(&o.hostname, &o.instance, w.seq);
@@ -706,4 +726,93 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
         single.len(),
         keys(&single)
     );
+}
+
+#[test]
+fn the_fleet_view_lists_every_shards_incidents_in_one_ui_and_history() {
+    let _serial = one_at_a_time();
+    let dir = tmp("nats-fleet");
+    let nport = free_port();
+    let Some(_server) = nats_server(nport, &dir.join("js")) else {
+        return;
+    };
+    let url = format!("nats://127.0.0.1:{nport}");
+    let shard = |s: &str| {
+        KillOnDrop(correlator_with(
+            free_port(),
+            &dir.join(format!("{s}.jsonl")),
+            &["--nats", &url, "--nats-shards", s, "--nats-consumer", s],
+        ))
+    };
+    let (_a, _b) = (shard("sa"), shard("sb"));
+    let web = format!("127.0.0.1:{}", free_port());
+    let _fleet = KillOnDrop(
+        Command::new(tests::bin("faultline-correlator"))
+            .args(["fleet", "--nats", &url, "--web", &web, "--history"])
+            .arg(dir.join("fleet.db"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the fleet view"),
+    );
+    until("the fleet view's web API", || open_incidents(&web));
+    let rt = tests::runtime();
+    rt.block_on(async {
+        let mut senders = Vec::new();
+        for (host, s, down) in [("n1", "sa", 3), ("n2", "sb", 4)] {
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let (h, _) = spawn(
+                sender(nport, &dir.join(format!("spool-{host}")), s),
+                rx,
+                Duration::from_secs(5),
+            )
+            .expect("sender");
+            for seq in 1..=6 {
+                tx.send(port_window(host, seq, Some(down)))
+                    .await
+                    .expect("input");
+            }
+            senders.push((tx, h));
+        }
+        for (tx, h) in senders {
+            drop(tx);
+            let _ = tokio::time::timeout(Duration::from_secs(10), h).await;
+        }
+    });
+    // Both shards' port-down incidents, in the one open list...
+    let open = until("both incidents in the fleet's open list", || {
+        let o = open_incidents(&web)?;
+        (o.len() == 2).then_some(o)
+    });
+    let mut got: Vec<(String, String)> = open.iter().map(|i| (i.1.clone(), i.2.clone())).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("ib_link_down".to_string(), "n1/mlx5_0/1".to_string()),
+            ("ib_link_down".to_string(), "n2/mlx5_0/1".to_string())
+        ]
+    );
+    // ... and the one history, under the shards' ids.
+    let ids: Vec<&str> = open.iter().map(|i| i.0.as_str()).collect();
+    until("both incidents in the fleet's history", || {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "--max-time",
+                "2",
+                &format!("http://{web}/api/incidents"),
+            ])
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let stored: Vec<String> = v["incidents"]
+            .as_array()?
+            .iter()
+            .filter_map(|i| i["id"].as_str().map(String::from))
+            .collect();
+        ids.iter()
+            .all(|id| stored.iter().any(|s| s == id))
+            .then_some(())
+    });
 }

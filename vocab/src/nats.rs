@@ -14,6 +14,14 @@ pub const DEFAULT_BUCKETS: u32 = 64;
 /// taken yet, bounded by age and size; past either the oldest windows go.
 /// A day, so a shard down for hours resumes where it stopped.
 pub const MAX_AGE_S: u64 = 86_400;
+/// The stream every shard publishes its incident updates to, under
+/// `<INCIDENTS_PREFIX>.<consumer>`; the fleet view consumes all of it.
+pub const INCIDENTS_STREAM: &str = "FAULTLINE_INCIDENTS";
+pub const INCIDENTS_PREFIX: &str = "faultline.incidents";
+/// How long the incidents stream keeps an update: a fleet view down this
+/// long still gets every update when it comes back.
+pub const INCIDENTS_MAX_AGE_S: u64 = 7 * 86_400;
+
 /// The stream's size bound when created (per server keeping a replica);
 /// -1: none but the server's own JetStream store limit (nats-server
 /// refuses a stream whose bound exceeds the storage it can reserve).

@@ -1,5 +1,6 @@
 //! The binary's subcommands (`main.rs`), one module per group; not part of
 //! the library (`lib.rs` does not declare it).
+pub mod fleet;
 pub mod reports;
 pub mod serve;
 pub mod subscribe;

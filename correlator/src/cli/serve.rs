@@ -150,6 +150,7 @@ impl NatsArgs {
             consumer: self.nats_consumer.clone(),
             replicas: self.nats_replicas,
             max_bytes: self.nats_max_bytes,
+            ack_wait: std::time::Duration::from_secs_f64(self.nats_lease_s.max(1.0)),
         }))
     }
 }
@@ -198,19 +199,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     };
     // With NATS: one active process per shard; a standby waits here for
     // the lease, then takes over the shard's open incidents.
-    let shard = match &nats {
-        Some(n) => {
-            let lease = std::time::Duration::from_secs_f64(a.nats.nats_lease_s);
-            let s =
-                ingest::shard::ShardState::connect(&n.url, &n.consumer, lease, n.replicas).await?;
-            let rev = s.acquire().await?;
-            let restored = ingest::shard::restore(&mut engine, s.open_incidents().await?);
-            tracing::info!(restored, consumer = %n.consumer, "shard's open incidents restored from NATS");
-            s.keep(rev).await?;
-            Some(s)
-        }
-        None => None,
-    };
+    let shard = take_shard(nats.as_ref(), a.nats.nats_lease_s, &mut engine).await?;
     let state = match &a.record {
         Some(p) => ingest::IngestState::with_log(p, cfg.limits.clone())?,
         None => ingest::IngestState::new(cfg.limits.clone()),
@@ -254,12 +243,8 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks.clone()))
             .context("[alertmanager] TLS files")?;
     }
-    if let Some(s) = &shard {
-        s.mirror(utx.subscribe()).await?;
-    }
     if let Some(n) = nats {
-        tracing::info!(url = %n.url, shards = ?n.filters(), "NATS ingest on");
-        ingest::nats::spawn(n, state.clone(), wtx.clone());
+        start_nats(n, shard.as_ref(), &utx, &state, &wtx).await?;
     }
     let channels = Channels {
         windows: wtx,
@@ -280,6 +265,49 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     }
     let rejected = format!("{:?}", state.rejected());
     tracing::info!(accepted, duplicates, missing, rejected, "stopped");
+    Ok(())
+}
+
+/// With NATS: waits for the shard's lease (a standby waits here), then
+/// restores the shard's open incidents into `engine`.
+async fn take_shard(
+    nats: Option<&ingest::nats::NatsIngest>,
+    lease_s: f64,
+    engine: &mut Engine,
+) -> Result<Option<ingest::shard::ShardState>> {
+    let Some(n) = nats else {
+        return Ok(None);
+    };
+    let lease = std::time::Duration::from_secs_f64(lease_s);
+    let s = ingest::shard::ShardState::connect(&n.url, &n.consumer, lease, n.replicas).await?;
+    let rev = s.acquire().await?;
+    let restored = ingest::shard::restore(engine, s.open_incidents().await?);
+    tracing::info!(restored, consumer = %n.consumer, "shard's open incidents restored from NATS");
+    s.keep(rev).await?;
+    Ok(Some(s))
+}
+
+/// With NATS: mirrors the open incidents for a standby, publishes the
+/// updates for the fleet view and consumes the shard's windows.
+async fn start_nats(
+    n: ingest::nats::NatsIngest,
+    shard: Option<&ingest::shard::ShardState>,
+    utx: &broadcast::Sender<CandidateUpdate>,
+    state: &ingest::IngestState,
+    wtx: &mpsc::Sender<Window>,
+) -> Result<()> {
+    if let Some(s) = shard {
+        s.mirror(utx.subscribe()).await?;
+    }
+    // The fleet view (`faultline-correlator fleet`) reads these.
+    ingest::fleet::publish_updates(
+        n.url.clone(),
+        n.consumer.clone(),
+        n.replicas,
+        utx.subscribe(),
+    );
+    tracing::info!(url = %n.url, shards = ?n.filters(), "NATS ingest on");
+    ingest::nats::spawn(n, state.clone(), wtx.clone());
     Ok(())
 }
 

@@ -35,6 +35,11 @@ pub struct NatsIngest {
     pub replicas: usize,
     /// The stream's size bound when this side creates it.
     pub max_bytes: i64,
+    /// How long a delivered window may go unacknowledged before it is
+    /// delivered again (the shard lease's time): after a takeover, the
+    /// dead holder's in-flight windows come back this long after it
+    /// stopped, ahead of newer ones.
+    pub ack_wait: Duration,
 }
 
 impl NatsIngest {
@@ -71,8 +76,9 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut wait = Duration::from_millis(100);
+        let mut first = true;
         loop {
-            match session(&cfg, &state, &engine).await {
+            match session(&cfg, &state, &engine, std::mem::take(&mut first)).await {
                 Err(SessionError::Engine) => return,
                 Err(e) => {
                     metrics::gauge!("faultline_nats_connected").set(0.0);
@@ -91,6 +97,7 @@ async fn session(
     cfg: &NatsIngest,
     state: &IngestState,
     engine: &mpsc::Sender<Window>,
+    first: bool,
 ) -> Result<(), SessionError> {
     let client = async_nats::ConnectOptions::new()
         .name("faultline-correlator")
@@ -127,13 +134,24 @@ async fn session(
                 filter_subject,
                 filter_subjects,
                 ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(30),
-                max_ack_pending: 4096,
+                ack_wait: cfg.ack_wait,
+                // In flight at once: what a takeover waits out, and what a
+                // slow engine sees delivered twice (dropped by sequence).
+                max_ack_pending: 256,
                 ..Default::default()
             },
         )
         .await
         .map_err(|e| SessionError::Consumer(e.to_string()))?;
+    if first {
+        // A previous holder of this consumer (killed, or this process
+        // before a restart) may have had windows in flight. JetStream gives
+        // them out again once their ack wait has passed, before newer ones;
+        // pulling earlier would take newer windows first, and the older
+        // ones would then be refused as duplicates of an origin already
+        // past them. So the first pull waits one ack wait.
+        tokio::time::sleep(cfg.ack_wait + Duration::from_millis(200)).await;
+    }
     let mut messages = consumer
         .messages()
         .await
