@@ -122,9 +122,7 @@ fn api_latency(
     let load_s = t.elapsed().as_secs_f64();
     drop(st);
     let reader = Store::open_reader(&db, cfg)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = crate::wait::free_port()?;
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let (utx, _) = tokio::sync::broadcast::channel(16);
     let state = correlator::web::AppState {

@@ -270,9 +270,7 @@ async fn measure(url: &str, pid: u32, n: usize, windows: u64) -> Result<Measured
 /// A `faultline-correlator serve` on a free loopback port: the process and
 /// its URL.
 pub(crate) fn start_correlator(bin: &Path) -> Result<(tests::KillOnDrop, String)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = crate::wait::free_port()?;
     let mut child = tests::KillOnDrop(
         Command::new(bin)
             .args([

@@ -56,9 +56,7 @@ fn host(node: usize) -> String {
 }
 
 fn serve(bin: &Path, pki: &Path, mode: Mode) -> Result<(tests::KillOnDrop, u16)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = crate::wait::free_port()?;
     let mut c = Command::new(bin);
     c.args([
         "serve",

@@ -32,15 +32,9 @@ pub struct Args {
     shards: Vec<usize>,
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// `nats-server -js` on a loopback port with a fresh store.
 fn nats_server(dir: &Path) -> Result<(tests::KillOnDrop, u16)> {
-    let port = free_port()?;
+    let port = crate::wait::free_port()?;
     let mut child = tests::KillOnDrop(
         Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
@@ -62,14 +56,14 @@ fn shard_correlator(
     prefix: &str,
     shard: usize,
 ) -> Result<(tests::KillOnDrop, String)> {
-    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let metrics = format!("127.0.0.1:{}", crate::wait::free_port()?);
     let mut child = tests::KillOnDrop(
         Command::new(bin)
             .args([
                 "serve",
                 "--insecure",
                 "--listen",
-                &format!("127.0.0.1:{}", free_port()?),
+                &format!("127.0.0.1:{}", crate::wait::free_port()?),
             ])
             .args([
                 "--metrics-addr",

@@ -32,6 +32,14 @@ pub fn until(
     }
 }
 
+/// A loopback port free now, for a server the benchmark starts (it binds
+/// it a moment later; [`port`] then waits for it to listen).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// Waits until something listens on `127.0.0.1:port`, failing early when
 /// `child` exits first.
 pub fn port(child: &mut std::process::Child, port: u16, what: &str) -> Result<()> {

@@ -9,6 +9,10 @@ pub const DEFAULT_STREAM: &str = "FAULTLINE_WINDOWS";
 pub const DEFAULT_PREFIX: &str = "faultline.windows";
 /// Hash buckets of the host-name shard key (`h00` … `h3f`).
 pub const DEFAULT_BUCKETS: u32 = 64;
+/// How long the windows stream remembers message ids (a resend after a
+/// reconnect within it is dropped by the stream, later ones by the
+/// correlator's per-origin sequence).
+pub const DUPLICATE_WINDOW_S: u64 = 120;
 /// The windows stream is a work queue (a window leaves it when its shard's
 /// consumer acknowledges it), so it holds only what no correlator has
 /// taken yet, bounded by age and size; past either the oldest windows go.

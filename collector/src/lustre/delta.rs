@@ -7,7 +7,7 @@
 //! counters went backwards (unmounted and mounted again between reads) has
 //! no delta that window: counted in `faultline_lustre_resets_total`, and
 //! the new values are the base.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use proto::v1 as pb;
 
@@ -139,12 +139,10 @@ impl LustreTracker {
     /// and RPC type, the import's state, and the tracker's own counters.
     pub fn render(&self) -> String {
         let mut t = Text::new();
-        let mut per_fs: BTreeMap<&str, usize> = BTreeMap::new();
         for dev in &self.latest {
             let Some(x) = self.prev.get(dev) else {
                 continue;
             };
-            *per_fs.entry(x.fsname.as_str()).or_default() += 1;
             render_target(&mut t, x);
         }
         t.sample(

@@ -11,15 +11,11 @@ use std::{sync::atomic::Ordering, time::Duration};
 use async_nats::jetstream::{self, message::PublishMessage};
 use prost::Message as _;
 use proto::v1::Window;
-use tokio::time::Instant;
 
 use super::sender::{Sender, Session};
 
 /// Publishes awaiting their acknowledgement at once.
 pub const PIPELINE: usize = 64;
-/// How long JetStream remembers message ids (a resend after a reconnect
-/// within it is dropped by the stream, later ones by the correlator).
-pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// A publish acknowledgement later than this fails the session.
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -69,7 +65,7 @@ impl NatsTarget {
             name: self.stream.clone(),
             subjects: vec![vocab::nats::stream_subjects(&self.prefix)],
             storage: jetstream::stream::StorageType::File,
-            duplicate_window: DUPLICATE_WINDOW,
+            duplicate_window: Duration::from_secs(vocab::nats::DUPLICATE_WINDOW_S),
             num_replicas: self.replicas.max(1),
             max_age: Duration::from_secs(vocab::nats::MAX_AGE_S),
             max_bytes: self.max_bytes,
@@ -111,13 +107,10 @@ impl Sender {
             return Session::Failed;
         }
         self.reachable_again(&url);
-        self.stats.connected.store(true, Ordering::Relaxed);
-        self.stats.connects.fetch_add(1, Ordering::Relaxed);
-        metrics::gauge!("faultline_correlator_connected").set(1.0);
+        self.set_connected(true);
         tracing::info!(endpoint = %url, stream = %target.stream, pending = self.spool.len(), "publishing to NATS JetStream");
         let (delivered, ok) = self.publish_spool(&js, target).await;
-        self.stats.connected.store(false, Ordering::Relaxed);
-        metrics::gauge!("faultline_correlator_connected").set(0.0);
+        self.set_connected(false);
         self.settle_lost();
         if self.closing.is_some() && (self.spool.is_empty() || self.closing_due()) {
             Session::Done
@@ -196,7 +189,7 @@ impl Sender {
             while let Ok(w) = self.rx.try_recv() {
                 self.push(w);
             }
-            if self.closing.is_some_and(|t| Instant::now() >= t) {
+            if self.closing_due() {
                 return (delivered, true);
             }
         }

@@ -322,6 +322,16 @@ impl Sender {
         }
     }
 
+    /// A session delivering (counted as a connect) or over, in the stats
+    /// and `faultline_correlator_connected`.
+    pub(super) fn set_connected(&mut self, up: bool) {
+        self.stats.connected.store(up, Ordering::Relaxed);
+        if up {
+            self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics::gauge!("faultline_correlator_connected").set(if up { 1.0 } else { 0.0 });
+    }
+
     /// A failed connection attempt: logged once per outage at warn.
     pub(super) fn unreachable_now(&mut self, endpoint: &str, error: &str) {
         self.unreachable += 1;
@@ -390,13 +400,10 @@ impl Sender {
                 return Session::Failed;
             }
         };
-        self.stats.connected.store(true, Ordering::Relaxed);
-        self.stats.connects.fetch_add(1, Ordering::Relaxed);
-        metrics::gauge!("faultline_correlator_connected").set(1.0);
+        self.set_connected(true);
         tracing::info!(endpoint = %self.cfg.endpoint, pending = self.spool.len(), "streaming to the correlator");
         let done = self.stream(&mut client, &mut delivered).await;
-        self.stats.connected.store(false, Ordering::Relaxed);
-        metrics::gauge!("faultline_correlator_connected").set(0.0);
+        self.set_connected(false);
         if done || (self.closing.is_some() && self.spool.is_empty()) {
             Session::Done
         } else if delivered > 0 || self.refused_now > 0 {

@@ -29,13 +29,8 @@ fn stream_config(replicas: usize) -> jetstream::stream::Config {
 }
 
 async fn connect(url: &str, name: &str) -> Option<jetstream::Context> {
-    match async_nats::ConnectOptions::new()
-        .name(name)
-        .connection_timeout(Duration::from_secs(2))
-        .connect(url)
-        .await
-    {
-        Ok(c) => Some(jetstream::new(c)),
+    match super::nats::connect(url, name).await {
+        Ok(js) => Some(js),
         Err(e) => {
             tracing::warn!(url, error = %e, "NATS unreachable");
             None

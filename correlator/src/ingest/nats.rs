@@ -56,6 +56,20 @@ impl NatsIngest {
     }
 }
 
+/// A JetStream context on `url` (2 s to connect), named `name` in the
+/// server's connection list; every NATS connection of the correlator.
+pub async fn connect(
+    url: &str,
+    name: &str,
+) -> Result<jetstream::Context, async_nats::ConnectError> {
+    let client = async_nats::ConnectOptions::new()
+        .name(name)
+        .connection_timeout(Duration::from_secs(2))
+        .connect(url)
+        .await?;
+    Ok(jetstream::new(client))
+}
+
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
     #[error("connecting: {0}")]
@@ -99,18 +113,13 @@ async fn session(
     engine: &mpsc::Sender<Window>,
     first: bool,
 ) -> Result<(), SessionError> {
-    let client = async_nats::ConnectOptions::new()
-        .name("faultline-correlator")
-        .connection_timeout(Duration::from_secs(2))
-        .connect(cfg.url.as_str())
-        .await?;
-    let js = jetstream::new(client);
+    let js = connect(&cfg.url, "faultline-correlator").await?;
     let stream = js
         .get_or_create_stream(jetstream::stream::Config {
             name: cfg.stream.clone(),
             subjects: vec![vocab::nats::stream_subjects(&cfg.prefix)],
             storage: jetstream::stream::StorageType::File,
-            duplicate_window: Duration::from_secs(120),
+            duplicate_window: Duration::from_secs(vocab::nats::DUPLICATE_WINDOW_S),
             num_replicas: cfg.replicas.max(1),
             max_age: Duration::from_secs(vocab::nats::MAX_AGE_S),
             max_bytes: cfg.max_bytes,

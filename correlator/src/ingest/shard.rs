@@ -106,10 +106,7 @@ impl ShardState {
         lease: Duration,
         replicas: usize,
     ) -> Result<Self, ShardError> {
-        let client = async_nats::ConnectOptions::new()
-            .name("faultline-correlator-state")
-            .connection_timeout(Duration::from_secs(2))
-            .connect(url)
+        let js = super::nats::connect(url, "faultline-correlator-state")
             .await
             .map_err(|e| ShardError::Nats {
                 url: url.into(),
@@ -117,7 +114,7 @@ impl ShardState {
             })?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         Ok(Self {
-            js: jetstream::new(client),
+            js,
             consumer: consumer.into(),
             holder: format!("{}/{}", host.trim(), std::process::id()),
             lease: lease.max(Duration::from_millis(200)),
