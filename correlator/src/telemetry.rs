@@ -44,6 +44,22 @@ fn describe() {
         Unit::Seconds,
         "Wall clock minus the end of the collector's latest window, per host"
     );
+    describe_gauge!(
+        "faultline_nats_connected",
+        "1 while the NATS JetStream window consumer is connected (serve --nats), 0 after it was interrupted"
+    );
+    describe_counter!(
+        "faultline_nats_state_errors_total",
+        "Open-incident updates not mirrored to the shard's NATS key-value bucket"
+    );
+    describe_counter!(
+        "faultline_nats_state_lagged_total",
+        "Open-incident updates the NATS mirror missed (it fell behind the engine)"
+    );
+    describe_counter!(
+        "faultline_nats_incident_updates_lost_total",
+        "Incident updates not stored in the NATS incidents stream (the fleet view misses them)"
+    );
     describe_counter!(
         "faultline_ingest_non_finite_total",
         "NaN or infinite values removed from received windows (docs/security.md)"
