@@ -85,6 +85,7 @@ fn window_with(node: usize, seq: u64, hot: bool) -> Window {
             boot_id: "b".into(),
             instance: format!("n{node}-bench"),
             machine_id: String::new(),
+            cluster: String::new(),
         }),
         seq,
         start_unix_ms: base_ms() + (seq as i64 - 1) * 1000,

@@ -90,6 +90,10 @@ struct RunArgs {
     /// kernel's hostname under --proc-root].
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     hostname: Option<String>,
+    /// The cluster this node belongs to, on every incident of its entities
+    /// [collector.cluster, default unnamed].
+    #[arg(long, value_name = "NAME", env = "FAULTLINE_CLUSTER")]
+    cluster: Option<String>,
     /// Log format on stderr: text or json [collector.log_format, default text].
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<String>,
@@ -206,6 +210,9 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     }
     if args.hostname.is_some() {
         c.collector.hostname = args.hostname.clone();
+    }
+    if args.cluster.is_some() {
+        c.collector.cluster = args.cluster.clone();
     }
     if let Some(f) = &args.log_format {
         c.collector.log_format = f.clone();

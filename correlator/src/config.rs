@@ -11,6 +11,9 @@ use crate::{engine::DetectConfig, setting::InvalidSetting};
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
+    /// The cluster label of incidents raised from windows whose collector
+    /// names none (a collector's own `cluster` wins); unset: unnamed.
+    pub cluster: Option<String>,
     /// `[detect.*]`: detection thresholds and limits (docs/detection.md).
     pub detect: DetectConfig,
     /// `[history]`: the incident and series database (docs/history.md).
@@ -59,6 +62,16 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
         setting,
     };
     f.detect.validate().map_err(invalid)?;
+    if f.cluster
+        .as_deref()
+        .is_some_and(|c| !vocab::nats::valid_cluster(c))
+    {
+        return Err(ConfigError::Setting {
+            path: path.to_string(),
+            key: "cluster",
+            why: "1 to 64 letters, digits, '-' or '_'",
+        });
+    }
     if let Some((key, why)) = f
         .history
         .invalid()

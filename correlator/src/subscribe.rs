@@ -153,6 +153,7 @@ pub fn matches(f: &SubscribeRequest, u: &CandidateUpdate) -> bool {
             || u.entity == f.host
             || u.entity.starts_with(&vocab::entity::host_prefix(&f.host)))
         && (f.job.is_empty() || u.affected_jobs.contains(&f.job))
+        && (f.cluster.is_empty() || u.cluster == f.cluster)
         && (u.state == vocab::UpdateState::Resolved.as_str() || u.confidence >= f.min_confidence)
 }
 

@@ -114,6 +114,10 @@ fn describe() {
         "Hosts the engine forgot (their incidents resolved as stale)"
     );
     describe_counter!(
+        "faultline_engine_cluster_mismatch_total",
+        "Windows whose collector names a cluster other than the correlator's cluster (the collector's label is kept)"
+    );
+    describe_counter!(
         "faultline_connections_refused_total",
         "Connections closed at accept: a listener's connection cap or per-peer limit reached with every connection busy (listener, reason)"
     );

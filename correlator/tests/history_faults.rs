@@ -36,6 +36,7 @@ fn opened(id: &str, entity: &str, ts: i64) -> CandidateUpdate {
         evidence: vec![format!("{entity} went down")],
         affected_jobs: vec!["job7".into()],
         runbook: "check the cable".into(),
+        cluster: String::new(),
     }
 }
 

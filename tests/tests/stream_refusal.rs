@@ -23,6 +23,7 @@ fn window(instance: &str, seq: u64, end_ms: i64) -> Window {
             boot_id: "b".into(),
             instance: instance.into(),
             machine_id: String::new(),
+            cluster: String::new(),
         }),
         seq,
         start_unix_ms: end_ms - 1000,

@@ -61,6 +61,14 @@ pub fn valid_shard(s: &str) -> bool {
             .all(|c| !(c == '.' || c == '*' || c == '>' || c.is_whitespace() || c.is_control()))
 }
 
+/// Whether `s` can name a cluster: 1 to 64 ASCII letters, digits, `-` or
+/// `_` (a NATS subject token, a Prometheus label value, a URL query value).
+pub fn valid_cluster(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// The message id JetStream de-duplicates resends by: one per window of one
 /// collector run (`<host>/<instance>/<seq>`).
 pub fn msg_id(host: &str, instance: &str, seq: u64) -> String {

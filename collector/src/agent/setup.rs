@@ -121,6 +121,7 @@ fn origin(cfg: &FileConfig) -> (String, pb::Origin) {
                 .map_or(0, |d| d.as_nanos()),
             std::process::id()
         ),
+        cluster: cfg.collector.cluster.clone().unwrap_or_default(),
     };
     (identity.hostname, origin)
 }

@@ -27,6 +27,11 @@ pub struct CollectorSection {
     /// The node's name in entities and the stream's origin (default: the
     /// kernel's hostname under `proc_root`); in a pod, the node name.
     pub hostname: Option<String>,
+    /// The cluster this node belongs to, carried in the stream's origin and
+    /// on every incident of the node's entities, so one fleet view tells
+    /// clusters apart (unset: unnamed). One NATS subject token: letters,
+    /// digits, `-` and `_`.
+    pub cluster: Option<String>,
     /// Log format on stderr: "text" or "json".
     pub log_format: String,
     /// Directory of the scheduler's job files (`deploy/slurm/prolog.sh`,
@@ -44,6 +49,7 @@ impl Default for CollectorSection {
             log: "info".into(),
             quiet: false,
             hostname: None,
+            cluster: None,
             log_format: "text".into(),
             job_dir: DEFAULT_JOB_DIR.into(),
         }

@@ -224,3 +224,16 @@ fn section_errors_keep_their_key_and_text() {
         "config error: nccl.rescan_s: must be a number of seconds in [0, 86400], got -1"
     );
 }
+
+/// A cluster name is one NATS subject token and a Prometheus label value.
+#[test]
+fn cluster_names_are_checked() {
+    let c = FileConfig::parse("[collector]\ncluster = \"east-1_b\"\n", "f").unwrap();
+    assert_eq!(c.collector.cluster.as_deref(), Some("east-1_b"));
+    for bad in ["", "east.1", "a b", "é", &"x".repeat(65)] {
+        let e = FileConfig::parse(&format!("[collector]\ncluster = \"{bad}\"\n"), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("collector.cluster"), "{bad:?}: {e}");
+    }
+}

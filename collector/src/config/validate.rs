@@ -125,6 +125,16 @@ impl FileConfig {
                 format_args!("{:?} is not HOST:PORT or :PORT ({e})", c.metrics_addr),
             )
         })?;
+        if let Some(name) = &c.cluster {
+            if !vocab::nats::valid_cluster(name) {
+                return Err(ConfigError::invalid(
+                    "collector.cluster",
+                    format_args!(
+                        "{name:?} is not a cluster name: 1 to 64 letters, digits, '-' or '_' (it is a NATS subject token and a Prometheus label value)"
+                    ),
+                ));
+            }
+        }
         if !matches!(c.log_format.as_str(), "text" | "json") {
             return Err(ConfigError::invalid(
                 "collector.log_format",

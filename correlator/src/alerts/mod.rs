@@ -55,7 +55,7 @@ fn rfc3339(ms: i64) -> String {
 
 impl Alert {
     fn new(u: &CandidateUpdate, now: i64) -> Self {
-        let labels = BTreeMap::from([
+        let mut labels = BTreeMap::from([
             ("alertname", "FaultlineIncident".to_string()),
             ("incident_id", u.incident_id.clone()),
             ("kind", u.kind.clone()),
@@ -64,6 +64,11 @@ impl Alert {
             ("job", u.affected_jobs.first().cloned().unwrap_or_default()),
             ("severity", severity(&u.kind).to_string()),
         ]);
+        // Only where named: routes that match on `cluster` stay unaffected
+        // by unnamed clusters.
+        if !u.cluster.is_empty() {
+            labels.insert("cluster", u.cluster.clone());
+        }
         Self {
             labels,
             latest: u.clone(),
@@ -316,5 +321,25 @@ mod tests {
         assert_eq!(b.by_id["abc"].resolved_ms, None);
         b.resync(&[], 6_000);
         assert_eq!(b.by_id["abc"].resolved_ms, Some(6_000));
+    }
+
+    #[test]
+    fn the_cluster_is_a_label_only_when_named() {
+        let cfg = AlertmanagerConfig::default();
+        let mut u = CandidateUpdate {
+            incident_id: "x1".into(),
+            state: "opened".into(),
+            kind: "gpu_lost".into(),
+            entity: "n001/gpu0".into(),
+            ..Default::default()
+        };
+        let mut a = Alerts::default();
+        a.apply(&u, 1_000);
+        u.incident_id = "x2".into();
+        u.cluster = "east".into();
+        a.apply(&u, 1_000);
+        let unnamed = a.by_id["x1"].json(&cfg, 1_000);
+        assert!(unnamed["labels"].get("cluster").is_none(), "{unnamed}");
+        assert_eq!(a.by_id["x2"].json(&cfg, 1_000)["labels"]["cluster"], "east");
     }
 }

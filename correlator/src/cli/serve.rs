@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// `[alertmanager] url`).
     #[arg(long, value_name = "URL")]
     alertmanager: Option<String>,
+    /// The cluster label of incidents from collectors that name none
+    /// (overrides the file's `cluster`; a collector's own wins).
+    #[arg(long, value_name = "NAME", env = "FAULTLINE_CLUSTER")]
+    cluster: Option<String>,
     #[command(flatten)]
     nats: NatsArgs,
 }
@@ -184,6 +188,12 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     }
     let nats = a.nats.ingest()?;
     let mut engine = Engine::new(&cfg, topology(a.topology.as_deref())?);
+    if let Some(c) = a.cluster.as_ref().or(file.cluster.as_ref()) {
+        if !vocab::nats::valid_cluster(c) {
+            anyhow::bail!("--cluster {c:?}: 1 to 64 letters, digits, '-' or '_'");
+        }
+        engine.set_cluster(c);
+    }
     if cfg.limits.max_future_s > 0.0 {
         // Windows on real clocks: liveness is judged on arrival time
         // too, so one host's clock cannot move everyone's deadlines.

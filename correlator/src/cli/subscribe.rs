@@ -17,6 +17,9 @@ pub struct SubscribeArgs {
     /// Only incidents affecting this job.
     #[arg(long, default_value = "")]
     job: String,
+    /// Only incidents of this cluster.
+    #[arg(long, default_value = "")]
+    cluster: String,
     /// Only candidates at least this confident (resolutions always pass).
     #[arg(long, default_value_t = 0.0)]
     min_confidence: f64,
@@ -50,6 +53,7 @@ pub async fn subscribe(a: SubscribeArgs) -> Result<()> {
             job: a.job,
             min_confidence: a.min_confidence,
             with_open: a.with_open,
+            cluster: a.cluster,
         })
         .await
         .context("subscribe")?
@@ -67,11 +71,17 @@ pub async fn subscribe(a: SubscribeArgs) -> Result<()> {
                     "ts": u.ts_unix_ms, "incident_id": u.incident_id, "state": u.state,
                     "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
                     "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
+                    "cluster": u.cluster,
                 })
             );
         } else {
+            let at = if u.cluster.is_empty() {
+                String::new()
+            } else {
+                format!(" cluster={}", u.cluster)
+            };
             println!(
-                "{} {} {} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
+                "{} {} {}{at} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
                 u.state.to_uppercase(), u.kind, u.entity, u.confidence,
                 u.affected_jobs.join(","), u.incident_id, u.evidence.join("; "), u.runbook
             );

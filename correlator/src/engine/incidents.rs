@@ -60,6 +60,8 @@ struct Incident {
     restored: bool,
     /// The host whose share of the open-incident cap it uses ([`owner`]).
     owner: String,
+    /// The cluster it belongs to (the label of the window that opened it).
+    cluster: String,
 }
 
 /// The host an incident is charged to: the host whose window raised it,
@@ -86,6 +88,7 @@ pub struct Stored {
     pub jobs: Vec<String>,
     pub runbook: String,
     pub updated_ms: i64,
+    pub cluster: String,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +112,9 @@ pub struct IncidentManager {
     pub dropped: u64,
     /// Findings dropped at their host's share of the cap.
     pub dropped_per_host: u64,
+    /// The cluster incidents opened now belong to (set per window by the
+    /// engine).
+    cluster: String,
 }
 
 fn fnv(s: &str) -> u64 {
@@ -281,6 +287,14 @@ impl IncidentManager {
                 Some(h) => h.to_string(),
                 None => i.runbook.clone(),
             },
+            cluster: i.cluster.clone(),
+        }
+    }
+
+    /// Labels the incidents opened from now on with `cluster`.
+    pub fn set_cluster(&mut self, cluster: &str) {
+        if self.cluster != cluster {
+            self.cluster = cluster.to_string();
         }
     }
 
@@ -379,6 +393,7 @@ impl IncidentManager {
             last_seen_ms: ts,
             restored: false,
             owner,
+            cluster: self.cluster.clone(),
         };
         let u = Self::update(ts, "opened", &i);
         self.insert_open(key, i);
@@ -484,6 +499,7 @@ impl IncidentManager {
                 last_seen_ms: s.updated_ms,
                 restored: true,
                 owner,
+                cluster: s.cluster,
             },
         );
         true

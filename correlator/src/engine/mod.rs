@@ -57,6 +57,9 @@ pub struct Engine {
     /// Latest window end seen, and when hosts were last swept for idleness.
     clock_ms: i64,
     swept_ms: i64,
+    /// The cluster label of hosts whose windows name none (the
+    /// correlator's `cluster`).
+    cluster: String,
 }
 
 impl Engine {
@@ -241,6 +244,12 @@ impl Engine {
         self.incidents.resolve_stale(self.clock_ms, &gone, idle_s)
     }
 
+    /// Labels incidents raised from windows that name no cluster (the
+    /// correlator's `cluster`; a collector's own `cluster` wins).
+    pub fn set_cluster(&mut self, cluster: &str) {
+        self.cluster = cluster.to_string();
+    }
+
     /// Processes one accepted window; returns the candidate updates it causes.
     pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let w = self.clip(w);
@@ -256,6 +265,15 @@ impl Engine {
             .origin
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
+        let label = w.origin.as_ref().map_or("", |o| o.cluster.as_str());
+        if !label.is_empty() && !self.cluster.is_empty() && label != self.cluster {
+            metrics::counter!("faultline_engine_cluster_mismatch_total").increment(1);
+        }
+        self.incidents.set_cluster(if label.is_empty() {
+            &self.cluster
+        } else {
+            label
+        });
         // NCCL first: it sees the window's own OTLP steps, and jobs without
         // any get a step time inferred from their collectives' cadence.
         let (nccl_findings, nccl_evaluated) = self.nccl.observe(&host, w);

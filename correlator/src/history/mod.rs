@@ -54,6 +54,7 @@ pub fn open(
             jobs: r.jobs,
             runbook: r.runbook,
             updated_ms: r.updated_ms,
+            cluster: r.cluster,
         });
         restored += usize::from(ok);
     }

@@ -78,6 +78,7 @@ impl Writer {
                 evidence: r.evidence,
                 affected_jobs: r.jobs,
                 runbook: r.runbook,
+                cluster: r.cluster,
             };
             open.insert(r.id, (r.opened_ms, u));
         }

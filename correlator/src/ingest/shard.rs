@@ -307,6 +307,7 @@ pub fn restore(engine: &mut crate::engine::Engine, open: Vec<CandidateUpdate>) -
                 jobs: u.affected_jobs,
                 runbook: u.runbook,
                 updated_ms: u.ts_unix_ms,
+                cluster: u.cluster,
             })
         })
         .filter(|ok| *ok)

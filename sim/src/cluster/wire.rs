@@ -171,6 +171,7 @@ impl Cluster {
                 machine_id: format!("sim-{n}"),
                 boot_id: "sim-boot".into(),
                 instance: node.instance.clone(),
+                cluster: String::new(),
             }),
             seq: node.seq,
             start_unix_ms: t - wms,

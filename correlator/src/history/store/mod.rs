@@ -70,6 +70,8 @@ pub struct IncidentRow {
     pub evidence: Vec<String>,
     pub jobs: Vec<String>,
     pub runbook: String,
+    /// The cluster label (empty: unnamed).
+    pub cluster: String,
 }
 
 /// One streamed update of an incident.
@@ -91,6 +93,8 @@ pub struct IncidentFilter {
     pub entity: String,
     /// `open`, `resolved` or empty.
     pub state: String,
+    /// Only this cluster's (empty: all).
+    pub cluster: String,
     /// Opened at or after (unix ms; 0 = any).
     pub since_ms: i64,
     /// Opened before (unix ms; 0 = any).

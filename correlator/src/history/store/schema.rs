@@ -9,7 +9,7 @@ use super::{classify, HistoryError};
 use std::path::Path;
 
 /// The schema version this build reads and writes.
-pub const VERSION: i64 = 3;
+pub const VERSION: i64 = 4;
 
 /// One step: the SQL that takes the schema from `to - 1` to `to`.
 struct Migration {
@@ -34,7 +34,19 @@ const MIGRATIONS: &[Migration] = &[
         what: "operator acknowledgements of incidents",
         sql: ACKS,
     },
+    Migration {
+        to: 4,
+        what: "the cluster label of incidents",
+        sql: CLUSTER,
+    },
 ];
+
+/// The cluster of each incident (empty: unnamed, and every incident
+/// stored before the label existed).
+const CLUSTER: &str = "
+ALTER TABLE incidents ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+CREATE INDEX incidents_by_cluster ON incidents(cluster, opened_ms);
+";
 
 /// Every acknowledgement set or cleared (`action`: `set` or `cleared`).
 const ACKS: &str = "

@@ -34,8 +34,8 @@ impl Store {
             let mut inc = tx
                 .prepare_cached(
                     "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
-                     resolved_ms, confidence, evidence, jobs, runbook) \
-                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11) \
+                     resolved_ms, confidence, evidence, jobs, runbook, cluster) \
+                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
                      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = excluded.state, \
                      updated_ms = excluded.updated_ms, resolved_ms = excluded.resolved_ms, \
                      confidence = excluded.confidence, evidence = excluded.evidence, \
@@ -68,6 +68,7 @@ impl Store {
                     evidence,
                     json_list(&u.affected_jobs),
                     u.runbook,
+                    u.cluster,
                 ])
                 .map_err(e)?;
                 upd.execute(params![
@@ -144,8 +145,8 @@ impl Store {
             let mut inc = tx
                 .prepare_cached(
                     "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
-                     resolved_ms, confidence, evidence, jobs, runbook) \
-                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10) \
+                     resolved_ms, confidence, evidence, jobs, runbook, cluster) \
+                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10, ?11) \
                      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = 'open', \
                      opened_ms = MIN(opened_ms, excluded.opened_ms), \
                      updated_ms = MAX(updated_ms, excluded.updated_ms), resolved_ms = NULL, \
@@ -178,6 +179,7 @@ impl Store {
                     evidence,
                     json_list(&u.affected_jobs),
                     u.runbook,
+                    u.cluster,
                 ])
                 .map_err(e)?;
                 upd.execute(params![

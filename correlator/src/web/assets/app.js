@@ -35,11 +35,14 @@ function live(onUpdate) {
 
 function incidentRows(rows, fresh, acked = new Set()) {
   if (!rows.length) return `<p class="muted" id="empty">No incidents match.</p>`;
+  // The cluster column only where some incident names one (a fleet view).
+  const clusters = rows.some(r => r.cluster);
   return `<table id="incidents"><thead><tr><th>opened (UTC)</th><th>state</th><th>kind</th>
-    <th>entity</th><th>confidence</th><th>jobs</th><th>evidence</th></tr></thead><tbody>` +
+    ${clusters ? "<th>cluster</th>" : ""}<th>entity</th><th>confidence</th><th>jobs</th><th>evidence</th></tr></thead><tbody>` +
     rows.map(r => `<tr class="${esc(r.state)}${fresh.has(r.id) ? " fresh" : ""}" data-id="${esc(r.id)}" data-kind="${esc(r.kind)}">
       <td><a href="/incident?id=${encodeURIComponent(r.id)}">${when(r.opened_ms)}</a></td>
       <td>${esc(r.state)}${acked.has(r.id) ? ` <span class="muted" title="acknowledged: notifications silenced">acked</span>` : ""}</td><td>${esc(r.kind)}</td>
+      ${clusters ? `<td class="cluster">${esc(r.cluster || "")}</td>` : ""}
       <td><a href="/entity?name=${encodeURIComponent(r.entity)}">${esc(r.entity)}</a></td>
       <td>${r.confidence.toFixed(2)}</td>
       <td>${r.jobs.map(j => `<a href="/entity?name=${encodeURIComponent(j)}">${esc(j)}</a>`).join(", ")}</td>
@@ -52,6 +55,7 @@ async function listPage() {
   main.innerHTML = `<form class="filters" id="filters">
     <label>kind<select name="kind"><option value="">any</option>${KINDS.map(k =>
       `<option${k === f("kind") ? " selected" : ""}>${k}</option>`).join("")}</select></label>
+    <label>cluster<input name="cluster" value="${esc(f("cluster"))}"></label>
     <label>host<input name="host" value="${esc(f("host"))}" placeholder="n017"></label>
     <label>job<input name="job" value="${esc(f("job"))}"></label>
     <label>entity<input name="entity" value="${esc(f("entity"))}"></label>
@@ -66,14 +70,14 @@ async function listPage() {
     const q = new URLSearchParams();
     for (const [k, v] of new FormData(form)) if (v) q.set(k, v);
     history.replaceState(null, "", "/?" + q);
-    for (const k of ["kind", "host", "job", "entity", "state", "since"]) params.delete(k);
+    for (const k of ["kind", "cluster", "host", "job", "entity", "state", "since"]) params.delete(k);
     for (const [k, v] of q) params.set(k, v);
     load(new Set());
   });
   let known = null;
   async function load(fresh) {
     const q = new URLSearchParams();
-    for (const k of ["kind", "host", "job", "entity", "state"]) if (f(k)) q.set(k, f(k));
+    for (const k of ["kind", "cluster", "host", "job", "entity", "state"]) if (f(k)) q.set(k, f(k));
     if (AGES[f("since")]) q.set("since_ms", String(Date.now() - AGES[f("since")]));
     try {
       const j = await api("/api/incidents?" + q);
@@ -142,7 +146,7 @@ async function incidentPage() {
     const markers = [i.opened_ms, i.resolved_ms].filter(Boolean);
     main.innerHTML = `<h2 id="title">${esc(i.kind)} on <a href="/entity?name=${encodeURIComponent(i.entity)}">${esc(i.entity)}</a>
       <span class="muted">${esc(i.state)}</span></h2>
-      <p>incident <code>${esc(i.id)}</code> · opened ${when(i.opened_ms)} UTC${i.resolved_ms ? " · resolved " + when(i.resolved_ms) + " UTC" : ""}
+      <p>incident <code>${esc(i.id)}</code>${i.cluster ? ` · cluster <span id="cluster">${esc(i.cluster)}</span>` : ""} · opened ${when(i.opened_ms)} UTC${i.resolved_ms ? " · resolved " + when(i.resolved_ms) + " UTC" : ""}
       · confidence ${i.confidence.toFixed(2)} · jobs: <span id="jobs">${i.jobs.map(x =>
         `<a href="/entity?name=${encodeURIComponent(x)}">${esc(x)}</a>`).join(", ") || "none"}</span></p>
       ${ackHtml(i, j.ack, j.acks || [])}
