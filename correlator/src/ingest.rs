@@ -19,6 +19,7 @@ use tonic::Status;
 use crate::limits::LimitsConfig;
 
 pub mod fleet;
+pub mod join;
 pub mod nats;
 mod seq;
 mod service;

@@ -61,6 +61,14 @@ fn describe() {
         "Incident updates not stored in the NATS incidents stream (the fleet view misses them)"
     );
     describe_counter!(
+        "faultline_fleet_joined_total",
+        "Shard incidents joined into another shard's incident of the same cluster, kind family and entity"
+    );
+    describe_counter!(
+        "faultline_fleet_unjoined_total",
+        "Shard incidents passed through unjoined at the fleet view's bound"
+    );
+    describe_counter!(
         "faultline_ingest_non_finite_total",
         "NaN or infinite values removed from received windows (docs/security.md)"
     );

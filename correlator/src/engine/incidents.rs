@@ -15,14 +15,20 @@ pub use finding::{evidence_port, Finding};
 /// `ib_link_flapping` (same id, an `updated`). Returns the family and the
 /// kind's rank within it (a higher rank replaces a lower one, never back).
 fn family(kind: &'static str) -> (&'static str, u8) {
+    (
+        family_of(kind),
+        u8::from(matches!(kind, "ib_link_flapping" | "interference")),
+    )
+}
+
+/// The family of kinds one incident goes through (a link down, then
+/// flapping; a device slowed by another tenant's load: the latency
+/// incident becomes the interference that explains it, same id).
+pub fn family_of(kind: &str) -> &str {
     match kind {
-        "ib_link_down" => ("ib_link_state", 0),
-        "ib_link_flapping" => ("ib_link_state", 1),
-        // A device slowed by another tenant's load: the latency incident
-        // becomes the interference that explains it (same id).
-        "storage_latency" => ("storage_latency", 0),
-        "interference" => ("storage_latency", 1),
-        k => (k, 0),
+        "ib_link_down" | "ib_link_flapping" => "ib_link_state",
+        "storage_latency" | "interference" => "storage_latency",
+        k => k,
     }
 }
 

@@ -4,7 +4,10 @@
 //! consumes all of them into one open list, one history, one web UI and
 //! one Alertmanager pusher — whichever shard raised an incident, and
 //! whichever process of the shard (active or standby) holds it, since the
-//! standby keeps the ids.
+//! standby keeps the ids. One fault raised by several shards is one
+//! incident here ([`super::join`]); after a restart the view rebuilds which
+//! shard incidents it had joined by reading the stream again up to where
+//! its durable consumer had acknowledged, so it keeps the joined ids.
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -15,6 +18,8 @@ use prost::Message as _;
 use proto::v1::CandidateUpdate;
 use tokio::sync::broadcast;
 use tokio_stream::StreamExt as _;
+
+use super::join::Joins;
 
 /// The incidents stream's configuration (whichever side creates it).
 fn stream_config(replicas: usize) -> jetstream::stream::Config {
@@ -86,8 +91,9 @@ pub fn publish_updates(
 }
 
 /// The fleet's side: consumes every shard's updates (durable consumer
-/// `durable`) into the open list and the broadcast the history, web UI and
-/// Alertmanager pusher read. Reconnects until the process ends.
+/// `durable`), joined across shards, into the open list and the broadcast
+/// the history, web UI and Alertmanager pusher read. Reconnects until the
+/// process ends.
 pub fn consume(
     url: String,
     durable: String,
@@ -96,8 +102,17 @@ pub fn consume(
     updates: broadcast::Sender<CandidateUpdate>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut joins = Joins::new(MAX_JOINED);
+        let mut rebuilt = false;
         loop {
-            if let Err(e) = session(&url, &durable, replicas, &open, &updates).await {
+            let mut s = Session {
+                url: &url,
+                durable: &durable,
+                replicas,
+                joins: &mut joins,
+                rebuilt: &mut rebuilt,
+            };
+            if let Err(e) = s.run(&open, &updates).await {
                 tracing::warn!(url = %url, error = %e, "fleet: incidents stream interrupted; reconnecting");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -105,21 +120,45 @@ pub fn consume(
     })
 }
 
-async fn session(
-    url: &str,
-    durable: &str,
+/// Shard incidents the fleet view joins at most (its open incidents).
+const MAX_JOINED: usize = 1 << 20;
+
+/// One connection's consuming, with the joins kept across reconnects.
+struct Session<'a> {
+    url: &'a str,
+    durable: &'a str,
     replicas: usize,
-    open: &Mutex<Vec<CandidateUpdate>>,
-    updates: &broadcast::Sender<CandidateUpdate>,
-) -> Result<(), String> {
-    let js = connect(url, "faultline-fleet")
-        .await
-        .ok_or("NATS unreachable")?;
-    let stream = js
-        .get_or_create_stream(stream_config(replicas))
-        .await
-        .map_err(|e| e.to_string())?;
-    let c: consumer::PullConsumer = stream
+    joins: &'a mut Joins,
+    /// Whether the joins were rebuilt from the stream (once per process).
+    rebuilt: &'a mut bool,
+}
+
+impl Session<'_> {
+    async fn run(
+        &mut self,
+        open: &Mutex<Vec<CandidateUpdate>>,
+        updates: &broadcast::Sender<CandidateUpdate>,
+    ) -> Result<(), String> {
+        let (url, durable) = (self.url, self.durable);
+        let js = connect(url, "faultline-fleet")
+            .await
+            .ok_or("NATS unreachable")?;
+        let mut stream = js
+            .get_or_create_stream(stream_config(self.replicas))
+            .await
+            .map_err(|e| e.to_string())?;
+        if !*self.rebuilt {
+            let n = rebuild(&mut stream, durable, self.joins).await?;
+            *self.rebuilt = true;
+            if n > 0 {
+                tracing::info!(
+                    updates = n,
+                    joined_open = self.joins.len(),
+                    "fleet: joins rebuilt from the incidents stream"
+                );
+            }
+        }
+        let c: consumer::PullConsumer = stream
         .get_or_create_consumer(
             durable,
             consumer::pull::Config {
@@ -130,23 +169,82 @@ async fn session(
         )
         .await
         .map_err(|e| e.to_string())?;
-    let mut msgs = c.messages().await.map_err(|e| e.to_string())?;
-    tracing::info!(
-        url,
-        durable,
-        "fleet: consuming every shard's incident updates"
-    );
-    while let Some(m) = msgs.next().await {
-        let m = m.map_err(|e| e.to_string())?;
-        match CandidateUpdate::decode(m.payload.clone()) {
-            Ok(u) => crate::subscribe::publish(open, updates, vec![u], None),
-            Err(e) => {
-                tracing::warn!(subject = %m.subject, error = %e, "not an incident update; dropped")
+        let mut msgs = c.messages().await.map_err(|e| e.to_string())?;
+        tracing::info!(
+            url,
+            durable,
+            "fleet: consuming every shard's incident updates"
+        );
+        while let Some(m) = msgs.next().await {
+            let m = m.map_err(|e| e.to_string())?;
+            match CandidateUpdate::decode(m.payload.clone()) {
+                Ok(u) => {
+                    let (joined, unjoined) = (self.joins.joined, self.joins.unjoined);
+                    let u = self.joins.apply(u);
+                    metrics::counter!("faultline_fleet_joined_total")
+                        .increment(self.joins.joined - joined);
+                    metrics::counter!("faultline_fleet_unjoined_total")
+                        .increment(self.joins.unjoined - unjoined);
+                    crate::subscribe::publish(open, updates, vec![u], None)
+                }
+                Err(e) => {
+                    tracing::warn!(subject = %m.subject, error = %e, "not an incident update; dropped")
+                }
+            }
+            if let Err(e) = m.ack().await {
+                tracing::debug!(error = %e, "ack failed (redelivered)");
             }
         }
-        if let Err(e) = m.ack().await {
-            tracing::debug!(error = %e, "ack failed (redelivered)");
+        Ok(())
+    }
+}
+
+/// Reads the stream from its start up to where `durable` had acknowledged
+/// (the updates a previous process of this view already took) into
+/// `joins`, publishing nothing; returns how many. Nothing when the
+/// consumer is new.
+async fn rebuild(
+    stream: &mut jetstream::stream::Stream,
+    durable: &str,
+    joins: &mut Joins,
+) -> Result<u64, String> {
+    let floor = match stream.consumer_info(durable).await {
+        Ok(i) => i.ack_floor.stream_sequence,
+        Err(_) => return Ok(0),
+    };
+    let state = stream.info().await.map_err(|e| e.to_string())?.state.clone();
+    if floor == 0 || state.messages == 0 || state.first_sequence > floor {
+        return Ok(0);
+    }
+    let c: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            deliver_policy: consumer::DeliverPolicy::All,
+            ack_policy: consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut msgs = c.messages().await.map_err(|e| e.to_string())?;
+    let mut n = 0;
+    // Each message within seconds (they are stored); a stall ends the
+    // rebuild with what it has.
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
+        let m = m.map_err(|e| e.to_string())?;
+        let (seq, pending) = m
+            .info()
+            .map(|i| (i.stream_sequence, i.pending))
+            .map_err(|e| e.to_string())?;
+        if seq > floor {
+            break;
+        }
+        if let Ok(u) = CandidateUpdate::decode(m.payload.clone()) {
+            joins.apply(u);
+            n += 1;
+        }
+        if seq == floor || pending == 0 {
+            break;
         }
     }
-    Ok(())
+    Ok(n)
 }

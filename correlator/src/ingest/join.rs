@@ -1,0 +1,226 @@
+//! Incidents that span shards, joined under one identity in the fleet view.
+//!
+//! A shard judges its own hosts, so one fault can be raised by several
+//! shards: a communicator or job whose ranks sit behind several leaves, a
+//! spine switch whose uplinks are reported by each leaf's hosts, a host
+//! that moved to another shard while its incident was open. The fleet view
+//! joins updates of one (cluster, kind family, entity) from different
+//! shards into one incident: the id of the first shard's incident, the
+//! members' evidence and jobs together, the highest confidence; it
+//! resolves when the last member resolves. With one member, an update goes
+//! through unchanged (the shard's id and text).
+use std::collections::{BTreeMap, HashMap};
+
+use proto::v1::CandidateUpdate;
+
+use crate::engine::incidents::family_of;
+
+/// (cluster, kind family, entity).
+type Key = (String, String, String);
+
+fn key(u: &CandidateUpdate) -> Key {
+    (
+        u.cluster.clone(),
+        family_of(&u.kind).to_string(),
+        u.entity.clone(),
+    )
+}
+
+#[derive(Debug)]
+struct Joined {
+    id: String,
+    /// Each member's (a shard's incident) latest update, by its id.
+    members: BTreeMap<String, CandidateUpdate>,
+}
+
+/// The open joined incidents; bounded by `cap` members (the fleet's open
+/// incidents), beyond which a new member's updates pass unjoined (counted).
+#[derive(Debug)]
+pub struct Joins {
+    open: HashMap<Key, Joined>,
+    member_of: HashMap<String, Key>,
+    cap: usize,
+    /// Members not joined at the cap.
+    pub unjoined: u64,
+    /// Updates that joined another shard's incident.
+    pub joined: u64,
+}
+
+impl Joins {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            open: HashMap::new(),
+            member_of: HashMap::new(),
+            cap: cap.max(1),
+            unjoined: 0,
+            joined: 0,
+        }
+    }
+
+    /// Open joined incidents.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// One shard's update in; the fleet's update out (under the joined id).
+    pub fn apply(&mut self, u: CandidateUpdate) -> CandidateUpdate {
+        let resolved = u.state == vocab::UpdateState::Resolved.as_str();
+        let k = match self.member_of.get(&u.incident_id) {
+            Some(k) => k.clone(),
+            None if resolved => return u,
+            None => {
+                if self.member_of.len() >= self.cap {
+                    self.unjoined += 1;
+                    return u;
+                }
+                let k = key(&u);
+                self.member_of.insert(u.incident_id.clone(), k.clone());
+                k
+            }
+        };
+        let j = self.open.entry(k.clone()).or_insert_with(|| Joined {
+            id: u.incident_id.clone(),
+            members: BTreeMap::new(),
+        });
+        let first = j.members.is_empty();
+        if !first && !j.members.contains_key(&u.incident_id) {
+            self.joined += 1;
+        }
+        if resolved {
+            j.members.remove(&u.incident_id);
+            self.member_of.remove(&u.incident_id);
+        } else {
+            j.members.insert(u.incident_id.clone(), u.clone());
+        }
+        if j.members.is_empty() {
+            let id = j.id.clone();
+            self.open.remove(&k);
+            return CandidateUpdate {
+                incident_id: id,
+                ..u
+            };
+        }
+        if j.members.len() == 1 && j.members.contains_key(&j.id) {
+            // Alone under its own id: as the shard said it.
+            return u;
+        }
+        let state = if first { "opened" } else { "updated" };
+        merged(&j.id, state, &u, j.members.values())
+    }
+}
+
+/// The members' updates as one: `latest`'s time and kind, the highest
+/// confidence and its runbook, every member's evidence (in member order,
+/// each line once, naming the shard incidents joined) and jobs.
+fn merged<'a>(
+    id: &str,
+    state: &str,
+    latest: &CandidateUpdate,
+    members: impl Iterator<Item = &'a CandidateUpdate>,
+) -> CandidateUpdate {
+    let members: Vec<&CandidateUpdate> = members.collect();
+    let top = members
+        .iter()
+        .max_by(|a, b| a.confidence.total_cmp(&b.confidence))
+        .copied()
+        .unwrap_or(latest);
+    let mut evidence = Vec::new();
+    for m in &members {
+        for e in &m.evidence {
+            if !evidence.contains(e) {
+                evidence.push(e.clone());
+            }
+        }
+    }
+    let ids: Vec<&str> = members.iter().map(|m| m.incident_id.as_str()).collect();
+    evidence.push(format!(
+        "raised by {} shards' incidents {} (joined in the fleet view)",
+        ids.len(),
+        ids.join(", ")
+    ));
+    let mut jobs: Vec<String> = members
+        .iter()
+        .flat_map(|m| m.affected_jobs.iter().cloned())
+        .collect();
+    jobs.sort();
+    jobs.dedup();
+    CandidateUpdate {
+        ts_unix_ms: latest.ts_unix_ms,
+        incident_id: id.to_string(),
+        state: state.into(),
+        kind: latest.kind.clone(),
+        entity: latest.entity.clone(),
+        confidence: top.confidence,
+        evidence,
+        affected_jobs: jobs,
+        runbook: top.runbook.clone(),
+        cluster: latest.cluster.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(id: &str, state: &str, kind: &str, entity: &str, cluster: &str) -> CandidateUpdate {
+        CandidateUpdate {
+            ts_unix_ms: 1,
+            incident_id: id.into(),
+            state: state.into(),
+            kind: kind.into(),
+            entity: entity.into(),
+            confidence: if id == "b1" { 0.9 } else { 0.7 },
+            evidence: vec![format!("{id} saw it")],
+            affected_jobs: vec![format!("job-{id}")],
+            runbook: format!("runbook of {id}"),
+            cluster: cluster.into(),
+        }
+    }
+
+    #[test]
+    fn two_shards_one_fault_are_one_incident_until_both_resolve() {
+        let mut j = Joins::new(100);
+        let e = "switch:spine01";
+        let a = j.apply(up("a1", "opened", "ib_link_degraded", e, "east"));
+        assert_eq!((a.incident_id.as_str(), a.state.as_str()), ("a1", "opened"));
+        assert_eq!(a.evidence, ["a1 saw it"], "alone: unchanged");
+        let b = j.apply(up("b1", "opened", "ib_link_degraded", e, "east"));
+        assert_eq!((b.incident_id.as_str(), b.state.as_str()), ("a1", "updated"));
+        assert_eq!(b.confidence, 0.9);
+        assert_eq!(b.runbook, "runbook of b1");
+        assert_eq!(b.affected_jobs, ["job-a1", "job-b1"]);
+        assert_eq!(&b.evidence[..2], ["a1 saw it", "b1 saw it"]);
+        assert_eq!(j.joined, 1);
+        // The same entity in another cluster is another fault.
+        let w = j.apply(up("c1", "opened", "ib_link_degraded", e, "west"));
+        assert_eq!(w.incident_id, "c1");
+        assert_eq!(j.len(), 2);
+        // The first member resolves: the joined incident stays, with b1's.
+        let r = j.apply(up("a1", "resolved", "ib_link_degraded", e, "east"));
+        assert_eq!((r.incident_id.as_str(), r.state.as_str()), ("a1", "updated"));
+        assert_eq!(r.evidence[0], "b1 saw it");
+        let r = j.apply(up("b1", "resolved", "ib_link_degraded", e, "east"));
+        assert_eq!((r.incident_id.as_str(), r.state.as_str()), ("a1", "resolved"));
+        assert_eq!(j.len(), 1);
+        // Kinds of one family join (a down on one shard, flapping on another).
+        j.apply(up("d1", "opened", "ib_link_down", "n1/mlx5_0/1", ""));
+        let f = j.apply(up("d2", "opened", "ib_link_flapping", "n1/mlx5_0/1", ""));
+        assert_eq!((f.incident_id.as_str(), f.kind.as_str()), ("d1", "ib_link_flapping"));
+    }
+
+    #[test]
+    fn past_the_cap_updates_pass_unjoined_and_are_counted() {
+        let mut j = Joins::new(1);
+        j.apply(up("a1", "opened", "gpu_lost", "n1/gpu0", ""));
+        let b = j.apply(up("b1", "opened", "gpu_lost", "n1/gpu0", ""));
+        assert_eq!(b.incident_id, "b1");
+        assert_eq!(j.unjoined, 1);
+        // An unknown id resolving passes through.
+        let r = j.apply(up("zz", "resolved", "gpu_lost", "n9/gpu0", ""));
+        assert_eq!(r.incident_id, "zz");
+    }
+}
