@@ -16,6 +16,10 @@
 //!   shards by leaf gives one correlator's incidents, opened and resolved
 //!   within a window of each other — except the one place shards are
 //!   approximate today, a switch's extent, stated where it is asserted.
+//! - The fleet view over two shards and two clusters: one incident per
+//!   cluster and entity (the same host name in two clusters is two; a host
+//!   raised by two shards is one, joined), the label kept in its history,
+//!   and the joined id kept across a restart of the view.
 use std::{
     io::{BufRead as _, BufReader},
     path::Path,
@@ -730,8 +734,75 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
     );
 }
 
+/// The fleet view's open incidents: (id, cluster, kind, entity, evidence).
+type Listed = (String, String, String, String, Vec<String>);
+
+fn fleet_open(web: &str) -> Option<Vec<Listed>> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "2", &format!("http://{web}/api/open")])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let s = |x: &serde_json::Value, k: &str| x[k].as_str().unwrap_or("").to_string();
+    let mut l: Vec<Listed> = v["incidents"]
+        .as_array()?
+        .iter()
+        .map(|i| {
+            let ev = i["evidence"].as_array().into_iter().flatten();
+            let ev = ev.filter_map(|e| e.as_str().map(String::from)).collect();
+            let (id, c, k, e) = (
+                s(i, "incident_id"),
+                s(i, "cluster"),
+                s(i, "kind"),
+                s(i, "entity"),
+            );
+            (id, c, k, e, ev)
+        })
+        .collect();
+    l.sort_by(|a, b| (&a.1, &a.3).cmp(&(&b.1, &b.3)));
+    Some(l)
+}
+
+fn start_fleet(url: &str, web: &str, db: &Path) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(tests::bin("faultline-correlator"))
+            .args(["fleet", "--nats", url, "--web", web, "--history"])
+            .arg(db)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the fleet view"),
+    )
+}
+
+/// Sends each (host, shard, cluster, windows) through its own NATS sender
+/// (instance `<host>-<shard>`) and waits for the senders to drain.
+fn publish(nport: u16, dir: &Path, runs: Vec<(&str, &str, &str, Vec<Window>)>) {
+    tests::runtime().block_on(async {
+        let mut senders = Vec::new();
+        for (host, s, cluster, windows) in runs {
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let spool = dir.join(format!("spool-{host}-{s}"));
+            let (h, _) =
+                spawn(sender(nport, &spool, s), rx, Duration::from_secs(5)).expect("sender");
+            for mut w in windows {
+                if let Some(o) = w.origin.as_mut() {
+                    o.instance = format!("{host}-{s}");
+                    o.cluster = cluster.into();
+                }
+                tx.send(w).await.expect("input");
+            }
+            senders.push((tx, h));
+        }
+        for (tx, h) in senders {
+            drop(tx);
+            let _ = tokio::time::timeout(Duration::from_secs(10), h).await;
+        }
+    });
+}
+
 #[test]
-fn the_fleet_view_lists_every_shards_incidents_in_one_ui_and_history() {
+fn the_fleet_view_lists_every_shards_and_clusters_incidents_once() {
     let _serial = one_at_a_time();
     let dir = tmp("nats-fleet");
     let nport = free_port();
@@ -748,73 +819,79 @@ fn the_fleet_view_lists_every_shards_incidents_in_one_ui_and_history() {
     };
     let (_a, _b) = (shard("sa"), shard("sb"));
     let web = format!("127.0.0.1:{}", free_port());
-    let _fleet = KillOnDrop(
-        Command::new(tests::bin("faultline-correlator"))
-            .args(["fleet", "--nats", &url, "--web", &web, "--history"])
-            .arg(dir.join("fleet.db"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the fleet view"),
+    let db = dir.join("fleet.db");
+    let fleet = start_fleet(&url, &web, &db);
+    until("the fleet view's web API", || fleet_open(&web));
+    let down_from = |host: &str, d: u64| (1..=6).map(|s| port_window(host, s, Some(d))).collect();
+    // n1 of cluster east on shard sa and another n1, of cluster west, on
+    // sb; n2 of east on both shards (moved between them mid-incident):
+    // both shards raise its port down.
+    publish(
+        nport,
+        &dir,
+        vec![
+            ("n1", "sa", "east", down_from("n1", 3)),
+            ("n1", "sb", "west", down_from("n1", 4)),
+            ("n2", "sa", "east", down_from("n2", 3)),
+            ("n2", "sb", "east", down_from("n2", 4)),
+        ],
     );
-    until("the fleet view's web API", || open_incidents(&web));
-    let rt = tests::runtime();
-    rt.block_on(async {
-        let mut senders = Vec::new();
-        for (host, s, down) in [("n1", "sa", 3), ("n2", "sb", 4)] {
-            let (tx, rx) = tokio::sync::mpsc::channel(64);
-            let (h, _) = spawn(
-                sender(nport, &dir.join(format!("spool-{host}")), s),
-                rx,
-                Duration::from_secs(5),
-            )
-            .expect("sender");
-            for seq in 1..=6 {
-                tx.send(port_window(host, seq, Some(down)))
-                    .await
-                    .expect("input");
-            }
-            senders.push((tx, h));
-        }
-        for (tx, h) in senders {
-            drop(tx);
-            let _ = tokio::time::timeout(Duration::from_secs(10), h).await;
-        }
-    });
-    // Both shards' port-down incidents, in the one open list...
-    let open = until("both incidents in the fleet's open list", || {
-        let o = open_incidents(&web)?;
-        (o.len() == 2).then_some(o)
-    });
-    let mut got: Vec<(String, String)> = open.iter().map(|i| (i.1.clone(), i.2.clone())).collect();
-    got.sort();
-    assert_eq!(
-        got,
+    let want = |n2_kind: &str| -> Vec<(String, String, String)> {
         [
-            ("ib_link_down".to_string(), "n1/mlx5_0/1".to_string()),
-            ("ib_link_down".to_string(), "n2/mlx5_0/1".to_string())
+            ("east", "ib_link_down", "n1/mlx5_0/1"),
+            ("east", n2_kind, "n2/mlx5_0/1"),
+            ("west", "ib_link_down", "n1/mlx5_0/1"),
         ]
-    );
-    // ... and the one history, under the shards' ids.
-    let ids: Vec<&str> = open.iter().map(|i| i.0.as_str()).collect();
-    until("both incidents in the fleet's history", || {
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+    };
+    let shape = |l: &[Listed]| -> Vec<(String, String, String)> {
+        l.iter()
+            .map(|i| (i.1.clone(), i.2.clone(), i.3.clone()))
+            .collect()
+    };
+    // One incident per cluster and entity: n2's two shard incidents are
+    // one, naming both.
+    let open = until("three incidents in the fleet's open list", || {
+        let o = fleet_open(&web)?;
+        (shape(&o) == want("ib_link_down")
+            && o[1]
+                .4
+                .iter()
+                .any(|e| e.contains("joined in the fleet view")))
+        .then_some(o)
+    });
+    let joined_id = open[1].0.clone();
+    // The history keeps the label: west's incidents are west's one.
+    let west = until("the west incident in the fleet's history", || {
         let out = Command::new("curl")
-            .args([
-                "-sf",
-                "--max-time",
-                "2",
-                &format!("http://{web}/api/incidents"),
-            ])
+            .args(["-sf", "--max-time", "2"])
+            .arg(format!("http://{web}/api/incidents?cluster=west"))
             .output()
             .ok()?;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        let stored: Vec<String> = v["incidents"]
+        let ids: Vec<String> = v["incidents"]
             .as_array()?
             .iter()
             .filter_map(|i| i["id"].as_str().map(String::from))
             .collect();
-        ids.iter()
-            .all(|id| stored.iter().any(|s| s == id))
-            .then_some(())
+        (!ids.is_empty()).then_some(ids)
     });
+    assert_eq!(west, [open[2].0.clone()]);
+    // The fleet view restarts; then n2's port comes up and goes down again
+    // on shard sb: its incident there turns flapping, and the view, which
+    // rebuilt its joins from the stream, keeps the joined id.
+    drop(fleet);
+    let _fleet = start_fleet(&url, &web, &db);
+    until("the restarted fleet view's web API", || fleet_open(&web));
+    let flap = (7..=10)
+        .map(|s| port_window("n2", s, (s != 7).then_some(8)))
+        .collect();
+    publish(nport, &dir, vec![("n2", "sb", "east", flap)]);
+    let open = until("n2 flapping under the joined id", || {
+        let o = fleet_open(&web)?;
+        (shape(&o) == want("ib_link_flapping")).then_some(o)
+    });
+    assert_eq!(open[1].0, joined_id, "{open:?}");
 }

@@ -64,14 +64,18 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
     if let Some((key, why)) = am.invalid() {
         anyhow::bail!("{key}: {why}");
     }
-    // The history's open incidents come back through a bare engine's
-    // incident list; the shards, not this process, judge windows.
+    // The shards, not this process, judge windows: the engine here only
+    // takes the history's start; the open list is the history's own.
     let mut engine = Engine::default();
     let opened = match &history_cfg.path {
         Some(p) => Some(history::open(p, &history_cfg, &mut engine)?),
         None => None,
     };
-    let open: Arc<Mutex<Vec<CandidateUpdate>>> = Arc::new(Mutex::new(engine.open()));
+    let restored = match &opened {
+        Some(o) => o.open_incidents()?,
+        None => Vec::new(),
+    };
+    let open: Arc<Mutex<Vec<CandidateUpdate>>> = Arc::new(Mutex::new(restored));
     let (utx, _) = broadcast::channel(8192);
     let _ = correlator::telemetry::handle();
     if let Some(o) = &opened {

@@ -381,10 +381,14 @@ impl IncidentManager {
         owner: String,
     ) -> CandidateUpdate {
         self.seq += 1;
-        let id = format!(
-            "{:016x}",
-            fnv(&format!("{}|{}|{}|{}", f.kind, f.entity, ts, self.seq))
-        );
+        // The cluster keeps one entity name's incidents in two clusters
+        // apart in a fleet view (shards number their incidents alike).
+        let mut seed = format!("{}|{}|{}|{}", f.kind, f.entity, ts, self.seq);
+        if !self.cluster.is_empty() {
+            seed.push('|');
+            seed.push_str(&self.cluster);
+        }
+        let id = format!("{:016x}", fnv(&seed));
         let i = Incident {
             id,
             kind: f.kind,

@@ -35,6 +35,24 @@ pub struct Opened {
     pub writer: std::thread::JoinHandle<()>,
 }
 
+impl Opened {
+    /// The open incidents as stored (each as last updated, under its id),
+    /// for a process without an engine (the fleet view): unlike the
+    /// engine's restore, incidents of one entity in several clusters are
+    /// all kept.
+    pub fn open_incidents(&self) -> Result<Vec<proto::v1::CandidateUpdate>, HistoryError> {
+        let st = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(st
+            .open_incidents()?
+            .into_iter()
+            .map(IncidentRow::into_update)
+            .collect())
+    }
+}
+
 /// Opens `path` (a corrupt or unwritable file is an error here, at start),
 /// restores its open incidents into `engine` and starts the writer.
 pub fn open(

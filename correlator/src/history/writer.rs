@@ -68,19 +68,9 @@ impl Writer {
             .into_iter()
             .take(cap)
         {
-            let u = CandidateUpdate {
-                ts_unix_ms: r.updated_ms,
-                incident_id: r.id.clone(),
-                state: "opened".into(),
-                kind: r.kind,
-                entity: r.entity,
-                confidence: r.confidence,
-                evidence: r.evidence,
-                affected_jobs: r.jobs,
-                runbook: r.runbook,
-                cluster: r.cluster,
-            };
-            open.insert(r.id, (r.opened_ms, u));
+            let opened = r.opened_ms;
+            let u = r.into_update();
+            open.insert(u.incident_id.clone(), (opened, u));
         }
         Self {
             path: store.path().to_path_buf(),

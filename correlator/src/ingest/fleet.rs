@@ -120,6 +120,14 @@ pub fn consume(
     })
 }
 
+/// The shard an incident update came from: its subject's last part (the
+/// shard's consumer).
+fn source_of(subject: &str) -> &str {
+    subject
+        .strip_prefix(vocab::nats::INCIDENTS_PREFIX)
+        .map_or(subject, |s| s.trim_start_matches('.'))
+}
+
 /// Shard incidents the fleet view joins at most (its open incidents).
 const MAX_JOINED: usize = 1 << 20;
 
@@ -159,16 +167,16 @@ impl Session<'_> {
             }
         }
         let c: consumer::PullConsumer = stream
-        .get_or_create_consumer(
-            durable,
-            consumer::pull::Config {
-                durable_name: Some(durable.into()),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+            .get_or_create_consumer(
+                durable,
+                consumer::pull::Config {
+                    durable_name: Some(durable.into()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
         let mut msgs = c.messages().await.map_err(|e| e.to_string())?;
         tracing::info!(
             url,
@@ -180,7 +188,7 @@ impl Session<'_> {
             match CandidateUpdate::decode(m.payload.clone()) {
                 Ok(u) => {
                     let (joined, unjoined) = (self.joins.joined, self.joins.unjoined);
-                    let u = self.joins.apply(u);
+                    let u = self.joins.apply(source_of(&m.subject), u);
                     metrics::counter!("faultline_fleet_joined_total")
                         .increment(self.joins.joined - joined);
                     metrics::counter!("faultline_fleet_unjoined_total")
@@ -212,7 +220,12 @@ async fn rebuild(
         Ok(i) => i.ack_floor.stream_sequence,
         Err(_) => return Ok(0),
     };
-    let state = stream.info().await.map_err(|e| e.to_string())?.state.clone();
+    let state = stream
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .state
+        .clone();
     if floor == 0 || state.messages == 0 || state.first_sequence > floor {
         return Ok(0);
     }
@@ -239,7 +252,7 @@ async fn rebuild(
             break;
         }
         if let Ok(u) = CandidateUpdate::decode(m.payload.clone()) {
-            joins.apply(u);
+            joins.apply(source_of(&m.subject), u);
             n += 1;
         }
         if seq == floor || pending == 0 {

@@ -5,7 +5,9 @@
 //! spine switch whose uplinks are reported by each leaf's hosts, a host
 //! that moved to another shard while its incident was open. The fleet view
 //! joins updates of one (cluster, kind family, entity) from different
-//! shards into one incident: the id of the first shard's incident, the
+//! shards (a member is a shard's incident: its source, the shard's
+//! consumer, and its id, since two shards can number an incident alike)
+//! into one incident: the id of the first shard's incident, the
 //! members' evidence and jobs together, the highest confidence; it
 //! resolves when the last member resolves. With one member, an update goes
 //! through unchanged (the shard's id and text).
@@ -26,11 +28,16 @@ fn key(u: &CandidateUpdate) -> Key {
     )
 }
 
+/// A shard's incident: (source, incident id).
+type Member = (String, String);
+
 #[derive(Debug)]
 struct Joined {
     id: String,
-    /// Each member's (a shard's incident) latest update, by its id.
-    members: BTreeMap<String, CandidateUpdate>,
+    /// The member whose id it is.
+    first: Member,
+    /// Each member's latest update.
+    members: BTreeMap<Member, CandidateUpdate>,
 }
 
 /// The open joined incidents; bounded by `cap` members (the fleet's open
@@ -38,7 +45,7 @@ struct Joined {
 #[derive(Debug)]
 pub struct Joins {
     open: HashMap<Key, Joined>,
-    member_of: HashMap<String, Key>,
+    member_of: HashMap<Member, Key>,
     cap: usize,
     /// Members not joined at the cap.
     pub unjoined: u64,
@@ -66,10 +73,12 @@ impl Joins {
         self.open.is_empty()
     }
 
-    /// One shard's update in; the fleet's update out (under the joined id).
-    pub fn apply(&mut self, u: CandidateUpdate) -> CandidateUpdate {
+    /// One shard's update in (`source`: the shard, as its incident subject
+    /// names it); the fleet's update out (under the joined id).
+    pub fn apply(&mut self, source: &str, u: CandidateUpdate) -> CandidateUpdate {
         let resolved = u.state == vocab::UpdateState::Resolved.as_str();
-        let k = match self.member_of.get(&u.incident_id) {
+        let m: Member = (source.to_string(), u.incident_id.clone());
+        let k = match self.member_of.get(&m) {
             Some(k) => k.clone(),
             None if resolved => return u,
             None => {
@@ -78,23 +87,24 @@ impl Joins {
                     return u;
                 }
                 let k = key(&u);
-                self.member_of.insert(u.incident_id.clone(), k.clone());
+                self.member_of.insert(m.clone(), k.clone());
                 k
             }
         };
         let j = self.open.entry(k.clone()).or_insert_with(|| Joined {
             id: u.incident_id.clone(),
+            first: m.clone(),
             members: BTreeMap::new(),
         });
         let first = j.members.is_empty();
-        if !first && !j.members.contains_key(&u.incident_id) {
+        if !first && !j.members.contains_key(&m) {
             self.joined += 1;
         }
         if resolved {
-            j.members.remove(&u.incident_id);
-            self.member_of.remove(&u.incident_id);
+            j.members.remove(&m);
+            self.member_of.remove(&m);
         } else {
-            j.members.insert(u.incident_id.clone(), u.clone());
+            j.members.insert(m.clone(), u.clone());
         }
         if j.members.is_empty() {
             let id = j.id.clone();
@@ -104,25 +114,25 @@ impl Joins {
                 ..u
             };
         }
-        if j.members.len() == 1 && j.members.contains_key(&j.id) {
+        if j.members.len() == 1 && j.members.contains_key(&j.first) {
             // Alone under its own id: as the shard said it.
             return u;
         }
         let state = if first { "opened" } else { "updated" };
-        merged(&j.id, state, &u, j.members.values())
+        merged(&j.id, state, &u, &j.members)
     }
 }
 
 /// The members' updates as one: `latest`'s time and kind, the highest
 /// confidence and its runbook, every member's evidence (in member order,
 /// each line once, naming the shard incidents joined) and jobs.
-fn merged<'a>(
+fn merged(
     id: &str,
     state: &str,
     latest: &CandidateUpdate,
-    members: impl Iterator<Item = &'a CandidateUpdate>,
+    all: &BTreeMap<Member, CandidateUpdate>,
 ) -> CandidateUpdate {
-    let members: Vec<&CandidateUpdate> = members.collect();
+    let members: Vec<&CandidateUpdate> = all.values().collect();
     let top = members
         .iter()
         .max_by(|a, b| a.confidence.total_cmp(&b.confidence))
@@ -136,9 +146,9 @@ fn merged<'a>(
             }
         }
     }
-    let ids: Vec<&str> = members.iter().map(|m| m.incident_id.as_str()).collect();
+    let ids: Vec<String> = all.keys().map(|(s, id)| format!("{id} of {s}")).collect();
     evidence.push(format!(
-        "raised by {} shards' incidents {} (joined in the fleet view)",
+        "raised by {} shard incidents: {} (joined in the fleet view)",
         ids.len(),
         ids.join(", ")
     ));
@@ -181,46 +191,72 @@ mod tests {
         }
     }
 
+    const SRC: &str = "shard-a";
+
     #[test]
     fn two_shards_one_fault_are_one_incident_until_both_resolve() {
         let mut j = Joins::new(100);
         let e = "switch:spine01";
-        let a = j.apply(up("a1", "opened", "ib_link_degraded", e, "east"));
+        let a = j.apply(SRC, up("a1", "opened", "ib_link_degraded", e, "east"));
         assert_eq!((a.incident_id.as_str(), a.state.as_str()), ("a1", "opened"));
         assert_eq!(a.evidence, ["a1 saw it"], "alone: unchanged");
-        let b = j.apply(up("b1", "opened", "ib_link_degraded", e, "east"));
-        assert_eq!((b.incident_id.as_str(), b.state.as_str()), ("a1", "updated"));
+        let b = j.apply(SRC, up("b1", "opened", "ib_link_degraded", e, "east"));
+        assert_eq!(
+            (b.incident_id.as_str(), b.state.as_str()),
+            ("a1", "updated")
+        );
         assert_eq!(b.confidence, 0.9);
         assert_eq!(b.runbook, "runbook of b1");
         assert_eq!(b.affected_jobs, ["job-a1", "job-b1"]);
         assert_eq!(&b.evidence[..2], ["a1 saw it", "b1 saw it"]);
         assert_eq!(j.joined, 1);
         // The same entity in another cluster is another fault.
-        let w = j.apply(up("c1", "opened", "ib_link_degraded", e, "west"));
+        let w = j.apply(SRC, up("c1", "opened", "ib_link_degraded", e, "west"));
         assert_eq!(w.incident_id, "c1");
         assert_eq!(j.len(), 2);
         // The first member resolves: the joined incident stays, with b1's.
-        let r = j.apply(up("a1", "resolved", "ib_link_degraded", e, "east"));
-        assert_eq!((r.incident_id.as_str(), r.state.as_str()), ("a1", "updated"));
+        let r = j.apply(SRC, up("a1", "resolved", "ib_link_degraded", e, "east"));
+        assert_eq!(
+            (r.incident_id.as_str(), r.state.as_str()),
+            ("a1", "updated")
+        );
         assert_eq!(r.evidence[0], "b1 saw it");
-        let r = j.apply(up("b1", "resolved", "ib_link_degraded", e, "east"));
-        assert_eq!((r.incident_id.as_str(), r.state.as_str()), ("a1", "resolved"));
+        let r = j.apply(SRC, up("b1", "resolved", "ib_link_degraded", e, "east"));
+        assert_eq!(
+            (r.incident_id.as_str(), r.state.as_str()),
+            ("a1", "resolved")
+        );
         assert_eq!(j.len(), 1);
+        // The same id from another shard is another member.
+        j.apply(SRC, up("s1", "opened", "gpu_lost", "n5/gpu0", ""));
+        let o = j.apply("shard-b", up("s1", "opened", "gpu_lost", "n5/gpu0", ""));
+        assert_eq!(o.state, "updated");
+        let r = j.apply(SRC, up("s1", "resolved", "gpu_lost", "n5/gpu0", ""));
+        assert_eq!(
+            (r.incident_id.as_str(), r.state.as_str()),
+            ("s1", "updated")
+        );
         // Kinds of one family join (a down on one shard, flapping on another).
-        j.apply(up("d1", "opened", "ib_link_down", "n1/mlx5_0/1", ""));
-        let f = j.apply(up("d2", "opened", "ib_link_flapping", "n1/mlx5_0/1", ""));
-        assert_eq!((f.incident_id.as_str(), f.kind.as_str()), ("d1", "ib_link_flapping"));
+        j.apply(SRC, up("d1", "opened", "ib_link_down", "n1/mlx5_0/1", ""));
+        let f = j.apply(
+            SRC,
+            up("d2", "opened", "ib_link_flapping", "n1/mlx5_0/1", ""),
+        );
+        assert_eq!(
+            (f.incident_id.as_str(), f.kind.as_str()),
+            ("d1", "ib_link_flapping")
+        );
     }
 
     #[test]
     fn past_the_cap_updates_pass_unjoined_and_are_counted() {
         let mut j = Joins::new(1);
-        j.apply(up("a1", "opened", "gpu_lost", "n1/gpu0", ""));
-        let b = j.apply(up("b1", "opened", "gpu_lost", "n1/gpu0", ""));
+        j.apply(SRC, up("a1", "opened", "gpu_lost", "n1/gpu0", ""));
+        let b = j.apply(SRC, up("b1", "opened", "gpu_lost", "n1/gpu0", ""));
         assert_eq!(b.incident_id, "b1");
         assert_eq!(j.unjoined, 1);
         // An unknown id resolving passes through.
-        let r = j.apply(up("zz", "resolved", "gpu_lost", "n9/gpu0", ""));
+        let r = j.apply(SRC, up("zz", "resolved", "gpu_lost", "n9/gpu0", ""));
         assert_eq!(r.incident_id, "zz");
     }
 }

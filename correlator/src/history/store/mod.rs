@@ -74,6 +74,24 @@ pub struct IncidentRow {
     pub cluster: String,
 }
 
+impl IncidentRow {
+    /// The row as an incident's latest update (state `opened`).
+    pub fn into_update(self) -> proto::v1::CandidateUpdate {
+        proto::v1::CandidateUpdate {
+            ts_unix_ms: self.updated_ms,
+            incident_id: self.id,
+            state: "opened".into(),
+            kind: self.kind,
+            entity: self.entity,
+            confidence: self.confidence,
+            evidence: self.evidence,
+            affected_jobs: self.jobs,
+            runbook: self.runbook,
+            cluster: self.cluster,
+        }
+    }
+}
+
 /// One streamed update of an incident.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct UpdateRow {
