@@ -24,6 +24,7 @@ pub mod nats;
 mod seq;
 mod service;
 pub mod shard;
+pub mod summaries;
 use seq::{Budget, Seq, Verdict};
 pub use service::IngestService;
 

@@ -23,10 +23,12 @@ use tonic::{Request, Response, Status};
 use crate::{engine::Engine, history};
 
 /// What the engine task feeds besides subscribers.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Hooks {
     /// The history writer: each window's samples and every update.
     pub history: Option<history::Recorder>,
+    /// A shard's link to the others' summaries (sharded on NATS).
+    pub fleet: Option<crate::ingest::summaries::FleetLink>,
 }
 
 /// Under a backlog, the `OpenIncidents` snapshot is at most this stale.
@@ -48,7 +50,7 @@ pub fn spawn_engine_with(
     mut rx: mpsc::Receiver<Window>,
     updates: broadcast::Sender<CandidateUpdate>,
     open: Arc<Mutex<Vec<CandidateUpdate>>>,
-    hooks: Hooks,
+    mut hooks: Hooks,
 ) -> tokio::task::JoinHandle<()> {
     // The restored open incidents are in `open` before this returns, so a
     // consumer started next (the Alertmanager pusher re-posting them after
@@ -62,7 +64,13 @@ pub fn spawn_engine_with(
         let mut dirty = false;
         let mut snapped = std::time::Instant::now();
         while let Some(w) = rx.recv().await {
+            if let Some(r) = hooks.fleet.as_mut().and_then(|f| f.remote_changed()) {
+                engine.set_remote(r);
+            }
             let ups = engine.ingest(&w);
+            if let Some(f) = hooks.fleet.as_mut() {
+                f.taken(rx.is_empty(), |shard, n| engine.summary(shard, n));
+            }
             crate::telemetry::window(&w);
             if let Some(h) = &hooks.history {
                 h.samples(sampler.window(&w, &engine));

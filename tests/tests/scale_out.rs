@@ -12,10 +12,10 @@
 //! - `kill -9` of a shard's active correlator: its standby takes over
 //!   within two 1-second windows with the open incidents under their ids,
 //!   no window lost, no incident duplicated.
-//! - A simulated 48-node cluster's run (faults on every leaf) through 3
-//!   shards by leaf gives one correlator's incidents, opened and resolved
-//!   within a window of each other — except the one place shards are
-//!   approximate today, a switch's extent, stated where it is asserted.
+//! - A simulated 48-node cluster's run (faults on every leaf, one of them a
+//!   switch's whose extent depends on the rest of the fabric) through 3
+//!   shards by leaf, exchanging summaries, gives one correlator's
+//!   incidents, opened and resolved within a window of each other.
 //! - The fleet view over two shards and two clusters: one incident per
 //!   cluster and entity (the same host name in two clusters is two; a host
 //!   raised by two shards is one, joined), the label kept in its history,
@@ -527,7 +527,7 @@ fn episodes(updates: &[proto::v1::CandidateUpdate]) -> Episodes {
 }
 
 #[test]
-fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent() {
+fn three_shards_by_leaf_give_one_correlators_incidents() {
     let _serial = one_at_a_time();
     use sim::cluster::{topology, Cluster};
     let dir = tmp("nats-equivalence");
@@ -606,21 +606,29 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
         })
         .collect();
     // Every window, to both streams: the whole run on one correlator, each
-    // host's windows on its leaf's shard.
-    let mut windows = Vec::new();
+    // host's windows on its leaf's shard; slot by slot, as live collectors
+    // send them.
+    let mut slots = Vec::new();
     let n = (args.duration / args.window) as usize;
     for _ in 0..n {
         cluster.advance(&faults, args.onset);
+        let mut slot = Vec::new();
         for node in 0..args.nodes {
             if let Some(w) = cluster.window(node) {
-                windows.push((topology::leaf_name(cluster.leaf_of(node)), w));
+                slot.push((topology::leaf_name(cluster.leaf_of(node)), w));
             }
         }
+        slots.push(slot);
     }
     // After them, per leaf, a marker host whose GPU falls off the bus: its
     // incident is the last update each correlator sends, so once a
     // subscriber has it every earlier update has arrived.
-    let end_ms = windows.last().map_or(0, |(_, w)| w.end_unix_ms);
+    let end_ms = slots
+        .iter()
+        .flatten()
+        .last()
+        .map_or(0, |(_, w)| w.end_unix_ms);
+    let mut markers = Vec::new();
     for l in 0..3 {
         let leaf = topology::leaf_name(l);
         let marker = Window {
@@ -642,8 +650,9 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
             }],
             ..Window::default()
         };
-        windows.push((leaf, marker));
+        markers.push((leaf, marker));
     }
+    slots.push(markers);
     let rt = tests::runtime();
     rt.block_on(async {
         let js = async_nats::jetstream::new(async_nats::connect(url.as_str()).await.expect("nats"));
@@ -655,19 +664,51 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        for (leaf, w) in &windows {
-            let o = w.origin.clone().unwrap_or_default();
-            let id = vocab::nats::msg_id(&o.hostname, &o.instance, w.seq);
-            for subject in [format!("one.{leaf}"), format!("three.{leaf}")] {
-                use prost::Message as _;
-                let m = async_nats::jetstream::message::PublishMessage::build()
-                    .payload(w.encode_to_vec().into())
-                    .message_id(id.clone());
-                js.send_publish(subject, m)
+        let summaries = js
+            .get_key_value("faultline_summaries")
+            .await
+            .expect("summaries bucket");
+        let mut watch = summaries.watch_all().await.expect("watch the summaries");
+        let mut seen: std::collections::BTreeMap<String, u64> = Default::default();
+        // Windows each correlator has been sent: "ONE.one", "THREE.three-<l>".
+        let mut sent: std::collections::BTreeMap<String, u64> = Default::default();
+        for slot in &slots {
+            for (leaf, w) in slot {
+                let o = w.origin.clone().unwrap_or_default();
+                let id = vocab::nats::msg_id(&o.hostname, &o.instance, w.seq);
+                let shard = format!("THREE.three-{}", &leaf[leaf.len() - 1..]);
+                for (subject, key) in [
+                    (format!("one.{leaf}"), "ONE.one".to_string()),
+                    (format!("three.{leaf}"), shard),
+                ] {
+                    use prost::Message as _;
+                    let m = async_nats::jetstream::message::PublishMessage::build()
+                        .payload(w.encode_to_vec().into())
+                        .message_id(id.clone());
+                    js.send_publish(subject, m)
+                        .await
+                        .expect("publish")
+                        .await
+                        .expect("ack");
+                    *sent.entry(key).or_insert(0) += 1;
+                }
+            }
+            // The next slot once every correlator has taken this one and
+            // published its summary (what the other shards judge against).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while sent
+                .iter()
+                .any(|(k, n)| seen.get(k).copied().unwrap_or(0) < *n)
+            {
+                use tokio_stream::StreamExt as _;
+                let e = tokio::time::timeout_at(deadline, watch.next())
                     .await
-                    .expect("publish")
-                    .await
-                    .expect("ack");
+                    .unwrap_or_else(|_| panic!("summaries {seen:?} of {sent:?} windows"))
+                    .expect("the watch goes on")
+                    .expect("a summary");
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&e.value) {
+                    seen.insert(e.key.clone(), v["windows"].as_u64().unwrap_or(0));
+                }
             }
         }
     });
@@ -697,30 +738,15 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
     }
     assert!(!single.is_empty());
     let keys = |e: &Episodes| e.keys().cloned().collect::<std::collections::BTreeSet<_>>();
-    // The one difference, and why: a shard judges a switch's extent against
-    // the rest of *its* fabric. Behind leaf01, 4 ports degrading at once are
-    // one switch fault on its shard (the rest of that shard's fabric is
-    // clean); the single correlator also counts n003's bad cable on leaf00,
-    // and 4 of 128 ports at the rest's rate of 1 in 256 has a binomial tail
-    // of ≈ 2e-3, above extent_significance (1e-3): it keeps them as 4 port
-    // incidents. Fleet-wide summaries (issue 35, not built) remove this.
-    let switch = ("ib_link_degraded".to_string(), "switch:leaf01".to_string());
-    let mut expected = keys(&single);
-    expected.insert(switch.clone());
-    assert_eq!(
-        keys(&sharded),
-        expected,
-        "the same incidents but the extent"
-    );
+    // The same incidents: each shard judges its leaf against the whole
+    // fabric through the others' summaries (one bad cable on leaf00 keeps
+    // leaf01's four degraded ports from being one switch fault, on the
+    // shard as on the one correlator).
+    assert_eq!(keys(&sharded), keys(&single), "the same incidents");
     let window_ms = (args.window * 1000.0) as i64;
-    let members: Vec<String> = (16..20).map(|n| format!("n{n:03}/")).collect();
     for (k, (o1, r1)) in &single {
         let (o3, r3) = sharded[k];
         assert!((o1 - o3).abs() <= window_ms, "{k:?} opened {o1} vs {o3}");
-        // The switch's members are resolved into it on the shard.
-        if members.iter().any(|m| k.1.starts_with(m.as_str())) {
-            continue;
-        }
         match (r1, r3) {
             (Some(a), Some(b)) => assert!((a - b).abs() <= window_ms, "{k:?} resolved {a} vs {b}"),
             (None, None) => {}
@@ -728,7 +754,7 @@ fn three_shards_by_leaf_give_one_correlators_incidents_but_a_shard_local_extent(
         }
     }
     eprintln!(
-        "{} incidents on 1 correlator, the same plus {switch:?} on 3 shards: {:?}",
+        "{} incidents on 1 correlator and on 3 shards: {:?}",
         single.len(),
         keys(&single)
     );

@@ -210,6 +210,14 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     // With NATS: one active process per shard; a standby waits here for
     // the lease, then takes over the shard's open incidents.
     let shard = take_shard(nats.as_ref(), a.nats.nats_lease_s, &mut engine).await?;
+    // Sharded: the other shards' summaries in, this one's out.
+    let fleet = match (&nats, &shard) {
+        (Some(n), Some(s)) => Some(
+            ingest::summaries::start(s.context().clone(), &n.stream, &n.consumer, n.replicas)
+                .await?,
+        ),
+        _ => None,
+    };
     let state = match &a.record {
         Some(p) => ingest::IngestState::with_log(p, cfg.limits.clone())?,
         None => ingest::IngestState::new(cfg.limits.clone()),
@@ -230,6 +238,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
         open.clone(),
         correlator::subscribe::Hooks {
             history: opened.as_ref().map(|o| o.recorder.clone()),
+            fleet,
         },
     );
     let acks = correlator::ack::start(

@@ -8,6 +8,7 @@
 pub mod baseline;
 pub mod clip;
 pub mod config;
+pub mod fleet;
 pub mod gpu;
 pub mod ib;
 pub mod incidents;
@@ -248,6 +249,22 @@ impl Engine {
     /// correlator's `cluster`; a collector's own `cluster` wins).
     pub fn set_cluster(&mut self, cluster: &str) {
         self.cluster = cluster.to_string();
+    }
+
+    /// Sets the other shards' merged summaries (sharded correlators).
+    pub fn set_remote(&mut self, remote: Option<std::sync::Arc<fleet::Remote>>) {
+        self.ib.set_remote(remote);
+    }
+
+    /// This engine's summary for the other shards: `windows` taken so far.
+    pub fn summary(&self, shard: &str, windows: u64) -> fleet::Summary {
+        fleet::Summary {
+            shard: shard.to_string(),
+            end_ms: self.clock_ms,
+            windows,
+            ib: self.ib.summary(),
+            sent_ms: 0,
+        }
     }
 
     /// Processes one accepted window; returns the candidate updates it causes.

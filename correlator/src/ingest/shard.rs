@@ -54,7 +54,7 @@ pub struct ShardState {
 /// `$KV.<bucket>.>`, one value per key, rollups, direct gets) instead of
 /// through `create_key_value`, whose account-info request async-nats 0.52
 /// cannot parse from nats-server 2.9 (Debian 13's).
-async fn bucket(
+pub(super) async fn bucket(
     js: &jetstream::Context,
     name: &'static str,
     max_age: Duration,
@@ -120,6 +120,11 @@ impl ShardState {
             lease: lease.max(Duration::from_millis(200)),
             replicas,
         })
+    }
+
+    /// The JetStream connection (for the shard's summaries).
+    pub fn context(&self) -> &jetstream::Context {
+        &self.js
     }
 
     /// Waits until this process holds the shard's lease; returns the

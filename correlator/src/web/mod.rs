@@ -272,6 +272,7 @@ impl Attached {
     pub fn hooks(&self) -> crate::subscribe::Hooks {
         crate::subscribe::Hooks {
             history: Some(self.opened.recorder.clone()),
+            fleet: None,
         }
     }
 

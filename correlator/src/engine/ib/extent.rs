@@ -19,7 +19,11 @@
 //! into the switch's.
 use std::collections::HashMap;
 
-use super::{super::stats::binomial_upper_sf, topology::Topology, Finding, IbConfig};
+use super::{
+    super::{fleet::IbSummary, stats::binomial_upper_sf},
+    topology::Topology,
+    Finding, IbConfig,
+};
 
 /// Members listed one per evidence line (the rest counted).
 const MAX_LISTED: usize = 16;
@@ -58,13 +62,24 @@ impl Extent {
         self.flagged.retain(|p, _| !gone(p));
     }
 
+    /// Ports flagged now, per family (a shard's summary for the others).
+    pub(super) fn flagged_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut m = std::collections::BTreeMap::new();
+        for f in self.flagged.values() {
+            *m.entry(f.family.to_string()).or_insert(0) += 1;
+        }
+        m
+    }
+
     /// Records this window's port findings and rewrites those whose switch
     /// has become the fault into one finding on the switch. `ports` is the
-    /// number of ports tracked in the fabric.
+    /// number of ports tracked in the fabric; `remote`, the other shards'
+    /// part of it (their ports and flagged ports all count as elsewhere: a
+    /// switch's members are on one shard when shards are leaves).
     pub(super) fn group(
         &mut self,
         topo: &Topology,
-        cfg: &IbConfig,
+        (cfg, remote): (&IbConfig, Option<&IbSummary>),
         end_ms: i64,
         ports: usize,
         findings: &mut Vec<Finding>,
@@ -95,7 +110,7 @@ impl Extent {
         for f in findings.drain(..) {
             let verdict = family(f.kind)
                 .zip(topo.parent_of(&f.entity))
-                .and_then(|(fam, sw)| self.switch_finding(topo, cfg, sw, fam, ports, &f));
+                .and_then(|(fam, sw)| self.switch_finding(topo, (cfg, remote), sw, fam, ports, &f));
             let f = verdict.unwrap_or(f);
             // One finding per (kind, switch) per window.
             if !out.iter().any(|o| o.kind == f.kind && o.entity == f.entity) {
@@ -109,7 +124,7 @@ impl Extent {
     fn switch_finding(
         &self,
         topo: &Topology,
-        cfg: &IbConfig,
+        (cfg, remote): (&IbConfig, Option<&IbSummary>),
         switch: &str,
         family: &'static str,
         ports: usize,
@@ -126,11 +141,16 @@ impl Extent {
             return None;
         }
         let n = members.len();
+        let remote_flagged = remote
+            .and_then(|r| r.flagged.get(family))
+            .map_or(0, |n| *n as usize);
         let elsewhere = self
             .flagged
             .iter()
             .filter(|(p, fl)| fl.family == family && topo.parent_of(p) != Some(switch))
-            .count();
+            .count()
+            + remote_flagged;
+        let ports = ports + remote.map_or(0, |r| r.ports as usize);
         let others = ports.saturating_sub(n).max(elsewhere).max(1);
         let rate = elsewhere as f64 / others as f64;
         let p = binomial_upper_sf(k as u64, n as u64, rate);

@@ -126,6 +126,8 @@ pub struct IbDetector {
     /// Flagged ports behind switches, for the fault's extent.
     extent: extent::Extent,
     fabric: super::slot_cache::SlotCache<Fabric>,
+    /// The other shards' summaries, when sharded (docs/scale-out.md).
+    remote: Option<std::sync::Arc<super::fleet::Remote>>,
 }
 
 impl IbDetector {
@@ -208,19 +210,56 @@ impl IbDetector {
         e
     }
 
+    /// Sets the other shards' merged summaries (`None`: not sharded).
+    pub fn set_remote(&mut self, remote: Option<std::sync::Arc<super::fleet::Remote>>) {
+        self.remote = remote;
+    }
+
+    /// This detector's part of a shard's summary.
+    pub fn summary(&self) -> super::fleet::IbSummary {
+        let mut s = super::fleet::IbSummary {
+            ports: self.ports.len() as u64,
+            flagged: self.extent.flagged_counts(),
+            ..Default::default()
+        };
+        for p in self.ports.values() {
+            if let Some(b) = p.ber {
+                s.ber.add(b);
+            }
+            if let Some(r) = p.retry_ratio {
+                s.retry.add(r);
+            }
+        }
+        s
+    }
+
     /// Fabric medians, recomputed at most once per half window of event
     /// time (hosts' window ends differ by their clocks): O(ports) per slot.
+    /// Sharded, over this shard's ports and the others' histograms.
     fn fabric(&mut self, end_ms: i64, len_ms: i64) -> Fabric {
         let ports = &self.ports;
+        let remote = self.remote.as_deref().filter(|r| r.shards > 0);
         self.fabric.get(end_ms, len_ms, || {
             let bers: Vec<f64> = ports.values().filter_map(|s| s.ber).collect();
             let retries: Vec<f64> = ports.values().filter_map(|s| s.retry_ratio).collect();
+            let Some(r) = remote else {
+                return (
+                    end_ms,
+                    median(&bers),
+                    median(&retries),
+                    bers.len(),
+                    retries.len(),
+                );
+            };
+            let (mut hb, mut hr) = (r.ib.ber.clone(), r.ib.retry.clone());
+            bers.iter().for_each(|v| hb.add(*v));
+            retries.iter().for_each(|v| hr.add(*v));
             (
                 end_ms,
-                median(&bers),
-                median(&retries),
-                bers.len(),
-                retries.len(),
+                hb.median(),
+                hr.median(),
+                hb.count() as usize,
+                hr.count() as usize,
             )
         })
     }
@@ -271,8 +310,14 @@ impl IbDetector {
         }
         let tracked = self.ports.len();
         let end = w.end_unix_ms;
-        self.extent
-            .group(&self.topology, &self.cfg, end, tracked, &mut findings);
+        let remote = self.remote.as_deref().map(|r| &r.ib);
+        self.extent.group(
+            &self.topology,
+            (&self.cfg, remote),
+            end,
+            tracked,
+            &mut findings,
+        );
         for f in &mut findings {
             if let Some(link) = self.topology.link_of(&f.entity) {
                 f.evidence.push(format!("reported by {}", f.entity));

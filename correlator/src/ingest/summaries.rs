@@ -1,0 +1,156 @@
+//! The shards' mergeable summaries through JetStream: each shard puts its
+//! latest summary ([`crate::engine::fleet::Summary`]) in the key-value
+//! bucket `faultline_summaries` under `<stream>.<consumer>`, and watches
+//! the keys of its stream: the other shards of the same windows stream
+//! (one cluster's fleet) merged are its engine's [`Remote`].
+//!
+//! A shard publishes when its engine has drained its queue (once a slot of
+//! live windows) and at least every second under a backlog; a summary put
+//! more than [`STALE`] ago (a shard stopped and not taken over) is left out
+//! of the merge. So a shard judges window `t` against its peers as of
+//! their latest published state, about one window behind.
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use async_nats::jetstream::kv;
+use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
+
+use super::shard::ShardError;
+use crate::engine::fleet::{Remote, Summary};
+
+const BUCKET: &str = "faultline_summaries";
+/// A summary older than this (wall time of its put) is left out.
+pub const STALE: Duration = Duration::from_secs(30);
+/// Under a backlog, a summary at least this often.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// The engine task's end: the merged peers in, its own summary out.
+pub struct FleetLink {
+    shard: String,
+    remote: watch::Receiver<Option<Arc<Remote>>>,
+    out: watch::Sender<Option<Summary>>,
+    published: Instant,
+    /// Windows the engine has taken.
+    windows: u64,
+}
+
+impl FleetLink {
+    /// The peers' merge when it changed since the last call.
+    pub fn remote_changed(&mut self) -> Option<Option<Arc<Remote>>> {
+        if self.remote.has_changed().unwrap_or(false) {
+            Some(self.remote.borrow_and_update().clone())
+        } else {
+            None
+        }
+    }
+
+    /// Counts a window taken; publishes `summary()` when the engine's queue
+    /// is drained (`idle`) or a second has passed.
+    pub fn taken(&mut self, idle: bool, summary: impl FnOnce(&str, u64) -> Summary) {
+        self.windows += 1;
+        if idle || self.published.elapsed() >= EVERY {
+            self.out
+                .send_replace(Some(summary(&self.shard, self.windows)));
+            self.published = Instant::now();
+        }
+    }
+}
+
+/// Starts the publisher and the watcher of `<stream>.<consumer>`'s peers.
+pub async fn start(
+    js: async_nats::jetstream::Context,
+    stream: &str,
+    consumer: &str,
+    replicas: usize,
+) -> Result<FleetLink, ShardError> {
+    let store = super::shard::bucket(&js, BUCKET, Duration::from_secs(3600), replicas).await?;
+    let me = format!("{stream}.{consumer}");
+    let (out, mut out_rx) = watch::channel::<Option<Summary>>(None);
+    let (remote_tx, remote) = watch::channel(None);
+    let put = store.clone();
+    let key = me.clone();
+    tokio::spawn(async move {
+        while out_rx.changed().await.is_ok() {
+            let Some(mut s) = out_rx.borrow_and_update().clone() else {
+                continue;
+            };
+            s.sent_ms = vocab::time::now_unix_ms();
+            let body = serde_json::to_vec(&s).unwrap_or_default();
+            if let Err(e) = put.put(&key, body.into()).await {
+                metrics::counter!("faultline_nats_summary_errors_total").increment(1);
+                tracing::warn!(error = %e, "summary not published (the other shards judge without this one's part)");
+            }
+        }
+    });
+    let pattern = format!("{stream}.*");
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = watch_peers(&store, &pattern, &me, &remote_tx).await {
+                tracing::warn!(error = %e, "shard summaries: watch interrupted; again in 1 s");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    Ok(FleetLink {
+        shard: consumer.to_string(),
+        remote,
+        out,
+        published: Instant::now(),
+        windows: 0,
+    })
+}
+
+/// Keeps `tx` the merge of the fresh peer summaries under `pattern`
+/// (leaving out `me`), until the watch ends.
+async fn watch_peers(
+    store: &kv::Store,
+    pattern: &str,
+    me: &str,
+    tx: &watch::Sender<Option<Arc<Remote>>>,
+) -> Result<(), String> {
+    let mut w = store.watch(pattern).await.map_err(|e| e.to_string())?;
+    let mut peers: HashMap<String, Summary> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            e = w.next() => {
+                let Some(e) = e else { return Ok(()) };
+                let e = e.map_err(|e| e.to_string())?;
+                if e.key == me {
+                    continue;
+                }
+                match (&e.operation, serde_json::from_slice::<Summary>(&e.value)) {
+                    (kv::Operation::Put, Ok(s)) => {
+                        peers.insert(e.key.clone(), s);
+                    }
+                    (kv::Operation::Put, Err(err)) => {
+                        tracing::warn!(key = %e.key, error = %err, "shard summary unreadable; left out");
+                        peers.remove(&e.key);
+                    }
+                    _ => {
+                        peers.remove(&e.key);
+                    }
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        let now = vocab::time::now_unix_ms();
+        let fresh = peers
+            .values()
+            .filter(|s| now - s.sent_ms <= STALE.as_millis() as i64);
+        let r = Remote::of(fresh);
+        metrics::gauge!("faultline_nats_summary_peers").set(r.shards as f64);
+        let next = (r.shards > 0).then(|| Arc::new(r));
+        tx.send_if_modified(|cur| {
+            let changed = cur.as_deref() != next.as_deref();
+            if changed {
+                *cur = next;
+            }
+            changed
+        });
+    }
+}
