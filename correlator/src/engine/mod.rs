@@ -253,7 +253,9 @@ impl Engine {
 
     /// Sets the other shards' merged summaries (sharded correlators).
     pub fn set_remote(&mut self, remote: Option<std::sync::Arc<fleet::Remote>>) {
-        self.ib.set_remote(remote);
+        self.ib.set_remote(remote.clone());
+        self.storage.set_remote(remote.clone());
+        self.straggler.set_remote(remote);
     }
 
     /// This engine's summary for the other shards: `windows` taken so far.
@@ -263,6 +265,8 @@ impl Engine {
             end_ms: self.clock_ms,
             windows,
             ib: self.ib.summary(),
+            storage: self.storage.summary(self.clock_ms),
+            jobs: self.straggler.summary(),
             sent_ms: 0,
         }
     }

@@ -45,6 +45,10 @@ pub struct StorageDetector {
     devs: HashMap<String, DevState>,
     /// Peer medians per class, recomputed once per half window of event time.
     peers: super::slot_cache::SlotCache<Peers>,
+    /// The other shards' summaries, when sharded.
+    remote: Option<std::sync::Arc<super::fleet::Remote>>,
+    /// The latest window's length (ms): devices fresh within 3 of them.
+    len_ms: i64,
 }
 
 /// One device's window: requests, latency sum and max (ns), bytes,
@@ -90,9 +94,31 @@ impl StorageDetector {
     /// Class peers and the fleet shift of the slot ending at `end_ms`.
     fn class_peers(&mut self, end_ms: i64, len_ms: i64) -> Peers {
         let devs = &self.devs;
+        let remote = self.remote.as_deref().map(|r| &r.storage);
         // Devices whose latest quantiles are recent (within 3 windows).
-        self.peers
-            .get(end_ms, len_ms, || peers_of(devs, end_ms - 3 * len_ms))
+        self.peers.get(end_ms, len_ms, || {
+            peers_of(&fresh_values(devs, end_ms - 3 * len_ms), remote)
+        })
+    }
+
+    /// Sets the other shards' merged summaries (`None`: not sharded).
+    pub fn set_remote(&mut self, remote: Option<std::sync::Arc<super::fleet::Remote>>) {
+        self.remote = remote;
+    }
+
+    /// This detector's part of a shard's summary: the devices fresh at
+    /// `clock_ms`.
+    pub fn summary(&self, clock_ms: i64) -> super::fleet::StorageSummary {
+        let v = fresh_values(&self.devs, clock_ms - 3 * self.len_ms.max(1));
+        let mut s = super::fleet::StorageSummary::default();
+        for (c, (a, b)) in &v.by_class {
+            let e = s.by_class.entry(c.clone()).or_default();
+            a.iter().for_each(|x| e.p50.add(*x));
+            b.iter().for_each(|x| e.p99.add(*x));
+        }
+        v.r50.iter().for_each(|x| s.shift50.add(*x));
+        v.r99.iter().for_each(|x| s.shift99.add(*x));
+        s
     }
 
     pub fn observe(&mut self, host: &str, w: &Window, jobs: &[String]) -> Vec<Finding> {
@@ -101,6 +127,7 @@ impl StorageDetector {
         } else {
             1000
         };
+        self.len_ms = len_ms;
         let candidates = self.quantiles(host, w.end_unix_ms, per_device(w));
         let peers = self.class_peers(w.end_unix_ms, len_ms);
         let mut out = Vec::new();
@@ -326,11 +353,19 @@ impl StorageDetector {
     }
 }
 
-/// The yardsticks over every device whose latest window ended at or after
-/// `fresh`: O(devices).
-fn peers_of(devs: &HashMap<String, DevState>, fresh: i64) -> Peers {
-    let mut by: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
-    let (mut r50, mut r99) = (Vec::new(), Vec::new());
+/// The fresh devices' values: per class their p50s and p99s, and the
+/// ratios of p50 and p99 to their own baselines.
+#[derive(Default)]
+struct Fresh {
+    by_class: HashMap<String, (Vec<f64>, Vec<f64>)>,
+    r50: Vec<f64>,
+    r99: Vec<f64>,
+}
+
+/// The values of devices whose latest quantiles end at or after `fresh`:
+/// O(devices).
+fn fresh_values(devs: &HashMap<String, DevState>, fresh: i64) -> Fresh {
+    let mut v = Fresh::default();
     for d in devs.values() {
         if d.at_ms < fresh {
             continue;
@@ -340,29 +375,60 @@ fn peers_of(devs: &HashMap<String, DevState>, fresh: i64) -> Peers {
             Some(x? / b)
         };
         if let Some(r) = ratio(d.p50, &d.own_p50) {
-            r50.push(r);
+            v.r50.push(r);
         }
         if let Some(r) = ratio(d.p99, &d.own_p99) {
-            r99.push(r);
+            v.r99.push(r);
         }
         if let Some(p50) = d.p50 {
-            let e = by.entry(d.class.clone()).or_default();
+            let e = v.by_class.entry(d.class.clone()).or_default();
             e.0.push(p50);
             if let Some(p99) = d.p99 {
                 e.1.push(p99);
             }
         }
     }
+    v
+}
+
+/// Class medians and the fleet shift of `v`; sharded, over the other
+/// shards' histograms too (medians then exact to a bin).
+fn peers_of(v: &Fresh, remote: Option<&super::fleet::StorageSummary>) -> Peers {
+    let Some(r) = remote else {
+        return Peers {
+            by_class: v
+                .by_class
+                .iter()
+                .map(|(c, (a, b))| (c.clone(), (median(a), median(b), a.len())))
+                .collect(),
+            shift50: median(&v.r50),
+            shift99: median(&v.r99),
+            n_shift: v.r50.len(),
+        };
+    };
+    let with = |h: &super::fleet::LogHist, local: &[f64]| {
+        let mut h = h.clone();
+        local.iter().for_each(|x| h.add(*x));
+        h
+    };
+    let mut by_class = ClassPeers::new();
+    let classes: std::collections::BTreeSet<&String> =
+        v.by_class.keys().chain(r.by_class.keys()).collect();
+    for c in classes {
+        let none = (Vec::new(), Vec::new());
+        let (a, b) = v.by_class.get(c).unwrap_or(&none);
+        let h = r.by_class.get(c).cloned().unwrap_or_default();
+        let (h50, h99) = (with(&h.p50, a), with(&h.p99, b));
+        by_class.insert(
+            c.clone(),
+            (h50.median(), h99.median(), h50.count() as usize),
+        );
+    }
+    let (s50, s99) = (with(&r.shift50, &v.r50), with(&r.shift99, &v.r99));
     Peers {
-        by_class: by
-            .into_iter()
-            .map(|(c, (a, b))| {
-                let n = a.len();
-                (c, (median(&a), median(&b), n))
-            })
-            .collect(),
-        shift50: median(&r50),
-        shift99: median(&r99),
-        n_shift: r50.len(),
+        by_class,
+        shift50: s50.median(),
+        shift99: s99.median(),
+        n_shift: s50.count() as usize,
     }
 }

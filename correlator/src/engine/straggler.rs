@@ -53,6 +53,8 @@ pub struct StragglerDetector {
     ranks: HashMap<String, HashMap<u32, Rank>>,
     /// How long a rank must stay slow (`workload.min_persist_s`).
     persist_ms: i64,
+    /// The other shards' summaries, when sharded: their ranks of each job.
+    remote: Option<std::sync::Arc<super::fleet::Remote>>,
 }
 
 impl Default for StragglerDetector {
@@ -66,6 +68,39 @@ impl StragglerDetector {
         Self {
             ranks: HashMap::new(),
             persist_ms: (min_persist_s * 1000.0) as i64,
+            remote: None,
+        }
+    }
+
+    /// Sets the other shards' merged summaries (`None`: not sharded).
+    pub fn set_remote(&mut self, remote: Option<std::sync::Arc<super::fleet::Remote>>) {
+        self.remote = remote;
+    }
+
+    /// This detector's part of a shard's summary: each job's rank step
+    /// times.
+    pub fn summary(&self) -> std::collections::BTreeMap<String, super::fleet::LogHist> {
+        self.ranks
+            .iter()
+            .map(|(job, ranks)| {
+                let mut h = super::fleet::LogHist::fine();
+                ranks.values().for_each(|r| h.add(r.seconds));
+                (job.clone(), h)
+            })
+            .collect()
+    }
+
+    /// The job's median step time over its ranks here and, sharded, on the
+    /// other shards; and how many ranks.
+    fn job_median(&self, job: &str, ranks: &HashMap<u32, Rank>) -> (f64, usize) {
+        let times: Vec<f64> = ranks.values().map(|r| r.seconds).collect();
+        match self.remote.as_deref().and_then(|r| r.jobs.get(job)) {
+            None => (median(&times), times.len()),
+            Some(h) => {
+                let mut h = h.clone();
+                times.iter().for_each(|t| h.add(*t));
+                (h.median(), h.count() as usize)
+            }
         }
     }
 
@@ -100,14 +135,16 @@ impl StragglerDetector {
         let mut jobs: Vec<(&str, Vec<&proto::v1::StepTime>)> = by_job.into_iter().collect();
         jobs.sort_by(|a, b| a.0.cmp(b.0));
         for (job, steps) in jobs {
+            let Some(ranks) = self.ranks.get(job) else {
+                continue;
+            };
+            let (m, n) = self.job_median(job, ranks);
+            if n < MIN_RANKS {
+                continue;
+            }
             let Some(ranks) = self.ranks.get_mut(job) else {
                 continue;
             };
-            if ranks.len() < MIN_RANKS {
-                continue;
-            }
-            let times: Vec<f64> = ranks.values().map(|r| r.seconds).collect();
-            let m = median(&times);
             for s in steps {
                 let Some(r) = ranks.get_mut(&s.rank) else {
                     continue;
