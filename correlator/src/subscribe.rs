@@ -63,13 +63,33 @@ pub fn spawn_engine_with(
         let mut sampler = history::samples::Sampler::default();
         let mut dirty = false;
         let mut snapped = std::time::Instant::now();
-        while let Some(w) = rx.recv().await {
+        // The shard's baselines are written on a timer, windows or not.
+        let mut tick = tokio::time::interval(
+            hooks
+                .fleet
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(3600), |f| f.every()),
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let w = tokio::select! {
+                w = rx.recv() => match w {
+                    Some(w) => w,
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    if let Some(f) = hooks.fleet.as_mut() {
+                        f.snapshot(&engine);
+                    }
+                    continue;
+                }
+            };
             if let Some(r) = hooks.fleet.as_mut().and_then(|f| f.remote_changed()) {
                 engine.set_remote(r);
             }
             let ups = engine.ingest(&w);
             if let Some(f) = hooks.fleet.as_mut() {
-                f.taken(rx.is_empty(), |shard, n| engine.summary(shard, n));
+                f.taken(rx.is_empty(), &engine);
             }
             crate::telemetry::window(&w);
             if let Some(h) = &hooks.history {

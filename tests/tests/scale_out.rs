@@ -371,6 +371,8 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
                 "shard-1",
                 "--nats-lease-s",
                 "1",
+                "--nats-baselines-s",
+                "0.5",
                 "--web",
                 web,
             ],
@@ -400,8 +402,18 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
         for seq in from..=to {
             for (h, tx) in hosts.iter().zip(&txs) {
                 let down = (*h == "n2").then_some(3);
-                rt.block_on(tx.send(port_window(h, seq, down)))
-                    .expect("input");
+                // And an NVMe at a steady 80 µs: a baseline to hand over.
+                let mut w = port_window(h, seq, down);
+                w.block = vec![proto::v1::BlockStat {
+                    device: "nvme0n1".into(),
+                    op: "write".into(),
+                    requests: 400,
+                    latency_sum_ns: 400 * 80_000,
+                    latency_max_ns: 160_000,
+                    device_class: "nvme".into(),
+                    ..Default::default()
+                }];
+                rt.block_on(tx.send(w)).expect("input");
             }
         }
     };
@@ -410,6 +422,31 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
         open_incidents(&web_a)?
             .into_iter()
             .find(|i| i.1 == "ib_link_down" && i.2 == "n2/mlx5_0/1")
+    });
+    // Every host's baselines written to NATS before the kill.
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(url.as_str()).await.expect("nats"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let kv = js.get_key_value("faultline_baselines").await;
+            let mut have = 0;
+            if let Ok(kv) = &kv {
+                for h in hosts {
+                    let v = kv.get(format!("shard-1.{h}")).await.ok().flatten();
+                    have += usize::from(
+                        v.is_some_and(|b| String::from_utf8_lossy(&b).contains("nvme0n1")),
+                    );
+                }
+            }
+            if have == hosts.len() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "baselines of {have} hosts in NATS"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
     // The active shard dies without a goodbye; its standby takes over.
     let _ = a.0.kill();
@@ -437,6 +474,18 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
         [down],
         "one incident, same id, after the standby's windows"
     );
+    // The standby gave each host's device the baseline learnt before.
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "2", &format!("http://{web_b}/metrics")])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let restored: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("faultline_engine_baselines_restored_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert_eq!(restored, hosts.len() as f64, "baselines restored");
     // No window lost: the two logs together hold every host's 1..=12.
     let mut all: Vec<(String, u64)> = recorded_windows(&rec_a);
     all.extend(recorded_windows(&rec_b));

@@ -102,6 +102,10 @@ struct NatsArgs {
     /// it (it holds only windows no shard has taken yet).
     #[arg(long, value_name = "BYTES", default_value_t = vocab::nats::DEFAULT_MAX_BYTES)]
     nats_max_bytes: i64,
+    /// Seconds between writes of the detectors' baselines to NATS, for a
+    /// standby taking the shard over (0 = never).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    nats_baselines_s: f64,
 }
 
 impl NatsArgs {
@@ -130,6 +134,12 @@ impl NatsArgs {
         }
         if !(1..=5).contains(&self.nats_replicas) {
             anyhow::bail!("--nats-replicas {}: must be in [1, 5]", self.nats_replicas);
+        }
+        if !(0.0..=86_400.0).contains(&self.nats_baselines_s) {
+            anyhow::bail!(
+                "--nats-baselines-s {}: must be in [0, 86400]",
+                self.nats_baselines_s
+            );
         }
         if !(0.2..=600.0).contains(&self.nats_lease_s) {
             anyhow::bail!(
@@ -213,8 +223,13 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     // Sharded: the other shards' summaries in, this one's out.
     let fleet = match (&nats, &shard) {
         (Some(n), Some(s)) => Some(
-            ingest::summaries::start(s.context().clone(), &n.stream, &n.consumer, n.replicas)
-                .await?,
+            ingest::summaries::start(
+                s.context().clone(),
+                (&n.stream, &n.consumer),
+                n.replicas,
+                std::time::Duration::from_secs_f64(a.nats.nats_baselines_s),
+            )
+            .await?,
         ),
         _ => None,
     };
@@ -301,7 +316,10 @@ async fn take_shard(
     let s = ingest::shard::ShardState::connect(&n.url, &n.consumer, lease, n.replicas).await?;
     let rev = s.acquire().await?;
     let restored = ingest::shard::restore(engine, s.open_incidents().await?);
-    tracing::info!(restored, consumer = %n.consumer, "shard's open incidents restored from NATS");
+    let baselines = s.baselines().await?;
+    let hosts = baselines.len();
+    engine.restore_baselines(baselines);
+    tracing::info!(restored, baselines_of_hosts = hosts, consumer = %n.consumer, "shard's open incidents and baselines taken from NATS");
     s.keep(rev).await?;
     Ok(Some(s))
 }

@@ -15,7 +15,7 @@ pub const WARMUP: u32 = 3;
 /// floor) feed it; others are kept out.
 pub const BAND: f64 = 3.0;
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OwnBaseline {
     recent: VecDeque<f64>,
     learnt: u32,

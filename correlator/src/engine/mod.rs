@@ -10,6 +10,7 @@ pub mod clip;
 pub mod config;
 pub mod fleet;
 pub mod gpu;
+pub mod handover;
 pub mod ib;
 pub mod incidents;
 pub mod interference;
@@ -61,6 +62,9 @@ pub struct Engine {
     /// The cluster label of hosts whose windows name none (the
     /// correlator's `cluster`).
     cluster: String,
+    /// Baselines taken over from a shard's previous holder, given to each
+    /// host's entities after its first window here.
+    pending: HashMap<String, handover::HostBaselines>,
 }
 
 impl Engine {
@@ -271,12 +275,79 @@ impl Engine {
         }
     }
 
+    /// The detectors' learnt own-history baselines, per host.
+    pub fn baselines(&self) -> Vec<handover::HostBaselines> {
+        fn of<'a>(
+            by: &'a mut BTreeMap<String, handover::HostBaselines>,
+            h: &str,
+        ) -> &'a mut handover::HostBaselines {
+            by.entry(h.to_string())
+                .or_insert_with(|| handover::HostBaselines {
+                    host: h.to_string(),
+                    ..Default::default()
+                })
+        }
+        let mut by = BTreeMap::new();
+        for (h, e, b) in self.ib.own_baselines() {
+            of(&mut by, h)
+                .own
+                .push((e.to_string(), "retry".into(), b.clone()));
+        }
+        for (e, sig, b) in self.storage.own_baselines() {
+            of(&mut by, host_of(e))
+                .own
+                .push((e.to_string(), sig.into(), b.clone()));
+        }
+        for (h, t, op, b) in self.nfs.own_baselines() {
+            of(&mut by, h)
+                .nfs
+                .push((t.clone(), op.to_string(), b.clone()));
+        }
+        by.into_values().collect()
+    }
+
+    /// Takes over a previous holder's baselines: each host's are given to
+    /// its entities after its first window here (one entry per host).
+    pub fn restore_baselines(&mut self, v: Vec<handover::HostBaselines>) {
+        for b in v {
+            self.pending.insert(b.host.clone(), b);
+        }
+    }
+
+    /// Gives `host`'s taken-over baselines to its entities; how many.
+    fn hand_over(&mut self, host: &str) -> usize {
+        let Some(b) = self.pending.remove(host) else {
+            return 0;
+        };
+        let mut n = 0;
+        for (e, sig, own) in &b.own {
+            let ok = if sig == "retry" {
+                self.ib.restore_baseline(e, own)
+            } else {
+                self.storage.restore_baseline(e, sig, own)
+            };
+            n += usize::from(ok);
+        }
+        for (t, op, own) in &b.nfs {
+            n += usize::from(self.nfs.restore_baseline(host, t, op, own));
+        }
+        metrics::counter!("faultline_engine_baselines_restored_total").increment(n as u64);
+        n
+    }
+
     /// Processes one accepted window; returns the candidate updates it causes.
     pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let w = self.clip(w);
         let w = self.admit(w);
         self.clock_ms = self.clock_ms.max(w.end_unix_ms);
         let mut out = self.judge(&w);
+        if !self.pending.is_empty() {
+            let host = w
+                .origin
+                .as_ref()
+                .map_or_else(String::new, |o| o.hostname.clone());
+            self.hand_over(&host);
+        }
         out.extend(self.forget_idle());
         out
     }

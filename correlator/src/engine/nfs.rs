@@ -317,6 +317,30 @@ impl NfsDetector {
     }
 
     /// Forgets the series and jobs of these hosts.
+    /// The series' learnt round-trip baselines: (host, target, procedure,
+    /// baseline).
+    pub fn own_baselines(&self) -> Vec<(&str, &Target, &str, &OwnBaseline)> {
+        self.series
+            .iter()
+            .filter(|(_, s)| s.own.learnt() > 0)
+            .map(|((h, t, op), s)| (h.as_str(), t, op.as_str(), &s.own))
+            .collect()
+    }
+
+    /// Gives a series its baseline back (a series this engine tracks).
+    pub fn restore_baseline(&mut self, host: &str, t: &Target, op: &str, b: &OwnBaseline) -> bool {
+        match self
+            .series
+            .get_mut(&(host.to_string(), t.clone(), op.to_string()))
+        {
+            Some(s) => {
+                s.own = b.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.series.retain(|(h, _, _), _| !gone.contains(h));
         self.jobs.retain(|h, _| !gone.contains(h));

@@ -101,6 +101,33 @@ impl StorageDetector {
         })
     }
 
+    /// The devices' learnt latency baselines: (entity, `p50`/`p99`,
+    /// baseline).
+    pub fn own_baselines(&self) -> Vec<(&str, &'static str, &OwnBaseline)> {
+        let mut v = Vec::new();
+        for (e, d) in &self.devs {
+            for (sig, b) in [("p50", &d.own_p50), ("p99", &d.own_p99)] {
+                if b.learnt() > 0 {
+                    v.push((e.as_str(), sig, b));
+                }
+            }
+        }
+        v
+    }
+
+    /// Gives a device a latency baseline back (a device this engine tracks).
+    pub fn restore_baseline(&mut self, entity: &str, signal: &str, b: &OwnBaseline) -> bool {
+        let Some(d) = self.devs.get_mut(entity) else {
+            return false;
+        };
+        match signal {
+            "p50" => d.own_p50 = b.clone(),
+            "p99" => d.own_p99 = b.clone(),
+            _ => return false,
+        }
+        true
+    }
+
     /// Sets the other shards' merged summaries (`None`: not sharded).
     pub fn set_remote(&mut self, remote: Option<std::sync::Arc<super::fleet::Remote>>) {
         self.remote = remote;

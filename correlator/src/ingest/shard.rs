@@ -13,11 +13,17 @@
 //!   deleted when it resolves. A process taking the shard restores them
 //!   into its engine under the same ids, as it does from its own history.
 //!
-//! What is not kept: the detectors' baselines (re-learned from the windows
-//! that follow) and the per-origin sequence (the durable consumer resumes
+//! - **Baselines** (`faultline_baselines` bucket, a day): the detectors'
+//!   own-history baselines of each host under `<consumer>.<host>`, written
+//!   every `--nats-baselines-s` ([`super::summaries`]); a process taking
+//!   the shard gives them back to each host's entities
+//!   ([`crate::engine::handover`]).
+//!
+//! What is not kept: the per-origin sequence (the durable consumer resumes
 //! after the last acknowledged window, and a window is acknowledged only
 //! once the engine has it, so none is lost; a standby re-admits the few a
-//! dead process had taken but not acknowledged).
+//! dead process had taken but not acknowledged) and the detectors' running
+//! sums (an IB port's BER horizon refills within it).
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
@@ -25,8 +31,13 @@ use prost::Message as _;
 use proto::v1::CandidateUpdate;
 use tokio::sync::broadcast;
 
+use crate::engine::handover::HostBaselines;
+
 const LEASES: &str = "faultline_leases";
 const OPEN: &str = "faultline_open";
+pub(super) const BASELINES: &str = "faultline_baselines";
+/// How long a host's baselines are kept without a rewrite.
+pub(super) const BASELINES_AGE: Duration = Duration::from_secs(86_400);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
@@ -193,15 +204,18 @@ impl ShardState {
         Ok(())
     }
 
-    /// The shard's open incidents as the previous holder last published
-    /// them.
-    pub async fn open_incidents(&self) -> Result<Vec<CandidateUpdate>, ShardError> {
-        let open = bucket(&self.js, OPEN, Duration::ZERO, self.replicas).await?;
+    /// The values of this shard's keys (`<consumer>.…`) in `name`.
+    async fn values(
+        &self,
+        name: &'static str,
+        max_age: Duration,
+    ) -> Result<Vec<(String, Vec<u8>)>, ShardError> {
+        let store = bucket(&self.js, name, max_age, self.replicas).await?;
         let err = |e: String| ShardError::Bucket {
-            bucket: OPEN,
+            bucket: name,
             detail: e,
         };
-        let mut keys = open.keys().await.map_err(|e| err(e.to_string()))?;
+        let mut keys = store.keys().await.map_err(|e| err(e.to_string()))?;
         let prefix = format!("{}.", self.consumer);
         let mut out = Vec::new();
         use tokio_stream::StreamExt as _;
@@ -210,16 +224,40 @@ impl ShardState {
             if !k.starts_with(&prefix) {
                 continue;
             }
-            if let Some(b) = open.get(&k).await.map_err(|e| err(e.to_string()))? {
-                match CandidateUpdate::decode(b) {
-                    Ok(u) => out.push(u),
-                    Err(e) => {
-                        tracing::warn!(key = %k, error = %e, "open incident entry unreadable; skipped")
-                    }
+            if let Some(b) = store.get(&k).await.map_err(|e| err(e.to_string()))? {
+                out.push((k, b.to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The shard's open incidents as the previous holder last published
+    /// them.
+    pub async fn open_incidents(&self) -> Result<Vec<CandidateUpdate>, ShardError> {
+        let mut out = Vec::new();
+        for (k, b) in self.values(OPEN, Duration::ZERO).await? {
+            match CandidateUpdate::decode(b.as_slice()) {
+                Ok(u) => out.push(u),
+                Err(e) => {
+                    tracing::warn!(key = %k, error = %e, "open incident entry unreadable; skipped")
                 }
             }
         }
         out.sort_by(|a, b| a.incident_id.cmp(&b.incident_id));
+        Ok(out)
+    }
+
+    /// The hosts' baselines as the previous holder last wrote them.
+    pub async fn baselines(&self) -> Result<Vec<HostBaselines>, ShardError> {
+        let mut out = Vec::new();
+        for (k, b) in self.values(BASELINES, BASELINES_AGE).await? {
+            match serde_json::from_slice::<HostBaselines>(&b) {
+                Ok(h) => out.push(h),
+                Err(e) => {
+                    tracing::warn!(key = %k, error = %e, "baselines entry unreadable; skipped")
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -285,7 +323,7 @@ async fn retake(leases: &kv::Store, consumer: &str, holder: &str) -> Option<u64>
 
 /// An incident id as one key token (ids are hex and dashes; anything else
 /// becomes `_`).
-fn kv_key(id: &str) -> String {
+pub(super) fn kv_key(id: &str) -> String {
     id.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

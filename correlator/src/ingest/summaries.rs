@@ -9,6 +9,10 @@
 //! more than [`STALE`] ago (a shard stopped and not taken over) is left out
 //! of the merge. So a shard judges window `t` against its peers as of
 //! their latest published state, about one window behind.
+//!
+//! The same link writes the engine's baselines for a standby
+//! ([`crate::engine::handover`]) to the `faultline_baselines` bucket, one
+//! key per host, every `--nats-baselines-s`.
 use std::{
     collections::HashMap,
     sync::Arc,
@@ -19,8 +23,12 @@ use async_nats::jetstream::kv;
 use tokio::sync::watch;
 use tokio_stream::StreamExt as _;
 
-use super::shard::ShardError;
-use crate::engine::fleet::{Remote, Summary};
+use super::shard::{kv_key, ShardError, BASELINES, BASELINES_AGE};
+use crate::engine::{
+    fleet::{Remote, Summary},
+    handover::HostBaselines,
+    Engine,
+};
 
 const BUCKET: &str = "faultline_summaries";
 /// A summary older than this (wall time of its put) is left out.
@@ -36,6 +44,11 @@ pub struct FleetLink {
     published: Instant,
     /// Windows the engine has taken.
     windows: u64,
+    /// The engine's baselines out, every `every` (zero: never).
+    baselines: watch::Sender<Option<Arc<Vec<HostBaselines>>>>,
+    every: Duration,
+    /// Windows taken at the latest snapshot.
+    snapped_at: u64,
 }
 
 impl FleetLink {
@@ -48,26 +61,50 @@ impl FleetLink {
         }
     }
 
-    /// Counts a window taken; publishes `summary()` when the engine's queue
-    /// is drained (`idle`) or a second has passed.
-    pub fn taken(&mut self, idle: bool, summary: impl FnOnce(&str, u64) -> Summary) {
+    /// Counts a window taken; publishes the engine's summary when its
+    /// queue is drained (`idle`) or a second has passed.
+    pub fn taken(&mut self, idle: bool, engine: &Engine) {
         self.windows += 1;
         if idle || self.published.elapsed() >= EVERY {
             self.out
-                .send_replace(Some(summary(&self.shard, self.windows)));
+                .send_replace(Some(engine.summary(&self.shard, self.windows)));
             self.published = Instant::now();
         }
     }
+
+    /// How often the engine task should call [`Self::snapshot`] (an hour
+    /// when baselines are off: the call then does nothing).
+    pub fn every(&self) -> Duration {
+        if self.every.is_zero() {
+            Duration::from_secs(3600)
+        } else {
+            self.every.max(Duration::from_millis(100))
+        }
+    }
+
+    /// Writes the engine's baselines when windows came since the last.
+    pub fn snapshot(&mut self, engine: &Engine) {
+        if self.every.is_zero() || self.snapped_at == self.windows {
+            return;
+        }
+        self.baselines
+            .send_replace(Some(Arc::new(engine.baselines())));
+        self.snapped_at = self.windows;
+    }
 }
 
-/// Starts the publisher and the watcher of `<stream>.<consumer>`'s peers.
+/// Starts the publisher and the watcher of `<stream>.<consumer>`'s peers,
+/// and the baselines' writer (every `baselines_every`; zero: off).
 pub async fn start(
     js: async_nats::jetstream::Context,
-    stream: &str,
-    consumer: &str,
+    (stream, consumer): (&str, &str),
     replicas: usize,
+    baselines_every: Duration,
 ) -> Result<FleetLink, ShardError> {
     let store = super::shard::bucket(&js, BUCKET, Duration::from_secs(3600), replicas).await?;
+    let kept = super::shard::bucket(&js, BASELINES, BASELINES_AGE, replicas).await?;
+    let (baselines, snaps) = watch::channel(None);
+    tokio::spawn(write_baselines(kept, consumer.to_string(), snaps));
     let me = format!("{stream}.{consumer}");
     let (out, mut out_rx) = watch::channel::<Option<Summary>>(None);
     let (remote_tx, remote) = watch::channel(None);
@@ -101,7 +138,32 @@ pub async fn start(
         out,
         published: Instant::now(),
         windows: 0,
+        baselines,
+        every: baselines_every,
+        snapped_at: 0,
     })
+}
+
+/// Writes each snapshot, one key per host (`<consumer>.<host>`); a put
+/// that fails is counted and the next snapshot writes it again.
+async fn write_baselines(
+    store: kv::Store,
+    consumer: String,
+    mut snaps: watch::Receiver<Option<Arc<Vec<HostBaselines>>>>,
+) {
+    while snaps.changed().await.is_ok() {
+        let Some(all) = snaps.borrow_and_update().clone() else {
+            continue;
+        };
+        for h in all.iter() {
+            let key = format!("{consumer}.{}", kv_key(&h.host));
+            let body = serde_json::to_vec(h).unwrap_or_default();
+            if let Err(e) = store.put(&key, body.into()).await {
+                metrics::counter!("faultline_nats_state_errors_total").increment(1);
+                tracing::warn!(key = %key, error = %e, "baselines not written to NATS");
+            }
+        }
+    }
 }
 
 /// Keeps `tx` the merge of the fresh peer summaries under `pattern`

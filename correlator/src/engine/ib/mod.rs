@@ -210,6 +210,30 @@ impl IbDetector {
         e
     }
 
+    /// The ports' learnt retry baselines, by host: (entity, baseline).
+    pub fn own_baselines(&self) -> Vec<(&str, &str, &OwnBaseline)> {
+        let mut v = Vec::new();
+        for (host, ports) in &self.by_host {
+            for p in ports {
+                if let Some(st) = self.ports.get(p).filter(|s| s.own_retry.learnt() > 0) {
+                    v.push((host.as_str(), p.as_str(), &st.own_retry));
+                }
+            }
+        }
+        v
+    }
+
+    /// Gives a port its retry baseline back (a port this engine tracks).
+    pub fn restore_baseline(&mut self, entity: &str, b: &OwnBaseline) -> bool {
+        match self.ports.get_mut(entity) {
+            Some(st) => {
+                st.own_retry = b.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Sets the other shards' merged summaries (`None`: not sharded).
     pub fn set_remote(&mut self, remote: Option<std::sync::Arc<super::fleet::Remote>>) {
         self.remote = remote;

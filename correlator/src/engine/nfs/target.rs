@@ -3,7 +3,9 @@
 //! names, kind and runbooks that differ between the two.
 use proto::v1::NfsOp;
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Target {
     Nfs {
         server: String,
