@@ -28,7 +28,20 @@ pub struct Hooks {
     /// The history writer: each window's samples and every update.
     pub history: Option<history::Recorder>,
     /// A shard's link to the others' summaries (sharded on NATS).
-    pub fleet: Option<crate::ingest::summaries::FleetLink>,
+    pub fleet: Option<Box<dyn ShardLink>>,
+}
+
+/// What a sharded engine exchanges with the other shards
+/// (`ingest::summaries::FleetLink`).
+pub trait ShardLink: Send {
+    /// The other shards' merge, when it changed since the last call.
+    fn remote_changed(&mut self) -> Option<Option<std::sync::Arc<crate::engine::fleet::Remote>>>;
+    /// A window was taken (`idle`: the queue is drained).
+    fn taken(&mut self, idle: bool, engine: &Engine);
+    /// How often [`Self::snapshot`] is due.
+    fn every(&self) -> std::time::Duration;
+    /// Writes the engine's baselines (when windows came since the last).
+    fn snapshot(&mut self, engine: &Engine);
 }
 
 /// Under a backlog, the `OpenIncidents` snapshot is at most this stale.

@@ -44,30 +44,6 @@ fn describe() {
         Unit::Seconds,
         "Wall clock minus the end of the collector's latest window, per host"
     );
-    describe_gauge!(
-        "faultline_nats_connected",
-        "1 while the NATS JetStream window consumer is connected (serve --nats), 0 after it was interrupted"
-    );
-    describe_counter!(
-        "faultline_nats_state_errors_total",
-        "Open-incident updates not mirrored to the shard's NATS key-value bucket"
-    );
-    describe_counter!(
-        "faultline_nats_state_lagged_total",
-        "Open-incident updates the NATS mirror missed (it fell behind the engine)"
-    );
-    describe_counter!(
-        "faultline_nats_incident_updates_lost_total",
-        "Incident updates not stored in the NATS incidents stream (the fleet view misses them)"
-    );
-    describe_counter!(
-        "faultline_fleet_joined_total",
-        "Shard incidents joined into another shard's incident of the same cluster, kind family and entity"
-    );
-    describe_counter!(
-        "faultline_fleet_unjoined_total",
-        "Shard incidents passed through unjoined at the fleet view's bound"
-    );
     describe_counter!(
         "faultline_ingest_non_finite_total",
         "NaN or infinite values removed from received windows (docs/security.md)"
@@ -148,6 +124,48 @@ fn describe() {
     describe_counter!(
         "faultline_alerts_dropped_total",
         "Incident updates the Alertmanager pusher dropped (it fell behind)"
+    );
+    describe_nats();
+}
+
+/// The sharded correlator's and the fleet view's series (docs/scale-out.md).
+fn describe_nats() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_gauge!(
+        "faultline_nats_connected",
+        "1 while the NATS JetStream window consumer is connected (serve --nats), 0 after it was interrupted"
+    );
+    describe_counter!(
+        "faultline_nats_state_errors_total",
+        "Open-incident updates not mirrored to the shard's NATS key-value bucket"
+    );
+    describe_counter!(
+        "faultline_nats_state_lagged_total",
+        "Open-incident updates the NATS mirror missed (it fell behind the engine)"
+    );
+    describe_counter!(
+        "faultline_nats_incident_updates_lost_total",
+        "Incident updates not stored in the NATS incidents stream (the fleet view misses them)"
+    );
+    describe_counter!(
+        "faultline_engine_baselines_restored_total",
+        "Baselines a process taking a shard over gave back to its hosts' entities"
+    );
+    describe_gauge!(
+        "faultline_nats_summary_peers",
+        "Other shards whose fresh summaries this shard merges"
+    );
+    describe_counter!(
+        "faultline_nats_summary_errors_total",
+        "This shard's summaries not put to NATS"
+    );
+    describe_counter!(
+        "faultline_fleet_joined_total",
+        "Shard incidents joined into another shard's incident of the same cluster, kind family and entity"
+    );
+    describe_counter!(
+        "faultline_fleet_unjoined_total",
+        "Shard incidents passed through unjoined at the fleet view's bound"
     );
 }
 

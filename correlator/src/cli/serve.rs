@@ -198,12 +198,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     }
     let nats = a.nats.ingest()?;
     let mut engine = Engine::new(&cfg, topology(a.topology.as_deref())?);
-    if let Some(c) = a.cluster.as_ref().or(file.cluster.as_ref()) {
-        if !vocab::nats::valid_cluster(c) {
-            anyhow::bail!("--cluster {c:?}: 1 to 64 letters, digits, '-' or '_'");
-        }
-        engine.set_cluster(c);
-    }
+    engine.set_cluster(&cluster(a.cluster.as_ref().or(file.cluster.as_ref()))?);
     if cfg.limits.max_future_s > 0.0 {
         // Windows on real clocks: liveness is judged on arrival time
         // too, so one host's clock cannot move everyone's deadlines.
@@ -220,19 +215,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     // With NATS: one active process per shard; a standby waits here for
     // the lease, then takes over the shard's open incidents.
     let shard = take_shard(nats.as_ref(), a.nats.nats_lease_s, &mut engine).await?;
-    // Sharded: the other shards' summaries in, this one's out.
-    let fleet = match (&nats, &shard) {
-        (Some(n), Some(s)) => Some(
-            ingest::summaries::start(
-                s.context().clone(),
-                (&n.stream, &n.consumer),
-                n.replicas,
-                std::time::Duration::from_secs_f64(a.nats.nats_baselines_s),
-            )
-            .await?,
-        ),
-        _ => None,
-    };
+    let fleet = shard_link(nats.as_ref(), shard.as_ref(), a.nats.nats_baselines_s).await?;
     let state = match &a.record {
         Some(p) => ingest::IngestState::with_log(p, cfg.limits.clone())?,
         None => ingest::IngestState::new(cfg.limits.clone()),
@@ -324,6 +307,26 @@ async fn take_shard(
     Ok(Some(s))
 }
 
+/// Sharded: the link through which the engine takes the other shards'
+/// summaries and gives its own, and its baselines for a standby.
+async fn shard_link(
+    nats: Option<&ingest::nats::NatsIngest>,
+    shard: Option<&ingest::shard::ShardState>,
+    baselines_s: f64,
+) -> Result<Option<Box<dyn correlator::subscribe::ShardLink>>> {
+    let (Some(n), Some(s)) = (nats, shard) else {
+        return Ok(None);
+    };
+    let link = ingest::summaries::start(
+        s.context().clone(),
+        (&n.stream, &n.consumer),
+        n.replicas,
+        std::time::Duration::from_secs_f64(baselines_s),
+    )
+    .await?;
+    Ok(Some(Box::new(link)))
+}
+
 /// With NATS: mirrors the open incidents for a standby, publishes the
 /// updates for the fleet view and consumes the shard's windows.
 async fn start_nats(
@@ -346,6 +349,17 @@ async fn start_nats(
     tracing::info!(url = %n.url, shards = ?n.filters(), "NATS ingest on");
     ingest::nats::spawn(n, state.clone(), wtx.clone());
     Ok(())
+}
+
+/// The cluster label (`--cluster` or the file's), checked; empty when unset.
+fn cluster(name: Option<&String>) -> Result<String> {
+    match name {
+        Some(c) if !vocab::nats::valid_cluster(c) => {
+            anyhow::bail!("--cluster {c:?}: 1 to 64 letters, digits, '-' or '_'")
+        }
+        Some(c) => Ok(c.clone()),
+        None => Ok(String::new()),
+    }
 }
 
 /// The fabric topology of `--topology`, none without it.

@@ -335,6 +335,20 @@ impl Engine {
         n
     }
 
+    /// Labels the incidents `w` opens: its collector's cluster, else the
+    /// correlator's (a mismatch counted).
+    fn label(&mut self, w: &Window) {
+        let label = w.origin.as_ref().map_or("", |o| o.cluster.as_str());
+        if !label.is_empty() && !self.cluster.is_empty() && label != self.cluster {
+            metrics::counter!("faultline_engine_cluster_mismatch_total").increment(1);
+        }
+        self.incidents.set_cluster(if label.is_empty() {
+            &self.cluster
+        } else {
+            label
+        });
+    }
+
     /// Processes one accepted window; returns the candidate updates it causes.
     pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let w = self.clip(w);
@@ -357,15 +371,7 @@ impl Engine {
             .origin
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
-        let label = w.origin.as_ref().map_or("", |o| o.cluster.as_str());
-        if !label.is_empty() && !self.cluster.is_empty() && label != self.cluster {
-            metrics::counter!("faultline_engine_cluster_mismatch_total").increment(1);
-        }
-        self.incidents.set_cluster(if label.is_empty() {
-            &self.cluster
-        } else {
-            label
-        });
+        self.label(w);
         // NCCL first: it sees the window's own OTLP steps, and jobs without
         // any get a step time inferred from their collectives' cadence.
         let (nccl_findings, nccl_evaluated) = self.nccl.observe(&host, w);

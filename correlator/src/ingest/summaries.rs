@@ -51,9 +51,9 @@ pub struct FleetLink {
     snapped_at: u64,
 }
 
-impl FleetLink {
+impl crate::subscribe::ShardLink for FleetLink {
     /// The peers' merge when it changed since the last call.
-    pub fn remote_changed(&mut self) -> Option<Option<Arc<Remote>>> {
+    fn remote_changed(&mut self) -> Option<Option<Arc<Remote>>> {
         if self.remote.has_changed().unwrap_or(false) {
             Some(self.remote.borrow_and_update().clone())
         } else {
@@ -63,7 +63,7 @@ impl FleetLink {
 
     /// Counts a window taken; publishes the engine's summary when its
     /// queue is drained (`idle`) or a second has passed.
-    pub fn taken(&mut self, idle: bool, engine: &Engine) {
+    fn taken(&mut self, idle: bool, engine: &Engine) {
         self.windows += 1;
         if idle || self.published.elapsed() >= EVERY {
             self.out
@@ -72,9 +72,9 @@ impl FleetLink {
         }
     }
 
-    /// How often the engine task should call [`Self::snapshot`] (an hour
+    /// How often the engine task should call `snapshot` (an hour
     /// when baselines are off: the call then does nothing).
-    pub fn every(&self) -> Duration {
+    fn every(&self) -> Duration {
         if self.every.is_zero() {
             Duration::from_secs(3600)
         } else {
@@ -83,7 +83,7 @@ impl FleetLink {
     }
 
     /// Writes the engine's baselines when windows came since the last.
-    pub fn snapshot(&mut self, engine: &Engine) {
+    fn snapshot(&mut self, engine: &Engine) {
         if self.every.is_zero() || self.snapped_at == self.windows {
             return;
         }
