@@ -224,6 +224,23 @@ impl IngestState {
     /// `rate` windows per second (one second of burst; 0 = unlimited). Every
     /// refusal is counted by reason and never changes the origin's state.
     pub fn admit(&self, w: &Window, rate: u32) -> Result<bool, Status> {
+        self.admit_with(w, rate, true)
+    }
+
+    /// As [`accept`](Self::accept), for a window from a JetStream durable
+    /// consumer: the stream is the sequence's authority, so an origin's
+    /// first window here continues where the consumer's previous holder
+    /// (this process before a restart, or a shard's dead active process)
+    /// stopped, and the numbers before it are not counted missing. Windows a
+    /// collector lost are still counted: in the gaps after its first
+    /// window here, and by the collector itself (`dropped_before`).
+    pub fn admit_stream(&self, w: &Window) -> Result<bool, Status> {
+        self.admit_with(w, 0, false)
+    }
+
+    /// `first_counts`: an origin's first window counts the numbers before
+    /// it as missing.
+    fn admit_with(&self, w: &Window, rate: u32, first_counts: bool) -> Result<bool, Status> {
         let o = w
             .origin
             .as_ref()
@@ -240,7 +257,7 @@ impl IngestState {
         let mut g = self.lock();
         g.sweep(now);
         g.check_clock(w, o)?;
-        g.admit(w, o, rate, now)
+        g.admit(w, o, (rate, first_counts), now)
     }
 }
 
@@ -302,12 +319,13 @@ impl Inner {
     }
 
     /// Admits a window whose origin and clock passed: the host cap, the
-    /// origin's sequence, the host's rate, the ingest log.
+    /// origin's sequence, the host's rate, the ingest log. `first_counts`:
+    /// an origin's first window counts the numbers before it as missing.
     fn admit(
         &mut self,
         w: &Window,
         o: &Origin,
-        rate: u32,
+        (rate, first_counts): (u32, bool),
         now: std::time::Instant,
     ) -> Result<bool, Status> {
         if !self.hosts.contains_key(&o.hostname) && self.hosts.len() >= self.limits.max_hosts {
@@ -351,7 +369,11 @@ impl Inner {
             return Ok(false);
         }
         self.append(w)?;
-        self.count_missing(w, o, verdict, last.unwrap_or(0));
+        match last {
+            Some(l) => self.count_missing(w, o, verdict, l),
+            None if first_counts => self.count_missing(w, o, verdict, 0),
+            None => {}
+        }
         self.set_seq(&o.hostname, okey, now, |s| match s {
             Some(s) => s.accept(w.seq, verdict, now, budget),
             None => *s = Some(Seq::new(w.seq, now, budget)),

@@ -72,3 +72,26 @@ async fn rate_limit_and_bad_input_only_affect_their_own_stream() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(err.message(), "window without origin");
 }
+
+/// From a JetStream durable consumer, an origin's first window continues
+/// the stream (its earlier windows went to the consumer's previous
+/// holder); later gaps still count. Through gRPC a first window counts
+/// the numbers before it.
+#[test]
+fn a_streams_first_window_continues_and_later_gaps_count() {
+    // Windows without times: no clock checks.
+    let limits = correlator::limits::LimitsConfig {
+        max_future_s: 0.0,
+        max_past_s: 0.0,
+        ..Default::default()
+    };
+    let grpc = IngestState::new(limits.clone());
+    assert_eq!(grpc.accept(&window("h", 7)).ok(), Some(true));
+    assert_eq!(grpc.counters().2, 6);
+    let stream = IngestState::new(limits);
+    assert_eq!(stream.admit_stream(&window("h", 7)).ok(), Some(true));
+    assert_eq!(stream.counters().2, 0);
+    assert_eq!(stream.admit_stream(&window("h", 7)).ok(), Some(false));
+    assert_eq!(stream.admit_stream(&window("h", 10)).ok(), Some(true));
+    assert_eq!(stream.counters(), (2, 1, 2));
+}

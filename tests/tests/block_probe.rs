@@ -337,9 +337,9 @@ fn btf_reads(lo: &tests::LoopDevice, n: u64) -> (tests::DiskStat, BlockStats, u6
     let misses = missed(&probes) - m_before;
     let d = |i: u32| s_after[i as usize] - s_before[i as usize];
     eprintln!(
-        "kernel {k:?}; faultline {} reads, {} timed ({} ns), {untimed} untimed, {misses} completions the kernel skipped (recursion); all devices: {} issued, {} completed, {} unmatched, {} start-map full, {} aggregate-map full",
+        "kernel {k:?}; faultline {} reads, {} timed ({} ns), {untimed} untimed, {misses} completions the kernel skipped (recursion); all devices: {} issued, {} completed, {} partial, {} unmatched, {} start-map full, {} aggregate-map full",
         ours.requests, ours.timed, ours.latency_sum_ns,
-        d(stat::BLOCK_ISSUED), d(stat::BLOCK_COMPLETED), d(stat::BLOCK_UNMATCHED),
+        d(stat::BLOCK_ISSUED), d(stat::BLOCK_COMPLETED), d(stat::BLOCK_PARTIAL), d(stat::BLOCK_UNMATCHED),
         d(stat::BLOCK_START_MAP_FULL), d(stat::BLOCK_AGG_MAP_FULL)
     );
     (k, ours, untimed, misses)

@@ -486,6 +486,13 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0);
     assert_eq!(restored, hosts.len() as f64, "baselines restored");
+    // Its first window of each host continues the stream: none counted
+    // missing (windows 1..=6 were the dead process's).
+    let missing = text
+        .lines()
+        .find_map(|l| l.strip_prefix("faultline_correlator_missing_windows_total "))
+        .map(str::trim);
+    assert_eq!(missing, Some("0"), "windows counted missing");
     // No window lost: the two logs together hold every host's 1..=12.
     let mut all: Vec<(String, u64)> = recorded_windows(&rec_a);
     all.extend(recorded_windows(&rec_b));

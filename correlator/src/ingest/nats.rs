@@ -172,7 +172,7 @@ async fn session(
         let kind = match Window::decode(m.payload.clone()) {
             Ok(mut w) => {
                 crate::finite::drop_non_finite(&mut w);
-                match state.admit(&w, 0) {
+                match state.admit_stream(&w) {
                     Ok(true) => {
                         engine.send(w).await.map_err(|_| SessionError::Engine)?;
                         AckKind::Ack
