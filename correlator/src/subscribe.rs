@@ -38,10 +38,11 @@ pub trait ShardLink: Send {
     fn remote_changed(&mut self) -> Option<Option<std::sync::Arc<crate::engine::fleet::Remote>>>;
     /// A window was taken (`idle`: the queue is drained).
     fn taken(&mut self, idle: bool, engine: &Engine);
-    /// How often [`Self::snapshot`] is due.
-    fn every(&self) -> std::time::Duration;
-    /// Writes the engine's baselines (when windows came since the last).
-    fn snapshot(&mut self, engine: &Engine);
+    /// How often [`Self::tick`] is due.
+    fn tick_every(&self) -> std::time::Duration;
+    /// Whatever is due without a window: a summary of the windows taken
+    /// since the last, the baselines.
+    fn tick(&mut self, engine: &Engine);
 }
 
 /// Under a backlog, the `OpenIncidents` snapshot is at most this stale.
@@ -76,12 +77,12 @@ pub fn spawn_engine_with(
         let mut sampler = history::samples::Sampler::default();
         let mut dirty = false;
         let mut snapped = std::time::Instant::now();
-        // The shard's baselines are written on a timer, windows or not.
+        // A shard's summaries and baselines are also due on a timer.
         let mut tick = tokio::time::interval(
             hooks
                 .fleet
                 .as_ref()
-                .map_or(std::time::Duration::from_secs(3600), |f| f.every()),
+                .map_or(std::time::Duration::from_secs(3600), |f| f.tick_every()),
         );
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -92,7 +93,7 @@ pub fn spawn_engine_with(
                 },
                 _ = tick.tick() => {
                     if let Some(f) = hooks.fleet.as_mut() {
-                        f.snapshot(&engine);
+                        f.tick(&engine);
                     }
                     continue;
                 }

@@ -57,6 +57,7 @@ fn fixture() -> &'static Fixture {
                     evidence: vec!["symbol_error +120/s".into()],
                     affected_jobs: vec!["4242".into()],
                     runbook: "check the cable".into(),
+                    cluster: if i % 2 == 0 { "east" } else { "" }.into(),
                 });
             }
         }

@@ -5,7 +5,9 @@
 //! (one cluster's fleet) merged are its engine's [`Remote`].
 //!
 //! A shard publishes when its engine has drained its queue (once a slot of
-//! live windows) and at least every second under a backlog; a summary put
+//! live windows) and at least every second under a backlog, never more
+//! often than every [`MIN_GAP`] (a summary walks every entity: windows
+//! trickling in one by one must not cost a walk each); a summary put
 //! more than [`STALE`] ago (a shard stopped and not taken over) is left out
 //! of the merge. So a shard judges window `t` against its peers as of
 //! their latest published state, about one window behind.
@@ -35,6 +37,9 @@ const BUCKET: &str = "faultline_summaries";
 pub const STALE: Duration = Duration::from_secs(30);
 /// Under a backlog, a summary at least this often.
 const EVERY: Duration = Duration::from_secs(1);
+/// Summaries at most this often; windows taken since the last are
+/// summarized at the next tick of the engine task.
+pub const MIN_GAP: Duration = Duration::from_millis(100);
 
 /// The engine task's end: the merged peers in, its own summary out.
 pub struct FleetLink {
@@ -42,13 +47,15 @@ pub struct FleetLink {
     remote: watch::Receiver<Option<Arc<Remote>>>,
     out: watch::Sender<Option<Summary>>,
     published: Instant,
-    /// Windows the engine has taken.
+    /// Windows the engine has taken, and at the latest summary.
     windows: u64,
+    summarized: u64,
     /// The engine's baselines out, every `every` (zero: never).
     baselines: watch::Sender<Option<Arc<Vec<HostBaselines>>>>,
     every: Duration,
-    /// Windows taken at the latest snapshot.
+    /// Windows taken at the latest snapshot, and when.
     snapped_at: u64,
+    snapped: Instant,
 }
 
 impl crate::subscribe::ShardLink for FleetLink {
@@ -62,34 +69,44 @@ impl crate::subscribe::ShardLink for FleetLink {
     }
 
     /// Counts a window taken; publishes the engine's summary when its
-    /// queue is drained (`idle`) or a second has passed.
+    /// queue is drained (`idle`) or a second has passed, at most every
+    /// [`MIN_GAP`].
     fn taken(&mut self, idle: bool, engine: &Engine) {
         self.windows += 1;
-        if idle || self.published.elapsed() >= EVERY {
-            self.out
-                .send_replace(Some(engine.summary(&self.shard, self.windows)));
-            self.published = Instant::now();
+        let since = self.published.elapsed();
+        if (idle && since >= MIN_GAP) || since >= EVERY {
+            self.summarize(engine);
         }
     }
 
-    /// How often the engine task should call `snapshot` (an hour
-    /// when baselines are off: the call then does nothing).
-    fn every(&self) -> Duration {
-        if self.every.is_zero() {
-            Duration::from_secs(3600)
-        } else {
-            self.every.max(Duration::from_millis(100))
-        }
+    fn tick_every(&self) -> Duration {
+        MIN_GAP
     }
 
-    /// Writes the engine's baselines when windows came since the last.
-    fn snapshot(&mut self, engine: &Engine) {
-        if self.every.is_zero() || self.snapped_at == self.windows {
-            return;
+    /// The windows taken since the last summary, summarized; the
+    /// baselines, when due.
+    fn tick(&mut self, engine: &Engine) {
+        if self.summarized != self.windows && self.published.elapsed() >= MIN_GAP {
+            self.summarize(engine);
         }
-        self.baselines
-            .send_replace(Some(Arc::new(engine.baselines())));
-        self.snapped_at = self.windows;
+        if !self.every.is_zero()
+            && self.snapped_at != self.windows
+            && self.snapped.elapsed() >= self.every
+        {
+            self.baselines
+                .send_replace(Some(Arc::new(engine.baselines())));
+            self.snapped_at = self.windows;
+            self.snapped = Instant::now();
+        }
+    }
+}
+
+impl FleetLink {
+    fn summarize(&mut self, engine: &Engine) {
+        self.out
+            .send_replace(Some(engine.summary(&self.shard, self.windows)));
+        self.published = Instant::now();
+        self.summarized = self.windows;
     }
 }
 
@@ -138,9 +155,11 @@ pub async fn start(
         out,
         published: Instant::now(),
         windows: 0,
+        summarized: 0,
         baselines,
         every: baselines_every,
         snapped_at: 0,
+        snapped: Instant::now(),
     })
 }
 
