@@ -35,6 +35,19 @@ use tests::{
     KillOnDrop,
 };
 
+/// Removes a passing test's directory (its JetStream store runs to
+/// hundreds of MB) once everything declared after it has stopped; a
+/// failing test's stays for a look.
+struct Cleanup(std::path::PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// One test at a time: the 3-shard run keeps both cores busy for most of a
 /// minute, and the others measure a takeover in wall time.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -150,6 +163,7 @@ fn n(f: &std::sync::atomic::AtomicU64) -> u64 {
 fn a_nats_server_killed_and_restarted_mid_run_loses_no_window() {
     let _serial = one_at_a_time();
     let dir = tmp("nats-restart");
+    let _clean = Cleanup(dir.clone());
     let nport = free_port();
     let Some(server) = nats_server(nport, &dir.join("js")) else {
         return;
@@ -225,6 +239,7 @@ fn a_nats_server_killed_and_restarted_mid_run_loses_no_window() {
 fn two_correlators_on_two_shards_get_their_own_hosts_windows() {
     let _serial = one_at_a_time();
     let dir = tmp("nats-shards");
+    let _clean = Cleanup(dir.clone());
     let nport = free_port();
     let Some(_server) = nats_server(nport, &dir.join("js")) else {
         return;
@@ -350,6 +365,7 @@ fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
     let _serial = one_at_a_time();
     let dir = tmp("nats-standby");
+    let _clean = Cleanup(dir.clone());
     let nport = free_port();
     let Some(_server) = nats_server(nport, &dir.join("js")) else {
         return;
@@ -587,6 +603,7 @@ fn three_shards_by_leaf_give_one_correlators_incidents() {
     let _serial = one_at_a_time();
     use sim::cluster::{topology, Cluster};
     let dir = tmp("nats-equivalence");
+    let _clean = Cleanup(dir.clone());
     let nport = free_port();
     let Some(_server) = nats_server(nport, &dir.join("js")) else {
         return;
@@ -887,6 +904,7 @@ fn publish(nport: u16, dir: &Path, runs: Vec<(&str, &str, &str, Vec<Window>)>) {
 fn the_fleet_view_lists_every_shards_and_clusters_incidents_once() {
     let _serial = one_at_a_time();
     let dir = tmp("nats-fleet");
+    let _clean = Cleanup(dir.clone());
     let nport = free_port();
     let Some(_server) = nats_server(nport, &dir.join("js")) else {
         return;
