@@ -748,6 +748,14 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
         "faultline_connections_refused_total",
         &[("listener", "grpc"), ("reason", "per_peer")],
     );
+    // Connections the listener displaced at its cap, idle for a second
+    // (accepted, their streams not yet sent: the flood takes 2 s to open
+    // on a loaded machine); their streams fail, by design.
+    let evicted = tests::metrics::counter(
+        &maddr,
+        "faultline_connections_closed_total",
+        &[("listener", "grpc"), ("reason", "evicted")],
+    );
     // Give the correlator a moment to free the connections, then measure.
     let settle = Instant::now();
     let mut rss_after = vm_rss_kib(pid);
@@ -772,7 +780,7 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
         .collect();
     let refused: u64 = flood.refused.values().sum();
     println!(
-        "20k streams: {flood:?}; per_peer refusals {per_peer}; RSS KiB before {rss_before} \
+        "20k streams: {flood:?}; per_peer refusals {per_peer}, {evicted} evicted; RSS KiB before {rss_before} \
          peak {rss_peak} after {rss_after}; opened in {opened:?}; probe resume {resumed:?} \
          stream {streamed:?}, after {after_probe:?}; case {:?}",
         t_case.elapsed()
@@ -797,12 +805,17 @@ fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
     assert_eq!(flood.served + refused, STREAMS);
     assert!(per_peer >= conns - 256, "refusals counted: {per_peer}");
     // The connections within the per-peer limit (256) were served, never
-    // more. Under a loaded machine a few streams of a served connection can
-    // fail on the client's side (seen once: 13 of 16,128, as `Cancelled`);
-    // fewer than one connection's worth is that, not the limit refusing
-    // honest connections.
+    // more, but those the listener evicted as idle at its cap (ci17/18 and
+    // here: up to 2.5 connections' worth short, with 39 evictions in one
+    // run). Under a loaded machine a few streams of a served connection can
+    // also fail on the client's side (seen once: 13 of 16,128, as
+    // `Cancelled`); fewer than one connection's worth is that, not the
+    // limit refusing honest connections.
     assert!(flood.served <= 256 * PER_CONN, "{flood:?}");
-    assert!(flood.served > 255 * PER_CONN, "{flood:?}");
+    assert!(
+        flood.served + evicted * PER_CONN > 255 * PER_CONN,
+        "{flood:?}, {evicted} connections evicted"
+    );
     assert!(resumed < Duration::from_secs(5) && streamed < Duration::from_secs(5));
     assert!(
         rss_after <= rss_before + 64 * 1024,
