@@ -328,9 +328,13 @@ fn port_window(host: &str, seq: u64, down_from: Option<u64>) -> Window {
     w
 }
 
-/// The open incidents a correlator's web API lists: (id, kind, entity);
-/// `None` while its web listener is not up (a standby).
-fn open_incidents(web: &str) -> Option<Vec<(String, String, String)>> {
+/// An open incident as a web API lists it: (id, cluster, kind, entity,
+/// evidence).
+type Listed = (String, String, String, String, Vec<String>);
+
+/// The open incidents a correlator's or the fleet view's web API lists, in
+/// its order; `None` while its web listener is not up (a standby).
+fn listed(web: &str) -> Option<Vec<Listed>> {
     let out = Command::new("curl")
         .args(["-sf", "--max-time", "2", &format!("http://{web}/api/open")])
         .output()
@@ -344,7 +348,27 @@ fn open_incidents(web: &str) -> Option<Vec<(String, String, String)>> {
         v["incidents"]
             .as_array()?
             .iter()
-            .map(|i| (s(i, "incident_id"), s(i, "kind"), s(i, "entity")))
+            .map(|i| {
+                let ev = i["evidence"].as_array().into_iter().flatten();
+                let ev = ev.filter_map(|e| e.as_str().map(String::from)).collect();
+                let (id, c, k, e) = (
+                    s(i, "incident_id"),
+                    s(i, "cluster"),
+                    s(i, "kind"),
+                    s(i, "entity"),
+                );
+                (id, c, k, e, ev)
+            })
+            .collect(),
+    )
+}
+
+/// The open incidents a correlator's web API lists: (id, kind, entity).
+fn open_incidents(web: &str) -> Option<Vec<(String, String, String)>> {
+    Some(
+        listed(web)?
+            .into_iter()
+            .map(|(id, _, kind, entity, _)| (id, kind, entity))
             .collect(),
     )
 }
@@ -833,31 +857,9 @@ fn three_shards_by_leaf_give_one_correlators_incidents() {
     );
 }
 
-/// The fleet view's open incidents: (id, cluster, kind, entity, evidence).
-type Listed = (String, String, String, String, Vec<String>);
-
+/// The fleet view's open incidents, by cluster and entity.
 fn fleet_open(web: &str) -> Option<Vec<Listed>> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "2", &format!("http://{web}/api/open")])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let s = |x: &serde_json::Value, k: &str| x[k].as_str().unwrap_or("").to_string();
-    let mut l: Vec<Listed> = v["incidents"]
-        .as_array()?
-        .iter()
-        .map(|i| {
-            let ev = i["evidence"].as_array().into_iter().flatten();
-            let ev = ev.filter_map(|e| e.as_str().map(String::from)).collect();
-            let (id, c, k, e) = (
-                s(i, "incident_id"),
-                s(i, "cluster"),
-                s(i, "kind"),
-                s(i, "entity"),
-            );
-            (id, c, k, e, ev)
-        })
-        .collect();
+    let mut l = listed(web)?;
     l.sort_by(|a, b| (&a.1, &a.3).cmp(&(&b.1, &b.3)));
     Some(l)
 }

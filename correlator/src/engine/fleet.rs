@@ -80,6 +80,14 @@ impl LogHist {
         }
     }
 
+    /// These counts and `local`'s values: a shard's own exact values merged
+    /// with the other shards' histogram, for a fleet-wide median.
+    pub fn with(&self, local: &[f64]) -> LogHist {
+        let mut h = self.clone();
+        local.iter().for_each(|v| h.add(*v));
+        h
+    }
+
     pub fn count(&self) -> u64 {
         self.bins.values().sum()
     }

@@ -433,25 +433,21 @@ fn peers_of(v: &Fresh, remote: Option<&super::fleet::StorageSummary>) -> Peers {
             n_shift: v.r50.len(),
         };
     };
-    let with = |h: &super::fleet::LogHist, local: &[f64]| {
-        let mut h = h.clone();
-        local.iter().for_each(|x| h.add(*x));
-        h
-    };
     let mut by_class = ClassPeers::new();
     let classes: std::collections::BTreeSet<&String> =
         v.by_class.keys().chain(r.by_class.keys()).collect();
     for c in classes {
         let none = (Vec::new(), Vec::new());
         let (a, b) = v.by_class.get(c).unwrap_or(&none);
-        let h = r.by_class.get(c).cloned().unwrap_or_default();
-        let (h50, h99) = (with(&h.p50, a), with(&h.p99, b));
+        let empty = super::fleet::ClassHist::default();
+        let h = r.by_class.get(c).unwrap_or(&empty);
+        let (h50, h99) = (h.p50.with(a), h.p99.with(b));
         by_class.insert(
             c.clone(),
             (h50.median(), h99.median(), h50.count() as usize),
         );
     }
-    let (s50, s99) = (with(&r.shift50, &v.r50), with(&r.shift99, &v.r99));
+    let (s50, s99) = (r.shift50.with(&v.r50), r.shift99.with(&v.r99));
     Peers {
         by_class,
         shift50: s50.median(),

@@ -97,8 +97,7 @@ impl StragglerDetector {
         match self.remote.as_deref().and_then(|r| r.jobs.get(job)) {
             None => (median(&times), times.len()),
             Some(h) => {
-                let mut h = h.clone();
-                times.iter().for_each(|t| h.add(*t));
+                let h = h.with(&times);
                 (h.median(), h.count() as usize)
             }
         }

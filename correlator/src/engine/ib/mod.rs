@@ -275,9 +275,7 @@ impl IbDetector {
                     retries.len(),
                 );
             };
-            let (mut hb, mut hr) = (r.ib.ber.clone(), r.ib.retry.clone());
-            bers.iter().for_each(|v| hb.add(*v));
-            retries.iter().for_each(|v| hr.add(*v));
+            let (hb, hr) = (r.ib.ber.with(&bers), r.ib.retry.with(&retries));
             (
                 end_ms,
                 hb.median(),
