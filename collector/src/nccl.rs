@@ -309,6 +309,7 @@ pub fn window_rows(
             ended: r.ended,
             lag_seq: lag.get(k).map_or(0, |l| l.0),
             lag_s: lag.get(k).map_or(0.0, |l| l.1),
+            ..Default::default()
         });
     }
     out
