@@ -58,6 +58,16 @@ pub struct NcclConfig {
     /// ... when the lag is also at least this many seconds (above the
     /// scheduling and data-loader jitter between ranks of one host).
     pub straggler_lag_min_s: f64,
+    /// Every rank silent at one sequence is a hang when at least this
+    /// share of the waiting ranks shows it from below (a CUDA call not
+    /// returning, a GPU spinning) ...
+    pub stuck_share: f64,
+    /// ... a GPU spinning: NVML utilisation at least this (%; NCCL's
+    /// kernels poll at ~100 % while they wait for peers) ...
+    pub spin_util_pct: u32,
+    /// ... and a port's traffic collapsed below this share of its level
+    /// before is quoted with it.
+    pub traffic_collapse_fraction: f64,
 }
 
 impl Default for NcclConfig {
@@ -72,6 +82,9 @@ impl Default for NcclConfig {
             max_ranks_total: 262_144,
             straggler_lag_fraction: 0.3,
             straggler_lag_min_s: 0.01,
+            stuck_share: 0.5,
+            spin_util_pct: 90,
+            traffic_collapse_fraction: 0.1,
         }
     }
 }
@@ -469,7 +482,20 @@ impl WorkloadConfig {
 impl NcclConfig {
     fn validate(&self) -> Result<(), InvalidSetting> {
         pos("nccl.straggler_lag_fraction", self.straggler_lag_fraction)?;
-        pos("nccl.straggler_lag_min_s", self.straggler_lag_min_s)
+        pos("nccl.straggler_lag_min_s", self.straggler_lag_min_s)?;
+        prob("nccl.stuck_share", self.stuck_share)?;
+        prob(
+            "nccl.traffic_collapse_fraction",
+            self.traffic_collapse_fraction,
+        )?;
+        if self.spin_util_pct > 100 {
+            return Err(InvalidSetting::new(
+                "nccl.spin_util_pct",
+                f64::from(self.spin_util_pct),
+                "must be a percentage, 0 to 100",
+            ));
+        }
+        Ok(())
     }
 }
 

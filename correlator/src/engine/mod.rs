@@ -374,7 +374,9 @@ impl Engine {
         self.label(w);
         // NCCL first: it sees the window's own OTLP steps, and jobs without
         // any get a step time inferred from their collectives' cadence.
-        let (nccl_findings, nccl_evaluated) = self.nccl.observe(&host, w);
+        let inc = &self.incidents;
+        let open = |k: &'static str, e: &str| inc.is_open(k, e);
+        let (nccl_findings, nccl_evaluated) = self.nccl.observe_with(&host, w, &open);
         let inferred = self.nccl.inferred_steps(w);
         let with_inferred;
         let w = if inferred.is_empty() {

@@ -33,6 +33,10 @@ use proto::v1::{NcclPerf, NcclRank, StepTime, Window};
 
 use super::{config::NcclConfig, incidents::Finding, median};
 
+mod below;
+mod split;
+mod stuck;
+
 /// One rank as last reported.
 #[derive(Clone, Debug)]
 struct Rank {
@@ -50,6 +54,15 @@ struct Rank {
     /// Latest nonzero interval between collectives, s.
     interval_s: f64,
     ended: bool,
+    /// The process exited (its last row came).
+    exited: bool,
+    /// The CUDA driver call its process is inside now and for how long (s).
+    blocked_call: String,
+    blocked_s: f64,
+    /// Window end (its host's clock) of its latest row.
+    row_ms: i64,
+    /// `ncclCommSplit`: parent id, colour, key, rank in the parent (-1).
+    split: Option<split::Member>,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +73,8 @@ struct Comm {
     hang: Option<String>,
     /// Latest window end of any host that reported it (eviction).
     seen_ms: i64,
+    /// The latest collective's op any rank reported.
+    op: String,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +91,8 @@ pub struct NcclDetector {
     /// The NCCL Inspector's latest collective rows per (host, GPU): the
     /// busiest few (most points) of the host's latest window that had any.
     perf: HashMap<(String, i32), Vec<NcclPerf>>,
+    /// Each host's latest window below NCCL (GPUs, ports, launches, writes).
+    below: HashMap<String, below::Below>,
     /// Ranks tracked over all communicators (`max_ranks_total`).
     ranks: usize,
     pub dropped: u64,
@@ -134,6 +151,11 @@ impl NcclDetector {
             self.ranks += 1;
         }
         let prev_interval = c.ranks.get(&key).map_or(0.0, |x| x.interval_s);
+        if let Some(o) = r.ops.iter().filter(|o| o.calls > 0).max_by_key(|o| o.calls) {
+            if c.op != o.op {
+                c.op = o.op.chars().take(32).collect();
+            }
+        }
         c.ranks.insert(
             key,
             Rank {
@@ -153,6 +175,11 @@ impl NcclDetector {
                     prev_interval
                 },
                 ended: r.ended,
+                exited: r.exited,
+                blocked_call: r.blocked_call.chars().take(48).collect(),
+                blocked_s: r.blocked_s,
+                row_ms: end_ms,
+                split: split::Member::of(r),
             },
         );
     }
@@ -161,6 +188,17 @@ impl NcclDetector {
     /// communicators this host has ranks in. Returns the findings and the
     /// entities evaluated (open hangs of communicators that move again).
     pub fn observe(&mut self, host: &str, w: &Window) -> (Vec<Finding>, Vec<String>) {
+        self.observe_with(host, w, &|_, _| false)
+    }
+
+    /// [`Self::observe`], with `open(kind, entity)` saying whether an
+    /// incident is open (a hang's culprit: a link or XID incident).
+    pub fn observe_with(
+        &mut self,
+        host: &str,
+        w: &Window,
+        open: &dyn Fn(&'static str, &str) -> bool,
+    ) -> (Vec<Finding>, Vec<String>) {
         if !w.steps.is_empty() {
             for s in &w.steps {
                 if self.otlp_jobs.len() < self.cfg.max_communicators {
@@ -170,11 +208,18 @@ impl NcclDetector {
         }
         self.host_now.insert(host.to_string(), w.end_unix_ms);
         self.take_perf(host, &w.nccl_perf);
+        if !w.nccl.is_empty() || self.below.contains_key(host) {
+            self.below
+                .entry(host.to_string())
+                .or_default()
+                .take(w, self.cfg.traffic_collapse_fraction);
+        }
         let mut touched = BTreeSet::new();
         for r in &w.nccl {
             self.update(host, w.end_unix_ms, r);
             touched.insert(r.comm.clone());
         }
+        split::resolve(&mut self.comms, &touched);
         let prefix = vocab::entity::host_prefix(host);
         for id in &self.hung {
             let mine = self
@@ -192,7 +237,13 @@ impl NcclDetector {
             let Some(c) = self.comms.get(&id) else {
                 continue;
             };
-            match judge(&self.cfg, &id, c, &self.host_now) {
+            let ctx = stuck::Ctx {
+                cfg: &self.cfg,
+                host_now: &self.host_now,
+                below: &self.below,
+                open,
+            };
+            match judge(&ctx, &id, c) {
                 Some(f) => {
                     let e = f.entity.clone();
                     findings.push(f);
@@ -212,7 +263,7 @@ impl NcclDetector {
         // Communicators nobody reported for a long time (ended jobs).
         let horizon = w.end_unix_ms - (self.cfg.forget_s * 1000.0) as i64;
         self.comms
-            .retain(|_, c| c.seen_ms >= horizon && !c.ranks.values().all(|r| r.ended));
+            .retain(|_, c| c.seen_ms >= horizon && !c.ranks.values().all(|r| r.ended || r.exited));
         self.ranks = self.comms.values().map(|c| c.ranks.len()).sum();
         let comms = &self.comms;
         self.hung.retain(|id| comms.contains_key(id));
@@ -262,6 +313,7 @@ impl NcclDetector {
 
     pub fn forget_hosts(&mut self, gone: &HashSet<String>) {
         self.perf.retain(|(h, _), _| !gone.contains(h));
+        self.below.retain(|h, _| !gone.contains(h));
         for c in self.comms.values_mut() {
             c.ranks.retain(|(h, _), _| !gone.contains(h));
         }
@@ -385,17 +437,18 @@ impl NcclDetector {
 }
 
 /// The hang finding of one communicator, if it is hung now.
-fn judge(cfg: &NcclConfig, id: &str, c: &Comm, host_now: &HashMap<String, i64>) -> Option<Finding> {
+fn judge(ctx: &stuck::Ctx, id: &str, c: &Comm) -> Option<Finding> {
+    let (cfg, host_now) = (ctx.cfg, ctx.host_now);
     if !cfg.enabled {
         return None;
     }
-    let live: Vec<&Rank> = c.ranks.values().filter(|r| !r.ended).collect();
-    if live.len() < 2 {
-        return None;
-    }
+    let live: Vec<&Rank> = c.ranks.values().filter(|r| !r.ended && !r.exited).collect();
     let lo = live.iter().map(|r| r.seq).min()?;
     let hi = live.iter().map(|r| r.seq).max()?;
-    if lo == hi || hi == 0 {
+    if lo == hi {
+        return stuck::judge_uniform(ctx, id, c, &live);
+    }
+    if live.len() < 2 || hi == 0 {
         return None;
     }
     let intervals: Vec<f64> = live
@@ -470,3 +523,5 @@ fn judge(cfg: &NcclConfig, id: &str, c: &Comm, host_now: &HashMap<String, i64>) 
 
 #[cfg(test)]
 pub(super) mod tests;
+#[cfg(test)]
+mod wait_tests;
