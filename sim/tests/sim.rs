@@ -160,12 +160,13 @@ async fn nccl_hang_names_the_stalled_rank() {
     assert_eq!(u.affected_jobs, ["llm-pretrain"]);
 }
 
-/// A rank computing 1.6x slower with no infrastructure cause. With OTLP
-/// step times: a `straggler` naming it, and the job's own `job_slowdown`
-/// (+58 %: every rank waits for it). Without: the collectives' cadence,
-/// which every rank shares, gives the job's `job_slowdown` (+59 % at 10 s
-/// windows), and the rank's lag in issuing them names it as `straggler`;
-/// at 1 s windows the straggler alone within 35 s.
+/// A rank computing 1.6x slower with no infrastructure cause: one
+/// incident, the `straggler` naming it, which carries the job's slowdown
+/// (every rank waits for it) instead of a second page. With OTLP step
+/// times the job's step time is +58 %; without, the collectives' cadence,
+/// which every rank shares, gives it (+59 % at 10 s windows) and the
+/// rank's lag in issuing them names the rank; at 1 s windows the straggler
+/// alone within 35 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nccl_slow_rank_with_and_without_otlp() {
     let spec = "nccl-slow-rank@n009/gpu4:factor=1.6";
@@ -174,20 +175,29 @@ async fn nccl_slow_rank_with_and_without_otlp() {
         onset: 35.0,
         ..args(&[spec])
     };
+    let joined = |got: &[proto::v1::CandidateUpdate], prefix: &str| -> f64 {
+        let kinds: Vec<(&str, &str)> = got
+            .iter()
+            .map(|u| (u.kind.as_str(), u.entity.as_str()))
+            .collect();
+        // One incident id in all: the job's slowdown never pages alone.
+        assert_eq!(kinds, [("straggler", "llm-pretrain/76")], "{got:#?}");
+        let u = &got[0];
+        let line = u
+            .evidence
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {u:#?}"));
+        assert!(
+            line.ends_with("; every rank waits for its straggling rank 76"),
+            "{line}"
+        );
+        assert_eq!(u.affected_jobs, ["llm-pretrain"]);
+        percent(u, prefix)
+    };
     let got = incidents(long.clone()).await;
-    let mut kinds: Vec<(&str, &str)> = got
-        .iter()
-        .map(|u| (u.kind.as_str(), u.entity.as_str()))
-        .collect();
-    kinds.sort();
-    assert_eq!(
-        kinds,
-        [
-            ("job_slowdown", "llm-pretrain"),
-            ("straggler", "llm-pretrain/76")
-        ],
-        "{got:#?}"
-    );
+    let p = joined(&got, "explains job llm-pretrain step time +");
+    assert!((45.0..=70.0).contains(&p), "{p}");
     let no_otlp = SimArgs {
         window: 10.0,
         duration: 400.0,
@@ -197,26 +207,12 @@ async fn nccl_slow_rank_with_and_without_otlp() {
         ..args(&[spec])
     };
     let got = incidents(no_otlp).await;
-    let mut kinds: Vec<(&str, &str)> = got
-        .iter()
-        .map(|u| (u.kind.as_str(), u.entity.as_str()))
-        .collect();
-    kinds.sort();
-    assert_eq!(
-        kinds,
-        [
-            ("job_slowdown", "llm-pretrain"),
-            ("straggler", "llm-pretrain/76")
-        ],
-        "{got:#?}"
-    );
-    let job = got.iter().find(|u| u.kind == "job_slowdown").expect("job");
-    let p = percent(
-        job,
-        "job llm-pretrain interval between NCCL collectives (its step time, inferred: no OTLP) +",
+    let p = joined(
+        &got,
+        "explains job llm-pretrain interval between NCCL collectives (its step time, inferred: no OTLP) +",
     );
     assert!((50.0..=70.0).contains(&p), "{p}");
-    let rank = got.iter().find(|u| u.kind == "straggler").expect("rank");
+    let rank = &got[0];
     assert!(
         rank.evidence[0]
             .starts_with("job llm-pretrain rank 76 (pid 10004, gpu 4) issues NCCL communicator "),

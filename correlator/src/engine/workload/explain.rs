@@ -7,16 +7,36 @@ use crate::engine::Finding;
 impl Symptom {
     /// Whether an incident (kind, entity, evidence) on the infrastructure
     /// explains this symptom: it sits on a GPU, HCA port, host or device
-    /// that one of the job's ranks uses.
+    /// that one of the job's ranks uses; or, for a job's slowdown, a
+    /// straggler of the same job (every rank waits for the slow one: one
+    /// cause, one incident).
     pub fn explained_by(&self, kind: &str, entity: &str, evidence: &[String]) -> bool {
+        if kind == "straggler" {
+            return self.is_slowdown_of_straggler(entity);
+        }
         self.places
             .iter()
             .any(|p| place_explained(p, kind, entity, evidence))
     }
 
+    /// Whether this is a job's slowdown and `straggler` (`job/rank`) one of
+    /// its ranks.
+    fn is_slowdown_of_straggler(&self, straggler: &str) -> bool {
+        self.kind == "job_slowdown"
+            && !self.job.is_empty()
+            && straggler
+                .strip_prefix(&self.job)
+                .and_then(|r| r.strip_prefix('/'))
+                .is_some_and(|r| !r.is_empty() && !r.contains('/'))
+    }
+
     /// The placement that ties the symptom to the cause, for the evidence
     /// ("rank 7 on n003 uses gpu1 and mlx5_1").
     pub fn via(&self, kind: &str, entity: &str, evidence: &[String]) -> String {
+        if kind == "straggler" && self.is_slowdown_of_straggler(entity) {
+            let rank = entity.rsplit('/').next().unwrap_or(entity);
+            return format!("every rank waits for its straggling rank {rank}");
+        }
         let Some(p) = self
             .places
             .iter()
