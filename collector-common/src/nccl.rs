@@ -4,7 +4,9 @@
 //! NCCL exports every API twice (`ncclX` weak, `pncclX` strong) at one
 //! address; the collector attaches once per address. `ncclBcast` is not
 //! probed: NCCL implements it by calling `ncclBroadcast` (through the PLT in
-//! 2.32.3), so its calls are counted as `Broadcast`.
+//! 2.32.3), so its calls are counted as `Broadcast`. The per-call-config
+//! collectives (`ncclAllReduceConfig` …, NCCL 2.32) are separate code that
+//! calls no other API: each is probed, and counted under its plain op.
 
 /// Bytes of an `ncclUniqueId` (`NCCL_UNIQUE_ID_BYTES`).
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -22,7 +24,32 @@ pub mod op {
     /// `ncclGroupStart` / `ncclGroupEnd`: counted per process (communicator 0).
     pub const GROUP_START: u32 = 8;
     pub const GROUP_END: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// `ncclGather` / `ncclGatherConfig` (newer NCCL): a collective.
+    pub const GATHER: u32 = 10;
+    /// `ncclScatter` / `ncclScatterConfig` (newer NCCL): a collective.
+    pub const SCATTER: u32 = 11;
+    /// One-sided `ncclPutSignal` (newer NCCL): count × datatype size put.
+    pub const PUT_SIGNAL: u32 = 12;
+    /// One-sided `ncclSignal`: a signal with no data.
+    pub const SIGNAL: u32 = 13;
+    /// One-sided `ncclWaitSignal`: a wait enqueued on the stream.
+    pub const WAIT_SIGNAL: u32 = 14;
+    /// Communicator lifecycle calls, counted per communicator; each also
+    /// sets the communicator's end state (see [`super::end`]).
+    pub const COMM_FINALIZE: u32 = 15;
+    pub const COMM_REVOKE: u32 = 16;
+    pub const COMM_SUSPEND: u32 = 17;
+    pub const COMM_RESUME: u32 = 18;
+    /// `ncclCommShrink` / `ncclCommGrow` calls, counted on the parent
+    /// communicator (0 for a new rank of a grow); the new communicator is
+    /// recorded as an init ([`super::init::SHRINK`], [`super::init::GROW`]).
+    pub const COMM_SHRINK: u32 = 19;
+    pub const COMM_GROW: u32 = 20;
+    /// `ncclDevCommCreate`: a device communicator for kernels that issue
+    /// communication themselves (NCCL's device API), whose traffic no host
+    /// probe sees; counted on its communicator so the row says it has one.
+    pub const DEV_COMM_CREATE: u32 = 21;
+    pub const COUNT: u32 = 22;
 
     /// Label value of an op (the API name without its prefix).
     pub fn name(op: u32) -> &'static str {
@@ -37,14 +64,27 @@ pub mod op {
             RECV => "Recv",
             GROUP_START => "GroupStart",
             GROUP_END => "GroupEnd",
+            GATHER => "Gather",
+            SCATTER => "Scatter",
+            PUT_SIGNAL => "PutSignal",
+            SIGNAL => "Signal",
+            WAIT_SIGNAL => "WaitSignal",
+            COMM_FINALIZE => "CommFinalize",
+            COMM_REVOKE => "CommRevoke",
+            COMM_SUSPEND => "CommSuspend",
+            COMM_RESUME => "CommResume",
+            COMM_SHRINK => "CommShrink",
+            COMM_GROW => "CommGrow",
+            DEV_COMM_CREATE => "DevCommCreate",
             _ => "unknown",
         }
     }
 
     /// Whether every rank of the communicator takes part (its calls advance
-    /// the communicator's collective sequence); send/recv and groups do not.
+    /// the communicator's collective sequence); send/recv, one-sided calls,
+    /// groups and lifecycle calls do not.
     pub fn is_collective(op: u32) -> bool {
-        op <= ALL_TO_ALL
+        op <= ALL_TO_ALL || op == GATHER || op == SCATTER
     }
 }
 
@@ -65,6 +105,67 @@ pub mod layout {
     pub const COMM_STACK: u32 = 3;
     /// No arguments (groups).
     pub const NONE: u32 = 4;
+    /// `ncclPutSignal(localbuff, count, datatype, peer, peerWin,
+    /// peerWinOffset, sigIdx, ctx, flags, comm, stream)`: count = arg 1,
+    /// datatype = arg 2, comm the 10th argument, at `[sp + 32]` at entry.
+    pub const PUT_SIGNAL: u32 = 5;
+    /// `ncclSignal(peer, sigIdx, ctx, flags, comm, stream)`: comm = arg 4, no data.
+    pub const COMM_ONLY_ARG4: u32 = 6;
+    /// `ncclWaitSignal(nDesc, descs, comm, stream)`: comm = arg 2, no data.
+    pub const COMM_ONLY_ARG2: u32 = 7;
+    /// `ncclCommFinalize(comm)`, `ncclCommRevoke(comm, flags)`,
+    /// `ncclCommSuspend(comm, flags)`, `ncclCommResume(comm)`,
+    /// `ncclDevCommCreate(comm, reqs*, devComm*)`: comm = arg 0, no data; a
+    /// lifecycle op also sets the communicator's state ([`super::end::of_op`]).
+    pub const COMM_ARG0: u32 = 8;
+
+    /// Whether the layout carries a count and a datatype (bytes are summed).
+    pub const fn has_bytes(layout: u32) -> bool {
+        layout <= COMM_STACK || layout == PUT_SIGNAL
+    }
+}
+
+/// Communicator end states (`CommInfo::ended`; the attach cookie of
+/// `nccl_comm_end`). Any nonzero state means the communicator issues no
+/// more collectives (for now, when suspended).
+pub mod end {
+    /// `ncclCommDestroy`.
+    pub const DESTROYED: u32 = 1;
+    /// `ncclCommAbort`.
+    pub const ABORTED: u32 = 2;
+    /// `ncclCommFinalize`: flushed, only `ncclCommDestroy` may follow.
+    pub const FINALIZED: u32 = 3;
+    /// `ncclCommRevoke` (newer NCCL): in-flight operations stopped; only
+    /// destroy, split or shrink may follow.
+    pub const REVOKED: u32 = 4;
+    /// `ncclCommSuspend` (newer NCCL): resources released until `ncclCommResume`.
+    pub const SUSPENDED: u32 = 5;
+    /// `ncclCommResume`: clears [`SUSPENDED`] (never stored).
+    pub const RESUMED: u32 = 6;
+
+    /// The state a lifecycle op ([`super::op`]`::COMM_*`) sets (0: none).
+    pub const fn of_op(op: u32) -> u32 {
+        match op {
+            super::op::COMM_FINALIZE => FINALIZED,
+            super::op::COMM_REVOKE => REVOKED,
+            super::op::COMM_SUSPEND => SUSPENDED,
+            super::op::COMM_RESUME => RESUMED,
+            _ => 0,
+        }
+    }
+
+    /// Label value of an end state (`""`: live).
+    pub fn name(state: u32) -> &'static str {
+        match state {
+            0 => "",
+            DESTROYED => "destroyed",
+            ABORTED => "aborted",
+            FINALIZED => "finalized",
+            REVOKED => "revoked",
+            SUSPENDED => "suspended",
+            _ => "unknown",
+        }
+    }
 }
 
 /// The attach cookie of a collective program: op and argument layout.
@@ -85,6 +186,21 @@ pub mod init {
     pub const INIT_ALL: u32 = 3;
     /// `ncclCommSplit(parent, color, key, comm*, config*)`.
     pub const SPLIT: u32 = 4;
+    /// `ncclCommShrink(parent, int *excludeRanks, excludeCount, comm*, config*,
+    /// flags)` (newer NCCL): the parent's ranks but the excluded ones.
+    pub const SHRINK: u32 = 5;
+    /// `ncclCommGrow(parent, nranks, const ncclUniqueId *id, rank, comm*,
+    /// config*)` (newer NCCL): the parent's ranks (`parent` set, rank -1)
+    /// and new ones (`parent` NULL, `id` and rank given).
+    pub const GROW: u32 = 6;
+    /// `CommInfo::color` of a shrink (split colours are ≥ 0; a split with
+    /// `NCCL_SPLIT_NOCOLOR`, -1, creates nothing): the communicator id
+    /// follows the parent as a split's does. `key` is the excluded count.
+    pub const SHRINK_COLOR: i32 = -2;
+    /// `CommInfo::color` of a grow by a rank of the parent.
+    pub const GROW_COLOR: i32 = -3;
+    /// Excluded ranks a shrink's probe reads to compute the rank's new rank.
+    pub const SHRINK_EXCLUDE_MAX: usize = 32;
 
     pub fn name(kind: u32) -> &'static str {
         match kind {
@@ -93,6 +209,8 @@ pub mod init {
             INIT_RANK_SCALABLE => "ncclCommInitRankScalable",
             INIT_ALL => "ncclCommInitAll",
             SPLIT => "ncclCommSplit",
+            SHRINK => "ncclCommShrink",
+            GROW => "ncclCommGrow",
             _ => "unknown",
         }
     }
@@ -140,7 +258,7 @@ pub struct CommInfo {
     pub key: i32,
     /// `ncclResult_t` the init returned.
     pub result: u32,
-    /// Set by `ncclCommDestroy` (1) or `ncclCommAbort` (2).
+    /// One of [`end`] (0: live): destroy, abort, finalize, revoke, suspend.
     pub ended: u32,
 }
 const _: () = assert!(core::mem::size_of::<CommInfo>() == UNIQUE_ID_BYTES + 16 + 32);
@@ -236,16 +354,51 @@ mod tests {
 
     #[test]
     fn collectives_are_the_all_rank_ops() {
-        let coll: [u32; 6] = [
+        let coll: [u32; 8] = [
             op::ALL_REDUCE,
             op::ALL_GATHER,
             op::REDUCE_SCATTER,
             op::BROADCAST,
             op::REDUCE,
             op::ALL_TO_ALL,
+            op::GATHER,
+            op::SCATTER,
         ];
         for o in 0..op::COUNT {
             assert_eq!(op::is_collective(o), coll.contains(&o), "{}", op::name(o));
+            assert_ne!(op::name(o), "unknown", "op {o} has a label");
+        }
+    }
+
+    #[test]
+    fn lifecycle_states_count_as_their_calls() {
+        assert_eq!(end::of_op(op::COMM_FINALIZE), end::FINALIZED);
+        assert_eq!(end::of_op(op::COMM_REVOKE), end::REVOKED);
+        assert_eq!(end::of_op(op::COMM_SUSPEND), end::SUSPENDED);
+        assert_eq!(end::of_op(op::COMM_RESUME), end::RESUMED);
+        assert_eq!(end::of_op(op::ALL_REDUCE), 0);
+        assert_eq!(end::name(0), "");
+        assert_eq!(end::name(end::SUSPENDED), "suspended");
+    }
+
+    #[test]
+    fn bytes_only_where_a_count_is_passed() {
+        for l in [
+            layout::COMM_ARG5,
+            layout::COMM_ARG4,
+            layout::COUNT_ARG1,
+            layout::COMM_STACK,
+            layout::PUT_SIGNAL,
+        ] {
+            assert!(layout::has_bytes(l), "{l}");
+        }
+        for l in [
+            layout::NONE,
+            layout::COMM_ONLY_ARG4,
+            layout::COMM_ONLY_ARG2,
+            layout::COMM_ARG0,
+        ] {
+            assert!(!layout::has_bytes(l), "{l}");
         }
     }
 }

@@ -9,12 +9,21 @@
 //!   ndev, const int *devlist)`; `ncclCommSplit(parent, color, key, comm*,
 //!   config*)` → [`nccl_init_enter`] + [`nccl_init_return`] (cookie
 //!   `collector_common::nccl::init`): (pid, `ncclComm_t`) → [`CommInfo`].
+//! - `ncclCommShrink(parent, int *exclude, nexclude, comm*, config*, flags)`
+//!   and `ncclCommGrow(parent, nranks, const ncclUniqueId *id, rank, comm*,
+//!   config*)` → the same two programs: the new communicator, and the call
+//!   counted on the parent.
 //! - `ncclCommDestroy(comm)` / `ncclCommAbort(comm)` → [`nccl_comm_end`].
 //! - `ncclAllReduce`, `ncclReduceScatter`, `ncclBroadcast`, `ncclAllGather`,
-//!   `ncclAlltoAll`, `ncclReduce`, `ncclSend`, `ncclRecv`, `ncclGroupStart`,
-//!   `ncclGroupEnd` → [`nccl_call`] (cookie: op | argument layout << 8):
-//!   calls, count × datatype size, first and latest call time per
-//!   (pid, communicator, op).
+//!   `ncclAlltoAll`, `ncclReduce`, `ncclGather`, `ncclScatter`, their
+//!   `*Config` variants (one more argument at the end), `ncclSend`,
+//!   `ncclRecv`, the one-sided `ncclPutSignal` (comm the 10th argument),
+//!   `ncclSignal` and `ncclWaitSignal`, `ncclGroupStart`, `ncclGroupEnd`,
+//!   and the lifecycle calls `ncclCommFinalize`, `ncclCommRevoke`,
+//!   `ncclCommSuspend`, `ncclCommResume` (which also set the communicator's
+//!   state), and `ncclDevCommCreate` (a device communicator) → [`nccl_call`] (cookie: op | argument layout << 8): calls,
+//!   count × datatype size, first and latest call time per (pid,
+//!   communicator, op).
 use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
     macros::{map, uprobe, uretprobe},
@@ -25,8 +34,8 @@ use aya_ebpf::{
 use collector_common::{
     cuda::HandleKey,
     nccl::{
-        datatype_size, init, layout, op, CommInfo, InInit, OpKey, OpStats, SeqRing, INIT_ALL_MAX,
-        SEQ_RING,
+        datatype_size, end, init, layout, op, CommInfo, InInit, OpKey, OpStats, SeqRing,
+        INIT_ALL_MAX, SEQ_RING,
     },
     stat,
 };
@@ -123,6 +132,36 @@ pub fn nccl_init_enter(ctx: ProbeContext) -> u32 {
             s.info.key = a(2) as i32;
             s.out = a(3);
         }
+        init::SHRINK => {
+            // (parent, int *excludeRanks, excludeCount, comm*, config*, flags)
+            count_parent(pid_tgid, op::COMM_SHRINK, a(0));
+            s.info.parent = a(0);
+            s.info.color = init::SHRINK_COLOR;
+            s.info.key = a(2) as i32;
+            s.out = a(3);
+            let pid = (pid_tgid >> 32) as u32;
+            if let Some((nranks, rank)) = shrunk(pid, a(0), a(1), a(2) as i32) {
+                s.info.nranks = nranks;
+                s.info.rank = rank;
+            }
+        }
+        init::GROW => {
+            // (parent, nranks, const ncclUniqueId *id, rank, comm*, config*):
+            // existing ranks pass their parent and rank -1, new ones no
+            // parent, the grow id and their rank.
+            count_parent(pid_tgid, op::COMM_GROW, a(0));
+            s.info.parent = a(0);
+            s.info.nranks = a(1) as i32;
+            s.info.rank = a(3) as i32;
+            s.info.color = init::GROW_COLOR;
+            s.out = a(4);
+            if a(2) != 0 {
+                // SAFETY: a user address read through the checked helper.
+                if let Ok(id) = unsafe { bpf_probe_read_user(a(2) as *const [u8; 128]) } {
+                    s.info.unique_id = id;
+                }
+            }
+        }
         _ => return 0,
     }
     if NCCL_IN_INIT.insert(&pid_tgid, s, 0).is_err() {
@@ -196,6 +235,49 @@ pub fn nccl_init_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// A shrink or grow counted on its parent communicator, at entry (as the
+/// collectives are: also when NCCL then refuses it).
+#[inline(always)]
+fn count_parent(pid_tgid: u64, op: u32, parent: u64) {
+    let key = OpKey {
+        pid: (pid_tgid >> 32) as u32,
+        op,
+        comm: parent,
+    };
+    let _ = count_call(&key, None);
+}
+
+/// `ncclCommShrink`: the new communicator's (nranks, rank) from the
+/// parent's as this rank created it (the survivors keep their order), when
+/// the parent is known and the excluded list has at most
+/// [`init::SHRINK_EXCLUDE_MAX`] ranks.
+#[inline(always)]
+fn shrunk(pid: u32, parent: u64, list: u64, count: i32) -> Option<(i32, i32)> {
+    let key = HandleKey {
+        pid,
+        _pad: 0,
+        handle: parent,
+    };
+    // SAFETY: the map value is copied out at once.
+    let p = unsafe { NCCL_COMMS.get(&key) }?;
+    let (nranks, rank) = (p.nranks, p.rank);
+    if nranks <= 0 || rank < 0 || count < 0 || count as usize > init::SHRINK_EXCLUDE_MAX {
+        return None;
+    }
+    let mut below = 0i32;
+    for i in 0..init::SHRINK_EXCLUDE_MAX {
+        if i as i32 >= count {
+            break;
+        }
+        // SAFETY: a user address read through the checked helper.
+        let r = unsafe { bpf_probe_read_user((list + 4 * i as u64) as *const i32) }.ok()?;
+        if r < rank {
+            below += 1;
+        }
+    }
+    Some((nranks - count, rank - below))
+}
+
 #[inline(always)]
 fn insert_comm(pid: u32, comm: u64, info: &CommInfo) {
     let key = HandleKey {
@@ -234,13 +316,13 @@ pub fn nccl_call(ctx: ProbeContext) -> u32 {
         layout::COMM_ARG5 => (a(2), a(3) as u32, a(5)),
         layout::COMM_ARG4 => (a(2), a(3) as u32, a(4)),
         layout::COUNT_ARG1 => (a(1), a(2) as u32, a(4)),
-        layout::COMM_STACK => {
-            // SAFETY: regs is the probe's pt_regs.
-            let sp = unsafe { (*ctx.regs).rsp };
-            // SAFETY: the 7th argument, read through the checked helper.
-            let comm = unsafe { bpf_probe_read_user((sp + 8) as *const u64) }.unwrap_or(0);
-            (a(2), a(3) as u32, comm)
-        }
+        // The 7th argument.
+        layout::COMM_STACK => (a(2), a(3) as u32, stack_arg(&ctx, 0)),
+        // The 10th argument (`ncclPutSignal`).
+        layout::PUT_SIGNAL => (a(1), a(2) as u32, stack_arg(&ctx, 3)),
+        layout::COMM_ONLY_ARG4 => (0, 0, a(4)),
+        layout::COMM_ONLY_ARG2 => (0, 0, a(2)),
+        layout::COMM_ARG0 => (0, 0, a(0)),
         _ => (0, 0, 0),
     };
     let key = OpKey {
@@ -248,17 +330,35 @@ pub fn nccl_call(ctx: ProbeContext) -> u32 {
         op,
         comm,
     };
-    let Some(s) = get_or_insert!(NCCL_OPS, &key, &OpStats::default()) else {
-        bump(stat::NCCL_MAP_FULL);
+    let bytes = layout::has_bytes(lay).then_some((count, dtype));
+    let Some(now) = count_call(&key, bytes) else {
         return 0;
+    };
+    if op::is_collective(op) && comm != 0 {
+        stamp_seq(key.pid, comm, now);
+    }
+    let state = end::of_op(op);
+    if lay == layout::COMM_ARG0 && state != 0 {
+        set_state(key.pid, comm, state);
+    }
+    0
+}
+
+/// One call of `key`: its count, and count × datatype size when `bytes`
+/// carries them. The time it was counted at, `None` when the map is full.
+#[inline(always)]
+fn count_call(key: &OpKey, bytes: Option<(u64, u32)>) -> Option<u64> {
+    let Some(s) = get_or_insert!(NCCL_OPS, key, &OpStats::default()) else {
+        bump(stat::NCCL_MAP_FULL);
+        return None;
     };
     bump(stat::NCCL_CALLS);
     let now = now_ns();
-    let size = datatype_size(dtype);
     // SAFETY: a valid map value pointer for the program's run.
     unsafe {
         add(&raw mut (*s).calls, 1);
-        if lay != layout::NONE {
+        if let Some((count, dtype)) = bytes {
+            let size = datatype_size(dtype);
             if size == 0 {
                 add(&raw mut (*s).unknown_dtype, 1);
             } else {
@@ -268,10 +368,44 @@ pub fn nccl_call(ctx: ProbeContext) -> u32 {
         let _ = claim(&raw mut (*s).first_ns, now);
         (*s).last_ns = now;
     }
-    if op::is_collective(op) && comm != 0 {
-        stamp_seq(key.pid, comm, now);
+    Some(now)
+}
+
+/// Stack argument `n` past the six register arguments (the 7th is `n` 0),
+/// at `[sp + 8 + 8n]` at the function's entry (the probe's placement
+/// changes neither `sp` nor the stack: `probes/entry.rs`).
+#[inline(always)]
+fn stack_arg(ctx: &ProbeContext, n: u64) -> u64 {
+    // SAFETY: regs is the probe's pt_regs.
+    let sp = unsafe { (*ctx.regs).rsp };
+    // SAFETY: a user address read through the checked helper.
+    unsafe { bpf_probe_read_user((sp + 8 + 8 * n) as *const u64) }.unwrap_or(0)
+}
+
+/// A lifecycle call's effect on (pid, comm)'s state: finalize and revoke
+/// end a live or suspended communicator, suspend pauses a live one, resume
+/// clears a suspension. Destroy and abort (`nccl_comm_end`) come last.
+#[inline(always)]
+fn set_state(pid: u32, comm: u64, state: u32) {
+    let key = HandleKey {
+        pid,
+        _pad: 0,
+        handle: comm,
+    };
+    let Some(c) = NCCL_COMMS.get_ptr_mut(&key) else {
+        return;
+    };
+    // SAFETY: a valid map value pointer for the program's run.
+    unsafe {
+        let cur = (*c).ended;
+        let next = match state {
+            end::FINALIZED | end::REVOKED if cur == 0 || cur == end::SUSPENDED => state,
+            end::SUSPENDED if cur == 0 => state,
+            end::RESUMED if cur == end::SUSPENDED => 0,
+            _ => cur,
+        };
+        (*c).ended = next;
     }
-    0
 }
 
 /// Records collective number `seq + 1` of (pid, comm) issued at `now`. NCCL
