@@ -100,6 +100,8 @@ pub struct Cluster {
     window_ms: i64,
     t0_ms: i64,
     job_running: bool,
+    /// The pause (`nccl-checkpoint`, `nccl-eval`) at the window's end.
+    pause: Option<Kind>,
     /// The job's step time per window: the slowest rank's (data parallel).
     pub job_steps: Vec<f64>,
     truth: Vec<Truth>,
@@ -218,6 +220,7 @@ impl Cluster {
             k: 0,
             t0_ms: 1_800_000_000_000,
             job_running: true,
+            pause: None,
             job_steps: Vec::new(),
             truth: Vec::new(),
             reference_ber: ib.reference_ber,
@@ -321,7 +324,14 @@ impl Cluster {
         };
         // The job: ended (for a gap) or running.
         let run_frac = self.job_advance(faults, s);
-        let util = self.spec.utilisation * run_frac + 0.001 * (1.0 - run_frac);
+        // No collective traffic while every step waits (a hang) or none
+        // starts (a checkpoint or an evaluation pass).
+        let net_frac = if self.nccl.stuck_by(s.a) {
+            0.0
+        } else {
+            run_frac * (1.0 - self.pause_advance(faults, s))
+        };
+        let util = self.spec.utilisation * net_frac + 0.001 * (1.0 - net_frac);
         let io_scale = run_frac + 0.02 * (1.0 - run_frac);
         self.reset_window();
         // Link state, resets and congestion first: they shape the traffic.
@@ -353,15 +363,30 @@ impl Cluster {
             }
         }
         let mut stops = Vec::new();
+        let mut pauses = Vec::new();
+        let (mut freeze_s, mut culprit, mut dead) = (f64::INFINITY, None, false);
         for f in faults {
             let o = f.onset.unwrap_or(onset);
-            match f.kind {
-                Kind::NcclHang => {
-                    for i in ranks_of(&f.target) {
+            match (&f.kind, &f.target) {
+                (Kind::NcclHang, t) => {
+                    for i in ranks_of(t) {
                         self.rank_stall[i] = self.rank_stall[i].min(o);
                     }
                 }
-                Kind::JobEnd { gap_s } => stops.push((o, o + gap_s)),
+                (&Kind::JobEnd { gap_s }, _) => stops.push((o, o + gap_s, false)),
+                (&Kind::NcclJobExit { gap_s }, _) => stops.push((o, o + gap_s, true)),
+                (&Kind::NcclCheckpoint { duration_s } | &Kind::NcclEval { duration_s }, _) => {
+                    pauses.push((o, o + duration_s))
+                }
+                (Kind::NcclHangDeadPeer, &Target::Gpu { node, gpu }) if o < freeze_s => {
+                    (freeze_s, culprit, dead) = (o, Some(node * GPUS + gpu), true);
+                }
+                (Kind::NcclHangPortDown, &Target::Port { node, hca }) if o < freeze_s => {
+                    (freeze_s, culprit, dead) = (o, Some(node * GPUS + hca), false);
+                }
+                (Kind::NcclHangUnknown, _) if o < freeze_s => {
+                    (freeze_s, culprit, dead) = (o, None, false);
+                }
                 _ => {}
             }
         }
@@ -370,26 +395,44 @@ impl Cluster {
             compute: &self.rank_compute,
             up: &self.rank_up,
             stall: &self.rank_stall,
+            freeze_s,
+            culprit,
+            dead,
         };
-        self.nccl.advance(a, b, &times, &stops);
+        self.nccl.advance(a, b, &times, &stops, &pauses);
         for h in self.nccl.take_hangs() {
             let holders: Vec<(String, i32)> = h
                 .holders
                 .iter()
                 .map(|&(n, r)| (self.node_name(n), r))
                 .collect();
-            let Some(first) = holders.iter().map(|x| x.0.as_str()).min() else {
-                continue;
-            };
-            let entity = vocab::entity::nccl_comm(first, &h.id);
             let visible = self.window_of(h.since_s);
             for (f, tr) in faults.iter().zip(self.truth.iter_mut()) {
-                let mine = ranks_of(&f.target).iter().any(|i| h.global.contains(i));
-                if f.kind == Kind::NcclHang && mine && tr.hang_entity.is_none() {
-                    tr.hang_entity = Some(entity.clone());
-                    tr.hang_holders = holders.clone();
-                    tr.visible_window = Some(visible.max(tr.onset_window));
+                if tr.hang_entity.is_some() {
+                    continue;
                 }
+                // Every rank waits: the job's widest communicator, on the
+                // culprit's host (else the first host), whichever
+                // communicator the collective in flight was on.
+                let every = matches!(
+                    f.kind,
+                    Kind::NcclHangDeadPeer | Kind::NcclHangPortDown | Kind::NcclHangUnknown
+                );
+                let mine = ranks_of(&f.target).iter().any(|i| h.global.contains(i));
+                let first = holders.iter().map(|x| x.0.clone()).min();
+                let entity = if every {
+                    let host = first.unwrap_or_else(|| self.nodes[0].name.clone());
+                    let ring = self.nccl.id(nccl::RING).to_string();
+                    vocab::entity::nccl_comm(&host, &ring)
+                } else if f.kind == Kind::NcclHang && mine {
+                    let Some(host) = first else { continue };
+                    vocab::entity::nccl_comm(&host, &h.id)
+                } else {
+                    continue;
+                };
+                tr.hang_entity = Some(entity);
+                tr.hang_holders = holders.clone();
+                tr.visible_window = Some(visible.max(tr.onset_window));
             }
         }
         for (n, node) in self.nodes.iter_mut().enumerate() {

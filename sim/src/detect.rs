@@ -110,6 +110,9 @@ const FAULTS: &[&str] = &[
     "interference-gpu",
     "nccl-hang",
     "nccl-slow-rank",
+    "nccl-hang-dead-peer",
+    "nccl-hang-port-down",
+    "nccl-hang-unknown",
 ];
 /// Fault kinds also run with a job that sends no OTLP step times.
 const NO_OTLP: &[&str] = &["ib-link-degrade", "nccl-slow-rank"];
@@ -122,6 +125,9 @@ const CONFOUNDERS: &[&str] = &[
     "storage-fleet-slow",
     "victim-more-data",
     "aggressor-harmless",
+    "nccl-checkpoint",
+    "nccl-eval",
+    "nccl-job-exit",
 ];
 
 /// Kinds run at sizes of 512 nodes and more (one run each).

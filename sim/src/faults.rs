@@ -87,7 +87,33 @@ pub enum Kind {
     NcclSlowRank {
         factor: f64,
     },
+    /// Every rank issues the collective in flight and none returns: the
+    /// rank's process dies in it (its last row says it exited); the others
+    /// block in `cuStreamSynchronize` with their GPUs spinning:
+    /// `collective_hang` naming the dead peer.
+    NcclHangDeadPeer,
+    /// The port goes down under the rank and every rank hangs in the
+    /// collective in flight: `collective_hang` naming the port.
+    NcclHangPortDown,
+    /// Every rank hangs in the collective in flight with nothing to see
+    /// below but the waiting itself: `collective_hang`, no cause seen.
+    NcclHangUnknown,
     // Confounders: must raise nothing.
+    /// The job checkpoints for `duration_s`: no step starts, its GPUs idle,
+    /// its processes write to storage.
+    NcclCheckpoint {
+        duration_s: f64,
+    },
+    /// The job evaluates for `duration_s`: no collectives, kernels keep
+    /// launching, GPUs busy.
+    NcclEval {
+        duration_s: f64,
+    },
+    /// The job's processes exit (no `ncclCommDestroy`): every rank's last
+    /// row says so; a next job starts `gap_s` seconds later.
+    NcclJobExit {
+        gap_s: f64,
+    },
     /// The job ends; a next one starts `gap_s` seconds later.
     JobEnd {
         gap_s: f64,
@@ -162,6 +188,12 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("inference-slow", &[("factor", 1.6)]),
     ("nccl-hang", &[]),
     ("nccl-slow-rank", &[("factor", 1.6)]),
+    ("nccl-hang-dead-peer", &[]),
+    ("nccl-hang-port-down", &[]),
+    ("nccl-hang-unknown", &[]),
+    ("nccl-checkpoint", &[("duration", 120.0)]),
+    ("nccl-eval", &[("duration", 120.0)]),
+    ("nccl-job-exit", &[("gap", 120.0)]),
     ("job-end", &[("gap", 120.0)]),
     ("counter-reset", &[]),
     ("collector-restart", &[]),
@@ -196,6 +228,12 @@ impl Kind {
             Kind::InferenceSlow { .. } => "inference-slow",
             Kind::NcclHang => "nccl-hang",
             Kind::NcclSlowRank { .. } => "nccl-slow-rank",
+            Kind::NcclHangDeadPeer => "nccl-hang-dead-peer",
+            Kind::NcclHangPortDown => "nccl-hang-port-down",
+            Kind::NcclHangUnknown => "nccl-hang-unknown",
+            Kind::NcclCheckpoint { .. } => "nccl-checkpoint",
+            Kind::NcclEval { .. } => "nccl-eval",
+            Kind::NcclJobExit { .. } => "nccl-job-exit",
             Kind::JobEnd { .. } => "job-end",
             Kind::CounterReset => "counter-reset",
             Kind::CollectorRestart => "collector-restart",
@@ -224,7 +262,10 @@ impl Kind {
             | Kind::InferenceSlow { factor } => {
                 vec![("factor", factor)]
             }
-            Kind::JobEnd { gap_s } => vec![("gap", gap_s)],
+            Kind::JobEnd { gap_s } | Kind::NcclJobExit { gap_s } => vec![("gap", gap_s)],
+            Kind::NcclCheckpoint { duration_s } | Kind::NcclEval { duration_s } => {
+                vec![("duration", duration_s)]
+            }
             Kind::Xid { code } => vec![("code", code as f64)],
             Kind::Congestion {
                 fraction,
@@ -267,7 +308,10 @@ impl Kind {
             Kind::NodeLoss => "node_lost",
             Kind::JobSlow { .. } => "job_slowdown",
             Kind::InferenceSlow { .. } => "inference_latency",
-            Kind::NcclHang => "collective_hang",
+            Kind::NcclHang
+            | Kind::NcclHangDeadPeer
+            | Kind::NcclHangPortDown
+            | Kind::NcclHangUnknown => "collective_hang",
             Kind::NcclSlowRank { .. } => "straggler",
             Kind::InterferenceStorage { .. }
             | Kind::InterferenceLink { .. }
@@ -358,10 +402,17 @@ impl Fault {
             Target::Node(n) => Some((n, n * super::cluster::GPUS)),
             _ => None,
         };
+        let ring = || c.comm_id(super::cluster::nccl::RING);
         let e = match (&self.kind, rank(&self.target)) {
-            (Kind::NcclHang, Some((node, _))) => {
-                vocab::entity::nccl_comm(&c.node_name(node), &c.comm_id(super::cluster::nccl::RING))
+            (Kind::NcclHang | Kind::NcclHangDeadPeer, Some((node, _))) => {
+                vocab::entity::nccl_comm(&c.node_name(node), &ring())
             }
+            // Every rank waits: the culprit's host, else the first host.
+            (Kind::NcclHangPortDown, _) => match self.target {
+                Target::Port { node, .. } => vocab::entity::nccl_comm(&c.node_name(node), &ring()),
+                _ => vocab::entity::nccl_comm(&c.node_name(0), &ring()),
+            },
+            (Kind::NcclHangUnknown, _) => vocab::entity::nccl_comm(&c.node_name(0), &ring()),
             (Kind::NcclSlowRank { .. }, Some((_, r))) => vocab::entity::rank(JOB, r),
             _ => target_name(c, &self.target),
         };

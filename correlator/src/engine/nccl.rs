@@ -242,6 +242,7 @@ impl NcclDetector {
                 host_now: &self.host_now,
                 below: &self.below,
                 open,
+                comms: &self.comms,
             };
             match judge(&ctx, &id, c) {
                 Some(f) => {

@@ -22,7 +22,7 @@ impl Cluster {
         let mut run_frac = 1.0;
         self.job_running = true;
         for f in faults {
-            if let Kind::JobEnd { gap_s } = f.kind {
+            if let Kind::JobEnd { gap_s } | Kind::NcclJobExit { gap_s } = f.kind {
                 let o = s.on(f);
                 run_frac -= overlap(s.a, s.b, o, o + gap_s) / s.w;
                 if s.at_end(o) && s.b <= o + gap_s + 1e-9 {
@@ -31,6 +31,23 @@ impl Cluster {
             }
         }
         run_frac.clamp(0.0, 1.0)
+    }
+
+    /// The share of the window the job pauses (`nccl-checkpoint`,
+    /// `nccl-eval`), and which pause holds at its end.
+    pub(super) fn pause_advance(&mut self, faults: &[Fault], s: Span) -> f64 {
+        let mut share = 0.0f64;
+        self.pause = None;
+        for f in faults {
+            if let Kind::NcclCheckpoint { duration_s } | Kind::NcclEval { duration_s } = f.kind {
+                let o = s.on(f);
+                share = share.max(overlap(s.a, s.b, o, o + duration_s) / s.w);
+                if s.at_end(o) && s.b <= o + duration_s + 1e-9 {
+                    self.pause = Some(f.kind.clone());
+                }
+            }
+        }
+        share.clamp(0.0, 1.0)
     }
 
     /// Every node's per-window state before the faults: up, sending, a
@@ -59,7 +76,9 @@ impl Cluster {
         for (fi, f) in faults.iter().enumerate() {
             let o = s.on(f);
             match (&f.kind, &f.target) {
-                (Kind::IbLinkDown, Target::Port { node, hca }) if s.at_end(o) => {
+                (Kind::IbLinkDown | Kind::NcclHangPortDown, Target::Port { node, hca })
+                    if s.at_end(o) =>
+                {
                     let pi = node * HCAS + hca;
                     if s.in_window(o) {
                         self.downs[pi] += 1;

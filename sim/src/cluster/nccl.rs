@@ -54,6 +54,9 @@ const TREE_BYTES: u64 = 8;
 pub const PID_BASE: u32 = 10_000;
 /// `ncclComm_t` handles: the generation and communicator in the low bits.
 const HANDLE_BASE: u64 = 0x5600_0000_0000;
+/// A job's processes exit within this many seconds of its end
+/// (`nccl-job-exit`).
+const EXIT_SPREAD_S: f64 = 0.4;
 /// Probe timestamps are `CLOCK_MONOTONIC`: the hosts booted this long
 /// before the simulation's epoch.
 const UPTIME_NS: u64 = 1_000_000_000_000;
@@ -83,6 +86,15 @@ struct Gen {
     tree: Vec<Slot>,
     /// Start of the step that can never complete (a rank stalled in it).
     stuck_s: Option<f64>,
+    /// Every rank hangs in the first collective in flight at or after
+    /// this time (∞: never), and when the last rank issued it.
+    freeze_s: f64,
+    pub(super) hung_s: Option<f64>,
+    /// The job's processes exit at its end instead of destroying the
+    /// communicators (`nccl-job-exit`).
+    exits: bool,
+    /// The rank whose process died in the hung collective.
+    dead: Option<usize>,
 }
 
 /// A hang as it physically happened: the communicator whose collective the
@@ -100,6 +112,19 @@ pub struct Hang {
     pub since_s: f64,
 }
 
+/// What a rank's process does at a window's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Trains (or pauses: checkpoints and evaluations are the cluster's).
+    Run,
+    /// Waits in a collective that never completes: NCCL's kernel spins.
+    Spin,
+    /// Stalled before issuing a collective (`nccl-hang`): GPU idle.
+    Stalled,
+    /// Its process exited.
+    Gone,
+}
+
 /// Per rank (`node·8 + gpu`) this window: step time, compute time, whether
 /// its node is up, and when it stalls (∞: never).
 pub struct RankTimes<'a> {
@@ -107,6 +132,13 @@ pub struct RankTimes<'a> {
     pub compute: &'a [f64],
     pub up: &'a [bool],
     pub stall: &'a [f64],
+    /// Every rank hangs in the collective in flight at this time (∞:
+    /// never), with this rank named as the cause (a dead peer, the rank
+    /// behind a downed port; none: unknown).
+    pub freeze_s: f64,
+    pub culprit: Option<usize>,
+    /// The culprit's process dies in that collective.
+    pub dead: bool,
 }
 
 /// What one node's collector knows about the communicators.
@@ -164,6 +196,10 @@ impl Gen {
             ring: vec![Slot::default(); nodes * GPUS],
             tree: vec![Slot::default(); nodes],
             stuck_s: None,
+            freeze_s: f64::INFINITY,
+            hung_s: None,
+            exits: false,
+            dead: None,
         }
     }
 
@@ -202,6 +238,10 @@ impl Gen {
                 self.block(RING, t0, first, &held, r, hangs);
                 return;
             }
+            if done >= self.freeze_s {
+                self.freeze(RING, t0, done, r, hangs);
+                return;
+            }
             prev = done;
         }
         // The tree's AllReduce, once the gradients are reduced.
@@ -222,6 +262,10 @@ impl Gen {
         }
         if !held.is_empty() {
             self.block(TREE, t0, first, &held, r, hangs);
+            return;
+        }
+        if t >= self.freeze_s {
+            self.freeze(TREE, t0, t, r, hangs);
             return;
         }
         self.next_step_s = t0 + d;
@@ -263,6 +307,31 @@ impl Gen {
         });
     }
 
+    /// Every rank issued collective `comm` (the last at `done`) and none
+    /// returns: the step from `t0` never completes; the hang's holders are
+    /// the ranks the fault names (a dead peer, the rank behind a downed
+    /// port), none when nothing below shows a cause.
+    fn freeze(&mut self, comm: usize, t0: f64, done: f64, r: &RankTimes, hangs: &mut Vec<Hang>) {
+        self.stuck_s = Some(t0);
+        self.hung_s = Some(done);
+        self.dead = r.culprit.filter(|_| r.dead);
+        let global: Vec<usize> = r.culprit.iter().copied().collect();
+        hangs.push(Hang {
+            comm,
+            id: self.ids[comm].clone(),
+            holders: global
+                .iter()
+                .map(|&i| {
+                    let node = i / GPUS;
+                    let rank = if comm == RING { i } else { node };
+                    (node, rank as i32)
+                })
+                .collect(),
+            global,
+            since_s: done,
+        });
+    }
+
     /// Moves the collectives issued before `limit` from pending to issued.
     fn drain(&mut self, limit: f64) {
         for s in self.ring.iter_mut().chain(self.tree.iter_mut()) {
@@ -287,6 +356,9 @@ pub struct Collectives {
     /// The current run of the job last; an ended one until its window passed.
     gens: Vec<Gen>,
     hangs: Vec<Hang>,
+    /// The latest window `[a, b)` and its ranks' stall times.
+    span: (f64, f64),
+    stall: Vec<f64>,
 }
 
 impl Collectives {
@@ -297,6 +369,8 @@ impl Collectives {
             seed,
             gens: vec![Gen::new(seed, 0, nodes, -1.0, 0.0)],
             hangs: Vec::new(),
+            span: (0.0, 0.0),
+            stall: Vec::new(),
         }
     }
 
@@ -330,32 +404,117 @@ impl Collectives {
     }
 
     /// One window `[a, b)`: job ends and restarts (`stops`: the job is gone
-    /// over `[s, e)`), the steps that start in it, the collectives issued
-    /// in it.
-    pub fn advance(&mut self, a: f64, b: f64, r: &RankTimes, stops: &[(f64, f64)]) {
-        // An ended run's rows went out in the window of its end; the
-        // current run never ends (ending one starts the next).
-        self.gens.retain(|g| a <= g.end_s);
+    /// over `[s, e)`; its processes exit instead of destroying the
+    /// communicators when the flag is set), pauses (`[s, e)`: no step
+    /// starts, as in a checkpoint or an evaluation pass), the steps that
+    /// start in it, the collectives issued in it.
+    pub fn advance(
+        &mut self,
+        a: f64,
+        b: f64,
+        r: &RankTimes,
+        stops: &[(f64, f64, bool)],
+        pauses: &[(f64, f64)],
+    ) {
+        self.span = (a, b);
+        self.stall.clear();
+        self.stall.extend_from_slice(r.stall);
+        // An ended run's rows went out in the window of its end (its
+        // processes' exits within EXIT_SPREAD_S of it); the current run
+        // never ends (ending one starts the next).
+        self.gens.retain(|g| a <= g.end_s + EXIT_SPREAD_S);
         let mut stops = stops.to_vec();
         stops.sort_by(|x, y| x.0.total_cmp(&y.0));
-        for (s, e) in stops {
+        for (s, e, exits) in stops {
             let Some(cur) = self.gens.last_mut() else {
                 break;
             };
             if cur.end_s.is_infinite() && cur.start_s < s && s < b {
                 cur.end_s = s;
+                cur.exits = exits;
                 let n = cur.n + 1;
                 self.gens.push(Gen::new(self.seed, n, self.nodes, e, e));
             }
+        }
+        if let Some(cur) = self.gens.last_mut() {
+            cur.freeze_s = cur.freeze_s.min(r.freeze_s);
         }
         for g in &mut self.gens {
             let limit = b.min(g.end_s);
             while g.stuck_s.is_none() && g.next_step_s < limit {
                 let t0 = g.next_step_s;
+                if let Some(&(_, e)) = pauses.iter().find(|(s, e)| t0 >= *s && t0 < *e) {
+                    g.next_step_s = e;
+                    continue;
+                }
                 g.step(t0, limit, r, &mut self.hangs);
             }
             g.drain(limit);
         }
+    }
+
+    /// When rank `i`'s process of run `g` exits (`None`: not in the run).
+    fn exit_s(g: &Gen, i: usize) -> Option<f64> {
+        if g.exits && g.end_s.is_finite() {
+            return Some(g.end_s + EXIT_SPREAD_S * (i % GPUS) as f64 / GPUS as f64);
+        }
+        g.dead.filter(|d| *d == i).and(g.hung_s)
+    }
+
+    /// Rank `i` (`node·8 + gpu`) of the current run at the window's end.
+    pub fn phase(&self, i: usize) -> Phase {
+        let g = self.current();
+        let b = self.span.1;
+        if Self::exit_s(g, i).is_some_and(|x| x < b) {
+            return Phase::Gone;
+        }
+        let hung = g.hung_s.is_some_and(|h| h < b) || (g.hung_s.is_none() && self.stuck_by(b));
+        if !hung {
+            return Phase::Run;
+        }
+        if self.stall.get(i).is_some_and(|s| s.is_finite()) {
+            Phase::Stalled
+        } else {
+            Phase::Spin
+        }
+    }
+
+    /// Node `n`'s rows as a collector with the CUDA probes sees them: a
+    /// process that exited sends its last row (`exited`) and no more; a
+    /// rank waiting on a collective that never completes sits in
+    /// `cuStreamSynchronize` since its latest collective.
+    fn below(&self, n: usize, rows: &mut Vec<NcclRank>) {
+        let (a, b) = self.span;
+        rows.retain_mut(|row| {
+            let Some(g) = self.gens.iter().find(|g| g.ids.contains(&row.comm)) else {
+                return true;
+            };
+            let i = n * GPUS + row.pid.saturating_sub(PID_BASE) as usize;
+            if let Some(x) = Self::exit_s(g, i) {
+                if x < a - 1e-9 {
+                    return false;
+                }
+                if x < b {
+                    row.exited = true;
+                    return true;
+                }
+            }
+            let hung = g.hung_s.is_some_and(|h| h < b) || g.stuck_s.is_some_and(|s| s < b);
+            let stalled = self.stall.get(i).is_some_and(|s| s.is_finite());
+            let last = [
+                g.ring.get(i),
+                (i % GPUS == 0).then(|| g.tree.get(n)).flatten(),
+            ]
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.last_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+            if hung && !stalled && last.is_finite() && last < b {
+                row.blocked_call = "cuStreamSynchronize".into();
+                row.blocked_s = b - last;
+            }
+            true
+        });
     }
 
     /// Node `n`'s ranks as its collector's maps hold them at `b`.
@@ -363,7 +522,8 @@ impl Collectives {
         let mut out = BTreeMap::new();
         for g in self.gens.iter().filter(|g| g.start_s < b) {
             let seen = g.start_s >= st.attach_s;
-            let ended = g.end_s < b;
+            // Processes that exit never destroy their communicators.
+            let ended = g.end_s < b && !g.exits;
             for gpu in 0..GPUS {
                 let pid = PID_BASE + gpu as u32;
                 let mut comms = vec![(RING, &g.ring[n * GPUS + gpu], n * GPUS + gpu)];
@@ -409,6 +569,7 @@ impl Collectives {
                             seq,
                             last_ns,
                             ring: Some(ring),
+                            ..Default::default()
                         }
                     } else if seq > 0 {
                         // Only its collectives since the restart are known.
@@ -424,6 +585,7 @@ impl Collectives {
                             seq,
                             last_ns,
                             ring: Some(ring),
+                            ..Default::default()
                         }
                     } else {
                         continue;
@@ -449,6 +611,8 @@ impl Collectives {
             }
         });
         st.prev = cur;
+        let mut rows = rows;
+        self.below(n, &mut rows);
         rows
     }
 

@@ -126,7 +126,11 @@ impl Cluster {
                 let ow = self.window_of(o);
                 let visible = match f.kind {
                     // Once the other ranks wait (the timeline says when).
-                    Kind::IbLinkDegrade { .. } | Kind::NcclHang => None,
+                    Kind::IbLinkDegrade { .. }
+                    | Kind::NcclHang
+                    | Kind::NcclHangDeadPeer
+                    | Kind::NcclHangPortDown
+                    | Kind::NcclHangUnknown => None,
                     // Once its errors are significant (`gpu::gpu_faults_advance`).
                     Kind::GpuNvlink { .. } => None,
                     Kind::IbLinkFlap { period_s, .. } => Some(self.window_of(o + period_s)),

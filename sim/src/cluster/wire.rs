@@ -6,7 +6,13 @@ use std::collections::BTreeMap;
 use collector::ib::PortSnapshot;
 use proto::v1::{CudaProc, GpuSample, NvLinkCounters, Origin, StepTime, Window, WorkloadSample};
 
-use super::{ib::COUNTERS, Cluster, LinkRate, Node, GPUS, HCAS, JOB, SERVE_JOB, SERVE_MODEL};
+use super::{
+    ib::COUNTERS, nccl::Phase, Cluster, Kind, LinkRate, Node, GPUS, HCAS, JOB, SERVE_JOB,
+    SERVE_MODEL,
+};
+
+/// A checkpoint writes this many times the job's usual bytes per request.
+const CHECKPOINT_BYTES_FACTOR: u64 = 64;
 
 /// The model server's healthy mean time to first token (s) and requests
 /// per second.
@@ -62,7 +68,19 @@ fn step_rows(node: &Node, n: usize, w_s: f64) -> Vec<StepTime> {
         .collect()
 }
 
-fn gpu_rows(node: &Node, running: bool) -> Vec<GpuSample> {
+/// NVML utilisation of a training GPU (%) by what its rank does.
+fn util(running: bool, pause: Option<&Kind>, phase: Phase) -> u32 {
+    match (running, pause, phase) {
+        (false, _, _) | (_, _, Phase::Gone | Phase::Stalled) => 0,
+        // NCCL's kernels poll for their peers' data.
+        (_, _, Phase::Spin) => 100,
+        (_, Some(Kind::NcclCheckpoint { .. }), _) => 0,
+        (_, Some(Kind::NcclEval { .. }), _) => 90,
+        _ => 97,
+    }
+}
+
+fn gpu_rows(node: &Node, utils: &[u32]) -> Vec<GpuSample> {
     node.gpus
         .iter()
         .enumerate()
@@ -79,7 +97,7 @@ fn gpu_rows(node: &Node, running: bool) -> Vec<GpuSample> {
             throttle_reasons: Some(g.throttle),
             ecc_sbe_volatile: Some(g.sbe),
             ecc_dbe_volatile: Some(g.dbe),
-            util_gpu_pct: Some(if running { 97 } else { 0 }),
+            util_gpu_pct: Some(utils.get(i).copied().unwrap_or(0)),
             nvlink: g
                 .nvl
                 .iter()
@@ -97,15 +115,22 @@ fn gpu_rows(node: &Node, running: bool) -> Vec<GpuSample> {
         .collect()
 }
 
-/// The training job's CUDA processes on node `n` (`launches` per window).
-fn cuda_rows(n: usize, launches: u64) -> Vec<CudaProc> {
+/// The training job's CUDA processes on node `n` (`launches` per window
+/// each while it computes; none from a rank waiting or stalled, no row
+/// once its process is gone).
+fn cuda_rows(n: usize, launches: u64, phases: &[Phase], checkpoint: bool) -> Vec<CudaProc> {
     (0..GPUS)
+        .filter(|&g| phases.get(g) != Some(&Phase::Gone))
         .map(|g| CudaProc {
             pid: 10_000 + g as u32,
             device: g as i32,
             job: JOB.into(),
             rank: Some((n * GPUS + g) as u32),
-            launches,
+            launches: if phases.get(g) == Some(&Phase::Run) && !checkpoint {
+                launches
+            } else {
+                0
+            },
             sync_calls: 10,
             sync_wait_ns: 200_000_000,
             copy_bytes: 1 << 20,
@@ -145,8 +170,16 @@ impl Cluster {
         let w_s = wms as f64 / 1000.0;
         let running = self.job_running;
         let b_s = self.k as f64 * self.spec.window_s;
-        // No step completes while a hang holds the job.
-        let otlp = self.spec.otlp_steps && !self.nccl.stuck_by(b_s - self.spec.window_s);
+        // No step completes while a hang holds the job or a pause lasts.
+        let otlp = self.spec.otlp_steps
+            && !self.nccl.stuck_by(b_s - self.spec.window_s)
+            && self.pause.is_none();
+        let phases: Vec<Phase> = (0..GPUS).map(|g| self.nccl.phase(n * GPUS + g)).collect();
+        let utils: Vec<u32> = phases
+            .iter()
+            .map(|p| util(running, self.pause.as_ref(), *p))
+            .collect();
+        let checkpoint = matches!(self.pause, Some(Kind::NcclCheckpoint { .. }));
         let node = &mut self.nodes[n];
         if !node.up || node.skip {
             return None;
@@ -177,10 +210,26 @@ impl Cluster {
             start_unix_ms: t - wms,
             end_unix_ms: t,
             ib_ports: collector::window::ib_ports(&snaps),
-            gpus: gpu_rows(node, running),
-            block: node.devices.iter().filter_map(|d| d.stat.clone()).collect(),
+            gpus: gpu_rows(node, &utils),
+            block: node
+                .devices
+                .iter()
+                .filter_map(|d| d.stat.clone())
+                .map(|mut b| {
+                    // The checkpoint's shards stream out in big requests.
+                    if checkpoint && b.job == JOB {
+                        b.bytes = b.bytes.saturating_mul(CHECKPOINT_BYTES_FACTOR);
+                    }
+                    b
+                })
+                .collect(),
             cuda: if running {
-                cuda_rows(n, (2400.0 * wms as f64 / 1000.0) as u64)
+                cuda_rows(
+                    n,
+                    (2400.0 * wms as f64 / 1000.0) as u64,
+                    &phases,
+                    checkpoint,
+                )
             } else {
                 Vec::new()
             },

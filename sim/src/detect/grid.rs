@@ -114,7 +114,8 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
             fmt_value(sig3(r.log_uniform(0.05, 50.0))),
             r.below(18)
         ),
-        "job-end" => format!(":gap={:.0}", r.range(60.0, 300.0)),
+        "job-end" | "nccl-job-exit" => format!(":gap={:.0}", r.range(60.0, 300.0)),
+        "nccl-checkpoint" | "nccl-eval" => format!(":duration={:.0}", r.range(60.0, 300.0)),
         "congestion" => format!(
             ":fraction={:.2},duration={:.0}",
             r.range(0.1, 0.6),
@@ -157,8 +158,10 @@ fn visible_budget(inject: &str) -> f64 {
         300.0
     } else if inject.starts_with("ib-link-flap") {
         param("period") + 60.0
-    } else if inject.starts_with("job-end") {
+    } else if inject.starts_with("job-end") || inject.starts_with("nccl-job-exit") {
         param("gap")
+    } else if inject.starts_with("nccl-checkpoint") || inject.starts_with("nccl-eval") {
+        param("duration")
     } else if inject.starts_with("congestion") {
         param("duration")
     } else {

@@ -191,6 +191,30 @@ impl Report<'_> {
         let ib = DetectConfig::default().ib;
         let (rates, sizes, seeds) = shape(a);
         let kinds_run: BTreeSet<&str> = self.scenarios.iter().map(|s| s.kind).collect();
+        let mut g = self.grid_json_base(a, &ib, (rates, sizes, seeds), kinds_run);
+        // Every-rank hangs and their pauses (outside the one `json!`: its
+        // macro recursion has a limit).
+        let every = json!({
+                "nccl-hang-dead-peer": "every rank issues the collective in flight at the onset; one rank's process (a GPU drawn by the seed) dies in it (its last row says exited); the others block in cuStreamSynchronize with their GPUs spinning at 100 %, the fabric goes quiet",
+                "nccl-hang-port-down": "a port (drawn by the seed) goes down at the onset and every rank hangs in the collective in flight, blocked, GPUs spinning",
+                "nccl-hang-unknown": "every rank hangs in the collective in flight at the onset, blocked, GPUs spinning; nothing else below",
+                "nccl-checkpoint": "confounder: no step starts for uniform 60..300 s; GPUs idle, no kernel launches, the job writes 64x its usual bytes",
+                "nccl-eval": "confounder: no step starts for uniform 60..300 s; kernels keep launching, GPUs 90 % busy",
+                "nccl-job-exit": "confounder: the job's processes exit without destroying their communicators (every rank's last row says exited, within 0.4 s); a next job starts uniform 60..300 s later"
+        });
+        if let (Some(d), Some(e)) = (g["drawn"].as_object_mut(), every.as_object()) {
+            d.extend(e.clone());
+        }
+        g
+    }
+
+    fn grid_json_base(
+        &self,
+        a: &DetectArgs,
+        ib: &correlator::engine::config::IbConfig,
+        (rates, sizes, seeds): (Vec<&'static str>, Vec<usize>, u64),
+        kinds_run: BTreeSet<&str>,
+    ) -> serde_json::Value {
         json!({
             "quick": a.quick,
             "window_s": a.windows,
@@ -230,9 +254,9 @@ impl Report<'_> {
                 "device medians": "nvme 0.08-0.2 ms, ssd 0.2-0.5 ms, hdd 4-9 ms (log-uniform), lognormal sigma 0.5, median jitter +-10 % per window, 30-80 requests/s",
             },
             "truth": {"reference_ber": ib.reference_ber, "significance": ib.significance,
-                       "visible": "ib-link-degrade: first window, from the onset window on, where the excess bit errors the fault injected since its onset are so many that a Poisson background at reference_ber over the bits the port signalled since the onset would reach them with probability below significance (the simulator's own Poisson tail, independent of the detector's tests); ib-link-flap: the second down; node-loss: onset + 3 windows; nccl-hang: the window in which another rank first waits on the stalled one (its entity <first host of the holding ranks>/nccl/<the communicator they hold up> from the simulated timeline); job-slow, nccl-slow-rank, inference-slow and interference: onset + workload.min_persist_s; others: the onset window",
-                       "detected": "an incident of the expected kind on the expected entity, or an accepted stand-in: job_slowdown of the job for nccl-slow-rank, collective_hang on any of the job's communicators for nccl-hang",
-                       "named_correctly": "the expected incident, naming exactly the ranks holding the others up (nccl-hang) or every NCCL communicator with a rank on the faulty port, GPU or host (ib_link_*, gpu_*, node_lost); for the other kinds the same as the expected incident"},
+                       "visible": "ib-link-degrade: first window, from the onset window on, where the excess bit errors the fault injected since its onset are so many that a Poisson background at reference_ber over the bits the port signalled since the onset would reach them with probability below significance (the simulator's own Poisson tail, independent of the detector's tests); ib-link-flap: the second down; node-loss: onset + 3 windows; nccl-hang: the window in which another rank first waits on the stalled one (its entity <first host of the holding ranks>/nccl/<the communicator they hold up> from the simulated timeline); nccl-hang-*: the window in which the last rank issued the collective that never completes (entity <the culprit's host, else the first host>/nccl/<the job's ring>); job-slow, nccl-slow-rank, inference-slow and interference: onset + workload.min_persist_s; others: the onset window",
+                       "detected": "an incident of the expected kind on the expected entity, or an accepted stand-in: job_slowdown of the job for nccl-slow-rank, collective_hang on any of the job's communicators for nccl-hang and the every-rank hangs (and the downed port's ib_link_down for nccl-hang-port-down)",
+                       "named_correctly": "the expected incident, naming exactly the ranks holding the others up (nccl-hang), exactly one culprit line naming the dead rank or the downed port (nccl-hang-dead-peer, nccl-hang-port-down) or no culprit and 'no cause seen below' (nccl-hang-unknown), or every NCCL communicator with a rank on the faulty port, GPU or host (ib_link_*, gpu_*, node_lost); for the other kinds the same as the expected incident"},
         })
     }
 

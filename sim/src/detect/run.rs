@@ -89,12 +89,51 @@ pub(super) struct Outcome {
 /// An incident that detects the fault without being its expected one: a
 /// slow rank's job slowing (all a job without OTLP step times can show),
 /// a hang raised on another of the job's communicators.
-fn stand_in(f: &Fault, u: &CandidateUpdate) -> bool {
+fn stand_in(f: &Fault, c: &Cluster, u: &CandidateUpdate) -> bool {
+    use faults::Kind;
     match f.kind {
-        faults::Kind::NcclSlowRank { .. } => u.kind == "job_slowdown" && u.entity == JOB,
-        faults::Kind::NcclHang => u.kind == "collective_hang",
+        Kind::NcclSlowRank { .. } => u.kind == "job_slowdown" && u.entity == JOB,
+        Kind::NcclHang | Kind::NcclHangDeadPeer | Kind::NcclHangUnknown => {
+            u.kind == "collective_hang"
+        }
+        // The downed port's own incident is the fault too.
+        Kind::NcclHangPortDown => {
+            u.kind == "collective_hang"
+                || (u.kind == "ib_link_down" && u.entity == faults::target_name(c, &f.target))
+        }
         _ => false,
     }
+}
+
+/// Whether a hang where every rank waits names its culprit: the dead
+/// rank, the downed port, or no cause at all.
+fn names_culprit(f: &Fault, c: &Cluster, u: &CandidateUpdate) -> Option<bool> {
+    use faults::{Kind, Target};
+    let culprits: Vec<&String> = u
+        .evidence
+        .iter()
+        .filter(|l| l.starts_with("culprit: "))
+        .collect();
+    let want = match (&f.kind, &f.target) {
+        (Kind::NcclHangDeadPeer, &Target::Gpu { node, gpu }) => format!(
+            "culprit: rank {} on {} ",
+            node * crate::cluster::GPUS + gpu,
+            c.node_name(node)
+        ),
+        (Kind::NcclHangPortDown, t @ Target::Port { .. }) => {
+            format!("culprit: port {} of ", faults::target_name(c, t))
+        }
+        (Kind::NcclHangUnknown, _) => {
+            return Some(
+                culprits.is_empty()
+                    && u.evidence
+                        .iter()
+                        .any(|l| l.ends_with("; no cause seen below")),
+            )
+        }
+        _ => return None,
+    };
+    Some(culprits.len() == 1 && culprits[0].starts_with(&want))
 }
 
 /// Whether the expected incident names what physically happened: a hang
@@ -102,6 +141,9 @@ fn stand_in(f: &Fault, u: &CandidateUpdate) -> bool {
 /// link, GPU or host every NCCL communicator with a rank there (`NCCL
 /// communicator ID …`).
 fn names_it(f: &Fault, c: &Cluster, u: &CandidateUpdate) -> bool {
+    if let Some(named) = names_culprit(f, c, u) {
+        return named;
+    }
     if f.kind == faults::Kind::NcclHang {
         let Some(t) = c.truth().first() else {
             return false;
@@ -159,7 +201,7 @@ impl Watch {
             .incident
             .as_ref()
             .is_some_and(|(ek, ee)| u.kind == *ek && u.entity == *ee);
-        let accepted = hit || x.fault.is_some_and(|f| stand_in(f, u));
+        let accepted = hit || x.fault.is_some_and(|f| stand_in(f, c, u));
         if accepted && self.detected.is_none() {
             self.detected = Some(k);
         }

@@ -155,6 +155,10 @@ impl Tally {
                 continue;
             }
             let mut k = o.expected_kind.clone().unwrap_or_default();
+            // Every rank waits: one row per cause.
+            if let Some(cause) = s.kind.strip_prefix("nccl-hang-") {
+                k.push_str(&format!(" ({cause})"));
+            }
             if !s.otlp {
                 k.push_str(" (no OTLP)");
             }

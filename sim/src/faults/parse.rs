@@ -50,6 +50,12 @@ fn wants(kind: &Kind) -> Wants {
         Kind::JobSlow { .. } => Wants::Job,
         Kind::InferenceSlow { .. } => Wants::Model,
         Kind::NcclHang | Kind::NcclSlowRank { .. } => Wants::Rank,
+        Kind::NcclHangDeadPeer => Wants::Gpu,
+        Kind::NcclHangPortDown => Wants::Port,
+        Kind::NcclHangUnknown
+        | Kind::NcclCheckpoint { .. }
+        | Kind::NcclEval { .. }
+        | Kind::NcclJobExit { .. } => Wants::Cluster,
     }
 }
 
@@ -302,6 +308,20 @@ fn kind_of(kname: &str, g: &Given) -> Result<Kind> {
         },
         "job-slow" => Kind::JobSlow {
             factor: g.slowdown()?,
+        },
+        "nccl-hang-dead-peer" => Kind::NcclHangDeadPeer,
+        "nccl-hang-port-down" => Kind::NcclHangPortDown,
+        "nccl-hang-unknown" => Kind::NcclHangUnknown,
+        "nccl-checkpoint" | "nccl-eval" => {
+            let d = g.checked("duration", |d| d > 0.0, "must be > 0 seconds")?;
+            if kname == "nccl-eval" {
+                Kind::NcclEval { duration_s: d }
+            } else {
+                Kind::NcclCheckpoint { duration_s: d }
+            }
+        }
+        "nccl-job-exit" => Kind::NcclJobExit {
+            gap_s: g.checked("gap", |x| x >= 0.0, "must be ≥ 0 seconds")?,
         },
         "job-end" => Kind::JobEnd {
             gap_s: g.checked("gap", |x| x >= 0.0, "must be ≥ 0 seconds")?,

@@ -32,6 +32,9 @@ pub(super) struct Ctx<'a> {
     pub below: &'a HashMap<String, Below>,
     /// Whether an incident of (kind, entity) is open.
     pub open: &'a dyn Fn(&'static str, &str) -> bool,
+    /// Every communicator (a wider one of the same processes stands for
+    /// this one's hang).
+    pub comms: &'a HashMap<String, Comm>,
 }
 
 /// The tally of the waiting ranks' evidence from below.
@@ -123,6 +126,14 @@ pub(super) fn judge_uniform(ctx: &Ctx, id: &str, c: &Comm, live: &[&Rank]) -> Op
         tracing::debug!(comm = id, seq, proof = ?p, "every rank silent at one sequence, no proof of a hang: a pause");
         return None;
     }
+    if let Some(wider) = subsumed(ctx, id, c) {
+        tracing::debug!(
+            comm = id,
+            wider,
+            "every rank waits, as on a wider communicator of the same processes: raised there"
+        );
+        return None;
+    }
     let exited: Vec<&Rank> = c.ranks.values().filter(|r| r.exited && !r.ended).collect();
     let (culprit_host, mut lines) = culprit(ctx, c, &exited, &gone, seq, bound_ms, host_silent);
     let op = if c.op.is_empty() { "?" } else { c.op.as_str() };
@@ -186,6 +197,43 @@ pub(super) fn judge_uniform(ctx: &Ctx, id: &str, c: &Comm, live: &[&Rank]) -> Op
                 pids.join(", ")
             )),
     )
+}
+
+/// A wider communicator (more ranks; the same: a smaller id) that shares
+/// a process with `c` and whose every live rank is silent too: the job's
+/// one hang, raised there (the processes block on one collective; their
+/// other communicators merely go quiet).
+fn subsumed<'a>(ctx: &Ctx<'a>, id: &str, c: &Comm) -> Option<&'a str> {
+    let procs: Vec<&(String, u32)> = c.ranks.keys().take(8).collect();
+    let me = (c.ranks.len(), std::cmp::Reverse(id));
+    ctx.comms
+        .iter()
+        .filter(|(oid, o)| (o.ranks.len(), std::cmp::Reverse(oid.as_str())) > me)
+        .filter(|(_, o)| procs.iter().any(|k| o.ranks.contains_key(*k)))
+        .find(|(_, o)| all_silent(ctx, o))
+        .map(|(oid, _)| oid.as_str())
+}
+
+/// Whether every live rank of `o` has been silent for its hang bound.
+fn all_silent(ctx: &Ctx, o: &Comm) -> bool {
+    let intervals: Vec<f64> = o
+        .ranks
+        .values()
+        .map(|r| r.interval_s)
+        .filter(|i| *i > 0.0)
+        .collect();
+    let bound_ms =
+        ((ctx.cfg.hang_intervals * median(&intervals)).max(ctx.cfg.hang_min_s) * 1000.0) as i64;
+    let mut live = o
+        .ranks
+        .values()
+        .filter(|r| !r.ended && !r.exited)
+        .peekable();
+    live.peek().is_some()
+        && live.all(|r| {
+            let now = ctx.host_now.get(&r.host).copied().unwrap_or(0);
+            r.last_ms > 0 && now - r.last_ms >= bound_ms
+        })
 }
 
 /// The waiting ranks' evidence from their hosts' latest windows.
