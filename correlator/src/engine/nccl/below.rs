@@ -12,13 +12,11 @@ use proto::v1::Window;
 const PER_HOST: usize = 64;
 /// The IBA PortState of an active port.
 const ACTIVE: u32 = 4;
-/// Counters whose increase means a port is erroring.
-const ERRORS: [&str; 4] = [
-    "symbol_error",
-    "link_downed",
-    "port_rcv_errors",
-    "link_error_recovery",
-];
+/// Counters whose increase means a port is erroring: link-level events
+/// (the link went down or retrained), not the sporadic symbol errors a
+/// healthy link shows (those are the IB detector's to judge, and an open
+/// `ib_link_*` incident names such a port).
+const ERRORS: [&str; 2] = ["link_downed", "link_error_recovery"];
 
 /// One HCA port as last reported.
 #[derive(Clone, Debug, Default)]
@@ -29,7 +27,7 @@ pub(super) struct Port {
     /// The traffic level before a collapse: follows `bps` while it stays
     /// within the collapse fraction of it, and is kept when it drops below.
     pub ref_bps: f64,
-    /// Error counters' increase in the latest window.
+    /// Link-level error events in the latest window.
     pub errors: u64,
     data: Option<u64>,
     errs: Option<u64>,

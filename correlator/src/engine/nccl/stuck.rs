@@ -319,8 +319,8 @@ fn culprit(
             .collect();
         return (Some(r.host.clone()), lines);
     }
-    let mut lines = Vec::new();
-    let mut host = None;
+    // Ports: down first, then an open link incident, then link events.
+    let mut ports: Vec<(u8, String, String)> = Vec::new();
     let mut seen = BTreeSet::new();
     for r in c.ranks.values() {
         let Some(b) = ctx.below.get(&r.host) else {
@@ -334,23 +334,36 @@ fn culprit(
             let open = ["ib_link_down", "ib_link_flapping", "ib_link_degraded"]
                 .into_iter()
                 .find(|kind| (ctx.open)(kind, &entity));
-            let why = if port.down() {
-                format!("is down (state {})", port.state)
+            let (class, why) = if port.down() {
+                (0, format!("is down (state {})", port.state))
             } else if let Some(kind) = open {
-                format!("has an open {kind} incident")
+                (1, format!("has an open {kind} incident"))
             } else if port.errors > 0 {
-                format!("is erroring (+{} errors in the latest window)", port.errors)
+                (
+                    2,
+                    format!(
+                        "went down or retrained {} time(s) in the latest window",
+                        port.errors
+                    ),
+                )
             } else {
                 continue;
             };
-            host.get_or_insert_with(|| r.host.clone());
-            lines.push(format!("culprit: port {entity} of {} {why}", who(r)));
+            ports.push((
+                class,
+                r.host.clone(),
+                format!("culprit: port {entity} of {} {why}", who(r)),
+            ));
         }
     }
-    if !lines.is_empty() {
-        lines.truncate(4);
-        return (host, lines);
+    if let Some(best) = ports.iter().map(|p| p.0).min() {
+        ports.retain(|p| p.0 == best);
+        ports.sort();
+        let host = ports.first().map(|p| p.1.clone());
+        return (host, ports.into_iter().take(4).map(|p| p.2).collect());
     }
+    let mut lines = Vec::new();
+    let mut host = None;
     let since = c.ranks.values().map(|r| r.last_ms).max().unwrap_or(0) - bound_ms;
     for r in c.ranks.values() {
         let Ok(d) = u32::try_from(r.device) else {
