@@ -13,7 +13,10 @@
 //!   time the CPU waits for the GPU, so it rises with a slow rank, a slow
 //!   link or a slow GPU alike; it is not a collective's duration.
 //! - bytes: count × datatype size as passed (per rank, not bus bytes).
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    time::{Duration, Instant},
+};
 
 use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, SeqRing, UNIQUE_ID_BYTES};
 use proto::v1 as pb;
@@ -81,7 +84,13 @@ pub fn comm_id(maps: &NcclMaps, host: &str, pid: u32, comm: u64) -> Option<u64> 
     for _ in 0..16 {
         let info = maps.comms.get(&cur)?;
         match info.kind {
-            init::SPLIT => {
+            // A shrink follows its parent as a split does (its colour is
+            // `init::SHRINK_COLOR`), and so does a grow by a rank of the
+            // parent (`init::GROW_COLOR`); a new rank of a grow has no
+            // parent and is named by the grow's id (below).
+            init::SPLIT | init::SHRINK | init::GROW
+                if info.kind != init::GROW || info.parent != 0 =>
+            {
                 chain.push(info.color);
                 cur = (pid, info.parent);
             }
@@ -121,6 +130,18 @@ pub struct RankState {
     pub last_ns: u64,
     /// The latest collectives' issue times (the probe's ring).
     pub ring: Option<SeqRing>,
+    /// For an `ncclCommSplit` rank: the parent communicator's id as this
+    /// collector names it (empty otherwise), the colour and key it passed,
+    /// and its rank in the parent (-1: unknown).
+    pub parent: String,
+    pub color: i32,
+    pub key: i32,
+    pub parent_rank: i32,
+    /// The rank's process exited: these are its final counts.
+    pub exited: bool,
+    /// The oldest CUDA driver call the rank's process is inside now
+    /// (entered, not returned): its name and age in seconds.
+    pub blocked: Option<(&'static str, f64)>,
 }
 
 /// Every rank the maps know, by (pid, `ncclComm_t`); ops on handles that no
@@ -171,7 +192,137 @@ pub fn ranks(maps: &NcclMaps, host: &str) -> BTreeMap<(u32, u64), RankState> {
             r.ring = Some(*ring);
         }
     }
+    resolve_splits(maps, &mut out);
     out
+}
+
+/// A rank on this host: (pid, `ncclComm_t`).
+pub type RankKey = (u32, u64);
+
+/// A split rank's key and its creation record.
+type Split<'a> = (RankKey, &'a CommInfo);
+
+/// Per-op (calls, bytes) totals.
+type OpTotals = BTreeMap<&'static str, (u64, u64)>;
+
+/// How deep splits of splits are followed when filling parents' ranks.
+const MAX_SPLIT_DEPTH: usize = 16;
+
+/// Fills each `ncclCommSplit` rank's parent id, colour, key and rank in the
+/// parent, and computes its rank and size where every rank of the parent is
+/// on this host (see [`local_split_ranks`]); elsewhere they stay -1 and the
+/// correlator computes them from the rows of every host.
+fn resolve_splits(maps: &NcclMaps, out: &mut BTreeMap<(u32, u64), RankState>) {
+    let splits: Vec<Split<'_>> = maps
+        .comms
+        .iter()
+        .filter(|(_, i)| i.kind == init::SPLIT)
+        .map(|(k, i)| (*k, i))
+        .collect();
+    if splits.is_empty() {
+        return;
+    }
+    // A split's parent may itself be a split whose rank is computed in an
+    // earlier pass: repeat until nothing changes (bounded).
+    for _ in 0..MAX_SPLIT_DEPTH {
+        let mut changed = false;
+        for &((pid, comm), info) in &splits {
+            let (pcomm, prank) = match out.get(&(pid, info.parent)) {
+                Some(p) => (p.comm.clone(), p.rank),
+                None => (format!("h:{pid}:{:x}", info.parent), -1),
+            };
+            if let Some(r) = out.get_mut(&(pid, comm)) {
+                changed |= r.parent != pcomm || r.parent_rank != prank;
+                r.parent = pcomm;
+                r.parent_rank = prank;
+                r.color = info.color;
+                r.key = info.key;
+            }
+        }
+        for (k, (rank, size)) in local_split_ranks(&splits, out) {
+            if let Some(r) = out.get_mut(&k) {
+                changed |= (r.rank, r.nranks) != (rank, size);
+                r.rank = rank;
+                r.nranks = size;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+}
+
+/// NCCL's rule for `ncclCommSplit`, applied where every rank of the parent
+/// is on this host (the parent's ranks seen here are exactly `0..nranks`):
+/// the ranks of the parent that passed one colour form one communicator,
+/// ordered by key, then by parent rank. A parent split several times is
+/// split by every rank in the same order (NCCL requires it), so each
+/// rank's splits of it, in creation order, pair up call by call; where the
+/// ranks made different numbers of splits of it (a rank passed
+/// `NCCL_SPLIT_NOCOLOR`, which creates nothing, or has not returned yet)
+/// nothing is computed for that parent.
+fn local_split_ranks(
+    splits: &[Split<'_>],
+    out: &BTreeMap<RankKey, RankState>,
+) -> Vec<(RankKey, (i32, i32))> {
+    // Parent communicator id → its ranks here, (pid, handle, rank, size).
+    let mut members: BTreeMap<&str, Vec<(u32, u64, i32, i32)>> = BTreeMap::new();
+    for (&(pid, h), r) in out {
+        members
+            .entry(r.comm.as_str())
+            .or_default()
+            .push((pid, h, r.rank, r.nranks));
+    }
+    let parents: BTreeSet<&str> = splits
+        .iter()
+        .filter_map(|(k, _)| out.get(k).map(|r| r.parent.as_str()))
+        .collect();
+    let mut computed = Vec::new();
+    for p in parents {
+        let Some(m) = members.get(p) else { continue };
+        let n = m.first().map_or(0, |x| x.3);
+        let mut ranks: Vec<i32> = m.iter().map(|x| x.2).collect();
+        ranks.sort_unstable();
+        if n <= 0 || m.iter().any(|x| x.3 != n) || ranks != (0..n).collect::<Vec<i32>>() {
+            continue;
+        }
+        // Each parent rank's splits of it, oldest first.
+        let per: Vec<(i32, Vec<Split<'_>>)> = m
+            .iter()
+            .map(|&(pid, h, rank, _)| {
+                let mut v: Vec<Split<'_>> = splits
+                    .iter()
+                    .filter(|((spid, _), i)| *spid == pid && i.parent == h)
+                    .copied()
+                    .collect();
+                v.sort_by_key(|((_, sh), i)| (i.created_ns, *sh));
+                (rank, v)
+            })
+            .collect();
+        let calls = per.first().map_or(0, |x| x.1.len());
+        if calls == 0 || per.iter().any(|x| x.1.len() != calls) {
+            continue;
+        }
+        for call in 0..calls {
+            // colour → (key, parent rank, rank's key in `out`).
+            let mut by_color: BTreeMap<i32, Vec<(i32, i32, RankKey)>> = BTreeMap::new();
+            for (prank, v) in &per {
+                let (k, info) = v[call];
+                by_color
+                    .entry(info.color)
+                    .or_default()
+                    .push((info.key, *prank, k));
+            }
+            for group in by_color.values_mut() {
+                group.sort_unstable();
+                let size = group.len() as i32;
+                for (i, (_, _, k)) in group.iter().enumerate() {
+                    computed.push((*k, (i as i32, size)));
+                }
+            }
+        }
+    }
+    computed
 }
 
 /// Each live rank's lag behind the first rank of its communicator on this
@@ -272,7 +423,8 @@ pub fn window_rows(
                 })
             })
             .collect();
-        let changed = p.is_none_or(|p| p.ended != r.ended);
+        // A rank whose process exited always gets its last row (exited).
+        let changed = r.exited || p.is_none_or(|p| p.ended != r.ended);
         if ops.is_empty() && !changed {
             // Silent this window: still a row, so the correlator sees the
             // rank's sequence standing still (a hang is exactly that).
@@ -309,65 +461,308 @@ pub fn window_rows(
             ended: r.ended,
             lag_seq: lag.get(k).map_or(0, |l| l.0),
             lag_s: lag.get(k).map_or(0.0, |l| l.1),
-            ..Default::default()
+            blocked_call: r.blocked.map(|b| b.0.to_string()).unwrap_or_default(),
+            blocked_s: r.blocked.map_or(0.0, |b| b.1),
+            exited: r.exited,
+            parent: r.parent.clone(),
+            color: r.color,
+            key: r.key,
+            parent_rank: if r.parent.is_empty() {
+                0
+            } else {
+                r.parent_rank
+            },
         });
     }
     out
 }
 
-/// The NCCL series for `/metrics` (cumulative per communicator, rank on
-/// this host and op).
-pub fn render(
-    ranks: &BTreeMap<(u32, u64), RankState>,
+/// Per process: the oldest CUDA driver call it is inside (entered, not
+/// returned) among `calls` (pid, call kind, entry time), with its age at
+/// `now_ns` in seconds; both times on the probes' clock (`CLOCK_MONOTONIC`).
+pub fn blocked(
+    calls: impl IntoIterator<Item = (u32, u32, u64)>,
+    now_ns: u64,
+) -> BTreeMap<u32, (&'static str, f64)> {
+    let mut oldest: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    for (pid, kind, start) in calls {
+        let e = oldest.entry(pid).or_insert((start, kind));
+        if start < e.0 {
+            *e = (start, kind);
+        }
+    }
+    oldest
+        .into_iter()
+        .map(|(pid, (start, kind))| {
+            let age = now_ns.saturating_sub(start) as f64 / 1e9;
+            (pid, (collector_common::cuda::call::name(kind), age))
+        })
+        .collect()
+}
+
+/// Exited ranks kept at most (the oldest fold into their job's totals
+/// early past it, counted).
+pub const MAX_EXITED_RANKS: usize = 4096;
+
+/// A rank whose process exited, kept with its final counts.
+#[derive(Clone, Debug)]
+struct Kept {
+    at: Instant,
+    key: (u32, u64),
+    job: String,
+    rank: RankState,
+}
+
+/// Ranks of processes that exited: their series stay on `/metrics` with
+/// their final counts for `retain` (at least two scrape intervals, so the
+/// last increments are scraped), then fold into per-job totals that stay
+/// (`faultline_nccl_job_calls_total`, `…_bytes_total`), at most
+/// `max_jobs` jobs with no live or kept rank, the least recently updated
+/// evicted first (counted).
+#[derive(Debug)]
+pub struct ExitedRanks {
+    retain: Duration,
+    max_jobs: usize,
+    /// In exit order.
+    kept: VecDeque<Kept>,
+    /// job → (last fold, op → (calls, bytes)).
+    folded: BTreeMap<String, (Instant, OpTotals)>,
+}
+
+impl Default for ExitedRanks {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(120), 1024)
+    }
+}
+
+impl ExitedRanks {
+    pub fn new(retain: Duration, max_jobs: usize) -> Self {
+        Self {
+            retain,
+            max_jobs: max_jobs.max(1),
+            kept: VecDeque::new(),
+            folded: BTreeMap::new(),
+        }
+    }
+
+    /// `rank` (key `key`, job `job`) exited at `now`, its counts final.
+    pub fn retire(&mut self, key: (u32, u64), rank: RankState, job: String, now: Instant) {
+        let k = Kept {
+            at: now,
+            key,
+            job,
+            rank,
+        };
+        if self.retain.is_zero() {
+            self.fold(k, now);
+            return;
+        }
+        self.kept.push_back(k);
+        while self.kept.len() > MAX_EXITED_RANKS {
+            if let Some(old) = self.kept.pop_front() {
+                metrics::counter!("faultline_nccl_exited_ranks_folded_early_total").increment(1);
+                self.fold(old, now);
+            }
+        }
+    }
+
+    fn fold(&mut self, k: Kept, now: Instant) {
+        let e = self
+            .folded
+            .entry(k.job)
+            .or_insert_with(|| (now, BTreeMap::new()));
+        e.0 = now;
+        for (op, (calls, bytes)) in k.rank.ops {
+            let t = e.1.entry(op).or_default();
+            t.0 += calls;
+            t.1 += bytes;
+        }
+    }
+
+    /// At `now`: folds the ranks kept for `retain`, and evicts the folded
+    /// jobs over `max_jobs` that have no rank in `live_jobs` or kept (their
+    /// series end: staleness, not a counter reset).
+    pub fn expire(&mut self, now: Instant, live_jobs: &BTreeSet<String>) {
+        while let Some(k) = self.kept.front() {
+            if now.saturating_duration_since(k.at) < self.retain {
+                break;
+            }
+            if let Some(k) = self.kept.pop_front() {
+                self.fold(k, now);
+            }
+        }
+        let over = self.folded.len().saturating_sub(self.max_jobs);
+        if over == 0 {
+            return;
+        }
+        let kept_jobs: BTreeSet<&str> = self.kept.iter().map(|k| k.job.as_str()).collect();
+        let mut idle: Vec<(Instant, String)> = self
+            .folded
+            .iter()
+            .filter(|(j, _)| !live_jobs.contains(*j) && !kept_jobs.contains(j.as_str()))
+            .map(|(j, (t, _))| (*t, j.clone()))
+            .collect();
+        idle.sort();
+        for (_, j) in idle.into_iter().take(over) {
+            self.folded.remove(&j);
+            metrics::counter!("faultline_nccl_job_totals_evicted_total").increment(1);
+        }
+    }
+
+    /// Ranks kept now.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    /// Jobs with folded totals.
+    pub fn folded_jobs(&self) -> usize {
+        self.folded.len()
+    }
+}
+
+/// The labels that tell a rank's series apart on this host: `comm` and
+/// `rank`; a rank whose rank is not known here (-1: a split with members on
+/// other hosts, or a communicator whose creation was not seen) also
+/// carries `parent_rank` (its rank in the split's parent, -1 unknown) and
+/// `pid`, so two such ranks never share a label set.
+fn identity(pid: u32, r: &RankState) -> Vec<(&'static str, String)> {
+    let mut id = vec![("comm", r.comm.clone()), ("rank", r.rank.to_string())];
+    if r.rank < 0 {
+        let pr = if r.parent.is_empty() {
+            -1
+        } else {
+            r.parent_rank
+        };
+        id.push(("parent_rank", pr.to_string()));
+        id.push(("pid", pid.to_string()));
+    }
+    id
+}
+
+/// The NCCL series for `/metrics` of the live ranks (cumulative per
+/// communicator, rank on this host and op).
+pub fn render(ranks: &BTreeMap<(u32, u64), RankState>, job: impl FnMut(u32) -> String) -> String {
+    render_all(ranks, &ExitedRanks::default(), job)
+}
+
+/// The NCCL series for `/metrics`: the live ranks, the exited ranks kept
+/// (same series, final counts) and every job's totals (live, kept and
+/// folded ranks). No two samples of a family share a label set: a rank
+/// whose identity labels collide with another's (one process splitting a
+/// parent twice with one colour) also carries `pid` and `handle`; a sample
+/// that would still collide is left out and counted
+/// (`faultline_nccl_series_collisions_total`).
+pub fn render_all(
+    live: &BTreeMap<(u32, u64), RankState>,
+    exited: &ExitedRanks,
     mut job: impl FnMut(u32) -> String,
 ) -> String {
     let mut t = Text::new();
-    for r in ranks.values() {
-        let rank = r.rank.to_string();
-        let nranks = r.nranks.to_string();
+    let mut totals: BTreeMap<(String, &'static str), (u64, u64)> = BTreeMap::new();
+    for (j, (_, ops)) in &exited.folded {
+        for (op, (c, b)) in ops {
+            let e = totals.entry((j.clone(), op)).or_default();
+            e.0 += c;
+            e.1 += b;
+        }
+    }
+    let all: Vec<((u32, u64), &RankState, String)> = live
+        .iter()
+        .map(|(k, r)| (*k, r, job(r.pid)))
+        .chain(exited.kept.iter().map(|k| (k.key, &k.rank, k.job.clone())))
+        .collect();
+    let mut seen: BTreeSet<Vec<(&'static str, String)>> = BTreeSet::new();
+    for ((pid, handle), r, j) in all {
+        for (op, (c, b)) in &r.ops {
+            let e = totals.entry((j.clone(), op)).or_default();
+            e.0 += c;
+            e.1 += b;
+        }
+        let mut id = identity(pid, r);
+        let with_job = |id: &Vec<(&'static str, String)>| {
+            let mut k = id.clone();
+            k.push(("job", j.clone()));
+            k
+        };
+        if seen.contains(&with_job(&id)) {
+            if !id.iter().any(|(k, _)| *k == "pid") {
+                id.push(("pid", pid.to_string()));
+            }
+            id.push(("handle", format!("{handle:x}")));
+            if seen.contains(&with_job(&id)) {
+                metrics::counter!("faultline_nccl_series_collisions_total").increment(1);
+                continue;
+            }
+        }
+        seen.insert(with_job(&id));
         let gpu = if r.device < 0 {
             String::new()
         } else {
             r.device.to_string()
         };
-        let j = job(r.pid);
+        let nranks = r.nranks.to_string();
+        let pid_s = pid.to_string();
+        let base: Vec<(&str, &str)> = id.iter().map(|(k, v)| (*k, v.as_str())).collect();
         for (o, (calls, bytes)) in &r.ops {
-            let l: &[(&str, &str)] = &[("comm", &r.comm), ("rank", &rank), ("job", &j), ("op", o)];
+            let mut l = base.clone();
+            l.push(("job", &j));
+            l.push(("op", o));
             t.sample(
                 "faultline_nccl_calls_total",
                 "NCCL calls per communicator, rank on this host and op (enqueued, not completed)",
                 Kind::Counter,
-                l,
+                &l,
                 calls,
             );
             t.sample(
                 "faultline_nccl_bytes_total",
                 "NCCL bytes per communicator, rank and op: count x datatype size as passed",
                 Kind::Counter,
-                l,
+                &l,
                 bytes,
             );
+        }
+        let mut info = base.clone();
+        info.extend([("nranks", nranks.as_str()), ("gpu", &gpu), ("job", &j)]);
+        if !id.iter().any(|(k, _)| *k == "pid") {
+            info.push(("pid", &pid_s));
         }
         t.sample(
             "faultline_nccl_rank_info",
             "A communicator rank on this host: its size, GPU and process (value 1)",
             Kind::Gauge,
-            &[
-                ("comm", &r.comm),
-                ("rank", &rank),
-                ("nranks", &nranks),
-                ("gpu", &gpu),
-                ("job", &j),
-                ("pid", &r.pid.to_string()),
-            ],
+            &info,
             1,
         );
+        let mut l = base;
+        l.push(("job", &j));
         t.sample(
             "faultline_nccl_collectives_issued",
             "Collectives the rank has issued on the communicator (its sequence number)",
             Kind::Gauge,
-            &[("comm", &r.comm), ("rank", &rank), ("job", &j)],
+            &l,
             r.seq,
+        );
+    }
+    for ((j, op), (calls, bytes)) in &totals {
+        let l: &[(&str, &str)] = &[("job", j), ("op", op)];
+        t.sample(
+            "faultline_nccl_job_calls_total",
+            "NCCL calls of a job's ranks on this host by op: live ranks, exited ones (kept for nccl.retain_exited_s) and folded ones",
+            Kind::Counter,
+            l,
+            calls,
+        );
+        t.sample(
+            "faultline_nccl_job_bytes_total",
+            "NCCL bytes (count x datatype size) of a job's ranks on this host by op, exited ranks included",
+            Kind::Counter,
+            l,
+            bytes,
         );
     }
     t.render()
@@ -488,5 +883,227 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert!(rows[0].ops.is_empty());
         assert_eq!(rows[0].interval_s, 0.0);
+    }
+
+    /// Sample lines (`name{labels}`) that occur twice in an exposition.
+    fn duplicates(text: &str) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| l.rsplit_once(' ').map(|(k, _)| k.to_string()))
+            .filter(|k| !seen.insert(k.clone()))
+            .collect()
+    }
+
+    /// A parent of `n` ranks, rank i in process 100 + i (handle 0xa0), and
+    /// its split by each rank: (colour, key) per rank, created at `t`.
+    fn split_maps(n: i32, parts: &[(i32, i32)], t: u64, m: &mut NcclMaps) {
+        for r in 0..n {
+            let mut p = info(init::INIT_RANK, 7, r);
+            p.nranks = n;
+            m.comms.insert((100 + r as u32, 0xa0), p);
+        }
+        for (r, &(color, key)) in parts.iter().enumerate() {
+            let mut s = info(init::SPLIT, 0, -1);
+            s.nranks = -1;
+            s.parent = 0xa0;
+            s.color = color;
+            s.key = key;
+            s.created_ns = t;
+            m.comms.insert((100 + r as u32, 0xb0 + t), s);
+        }
+    }
+
+    #[test]
+    fn a_split_with_every_member_here_gets_nccl_s_rank_and_size() {
+        let mut m = NcclMaps::default();
+        // Colour 0: ranks 0 and 3, keys 9 and -1 (3 first); colour 1:
+        // ranks 1, 2, 4 with keys 5, 5, 1: 4 first, then 1 and 2 by parent rank.
+        split_maps(5, &[(0, 9), (1, 5), (1, 5), (0, -1), (1, 1)], 10, &mut m);
+        let all = ranks(&m, "h");
+        let got = |pid: u32| {
+            let r = &all[&(pid, 0xb0 + 10)];
+            (r.color, r.key, r.parent_rank, r.rank, r.nranks)
+        };
+        assert_eq!(got(100), (0, 9, 0, 1, 2));
+        assert_eq!(got(103), (0, -1, 3, 0, 2));
+        assert_eq!(got(104), (1, 1, 4, 0, 3));
+        assert_eq!(got(101), (1, 5, 1, 1, 3));
+        assert_eq!(got(102), (1, 5, 2, 2, 3));
+        let parent = &all[&(100, 0xa0)].comm;
+        assert!(all
+            .values()
+            .filter(|r| r.init == "ncclCommSplit")
+            .all(|r| &r.parent == parent));
+        // A second split of the same parent pairs up call by call.
+        split_maps(5, &[(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)], 20, &mut m);
+        let all = ranks(&m, "h");
+        for r in 0..5u32 {
+            let s = &all[&(100 + r, 0xb0 + 20)];
+            assert_eq!((s.rank, s.nranks), (r as i32, 5));
+            assert_eq!(
+                all[&(100 + r, 0xb0 + 10)].nranks,
+                if r == 0 || r == 3 { 2 } else { 3 }
+            );
+        }
+        let rows = window_rows(&BTreeMap::new(), &all, 0, |_| Who {
+            job: "j".into(),
+            rank: None,
+            hcas: vec![],
+        });
+        let row = rows
+            .iter()
+            .find(|x| x.pid == 103 && x.init == "ncclCommSplit" && x.color == 0 && x.key == -1)
+            .expect("row");
+        assert_eq!(
+            (row.parent.as_str(), row.parent_rank, row.rank, row.nranks),
+            (parent.as_str(), 3, 0, 2)
+        );
+        let text = render(&all, |_| "j".into());
+        assert!(duplicates(&text).is_empty(), "{text}");
+    }
+
+    #[test]
+    fn a_split_with_members_elsewhere_keeps_minus_one_and_distinct_series() {
+        let mut m = NcclMaps::default();
+        // Two of the parent's four ranks are here (100, 101); both pass colour 0.
+        split_maps(4, &[(0, 0), (0, 0)], 10, &mut m);
+        m.comms.remove(&(102, 0xa0));
+        m.comms.remove(&(103, 0xa0));
+        for pid in [100, 101] {
+            m.ops.insert(
+                OpKey {
+                    pid,
+                    op: op::ALL_REDUCE,
+                    comm: 0xb0 + 10,
+                },
+                OpStats {
+                    calls: 3,
+                    bytes: 12,
+                    ..Default::default()
+                },
+            );
+        }
+        let all = ranks(&m, "h");
+        let a = &all[&(100, 0xba)];
+        let b = &all[&(101, 0xba)];
+        assert_eq!(a.comm, b.comm);
+        assert_eq!((a.rank, a.nranks, a.parent_rank), (-1, -1, 0));
+        assert_eq!((b.rank, b.nranks, b.parent_rank), (-1, -1, 1));
+        let text = render(&all, |_| "j".into());
+        assert!(duplicates(&text).is_empty(), "{text}");
+        assert!(
+            text.contains("parent_rank=\"1\",pid=\"101\",job=\"j\",op=\"AllReduce\"} 3"),
+            "{text}"
+        );
+        // A rank missing its split (NOCOLOR, or not returned yet): not computed.
+        let mut m = NcclMaps::default();
+        split_maps(3, &[(0, 0), (0, 0)], 10, &mut m);
+        assert!(ranks(&m, "h")
+            .values()
+            .filter(|r| r.init == "ncclCommSplit")
+            .all(|r| r.rank == -1));
+    }
+
+    #[test]
+    fn exited_ranks_keep_their_series_then_fold_into_job_totals() {
+        let mut m = NcclMaps::default();
+        m.comms.insert((10, 0xa0), info(init::INIT_RANK, 7, 0));
+        m.comms.insert((11, 0xa0), info(init::INIT_RANK, 7, 1));
+        for (pid, calls) in [(10, 5), (11, 7)] {
+            m.ops.insert(
+                OpKey {
+                    pid,
+                    op: op::ALL_REDUCE,
+                    comm: 0xa0,
+                },
+                OpStats {
+                    calls,
+                    bytes: calls * 4,
+                    ..Default::default()
+                },
+            );
+        }
+        let mut all = ranks(&m, "h");
+        let t0 = Instant::now();
+        let mut ex = ExitedRanks::new(Duration::from_secs(60), 2);
+        let gone = all.remove(&(11, 0xa0)).expect("rank 1");
+        let mut last = gone.clone();
+        last.exited = true;
+        // Its last row says so, also when it issued nothing in the window.
+        let rows = window_rows(
+            &BTreeMap::from([((11, 0xa0), gone)]),
+            &BTreeMap::from([((11, 0xa0), last.clone())]),
+            0,
+            |_| Who {
+                job: "j".into(),
+                rank: None,
+                hcas: vec![],
+            },
+        );
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].exited);
+        ex.retire((11, 0xa0), last, "j".into(), t0);
+        let live_jobs = BTreeSet::from(["j".to_string()]);
+        ex.expire(t0 + Duration::from_secs(59), &live_jobs);
+        let text = render_all(&all, &ex, |_| "j".into());
+        let calls = |text: &str, rank: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("faultline_nccl_calls_total{")
+                        && l.contains(&format!("rank=\"{rank}\""))
+                })
+                .map(|l| l.rsplit_once(' ').map_or("", |x| x.1).to_string())
+        };
+        assert_eq!(calls(&text, "1").as_deref(), Some("7"), "{text}");
+        assert!(
+            text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 12"),
+            "{text}"
+        );
+        ex.expire(t0 + Duration::from_secs(60), &live_jobs);
+        assert!(ex.is_empty());
+        let text = render_all(&all, &ex, |_| "j".into());
+        assert_eq!(calls(&text, "1"), None);
+        assert!(
+            text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 12"),
+            "{text}"
+        );
+        assert!(
+            text.contains("faultline_nccl_job_bytes_total{job=\"j\",op=\"AllReduce\"} 48"),
+            "{text}"
+        );
+        // Bounded: past max_jobs, the least recently folded job with no rank left goes.
+        for (i, j) in ["k", "l"].into_iter().enumerate() {
+            let mut r = all[&(10, 0xa0)].clone();
+            r.exited = true;
+            ex.retire(
+                (20 + i as u32, 0xa0),
+                r,
+                j.into(),
+                t0 + Duration::from_secs(61 + i as u64),
+            );
+        }
+        ex.expire(t0 + Duration::from_secs(200), &live_jobs);
+        assert_eq!(ex.folded_jobs(), 2, "j is live, k the oldest idle");
+        let text = render_all(&BTreeMap::new(), &ex, |_| String::new());
+        assert!(text.contains("job=\"j\""), "{text}");
+        assert!(!text.contains("job=\"k\""), "{text}");
+        assert!(text.contains("job=\"l\""), "{text}");
+    }
+
+    #[test]
+    fn the_oldest_in_flight_call_of_a_process_is_its_blocked_call() {
+        use collector_common::cuda::call;
+        let b = blocked(
+            [
+                (7, call::MEM_ALLOC, 9_000_000_000),
+                (7, call::STREAM_SYNC, 4_000_000_000),
+                (8, call::CTX_SYNC, 9_500_000_000),
+            ],
+            10_000_000_000,
+        );
+        assert_eq!(b[&7], ("cuStreamSynchronize", 6.0));
+        assert_eq!(b[&8], ("cuCtxSynchronize", 0.5));
+        assert!(!b.contains_key(&9));
     }
 }

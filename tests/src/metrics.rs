@@ -62,6 +62,31 @@ pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .map(|s| s.value)
 }
 
+/// The series that occur more than once in `text`: a metric name with one
+/// label set (in any order) twice, which OpenMetrics forbids and Prometheus
+/// resolves by keeping one sample (so sums undercount), each as
+/// `name{k="v",…}` with its labels sorted.
+pub fn duplicate_series(text: &str) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut dup = Vec::new();
+    for s in samples(text) {
+        let mut l: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+        l.sort();
+        let key = format!("{}{{{}}}", s.name, l.join(","));
+        if !seen.insert(key.clone()) {
+            dup.push(key);
+        }
+    }
+    dup
+}
+
+/// Panics when `text` has a series twice ([`duplicate_series`]); every
+/// test that scrapes NCCL series checks its scrape with it.
+pub fn assert_unique_series(text: &str) {
+    let dup = duplicate_series(text);
+    assert!(dup.is_empty(), "series exported twice: {dup:?}\n{text}");
+}
+
 /// Every sample line of `text` (comments, blank and malformed lines aside).
 pub fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
     text.lines().filter_map(sample)
@@ -165,6 +190,22 @@ faultline_odd{path=\"a \\\"b\\\" c\\\\d\",x=\"}\"} 0.25
         assert_eq!(v("faultline_ingest_rejected_total", &[]), None);
         assert_eq!(v("faultline_history_write", &[]), None);
         assert_eq!(samples(PAGE).count(), 6);
+    }
+
+    #[test]
+    fn a_series_twice_is_found_whatever_the_label_order() {
+        assert!(duplicate_series(PAGE).is_empty());
+        let page = format!(
+            "{PAGE}faultline_odd{{x=\"}}\",path=\"a \\\"b\\\" c\\\\d\"}} 1\nfaultline_history_write_errors_total 3\n"
+        );
+        assert_eq!(
+            duplicate_series(&page),
+            vec![
+                "faultline_odd{path=\"a \\\"b\\\" c\\\\d\",x=\"}\"}".to_string(),
+                "faultline_history_write_errors_total{}".to_string()
+            ]
+        );
+        assert!(std::panic::catch_unwind(|| assert_unique_series(&page)).is_err());
     }
 
     /// A one-shot HTTP server answering `response`; its address and the

@@ -67,6 +67,8 @@ struct fake_comm {
     int nranks, rank, device;
     uint64_t seq;
     struct shared *shm; /* NULL: no cross-process ordering (InitAll, split) */
+    uint64_t idh;       /* names its split boards (0: none: InitAll, shrink, grow) */
+    int splits;         /* ncclCommSplit calls on it so far */
 };
 
 /* NCCL_API: strong pncclX, weak ncclX at the same address. */
@@ -82,6 +84,33 @@ static int depth(void) {
     const char *s = getenv("FAKE_NCCL_DEPTH");
     int d = s ? atoi(s) : 1;
     return d < 0 ? 0 : d;
+}
+
+static uint64_t id_hash(const ncclUniqueId *id) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) h = (h ^ (unsigned char)id->internal[i]) * 1099511628211ull;
+    return h;
+}
+
+/* ncclCommSplit's rendezvous: every rank of the parent posts its colour and
+ * key on the board of that split call, then waits for all of them. */
+struct split_board {
+    volatile int32_t posted[MAX_RANKS];
+    volatile int32_t color[MAX_RANKS];
+    volatile int32_t key[MAX_RANKS];
+};
+
+static struct split_board *open_board(uint64_t idh, int call) {
+    const char *dir = getenv("FAKE_NCCL_SHM_DIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/fake-nccl-%016llx-split%d", dir ? dir : "/dev/shm",
+             (unsigned long long)idh, call);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return NULL;
+    if (ftruncate(fd, sizeof(struct split_board)) != 0) { close(fd); return NULL; }
+    void *p = mmap(NULL, sizeof(struct split_board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
 }
 
 static struct shared *open_shared(const ncclUniqueId *id) {
@@ -170,6 +199,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
     c->rank = rank;
     c->shm = open_shared(id);
     if (!c->shm) { free(c); return ncclSystemError; }
+    c->idh = id_hash(id);
     ncclResult_t r = ib_connect();
     if (r != ncclSuccess) { munmap((void *)c->shm, sizeof(struct shared)); free(c); return r; }
     *out = c;
@@ -230,17 +260,50 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
     return ncclSuccess;
 }
 
+/* As NCCL: every rank of the parent calls it; those passing one colour form
+ * one communicator, ranked by key, then by parent rank; NCCL_SPLIT_NOCOLOR
+ * gets none. The ranks meet on a board in FAKE_NCCL_SHM_DIR named after the
+ * parent and the split call (at most FAKE_NCCL_SPLIT_WAIT_S, default 60 s,
+ * then ncclRemoteError). A parent with no board name (ncclCommInitAll,
+ * shrink, grow) gives rank and size -1. */
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
          ncclConfig_t *config) {
-    (void)key;
     (void)config;
-    if (!comm || !newcomm) return ncclInvalidArgument;
+    if (!comm || !newcomm || color < NCCL_SPLIT_NOCOLOR) return ncclInvalidArgument;
+    int call = comm->splits++, nranks = -1, rank = -1;
+    if (comm->idh && comm->nranks > 0 && comm->rank >= 0) {
+        struct split_board *b = open_board(comm->idh, call);
+        if (!b) return ncclSystemError;
+        __atomic_store_n(&b->color[comm->rank], color, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&b->key[comm->rank], key, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&b->posted[comm->rank], 1, __ATOMIC_SEQ_CST);
+        const char *w = getenv("FAKE_NCCL_SPLIT_WAIT_S");
+        long waits = (w ? atol(w) : 60) * 1000;
+        for (int r = 0; r < comm->nranks; r++) {
+            while (!__atomic_load_n(&b->posted[r], __ATOMIC_SEQ_CST)) {
+                if (waits-- <= 0) { munmap((void *)b, sizeof *b); return ncclRemoteError; }
+                struct timespec ts = {0, 1000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        nranks = rank = 0;
+        for (int r = 0; r < comm->nranks; r++) {
+            int c = __atomic_load_n(&b->color[r], __ATOMIC_SEQ_CST);
+            int k = __atomic_load_n(&b->key[r], __ATOMIC_SEQ_CST);
+            if (c != color) continue;
+            nranks++;
+            if (k < key || (k == key && r < comm->rank)) rank++;
+        }
+        munmap((void *)b, sizeof *b);
+    }
     if (color == NCCL_SPLIT_NOCOLOR) { *newcomm = NULL; return ncclSuccess; }
     struct fake_comm *c = calloc(1, sizeof *c);
     if (!c) return ncclSystemError;
-    c->nranks = -1;
-    c->rank = -1;
+    c->nranks = nranks;
+    c->rank = rank;
     c->device = comm->device;
+    /* Its own splits meet on boards named after it. */
+    c->idh = comm->idh ? (comm->idh ^ ((uint64_t)(uint32_t)color << 32 ^ (uint64_t)call)) * 1099511628211ull : 0;
     *newcomm = c;
     return ncclSuccess;
 }

@@ -25,7 +25,10 @@
  * Bcast(100 int32) Reduce(64 int64) AlltoAll(32 uint32)
  * {GroupStart Send(10 float16) Recv(10 float16) GroupEnd}. With
  * NCCL_WORKLOAD_LATE_US set, steps mode sleeps that long before each
- * iteration's AlltoAll (a rank late to one collective).
+ * iteration's AlltoAll (a rank late to one collective). Steps mode's split
+ * takes NCCL_WORKLOAD_SPLIT="COLOR:KEY" (then prints the split's rank and
+ * size after "ready"), and NCCL_WORKLOAD_SYNC_AFTER_READY makes it sit in
+ * one cuStreamSynchronize after "ready" (a rank blocked in the driver).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -57,6 +60,8 @@ static void *sym(void *h, const char *name) {
 #define CK(call) do { int r_ = (call); if (r_ != 0) { fprintf(stderr, "%s = %d\n", #call, r_); exit(3); } } while (0)
 
 static char buf[1 << 16];
+/* The CUDA driver library (argv[2]), when one is loaded. */
+static void *cu_lib;
 
 int main(int argc, char **argv) {
     if (argc < 9) { fprintf(stderr, "usage: see source\n"); return 2; }
@@ -72,6 +77,7 @@ int main(int argc, char **argv) {
         CK(((int (*)(unsigned))sym(cu, "cuInit"))(0));
         CK(((int (*)(void **, int))sym(cu, "cuDevicePrimaryCtxRetain"))(&ctx, device));
         CK(((int (*)(void *))sym(cu, "cuCtxSetCurrent"))(ctx));
+        cu_lib = cu;
     }
     void *h = dlopen(argv[1], RTLD_NOW);
     if (!h) { fprintf(stderr, "%s\n", dlerror()); return 2; }
@@ -168,13 +174,32 @@ int main(int argc, char **argv) {
         CK(gend());
     }
     ncclComm_t sub = NULL;
-    CK(((split_t)sym(h, "ncclCommSplit"))(comm, rank % 2, rank, &sub, NULL));
-    for (long i = 0; i < iters; i++) CK(allreduce(buf, buf, 16, 7, 0, sub, NULL));
+    /* NCCL_WORKLOAD_SPLIT="COLOR:KEY": the split's colour and key (default:
+     * rank parity and rank); the split's rank and size are printed after
+     * "ready" ("split rank=R nranks=N"). */
+    int scolor = rank % 2, skey = rank;
+    const char *sp = getenv("NCCL_WORKLOAD_SPLIT");
+    if (sp && sscanf(sp, "%d:%d", &scolor, &skey) != 2) { fprintf(stderr, "bad NCCL_WORKLOAD_SPLIT\n"); return 2; }
+    CK(((split_t)sym(h, "ncclCommSplit"))(comm, scolor, skey, &sub, NULL));
+    for (long i = 0; sub && i < iters; i++) CK(allreduce(buf, buf, 16, 7, 0, sub, NULL));
     printf("ready pid=%d\n", getpid());
+    if (sp && sub) {
+        int sr = -1, sn = -1;
+        CK(((int (*)(ncclComm_t, int *))sym(h, "ncclCommUserRank"))(sub, &sr));
+        CK(((int (*)(ncclComm_t, int *))sym(h, "ncclCommCount"))(sub, &sn));
+        printf("split rank=%d nranks=%d\n", sr, sn);
+    }
     fflush(stdout);
+    /* NCCL_WORKLOAD_SYNC_AFTER_READY: one cuStreamSynchronize on the legacy
+     * stream (the stand-in driver holds it FAKE_CUDA_SYNC_US), then "synced". */
+    if (getenv("NCCL_WORKLOAD_SYNC_AFTER_READY") && cu_lib) {
+        CK(((int (*)(void *))sym(cu_lib, "cuStreamSynchronize"))(NULL));
+        printf("synced\n");
+        fflush(stdout);
+    }
     char line[64];
     if (!fgets(line, sizeof line, stdin)) { /* EOF: go on */ }
-    CK(((comm_t)sym(h, "ncclCommDestroy"))(sub));
+    if (sub) CK(((comm_t)sym(h, "ncclCommDestroy"))(sub));
     CK(((comm_t)sym(h, "ncclCommDestroy"))(comm));
     printf("done\n");
     return 0;

@@ -223,6 +223,27 @@ fn section_errors_keep_their_key_and_text() {
         e,
         "config error: nccl.rescan_s: must be a number of seconds in [0, 86400], got -1"
     );
+    let e = FileConfig::parse("[nccl]\nretain_exited_s = -5\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "config error: nccl.retain_exited_s: must be a number of seconds in [0, 86400], got -5"
+    );
+    let e = FileConfig::parse("[nccl]\nmax_job_totals = 0\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "config error: nccl.max_job_totals: must be in [1, 65536]"
+    );
+    let c = FileConfig::parse("[nccl]\nretain_exited_s = 0\nmax_job_totals = 5\n", "f").unwrap();
+    assert_eq!((c.nccl.retain_exited_s, c.nccl.max_job_totals), (0.0, 5));
+    let d = FileConfig::parse("", "f").unwrap();
+    assert_eq!(
+        (d.nccl.retain_exited_s, d.nccl.max_job_totals),
+        (120.0, 1024)
+    );
 }
 
 /// A cluster name is one NATS subject token and a Prometheus label value.

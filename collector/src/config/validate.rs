@@ -25,6 +25,14 @@ impl FileConfig {
         self.validate_stream()?;
         seconds(self.nccl.rescan_s, 0.0, 86_400.0)
             .map_err(|e| ConfigError::invalid("nccl.rescan_s", e))?;
+        seconds(self.nccl.retain_exited_s, 0.0, 86_400.0)
+            .map_err(|e| ConfigError::invalid("nccl.retain_exited_s", e))?;
+        if !(1..=65_536).contains(&self.nccl.max_job_totals) {
+            return Err(ConfigError::invalid(
+                "nccl.max_job_totals",
+                "must be in [1, 65536]",
+            ));
+        }
         self.ib.filter()?;
         self.otlp.validate()?;
         self.validate_usage()?;

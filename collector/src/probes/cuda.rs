@@ -221,3 +221,63 @@ impl std::fmt::Display for CudaEvent {
         )
     }
 }
+
+/// A CUDA driver call between its entry and return (the probes'
+/// `CUDA_IN_CALL` map, timed calls only): which thread, which call kind
+/// (`collector_common::cuda::call`), and since when (`bpf_ktime_get_ns`,
+/// `CLOCK_MONOTONIC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: u32,
+    pub start_ns: u64,
+}
+
+/// The slot of timed driver calls in `CUDA_IN_CALL`'s `[pid_tgid, slot]`
+/// keys (the eBPF crate's `SLOT_CALL`); the other slots hold the probes'
+/// own helper calls (names, contexts), which are not the application's.
+const IN_CALL_SLOT_CALL: u64 = 0;
+
+impl Probes {
+    /// The driver calls threads are inside now, at most `max` map entries
+    /// read; `true` when the map held more (the rest unread this time).
+    pub fn cuda_in_flight(&self, max: usize) -> Result<(Vec<InFlight>, bool), ProbeError> {
+        let m = map::<[u64; 2], collector_common::cuda::InCall>(self, "CUDA_IN_CALL")?;
+        let mut out = Vec::new();
+        for (i, e) in m.iter().enumerate() {
+            if i >= max {
+                return Ok((out, true));
+            }
+            // An entry removed between its key and its value: that call returned.
+            let Ok((k, v)) = e else { continue };
+            if k[1] != IN_CALL_SLOT_CALL {
+                continue;
+            }
+            out.push(InFlight {
+                pid: (k[0] >> 32) as u32,
+                tid: k[0] as u32,
+                kind: v.kind,
+                start_ns: v.start_ns,
+            });
+        }
+        Ok((out, false))
+    }
+
+    /// Removes the in-flight call records of processes that exited (killed
+    /// inside a call, their return never came); returns how many.
+    pub fn cuda_in_flight_prune(
+        &mut self,
+        dead: &std::collections::BTreeSet<u32>,
+    ) -> Result<u64, ProbeError> {
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        super::prune_hash::<[u64; 2], collector_common::cuda::InCall>(
+            self,
+            "CUDA_IN_CALL",
+            dead,
+            |k| (k[0] >> 32) as u32,
+        )
+    }
+}

@@ -74,6 +74,13 @@ pub struct NcclSection {
     /// With discovery: look again every this many seconds for copies that
     /// appeared since (a venv created after start); 0 = never.
     pub rescan_s: f64,
+    /// How long an exited rank's series stay on `/metrics` with their final
+    /// counts before they fold into the job's totals: two of Prometheus's
+    /// default 1-minute scrape intervals; 0 = fold at once.
+    pub retain_exited_s: f64,
+    /// Jobs whose folded totals are kept (those with no rank left, least
+    /// recently updated first, are evicted past it).
+    pub max_job_totals: usize,
 }
 
 impl Default for NcclSection {
@@ -82,6 +89,8 @@ impl Default for NcclSection {
             enabled: true,
             library: Vec::new(),
             rescan_s: 30.0,
+            retain_exited_s: 120.0,
+            max_job_totals: 1024,
         }
     }
 }

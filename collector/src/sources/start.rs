@@ -91,10 +91,14 @@ pub fn start_sources(
                 Duration::from_secs_f64(cfg.nccl.rescan_s),
             )
         });
-        out.push(Box::new(NcclSource::new(
-            crate::nccl::ranks(&maps, &host),
-            rescan,
-        )));
+        out.push(Box::new(
+            NcclSource::new(crate::nccl::ranks(&maps, &host), rescan).with_exited(
+                crate::nccl::ExitedRanks::new(
+                    Duration::from_secs_f64(cfg.nccl.retain_exited_s),
+                    cfg.nccl.max_job_totals,
+                ),
+            ),
+        ));
     }
     if let Some(rx) = otlp {
         out.push(Box::new(OtlpSource::new(rx)));
