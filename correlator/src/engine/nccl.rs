@@ -12,9 +12,13 @@
 //! communicator's own median interval between collectives (a healthy
 //! memoryless cadence is silent that long with probability e^-20 at the
 //! default) and at least `hang_min_s`, while the ranks' sequences disagree.
-//! The ranks at the lowest sequence are the stalled ones. All ranks silent
-//! at one sequence is not a hang (a checkpoint, an evaluation pass, the
-//! end of the job): nobody is waiting on anybody.
+//! The ranks at the lowest sequence are the stalled ones. All live ranks
+//! silent at one sequence is a hang only with proof from below that the
+//! job is stuck rather than paused (a checkpoint, an evaluation pass, the
+//! end of the job), and names the culprit it can see ([`stuck`]).
+//!
+//! **Split communicators** get their rank and size from their members'
+//! parent, colour and key once every member is seen ([`split`]).
 //!
 //! **Inferred step time.** A rank's mean interval between collectives on
 //! its widest communicator (most ranks) is proportional to its step time

@@ -437,3 +437,30 @@ fn split_communicators_get_their_rank_and_size_once_every_member_is_seen() {
         f[0].evidence
     );
 }
+
+#[test]
+fn a_narrower_communicator_of_the_same_processes_is_left_to_the_wider_one() {
+    // A 2-rank communicator of ranks 0 and 2's processes (as a tree over
+    // the hosts' first GPUs) goes quiet with the 4-rank one: one hang.
+    let narrow = "00000000000000dd";
+    let mut d = NcclDetector::new(NcclConfig::default());
+    let mut found = Vec::new();
+    for t in 1..=12 {
+        let a = (t > 5).then_some(After::Unknown);
+        for h in 0..2 {
+            let mut w = host_window(h, t, a);
+            let mut n = w.nccl[0].clone();
+            n.comm = narrow.into();
+            n.nranks = 2;
+            n.rank = h as i32;
+            w.nccl.push(n);
+            found.extend(d.observe(HOSTS[h], &w).0);
+        }
+    }
+    assert!(!found.is_empty());
+    assert!(
+        found.iter().all(|f| f.entity == format!("a/nccl/{C}")),
+        "{:?}",
+        found.iter().map(|f| &f.entity).collect::<Vec<_>>()
+    );
+}
