@@ -14,6 +14,15 @@
  * communicator, and waits inside the call otherwise. A rank that stops thus
  * stops the others one collective later, as on a real job.
  *
+ * NCCL 2.32's newer entry points have their real prototypes too: the
+ * per-call-config collectives (ncclAllReduceConfig …, a trailing
+ * const ncclCollConfig_t *; separate code, as in NCCL, not calling the plain
+ * ones), ncclGather / ncclScatter, the one-sided ncclPutSignal / ncclSignal /
+ * ncclWaitSignal (no data moves: counted calls only), and the communicator
+ * lifecycle ncclCommFinalize / Revoke / Suspend / Resume / Shrink / Grow
+ * (shrunk and grown communicators, like splits, do no cross-process
+ * ordering), and the device API's ncclDevCommCreate.
+ *
  * Network: when FAKE_NCCL_VERBS names a libibverbs (the stand-in) and
  * FAKE_NCCL_IB is "device:port", each rank created from a unique id brings up
  * FAKE_NCCL_QPS (default 2) queue pairs on that port the way NCCL's IB
@@ -57,6 +66,13 @@ typedef struct fake_comm *ncclComm_t;
 typedef struct CUstream_st *cudaStream_t;
 /* ncclConfig_t's first fields (size, magic, version, blocking, ...). */
 typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; } ncclConfig_t;
+/* ncclCollConfig_t's first fields (NCCL 2.32: size, magic, version, ...). */
+typedef struct { size_t size; unsigned int magic; unsigned int version; } ncclCollConfig_t;
+typedef struct fake_window *ncclWindow_t;
+typedef struct { int opCnt; int peer; int sigIdx; int ctx; } ncclWaitSignalDesc_t;
+/* The device API's host side (nccl_device/host.h): opaque here. */
+typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
+typedef struct { int rank, nRanks; } ncclDevComm_t;
 
 #define NCCL_SPLIT_NOCOLOR -1
 #define MAX_RANKS 64
@@ -406,5 +422,182 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
 NCCL_API(ncclResult_t, ncclGroupEnd, void) {
     if (group_depth == 0) return ncclInvalidUsage;
     group_depth--;
+    return ncclSuccess;
+}
+
+/* ---- NCCL 2.32's newer entry points ---- */
+
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return root >= 0 ? collective(comm) : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return root >= 0 ? collective(comm) : ncclInvalidArgument;
+}
+
+/* Per-call config variants: their own code (as NCCL 2.32's), no call to
+ * the plain entry point, so a probe on each counts each call once. */
+#define CHECK_CONFIG(config) do { if (!(config)) return ncclInvalidArgument; } while (0)
+
+NCCL_API(ncclResult_t, ncclAllReduceConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)op; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcastConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)root; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclReduceConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)op; (void)root; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclAllGatherConfig, const void *sendbuff, void *recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)sendcount; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatterConfig, const void *sendbuff, void *recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)recvcount; (void)op; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAllConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return collective(comm);
+}
+
+NCCL_API(ncclResult_t, ncclGatherConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return root >= 0 ? collective(comm) : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclScatterConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config) {
+    (void)sendbuff; (void)recvbuff; (void)count; (void)stream;
+    CHECK_ARGS(comm, datatype);
+    CHECK_CONFIG(config);
+    return root >= 0 ? collective(comm) : ncclInvalidArgument;
+}
+
+/* One-sided: enqueued on the stream in NCCL; nothing moves here. */
+NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count, ncclDataType_t datatype,
+         int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+         ncclComm_t comm, cudaStream_t stream) {
+    (void)localbuff; (void)count; (void)peerWin; (void)peerWinOffset; (void)sigIdx; (void)ctx;
+    (void)stream;
+    CHECK_ARGS(comm, datatype);
+    return peer >= 0 && flags == 0 ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+         cudaStream_t stream) {
+    (void)sigIdx; (void)ctx; (void)stream;
+    if (!comm) return ncclInvalidArgument;
+    return peer >= 0 && flags == 0 ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+         cudaStream_t stream) {
+    (void)stream;
+    if (!comm || nDesc < 0 || (nDesc > 0 && !signalDescs)) return ncclInvalidArgument;
+    return ncclSuccess;
+}
+
+/* Lifecycle. */
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+    return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+    return comm && revokeFlags == 0 ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
+    (void)flags;
+    return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
+    return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+/* The parent's ranks but the excluded ones, in their order. */
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+    (void)config; (void)shrinkFlags;
+    if (!comm || !newcomm || excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList))
+        return ncclInvalidArgument;
+    int below = 0;
+    for (int i = 0; i < excludeRanksCount; i++) {
+        if (excludeRanksList[i] == comm->rank) return ncclInvalidUsage; /* an excluded rank */
+        if (excludeRanksList[i] < comm->rank) below++;
+    }
+    struct fake_comm *c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->nranks = comm->nranks - excludeRanksCount;
+    c->rank = comm->rank - below;
+    c->device = comm->device;
+    *newcomm = c;
+    return ncclSuccess;
+}
+
+/* Existing ranks: comm, rank -1 (uniqueId on the root only); new ranks: no
+ * comm, the grow id and their rank. */
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+         ncclComm_t *newcomm, ncclConfig_t *config) {
+    (void)config;
+    if (!newcomm || nRanks < 1 || nRanks > MAX_RANKS) return ncclInvalidArgument;
+    if (comm ? rank != -1 : (!uniqueId || rank < 0 || rank >= nRanks)) return ncclInvalidArgument;
+    struct fake_comm *c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->nranks = nRanks;
+    c->rank = comm ? comm->rank : rank;
+    c->device = comm ? comm->device : 0;
+    *newcomm = c;
+    return ncclSuccess;
+}
+
+/* A device communicator (kernels that communicate by themselves). */
+NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, ncclDevCommRequirements_t const *reqs,
+         ncclDevComm_t *outDevComm) {
+    if (!comm || !reqs || !outDevComm) return ncclInvalidArgument;
+    outDevComm->rank = comm->rank;
+    outDevComm->nRanks = comm->nranks;
     return ncclSuccess;
 }

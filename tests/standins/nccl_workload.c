@@ -19,7 +19,19 @@
  *          a GPU, such as NVIDIA's real one here): ITERS calls of AllReduce
  *          (1000 float32), AllGather (10 bfloat16), Reduce (64 int64) and
  *          Send (10 float16) with a NULL communicator, each of which NCCL
- *          refuses with ncclInvalidArgument (4), and ITERS empty groups.
+ *          refuses with ncclInvalidArgument (4), and ITERS empty groups;
+ *   nullcomm232  the same for NCCL 2.32's newer entry points: ITERS calls of
+ *          each *Config collective, Gather, Scatter, PutSignal, Signal,
+ *          WaitSignal, CommFinalize, CommRevoke, CommSuspend, CommResume,
+ *          DevCommCreate and CommGrow with a NULL communicator (the
+ *          collectives, one-sided calls, DevCommCreate and the grow must fail; NCCL takes a NULL one to Finalize
+ *          and Revoke as a no-op; the sizes are those of api232 below), then
+ *          one CommShrink of a NULL
+ *          communicator in a forked child: NCCL 2.32.3 dereferences the
+ *          parent unchecked and the child dies of SIGSEGV (after the probe
+ *          at the entry fired); prints "shrink pid=CHILD signal=N";
+ *   api232  NCCL 2.32's newer entry points on a real communicator (see
+ *          api232() below for the exact calls, counts and protocol).
  * One iteration: {GroupStart AllReduce(1024 float32) GroupEnd}
  * AllGather(256 bfloat16) ReduceScatter(128 float64) Broadcast(300 int8)
  * Bcast(100 int32) Reduce(64 int64) AlltoAll(32 uint32)
@@ -34,6 +46,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct { char internal[128]; } ncclUniqueId;
@@ -50,6 +64,23 @@ typedef int (*void_t)(void);
 typedef int (*comm_t)(ncclComm_t);
 typedef int (*split_t)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *);
 typedef int (*uid_t_)(ncclUniqueId *);
+/* NCCL 2.32: the per-call config collectives, one-sided calls, lifecycle. */
+typedef struct {
+    size_t size; unsigned int magic; unsigned int version; void *ext;
+    int minCTAs, maxCTAs, nvlsCTAs, cgaClusterSize; const char *algSelection;
+    int forceAlgSelection, CTAPolicy; unsigned long long userProfilerTag; void *launchCompletionEvent;
+} ncclCollConfig_t;
+typedef struct { int opCnt; int peer; int sigIdx; int ctx; } ncclWaitSignalDesc_t;
+typedef int (*coll5c_t)(const void *, void *, size_t, int, int, ncclComm_t, void *, const ncclCollConfig_t *);
+typedef int (*coll4c_t)(const void *, void *, size_t, int, ncclComm_t, void *, const ncclCollConfig_t *);
+typedef int (*reducec_t)(const void *, void *, size_t, int, int, int, ncclComm_t, void *, const ncclCollConfig_t *);
+typedef int (*put_t)(const void *, size_t, int, int, void *, size_t, int, int, unsigned, ncclComm_t, void *);
+typedef int (*signal_t)(int, int, int, unsigned, ncclComm_t, void *);
+typedef int (*wait_t)(int, ncclWaitSignalDesc_t *, ncclComm_t, void *);
+typedef int (*comm_int_t)(ncclComm_t, int);
+typedef int (*shrink_t)(ncclComm_t, int *, int, ncclComm_t *, ncclConfig_t *, int);
+typedef int (*grow_t)(ncclComm_t, int, const ncclUniqueId *, int, ncclComm_t *, ncclConfig_t *);
+typedef int (*devcomm_t)(ncclComm_t, const void *, void *);
 
 static void *sym(void *h, const char *name) {
     void *p = dlsym(h, name);
@@ -62,6 +93,149 @@ static void *sym(void *h, const char *name) {
 static char buf[1 << 16];
 /* The CUDA driver library (argv[2]), when one is loaded. */
 static void *cu_lib;
+/* ncclDevCommCreate's requirements (zeroed) and device communicator. */
+static char devbuf[1 << 16];
+
+/* NCCL 2.32's newer entry points, resolved once. */
+struct api232 {
+    coll5c_t allreduce_c, broadcast_c, reducescatter_c, gather_c, scatter_c;
+    coll4c_t allgather_c, alltoall_c;
+    reducec_t reduce_c;
+    coll5_t gather, scatter, allreduce;
+    put_t put;
+    signal_t signal;
+    wait_t wait;
+    comm_t finalize, resume;
+    comm_int_t revoke, suspend;
+    shrink_t shrink;
+    grow_t grow;
+    devcomm_t devcomm;
+};
+
+static struct api232 api232_of(void *h) {
+    struct api232 a;
+    a.allreduce_c = (coll5c_t)sym(h, "ncclAllReduceConfig");
+    a.broadcast_c = (coll5c_t)sym(h, "ncclBroadcastConfig");
+    a.reducescatter_c = (coll5c_t)sym(h, "ncclReduceScatterConfig");
+    a.gather_c = (coll5c_t)sym(h, "ncclGatherConfig");
+    a.scatter_c = (coll5c_t)sym(h, "ncclScatterConfig");
+    a.allgather_c = (coll4c_t)sym(h, "ncclAllGatherConfig");
+    a.alltoall_c = (coll4c_t)sym(h, "ncclAlltoAllConfig");
+    a.reduce_c = (reducec_t)sym(h, "ncclReduceConfig");
+    a.gather = (coll5_t)sym(h, "ncclGather");
+    a.scatter = (coll5_t)sym(h, "ncclScatter");
+    a.allreduce = (coll5_t)sym(h, "ncclAllReduce");
+    a.put = (put_t)sym(h, "ncclPutSignal");
+    a.signal = (signal_t)sym(h, "ncclSignal");
+    a.wait = (wait_t)sym(h, "ncclWaitSignal");
+    a.finalize = (comm_t)sym(h, "ncclCommFinalize");
+    a.resume = (comm_t)sym(h, "ncclCommResume");
+    a.revoke = (comm_int_t)sym(h, "ncclCommRevoke");
+    a.suspend = (comm_int_t)sym(h, "ncclCommSuspend");
+    a.shrink = (shrink_t)sym(h, "ncclCommShrink");
+    a.grow = (grow_t)sym(h, "ncclCommGrow");
+    a.devcomm = (devcomm_t)sym(h, "ncclDevCommCreate");
+    return a;
+}
+
+/* NCCL_COLLCONFIG_INITIALIZER's values (nccl.h 2.32.3). */
+static ncclCollConfig_t coll_config(void) {
+    ncclCollConfig_t c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    c.magic = 0xcafebeef;
+    c.version = 23203;
+    c.minCTAs = c.maxCTAs = c.nvlsCTAs = c.cgaClusterSize = c.CTAPolicy = -2147483647 - 1;
+    c.forceAlgSelection = 1;
+    return c;
+}
+
+/* One iteration of the 2.32 calls on `comm` (every call's result must be
+ * `want`, or anything but 0 when `want` is -1):
+ *   AllReduceConfig(512 float32) AllReduce(8 float32) BroadcastConfig(200 int8)
+ *   ReduceConfig(48 int64) AllGatherConfig(128 bfloat16)
+ *   ReduceScatterConfig(96 float64) AlltoAllConfig(24 uint32)
+ *   Gather(40 float16) GatherConfig(40 float16) Scatter(20 int32)
+ *   ScatterConfig(20 int32): 11 collectives;
+ *   PutSignal(64 uint8, sigIdx 3) Signal WaitSignal(1 descriptor). */
+static int api232_step(const struct api232 *a, ncclComm_t comm, int peer, int want) {
+    ncclCollConfig_t cfg = coll_config();
+    ncclWaitSignalDesc_t d = {1, peer, 3, 0};
+    int r[14] = {
+        a->allreduce_c(buf, buf, 512, 7, 0, comm, NULL, &cfg),
+        a->allreduce(buf, buf, 8, 7, 0, comm, NULL),
+        a->broadcast_c(buf, buf, 200, 0, 0, comm, NULL, &cfg),
+        a->reduce_c(buf, buf, 48, 4, 0, 0, comm, NULL, &cfg),
+        a->allgather_c(buf, buf, 128, 9, comm, NULL, &cfg),
+        a->reducescatter_c(buf, buf, 96, 8, 0, comm, NULL, &cfg),
+        a->alltoall_c(buf, buf, 24, 3, comm, NULL, &cfg),
+        a->gather(buf, buf, 40, 6, 0, comm, NULL),
+        a->gather_c(buf, buf, 40, 6, 0, comm, NULL, &cfg),
+        a->scatter(buf, buf, 20, 2, 0, comm, NULL),
+        a->scatter_c(buf, buf, 20, 2, 0, comm, NULL, &cfg),
+        /* Without a communicator (NCCL refuses the call anyway) ctx and
+         * flags are nonzero too: the stack slots beside comm's all are. */
+        a->put(buf, 64, 1, peer, NULL, 0, 3, comm ? 0 : 1, comm ? 0 : 2, comm, NULL),
+        a->signal(peer, 3, 0, 0, comm, NULL),
+        a->wait(1, &d, comm, NULL),
+    };
+    for (int i = 0; i < 14; i++) {
+        if (want == -1 ? r[i] == 0 : r[i] != want) {
+            fprintf(stderr, "2.32 call %d returned %d\n", i, r[i]);
+            return 3;
+        }
+    }
+    return 0;
+}
+
+static int wait_line(void) {
+    char line[64];
+    return fgets(line, sizeof line, stdin) != NULL;
+}
+
+/* api232 on a communicator of NRANKS ranks: ITERS × api232_step; then
+ * CommSuspend(comm) CommResume(comm) DevCommCreate(comm); every rank but the last shrinks comm
+ * by excluding the last rank and issues ITERS AllReduceConfig(16 float32)
+ * on the shrunk communicator; every rank grows comm to NRANKS + 1 (rank 0
+ * passes the id) and issues ITERS AllReduce(4 float32) on it. Prints
+ * "ready pid=…", waits for a line; then CommFinalize(comm),
+ * CommRevoke(grown), CommSuspend(shrunk); prints "ended", waits for a
+ * line, destroys every communicator and prints "done". */
+static int api232(void *h, ncclComm_t comm, const ncclUniqueId *id, int nranks, int rank, long iters) {
+    struct api232 a = api232_of(h);
+    int peer = (rank + 1) % nranks;
+    for (long i = 0; i < iters; i++) {
+        int rc = api232_step(&a, comm, peer, 0);
+        if (rc) return rc;
+    }
+    CK(a.suspend(comm, 1));
+    CK(a.resume(comm));
+    CK(a.devcomm(comm, devbuf, devbuf + 4096));
+    ncclCollConfig_t cfg = coll_config();
+    ncclComm_t shrunk = NULL, grown = NULL;
+    int last = nranks - 1;
+    if (rank != last) {
+        CK(a.shrink(comm, &last, 1, &shrunk, NULL, 0));
+        for (long i = 0; i < iters; i++) CK(a.allreduce_c(buf, buf, 16, 7, 0, shrunk, NULL, &cfg));
+    }
+    CK(a.grow(comm, nranks + 1, rank == 0 ? id : NULL, -1, &grown, NULL));
+    for (long i = 0; i < iters; i++) CK(a.allreduce(buf, buf, 4, 7, 0, grown, NULL));
+    printf("ready pid=%d\n", getpid());
+    fflush(stdout);
+    wait_line();
+    CK(a.finalize(comm));
+    CK(a.revoke(grown, 0));
+    if (shrunk) CK(a.suspend(shrunk, 1));
+    printf("ended\n");
+    fflush(stdout);
+    wait_line();
+    comm_t destroy = (comm_t)sym(h, "ncclCommDestroy");
+    if (shrunk) CK(destroy(shrunk));
+    CK(destroy(grown));
+    CK(destroy(comm));
+    printf("done\n");
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc < 9) { fprintf(stderr, "usage: see source\n"); return 2; }
@@ -70,6 +244,20 @@ int main(int argc, char **argv) {
     long iters = atol(argv[7]);
     const char *mode = argv[8];
     long sleep_us = argc > 9 ? atol(argv[9]) : 10000;
+    /* NCCL_WORKLOAD_GO_FILE: map both libraries, say "mapped" and wait
+     * until the file exists (a job already running when the collector
+     * starts; the later dlopen calls return these handles). */
+    const char *go = getenv("NCCL_WORKLOAD_GO_FILE");
+    if (go && *go) {
+        if (strcmp(argv[2], "-") != 0 && !dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL)) {
+            fprintf(stderr, "%s\n", dlerror());
+            return 2;
+        }
+        if (!dlopen(argv[1], RTLD_NOW)) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+        printf("mapped\n");
+        fflush(stdout);
+        while (access(go, F_OK) != 0) usleep(10000);
+    }
     if (strcmp(argv[2], "-") != 0) {
         void *cu = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
         if (!cu) { fprintf(stderr, "%s\n", dlerror()); return 2; }
@@ -96,6 +284,42 @@ int main(int argc, char **argv) {
             CK(gs());
             CK(ge());
         }
+        printf("ready pid=%d\ndone\n", getpid());
+        return 0;
+    }
+    if (strcmp(mode, "nullcomm232") == 0) {
+        struct api232 a = api232_of(h);
+        ncclComm_t out = NULL;
+        int none = 1;
+        for (long i = 0; i < iters; i++) {
+            int rc = api232_step(&a, NULL, 1, -1);
+            if (rc) return rc;
+            /* NCCL 2.32.3 takes a NULL communicator to Finalize and Revoke
+             * as a no-op (ncclSuccess): their results are not checked. */
+            (void)a.finalize(NULL);
+            (void)a.revoke(NULL, 0);
+            (void)a.suspend(NULL, 1);
+            (void)a.resume(NULL);
+            if (a.devcomm(NULL, devbuf, devbuf + 4096) == 0) {
+                fprintf(stderr, "a device communicator of no communicator\n");
+                return 3;
+            }
+            if (a.grow(NULL, 2, NULL, 1, &out, NULL) == 0) {
+                fprintf(stderr, "a grow with neither communicator nor id succeeded\n");
+                return 3;
+            }
+        }
+        fflush(stdout);
+        pid_t child = fork();
+        if (child < 0) { perror("fork"); return 2; }
+        if (child == 0) {
+            struct rlimit no_core = {0, 0};
+            setrlimit(RLIMIT_CORE, &no_core);
+            _exit(a.shrink(NULL, &none, 1, &out, NULL, 0) == 0 ? 0 : 5);
+        }
+        int st = 0;
+        if (waitpid(child, &st, 0) != child) { perror("waitpid"); return 2; }
+        printf("shrink pid=%d signal=%d\n", (int)child, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
         printf("ready pid=%d\ndone\n", getpid());
         return 0;
     }
@@ -129,6 +353,7 @@ int main(int argc, char **argv) {
         cfg.blocking = 1;
         CK(((init_cfg_t)sym(h, "ncclCommInitRankConfig"))(&comm, nranks, id, rank, &cfg));
     }
+    if (strcmp(mode, "api232") == 0) return api232(h, comm, &id, nranks, rank, iters);
     coll5_t allreduce = (coll5_t)sym(h, "ncclAllReduce");
     void_t gstart = (void_t)sym(h, "ncclGroupStart"), gend = (void_t)sym(h, "ncclGroupEnd");
     if (strcmp(mode, "loop") == 0) {
