@@ -76,6 +76,9 @@ pub fn discover(s: &Search) -> Result<PathBuf, CudaLibError> {
         .or_else(|| s.proc_root.as_deref().and_then(from_proc_maps))
         .or_else(|| s.usual.iter().find(|p| p.is_file()).cloned());
     match found {
+        // A path through a process's root stays as it is (canonicalizing
+        // would resolve the root link against the collector's own tree).
+        Some(p) if s.proc_root.as_ref().is_some_and(|r| p.starts_with(r)) => Ok(p),
         Some(p) => Ok(fs::canonicalize(&p).unwrap_or(p)),
         None => Err(CudaLibError::NotFound {
             looked: s.usual.iter().map(|p| p.display().to_string()).collect(),
@@ -164,15 +167,32 @@ pub fn file_name_starts_with(path: &Path, prefix: &str) -> bool {
         .is_some_and(|f| f.to_string_lossy().starts_with(prefix))
 }
 
-/// First mapped `libcuda.so*` in any process's `maps` (bounded scan).
+/// The scanner family for the CUDA driver: mapped `libcuda.so*` files.
+pub const FAMILY: crate::proc_libs::Family = crate::proc_libs::Family {
+    name: "cuda",
+    candidates: candidates_of,
+};
+
+fn candidates_of(mapped: &str) -> Vec<String> {
+    if file_name_starts_with(Path::new(mapped), "libcuda.so") {
+        vec![mapped.to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// First mapped `libcuda.so*` of any process, resolved through the
+/// process's own root (a container's driver library, bind-mounted by the
+/// NVIDIA container toolkit at a path the host may not have): a path that
+/// opens it now.
 pub fn from_proc_maps(proc_root: &Path) -> Option<PathBuf> {
-    visit_mapped_files(proc_root, |p| {
-        if file_name_starts_with(p, "libcuda.so") && p.is_file() {
-            ControlFlow::Break(p.to_path_buf())
-        } else {
-            ControlFlow::Continue(())
-        }
-    })
+    let mut scan = crate::proc_libs::LibScan::new(proc_root, vec![FAMILY]);
+    let found = scan.scan().remove(0);
+    // The most-mapped copy: the driver every container shares.
+    let (_, m) = found
+        .iter()
+        .max_by_key(|(k, m)| (m.pids, std::cmp::Reverse(**k)))?;
+    Some(m.path(proc_root))
 }
 
 #[cfg(test)]
@@ -260,8 +280,36 @@ mod tests {
             format!("7f00-7f10 r-xp 00000000 08:01 123 {}\n", lib.display()),
         )
         .unwrap();
+        fs::write(
+            p.join("stat"),
+            "4242 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/", p.join("root")).unwrap();
         fs::create_dir_all(d.join("proc/self")).unwrap();
         assert_eq!(from_proc_maps(&d.join("proc")), Some(lib.clone()));
+        // Inside a container only (its root is elsewhere): through its root.
+        let c = d.join("proc/4243");
+        fs::create_dir_all(&c).unwrap();
+        fs::write(
+            c.join("maps"),
+            "7f00-7f10 r-xp 0 08:01 9 /usr/lib64/libcuda.so.1\n",
+        )
+        .unwrap();
+        fs::write(
+            c.join("stat"),
+            "4243 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n",
+        )
+        .unwrap();
+        let croot = d.join("ctr");
+        fs::create_dir_all(croot.join("usr/lib64")).unwrap();
+        fs::write(croot.join("usr/lib64/libcuda.so.1"), b"y").unwrap();
+        std::os::unix::fs::symlink(&croot, c.join("root")).unwrap();
+        fs::remove_dir_all(&p).unwrap();
+        assert_eq!(
+            from_proc_maps(&d.join("proc")),
+            Some(d.join("proc/4243/root/usr/lib64/libcuda.so.1"))
+        );
         let s = Search {
             configured: None,
             ld_cache: false,

@@ -35,6 +35,7 @@ pub mod otlp;
 #[cfg(feature = "nvml")]
 pub mod podresources;
 pub mod privilege;
+pub mod proc_libs;
 #[cfg(feature = "probes")]
 pub mod probes;
 /// Without the eBPF probes, only their configuration sections.

@@ -1,23 +1,28 @@
 //! Finding the NCCL libraries to attach the uprobes to.
 //!
-//! NCCL reaches a node two ways: the system's `libnccl.so.2` (ld.so cache,
-//! a CUDA install) and, for most PyTorch jobs, a Python wheel
+//! NCCL reaches a node three ways: the system's `libnccl.so.2` (ld.so
+//! cache, a CUDA install); for most PyTorch jobs a Python wheel
 //! (`nvidia-nccl-cu12`: `site-packages/nvidia/nccl/lib/libnccl.so.2`), one
-//! copy per virtual environment. A uprobe covers one file (its inode), so
-//! every distinct copy found is attached: the configured paths, the ld.so
-//! cache, the copies running processes map, and the wheel copy beside every
-//! `site-packages` a running process maps something from.
+//! copy per virtual environment; and, where most training runs, inside a
+//! container image (an NGC image on Kubernetes, an Enroot/Pyxis squashfs on
+//! Slurm) at a path the host does not have. A uprobe covers one file (its
+//! inode), so every distinct file found is attached: the configured paths,
+//! the ld.so cache, and what running processes map, each resolved through
+//! the process's own root ([`crate::proc_libs`]) and keyed by (device,
+//! inode), so one image layer shared by many pods is attached once.
 use std::{
-    collections::BTreeSet,
+    collections::BTreeMap,
     fs,
-    ops::ControlFlow,
     path::{Path, PathBuf},
 };
 
+use crate::proc_libs::{Family, FileKey, LibScan};
+
 pub const SONAME: &str = "libnccl.so.2";
 
-/// Most libraries attached (each costs one uprobe per API).
-pub const MAX_LIBRARIES: usize = 8;
+/// Most libraries attached at once (each costs one uprobe per API); more
+/// are refused and counted (`faultline_nccl_libraries_refused_total`).
+pub const MAX_LIBRARIES: usize = 64;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum NcclLibError {
@@ -25,8 +30,8 @@ pub enum NcclLibError {
     ConfiguredMissing(PathBuf),
     #[error(
         "NCCL probes inactive: {SONAME} not found (looked in the ld.so cache, the maps of running \
-         processes and their Python site-packages); set nccl.library (--nccl-library) to the \
-         library your jobs load"
+         processes through their own roots, containers included, and their Python \
+         site-packages); set nccl.library (--nccl-library) to the library your jobs load"
     )]
     NotFound,
 }
@@ -52,35 +57,120 @@ impl Default for Search {
     }
 }
 
-/// The distinct NCCL libraries to attach (canonical paths), at most
-/// [`MAX_LIBRARIES`].
-pub fn discover(s: &Search) -> Result<Vec<PathBuf>, NcclLibError> {
-    if !s.configured.is_empty() {
-        let mut out = Vec::new();
-        for p in &s.configured {
-            if !p.is_file() {
-                return Err(NcclLibError::ConfiguredMissing(p.clone()));
-            }
-            out.push(canonical(p));
+/// One library file found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// A path that opens it now (the host's, or `/proc/PID/root/…`).
+    pub path: PathBuf,
+    pub key: FileKey,
+    /// How to name it: the host path, or `PATH in pid N's root`.
+    pub shown: String,
+    /// Configured or from the ld.so cache: attached for good; the others are
+    /// detached once no process maps them.
+    pub pinned: bool,
+    /// `path` is the host's own (not through a process's root).
+    pub on_host: bool,
+}
+
+impl Found {
+    /// A host file (configured, ld.so cache): canonical path, pinned.
+    pub fn host(p: &Path, pinned: bool) -> Option<Self> {
+        let path = canonical(p);
+        Some(Self {
+            key: FileKey::of(&path)?,
+            shown: path.display().to_string(),
+            path,
+            pinned,
+            on_host: true,
+        })
+    }
+
+    /// What a scan found in processes.
+    pub fn mapped(proc_root: &Path, key: FileKey, m: &crate::proc_libs::Mapped) -> Self {
+        let path = m.path(proc_root);
+        let shown = if m.on_host {
+            m.inner.display().to_string()
+        } else {
+            format!("{} in pid {}'s root", m.inner.display(), m.pid)
+        };
+        Self {
+            path,
+            key,
+            shown,
+            pinned: false,
+            on_host: m.on_host,
         }
-        out.dedup();
+    }
+}
+
+/// The scanner family for NCCL: mapped `libnccl.so*` files, and the wheel
+/// copy beside any `site-packages` a process maps a file from.
+pub const FAMILY: Family = Family {
+    name: "nccl",
+    candidates: candidates_of,
+};
+
+fn candidates_of(mapped: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if crate::cuda_lib::file_name_starts_with(Path::new(mapped), "libnccl.so") {
+        out.push(mapped.to_string());
+    }
+    if let Some(site) = site_packages_of(mapped) {
+        out.push(wheel_copy(&site).display().to_string());
+    }
+    out
+}
+
+/// The distinct NCCL libraries to attach, at most [`MAX_LIBRARIES`]: a
+/// one-shot scan (see [`discover_with`] for the incremental one).
+pub fn discover(s: &Search) -> Result<Vec<Found>, NcclLibError> {
+    let mut scan = s
+        .proc_root
+        .as_ref()
+        .map(|p| LibScan::new(p.clone(), vec![FAMILY]));
+    discover_with(
+        s,
+        scan.as_mut().map(|sc| sc.scan().remove(0)),
+        scan.as_ref().map(|s| s.proc_root()),
+    )
+}
+
+/// The libraries of `s` plus those a scan found in processes (`mapped`).
+pub fn discover_with(
+    s: &Search,
+    mapped: Option<BTreeMap<FileKey, crate::proc_libs::Mapped>>,
+    proc_root: Option<&Path>,
+) -> Result<Vec<Found>, NcclLibError> {
+    if !s.configured.is_empty() {
+        let mut out: Vec<Found> = Vec::new();
+        for p in &s.configured {
+            let f =
+                Found::host(p, true).ok_or_else(|| NcclLibError::ConfiguredMissing(p.clone()))?;
+            if !out.iter().any(|o| o.key == f.key) {
+                out.push(f);
+            }
+        }
         return Ok(out);
     }
-    let mut found = BTreeSet::new();
+    let mut found: BTreeMap<FileKey, Found> = BTreeMap::new();
     if s.ld_cache {
-        if let Some(p) = crate::cuda_lib::find_in_ld_cache(SONAME) {
-            found.insert(canonical(&p));
+        if let Some(f) =
+            crate::cuda_lib::find_in_ld_cache(SONAME).and_then(|p| Found::host(&p, true))
+        {
+            found.insert(f.key, f);
         }
     }
-    if let Some(proc_root) = &s.proc_root {
-        for p in from_proc_maps(proc_root) {
-            found.insert(canonical(&p));
+    if let (Some(mapped), Some(root)) = (mapped, proc_root) {
+        for (k, m) in &mapped {
+            found
+                .entry(*k)
+                .or_insert_with(|| Found::mapped(root, *k, m));
         }
     }
     if found.is_empty() {
         return Err(NcclLibError::NotFound);
     }
-    Ok(found.into_iter().take(MAX_LIBRARIES).collect())
+    Ok(found.into_values().take(MAX_LIBRARIES).collect())
 }
 
 fn canonical(p: &Path) -> PathBuf {
@@ -90,29 +180,6 @@ fn canonical(p: &Path) -> PathBuf {
 /// The wheel's copy under a `site-packages` (or `dist-packages`) directory.
 pub fn wheel_copy(site_packages: &Path) -> PathBuf {
     site_packages.join("nvidia/nccl/lib").join(SONAME)
-}
-
-/// NCCL libraries that running processes map, and the wheel copies beside
-/// the `site-packages` trees they map files from (bounded scan).
-pub fn from_proc_maps(proc_root: &Path) -> Vec<PathBuf> {
-    let mut out = BTreeSet::new();
-    crate::cuda_lib::visit_mapped_files(proc_root, |p| {
-        if crate::cuda_lib::file_name_starts_with(p, "libnccl.so") && p.is_file() {
-            out.insert(p.to_path_buf());
-        }
-        if let Some(site) = p.to_str().and_then(site_packages_of) {
-            let w = wheel_copy(&site);
-            if w.is_file() {
-                out.insert(w);
-            }
-        }
-        if out.len() >= MAX_LIBRARIES {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    });
-    out.into_iter().collect()
 }
 
 /// `…/site-packages` (or `dist-packages`) of a mapped file's path.
@@ -165,13 +232,30 @@ mod tests {
         )
         .unwrap();
         fs::create_dir_all(d.join("proc/self")).unwrap();
+        for pid in ["4242", "77"] {
+            let p = d.join("proc").join(pid);
+            fs::write(
+                p.join("stat"),
+                format!("{pid} (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n"),
+            )
+            .unwrap();
+            std::os::unix::fs::symlink("/", p.join("root")).unwrap();
+        }
         let s = Search {
             configured: vec![],
             ld_cache: false,
             proc_root: Some(d.join("proc")),
         };
         let got = discover(&s).unwrap();
-        assert_eq!(got, vec![canonical(&sys), canonical(&lib)]);
+        let mut paths: Vec<PathBuf> = got.iter().map(|f| f.path.clone()).collect();
+        paths.sort();
+        let mut want = vec![canonical(&sys), canonical(&lib)];
+        want.sort();
+        assert_eq!(paths, want);
+        assert!(
+            got.iter().all(|f| !f.pinned),
+            "found in processes: detachable"
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -185,7 +269,12 @@ mod tests {
             ld_cache: false,
             proc_root: None,
         };
-        assert_eq!(discover(&s).unwrap(), vec![canonical(&lib)]);
+        let got = discover(&s).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].path.clone(), got[0].pinned),
+            (canonical(&lib), true)
+        );
         let s = Search {
             configured: vec![d.join("nope.so")],
             ..s

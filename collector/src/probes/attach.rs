@@ -183,13 +183,14 @@ pub(super) fn unload_btf(ebpf: &mut Ebpf, spec: &ProbeSpec) {
 
 /// Attaches the CUDA uprobes to the discovered library. Every outcome is
 /// recorded in `status`; nothing here stops the collector.
-/// Returns the library and the launch symbols' links (for duty-cycling).
+/// Returns the library (its identity and hold) and the launch symbols'
+/// links (for duty-cycling).
 pub(super) fn attach_cuda(
     ebpf: &mut Ebpf,
     opts: &ProbeOptions,
     status: &mut Vec<ProbeStatus>,
 ) -> (
-    Option<std::path::PathBuf>,
+    Option<(crate::proc_libs::FileKey, super::libraries::AttachedLib)>,
     Vec<super::launch_duty::LaunchLink>,
 ) {
     let lib = match crate::cuda_lib::discover(&opts.cuda_search) {
@@ -203,6 +204,52 @@ pub(super) fn attach_cuda(
             return (None, Vec::new());
         }
     };
+    // Found inside a process's root (a container's driver library at a path
+    // the host lacks): held open, attached through the open file.
+    let on_host = !opts
+        .cuda_search
+        .proc_root
+        .as_ref()
+        .is_some_and(|r| lib.starts_with(r));
+    let held = crate::proc_libs::FileKey::of(&lib)
+        .ok_or_else(|| format!("{} is not a readable file", lib.display()))
+        .and_then(|key| {
+            super::libraries::AttachedLib::hold(&lib, key, lib.display().to_string(), true, on_host)
+                .map(|h| (key, h))
+                .map_err(|e| e.to_string())
+        });
+    let (key, mut held) = match held {
+        Ok(h) => h,
+        Err(why) => {
+            tracing::warn!("CUDA probes inactive: {why}");
+            status.push(ProbeStatus {
+                name: "cuda",
+                state: ProbeState::Inactive(why),
+            });
+            return (None, Vec::new());
+        }
+    };
+    let (attached, launch_links, links) = attach_cuda_to(ebpf, &held.attach_path, &lib, status);
+    held.links = links;
+    tracing::info!(library = %lib.display(), attached, of = table::CUDA_PROBES.len(), "CUDA probes");
+    ((attached > 0).then_some((key, held)), launch_links)
+}
+
+/// Attaches every CUDA probe to the library at `attach_path` (`shown` in
+/// messages). Returns how many probes attached, the launch probes' links
+/// (duty-cycled) and every other link.
+pub(super) fn attach_cuda_to(
+    ebpf: &mut Ebpf,
+    attach_path: &std::path::Path,
+    shown: &std::path::Path,
+    status: &mut Vec<ProbeStatus>,
+) -> (
+    usize,
+    Vec<super::launch_duty::LaunchLink>,
+    Vec<(&'static str, UProbeLinkId)>,
+) {
+    let lib = attach_path.to_path_buf();
+    let mut other_links = Vec::new();
     let mut loaded: Vec<&'static str> = Vec::new();
     let mut attached = 0usize;
     let mut launch_links = Vec::new();
@@ -228,7 +275,7 @@ pub(super) fn attach_cuda(
                 spec.cookie,
                 &lib,
             )
-            .map_err(|e| e.of(is_ret, spec.symbol, &lib));
+            .map_err(|e| e.of(is_ret, spec.symbol, shown));
             match r {
                 Ok(id) => {
                     if table::is_launch_program(prog_name) {
@@ -238,7 +285,10 @@ pub(super) fn attach_cuda(
                             placement,
                             cookie: spec.cookie,
                             link: Some(id),
+                            lib: lib.clone(),
                         });
+                    } else {
+                        other_links.push((prog_name, id));
                     }
                 }
                 Err(e) => {
@@ -273,8 +323,7 @@ pub(super) fn attach_cuda(
             state,
         });
     }
-    tracing::info!(library = %lib.display(), attached, of = table::CUDA_PROBES.len(), "CUDA probes");
-    ((attached > 0).then_some(lib), launch_links)
+    (attached, launch_links, other_links)
 }
 
 /// Loads `prog` once and attaches it at `loc` in `target` for all processes.

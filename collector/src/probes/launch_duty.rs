@@ -32,6 +32,8 @@ pub(super) struct LaunchLink {
     pub placement: Placement,
     pub cookie: u64,
     pub link: Option<UProbeLinkId>,
+    /// The library it goes on (a host path or `/proc/self/fd/N`).
+    pub lib: PathBuf,
 }
 
 /// The launch probes' attach state and the accounting of counted time.
@@ -85,6 +87,40 @@ pub struct Interval {
 }
 
 impl LaunchDuty {
+    /// Adds the launch links of another library (found after start). While
+    /// the probes are detached, its links are attached at the next switch.
+    pub(super) fn add_links(&mut self, ebpf: &mut aya::Ebpf, mut links: Vec<LaunchLink>) {
+        if self.lib.is_none() && self.links.is_empty() {
+            // The first CUDA library of all: counting starts now, exactly.
+            self.lib = links.first().map(|l| l.lib.clone());
+            self.attached = !links.is_empty();
+            self.window = self.attached.then(|| (mono_ns(), u64::MAX));
+            self.links = links;
+            return;
+        }
+        if !self.attached {
+            for l in &mut links {
+                if let Some(id) = l.link.take() {
+                    take_and_drop(ebpf, l.program, id);
+                }
+            }
+        }
+        self.links.extend(links);
+    }
+
+    /// Removes (and detaches) the launch links on library `lib`.
+    pub(super) fn remove_lib(&mut self, ebpf: &mut aya::Ebpf, lib: &std::path::Path) {
+        let (gone, keep): (Vec<LaunchLink>, Vec<LaunchLink>) = std::mem::take(&mut self.links)
+            .into_iter()
+            .partition(|l| l.lib == lib);
+        self.links = keep;
+        for mut l in gone {
+            if let Some(id) = l.link.take() {
+                take_and_drop(ebpf, l.program, id);
+            }
+        }
+    }
+
     pub(super) fn new(lib: Option<PathBuf>, links: Vec<LaunchLink>) -> Self {
         let attached = !links.is_empty();
         Self {
@@ -360,13 +396,22 @@ fn close_window(ebpf: &mut aya::Ebpf, duty: &mut LaunchDuty) -> Result<(), Probe
     Ok(())
 }
 
+/// Detaches link `id` of `program`, closing it on a thread of its own (the
+/// kernel waits for an RCU grace period).
+fn take_and_drop(ebpf: &mut aya::Ebpf, program: &'static str, id: UProbeLinkId) {
+    let p: Option<&mut UProbe> = ebpf.program_mut(program).and_then(|p| p.try_into().ok());
+    if let Some(Ok(link)) = p.map(|p| p.take_link(id)) {
+        std::thread::spawn(move || drop(link));
+    }
+}
+
 fn set_links(
     ebpf: &mut aya::Ebpf,
     duty: &mut LaunchDuty,
     on: bool,
     window: Option<Duration>,
 ) -> Result<(), ProbeError> {
-    if duty.lib.is_none() {
+    if duty.lib.is_none() || duty.links.is_empty() {
         return Ok(());
     }
     if on && duty.attached {
@@ -381,9 +426,6 @@ fn set_links(
     if !on && !duty.attached {
         return Ok(());
     }
-    let Some(lib) = duty.lib.clone() else {
-        return Ok(());
-    };
     if on {
         let mut loaded: Vec<&'static str> = duty.links.iter().map(|l| l.program).collect();
         for l in duty.links.iter_mut().rev() {
@@ -393,7 +435,7 @@ fn set_links(
                 l.program,
                 super::attach::location(l.symbol, l.placement.skip),
                 l.cookie,
-                &lib,
+                &l.lib,
             )
             .map_err(|reason| ProbeError::Launch(format!("re-attaching {}: {reason}", l.symbol)))?;
             l.link = Some(id);

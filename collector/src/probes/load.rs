@@ -73,13 +73,17 @@ impl Probes {
             None => BlockAttach::Classic,
         };
         let mut status = attach_table(&mut ebpf, &tracefs, opts, block_mode, block_attach)?;
-        let (cuda_library, launch_links) = if opts.cuda {
+        let (cuda_primary, launch_links) = if opts.cuda {
             attach_cuda(&mut ebpf, opts, &mut status)
         } else {
             status.push(disabled("cuda"));
             (None, Vec::new())
         };
-        let launch = launch_duty::LaunchDuty::new(cuda_library.clone(), launch_links);
+        let cuda_library = cuda_primary.as_ref().map(|(_, l)| l.found_at.clone());
+        let launch = launch_duty::LaunchDuty::new(
+            cuda_primary.as_ref().map(|(_, l)| l.attach_path.clone()),
+            launch_links,
+        );
         if opts.verbs {
             attach_verbs(&mut ebpf, opts, &mut status);
         } else {
@@ -89,7 +93,7 @@ impl Probes {
             nccl::attach_nccl(&mut ebpf, &opts.nccl_search, &mut status)
         } else {
             status.push(disabled("nccl"));
-            Vec::new()
+            Default::default()
         };
         if opts.block {
             tracing::info!(attach = block_attach.as_str(), "block probes");
@@ -100,6 +104,8 @@ impl Probes {
             block_mode,
             block_attach,
             cuda_library,
+            cuda_primary,
+            cuda_extra: Default::default(),
             nccl_libraries,
             launch: std::sync::Mutex::new(launch),
             rq_slots,

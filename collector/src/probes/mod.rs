@@ -15,6 +15,7 @@ pub mod exec;
 pub mod launch_control;
 pub mod launch_cpu;
 pub mod launch_duty;
+pub mod libraries;
 mod load;
 mod mmap_array;
 pub mod nccl;
@@ -181,8 +182,15 @@ pub struct Probes {
     block_mode: BlockMode,
     block_attach: BlockAttach,
     cuda_library: Option<std::path::PathBuf>,
-    /// The NCCL libraries the uprobes are attached to.
-    nccl_libraries: Vec<std::path::PathBuf>,
+    /// The NCCL libraries the uprobes are attached to, by file identity.
+    nccl_libraries: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
+    /// CUDA driver libraries found after start (inside containers), by
+    /// file identity: every CUDA probe attached, launch probes duty-cycled
+    /// with the first library's.
+    cuda_extra: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
+    /// The first CUDA library's identity and its hold (found inside a
+    /// process's root: kept open).
+    cuda_primary: Option<(crate::proc_libs::FileKey, libraries::AttachedLib)>,
     /// The launch uprobes' attach state (bounded-overhead mode).
     launch: std::sync::Mutex<launch_duty::LaunchDuty>,
     /// The BTF block probes' in-flight table, mapped (read-only).
@@ -211,8 +219,20 @@ impl Probes {
     }
 
     /// The NCCL libraries the uprobes are attached to.
-    pub fn nccl_libraries(&self) -> &[std::path::PathBuf] {
-        &self.nccl_libraries
+    pub fn nccl_libraries(&self) -> Vec<std::path::PathBuf> {
+        self.nccl_libraries
+            .values()
+            .map(|l| l.found_at.clone())
+            .collect()
+    }
+
+    /// The NCCL libraries attached, as shown (`PATH in pid N's root` for
+    /// one found inside a container).
+    pub fn nccl_libraries_shown(&self) -> Vec<String> {
+        self.nccl_libraries
+            .values()
+            .map(|l| l.shown.clone())
+            .collect()
     }
 
     /// How the block probes time requests on this kernel.

@@ -1,5 +1,8 @@
 //! Attaching the NCCL uprobes and reading their maps.
-use std::{collections::BTreeMap, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
 
 use aya::{
     maps::{HashMap, MapData},
@@ -11,7 +14,12 @@ use collector_common::{
 };
 use object::{Object, ObjectSymbol};
 
-use super::{entry::ElfError, ProbeError, ProbeState, ProbeStatus, Probes};
+use super::{
+    entry::ElfError,
+    libraries::{detach_unmapped, AttachedLib, Synced},
+    ProbeError, ProbeState, ProbeStatus, Probes,
+};
+use crate::proc_libs::FileKey;
 
 /// One NCCL API: its name (without the `nccl`/`pnccl` prefix), the programs
 /// and the cookie, and whether every supported NCCL exports it.
@@ -51,8 +59,17 @@ const fn init_api(status: &'static str, name: &'static str, kind: u32, core: boo
     }
 }
 
+/// A communicator lifecycle call: counted per communicator, and sets its
+/// state (`collector_common::nccl::end`). Newer NCCL only.
+const fn lifecycle(status: &'static str, name: &'static str, o: u32) -> NcclApi {
+    coll(status, name, o, layout::COMM_ARG0, false)
+}
+
 /// Every probed NCCL API (`ncclBcast` is counted through `ncclBroadcast`,
-/// which NCCL calls to implement it).
+/// which NCCL calls to implement it). The `*Config` collectives (NCCL 2.32:
+/// a trailing `ncclCollConfig_t *`) are separate code that calls no other
+/// API, counted under the plain op; every one of NCCL 2.32.3's exports that
+/// is not here is listed with the reason in `docs/nccl.md`.
 pub const NCCL_APIS: &[NcclApi] = &[
     init_api(
         "nccl:ncclCommInitRank",
@@ -148,6 +165,114 @@ pub const NCCL_APIS: &[NcclApi] = &[
         layout::NONE,
         true,
     ),
+    // Newer NCCL (all present in 2.32.3; absent in older releases).
+    init_api("nccl:ncclCommShrink", "CommShrink", init::SHRINK, false),
+    init_api("nccl:ncclCommGrow", "CommGrow", init::GROW, false),
+    lifecycle("nccl:ncclCommFinalize", "CommFinalize", op::COMM_FINALIZE),
+    lifecycle("nccl:ncclCommRevoke", "CommRevoke", op::COMM_REVOKE),
+    lifecycle("nccl:ncclCommSuspend", "CommSuspend", op::COMM_SUSPEND),
+    lifecycle("nccl:ncclCommResume", "CommResume", op::COMM_RESUME),
+    // Marks a communicator whose kernels communicate by themselves.
+    coll(
+        "nccl:ncclDevCommCreate",
+        "DevCommCreate",
+        op::DEV_COMM_CREATE,
+        layout::COMM_ARG0,
+        false,
+    ),
+    coll(
+        "nccl:ncclGather",
+        "Gather",
+        op::GATHER,
+        layout::COMM_ARG5,
+        false,
+    ),
+    coll(
+        "nccl:ncclScatter",
+        "Scatter",
+        op::SCATTER,
+        layout::COMM_ARG5,
+        false,
+    ),
+    // `(…, comm, stream, const ncclCollConfig_t *config)`: the plain
+    // layout, one more argument at the end.
+    coll(
+        "nccl:ncclAllReduceConfig",
+        "AllReduceConfig",
+        op::ALL_REDUCE,
+        layout::COMM_ARG5,
+        false,
+    ),
+    coll(
+        "nccl:ncclReduceScatterConfig",
+        "ReduceScatterConfig",
+        op::REDUCE_SCATTER,
+        layout::COMM_ARG5,
+        false,
+    ),
+    coll(
+        "nccl:ncclBroadcastConfig",
+        "BroadcastConfig",
+        op::BROADCAST,
+        layout::COMM_ARG5,
+        false,
+    ),
+    coll(
+        "nccl:ncclAllGatherConfig",
+        "AllGatherConfig",
+        op::ALL_GATHER,
+        layout::COMM_ARG4,
+        false,
+    ),
+    coll(
+        "nccl:ncclAlltoAllConfig",
+        "AlltoAllConfig",
+        op::ALL_TO_ALL,
+        layout::COMM_ARG4,
+        false,
+    ),
+    coll(
+        "nccl:ncclReduceConfig",
+        "ReduceConfig",
+        op::REDUCE,
+        layout::COMM_STACK,
+        false,
+    ),
+    coll(
+        "nccl:ncclGatherConfig",
+        "GatherConfig",
+        op::GATHER,
+        layout::COMM_ARG5,
+        false,
+    ),
+    coll(
+        "nccl:ncclScatterConfig",
+        "ScatterConfig",
+        op::SCATTER,
+        layout::COMM_ARG5,
+        false,
+    ),
+    coll(
+        "nccl:ncclPutSignal",
+        "PutSignal",
+        op::PUT_SIGNAL,
+        layout::PUT_SIGNAL,
+        false,
+    ),
+    coll(
+        "nccl:ncclSignal",
+        "Signal",
+        op::SIGNAL,
+        layout::COMM_ONLY_ARG4,
+        false,
+    ),
+    coll(
+        "nccl:ncclWaitSignal",
+        "WaitSignal",
+        op::WAIT_SIGNAL,
+        layout::COMM_ONLY_ARG2,
+        false,
+    ),
 ];
 
 /// One API in one library: the symbol to attach and its address, or why not.
@@ -192,7 +317,7 @@ pub(super) fn attach_nccl(
     ebpf: &mut Ebpf,
     search: &crate::nccl_lib::Search,
     status: &mut Vec<ProbeStatus>,
-) -> Vec<std::path::PathBuf> {
+) -> BTreeMap<FileKey, AttachedLib> {
     let libs = match crate::nccl_lib::discover(search) {
         Ok(l) => l,
         Err(e) => {
@@ -201,7 +326,7 @@ pub(super) fn attach_nccl(
                 name: "nccl",
                 state: ProbeState::Inactive(e.to_string()),
             });
-            return Vec::new();
+            return BTreeMap::new();
         }
     };
     attach_libraries(ebpf, &libs, status)
@@ -210,18 +335,32 @@ pub(super) fn attach_nccl(
 /// Attaches the NCCL probes to each of `libs`; one status line per API.
 fn attach_libraries(
     ebpf: &mut Ebpf,
-    libs: &[std::path::PathBuf],
+    libs: &[crate::nccl_lib::Found],
     status: &mut Vec<ProbeStatus>,
-) -> Vec<std::path::PathBuf> {
+) -> BTreeMap<FileKey, AttachedLib> {
     let mut loaded = Vec::new();
     let mut attached_in = vec![0usize; NCCL_APIS.len()];
     let mut why: Vec<Option<String>> = vec![None; NCCL_APIS.len()];
-    let mut used = Vec::new();
-    for lib in libs {
-        let resolved = match resolve(lib, NCCL_APIS) {
+    let mut used = BTreeMap::new();
+    for found in libs {
+        let mut held = match AttachedLib::hold(
+            &found.path,
+            found.key,
+            found.shown.clone(),
+            found.pinned,
+            found.on_host,
+        ) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(library = %found.shown, error = %e, "NCCL library not attached");
+                continue;
+            }
+        };
+        let lib = held.attach_path.clone();
+        let resolved = match resolve(&lib, NCCL_APIS) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(library = %lib.display(), error = %e, "NCCL library unreadable");
+                tracing::warn!(library = %found.shown, error = %e, "NCCL library unreadable");
                 continue;
             }
         };
@@ -229,8 +368,7 @@ fn attach_libraries(
             .iter()
             .map(|r| r.as_ref().map(|(s, _)| s.clone()).unwrap_or_default())
             .collect();
-        let placements = super::entry::placements_of(lib, symbols.iter().map(String::as_str));
-        let mut any = false;
+        let placements = super::entry::placements_of(&lib, symbols.iter().map(String::as_str));
         for (i, (api, r)) in NCCL_APIS.iter().zip(resolved).enumerate() {
             let (symbol, _) = match r {
                 Ok(s) => s,
@@ -240,31 +378,32 @@ fn attach_libraries(
                 }
             };
             let skip = placements[i].skip;
+            let mut links = Vec::new();
             let r = [(Some(api.entry), false), (api.ret, true)]
                 .into_iter()
                 .filter_map(|(p, ret)| p.map(|p| (p, ret)))
                 .try_for_each(|(prog, ret)| {
-                    super::attach::attach_one(
+                    super::attach::attach_one_link(
                         ebpf,
                         &mut loaded,
                         prog,
                         super::attach::location(&symbol, skip),
                         api.cookie,
-                        lib,
+                        &lib,
                     )
-                    .map_err(|e| e.of(ret, &symbol, lib))
+                    .map(|id| links.push((prog, id)))
+                    .map_err(|e| e.of(ret, &symbol, Path::new(&found.shown)))
                 });
+            held.links.extend(links);
             match r {
-                Ok(()) => {
-                    attached_in[i] += 1;
-                    any = true;
-                }
+                Ok(()) => attached_in[i] += 1,
                 Err(e) => why[i] = Some(e.to_string()),
             }
         }
-        if any {
-            used.push(lib.clone());
+        if held.links.is_empty() {
+            continue;
         }
+        used.insert(found.key, held);
     }
     for (i, api) in NCCL_APIS.iter().enumerate() {
         let state = if attached_in[i] > 0 {
@@ -286,32 +425,69 @@ fn attach_libraries(
             state,
         });
     }
-    let libraries: Vec<String> = used.iter().map(|p| p.display().to_string()).collect();
+    let libraries: Vec<&str> = used
+        .values()
+        .map(|l: &AttachedLib| l.shown.as_str())
+        .collect();
     tracing::info!(libraries = ?libraries, "NCCL probes");
     used
 }
 
 impl Probes {
     /// Attaches the NCCL probes to libraries discovery finds now that it did
-    /// not find before (a virtual environment created after the collector
-    /// started, a job that brought its own wheel), up to
+    /// not find before (a container started after the collector, a virtual
+    /// environment created later, a new image layer), up to
     /// [`crate::nccl_lib::MAX_LIBRARIES`] in all. Only for discovery: a
-    /// configured list is attached once. Returns the libraries added.
+    /// configured list is attached once. Returns the libraries added (the
+    /// paths they were found at). Libraries no process maps any more are
+    /// detached.
     pub fn nccl_rescan(&mut self, search: &crate::nccl_lib::Search) -> Vec<std::path::PathBuf> {
-        let room = crate::nccl_lib::MAX_LIBRARIES.saturating_sub(self.nccl_libraries.len());
-        if !search.configured.is_empty() || room == 0 {
+        if !search.configured.is_empty() {
             return Vec::new();
         }
-        let Ok(found) = crate::nccl_lib::discover(search) else {
-            return Vec::new();
-        };
-        let new: Vec<std::path::PathBuf> = found
-            .into_iter()
-            .filter(|p| !self.nccl_libraries.contains(p))
-            .take(room)
+        let found = crate::nccl_lib::discover(search).unwrap_or_default();
+        let before: Vec<FileKey> = self.nccl_libraries.keys().copied().collect();
+        self.nccl_sync(&found);
+        self.nccl_libraries
+            .iter()
+            .filter(|(k, _)| !before.contains(k))
+            .map(|(_, l)| l.found_at.clone())
+            .collect()
+    }
+
+    /// Brings the attached NCCL libraries to `found` (what discovery sees
+    /// now): attaches the new ones (room permitting), detaches those not
+    /// pinned that no process maps any more.
+    pub fn nccl_sync(&mut self, found: &[crate::nccl_lib::Found]) -> Synced {
+        let live: BTreeSet<FileKey> = found.iter().map(|f| f.key).collect();
+        let detached = detach_unmapped(&mut self.ebpf, &mut self.nccl_libraries, &live);
+        let room = crate::nccl_lib::MAX_LIBRARIES.saturating_sub(self.nccl_libraries.len());
+        let new: Vec<crate::nccl_lib::Found> = found
+            .iter()
+            .filter(|f| !self.nccl_libraries.contains_key(&f.key))
+            .cloned()
             .collect();
+        let refused = new.len().saturating_sub(room);
+        if refused > 0 {
+            metrics::counter!("faultline_nccl_libraries_refused_total").increment(refused as u64);
+            tracing::warn!(
+                refused,
+                max = crate::nccl_lib::MAX_LIBRARIES,
+                "NCCL libraries not attached: too many distinct copies"
+            );
+        }
+        let mut out = Synced {
+            detached,
+            refused,
+            ..Synced::default()
+        };
+        if !out.detached.is_empty() {
+            metrics::counter!("faultline_nccl_libraries_detached_total")
+                .increment(out.detached.len() as u64);
+        }
+        let new: Vec<_> = new.into_iter().take(room).collect();
         if new.is_empty() {
-            return Vec::new();
+            return out;
         }
         let mut status = Vec::new();
         let used = attach_libraries(&mut self.ebpf, &new, &mut status);
@@ -331,11 +507,12 @@ impl Probes {
         }
         metrics::counter!("faultline_nccl_libraries_attached_late_total")
             .increment(used.len() as u64);
-        for p in &used {
-            tracing::info!(library = %p.display(), "NCCL probes attached to a library found after start");
+        for l in used.values() {
+            tracing::info!(library = %l.shown, "NCCL probes attached to a library found after start");
+            out.attached.push(l.shown.clone());
         }
-        self.nccl_libraries.extend(used.iter().cloned());
-        used
+        self.nccl_libraries.extend(used);
+        out
     }
 
     /// The NCCL maps as they are now (cumulative).

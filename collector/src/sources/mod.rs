@@ -4,7 +4,9 @@
 //! collects, in this order: `block`, `nfs` (mountstats), `lustre`
 //! (client targets), `rdma` (async
 //! events), `ib`, `switches` (switch port counters), `verbs`,
-//! `gpu`, `cuda`, `nccl`, `otlp`, `usage`; then the sources that need
+//! `gpu`, `libraries` (every `nccl.rescan_s`: attach to libraries that
+//! appeared, detach from those no process maps), `cuda`, `nccl`, `otlp`,
+//! `usage`; then the sources that need
 //! another's data of the same window derive from the [`Facts`] the others
 //! returned: `gpu` (workload labels from the processes `cuda` saw), `cuda`
 //! (its lines name the GPU `gpu` read), `usage` (from every row and the
@@ -14,6 +16,7 @@ pub mod cuda;
 pub mod exec;
 pub mod gpu;
 pub mod ib;
+pub mod libraries;
 pub mod lustre;
 pub mod nccl;
 pub mod nfs;

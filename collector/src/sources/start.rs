@@ -79,18 +79,25 @@ pub fn start_sources(
             out.push(Box::new(gpu));
         }
     }
-    if probes.cuda_library().is_some() {
+    // Libraries that appear later (containers, new layers, new venvs),
+    // attached before the CUDA and NCCL sources read their maps.
+    let nccl_rescan = cfg.nccl.enabled && cfg.nccl.library.is_empty();
+    let cuda_rescan = cfg.cuda.enabled && cfg.cuda.library.is_none();
+    if cfg.nccl.rescan_s > 0.0 && (nccl_rescan || cuda_rescan) {
+        out.push(Box::new(super::libraries::LibrarySource::new(
+            nccl_rescan.then(crate::nccl_lib::Search::default),
+            cuda_rescan,
+            Duration::from_secs_f64(cfg.nccl.rescan_s),
+        )));
+    }
+    if probes.cuda_library().is_some() || cuda_rescan {
         out.push(Box::new(CudaSource::new(probes.cuda_snapshot()?)));
     }
     if cfg.nccl.enabled {
         let maps = probes.nccl_maps()?;
         let host = cfg.collector.hostname.clone().unwrap_or_default();
-        let rescan = (cfg.nccl.library.is_empty() && cfg.nccl.rescan_s > 0.0).then(|| {
-            (
-                crate::nccl_lib::Search::default(),
-                Duration::from_secs_f64(cfg.nccl.rescan_s),
-            )
-        });
+        // Rescans run in `LibrarySource` (above).
+        let rescan = None;
         out.push(Box::new(
             NcclSource::new(crate::nccl::ranks(&maps, &host), rescan).with_exited(
                 crate::nccl::ExitedRanks::new(

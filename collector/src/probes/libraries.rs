@@ -1,0 +1,271 @@
+//! Libraries the uprobes are attached to, keyed by file identity: held
+//! open while attached (a library found through a process's root, inside a
+//! container, stays reachable after that process exits, as
+//! `/proc/self/fd/N`), and detached once no process maps it any more.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    programs::{uprobe::UProbeLinkId, UProbe},
+    Ebpf,
+};
+
+use crate::proc_libs::FileKey;
+
+/// One attached library.
+#[derive(Debug)]
+pub struct AttachedLib {
+    /// How it was found: the host path, or `PATH in pid N's root`.
+    pub shown: String,
+    /// The path it was found at (the host's, or through a process's root).
+    pub found_at: PathBuf,
+    /// The path the probes attach by: the host's, or `/proc/self/fd/N` of
+    /// [`Self::file`].
+    pub attach_path: PathBuf,
+    /// Held open for a library reached through a process's root.
+    file: Option<File>,
+    /// (program, link) of every attached probe.
+    pub links: Vec<(&'static str, UProbeLinkId)>,
+    /// Configured or from the ld.so cache: never detached.
+    pub pinned: bool,
+}
+
+/// Why a library could not be held for attaching.
+#[derive(Debug, thiserror::Error)]
+pub enum HoldError {
+    #[error("opening {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is no longer the file found ({key}): replaced or its process exited", .path.display())]
+    Changed { path: PathBuf, key: FileKey },
+}
+
+impl AttachedLib {
+    /// Prepares `path` (file `key`) for attaching: a host path is used as it
+    /// is; a path through a process's root is opened and attached through
+    /// the open file, after checking it is still the same file.
+    pub fn hold(
+        path: &Path,
+        key: FileKey,
+        shown: String,
+        pinned: bool,
+        on_host: bool,
+    ) -> Result<Self, HoldError> {
+        let (attach_path, file) = if on_host {
+            (path.to_path_buf(), None)
+        } else {
+            let f = File::open(path).map_err(|source| HoldError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let via = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+            if FileKey::of(&via) != Some(key) {
+                return Err(HoldError::Changed {
+                    path: path.to_path_buf(),
+                    key,
+                });
+            }
+            (via, Some(f))
+        };
+        Ok(Self {
+            shown,
+            found_at: path.to_path_buf(),
+            attach_path,
+            file,
+            links: Vec::new(),
+            pinned,
+        })
+    }
+
+    /// Whether the library is held open (found inside a process's root).
+    pub fn held(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
+/// Detaches every probe of `lib`. The kernel's unregistering waits for an
+/// RCU grace period per link, so the links are closed on a thread of their
+/// own; the file is closed after them.
+pub fn detach(ebpf: &mut Ebpf, lib: AttachedLib) {
+    let mut taken = Vec::new();
+    for (prog, id) in lib.links {
+        let p: Option<&mut UProbe> = ebpf.program_mut(prog).and_then(|p| p.try_into().ok());
+        match p.map(|p| p.take_link(id)) {
+            Some(Ok(l)) => taken.push(l),
+            Some(Err(e)) => tracing::warn!(program = prog, error = %e, "detaching a uprobe"),
+            None => tracing::warn!(program = prog, "detaching: program missing"),
+        }
+    }
+    let file = lib.file;
+    std::thread::spawn(move || {
+        drop(taken);
+        drop(file);
+    });
+}
+
+/// What one library sync changed: the libraries attached and detached (as
+/// shown), and those refused for want of room.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Synced {
+    pub attached: Vec<String>,
+    pub detached: Vec<String>,
+    pub refused: usize,
+}
+
+/// Detaches from `attached` every library not pinned whose key is not in
+/// `live`; returns what it detached (as shown).
+pub fn detach_unmapped(
+    ebpf: &mut Ebpf,
+    attached: &mut BTreeMap<FileKey, AttachedLib>,
+    live: &std::collections::BTreeSet<FileKey>,
+) -> Vec<String> {
+    let gone: Vec<FileKey> = attached
+        .iter()
+        .filter(|(k, l)| !l.pinned && !live.contains(k))
+        .map(|(k, _)| *k)
+        .collect();
+    let mut out = Vec::new();
+    for k in gone {
+        if let Some(l) = attached.remove(&k) {
+            out.push(l.shown.clone());
+            detach(ebpf, l);
+        }
+    }
+    out
+}
+
+impl super::Probes {
+    /// Brings the CUDA driver libraries to what processes map now
+    /// (`mapped`, from a scan of `proc_root`): a copy not attached yet (a
+    /// container's driver at a path and inode the host's is not) gets every
+    /// CUDA probe, its launch probes duty-cycled with the first library's;
+    /// one no process maps any more is detached. The first library stays.
+    pub fn cuda_sync(
+        &mut self,
+        mapped: &BTreeMap<FileKey, crate::proc_libs::Mapped>,
+        proc_root: &Path,
+    ) -> Synced {
+        let mut out = Synced::default();
+        let primary = self.cuda_primary.as_ref().map(|(k, _)| *k);
+        let live: std::collections::BTreeSet<FileKey> = mapped.keys().copied().collect();
+        let gone: Vec<FileKey> = self
+            .cuda_extra
+            .keys()
+            .filter(|k| !live.contains(k))
+            .copied()
+            .collect();
+        for k in gone {
+            let Some(l) = self.cuda_extra.remove(&k) else {
+                continue;
+            };
+            if let Ok(mut duty) = self.launch.lock() {
+                duty.remove_lib(&mut self.ebpf, &l.attach_path);
+            }
+            out.detached.push(l.shown.clone());
+            detach(&mut self.ebpf, l);
+        }
+        for (k, m) in mapped {
+            if Some(*k) == primary || self.cuda_extra.contains_key(k) {
+                continue;
+            }
+            if self.cuda_extra.len() >= MAX_EXTRA_CUDA {
+                out.refused += 1;
+                continue;
+            }
+            let found = crate::nccl_lib::Found::mapped(proc_root, *k, m);
+            let mut held = match AttachedLib::hold(
+                &found.path,
+                *k,
+                found.shown.clone(),
+                false,
+                m.on_host,
+            ) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(library = %found.shown, error = %e, "CUDA library not attached");
+                    continue;
+                }
+            };
+            let mut status = Vec::new();
+            let (n, launch, links) = super::attach::attach_cuda_to(
+                &mut self.ebpf,
+                &held.attach_path.clone(),
+                Path::new(&found.shown),
+                &mut status,
+            );
+            held.links = links;
+            if n == 0 {
+                detach(&mut self.ebpf, held);
+                continue;
+            }
+            if let Ok(mut duty) = self.launch.lock() {
+                duty.add_links(&mut self.ebpf, launch);
+            }
+            for st in status
+                .into_iter()
+                .filter(|s| s.state == super::ProbeState::Attached)
+            {
+                match self.status.iter_mut().find(|s| s.name == st.name) {
+                    Some(old) => old.state = super::ProbeState::Attached,
+                    None => self.status.push(st),
+                }
+            }
+            self.status.retain(|s| {
+                !(s.name == "cuda" && matches!(s.state, super::ProbeState::Inactive(_)))
+            });
+            if self.cuda_library.is_none() {
+                self.cuda_library = Some(held.found_at.clone());
+            }
+            tracing::info!(library = %held.shown, attached = n, "CUDA probes attached to a library found after start");
+            out.attached.push(held.shown.clone());
+            self.cuda_extra.insert(*k, held);
+        }
+        if out.refused > 0 {
+            metrics::counter!("faultline_cuda_libraries_refused_total")
+                .increment(out.refused as u64);
+        }
+        out
+    }
+
+    /// The CUDA libraries attached after start (as shown).
+    pub fn cuda_libraries_extra(&self) -> Vec<String> {
+        self.cuda_extra.values().map(|l| l.shown.clone()).collect()
+    }
+}
+
+/// CUDA driver copies attached beside the first (distinct driver inodes on
+/// one host are rare: a driver container beside the host's, an upgrade).
+pub const MAX_EXTRA_CUDA: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_library_through_a_root_is_held_and_checked() {
+        let d = std::env::temp_dir().join(format!("faultline-hold-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("libnccl.so.2");
+        std::fs::write(&p, b"x").unwrap();
+        let key = FileKey::of(&p).unwrap();
+        let h = AttachedLib::hold(&p, key, "x".into(), false, false).unwrap();
+        assert!(h.held());
+        assert!(h.attach_path.starts_with("/proc/self/fd"));
+        // Replaced by a new file (a new image layer): another inode.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, b"y").unwrap();
+        let e = AttachedLib::hold(&p, key, "x".into(), false, false).unwrap_err();
+        assert!(e.to_string().contains("no longer the file found"), "{e}");
+        // The held file still opens as the old one.
+        assert_eq!(FileKey::of(&h.attach_path), Some(key));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
