@@ -26,6 +26,8 @@ struct Run {
     col: mpsc::Receiver<String>,
     procs: Vec<KillOnDrop>,
     ranks: Vec<u32>,
+    /// The collector's `/metrics` address.
+    metrics: String,
 }
 
 impl Run {
@@ -82,6 +84,14 @@ impl Run {
             .expect("collector");
         let col_lines = tests::lines_of(&mut col);
         procs.push(KillOnDrop(col));
+        let metrics = loop {
+            let l = col_lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("collector output");
+            if let Some(a) = l.strip_prefix("metrics on http://") {
+                break a.trim_end_matches("/metrics").to_string();
+            }
+        };
         let r = Self {
             dir,
             ib,
@@ -89,6 +99,7 @@ impl Run {
             col: col_lines,
             procs,
             ranks: Vec::new(),
+            metrics,
         };
         // The probes are attached once the first window closes.
         r.window(1);
@@ -150,6 +161,22 @@ impl Run {
         }
     }
 
+    /// `/metrics` now, failing on a series exported twice; with `ranks`,
+    /// every rank's `faultline_nccl_rank_info` must be there.
+    fn scrape(&self, ranks: bool) -> String {
+        let text = tests::metrics::scrape(&self.metrics).expect("scrape");
+        tests::metrics::assert_unique_series(&text);
+        for pid in self.ranks.iter().filter(|_| ranks) {
+            let pid = pid.to_string();
+            assert!(
+                tests::metrics::samples(&text).any(|s| s.name == "faultline_nccl_rank_info"
+                    && s.labels.iter().any(|(k, v)| *k == "pid" && *v == pid)),
+                "rank {pid} on /metrics: {text}"
+            );
+        }
+        text
+    }
+
     /// Waits for the collector's window `n`.
     fn window(&self, n: u64) {
         tests::wait_window(&self.col, n);
@@ -199,6 +226,7 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
     );
     r.ranks(4, 10_000);
     r.window(4);
+    r.scrape(true);
     // Every rank reports, with one communicator id, its GPU and HCA.
     let rows = r.recorded_nccl();
     let comms: std::collections::BTreeSet<&str> =
@@ -297,6 +325,7 @@ fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() 
         // 8 s healthy (the job's own cadence), then the link degrades and
         // the whole job's collectives slow down with it.
         if w == 16 {
+            r.scrape(true);
             std::fs::write(&slow, "1.5").expect("slow");
         }
         if w >= 16 {
@@ -359,6 +388,7 @@ fn a_slow_rank_without_otlp_is_named_from_its_issue_lag() {
         dir.join(if i == 2 { "slow-2" } else { "slow" })
     });
     r.window(4);
+    r.scrape(true);
     let healthy = tests::updates(&r.sub);
     assert!(
         healthy.iter().all(|u| u["kind"] != "straggler"),

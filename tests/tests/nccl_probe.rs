@@ -263,6 +263,8 @@ fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
             }
         });
         assert_eq!(rows.len(), 2 * 6);
+        // Their series: never one twice (the splits' ranks included).
+        tests::metrics::assert_unique_series(&nccl::render(&all, |_| "j1".into()));
         for row in &rows {
             let r = a.iter().chain(&b).find(|r| r.pid == row.pid).expect("rank");
             assert_eq!(row.device, r.device);
