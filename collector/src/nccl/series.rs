@@ -1,0 +1,280 @@
+//! The NCCL series on `/metrics`: live ranks, exited ranks kept with their
+//! final counts, and per-job totals that stay after the ranks are gone.
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    time::{Duration, Instant},
+};
+
+use super::RankState;
+use crate::prom_text::{Kind, Text};
+
+/// Per-op (calls, bytes) totals.
+type OpTotals = BTreeMap<&'static str, (u64, u64)>;
+
+/// Exited ranks kept at most (the oldest fold into their job's totals
+/// early past it, counted).
+pub const MAX_EXITED_RANKS: usize = 4096;
+
+/// A rank whose process exited, kept with its final counts.
+#[derive(Clone, Debug)]
+struct Kept {
+    at: Instant,
+    key: (u32, u64),
+    job: String,
+    rank: RankState,
+}
+
+/// Ranks of processes that exited: their series stay on `/metrics` with
+/// their final counts for `retain` (at least two scrape intervals, so the
+/// last increments are scraped), then fold into per-job totals that stay
+/// (`faultline_nccl_job_calls_total`, `…_bytes_total`), at most
+/// `max_jobs` jobs with no live or kept rank, the least recently updated
+/// evicted first (counted).
+#[derive(Debug)]
+pub struct ExitedRanks {
+    retain: Duration,
+    max_jobs: usize,
+    /// In exit order.
+    kept: VecDeque<Kept>,
+    /// job → (last fold, op → (calls, bytes)).
+    folded: BTreeMap<String, (Instant, OpTotals)>,
+}
+
+impl Default for ExitedRanks {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(120), 1024)
+    }
+}
+
+impl ExitedRanks {
+    pub fn new(retain: Duration, max_jobs: usize) -> Self {
+        Self {
+            retain,
+            max_jobs: max_jobs.max(1),
+            kept: VecDeque::new(),
+            folded: BTreeMap::new(),
+        }
+    }
+
+    /// `rank` (key `key`, job `job`) exited at `now`, its counts final.
+    pub fn retire(&mut self, key: (u32, u64), rank: RankState, job: String, now: Instant) {
+        let k = Kept {
+            at: now,
+            key,
+            job,
+            rank,
+        };
+        if self.retain.is_zero() {
+            self.fold(k, now);
+            return;
+        }
+        self.kept.push_back(k);
+        while self.kept.len() > MAX_EXITED_RANKS {
+            if let Some(old) = self.kept.pop_front() {
+                metrics::counter!("faultline_nccl_exited_ranks_folded_early_total").increment(1);
+                self.fold(old, now);
+            }
+        }
+    }
+
+    fn fold(&mut self, k: Kept, now: Instant) {
+        let e = self
+            .folded
+            .entry(k.job)
+            .or_insert_with(|| (now, BTreeMap::new()));
+        e.0 = now;
+        for (op, (calls, bytes)) in k.rank.ops {
+            let t = e.1.entry(op).or_default();
+            t.0 += calls;
+            t.1 += bytes;
+        }
+    }
+
+    /// At `now`: folds the ranks kept for `retain`, and evicts the folded
+    /// jobs over `max_jobs` that have no rank in `live_jobs` or kept (their
+    /// series end: staleness, not a counter reset).
+    pub fn expire(&mut self, now: Instant, live_jobs: &BTreeSet<String>) {
+        while let Some(k) = self.kept.front() {
+            if now.saturating_duration_since(k.at) < self.retain {
+                break;
+            }
+            if let Some(k) = self.kept.pop_front() {
+                self.fold(k, now);
+            }
+        }
+        let over = self.folded.len().saturating_sub(self.max_jobs);
+        if over == 0 {
+            return;
+        }
+        let kept_jobs: BTreeSet<&str> = self.kept.iter().map(|k| k.job.as_str()).collect();
+        let mut idle: Vec<(Instant, String)> = self
+            .folded
+            .iter()
+            .filter(|(j, _)| !live_jobs.contains(*j) && !kept_jobs.contains(j.as_str()))
+            .map(|(j, (t, _))| (*t, j.clone()))
+            .collect();
+        idle.sort();
+        for (_, j) in idle.into_iter().take(over) {
+            self.folded.remove(&j);
+            metrics::counter!("faultline_nccl_job_totals_evicted_total").increment(1);
+        }
+    }
+
+    /// Ranks kept now.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    /// Jobs with folded totals.
+    pub fn folded_jobs(&self) -> usize {
+        self.folded.len()
+    }
+}
+
+/// The labels that tell a rank's series apart on this host: `comm` and
+/// `rank`; a rank whose rank is not known here (-1: a split with members on
+/// other hosts, or a communicator whose creation was not seen) also
+/// carries `parent_rank` (its rank in the split's parent, -1 unknown) and
+/// `pid`, so two such ranks never share a label set.
+fn identity(pid: u32, r: &RankState) -> Vec<(&'static str, String)> {
+    let mut id = vec![("comm", r.comm.clone()), ("rank", r.rank.to_string())];
+    if r.rank < 0 {
+        let pr = if r.parent.is_empty() {
+            -1
+        } else {
+            r.parent_rank
+        };
+        id.push(("parent_rank", pr.to_string()));
+        id.push(("pid", pid.to_string()));
+    }
+    id
+}
+
+/// The NCCL series for `/metrics` of the live ranks (cumulative per
+/// communicator, rank on this host and op).
+pub fn render(ranks: &BTreeMap<(u32, u64), RankState>, job: impl FnMut(u32) -> String) -> String {
+    render_all(ranks, &ExitedRanks::default(), job)
+}
+
+/// The NCCL series for `/metrics`: the live ranks, the exited ranks kept
+/// (same series, final counts) and every job's totals (live, kept and
+/// folded ranks). No two samples of a family share a label set: a rank
+/// whose identity labels collide with another's (one process splitting a
+/// parent twice with one colour) also carries `pid` and `handle`; a sample
+/// that would still collide is left out and counted
+/// (`faultline_nccl_series_collisions_total`).
+pub fn render_all(
+    live: &BTreeMap<(u32, u64), RankState>,
+    exited: &ExitedRanks,
+    mut job: impl FnMut(u32) -> String,
+) -> String {
+    let mut t = Text::new();
+    let mut totals: BTreeMap<(String, &'static str), (u64, u64)> = BTreeMap::new();
+    for (j, (_, ops)) in &exited.folded {
+        for (op, (c, b)) in ops {
+            let e = totals.entry((j.clone(), op)).or_default();
+            e.0 += c;
+            e.1 += b;
+        }
+    }
+    let all: Vec<((u32, u64), &RankState, String)> = live
+        .iter()
+        .map(|(k, r)| (*k, r, job(r.pid)))
+        .chain(exited.kept.iter().map(|k| (k.key, &k.rank, k.job.clone())))
+        .collect();
+    let mut seen: BTreeSet<Vec<(&'static str, String)>> = BTreeSet::new();
+    for ((pid, handle), r, j) in all {
+        for (op, (c, b)) in &r.ops {
+            let e = totals.entry((j.clone(), op)).or_default();
+            e.0 += c;
+            e.1 += b;
+        }
+        let mut id = identity(pid, r);
+        let with_job = |id: &Vec<(&'static str, String)>| {
+            let mut k = id.clone();
+            k.push(("job", j.clone()));
+            k
+        };
+        if seen.contains(&with_job(&id)) {
+            if !id.iter().any(|(k, _)| *k == "pid") {
+                id.push(("pid", pid.to_string()));
+            }
+            id.push(("handle", format!("{handle:x}")));
+            if seen.contains(&with_job(&id)) {
+                metrics::counter!("faultline_nccl_series_collisions_total").increment(1);
+                continue;
+            }
+        }
+        seen.insert(with_job(&id));
+        let gpu = if r.device < 0 {
+            String::new()
+        } else {
+            r.device.to_string()
+        };
+        let nranks = r.nranks.to_string();
+        let pid_s = pid.to_string();
+        let base: Vec<(&str, &str)> = id.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        for (o, (calls, bytes)) in &r.ops {
+            let mut l = base.clone();
+            l.push(("job", &j));
+            l.push(("op", o));
+            t.sample(
+                "faultline_nccl_calls_total",
+                "NCCL calls per communicator, rank on this host and op (enqueued, not completed)",
+                Kind::Counter,
+                &l,
+                calls,
+            );
+            t.sample(
+                "faultline_nccl_bytes_total",
+                "NCCL bytes per communicator, rank and op: count x datatype size as passed",
+                Kind::Counter,
+                &l,
+                bytes,
+            );
+        }
+        let mut info = base.clone();
+        info.extend([("nranks", nranks.as_str()), ("gpu", &gpu), ("job", &j)]);
+        if !id.iter().any(|(k, _)| *k == "pid") {
+            info.push(("pid", &pid_s));
+        }
+        t.sample(
+            "faultline_nccl_rank_info",
+            "A communicator rank on this host: its size, GPU and process (value 1)",
+            Kind::Gauge,
+            &info,
+            1,
+        );
+        let mut l = base;
+        l.push(("job", &j));
+        t.sample(
+            "faultline_nccl_collectives_issued",
+            "Collectives the rank has issued on the communicator (its sequence number)",
+            Kind::Gauge,
+            &l,
+            r.seq,
+        );
+    }
+    for ((j, op), (calls, bytes)) in &totals {
+        let l: &[(&str, &str)] = &[("job", j), ("op", op)];
+        t.sample(
+            "faultline_nccl_job_calls_total",
+            "NCCL calls of a job's ranks on this host by op: live ranks, exited ones (kept for nccl.retain_exited_s) and folded ones",
+            Kind::Counter,
+            l,
+            calls,
+        );
+        t.sample(
+            "faultline_nccl_job_bytes_total",
+            "NCCL bytes (count x datatype size) of a job's ranks on this host by op, exited ranks included",
+            Kind::Counter,
+            l,
+            bytes,
+        );
+    }
+    t.render()
+}
