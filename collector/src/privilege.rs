@@ -19,7 +19,8 @@ pub enum PrivilegeError {
     #[error(
         "missing capability {missing}: the collector needs CAP_BPF and CAP_PERFMON (or root) to \
          load and attach eBPF probes; run it as root or grant them (e.g. systemd \
-         AmbientCapabilities=CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH)"
+         AmbientCapabilities=CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH \
+         CAP_SYS_PTRACE)"
     )]
     MissingCapability { missing: String },
     #[error(

@@ -317,9 +317,9 @@ fn overlay_layers(mountinfo: &str, inner: &Path) -> Option<(Vec<String>, PathBuf
         let mut lower = Vec::new();
         for o in split_unescaped(opts, ',') {
             if let Some(v) = o.strip_prefix("upperdir=") {
-                upper.push(unescape(&v));
+                upper.push(unescape(v));
             } else if let Some(v) = o.strip_prefix("lowerdir=") {
-                lower.extend(split_unescaped(&v, ':').iter().map(|x| unescape(x)));
+                lower.extend(split_unescaped(v, ':').iter().map(|x| unescape(x)));
             }
         }
         let rel = Path::new(unescape(root).trim_start_matches('/')).join(rest);
@@ -552,7 +552,7 @@ mod tests {
         assert_eq!(l, ["/s/c1/diff", "/s/l/A", "/s/l/B"]);
         assert_eq!(rel, PathBuf::from("opt/nccl/lib/libnccl.so.2"));
         let (l, rel) = overlay_layers(info, Path::new("/opt/odd dir/x.so")).unwrap();
-        assert_eq!(l, ["/t/u", "/t/a\\:b"].map(|s| unescape(s)));
+        assert_eq!(l, ["/t/u", "/t/a\\:b"].map(unescape));
         assert_eq!(rel, PathBuf::from("sub/x.so"));
     }
 }

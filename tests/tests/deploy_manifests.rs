@@ -115,7 +115,13 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
     assert_eq!(c["capabilities"]["drop"], serde_json::json!(["ALL"]), "{c}");
     assert_eq!(
         c["capabilities"]["add"],
-        serde_json::json!(["BPF", "PERFMON", "SYS_RESOURCE", "DAC_READ_SEARCH"])
+        serde_json::json!([
+            "BPF",
+            "PERFMON",
+            "SYS_RESOURCE",
+            "DAC_READ_SEARCH",
+            "SYS_PTRACE"
+        ])
     );
     assert!(
         c["env"]

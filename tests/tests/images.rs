@@ -18,7 +18,7 @@
 //! certs` mounted it runs as uid 65532 with no capabilities and answers
 //! `/healthz`; the collector loads NVML (the stand-in), attaches its probes
 //! with only the granted capabilities (CAP_BPF, CAP_PERFMON,
-//! CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE — the last only where the machine
+//! CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_SYS_RESOURCE — the last only where the machine
 //! has it), reports ready and streams its windows over mTLS with its host's
 //! certificate to the correlator, which reports the host's lag.
 use std::{
@@ -29,9 +29,15 @@ use std::{
 
 use tests::KillOnDrop;
 
-/// CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE, CAP_PERFMON, CAP_BPF.
-const GRANTED: [u32; 4] = [2, 24, 38, 39];
-const GRANTED_NAMES: [&str; 4] = ["DAC_READ_SEARCH", "SYS_RESOURCE", "PERFMON", "BPF"];
+/// CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_SYS_RESOURCE, CAP_PERFMON, CAP_BPF.
+const GRANTED: [u32; 5] = [2, 19, 24, 38, 39];
+const GRANTED_NAMES: [&str; 5] = [
+    "DAC_READ_SEARCH",
+    "SYS_PTRACE",
+    "SYS_RESOURCE",
+    "PERFMON",
+    "BPF",
+];
 
 /// The capabilities this process may hand on (its bounding set).
 fn bounding() -> u64 {

@@ -127,13 +127,16 @@ fn collector_syscall_filter_still_allows_what_the_collector_does() {
         "init_module",
         "swapon",
         "ptrace",
+        // CAP_SYS_PTRACE is granted for /proc access checks only.
+        "process_vm_readv",
+        "process_vm_writev",
     ] {
         assert!(!allowed.iter().any(|a| a == denied), "{denied} allowed");
     }
     let caps = unit_values("CapabilityBoundingSet");
     assert_eq!(
         caps,
-        ["CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH"]
+        ["CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE"]
     );
     assert_eq!(unit_values("AmbientCapabilities"), caps);
     assert_eq!(unit_values("LimitNOFILE"), ["65536"]);
@@ -147,7 +150,7 @@ fn daemonset_security_context_is_locked_down() {
         "readOnlyRootFilesystem: true",
         "seccompProfile:",
         "drop: [ALL]",
-        "add: [BPF, PERFMON, SYS_RESOURCE, DAC_READ_SEARCH]",
+        "add: [BPF, PERFMON, SYS_RESOURCE, DAC_READ_SEARCH, SYS_PTRACE]",
         "metrics_addr = \"127.0.0.1:9477\"",
     ] {
         assert!(text.contains(want), "daemonset.yaml lacks {want:?}");

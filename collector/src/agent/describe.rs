@@ -5,6 +5,41 @@
 /// (family, is a gauge, help).
 const FAMILIES: &[(&str, bool, &str)] = &[
     (
+        "faultline_nccl_libraries_attached_late_total",
+        false,
+        "NCCL libraries found by a rescan after start (a container, venv or image layer that appeared) and attached",
+    ),
+    (
+        "faultline_nccl_libraries_detached_total",
+        false,
+        "NCCL libraries found in processes that no process maps any more, detached",
+    ),
+    (
+        "faultline_nccl_libraries_refused_total",
+        false,
+        "NCCL library files found but not attached: the most (64) are attached already",
+    ),
+    (
+        "faultline_cuda_libraries_refused_total",
+        false,
+        "CUDA driver copies found after start but not attached: the most (8 beside the first) are attached already",
+    ),
+    (
+        "faultline_library_scans_total",
+        false,
+        "Library rescans run (nccl.rescan_s): processes' maps through their own roots",
+    ),
+    (
+        "faultline_library_scan_last_seconds",
+        true,
+        "Wall time of the latest library rescan, seconds",
+    ),
+    (
+        "faultline_library_scan_untracked_total",
+        false,
+        "Processes not scanned for libraries: 65,536 are tracked already",
+    ),
+    (
         "faultline_connections_refused_total",
         false,
         "Connections closed at accept: a listener's connection cap or per-peer limit reached with every connection busy (listener, reason)",

@@ -88,7 +88,8 @@ impl Source for LibrarySource {
                 ));
             }
         }
-        metrics::histogram!("faultline_library_scan_seconds").record(t0.elapsed().as_secs_f64());
+        metrics::gauge!("faultline_library_scan_last_seconds").set(t0.elapsed().as_secs_f64());
+        metrics::counter!("faultline_library_scans_total").increment(1);
         Ok(None)
     }
 }
