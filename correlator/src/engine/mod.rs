@@ -374,8 +374,7 @@ impl Engine {
         self.label(w);
         // NCCL first: it sees the window's own OTLP steps, and jobs without
         // any get a step time inferred from their collectives' cadence.
-        let inc = &self.incidents;
-        let open = |k: &'static str, e: &str| inc.is_open(k, e);
+        let open = |k: &'static str, e: &str| self.incidents.is_open(k, e);
         let (nccl_findings, nccl_evaluated) = self.nccl.observe_with(&host, w, &open);
         let inferred = self.nccl.inferred_steps(w);
         let with_inferred;

@@ -40,6 +40,10 @@ use proto::v1::NcclRank;
 use super::{GPUS, JOB};
 use crate::rng::Rng;
 
+mod wait;
+
+pub use wait::Phase;
+
 /// Communicator indices.
 pub const RING: usize = 0;
 pub const TREE: usize = 1;
@@ -110,19 +114,6 @@ pub struct Hang {
     /// When the others started waiting on them: the later of the first
     /// holder's stall and the first issue of that collective by another rank.
     pub since_s: f64,
-}
-
-/// What a rank's process does at a window's end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Trains (or pauses: checkpoints and evaluations are the cluster's).
-    Run,
-    /// Waits in a collective that never completes: NCCL's kernel spins.
-    Spin,
-    /// Stalled before issuing a collective (`nccl-hang`): GPU idle.
-    Stalled,
-    /// Its process exited.
-    Gone,
 }
 
 /// Per rank (`node·8 + gpu`) this window: step time, compute time, whether
@@ -451,70 +442,6 @@ impl Collectives {
             }
             g.drain(limit);
         }
-    }
-
-    /// When rank `i`'s process of run `g` exits (`None`: not in the run).
-    fn exit_s(g: &Gen, i: usize) -> Option<f64> {
-        if g.exits && g.end_s.is_finite() {
-            return Some(g.end_s + EXIT_SPREAD_S * (i % GPUS) as f64 / GPUS as f64);
-        }
-        g.dead.filter(|d| *d == i).and(g.hung_s)
-    }
-
-    /// Rank `i` (`node·8 + gpu`) of the current run at the window's end.
-    pub fn phase(&self, i: usize) -> Phase {
-        let g = self.current();
-        let b = self.span.1;
-        if Self::exit_s(g, i).is_some_and(|x| x < b) {
-            return Phase::Gone;
-        }
-        let hung = g.hung_s.is_some_and(|h| h < b) || (g.hung_s.is_none() && self.stuck_by(b));
-        if !hung {
-            return Phase::Run;
-        }
-        if self.stall.get(i).is_some_and(|s| s.is_finite()) {
-            Phase::Stalled
-        } else {
-            Phase::Spin
-        }
-    }
-
-    /// Node `n`'s rows as a collector with the CUDA probes sees them: a
-    /// process that exited sends its last row (`exited`) and no more; a
-    /// rank waiting on a collective that never completes sits in
-    /// `cuStreamSynchronize` since its latest collective.
-    fn below(&self, n: usize, rows: &mut Vec<NcclRank>) {
-        let (a, b) = self.span;
-        rows.retain_mut(|row| {
-            let Some(g) = self.gens.iter().find(|g| g.ids.contains(&row.comm)) else {
-                return true;
-            };
-            let i = n * GPUS + row.pid.saturating_sub(PID_BASE) as usize;
-            if let Some(x) = Self::exit_s(g, i) {
-                if x < a - 1e-9 {
-                    return false;
-                }
-                if x < b {
-                    row.exited = true;
-                    return true;
-                }
-            }
-            let hung = g.hung_s.is_some_and(|h| h < b) || g.stuck_s.is_some_and(|s| s < b);
-            let stalled = self.stall.get(i).is_some_and(|s| s.is_finite());
-            let last = [
-                g.ring.get(i),
-                (i % GPUS == 0).then(|| g.tree.get(n)).flatten(),
-            ]
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.last_s)
-            .fold(f64::NEG_INFINITY, f64::max);
-            if hung && !stalled && last.is_finite() && last < b {
-                row.blocked_call = "cuStreamSynchronize".into();
-                row.blocked_s = b - last;
-            }
-            true
-        });
     }
 
     /// Node `n`'s ranks as its collector's maps hold them at `b`.

@@ -10,6 +10,9 @@ use proto::v1::NcclRank;
 
 use super::Comm;
 
+/// A rank of a split: (key, parent rank, its (host, pid)).
+type Placed = (i32, i32, (String, u32));
+
 /// What a split member passed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Member {
@@ -54,7 +57,7 @@ pub(super) fn resolve(comms: &mut HashMap<String, Comm>, touched: &BTreeSet<Stri
             continue;
         };
         // Every split of `p`: its members as (key, parent rank, rank id).
-        let mut children: BTreeMap<&str, Vec<(i32, i32, (String, u32))>> = BTreeMap::new();
+        let mut children: BTreeMap<&str, Vec<Placed>> = BTreeMap::new();
         for (id, c) in comms.iter() {
             for (k, r) in &c.ranks {
                 if let Some(m) = r.split.as_ref().filter(|m| m.parent == p) {

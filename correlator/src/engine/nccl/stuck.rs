@@ -136,35 +136,13 @@ pub(super) fn judge_uniform(ctx: &Ctx, id: &str, c: &Comm, live: &[&Rank]) -> Op
     }
     let exited: Vec<&Rank> = c.ranks.values().filter(|r| r.exited && !r.ended).collect();
     let (culprit_host, mut lines) = culprit(ctx, c, &exited, &gone, seq, bound_ms, host_silent);
-    let op = if c.op.is_empty() { "?" } else { c.op.as_str() };
     let first_waiting = waiting.iter().map(|r| r.host.as_str()).min()?;
     let entity = match &c.hang {
         Some(e) => e.clone(),
         None => vocab::entity::nccl_comm(culprit_host.as_deref().unwrap_or(first_waiting), id),
     };
-    let mut ev = vec![format!(
-        "communicator {id}: every rank waits in collective {seq} ({op}); {} live rank(s) silent {:.1} s (bound {bound_s:.1} s = max({} x median interval {tau:.3} s, {} s))",
-        waiting.len(),
-        waiting.iter().map(|r| silent(r)).min().unwrap_or(0) as f64 / 1000.0,
-        cfg.hang_intervals,
-        cfg.hang_min_s
-    )];
-    ev.push(format!(
-        "below: {}/{} ranks inside a CUDA call that has not returned{}; {}/{} GPUs busy >= {}% with no collective progress (NCCL kernels spin); {}/{} HCA ports' traffic collapsed; {} kernel launches continuing; job writes {} MB",
-        p.blocked,
-        p.waiting,
-        p.call
-            .as_ref()
-            .map(|(c, s)| format!(" ({c} for {s:.1} s)"))
-            .unwrap_or_default(),
-        p.spinning,
-        p.waiting,
-        cfg.spin_util_pct,
-        p.collapsed,
-        p.ports,
-        p.launching,
-        p.writes / 1_000_000
-    ));
+    let silent_s = waiting.iter().map(|r| silent(r)).min().unwrap_or(0) as f64 / 1000.0;
+    let mut ev = headline(cfg, id, c, &p, (seq, silent_s, bound_s, tau));
     let found = !lines.is_empty();
     if !found {
         lines.push(format!(
@@ -197,6 +175,39 @@ pub(super) fn judge_uniform(ctx: &Ctx, id: &str, c: &Comm, live: &[&Rank]) -> Op
                 pids.join(", ")
             )),
     )
+}
+
+/// The hang's first two lines: the communicator and what is below.
+fn headline(
+    cfg: &NcclConfig,
+    id: &str,
+    c: &Comm,
+    p: &Proof,
+    (seq, silent_s, bound_s, tau): (u64, f64, f64, f64),
+) -> Vec<String> {
+    let op = if c.op.is_empty() { "?" } else { c.op.as_str() };
+    vec![
+        format!(
+            "communicator {id}: every rank waits in collective {seq} ({op}); {} live rank(s) silent {silent_s:.1} s (bound {bound_s:.1} s = max({} x median interval {tau:.3} s, {} s))",
+            p.waiting, cfg.hang_intervals, cfg.hang_min_s
+        ),
+        format!(
+            "below: {}/{} ranks inside a CUDA call that has not returned{}; {}/{} GPUs busy >= {}% with no collective progress (NCCL kernels spin); {}/{} HCA ports' traffic collapsed; {} kernel launches continuing; job writes {} MB",
+            p.blocked,
+            p.waiting,
+            p.call
+                .as_ref()
+                .map(|(c, s)| format!(" ({c} for {s:.1} s)"))
+                .unwrap_or_default(),
+            p.spinning,
+            p.waiting,
+            cfg.spin_util_pct,
+            p.collapsed,
+            p.ports,
+            p.launching,
+            p.writes / 1_000_000
+        ),
+    ]
 }
 
 /// A wider communicator (more ranks; the same: a smaller id) that shares

@@ -190,8 +190,8 @@ fn run(after: After, secs: i64) -> Vec<(i64, Finding)> {
     let mut out = Vec::new();
     for t in 1..=5 + secs {
         let a = (t > 5).then_some(after);
-        for h in 0..HOSTS.len() {
-            let (f, _) = d.observe(HOSTS[h], &host_window(h, t, a));
+        for (h, host) in HOSTS.iter().enumerate() {
+            let (f, _) = d.observe(host, &host_window(h, t, a));
             out.extend(f.into_iter().map(|f| (t, f)));
         }
     }
@@ -272,8 +272,8 @@ fn an_open_link_incident_is_the_culprit() {
     let mut found = Vec::new();
     for t in 1..=8 {
         let a = (t > 5).then_some(After::Unknown);
-        for h in 0..2 {
-            found.extend(d.observe_with(HOSTS[h], &host_window(h, t, a), &open).0);
+        for (h, host) in HOSTS.iter().enumerate() {
+            found.extend(d.observe_with(host, &host_window(h, t, a), &open).0);
         }
     }
     let f = found.first().expect("a hang");
@@ -297,8 +297,8 @@ fn no_visible_cause_says_so() {
     let mut d = NcclDetector::new(NcclConfig::default());
     for t in 1..=8 {
         let a = (t > 5).then_some(After::Unknown);
-        for h in 0..2 {
-            d.observe(HOSTS[h], &host_window(h, t, a));
+        for (h, host) in HOSTS.iter().enumerate() {
+            d.observe(host, &host_window(h, t, a));
         }
     }
     let (f, ev) = d.observe("a", &host_window(0, 9, None));
@@ -324,10 +324,10 @@ fn the_blocked_call_alone_is_proof_without_gpu_samples() {
     let mut found = Vec::new();
     for t in 1..=8 {
         let a = (t > 5).then_some(After::Unknown);
-        for h in 0..2 {
+        for (h, host) in HOSTS.iter().enumerate() {
             let mut w = host_window(h, t, a);
             w.gpus.clear();
-            found.extend(d.observe(HOSTS[h], &w).0);
+            found.extend(d.observe(host, &w).0);
         }
     }
     // b at 7 (a at 7 saw b's ranks silent 0.99 s only), then a and b at 8.
@@ -339,12 +339,12 @@ fn the_blocked_call_alone_is_proof_without_gpu_samples() {
 fn a_communicator_with_no_cadence_seen_is_not_judged() {
     let mut d = NcclDetector::new(NcclConfig::default());
     for t in 1..=20 {
-        for h in 0..2 {
+        for (h, host) in HOSTS.iter().enumerate() {
             let mut w = host_window(h, t, Some(After::Unknown));
             for r in &mut w.nccl {
                 r.init = "unknown".into();
             }
-            let (f, _) = d.observe(HOSTS[h], &w);
+            let (f, _) = d.observe(host, &w);
             assert!(f.is_empty(), "no interval ever seen: {f:?}");
         }
     }
@@ -447,14 +447,14 @@ fn a_narrower_communicator_of_the_same_processes_is_left_to_the_wider_one() {
     let mut found = Vec::new();
     for t in 1..=12 {
         let a = (t > 5).then_some(After::Unknown);
-        for h in 0..2 {
+        for (h, host) in HOSTS.iter().enumerate() {
             let mut w = host_window(h, t, a);
             let mut n = w.nccl[0].clone();
             n.comm = narrow.into();
             n.nranks = 2;
             n.rank = h as i32;
             w.nccl.push(n);
-            found.extend(d.observe(HOSTS[h], &w).0);
+            found.extend(d.observe(host, &w).0);
         }
     }
     assert!(!found.is_empty());
