@@ -160,9 +160,10 @@ fn visible_budget(inject: &str) -> f64 {
         param("period") + 60.0
     } else if inject.starts_with("job-end") || inject.starts_with("nccl-job-exit") {
         param("gap")
-    } else if inject.starts_with("nccl-checkpoint") || inject.starts_with("nccl-eval") {
-        param("duration")
-    } else if inject.starts_with("congestion") {
+    } else if inject.starts_with("congestion")
+        || inject.starts_with("nccl-checkpoint")
+        || inject.starts_with("nccl-eval")
+    {
         param("duration")
     } else {
         0.0

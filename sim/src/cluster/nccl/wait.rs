@@ -72,7 +72,7 @@ impl Collectives {
             let stalled = self.stall.get(i).is_some_and(|s| s.is_finite());
             let last = [
                 g.ring.get(i),
-                (i % GPUS == 0).then(|| g.tree.get(n)).flatten(),
+                i.is_multiple_of(GPUS).then(|| g.tree.get(n)).flatten(),
             ]
             .into_iter()
             .flatten()
