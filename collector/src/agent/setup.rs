@@ -144,5 +144,8 @@ fn probe_options(cfg: &FileConfig) -> Result<ProbeOptions> {
     opts.cuda_search.configured = cfg.cuda.library.clone();
     opts.nccl = cfg.nccl.enabled;
     opts.nccl_search.configured = cfg.nccl.library.clone();
+    // Processes (and their roots) as the collector is told to see them.
+    opts.cuda_search.proc_root = Some(cfg.collector.proc_root.clone());
+    opts.nccl_search.proc_root = Some(cfg.collector.proc_root.clone());
     Ok(opts)
 }

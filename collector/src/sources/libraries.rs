@@ -26,8 +26,14 @@ pub struct LibrarySource {
 }
 
 impl LibrarySource {
-    /// `nccl`: rescan for NCCL with this search; `cuda`: for the CUDA driver.
-    pub fn new(nccl: Option<crate::nccl_lib::Search>, cuda: bool, every: Duration) -> Self {
+    /// `nccl`: rescan for NCCL with this search; `cuda`: for the CUDA
+    /// driver; the processes under `proc_root`.
+    pub fn new(
+        proc_root: std::path::PathBuf,
+        nccl: Option<crate::nccl_lib::Search>,
+        cuda: bool,
+        every: Duration,
+    ) -> Self {
         let mut families = Vec::new();
         if nccl.is_some() {
             families.push(crate::nccl_lib::FAMILY);
@@ -35,10 +41,7 @@ impl LibrarySource {
         if cuda {
             families.push(crate::cuda_lib::FAMILY);
         }
-        let root = nccl
-            .as_ref()
-            .and_then(|s| s.proc_root.clone())
-            .unwrap_or_else(|| "/proc".into());
+        let root = proc_root;
         Self {
             scan: LibScan::new(root, families),
             nccl,

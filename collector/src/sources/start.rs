@@ -85,7 +85,11 @@ pub fn start_sources(
     let cuda_rescan = cfg.cuda.enabled && cfg.cuda.library.is_none();
     if cfg.nccl.rescan_s > 0.0 && (nccl_rescan || cuda_rescan) {
         out.push(Box::new(super::libraries::LibrarySource::new(
-            nccl_rescan.then(crate::nccl_lib::Search::default),
+            cfg.collector.proc_root.clone(),
+            nccl_rescan.then(|| crate::nccl_lib::Search {
+                proc_root: Some(cfg.collector.proc_root.clone()),
+                ..crate::nccl_lib::Search::default()
+            }),
             cuda_rescan,
             Duration::from_secs_f64(cfg.nccl.rescan_s),
         )));
