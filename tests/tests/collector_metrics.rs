@@ -299,7 +299,10 @@ fn scrape(addr: &str) -> String {
         .output()
         .expect("curl");
     assert!(out.status.success(), "scrape of {addr} failed");
-    String::from_utf8(out.stdout).expect("utf-8")
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    // No series twice on the whole page (NCCL's included).
+    tests::metrics::assert_unique_series(&text);
+    text
 }
 
 /// The value of the sample line starting with `series` (name and labels).

@@ -50,6 +50,36 @@ const FAMILIES: &[(&str, bool, &str)] = &[
         "Connections a listener closed: slow handshake, head or body, idle, displaced at a cap, client not reading (listener, reason)",
     ),
     (
+        "faultline_nccl_pruned_entries_total",
+        false,
+        "NCCL map entries (and CUDA in-flight call records) of exited processes removed",
+    ),
+    (
+        "faultline_nccl_exited_ranks_kept",
+        true,
+        "Ranks of exited processes whose NCCL series are kept now (nccl.retain_exited_s)",
+    ),
+    (
+        "faultline_nccl_exited_ranks_folded_early_total",
+        false,
+        "Exited NCCL ranks folded into their job's totals before nccl.retain_exited_s: 4096 were kept",
+    ),
+    (
+        "faultline_nccl_job_totals_evicted_total",
+        false,
+        "Jobs whose folded NCCL totals were dropped past nccl.max_job_totals (no rank left, least recently folded first)",
+    ),
+    (
+        "faultline_nccl_series_collisions_total",
+        false,
+        "NCCL rank series left out because their labels would repeat another's (a guard: /metrics never has a series twice)",
+    ),
+    (
+        "faultline_nccl_in_flight_scan_truncated_total",
+        false,
+        "Windows whose read of the CUDA probes' in-flight calls (NCCL rows' blocked_call) stopped at 16384 entries",
+    ),
+    (
         "faultline_verbs_pruned_entries_total",
         false,
         "Verbs map entries of exited processes removed",
