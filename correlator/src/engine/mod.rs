@@ -101,7 +101,9 @@ impl Engine {
     /// `verbs`, `workload`, `usage`, `nccl_perf` (per-window caps),
     /// `incidents` (`limits.max_open_incidents`), `host_incidents`
     /// (`limits.max_open_incidents_per_host`), `nccl_ranks` (communicators
-    /// and ranks past `detect.nccl.max_communicators`/`max_ranks`) and
+    /// and ranks past `detect.nccl.max_communicators`/`max_ranks`),
+    /// `nccl_below` (a host's GPUs, ports, processes or jobs past the 64
+    /// the hang rule keeps of each) and
     /// `nccl_lag_runs` (lagging ranks past the lag detector's bound).
     pub fn dropped(&self) -> BTreeMap<&'static str, u64> {
         let mut d = self.dropped.clone();
@@ -113,6 +115,9 @@ impl Engine {
         }
         if self.nccl.dropped > 0 {
             d.insert("nccl_ranks", self.nccl.dropped);
+        }
+        if self.nccl.dropped_below > 0 {
+            d.insert("nccl_below", self.nccl.dropped_below);
         }
         if self.nccl_lag.dropped > 0 {
             d.insert("nccl_lag_runs", self.nccl_lag.dropped);

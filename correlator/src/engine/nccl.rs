@@ -100,6 +100,8 @@ pub struct NcclDetector {
     /// Ranks tracked over all communicators (`max_ranks_total`).
     ranks: usize,
     pub dropped: u64,
+    /// Rows of a host's window below NCCL past the per-host bound.
+    pub dropped_below: u64,
 }
 
 impl NcclDetector {
@@ -213,10 +215,16 @@ impl NcclDetector {
         self.host_now.insert(host.to_string(), w.end_unix_ms);
         self.take_perf(host, &w.nccl_perf);
         if !w.nccl.is_empty() || self.below.contains_key(host) {
-            self.below
+            let n = self
+                .below
                 .entry(host.to_string())
                 .or_default()
                 .take(w, self.cfg.traffic_collapse_fraction);
+            if n > 0 {
+                self.dropped_below += n as u64;
+                metrics::counter!("faultline_engine_dropped_total", "what" => "nccl_below")
+                    .increment(n as u64);
+            }
         }
         let mut touched = BTreeSet::new();
         for r in &w.nccl {

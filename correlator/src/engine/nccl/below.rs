@@ -67,11 +67,14 @@ pub(super) struct Below {
 
 impl Below {
     /// Takes `w`: the latest samples replace the previous, port traffic is
-    /// the counters' increase over the window.
-    pub fn take(&mut self, w: &Window, collapse_frac: f64) {
+    /// the counters' increase over the window. Returns the rows dropped
+    /// past [`PER_HOST`].
+    pub fn take(&mut self, w: &Window, collapse_frac: f64) -> usize {
+        let mut dropped = 0;
         let len_s = ((w.end_unix_ms - w.start_unix_ms) as f64 / 1000.0).max(1e-3);
         self.len_s = len_s;
         self.util.clear();
+        dropped += w.gpus.len().saturating_sub(PER_HOST);
         for g in w.gpus.iter().filter(|g| !g.lost).take(PER_HOST) {
             if let Some(u) = g.util_gpu_pct {
                 self.util.insert(g.index, u);
@@ -88,12 +91,15 @@ impl Below {
             if let Some(g) = gpu {
                 if self.xid.len() < PER_HOST || self.xid.contains_key(&g) {
                     self.xid.insert(g, (e.code, e.unix_ms));
+                } else {
+                    dropped += 1;
                 }
             }
         }
         for p in &w.ib_ports {
             let key = format!("{}/{}", p.hca, p.port);
             if !self.ports.contains_key(&key) && self.ports.len() >= PER_HOST {
+                dropped += 1;
                 continue;
             }
             let data = p.counters.get("port_xmit_data").copied().unwrap_or(0)
@@ -117,6 +123,7 @@ impl Below {
         }
         self.launches.clear();
         self.cuda = !w.cuda.is_empty();
+        dropped += w.cuda.len().saturating_sub(PER_HOST);
         for c in w.cuda.iter().take(PER_HOST) {
             *self.launches.entry(c.pid).or_default() += c.launches;
         }
@@ -128,6 +135,8 @@ impl Below {
         {
             if self.writes.len() < PER_HOST || self.writes.contains_key(&b.job) {
                 *self.writes.entry(b.job.clone()).or_default() += b.bytes;
+            } else {
+                dropped += 1;
             }
         }
         self.net_writes = w
@@ -136,6 +145,7 @@ impl Below {
             .filter(|o| o.op.eq_ignore_ascii_case("write"))
             .map(|o| o.bytes_sent)
             .sum();
+        dropped
     }
 
     /// The ports a rank's `hcas` name here (`hca/port`, or every port of

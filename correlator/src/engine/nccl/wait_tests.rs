@@ -464,3 +464,88 @@ fn a_narrower_communicator_of_the_same_processes_is_left_to_the_wider_one() {
         found.iter().map(|f| &f.entity).collect::<Vec<_>>()
     );
 }
+
+/// Every rank waits (`Unknown` below) while `drop` removes host b's whole
+/// window (`true`) or only rank 3's rows (`false`) from 7 s on.
+fn run_losing(whole_host: bool) -> Vec<(i64, Finding)> {
+    let mut d = NcclDetector::new(NcclConfig::default());
+    let mut out = Vec::new();
+    for t in 1..=12 {
+        let a = (t > 5).then_some(After::Unknown);
+        for (h, host) in HOSTS.iter().enumerate() {
+            let mut w = host_window(h, t, a);
+            if h == 1 && t >= 7 {
+                if whole_host {
+                    continue;
+                }
+                w.nccl.retain(|r| r.rank != 3);
+            }
+            out.extend(d.observe(host, &w).0.into_iter().map(|f| (t, f)));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_rank_whose_host_went_silent_is_the_culprit() {
+    let found = run_losing(true);
+    let (t, f) = found.first().expect("a hang");
+    // Host b's last window ended at 6 s: silent for three of its windows
+    // (and the 1 s bound) at 9 s; until then its ranks count as waiting,
+    // silent 0.99 s on their own clock.
+    assert_eq!(*t, 9);
+    assert_eq!(f.entity, format!("b/nccl/{C}"));
+    assert!(
+        has(
+            f,
+            "culprit: rank 2 on b (pid 12, gpu 0, job train rank 2) is on a host that went silent"
+        ),
+        "{:?}",
+        f.evidence
+    );
+    assert!(has(f, "below: 2/2 ranks"), "{:?}", f.evidence);
+}
+
+#[test]
+fn a_rank_whose_rows_stopped_while_its_host_reports_is_the_culprit() {
+    let found = run_losing(false);
+    // At 7 s every rank has been silent past the bound and rank 3's rows
+    // are one window late only: a hang with no cause seen yet, on the
+    // first waiting host.
+    let (t, f) = found.first().expect("a hang");
+    assert_eq!(*t, 7);
+    assert_eq!(f.entity, format!("a/nccl/{C}"));
+    assert!(has(
+        f,
+        "every rank waits in collective 501; no cause seen below"
+    ));
+    // Two windows after its latest row (at 6 s) the rank is named, on the
+    // same incident's entity.
+    let (t, f) = found
+        .iter()
+        .find(|(_, f)| has(f, "culprit: "))
+        .expect("a culprit");
+    assert_eq!(*t, 8);
+    assert_eq!(f.entity, format!("a/nccl/{C}"));
+    assert!(
+        has(f, "culprit: rank 3 on b (pid 13, gpu 1, job train rank 3) stopped reporting while its host still reports"),
+        "{:?}",
+        f.evidence
+    );
+}
+
+#[test]
+fn a_host_s_rows_below_nccl_are_bounded_and_counted() {
+    let mut d = NcclDetector::new(NcclConfig::default());
+    let mut w = host_window(0, 1, None);
+    w.gpus = (0..70)
+        .map(|i| GpuSample {
+            index: i,
+            util_gpu_pct: Some(50),
+            ..Default::default()
+        })
+        .collect();
+    d.observe("a", &w);
+    assert_eq!(d.below["a"].util.len(), 64);
+    assert_eq!(d.dropped_below, 6);
+}
