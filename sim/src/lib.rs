@@ -49,8 +49,15 @@ pub struct SimArgs {
     /// rank by its GPU, `n003/gpu5`, or a host, `n003`, for all its ranks):
     /// nccl-hang (the ranks stop issuing collectives), nccl-slow-rank
     /// (factor=1.6: the ranks' compute slows, the communicators' cadence
-    /// stretches). Confounders, which must raise nothing: job-end (gap=120: seconds until
-    /// the next job), counter-reset, collector-restart, congestion
+    /// stretches), nccl-hang-dead-peer (ENTITY a rank's GPU: every rank
+    /// hangs in the collective in flight, that rank's process dies in it),
+    /// nccl-hang-port-down (ENTITY a port: it goes down and every rank
+    /// hangs), nccl-hang-unknown (every rank hangs, nothing to see below).
+    /// Confounders, which must raise nothing: job-end (gap=120: seconds until
+    /// the next job), nccl-checkpoint and nccl-eval (duration=120: no
+    /// collectives; GPUs idle and the job writing, or kernels launching),
+    /// nccl-job-exit (gap=120: the processes exit without destroying their
+    /// communicators), counter-reset, collector-restart, congestion
     /// (fraction=0.3 of the ports, duration=300 s), single-errors
     /// (fraction=0.01 of the ports get one symbol error, every=20 s on
     /// average), storage-fleet-slow (factor=5), victim-more-data (factor=2:
