@@ -460,8 +460,13 @@ fn discovery_finds_the_wheel_copy_of_a_running_python() {
     .expect("found");
     let _ = child.kill();
     let _ = child.wait();
+    // The copy found opens the same file (its path may go through the
+    // process's root, /proc/PID/root/…).
+    let want = std::fs::canonicalize(&real).expect("canonical");
     assert!(
-        found.contains(&std::fs::canonicalize(&real).expect("canonical")),
+        found
+            .iter()
+            .any(|f| std::fs::canonicalize(&f.path).ok().as_ref() == Some(&want)),
         "{found:?}"
     );
 }
@@ -531,4 +536,388 @@ fn a_library_that_appears_after_start_is_attached_by_the_rescan() {
         assert!(n >= 10, "collectives after the rescan: {n}");
     });
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One rank of `nccl_workload … api232` (NCCL 2.32's newer entry points on
+/// a communicator of `nranks`), started after the probes attached.
+struct Rank232 {
+    child: Child,
+    pid: u32,
+    rank: i32,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Rank232 {
+    fn expect_line(&self, want: &str) {
+        let l = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("rank {}: no {want:?}: {e}", self.rank));
+        assert_eq!(l, want, "rank {}", self.rank);
+    }
+
+    fn go_on(&mut self) {
+        let _ = self
+            .child
+            .stdin
+            .as_mut()
+            .expect("stdin")
+            .write_all(b"\n")
+            .and_then(|()| self.child.stdin.as_mut().expect("stdin").flush());
+    }
+}
+
+/// The api232 calls of one iteration (`nccl_workload.c`, `api232_step`):
+/// op → (calls, bytes) per iteration. The `*Config` collectives count under
+/// their plain op, each call once.
+fn api232_step_ops() -> BTreeMap<&'static str, (u64, u64)> {
+    [
+        // AllReduceConfig(512 float32) + AllReduce(8 float32).
+        ("AllReduce", (2, 512 * 4 + 8 * 4)),
+        ("Broadcast", (1, 200)),
+        // ReduceConfig: comm the 7th argument (stack), config the 9th.
+        ("Reduce", (1, 48 * 8)),
+        ("AllGather", (1, 128 * 2)),
+        ("ReduceScatter", (1, 96 * 8)),
+        ("AlltoAll", (1, 24 * 4)),
+        // Gather + GatherConfig (40 float16), Scatter + ScatterConfig (20 int32).
+        ("Gather", (2, 2 * 40 * 2)),
+        ("Scatter", (2, 2 * 20 * 4)),
+        // PutSignal(64 uint8): comm the 10th argument.
+        ("PutSignal", (1, 64)),
+        ("Signal", (1, 0)),
+        ("WaitSignal", (1, 0)),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Collectives per api232 iteration (their calls advance `seq`).
+const API232_COLLECTIVES: u64 = 11;
+
+/// NCCL 2.32's newer entry points on the stand-in (their real C ABI): every
+/// `*Config` collective, Gather/Scatter, the one-sided calls, and the
+/// communicator lifecycle (suspend/resume, shrink, grow, finalize, revoke),
+/// counted exactly per communicator and op, each call once; a shrunk and a
+/// grown communicator are recorded as new communicators with one id per
+/// communicator on every rank, the shrunk one with its real rank and size;
+/// finalize, revoke and suspend end the communicator they name.
+#[test]
+fn nccl_2_32_entry_points_are_counted_exactly_on_the_stand_in() {
+    use collector_common::nccl::{end, init};
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_probe 2.32") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("faultline-nccl232-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp");
+    tests::runtime().block_on(async {
+        let mut probes = Probes::load(&opts(&tests::fake_nccl())).expect("load probes");
+        for api in NCCL_APIS {
+            let s = probes
+                .status()
+                .iter()
+                .find(|s| s.name == api.status)
+                .expect("status line");
+            assert_eq!(s.state, ProbeState::Attached, "{}", api.status);
+        }
+        const N: i32 = 3;
+        const ITERS: u64 = 4;
+        let idfile = dir.join("c.id");
+        let mut ranks: Vec<Rank232> = (0..N)
+            .map(|r| {
+                let mut child = Command::new(tests::nccl_workload())
+                    .arg(tests::fake_nccl())
+                    .arg(tests::fake_libcuda())
+                    .arg(&idfile)
+                    .args([N.to_string(), r.to_string(), r.to_string()])
+                    .args([ITERS.to_string(), "api232".into()])
+                    .env("FAKE_NCCL_SHM_DIR", &dir)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("start nccl_workload");
+                let lines = tests::lines_of(&mut child);
+                Rank232 {
+                    pid: child.id(),
+                    child,
+                    rank: r,
+                    lines,
+                }
+            })
+            .collect();
+        for r in &ranks {
+            r.expect_line(&format!("ready pid={}", r.pid));
+        }
+        let step = api232_step_ops();
+        let kind_of = |maps: &nccl::NcclMaps, pid: u32, kind: u32| -> Vec<(u64, u32)> {
+            maps.comms
+                .iter()
+                .filter(|((p, _), i)| *p == pid && i.kind == kind)
+                .map(|((_, h), i)| (*h, i.ended))
+                .collect()
+        };
+        let maps = probes.nccl_maps().expect("maps");
+        let all = nccl::ranks(&maps, "host-a");
+        let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for r in &ranks {
+            let init = if r.rank % 2 == 0 {
+                "ncclCommInitRank"
+            } else {
+                "ncclCommInitRankConfig"
+            };
+            let parent = rank_of(&all, r.pid, init);
+            assert_eq!(parent.len(), 1, "rank {}: {all:?}", r.rank);
+            let p = &parent[0];
+            let mut want: BTreeMap<&str, (u64, u64)> = step
+                .iter()
+                .map(|(k, (c, b))| (*k, (c * ITERS, b * ITERS)))
+                .collect();
+            // Suspended and resumed once; shrunk (all but the last rank)
+            // and grown once, counted on the parent.
+            want.insert("CommSuspend", (1, 0));
+            want.insert("CommResume", (1, 0));
+            want.insert("DevCommCreate", (1, 0));
+            want.insert("CommGrow", (1, 0));
+            if r.rank != N - 1 {
+                want.insert("CommShrink", (1, 0));
+            }
+            assert_eq!(p.ops, want, "rank {}", r.rank);
+            assert_eq!(p.seq, API232_COLLECTIVES * ITERS, "collectives issued");
+            assert!(!p.ended, "resumed: live again");
+            ids.entry("parent").or_default().push(p.comm.clone());
+
+            let grown = rank_of(&all, r.pid, "ncclCommGrow");
+            assert_eq!(grown.len(), 1, "rank {}", r.rank);
+            assert_eq!((grown[0].nranks, grown[0].rank), (N + 1, -1));
+            assert_eq!(
+                grown[0].ops,
+                [("AllReduce", (ITERS, ITERS * 4 * 4))]
+                    .into_iter()
+                    .collect()
+            );
+            assert_eq!(grown[0].seq, ITERS);
+            ids.entry("grown").or_default().push(grown[0].comm.clone());
+
+            let shrunk = rank_of(&all, r.pid, "ncclCommShrink");
+            if r.rank == N - 1 {
+                assert!(shrunk.is_empty(), "the excluded rank shrinks nothing");
+                continue;
+            }
+            assert_eq!(shrunk.len(), 1, "rank {}", r.rank);
+            // The last rank excluded: the others keep their ranks.
+            assert_eq!((shrunk[0].nranks, shrunk[0].rank), (N - 1, r.rank));
+            assert_eq!(
+                shrunk[0].ops,
+                [("AllReduce", (ITERS, ITERS * 16 * 4))]
+                    .into_iter()
+                    .collect()
+            );
+            ids.entry("shrunk")
+                .or_default()
+                .push(shrunk[0].comm.clone());
+        }
+        for (tag, v) in &ids {
+            assert!(v.iter().all(|i| i == &v[0]), "{tag}: {v:?}");
+            assert_eq!(v[0].len(), 16, "{tag}: {v:?}");
+        }
+        assert_eq!(ids["shrunk"].len(), (N - 1) as usize);
+        assert_ne!(ids["parent"][0], ids["shrunk"][0]);
+        assert_ne!(ids["parent"][0], ids["grown"][0]);
+        assert_ne!(ids["shrunk"][0], ids["grown"][0]);
+
+        // The window rows carry the same counts and bytes.
+        let rows = nccl::window_rows(&BTreeMap::new(), &all, nccl::realtime_offset_ns(), |_| {
+            nccl::Who {
+                job: "j".into(),
+                rank: None,
+                hcas: vec![],
+            }
+        });
+        for r in &ranks {
+            let row = rows
+                .iter()
+                .find(|x| x.pid == r.pid && x.comm == ids["parent"][0])
+                .expect("parent row");
+            let got: BTreeMap<&str, (u64, u64)> = row
+                .ops
+                .iter()
+                .map(|o| (o.op.as_str(), (o.calls, o.bytes)))
+                .collect();
+            assert_eq!(got["AllReduce"], (2 * ITERS, ITERS * (512 * 4 + 8 * 4)));
+            assert_eq!(got["PutSignal"], (ITERS, ITERS * 64));
+            assert_eq!(got["Gather"], (2 * ITERS, ITERS * 160));
+            assert_eq!(row.seq, API232_COLLECTIVES * ITERS);
+        }
+
+        // Finalize (parent), revoke (grown), suspend (shrunk).
+        for r in &mut ranks {
+            r.go_on();
+        }
+        for r in &ranks {
+            r.expect_line("ended");
+        }
+        let maps = probes.nccl_maps().expect("maps");
+        for r in &ranks {
+            let parent = [init::INIT_RANK, init::INIT_RANK_CONFIG]
+                .iter()
+                .flat_map(|k| kind_of(&maps, r.pid, *k))
+                .collect::<Vec<_>>();
+            assert_eq!(parent.len(), 1);
+            assert_eq!(parent[0].1, end::FINALIZED, "rank {}", r.rank);
+            let fin = maps.ops.get(&OpKey {
+                pid: r.pid,
+                op: op::COMM_FINALIZE,
+                comm: parent[0].0,
+            });
+            assert_eq!(fin.map(|s| s.calls), Some(1));
+            let grown = kind_of(&maps, r.pid, init::GROW);
+            assert_eq!(
+                grown.iter().map(|g| g.1).collect::<Vec<_>>(),
+                [end::REVOKED]
+            );
+            let shrunk = kind_of(&maps, r.pid, init::SHRINK);
+            let want: &[u32] = if r.rank == N - 1 {
+                &[]
+            } else {
+                &[end::SUSPENDED]
+            };
+            assert_eq!(shrunk.iter().map(|g| g.1).collect::<Vec<_>>(), want);
+        }
+        let all = nccl::ranks(&maps, "host-a");
+        assert!(
+            all.values()
+                .filter(|x| ranks.iter().any(|r| r.pid == x.pid))
+                .all(|x| x.ended),
+            "finalized, revoked and suspended communicators issue nothing: {all:?}"
+        );
+
+        for r in &mut ranks {
+            r.go_on();
+        }
+        for r in &mut ranks {
+            r.expect_line("done");
+            let st = r.child.wait().expect("wait");
+            assert!(st.success(), "rank {} exited {st}", r.rank);
+        }
+        let maps = probes.nccl_maps().expect("maps");
+        for r in &ranks {
+            assert!(
+                maps.comms
+                    .iter()
+                    .filter(|((p, _), _)| *p == r.pid)
+                    .all(|(_, i)| i.ended == end::DESTROYED),
+                "destroyed last"
+            );
+        }
+        let dead = ranks.iter().map(|r| r.pid).collect();
+        assert!(probes.nccl_prune(&dead).expect("prune") > 0);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// NVIDIA's real `libnccl.so.2` (2.32.3): NCCL 2.32's newer entry points
+/// (every `*Config` collective, Gather/Scatter, the one-sided calls, the
+/// lifecycle calls, shrink, grow and `ncclDevCommCreate`) fire and read their arguments: the
+/// workload calls each with a NULL communicator (no GPU here), and every
+/// call is counted once under the plain op with count × datatype size, the
+/// communicator read as 0 from its register or stack slot (`ncclPutSignal`'s
+/// neighbouring stack arguments are nonzero, so a misread slot would show;
+/// the stand-in test checks every slot with real communicators). A shrink of a
+/// NULL communicator crashes NCCL 2.32.3 (it reads the parent unchecked):
+/// the workload makes it in a child, whose probe fired before the crash.
+#[test]
+fn nccl_2_32_entry_points_fire_on_nvidia_s_real_libnccl() {
+    let Some(real) = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2") else {
+        return;
+    };
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_probe real 2.32") {
+        return;
+    }
+    tests::runtime().block_on(async {
+        let mut probes = Probes::load(&opts(&real)).expect("load probes");
+        for api in NCCL_APIS {
+            let s = probes
+                .status()
+                .iter()
+                .find(|s| s.name == api.status)
+                .expect("status line");
+            assert_eq!(s.state, ProbeState::Attached, "{}", api.status);
+        }
+        const ITERS: u64 = 20;
+        let out = Command::new(tests::nccl_workload())
+            .arg(&real)
+            .args([
+                "-",
+                "/nonexistent",
+                "1",
+                "0",
+                "0",
+                &ITERS.to_string(),
+                "nullcomm232",
+            ])
+            .output()
+            .expect("run nccl_workload");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let field = |prefix: &str| -> u32 {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|p| p.split_whitespace().next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("{prefix} in {stdout}"))
+        };
+        let pid = field("ready pid=");
+        let shrinker = field("shrink pid=");
+        assert!(stdout.contains("signal=11"), "{stdout}");
+        let maps = probes.nccl_maps().expect("maps");
+        let got: BTreeMap<&str, (u64, u64)> = maps
+            .ops
+            .iter()
+            .filter(|(k, _)| k.pid == pid)
+            .map(|(k, v)| {
+                assert_eq!(k.comm, 0, "{} on a NULL communicator", op::name(k.op));
+                (op::name(k.op), (v.calls, v.bytes))
+            })
+            .collect();
+        let mut want: BTreeMap<&str, (u64, u64)> = api232_step_ops()
+            .into_iter()
+            .map(|(k, (c, b))| (k, (c * ITERS, b * ITERS)))
+            .collect();
+        for o in [
+            "CommFinalize",
+            "CommRevoke",
+            "CommSuspend",
+            "CommResume",
+            "CommGrow",
+            "DevCommCreate",
+        ] {
+            want.insert(o, (ITERS, 0));
+        }
+        assert_eq!(got, want);
+        assert_eq!(
+            maps.ops
+                .get(&OpKey {
+                    pid: shrinker,
+                    op: op::COMM_SHRINK,
+                    comm: 0,
+                })
+                .map(|s| (s.calls, s.bytes)),
+            Some((1, 0)),
+            "the shrink's probe fired before NCCL crashed"
+        );
+        assert!(
+            maps.comms.keys().all(|(p, _)| *p != pid && *p != shrinker),
+            "no communicator without a GPU"
+        );
+        let dead = [pid, shrinker].into_iter().collect();
+        assert!(probes.nccl_prune(&dead).expect("prune") > 0);
+    });
 }
