@@ -278,3 +278,78 @@ pub fn render_all(
     }
     t.render()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(comm: &str, rank: i32, pid: u32) -> RankState {
+        RankState {
+            comm: comm.into(),
+            nranks: 2,
+            rank,
+            device: 0,
+            pid,
+            init: "ncclCommSplit",
+            ops: [("AllReduce", (3, 12))].into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ranks_whose_labels_collide_get_pid_and_handle_and_nothing_repeats() {
+        // One process split one parent twice with one colour: one id, one
+        // rank, two handles.
+        let live: BTreeMap<(u32, u64), RankState> = [
+            ((7, 0xa0), rank("c", 0, 7)),
+            ((7, 0xb0), rank("c", 0, 7)),
+            ((8, 0xa0), rank("c", 1, 8)),
+        ]
+        .into_iter()
+        .collect();
+        let text = render(&live, |_| "j".into());
+        let keys: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' ').map(|x| x.0))
+            .collect();
+        let unique: BTreeSet<&str> = keys.iter().copied().collect();
+        assert_eq!(keys.len(), unique.len(), "{text}");
+        assert!(
+            text.contains("faultline_nccl_calls_total{comm=\"c\",rank=\"0\",pid=\"7\",handle=\"b0\",job=\"j\",op=\"AllReduce\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "faultline_nccl_calls_total{comm=\"c\",rank=\"1\",job=\"j\",op=\"AllReduce\"} 3"
+            ),
+            "{text}"
+        );
+        // The job's totals count all three.
+        assert!(
+            text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 9"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn at_most_max_exited_ranks_are_kept_the_oldest_folded_first() {
+        let t0 = Instant::now();
+        let mut ex = ExitedRanks::new(Duration::from_secs(60), 4);
+        for i in 0..MAX_EXITED_RANKS as u32 + 2 {
+            ex.retire((i, 1), rank("c", 0, i), "j".into(), t0);
+        }
+        assert_eq!(ex.len(), MAX_EXITED_RANKS);
+        assert_eq!(ex.folded_jobs(), 1);
+        // Retain 0: folded at once.
+        let mut now = ExitedRanks::new(Duration::ZERO, 4);
+        now.retire((1, 1), rank("c", 0, 1), "k".into(), t0);
+        assert!(now.is_empty());
+        let text = render_all(&BTreeMap::new(), &now, |_| String::new());
+        assert!(
+            text.contains("faultline_nccl_job_calls_total{job=\"k\",op=\"AllReduce\"} 3"),
+            "{text}"
+        );
+        assert!(!text.contains("faultline_nccl_calls_total"), "{text}");
+    }
+}
