@@ -447,12 +447,30 @@ fn a_rank_s_last_counts_stay_on_metrics_after_it_exits_then_fold_into_its_job() 
         assert_eq!(counted(&live, *p), full, "pid {p}: {live}");
     }
     let live_series = rank_calls(&live, pids[0]).len() + rank_calls(&live, pids[1]).len();
+    // While rank 0 sits in its sync, /metrics says so (one gauge per
+    // communicator of that process, none for rank 1).
+    let mut blocked_gauges = 0;
+    let synced = loop {
+        if let Ok(l) = ranks[0].lines.try_recv() {
+            break l;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "never synced");
+        let text = scrape(&addr);
+        blocked_gauges = blocked_gauges.max(
+            tests::metrics::samples(&text)
+                .filter(|s| {
+                    s.name == "faultline_nccl_blocked_seconds"
+                        && s.labels
+                            .iter()
+                            .any(|(k, v)| *k == "call" && v == "cuStreamSynchronize")
+                })
+                .count(),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(synced, "synced");
+    assert_eq!(blocked_gauges, 2, "rank 0's two communicators");
     // Both ranks exit; their last counts stay for RETAIN_S.
-    let l = ranks[0]
-        .lines
-        .recv_timeout(Duration::from_secs(10))
-        .expect("synced");
-    assert_eq!(l, "synced");
     finish(&mut ranks);
     let exited_at = Instant::now();
     // Once the collector has sent both ranks' last rows (exited), their

@@ -258,6 +258,16 @@ pub fn render_all(
             &l,
             r.seq,
         );
+        if let Some((call, age)) = r.blocked {
+            l.push(("call", call));
+            t.sample(
+                "faultline_nccl_blocked_seconds",
+                "How long the rank's process has been inside its oldest unreturned CUDA driver call (call), at the window's end",
+                Kind::Gauge,
+                &l,
+                format!("{age:.3}"),
+            );
+        }
     }
     for ((j, op), (calls, bytes)) in &totals {
         let l: &[(&str, &str)] = &[("job", j), ("op", op)];
@@ -330,6 +340,21 @@ mod tests {
             text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 9"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_rank_in_a_driver_call_exports_its_age() {
+        let mut r = rank("c", 1, 9);
+        r.blocked = Some(("cuStreamSynchronize", 2.5));
+        let live: BTreeMap<(u32, u64), RankState> = [((9, 1), r), ((10, 1), rank("c", 0, 10))]
+            .into_iter()
+            .collect();
+        let text = render(&live, |_| "j".into());
+        assert!(
+            text.contains("faultline_nccl_blocked_seconds{comm=\"c\",rank=\"1\",job=\"j\",call=\"cuStreamSynchronize\"} 2.500"),
+            "{text}"
+        );
+        assert_eq!(text.matches("faultline_nccl_blocked_seconds{").count(), 1);
     }
 
     #[test]
