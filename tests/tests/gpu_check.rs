@@ -3,7 +3,12 @@
 //! its result.json agrees; with the stand-in driver and NVML (its
 //! `--cuda-library`/`--nvml-library` self-test) the whole harness runs under
 //! the real collector and every check passes but the kernel's result, which
-//! only a GPU computes. The check on a GPU node is docs/gpu-check.md.
+//! only a GPU computes. Its NCCL part runs the same way on the stand-in
+//! `libnccl.so.2` (`--nccl-library`) through NVIDIA's real CUDA runtime (the
+//! nvidia-venv wheel) over the stand-in driver: every count, byte, rank and
+//! size exact, the collectives' results skipped (the stand-in moves no
+//! data); without `--nccl-library` the stand-in run skips that part alone.
+//! The check on a GPU node is docs/gpu-check.md.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
@@ -124,6 +129,10 @@ fn gpu_check_harness_passes_on_the_stand_in_driver() {
         eprintln!("SKIPPED gpu_check_harness: {why}");
         return;
     }
+    let Some(cudart) = tests::nvidia_wheel_file("cuda_runtime/lib/libcudart.so.12") else {
+        eprintln!("SKIPPED gpu_check_harness: no CUDA runtime wheel");
+        return;
+    };
     let dir = out_dir("standin");
     std::fs::create_dir_all(&dir).unwrap();
     let scenario = dir.join("nvml-scenario.txt");
@@ -143,6 +152,10 @@ fn gpu_check_harness_passes_on_the_stand_in_driver() {
         .arg(tests::bin("faultline-collector"))
         .arg("--python")
         .arg(&python)
+        .arg("--nccl-library")
+        .arg(tests::fake_nccl())
+        .arg("--cudart-library")
+        .arg(&cudart)
         .args([
             "--rounds",
             "3",
@@ -179,7 +192,8 @@ fn gpu_check_harness_passes_on_the_stand_in_driver() {
             .unwrap_or_else(|| panic!("no check {name:?}: {r}"))
     };
     for c in checks {
-        let want = if c["name"] == "kernel result" {
+        let only_a_gpu_computes = ["kernel result", "nccl collective results"];
+        let want = if only_a_gpu_computes.contains(&c["name"].as_str().unwrap_or_default()) {
             "skip"
         } else {
             "pass"
@@ -227,5 +241,99 @@ fn gpu_check_harness_passes_on_the_stand_in_driver() {
             assert_eq!(get(&format!("{g} {v} = nvidia-ml-py"))["result"], "pass");
         }
     }
+    // The NCCL part: one rank of an ncclCommInitAll communicator on the
+    // check's --device, 3 rounds of 8 collectives and a Send/Recv pair, each
+    // 65536 floats, every count and byte exactly the workload's.
+    assert_eq!(r["facts"]["nccl_devices"], serde_json::json!([1]), "{r}");
+    for (name, n) in [
+        ("nccl probes attached", "all attached"),
+        ("nccl rank, size and GPU (record)", "0/1 gpu1"),
+        ("nccl rank, size and GPU (console)", "0/1 gpu1"),
+        ("nccl AllReduce calls (record)", "3"),
+        ("nccl AllReduce bytes (record)", "786432"),
+        ("nccl ReduceScatter calls (record)", "3"),
+        ("nccl AlltoAll bytes (record)", "786432"),
+        ("nccl Send calls (record)", "3"),
+        ("nccl Recv bytes (record)", "786432"),
+        ("nccl calls and bytes (console)", "every op equal"),
+        ("nccl seq (record)", "24"),
+        ("nccl communicator destroyed (record)", "ended on 1 rank(s)"),
+    ] {
+        assert_eq!(get(name)["observed"], n, "{name}");
+    }
+    assert!(
+        get("nccl communicator (record)")["observed"]
+            .as_str()
+            .is_some_and(
+                |s| s.starts_with("1 communicator(s) ") && s.ends_with(" by ncclCommInitAll")
+            ),
+        "{r}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Without `--nccl-library` the stand-in run cannot run NVIDIA's NCCL: the
+/// NCCL part is one skipped row and a note, and the rest passes as before.
+#[test]
+fn gpu_check_skips_the_nccl_part_alone_where_it_cannot_run() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("gpu_check_nccl_skip") {
+        return;
+    }
+    let target = tests::bin("xtask")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let python = target.join("nvidia-venv/bin/python");
+    if !python.exists() {
+        let why = format!("{} missing (scripts/setup.sh)", python.display());
+        assert!(!tests::in_ci(), "CI=true but {why}");
+        eprintln!("SKIPPED gpu_check_nccl_skip: {why}");
+        return;
+    }
+    let dir = out_dir("nccl-skip");
+    let o = xtask()
+        .arg("--out")
+        .arg(&dir)
+        .arg("--cuda-library")
+        .arg(tests::fake_libcuda())
+        .arg("--nvml-library")
+        .arg(tests::fake_nvml())
+        .arg("--collector")
+        .arg(tests::bin("faultline-collector"))
+        .arg("--python")
+        .arg(&python)
+        .args(["--rounds", "1", "--launches", "5", "--elements", "1024"])
+        .args(["--timeout", "120"])
+        .env("FAKE_NVML_GPUS", "1")
+        .output()
+        .expect("run xtask");
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    assert!(all.contains("NCCL part skipped"), "{all}");
+    let r = result(&dir);
+    assert_eq!(r["status"], "pass", "{r}");
+    let checks = r["checks"].as_array().expect("checks");
+    let nccl: Vec<&Value> = checks
+        .iter()
+        .filter(|c| c["name"].as_str().is_some_and(|n| n.starts_with("nccl")))
+        .collect();
+    assert_eq!(nccl.len(), 1, "{r}");
+    assert_eq!(nccl[0]["result"], "skip", "{r}");
+    assert!(
+        nccl[0]["observed"]
+            .as_str()
+            .is_some_and(|s| s.contains("--nccl-library")),
+        "{r}"
+    );
+    assert!(r["facts"]["nccl_skipped"].is_string(), "{r}");
+    // The CUDA part ran as before.
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "launches (record)" && c["observed"] == "5"),
+        "{r}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -12,6 +12,14 @@
 //! the device, and every GPU's NVML values physical and equal to
 //! nvidia-ml-py's within the tolerances below.
 //!
+//! The real-NCCL part ([`nccl_part`], [`nccl::nccl_checks`]): where the node
+//! has a `libnccl.so.2` (found without the network by [`nccl_find`]),
+//! `xtask/gpu-check/nccl_workload.c`, compiled here too, runs real
+//! collectives on an `ncclCommInitAll` communicator through the real CUDA
+//! runtime under the same collector, and its calls, bytes, ranks, sizes and
+//! sequence must be exactly what the collector recorded. Where there is no
+//! NCCL the part is one skipped row and the rest of the check is unchanged.
+//!
 //! Exit codes: [`EXIT_PASS`] only when every check passed; [`EXIT_FAIL`] when
 //! a check failed, the run broke or timed out; [`EXIT_NO_GPU`] on a machine
 //! without `/dev/nvidia<N>` or a loadable `libcuda.so.1` (never a pass);
@@ -28,6 +36,9 @@ use serde_json::Map;
 
 mod cuda;
 mod detect;
+mod nccl;
+mod nccl_find;
+mod nccl_part;
 mod nvml;
 mod proc;
 mod report;
@@ -39,6 +50,7 @@ use report::{table, Report};
 const WORKLOAD_C: &str = include_str!("../../gpu-check/gpu_workload.c");
 const KERNEL_PTX: &str = include_str!("../../gpu-check/vadd.ptx");
 const NVML_SAMPLER: &str = include_str!("../../gpu-check/nvml_sampler.py");
+const NCCL_WORKLOAD_C: &str = include_str!("../../gpu-check/nccl_workload.c");
 /// The `.entry` of `vadd.ptx`, the name the collector must report.
 pub const KERNEL_NAME: &str = "faultline_vadd";
 
@@ -95,6 +107,24 @@ pub struct Args {
     /// --cuda-library: the test stand-in).
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<PathBuf>,
+    /// Skip the real-NCCL part (the rest of the check is unchanged).
+    #[arg(long)]
+    no_nccl: bool,
+    /// `libnccl.so.2` for the NCCL part instead of searching the node (the
+    /// check's nvidia-venv, the ld.so cache, the usual directories, Python
+    /// site-packages). With --cuda-library: the test stand-in, and without
+    /// it the stand-in run skips the NCCL part.
+    #[arg(long, value_name = "PATH")]
+    nccl_library: Option<PathBuf>,
+    /// The CUDA runtime (`libcudart.so.12`) the NCCL workload uses
+    /// [default: beside the NCCL wheel, else searched as NCCL is].
+    #[arg(long, value_name = "PATH")]
+    cudart_library: Option<PathBuf>,
+    /// CUDA devices of the NCCL part's `ncclCommInitAll` communicator, one
+    /// rank each: a comma-separated list, or `all` (every device, at most
+    /// 8) [default: --device, a one-GPU communicator].
+    #[arg(long, value_name = "LIST")]
+    nccl_devices: Option<String>,
 }
 
 impl Args {
@@ -124,6 +154,7 @@ pub fn run(args: &Args) -> i32 {
         standin: args.standin(),
         facts: Map::new(),
         checks: Vec::new(),
+        notes: Vec::new(),
     };
     report.fact("timeout_s", args.timeout);
     report.fact("out_dir", out.display().to_string());
@@ -149,5 +180,7 @@ pub fn run(args: &Args) -> i32 {
     code
 }
 
+#[cfg(test)]
+mod nccl_tests;
 #[cfg(test)]
 mod tests;

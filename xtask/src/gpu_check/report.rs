@@ -10,7 +10,8 @@ use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_NO_GPU, EXIT_PASS};
 pub enum Outcome {
     Pass,
     Fail,
-    /// Not applicable in this mode (only the stand-in self-test skips).
+    /// Not applicable here: the stand-in self-test's kernel and NCCL
+    /// results, the NCCL part on a node without NCCL.
     Skip,
 }
 
@@ -88,6 +89,8 @@ pub struct Report {
     pub standin: bool,
     pub facts: Map<String, Value>,
     pub checks: Vec<Check>,
+    /// Said after the verdict's headline (a part skipped, and why).
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -102,11 +105,23 @@ impl Report {
             .iter()
             .filter(|c| c.outcome == Outcome::Fail)
             .count();
-        let what = if self.standin {
-            " (stand-in driver: the harness works; no GPU was tested)"
+        let mut what = if self.standin {
+            " (stand-in driver: the harness works; no GPU was tested)".to_string()
         } else {
-            ""
+            String::new()
         };
+        let skips = self
+            .checks
+            .iter()
+            .filter(|c| c.outcome == Outcome::Skip)
+            .count();
+        if skips > 0 {
+            what = format!(", {skips} skipped{what}");
+        }
+        for n in &self.notes {
+            what.push_str("; ");
+            what.push_str(n);
+        }
         match halt {
             Some(Halt::NoGpu(why)) => (
                 "no_gpu",
@@ -121,12 +136,22 @@ impl Report {
             None if failed > 0 => (
                 "fail",
                 EXIT_FAIL,
-                format!("FAIL: {failed} of {} checks failed", self.checks.len()),
+                format!(
+                    "FAIL: {failed} of {} checks failed{}",
+                    self.checks.len(),
+                    self.notes
+                        .iter()
+                        .map(|n| format!("; {n}"))
+                        .collect::<String>()
+                ),
             ),
             None => (
                 "pass",
                 EXIT_PASS,
-                format!("PASS: all {} checks passed{what}", self.checks.len()),
+                format!(
+                    "PASS: all {} checks passed{what}",
+                    self.checks.len() - skips
+                ),
             ),
         }
     }

@@ -1,6 +1,7 @@
 //! The run, step by step: is there a GPU, the prerequisites, the workload
-//! and the driver's devices, the collector, nvidia-ml-py beside it, the
-//! workload under both, and the checks on what each saw.
+//! and the driver's devices, the NCCL part's libraries, the collector,
+//! nvidia-ml-py beside it, the workloads under both (CUDA, then NCCL), and
+//! the checks on what each saw.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -13,6 +14,7 @@ use anyhow::{bail, Context as _};
 use super::{
     cuda::{cuda_checks, parse_console, parse_record, record_cuda},
     detect::detect,
+    nccl_part::{self, Part, Plan},
     nvml::{collector_gpus, nvml_checks, parse_reference},
     proc::{lines, read, run_logged, tail, wait_for, Proc},
     report::{cannot, Check, Halt, Report},
@@ -67,18 +69,27 @@ pub fn check(args: &Args, out: &Path, report: &mut Report) -> Step<()> {
     // 3. The workload, compiled here; the driver's own view of its devices.
     let files = Files::new(out);
     compile_workload(&files, deadline)?;
-    probe_devices(args, &files, &lib, deadline, report)?;
+    let cuda_devices = probe_devices(args, &files, &lib, deadline, report)?;
+    // The NCCL part: its libraries on this node, or why it is skipped.
+    let plan = nccl_part::plan(args, out, &python, cuda_devices, deadline, report)?;
 
     // 4. The collector (its build is not part of the timeout).
     let collector = collector_binary(args, report, &mut deadline)?;
 
     // 5. nvidia-ml-py first, so that its samples cover every window.
     let mut sampler = start_sampler(args, &python, &files, deadline)?;
-    let mut col = start_collector(args, &collector, &lib, &files, deadline)?;
+    let mut col = start_collector(args, &collector, &lib, plan.nccl(), &files, deadline)?;
 
-    // 6. The workload under the collector.
+    // 6. The workloads under the collector: CUDA, then NCCL.
     let wl = run_workload(args, &files, &lib, deadline, report)?;
-    // Two more windows: the exited process's last counts are in them.
+    let part = match plan {
+        Plan::Run(ready) => match nccl_part::run(args, &ready, out, deadline, report) {
+            Ok(w) => Part::Ran(w),
+            Err(why) => Part::Broke(why),
+        },
+        other => Part::from(other),
+    };
+    // Two more windows: the exited processes' last counts are in them.
     let seen = lines(&files.record);
     wait_for(deadline, "two windows after the workload", || {
         col.alive(&files.collector_err)?;
@@ -89,7 +100,16 @@ pub fn check(args: &Args, out: &Path, report: &mut Report) -> Step<()> {
     let _ = sampler.stop(deadline);
 
     // 7. Judge.
-    judge(args, &files, &wl, col_status, report)
+    judge(args, &files, &wl, col_status, report)?;
+    let rows = nccl_part::judge(
+        &part,
+        &read(&files.record),
+        &read(&files.console),
+        args.standin(),
+        report,
+    );
+    report.checks.extend(rows);
+    Ok(())
 }
 
 /// Root, and a Python with nvidia-ml-py (returned); the output directory.
@@ -151,15 +171,15 @@ fn compile_workload(files: &Files, deadline: Instant) -> Step<()> {
     Ok(())
 }
 
-/// `gpu_workload probe`: the devices the driver sees (none: no GPU), and
-/// that `--device` is one of them.
+/// `gpu_workload probe`: the devices the driver sees (none: no GPU; their
+/// number returned), and that `--device` is one of them.
 fn probe_devices(
     args: &Args,
     files: &Files,
     lib: &Path,
     deadline: Instant,
     report: &mut Report,
-) -> Step<()> {
+) -> Step<usize> {
     let mut c = Command::new(&files.workload);
     c.arg("probe").arg(lib);
     let probe_out = files.out.join("probe.out");
@@ -201,7 +221,7 @@ fn probe_devices(
             devices.len()
         )));
     }
-    Ok(())
+    Ok(devices.len())
 }
 
 /// The collector to run: `--collector`, or the release build (built here
@@ -255,11 +275,13 @@ fn start_sampler(args: &Args, python: &Path, files: &Files, deadline: Instant) -
     Ok(sampler)
 }
 
-/// The collector, once its CUDA probes are attached and it recorded a window.
+/// The collector, once its CUDA probes are attached and it recorded a
+/// window; its NCCL probes on `nccl` where the NCCL part runs.
 fn start_collector(
     args: &Args,
     collector: &Path,
     lib: &Path,
+    nccl: Option<&Path>,
     files: &Files,
     deadline: Instant,
 ) -> Step<Proc> {
@@ -283,6 +305,9 @@ fn start_collector(
         .arg(&files.record);
     if let Some(n) = &args.nvml_library {
         c.arg("--nvml-library").arg(n);
+    }
+    if let Some(n) = nccl {
+        c.arg("--nccl-library").arg(n);
     }
     let mut col = Proc::spawn(c, &files.console, &files.collector_err, "the collector")?;
     wait_for(deadline, "the collector's CUDA probes", || {

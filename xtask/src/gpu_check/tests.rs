@@ -1,3 +1,5 @@
+//! Tests of the CUDA and NVML checks, GPU detection and the verdict, on
+//! canned workload output, records, console lines and nvidia-ml-py readings.
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
@@ -349,6 +351,10 @@ fn gpu_nodes_are_nvidia_and_a_number() {
         python: None,
         cuda_library: None,
         nvml_library: None,
+        no_nccl: false,
+        nccl_library: None,
+        cudart_library: None,
+        nccl_devices: None,
     };
     assert!(matches!(detect(&args, &dir), Err(Halt::NoGpu(w)) if w.contains("/nvidia<N>")));
     fs::write(dir.join("nvidia0"), "").unwrap();
@@ -372,6 +378,7 @@ fn the_verdict_never_passes_without_a_gpu() {
         standin: false,
         facts: Map::new(),
         checks: Vec::new(),
+        notes: Vec::new(),
     };
     let halt = Halt::NoGpu("no /dev/nvidia<N>".into());
     let (status, code, headline) = r.verdict(Some(&halt));
