@@ -186,6 +186,23 @@ pub mod init {
     pub const INIT_ALL: u32 = 3;
     /// `ncclCommSplit(parent, color, key, comm*, config*)`.
     pub const SPLIT: u32 = 4;
+    /// `NCCL_SPLIT_NOCOLOR`: the rank takes part in the split but joins no
+    /// new communicator (NCCL returns a NULL one).
+    pub const SPLIT_NOCOLOR: i32 = -1;
+
+    /// The `NCCL_COMMS` handle a `NCCL_SPLIT_NOCOLOR` split is recorded
+    /// under (it creates no communicator, yet the collector pairs every
+    /// rank's splits of a parent call by call): bit 63, which no user-space
+    /// pointer has, over the call's return time.
+    pub const fn nocolor_handle(created_ns: u64) -> u64 {
+        created_ns | (1 << 63)
+    }
+
+    /// Whether a communicator record is a `NCCL_SPLIT_NOCOLOR` split's
+    /// (no communicator, not a rank).
+    pub const fn is_nocolor(kind: u32, color: i32) -> bool {
+        kind == SPLIT && color == SPLIT_NOCOLOR
+    }
     /// `ncclCommShrink(parent, int *excludeRanks, excludeCount, comm*, config*,
     /// flags)` (newer NCCL): the parent's ranks but the excluded ones.
     pub const SHRINK: u32 = 5;

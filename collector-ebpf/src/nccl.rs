@@ -231,6 +231,10 @@ pub fn nccl_init_return(ctx: RetProbeContext) -> u32 {
     };
     if comm != 0 {
         insert_comm(pid, comm, &s.info);
+    } else if init::is_nocolor(s.info.kind, s.info.color) {
+        // No communicator, but the rank took part: the collector pairs
+        // every rank's splits of a parent call by call.
+        insert_comm(pid, init::nocolor_handle(s.info.created_ns), &s.info);
     }
     0
 }

@@ -150,6 +150,10 @@ pub struct RankState {
 pub fn ranks(maps: &NcclMaps, host: &str) -> BTreeMap<(u32, u64), RankState> {
     let mut out: BTreeMap<(u32, u64), RankState> = BTreeMap::new();
     for (&(pid, comm), info) in &maps.comms {
+        if init::is_nocolor(info.kind, info.color) {
+            // A split this rank joined with no colour: no communicator.
+            continue;
+        }
         let id = comm_id(maps, host, pid, comm)
             .map(id_hex)
             .unwrap_or_else(|| format!("h:{pid}:{comm:x}"));
@@ -519,7 +523,12 @@ mod tests {
             s.color = color;
             s.key = key;
             s.created_ns = t;
-            m.comms.insert((100 + r as u32, 0xb0 + t), s);
+            let h = if color == init::SPLIT_NOCOLOR {
+                init::nocolor_handle(t)
+            } else {
+                0xb0 + t
+            };
+            m.comms.insert((100 + r as u32, h), s);
         }
     }
 
@@ -605,7 +614,15 @@ mod tests {
             text.contains("parent_rank=\"1\",pid=\"101\",job=\"j\",op=\"AllReduce\"} 3"),
             "{text}"
         );
-        // A rank missing its split (NOCOLOR, or not returned yet): not computed.
+        // A rank that passed NCCL_SPLIT_NOCOLOR joins nothing, yet counts as
+        // having split: the others' ranks are computed.
+        let mut m = NcclMaps::default();
+        split_maps(3, &[(0, 0), (init::SPLIT_NOCOLOR, 0), (0, -5)], 10, &mut m);
+        let all = ranks(&m, "h");
+        assert_eq!(all.len(), 3 + 2, "no rank for the NOCOLOR split: {all:?}");
+        assert_eq!((all[&(100, 0xba)].rank, all[&(100, 0xba)].nranks), (1, 2));
+        assert_eq!((all[&(102, 0xba)].rank, all[&(102, 0xba)].nranks), (0, 2));
+        // A rank missing its split (not returned yet): not computed.
         let mut m = NcclMaps::default();
         split_maps(3, &[(0, 0), (0, 0)], 10, &mut m);
         assert!(ranks(&m, "h")

@@ -237,6 +237,35 @@ fn split_ranks_carry_nccl_s_rank_and_size_and_no_series_is_exported_twice() {
             .count();
         assert_eq!(split_series, 3, "{text}");
         finish(&mut ranks);
+
+        // A rank that passes NCCL_SPLIT_NOCOLOR joins nothing: three ranks,
+        // colours 0, NOCOLOR, 0, keys 0, 0, -5: parent rank 2 first.
+        let dir2 = dir.join("nocolor");
+        std::fs::create_dir_all(&dir2).expect("tmp");
+        const NOCOLOR: [(i32, i32); 3] = [(0, 0), (-1, 0), (0, -5)];
+        let mut ranks = start(&dir2, 3, ITERS as u32, |r| {
+            let (c, k) = NOCOLOR[r as usize];
+            vec![("NCCL_WORKLOAD_SPLIT", format!("{c}:{k}"))]
+        });
+        for (r, want) in [(0, "split rank=1 nranks=2"), (2, "split rank=0 nranks=2")] {
+            let l = ranks[r]
+                .lines
+                .recv_timeout(Duration::from_secs(10))
+                .expect("split line");
+            assert_eq!(l, want, "stand-in rank {r}");
+        }
+        let all = nccl::ranks(&probes.nccl_maps().expect("maps"), "host-a");
+        let split_of = |pid: u32| -> Vec<(i32, i32)> {
+            all.values()
+                .filter(|x| x.pid == pid && x.init == "ncclCommSplit")
+                .map(|x| (x.rank, x.nranks))
+                .collect()
+        };
+        assert_eq!(split_of(ranks[0].pid), vec![(1, 2)]);
+        assert_eq!(split_of(ranks[1].pid), vec![], "NOCOLOR: no communicator");
+        assert_eq!(split_of(ranks[2].pid), vec![(0, 2)]);
+        tests::metrics::assert_unique_series(&nccl::render(&all, |_| "j".into()));
+        finish(&mut ranks);
     });
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,10 +62,10 @@ pub(super) fn resolve_splits(maps: &NcclMaps, out: &mut BTreeMap<(u32, u64), Ran
 /// the ranks of the parent that passed one colour form one communicator,
 /// ordered by key, then by parent rank. A parent split several times is
 /// split by every rank in the same order (NCCL requires it), so each
-/// rank's splits of it, in creation order, pair up call by call; where the
-/// ranks made different numbers of splits of it (a rank passed
-/// `NCCL_SPLIT_NOCOLOR`, which creates nothing, or has not returned yet)
-/// nothing is computed for that parent.
+/// rank's splits of it, in creation order, pair up call by call (a rank
+/// that passed `NCCL_SPLIT_NOCOLOR` has a record with no communicator, so
+/// its calls count too); where the ranks made different numbers of splits
+/// of it (one has not returned yet) nothing is computed for that parent.
 fn local_split_ranks(
     splits: &[Split<'_>],
     out: &BTreeMap<RankKey, RankState>,
@@ -113,6 +113,9 @@ fn local_split_ranks(
             let mut by_color: BTreeMap<i32, Vec<(i32, i32, RankKey)>> = BTreeMap::new();
             for (prank, v) in &per {
                 let (k, info) = v[call];
+                if init::is_nocolor(info.kind, info.color) {
+                    continue;
+                }
                 by_color
                     .entry(info.color)
                     .or_default()
