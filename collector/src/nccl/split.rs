@@ -112,7 +112,9 @@ fn local_split_ranks(
             // colour → (key, parent rank, rank's key in `out`).
             let mut by_color: BTreeMap<i32, Vec<(i32, i32, RankKey)>> = BTreeMap::new();
             for (prank, v) in &per {
-                let (k, info) = v[call];
+                let Some(&(k, info)) = v.get(call) else {
+                    continue;
+                };
                 if init::is_nocolor(info.kind, info.color) {
                     continue;
                 }
