@@ -204,6 +204,11 @@ pub fn run(
     if std::env::var_os("NCCL_DEBUG").is_none() {
         c.env("NCCL_DEBUG", "WARN");
     }
+    if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+        // One process, no peer elsewhere: NCCL's bootstrap on the loopback,
+        // whatever (or whether) the node's network is.
+        c.env("NCCL_SOCKET_IFNAME", "lo");
+    }
     if std::env::var_os("NCCL_DEBUG_FILE").is_none() {
         // NCCL's messages in their own file, not among the workload's lines.
         c.env("NCCL_DEBUG_FILE", &debug_log);

@@ -582,3 +582,109 @@ fn a_skipped_part_is_one_skip_row_and_a_note_never_a_failure() {
         "{headline}"
     );
 }
+
+/// `nccl_workload.c` and `nccl_emulation.c` (NCCL's semantics on the CPU)
+/// compiled with `cc` into `dir`; `None` (said loudly) without a compiler.
+fn emulated_workload(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let (src, bin) = (dir.join("nccl_workload.c"), dir.join("nccl_workload"));
+    let (esrc, lib) = (
+        dir.join("nccl_emulation.c"),
+        dir.join("libnccl_emulation.so"),
+    );
+    fs::write(&src, NCCL_WORKLOAD_C).unwrap();
+    fs::write(&esrc, include_str!("../../gpu-check/nccl_emulation.c")).unwrap();
+    let built = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(&cc)
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let w = ["-O2", "-Wall", "-Werror", "-o"].map(std::ffi::OsStr::new);
+    if !built(&[&w[..], &[bin.as_os_str(), src.as_os_str(), "-ldl".as_ref()]].concat()) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI=true but {cc} cannot build the NCCL workload"
+        );
+        eprintln!("SKIPPED: no C compiler ({cc}) to build the NCCL workload");
+        return None;
+    }
+    let so = ["-shared", "-fPIC", "-O2", "-Wall", "-o"].map(std::ffi::OsStr::new);
+    assert!(
+        built(&[&so[..], &[lib.as_os_str(), esrc.as_os_str()]].concat()),
+        "the emulation does not compile"
+    );
+    Some((bin, lib))
+}
+
+fn run_emulated(bin: &Path, lib: &Path, devices: &[&str], wrong: Option<&str>) -> NcclWorkload {
+    let mut c = std::process::Command::new(bin);
+    c.arg("run")
+        .arg(lib)
+        .arg(lib)
+        .args(["2", "100"])
+        .args(devices);
+    if let Some(op) = wrong {
+        c.env("NCCL_EMULATION_WRONG", op);
+    }
+    let o = c.output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    parse_nccl_workload(&text).unwrap_or_else(|e| panic!("{e:#}: {text}"))
+}
+
+/// The real workload program against NCCL's semantics: it prints what the
+/// parser reads, counts each call, and its result checks pass on right
+/// answers and catch a wrong element of any op, on 1, 2, 3 and 8 ranks.
+#[test]
+fn the_nccl_workload_checks_every_op_against_nccls_semantics() {
+    let t = Tree::new("emulated");
+    let Some((bin, lib)) = emulated_workload(&t.0) else {
+        return;
+    };
+    for devices in [
+        &["0"][..],
+        &["0", "1"],
+        &["2", "0", "1"],
+        &["0", "1", "2", "3", "4", "5", "6", "7"],
+    ] {
+        let w = run_emulated(&bin, &lib, devices, None);
+        let n = devices.len();
+        assert_eq!(w.mismatches, Some(0), "{n} ranks: {:?}", w.first_mismatch);
+        assert_eq!(w.nranks as usize, n);
+        assert_eq!(w.nccl_version, Some(23203));
+        assert_eq!(
+            w.devices.values().map(i32::to_string).collect::<Vec<_>>(),
+            devices
+        );
+        // 10 ops on every rank, 2 rounds, 100 floats each.
+        assert_eq!(w.ops.len(), 10 * n);
+        assert!(w.ops.values().all(|&cb| cb == (2, 800)), "{:?}", w.ops);
+        assert_eq!(w.seq().values().copied().collect::<Vec<_>>(), vec![16; n]);
+        // Send/Recv are always grouped; the rest only with several ranks.
+        let groups = if n == 1 { 2 } else { 2 * 9 };
+        assert_eq!(w.groups["GroupStart"], groups);
+        assert_eq!(w.groups["GroupEnd"], groups);
+    }
+    for op in [
+        "AllReduce",
+        "Broadcast",
+        "Reduce",
+        "AllGather",
+        "ReduceScatter",
+        "AlltoAll",
+        "Gather",
+        "Scatter",
+        "Recv",
+    ] {
+        let w = run_emulated(&bin, &lib, &["1", "0", "2"], Some(op));
+        assert!(w.mismatches.is_some_and(|m| m > 0), "{op} not caught");
+        assert!(
+            w.first_mismatch
+                .as_deref()
+                .is_some_and(|m| m.starts_with(&format!("{op} "))),
+            "{op}: {:?}",
+            w.first_mismatch
+        );
+    }
+}
