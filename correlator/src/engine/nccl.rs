@@ -411,7 +411,7 @@ impl NcclDetector {
                 let on: Vec<&Rank> = c
                     .ranks
                     .values()
-                    .filter(|r| !r.ended && crosses(r))
+                    .filter(|r| !r.ended && !r.exited && crosses(r))
                     .collect();
                 if on.is_empty() {
                     continue;
