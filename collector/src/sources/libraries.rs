@@ -66,33 +66,32 @@ impl Source for LibrarySource {
             let libs = crate::nccl_lib::discover_with(search, Some(mapped), Some(&root))
                 .unwrap_or_default();
             let s = cx.probes.nccl_sync(&libs);
-            for l in &s.attached {
-                cx.console.detail(format_args!(
-                    "nccl probes attached to {l} (found after start)"
-                ));
-            }
-            for l in &s.detached {
-                cx.console.detail(format_args!(
-                    "nccl probes detached from {l} (no process maps it)"
-                ));
-            }
+            say(cx, "nccl", &s);
         }
         if self.cuda {
             let mapped = found.next().unwrap_or_default();
             let s = cx.probes.cuda_sync(&mapped, &root);
-            for l in &s.attached {
-                cx.console.detail(format_args!(
-                    "cuda probes attached to {l} (found after start)"
-                ));
-            }
-            for l in &s.detached {
-                cx.console.detail(format_args!(
-                    "cuda probes detached from {l} (no process maps it)"
-                ));
-            }
+            say(cx, "cuda", &s);
         }
         metrics::gauge!("faultline_library_scan_last_seconds").set(t0.elapsed().as_secs_f64());
         metrics::counter!("faultline_library_scans_total").increment(1);
         Ok(None)
+    }
+}
+
+/// The console lines of one family's sync.
+fn say(cx: &mut Ctx<'_>, family: &str, s: &crate::probes::libraries::Synced) {
+    let lines = s
+        .attached
+        .iter()
+        .map(|l| ("attached to", l, "found after start"))
+        .chain(
+            s.detached
+                .iter()
+                .map(|l| ("detached from", l, "no process maps it")),
+        );
+    for (what, l, why) in lines {
+        cx.console
+            .detail(format_args!("{family} probes {what} {l} ({why})"));
     }
 }
