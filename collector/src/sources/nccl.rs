@@ -5,7 +5,7 @@
 //! `nccl.retain_exited_s`, then folded into their job's totals.
 use std::{
     collections::{BTreeMap, BTreeSet},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use anyhow::Result;
@@ -18,9 +18,6 @@ use crate::{
 
 pub struct NcclSource {
     prev: BTreeMap<(u32, u64), RankState>,
-    /// Discovery to repeat, and how often (libraries that appear later).
-    rescan: Option<(crate::nccl_lib::Search, Duration)>,
-    last_scan: Instant,
     /// Ranks whose process exited: series kept, then folded per job.
     exited: nccl::ExitedRanks,
     /// Who each live rank's process was last window.
@@ -40,14 +37,11 @@ struct Known {
 const MAX_IN_FLIGHT: usize = 16_384;
 
 impl NcclSource {
-    pub fn new(
-        prev: BTreeMap<(u32, u64), RankState>,
-        rescan: Option<(crate::nccl_lib::Search, Duration)>,
-    ) -> Self {
+    /// `prev`: the ranks as they are at start. Libraries that appear later
+    /// are attached by `super::libraries::LibrarySource`.
+    pub fn new(prev: BTreeMap<(u32, u64), RankState>) -> Self {
         Self {
             prev,
-            rescan,
-            last_scan: Instant::now(),
             exited: nccl::ExitedRanks::default(),
             known: BTreeMap::new(),
         }
@@ -63,17 +57,6 @@ impl NcclSource {
 
 impl Source for NcclSource {
     fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
-        if let Some((search, every)) = &self.rescan {
-            if self.last_scan.elapsed() >= *every {
-                self.last_scan = Instant::now();
-                for lib in cx.probes.nccl_rescan(search) {
-                    cx.console.detail(format_args!(
-                        "nccl probes attached to {} (found after start)",
-                        lib.display()
-                    ));
-                }
-            }
-        }
         let maps = cx.probes.nccl_maps()?;
         let mut cur = nccl::ranks(&maps, cx.host);
         let dead = cx.ids.gone(cur.keys().map(|k| k.0));

@@ -100,10 +100,8 @@ pub fn start_sources(
     if cfg.nccl.enabled {
         let maps = probes.nccl_maps()?;
         let host = cfg.collector.hostname.clone().unwrap_or_default();
-        // Rescans run in `LibrarySource` (above).
-        let rescan = None;
         out.push(Box::new(
-            NcclSource::new(crate::nccl::ranks(&maps, &host), rescan).with_exited(
+            NcclSource::new(crate::nccl::ranks(&maps, &host)).with_exited(
                 crate::nccl::ExitedRanks::new(
                     Duration::from_secs_f64(cfg.nccl.retain_exited_s),
                     cfg.nccl.max_job_totals,
