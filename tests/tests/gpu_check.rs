@@ -166,7 +166,9 @@ fn gpu_check_harness_passes_on_the_stand_in_driver() {
             "--device",
             "1",
         ])
-        .args(["--timeout", "120"])
+        // The collector's exit (every uprobe detached, one RCU grace period
+        // each) alone took up to 76 s on a loaded two-core machine.
+        .args(["--timeout", "360"])
         .env("FAKE_NVML_SCENARIO", &scenario)
         .env("FAKE_NVML_GPUS", "2")
         .output()
@@ -305,7 +307,9 @@ fn gpu_check_skips_the_nccl_part_alone_where_it_cannot_run() {
         .arg("--python")
         .arg(&python)
         .args(["--rounds", "1", "--launches", "5", "--elements", "1024"])
-        .args(["--timeout", "120"])
+        // The collector's exit (every uprobe detached, one RCU grace period
+        // each) alone took up to 76 s on a loaded two-core machine.
+        .args(["--timeout", "360"])
         .env("FAKE_NVML_GPUS", "1")
         .output()
         .expect("run xtask");
