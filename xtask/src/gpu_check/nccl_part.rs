@@ -6,7 +6,7 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::Command,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use serde_json::Value;
@@ -26,6 +26,10 @@ use super::{
 /// `ncclCommInitAll` takes at most this many devices here (the collector's
 /// probe records at most 8 ranks of one call).
 pub const MAX_NCCL_DEVICES: usize = 8;
+
+/// Time kept back from the NCCL workload for the windows after it, the
+/// collector's stop and the judging.
+const JUDGE_RESERVE: Duration = Duration::from_secs(60);
 
 /// What the NCCL part will do.
 #[derive(Debug)]
@@ -223,7 +227,13 @@ pub fn run(
             c.env("LD_LIBRARY_PATH", joined);
         }
     }
-    let st = run_logged(c, &wl_out, deadline, "the NCCL workload").map_err(|e| format!("{e:#}"))?;
+    // A hang (an ncclCommInitAll that never returns) fails this part and
+    // leaves time to judge the rest.
+    let own = deadline
+        .checked_sub(JUDGE_RESERVE)
+        .unwrap_or(deadline)
+        .max(Instant::now());
+    let st = run_logged(c, &wl_out, own, "the NCCL workload").map_err(|e| format!("{e:#}"))?;
     let parsed = parse_nccl_workload(&read(&wl_out));
     let wl = match parsed {
         Ok(wl) if st.success() => wl,
