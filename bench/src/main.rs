@@ -3,6 +3,7 @@
 //! rounds), because absolute numbers on shared machines are noise.
 mod block;
 mod collector_proc;
+mod discovery;
 mod footprint;
 mod history;
 mod ingest;
@@ -66,6 +67,11 @@ enum Which {
     /// Correlator ingest through NATS JetStream with 1, 2 and 4 shards,
     /// beside direct gRPC in the same run.
     Shards(shards::Args),
+    /// Library discovery and attach with 2,000 processes (half in mount
+    /// namespaces of their own): today's full rescan beside `LibScan`'s
+    /// first, young and steady scans, and the attach cost on the real
+    /// eBPF object; % of a core at the 30 s rescan period.
+    Discovery(discovery::Args),
 }
 
 impl Which {
@@ -83,6 +89,7 @@ impl Which {
             Self::Otlp(_) => ("otlp", "otlp.json"),
             Self::History(_) => ("history", "history.json"),
             Self::Shards(_) => ("shards", "shards.json"),
+            Self::Discovery(_) => ("discovery", "discovery.json"),
         };
         (name, out_dir.join(file))
     }
@@ -115,6 +122,7 @@ fn main() -> Result<()> {
         Which::Otlp(a) => otlp::run(&a, &cli.out_dir),
         Which::History(a) => history::run(&a, &cli.out_dir),
         Which::Shards(a) => shards::run(&a, &cli.out_dir),
+        Which::Discovery(a) => discovery::run(&a, &cli.out_dir),
     };
     if let Err(e) = &r {
         if !report::written(&path) {

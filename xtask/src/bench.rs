@@ -36,6 +36,7 @@ const SUITE: &[&[&str]] = &[
     &["otlp"],
     &["history"],
     &["shards"],
+    &["discovery"],
 ];
 
 /// Result files combined into `bench/results.json` (`detect` comes from
@@ -54,6 +55,7 @@ const COMBINED: &[&str] = &[
     "otlp",
     "history",
     "shards",
+    "discovery",
     "detect",
 ];
 
