@@ -7,9 +7,10 @@
 //!
 //! A scan is incremental: each process's `maps` is read when the process is
 //! first seen, again at every scan while it is young (jobs load NCCL and the
-//! CUDA driver in their first minutes, Python through `import torch`), and
-//! then only every [`LibScan::refresh_every`] scans; `/proc/PID/stat` (its
-//! start time) is read every scan to tell a new process from an old pid.
+//! CUDA driver in their first minutes, Python through `import torch`) when
+//! it mapped something since (its virtual size changed), and then only every
+//! [`LibScan::refresh_every`] scans; `/proc/PID/stat` (start time, virtual
+//! size) is read every scan to tell a new process from an old pid.
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fs,
@@ -96,6 +97,9 @@ pub fn through_root(proc_root: &Path, pid: u32, inner: &Path) -> PathBuf {
 struct Proc {
     /// Start time (clock ticks after boot, `/proc/PID/stat` field 22).
     start: u64,
+    /// Virtual memory size at the last `maps` read (field 23): every
+    /// `mmap`, `dlopen` included, changes it.
+    vsize: u64,
     /// Scan number of the last `maps` read.
     read_at: u64,
     /// (family, file, path inside, the overlay layer file) of what it maps.
@@ -157,7 +161,7 @@ impl LibScan {
             let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
-            let Some(start) = start_ticks(&e.path()) else {
+            let Some((start, vsize)) = stat_of(&e.path()) else {
                 continue;
             };
             if !self.procs.contains_key(&pid) && self.procs.len() >= MAX_PROCS {
@@ -166,9 +170,12 @@ impl LibScan {
             }
             alive.insert(pid);
             let young = uptime_ticks.is_some_and(|u| u.saturating_sub(start) < young_ticks);
+            // A young process is read again when it mapped something
+            // (its size changed); any process at the refresh.
             let due = match self.procs.get(&pid) {
                 Some(p) if p.start == start => {
-                    young || self.scans.saturating_sub(p.read_at) >= self.refresh_every.max(1)
+                    (young && p.vsize != vsize)
+                        || self.scans.saturating_sub(p.read_at) >= self.refresh_every.max(1)
                 }
                 _ => true,
             };
@@ -179,6 +186,7 @@ impl LibScan {
                     pid,
                     Proc {
                         start,
+                        vsize,
                         read_at: self.scans,
                         libs,
                     },
@@ -382,12 +390,16 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Field 22 of `DIR/stat` (after the parenthesised command name).
-fn start_ticks(dir: &Path) -> Option<u64> {
+/// Fields 22 (start time) and 23 (virtual memory size) of `DIR/stat`
+/// (counted after the parenthesised command name).
+fn stat_of(dir: &Path) -> Option<(u64, u64)> {
     let s = fs::read_to_string(dir.join("stat")).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
-    // Field 3 is the first after ')'; the start time is field 22.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // Field 3 is the first after ')'.
+    let mut f = rest.split_whitespace().skip(19);
+    let start = f.next()?.parse().ok()?;
+    let vsize = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    Some((start, vsize))
 }
 
 fn clock_ticks() -> u64 {
@@ -437,7 +449,10 @@ mod tests {
         fs::write(p.join("maps"), maps).unwrap();
         fs::write(
             p.join("stat"),
-            format!("{pid} (py thon) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"),
+            format!(
+                "{pid} (py thon) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} {} 0\n",
+                files.len() * 4096
+            ),
         )
         .unwrap();
         let _ = fs::remove_file(p.join("root"));
@@ -501,7 +516,7 @@ mod tests {
     }
 
     #[test]
-    fn young_processes_are_read_every_scan_and_old_ones_at_the_refresh() {
+    fn young_processes_are_read_when_they_map_more_and_old_ones_at_the_refresh() {
         let d = tmp("young");
         fs::create_dir_all(d.join("proc")).unwrap();
         fs::write(d.join("proc/uptime"), "1000.0 1.0\n").unwrap();
@@ -534,12 +549,14 @@ mod tests {
         assert_eq!(got.values().next().map(|m| m.pids), Some(1), "{got:?}");
         assert_eq!(s.maps_read, 3);
         s.scan();
+        assert_eq!(s.maps_read, 3, "a young process that mapped nothing new is not read");
         let got = s.scan().remove(0);
         assert_eq!(
             got.values().next().map(|m| m.pids),
             Some(2),
             "old one at the refresh"
         );
+        assert_eq!(s.maps_read, 4);
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -34,5 +34,24 @@ pub async fn run(cfg: FileConfig, stop: Stop) -> Result<()> {
         "stopped after {windows} windows, {} exec events",
         agent.exec.total
     ));
-    agent.delivery.finish(agent.console).await
+    let setup::Agent {
+        probes,
+        delivery,
+        console,
+        ..
+    } = agent;
+    // Everything is delivered (or spooled) before the probes go: removing
+    // them takes the kernel a grace period per uprobe, one after another
+    // (~0.1 s each on a busy host), and a supervisor may kill the process
+    // meanwhile (docs/running.md).
+    let delivered = delivery.finish(console).await;
+    let t0 = std::time::Instant::now();
+    let uprobes = probes.uprobe_links();
+    drop(probes);
+    tracing::info!(
+        uprobes,
+        seconds = t0.elapsed().as_secs_f64(),
+        "probes detached"
+    );
+    delivered
 }

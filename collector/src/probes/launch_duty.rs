@@ -108,6 +108,11 @@ impl LaunchDuty {
         self.links.extend(links);
     }
 
+    /// Launch links attached now.
+    pub(super) fn attached_links(&self) -> usize {
+        self.links.iter().filter(|l| l.link.is_some()).count()
+    }
+
     /// Removes (and detaches) the launch links on library `lib`.
     pub(super) fn remove_lib(&mut self, ebpf: &mut aya::Ebpf, lib: &std::path::Path) {
         let (gone, keep): (Vec<LaunchLink>, Vec<LaunchLink>) = std::mem::take(&mut self.links)

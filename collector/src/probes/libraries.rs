@@ -234,6 +234,18 @@ impl super::Probes {
         out
     }
 
+    /// Uprobe links on the NCCL and CUDA libraries (each costs the kernel a
+    /// grace period to remove).
+    pub fn uprobe_links(&self) -> usize {
+        self.nccl_libraries
+            .values()
+            .chain(self.cuda_extra.values())
+            .chain(self.cuda_primary.as_ref().map(|(_, l)| l))
+            .map(|l| l.links.len())
+            .sum::<usize>()
+            + self.launch.lock().map_or(0, |d| d.attached_links())
+    }
+
     /// The CUDA libraries attached after start (as shown).
     pub fn cuda_libraries_extra(&self) -> Vec<String> {
         self.cuda_extra.values().map(|l| l.shown.clone()).collect()
