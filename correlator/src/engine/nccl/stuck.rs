@@ -276,19 +276,16 @@ fn proof(ctx: &Ctx, c: &Comm, waiting: &[&Rank], bound_s: f64) -> Proof {
             }
         }
     }
-    let hosts: BTreeSet<&str> = c.ranks.values().map(|r| r.host.as_str()).collect();
-    for h in hosts {
-        if let Some(b) = ctx.below.get(h) {
-            p.writes += c
-                .ranks
-                .values()
-                .map(|r| r.job.as_str())
-                .collect::<BTreeSet<_>>()
-                .iter()
-                .filter_map(|j| b.writes.get(*j))
-                .sum::<u64>()
-                + b.net_writes;
-        }
+    // The job's writes on the communicator's hosts (one pass over the
+    // ranks for the hosts and jobs, then one lookup per pair).
+    let mut hosts = BTreeSet::new();
+    let mut jobs = BTreeSet::new();
+    for r in c.ranks.values() {
+        hosts.insert(r.host.as_str());
+        jobs.insert(r.job.as_str());
+    }
+    for b in hosts.into_iter().filter_map(|h| ctx.below.get(h)) {
+        p.writes += b.net_writes + jobs.iter().filter_map(|j| b.writes.get(*j)).sum::<u64>();
     }
     p
 }
