@@ -623,10 +623,11 @@ fn bench_detect_quick_writes_json() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("json written")).expect("json");
     let runs = v["runs"].as_array().expect("runs");
-    // 20 fault kinds (with ib-switch-degrade, gpu-thermal-host,
-    // gpu-nvlink and nfs-slow) and 2 without OTLP at 3 window lengths, 8
-    // confounders at 3.
-    assert_eq!(runs.len(), 22 * 3 + 8 * 3, "{}", runs.len());
+    // 23 fault kinds (with ib-switch-degrade, gpu-thermal-host,
+    // gpu-nvlink, nfs-slow and the three every-rank hangs) and 2 without
+    // OTLP at 3 window lengths, 11 confounders (with checkpoint,
+    // evaluation and job exit) at 3.
+    assert_eq!(runs.len(), 25 * 3 + 11 * 3, "{}", runs.len());
     assert_eq!(v["scenarios"].as_u64(), Some(runs.len() as u64));
     assert_eq!(v["grid"]["quick"], true);
     for k in [
@@ -638,10 +639,14 @@ fn bench_detect_quick_writes_json() {
     ] {
         assert!(!v[k].is_null(), "{k} missing");
     }
-    // The NCCL rows: a hang, a slow rank with and without OTLP step times,
-    // a degrading link under a job without them.
+    // The NCCL rows: a hang, the every-rank hangs by cause, a slow rank
+    // with and without OTLP step times, a degrading link under a job
+    // without them.
     for k in [
         "collective_hang",
+        "collective_hang (dead-peer)",
+        "collective_hang (port-down)",
+        "collective_hang (unknown)",
         "straggler",
         "straggler (no OTLP)",
         "ib_link_degraded (no OTLP)",
