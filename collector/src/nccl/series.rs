@@ -269,7 +269,13 @@ pub fn render_all(
             );
         }
     }
-    for ((j, op), (calls, bytes)) in &totals {
+    job_totals(&mut t, &totals);
+    t.render()
+}
+
+/// Every job's totals by op (`faultline_nccl_job_{calls,bytes}_total`).
+fn job_totals(t: &mut Text, totals: &BTreeMap<(String, &'static str), (u64, u64)>) {
+    for ((j, op), (calls, bytes)) in totals {
         let l: &[(&str, &str)] = &[("job", j), ("op", op)];
         t.sample(
             "faultline_nccl_job_calls_total",
@@ -286,7 +292,6 @@ pub fn render_all(
             bytes,
         );
     }
-    t.render()
 }
 
 #[cfg(test)]

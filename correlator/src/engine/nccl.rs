@@ -361,7 +361,7 @@ impl NcclDetector {
                 let prev = r
                     .ops
                     .iter()
-                    .filter(|o| !matches!(o.op.as_str(), "Send" | "Recv"))
+                    .filter(|o| is_collective(&o.op))
                     .map(|o| o.calls)
                     .sum::<u64>();
                 StepTime {
@@ -531,6 +531,23 @@ fn judge(ctx: &stuck::Ctx, id: &str, c: &Comm) -> Option<Finding> {
                 "the stalled ranks are not issuing collectives: {}; their GPUs' XIDs (`nvidia-smi -q`) and their hosts' links; NCCL_DEBUG=INFO and the job's watchdog (TORCH_NCCL_TIMEOUT) logs; the waiting ranks are victims",
                 pids.join(", ")
             )),
+    )
+}
+
+/// Whether `op` is a collective (it advances the communicator's sequence):
+/// not point-to-point, one-sided or lifecycle calls, whose counts say
+/// nothing of the step's cadence.
+fn is_collective(op: &str) -> bool {
+    matches!(
+        op,
+        "AllReduce"
+            | "AllGather"
+            | "ReduceScatter"
+            | "Broadcast"
+            | "Reduce"
+            | "AlltoAll"
+            | "Gather"
+            | "Scatter"
     )
 }
 

@@ -148,6 +148,19 @@ fn inferred_steps_use_the_widest_communicator_and_yield_to_otlp() {
     let s = d.inferred_steps(&w);
     assert_eq!(s.len(), 1);
     assert_eq!((s[0].seconds, s[0].hca.as_str()), (0.5, "mlx5_0"));
+    assert_eq!(s[0].count, 100, "the window's collectives");
+    // Point-to-point, one-sided and lifecycle calls are not the cadence.
+    let mut busy = rank("w", 0, 10, 10, 1, 0.5);
+    busy.nranks = 64;
+    for op in ["Send", "PutSignal", "WaitSignal", "CommSuspend", "Gather"] {
+        busy.ops.push(NcclOpCount {
+            op: op.into(),
+            calls: 7,
+            bytes: 0,
+        });
+    }
+    let s = d.inferred_steps(&window("a", 1000, vec![busy]));
+    assert_eq!(s[0].count, 107, "AllReduce and Gather only");
     let mut d = NcclDetector::new(NcclConfig::default());
     let mut w2 = window("a", 1000, vec![]);
     w2.steps.push(StepTime {
