@@ -64,7 +64,10 @@ enum Cmd {
     /// Real GPU: a toolkit-free CUDA workload (hand-written PTX, compiled
     /// here against libcuda with dlopen) under the release collector; launch,
     /// copy and sync counts must be exact and NVML values physical and equal
-    /// to nvidia-ml-py's (pass/fail table, JSON in target/gpu-check/). Exit 0
+    /// to nvidia-ml-py's; where the node has a libnccl.so.2 (found without
+    /// the network), real NCCL collectives on an ncclCommInitAll
+    /// communicator, counts, bytes, rank and size exact (absent: that part
+    /// is skipped) (pass/fail table, JSON in target/gpu-check/). Exit 0
     /// pass, 1 fail, 3 no GPU on this machine, 4 a prerequisite is missing.
     GpuCheck(gpu_check::Args),
     /// Run every cargo-fuzz target (`fuzz/`) for a bounded time from the
