@@ -35,13 +35,13 @@ pub mod otlp;
 #[cfg(feature = "nvml")]
 pub mod podresources;
 pub mod privilege;
-pub mod proc_libs;
 #[cfg(feature = "probes")]
 pub mod probes;
 /// Without the eBPF probes, only their configuration sections.
 #[cfg(not(feature = "probes"))]
 #[path = "probes/section.rs"]
 pub mod probes;
+pub mod proc_libs;
 pub mod prom_text;
 #[cfg(feature = "rdma")]
 pub mod rdma;

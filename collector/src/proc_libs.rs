@@ -549,7 +549,10 @@ mod tests {
         assert_eq!(got.values().next().map(|m| m.pids), Some(1), "{got:?}");
         assert_eq!(s.maps_read, 3);
         s.scan();
-        assert_eq!(s.maps_read, 3, "a young process that mapped nothing new is not read");
+        assert_eq!(
+            s.maps_read, 3,
+            "a young process that mapped nothing new is not read"
+        );
         let got = s.scan().remove(0);
         assert_eq!(
             got.values().next().map(|m| m.pids),

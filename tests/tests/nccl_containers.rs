@@ -149,7 +149,12 @@ fn podman_rank(image: &str, shared: &Path, tag: &str, nranks: i32, r: i32, devic
         .args(["-e", "FAKE_NCCL_SHM_DIR=/shm"])
         .args(["-e", &format!("NCCL_WORKLOAD_GO_FILE=/shm/go-{tag}")])
         // What Pyxis passes a Slurm task's container: its job and rank.
-        .args(["-e", "SLURM_JOB_ID=4242", "-e", &format!("SLURM_PROCID={r}")])
+        .args([
+            "-e",
+            "SLURM_JOB_ID=4242",
+            "-e",
+            &format!("SLURM_PROCID={r}"),
+        ])
         .arg(image)
         .arg("/usr/bin/nccl_workload")
         .args(workload_args("/shm", tag, nranks, r, device))
@@ -409,7 +414,10 @@ fn ranks_in_podman_containers_are_counted_through_their_own_root() {
         let mut ids = collector::identity::IdentityCache::new("/proc", 64);
         for r in &a {
             let i = ids.get(r.pid).expect("identity");
-            assert_eq!((i.job(), i.rank()), (Some("4242".into()), Some(r.rank as u32)));
+            assert_eq!(
+                (i.job(), i.rank()),
+                (Some("4242".into()), Some(r.rank as u32))
+            );
         }
 
         // Started after, from the same image: the same file, attached once.
