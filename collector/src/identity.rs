@@ -273,11 +273,13 @@ impl IdentityCache {
         }
     }
 
-    /// The processes of `pids` that no longer exist under the proc root;
-    /// their cached identity stays until [`IdentityCache::forget`].
+    /// The processes of `pids` that exited: no longer under the proc root,
+    /// or dead and not yet reaped by their parent (a zombie: its counts are
+    /// final, its threads gone); their cached identity stays until
+    /// [`IdentityCache::forget`].
     pub fn gone(&self, pids: impl IntoIterator<Item = u32>) -> std::collections::BTreeSet<u32> {
         pids.into_iter()
-            .filter(|pid| !self.proc_root.join(pid.to_string()).exists())
+            .filter(|pid| exited(&self.proc_root.join(pid.to_string())))
             .collect()
     }
 
@@ -319,5 +321,37 @@ impl IdentityCache {
             cgroup,
             env,
         })
+    }
+}
+
+/// Whether the process at `dir` (`/proc/PID`) exited: gone, or a zombie
+/// (state `Z`) or dead (`X`) in its `stat`.
+fn exited(dir: &Path) -> bool {
+    match fs::read_to_string(dir.join("stat")) {
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+        Err(_) => !dir.exists(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_is_gone_a_live_process_is_not() {
+        let d = std::env::temp_dir().join(format!("faultline-gone-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        for (pid, state) in [(10, "S"), (11, "Z"), (12, "R")] {
+            let p = d.join(pid.to_string());
+            fs::create_dir_all(&p).unwrap();
+            fs::write(p.join("stat"), format!("{pid} (a b) {state} 1 1 1\n")).unwrap();
+        }
+        let ids = IdentityCache::new(&d, 8);
+        let gone = ids.gone([10, 11, 12, 13]);
+        assert_eq!(gone.into_iter().collect::<Vec<_>>(), vec![11, 13]);
+        fs::remove_dir_all(&d).unwrap();
     }
 }

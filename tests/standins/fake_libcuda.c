@@ -5,7 +5,8 @@
  * behaves just enough like the driver for a workload to run: contexts carry a
  * device ordinal, module/library lookups return handles that remember their
  * kernel names, copies really copy, and synchronisation sleeps for
- * FAKE_CUDA_SYNC_US microseconds (default 0).
+ * FAKE_CUDA_SYNC_US microseconds (default 0), or never returns while the
+ * calling process has FAKE_CUDA_HANG in its environment.
  *
  * Built plainly (functions start like ordinary compiled code, as in the real
  * driver), with -DNOP5_ENTRY, where every exported symbol starts with a 5-byte
@@ -112,6 +113,13 @@ static int ndevices(void) {
 }
 
 static void sync_sleep(void) {
+    /* FAKE_CUDA_HANG set (by the workload, at the step it chose): the work
+     * never completes, as when a collective's kernel waits for a peer that
+     * is gone; the sync does not return. */
+    while (getenv("FAKE_CUDA_HANG")) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     const char *s = getenv("FAKE_CUDA_SYNC_US");
     long us = s ? atol(s) : 0;
     if (us > 0) {

@@ -14,7 +14,10 @@
  *          (or EOF) on stdin before destroying its communicators;
  *   loop   all-reduces forever, SLEEP_US apart (a training loop's cadence),
  *          times the number in the file NCCL_WORKLOAD_SLOW_FILE names while
- *          it exists (a slowed job);
+ *          it exists (a slowed job); with NCCL_WORKLOAD_SYNC_EACH a
+ *          cuStreamSynchronize after each (a step's sync on its
+ *          collectives), and NCCL_WORKLOAD_CONTROL_FILE ("hang N", "pause N")
+ *          every rank hangs in that sync, or pauses, after collective N;
  *   nullcomm  no communicator (for a library that cannot create one without
  *          a GPU, such as NVIDIA's real one here): ITERS calls of AllReduce
  *          (1000 float32), AllGather (10 bfloat16), Reduce (64 int64) and
@@ -360,8 +363,31 @@ int main(int argc, char **argv) {
         printf("ready pid=%d\n", getpid());
         fflush(stdout);
         const char *slow = getenv("NCCL_WORKLOAD_SLOW_FILE");
-        for (;;) {
+        const char *control = getenv("NCCL_WORKLOAD_CONTROL_FILE");
+        int sync_each = getenv("NCCL_WORKLOAD_SYNC_EACH") != NULL && cu_lib;
+        for (long i = 1;; i++) {
             CK(allreduce(buf, buf, 1024, 7, 0, comm, NULL));
+            /* The control file, "hang N" or "pause N": at collective N every
+             * rank hangs in its sync after it (the driver never completes
+             * the work), or pauses on the host while the file still says so
+             * (a checkpoint, an evaluation on the CPU). */
+            char what[16] = "";
+            long at = -1;
+            FILE *cf = control ? fopen(control, "r") : NULL;
+            if (cf) {
+                if (fscanf(cf, "%15s %ld", what, &at) != 2) at = -1;
+                fclose(cf);
+            }
+            if (at == i && strcmp(what, "hang") == 0) setenv("FAKE_CUDA_HANG", "1", 1);
+            if (sync_each)
+                CK(((int (*)(void *))sym(cu_lib, "cuStreamSynchronize"))(NULL));
+            while (at == i && strcmp(what, "pause") == 0) {
+                usleep(10000);
+                cf = fopen(control, "r");
+                if (!cf) break;
+                if (fscanf(cf, "%15s %ld", what, &at) != 2) at = -1;
+                fclose(cf);
+            }
             double factor = 1.0;
             FILE *f = slow ? fopen(slow, "r") : NULL;
             if (f) {

@@ -3,6 +3,10 @@
 //! collector's NCCL probes, streamed to the real correlator, judged there.
 //! - A rank stopped mid-job (SIGSTOP) raises `collective_hang` naming it
 //!   within 2 windows; it resolves once the rank runs again.
+//! - Every rank paused after one collective (a checkpoint) raises nothing;
+//!   every rank hung in its sync after one collective (the driver never
+//!   completes it) raises `collective_hang` from the blocked calls the CUDA
+//!   probes see, with no cause below; a rank then killed is named.
 //! - A rank that computes slower (its loop sleeps 3× as long) makes every
 //!   rank's cadence its own, yet is named a `straggler` from its issue lag
 //!   behind its peers.
@@ -28,6 +32,8 @@ struct Run {
     ranks: Vec<u32>,
     /// The collector's `/metrics` address.
     metrics: String,
+    /// More environment for the ranks started next.
+    rank_env: Vec<(String, String)>,
 }
 
 impl Run {
@@ -100,6 +106,7 @@ impl Run {
             procs,
             ranks: Vec::new(),
             metrics,
+            rank_env: Vec::new(),
         };
         // The probes are attached once the first window closes.
         r.window(1);
@@ -146,6 +153,7 @@ impl Run {
                 .env("NCCL_IB_HCA", "mlx5_0,mlx5_1,mlx5_2,mlx5_3")
                 .env("FAKE_NCCL_VERBS", tests::fake_verbs())
                 .env("FAKE_NCCL_IB", format!("mlx5_{i}:1"))
+                .envs(self.rank_env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("rank");
@@ -304,6 +312,130 @@ fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
         .filter(|u| u["kind"] == "collective_hang" && u["state"] == "opened")
         .count();
     assert_eq!(opened, 1, "one incident for the hang");
+}
+
+/// The largest sequence any rank recorded.
+fn max_seq(r: &Run) -> u64 {
+    r.recorded_nccl()
+        .iter()
+        .filter_map(|x| x["seq"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Waits for a `collective_hang` update (opened or updated) whose
+/// evidence has a line containing `line`; returns it.
+fn hang_update(
+    r: &Run,
+    all: &mut Vec<serde_json::Value>,
+    line: &str,
+    within: Duration,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        all.extend(tests::updates(&r.sub));
+        if let Some(u) = all.iter().find(|u| {
+            u["kind"] == "collective_hang"
+                && (u["state"] == "opened" || u["state"] == "updated")
+                && tests::json_strs(&u["evidence"])
+                    .iter()
+                    .any(|e| e.contains(line))
+        }) {
+            return u.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no collective_hang with {line:?}: {all:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn every_rank_waiting_in_one_collective_is_a_hang_and_a_pause_is_not() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("nccl_e2e every-rank hang") {
+        return;
+    }
+    let mut r = Run::start(
+        "nccl-wait",
+        "1",
+        "[detect.incidents]\nquiet_windows = 2\nquiet_s = 2.0\n",
+    );
+    let control = r.dir.join("control");
+    r.rank_env = vec![
+        ("NCCL_WORKLOAD_SYNC_EACH".into(), "1".into()),
+        (
+            "NCCL_WORKLOAD_CONTROL_FILE".into(),
+            control.display().to_string(),
+        ),
+    ];
+    r.ranks(4, 10_000);
+    r.window(4);
+    // A pause: every rank stops after one collective, on the host, with
+    // nothing in flight below (a checkpoint, an evaluation on the CPU).
+    let at = max_seq(&r) + 300;
+    std::fs::write(&control, format!("pause {at}")).expect("control");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while r
+        .recorded_nccl()
+        .iter()
+        .filter(|x| x["seq"].as_u64() == Some(at))
+        .count()
+        < 4
+    {
+        assert!(Instant::now() < deadline, "the ranks never reached {at}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Paused for 8 windows: past the hang bound (1 s) many times over.
+    let mut all = Vec::new();
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        all.extend(tests::updates(&r.sub));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        all.iter().all(|u| u["kind"] != "collective_hang"),
+        "a pause is no hang: {all:#?}"
+    );
+    let paused_at = max_seq(&r);
+    assert_eq!(paused_at, at, "every rank paused after collective {at}");
+    std::fs::remove_file(&control).expect("resume");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while max_seq(&r) < paused_at + 100 {
+        assert!(Instant::now() < deadline, "the ranks never resumed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A hang: every rank issues collective N and sits in its sync.
+    let at = max_seq(&r) + 300;
+    std::fs::write(&control, format!("hang {at}")).expect("control");
+    let hang = hang_update(
+        &r,
+        &mut all,
+        &format!("every rank waits in collective {at}; no cause seen below"),
+        Duration::from_secs(30),
+    );
+    let ev = tests::json_strs(&hang["evidence"]);
+    assert!(
+        ev.iter().any(|e| e.contains("cuStreamSynchronize")),
+        "the blocked syncs are the proof: {ev:?}"
+    );
+    assert_eq!(
+        tests::json_strs(&hang["affected_jobs"]),
+        vec!["5150".to_string()]
+    );
+    // A rank's process dies in the hang: it is named.
+    let dead = r.ranks[1];
+    signal(dead, libc::SIGKILL);
+    let named = hang_update(&r, &mut all, "culprit: rank 1 on ", Duration::from_secs(30));
+    assert!(
+        tests::json_strs(&named["evidence"])
+            .iter()
+            .any(|e| e.starts_with("culprit: rank 1 on ") && e.contains(&format!("pid {dead}"))),
+        "{named:#}"
+    );
+    assert_eq!(named["id"], hang["id"], "one incident for the hang");
+    r.scrape(false);
 }
 
 #[test]
