@@ -20,7 +20,7 @@ pub const USUAL_PATHS: &[&str] = &[
     "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
     "/run/nvidia/driver/usr/lib64/libcuda.so.1",
     // The host's library directories as the DaemonSet mounts them
-    // (deploy/kubernetes/collector.yaml), beside the image's own.
+    // (deploy/kubernetes/collector/collector.yaml), beside the image's own.
     "/host/usr/lib/x86_64-linux-gnu/libcuda.so.1",
     "/host/usr/lib64/libcuda.so.1",
     "/usr/lib/wsl/lib/libcuda.so.1",

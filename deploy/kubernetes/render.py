@@ -28,9 +28,7 @@ def render():
     tags = {i["name"]: i.get("newTag") for i in k.get("images", [])}
     docs = []
     for r in k["resources"]:
-        for d in yaml.safe_load_all((HERE / r).read_text()):
-            if d:
-                docs.append(d)
+        docs.extend(resources(HERE / r))
     for d in docs:
         spec = d.get("spec", {}).get("template", {}).get("spec", {})
         for c in spec.get("containers", []):
@@ -38,6 +36,15 @@ def render():
             if name in tags and tags[name]:
                 c["image"] = f"{name}:{tags[name]}"
     return docs
+
+
+def resources(path):
+    """The documents of a resource: a file, or a directory's kustomization
+    (its resources in order)."""
+    if path.is_dir():
+        k = yaml.safe_load((path / "kustomization.yaml").read_text())
+        return [d for r in k["resources"] for d in resources(path / r)]
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def find(docs, kind, name):

@@ -144,7 +144,8 @@ fn collector_syscall_filter_still_allows_what_the_collector_does() {
 
 #[test]
 fn daemonset_security_context_is_locked_down() {
-    let text = std::fs::read_to_string(deploy("kubernetes/collector.yaml")).expect("daemonset");
+    let text =
+        std::fs::read_to_string(deploy("kubernetes/collector/collector.yaml")).expect("daemonset");
     for want in [
         "allowPrivilegeEscalation: false",
         "readOnlyRootFilesystem: true",
