@@ -277,10 +277,11 @@ impl IdentityCache {
     /// or dead and not yet reaped by their parent (a zombie: its counts are
     /// final, its threads gone); their cached identity stays until
     /// [`IdentityCache::forget`].
+    /// Each distinct pid is looked at once (callers pass one per map key).
     pub fn gone(&self, pids: impl IntoIterator<Item = u32>) -> std::collections::BTreeSet<u32> {
-        pids.into_iter()
-            .filter(|pid| exited(&self.proc_root.join(pid.to_string())))
-            .collect()
+        let mut pids: std::collections::BTreeSet<u32> = pids.into_iter().collect();
+        pids.retain(|pid| exited(&self.proc_root.join(pid.to_string())));
+        pids
     }
 
     pub fn forget(&mut self, pids: &std::collections::BTreeSet<u32>) {

@@ -124,15 +124,11 @@ fn candidates_of(mapped: &str) -> Vec<String> {
 /// The distinct NCCL libraries to attach, at most [`MAX_LIBRARIES`]: a
 /// one-shot scan (see [`discover_with`] for the incremental one).
 pub fn discover(s: &Search) -> Result<Vec<Found>, NcclLibError> {
-    let mut scan = s
+    let mapped = s
         .proc_root
         .as_ref()
-        .map(|p| LibScan::new(p.clone(), vec![FAMILY]));
-    discover_with(
-        s,
-        scan.as_mut().map(|sc| sc.scan().remove(0)),
-        scan.as_ref().map(|s| s.proc_root()),
-    )
+        .map(|p| LibScan::new(p.clone(), vec![FAMILY]).scan().remove(0));
+    discover_with(s, mapped, s.proc_root.as_deref())
 }
 
 /// The libraries of `s` plus those a scan found in processes (`mapped`).

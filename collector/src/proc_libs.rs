@@ -241,19 +241,15 @@ impl LibScan {
                     }
                     let inner = PathBuf::from(&c);
                     let via = through_root(&self.proc_root, pid, &inner);
-                    if FileKey::of(&via).is_none() {
+                    let Some(seen) = FileKey::of(&via) else {
                         continue;
-                    }
+                    };
                     // An overlay reports its own device for every file: two
                     // containers of one image would look like two files.
                     // The layer file is the identity the kernel probes.
                     match overlay_real(&self.proc_root, pid, &via, &inner) {
                         Some((real, key)) => out.push((i, key, inner, Some(real))),
-                        None => {
-                            if let Some(key) = FileKey::of(&via) {
-                                out.push((i, key, inner, None));
-                            }
-                        }
+                        None => out.push((i, seen, inner, None)),
                     }
                 }
             }

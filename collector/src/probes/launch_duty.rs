@@ -39,7 +39,6 @@ pub(super) struct LaunchLink {
 /// The launch probes' attach state and the accounting of counted time.
 #[derive(Debug, Default)]
 pub struct LaunchDuty {
-    lib: Option<PathBuf>,
     links: Vec<LaunchLink>,
     attached: bool,
     /// The gate's window while open, CLOCK_MONOTONIC ns: launches count from
@@ -90,9 +89,8 @@ impl LaunchDuty {
     /// Adds the launch links of another library (found after start). While
     /// the probes are detached, its links are attached at the next switch.
     pub(super) fn add_links(&mut self, ebpf: &mut aya::Ebpf, mut links: Vec<LaunchLink>) {
-        if self.lib.is_none() && self.links.is_empty() {
-            // The first CUDA library of all: counting starts now, exactly.
-            self.lib = links.first().map(|l| l.lib.clone());
+        if self.links.is_empty() {
+            // The first launch probes of all: counting starts now, exactly.
             self.attached = !links.is_empty();
             self.window = self.attached.then(|| (mono_ns(), u64::MAX));
             self.links = links;
@@ -126,10 +124,9 @@ impl LaunchDuty {
         }
     }
 
-    pub(super) fn new(lib: Option<PathBuf>, links: Vec<LaunchLink>) -> Self {
+    pub(super) fn new(links: Vec<LaunchLink>) -> Self {
         let attached = !links.is_empty();
         Self {
-            lib,
             links,
             attached,
             // The gate starts zeroed: open, without end.
@@ -416,7 +413,7 @@ fn set_links(
     on: bool,
     window: Option<Duration>,
 ) -> Result<(), ProbeError> {
-    if duty.lib.is_none() || duty.links.is_empty() {
+    if duty.links.is_empty() {
         return Ok(());
     }
     if on && duty.attached {

@@ -83,11 +83,6 @@ impl AttachedLib {
             pinned,
         })
     }
-
-    /// Whether the library is held open (found inside a process's root).
-    pub fn held(&self) -> bool {
-        self.file.is_some()
-    }
 }
 
 /// Detaches every probe of `lib`. The kernel's unregistering waits for an
@@ -119,26 +114,20 @@ pub struct Synced {
     pub refused: usize,
 }
 
-/// Detaches from `attached` every library not pinned whose key is not in
-/// `live`; returns what it detached (as shown).
-pub fn detach_unmapped(
-    ebpf: &mut Ebpf,
+/// Takes out of `attached` every library not pinned whose key is not in
+/// `live` (no process maps it any more), for the caller to detach.
+pub fn take_unmapped(
     attached: &mut BTreeMap<FileKey, AttachedLib>,
     live: &std::collections::BTreeSet<FileKey>,
-) -> Vec<String> {
+) -> Vec<AttachedLib> {
     let gone: Vec<FileKey> = attached
         .iter()
         .filter(|(k, l)| !l.pinned && !live.contains(k))
         .map(|(k, _)| *k)
         .collect();
-    let mut out = Vec::new();
-    for k in gone {
-        if let Some(l) = attached.remove(&k) {
-            out.push(l.shown.clone());
-            detach(ebpf, l);
-        }
-    }
-    out
+    gone.into_iter()
+        .filter_map(|k| attached.remove(&k))
+        .collect()
 }
 
 impl super::Probes {
@@ -155,16 +144,7 @@ impl super::Probes {
         let mut out = Synced::default();
         let primary = self.cuda_primary.as_ref().map(|(k, _)| *k);
         let live: std::collections::BTreeSet<FileKey> = mapped.keys().copied().collect();
-        let gone: Vec<FileKey> = self
-            .cuda_extra
-            .keys()
-            .filter(|k| !live.contains(k))
-            .copied()
-            .collect();
-        for k in gone {
-            let Some(l) = self.cuda_extra.remove(&k) else {
-                continue;
-            };
+        for l in take_unmapped(&mut self.cuda_extra, &live) {
             if let Ok(mut duty) = self.launch.lock() {
                 duty.remove_lib(&mut self.ebpf, &l.attach_path);
             }
@@ -269,7 +249,6 @@ mod tests {
         std::fs::write(&p, b"x").unwrap();
         let key = FileKey::of(&p).unwrap();
         let h = AttachedLib::hold(&p, key, "x".into(), false, false).unwrap();
-        assert!(h.held());
         assert!(h.attach_path.starts_with("/proc/self/fd"));
         // Replaced by a new file (a new image layer): another inode.
         std::fs::remove_file(&p).unwrap();

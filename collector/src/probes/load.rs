@@ -80,10 +80,7 @@ impl Probes {
             (None, Vec::new())
         };
         let cuda_library = cuda_primary.as_ref().map(|(_, l)| l.found_at.clone());
-        let launch = launch_duty::LaunchDuty::new(
-            cuda_primary.as_ref().map(|(_, l)| l.attach_path.clone()),
-            launch_links,
-        );
+        let launch = launch_duty::LaunchDuty::new(launch_links);
         if opts.verbs {
             attach_verbs(&mut ebpf, opts, &mut status);
         } else {

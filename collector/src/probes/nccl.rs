@@ -16,7 +16,7 @@ use object::{Object, ObjectSymbol};
 
 use super::{
     entry::ElfError,
-    libraries::{detach_unmapped, AttachedLib, Synced},
+    libraries::{detach, take_unmapped, AttachedLib, Synced},
     ProbeError, ProbeState, ProbeStatus, Probes,
 };
 use crate::proc_libs::FileKey;
@@ -460,7 +460,14 @@ impl Probes {
     /// pinned that no process maps any more.
     pub fn nccl_sync(&mut self, found: &[crate::nccl_lib::Found]) -> Synced {
         let live: BTreeSet<FileKey> = found.iter().map(|f| f.key).collect();
-        let detached = detach_unmapped(&mut self.ebpf, &mut self.nccl_libraries, &live);
+        let detached: Vec<String> = take_unmapped(&mut self.nccl_libraries, &live)
+            .into_iter()
+            .map(|l| {
+                let shown = l.shown.clone();
+                detach(&mut self.ebpf, l);
+                shown
+            })
+            .collect();
         let room = crate::nccl_lib::MAX_LIBRARIES.saturating_sub(self.nccl_libraries.len());
         let new: Vec<crate::nccl_lib::Found> = found
             .iter()

@@ -41,9 +41,8 @@ impl LibrarySource {
         if cuda {
             families.push(crate::cuda_lib::FAMILY);
         }
-        let root = proc_root;
         Self {
-            scan: LibScan::new(root, families),
+            scan: LibScan::new(proc_root, families),
             nccl,
             cuda,
             every,

@@ -503,19 +503,7 @@ fn judge(ctx: &stuck::Ctx, id: &str, c: &Comm) -> Option<Finding> {
         cfg.hang_min_s
     )];
     for r in stalled.iter().take(16) {
-        ev.push(format!(
-            "stalled rank {} on {} (pid {}, gpu {}{}{})",
-            r.rank,
-            r.host,
-            r.pid,
-            r.device,
-            if r.job.is_empty() {
-                String::new()
-            } else {
-                format!(", job {}", r.job)
-            },
-            r.job_rank.map(|j| format!(" rank {j}")).unwrap_or_default()
-        ));
+        ev.push(format!("stalled {}", stuck::who(r)));
     }
     let pids: Vec<String> = stalled
         .iter()

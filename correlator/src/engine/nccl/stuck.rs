@@ -59,7 +59,8 @@ impl Proof {
     }
 }
 
-fn who(r: &Rank) -> String {
+/// A rank as evidence names it: `rank R on H (pid P, gpu G, job J rank N)`.
+pub(super) fn who(r: &Rank) -> String {
     format!(
         "rank {} on {} (pid {}, gpu {}{}{})",
         r.rank,
