@@ -156,6 +156,19 @@ impl Default for NodeState {
 
 /// The communicator id every rank computes: FNV-1a over the
 /// `ncclUniqueId` rank 0 drew (128 bytes from the run's seed).
+/// (node, rank on communicator `comm`) of each global rank in `global`:
+/// the ring ranks every GPU, the tree one GPU per node.
+fn holders(comm: usize, global: &[usize]) -> Vec<(usize, i32)> {
+    global
+        .iter()
+        .map(|&i| {
+            let node = i / GPUS;
+            let rank = if comm == RING { i } else { node };
+            (node, rank as i32)
+        })
+        .collect()
+}
+
 fn comm_id(seed: u64, generation: u32, comm: usize) -> String {
     let mut r = Rng::derive(
         seed ^ 0x6e63_636c,
@@ -285,14 +298,7 @@ impl Gen {
         hangs.push(Hang {
             comm,
             id: self.ids[comm].clone(),
-            holders: held
-                .iter()
-                .map(|&i| {
-                    let node = i / GPUS;
-                    let rank = if comm == RING { i } else { node };
-                    (node, rank as i32)
-                })
-                .collect(),
+            holders: holders(comm, held),
             global: held.to_vec(),
             since_s: stalled.max(first),
         });
@@ -310,14 +316,7 @@ impl Gen {
         hangs.push(Hang {
             comm,
             id: self.ids[comm].clone(),
-            holders: global
-                .iter()
-                .map(|&i| {
-                    let node = i / GPUS;
-                    let rank = if comm == RING { i } else { node };
-                    (node, rank as i32)
-                })
-                .collect(),
+            holders: holders(comm, &global),
             global,
             since_s: done,
         });
