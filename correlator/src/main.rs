@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
-use cli::{fleet, reports, serve, subscribe};
+use cli::{fleet, nats_auth, reports, serve, subscribe};
 
 /// faultline's correlator.
 #[derive(Debug, Parser)]
@@ -24,6 +24,11 @@ enum Command {
     /// from NATS JetStream into one open list, history, web UI and
     /// Alertmanager (docs/scale-out.md).
     Fleet(fleet::FleetArgs),
+    /// NATS credentials for the scale-out path: an nkey per collector host,
+    /// correlator shard and fleet view, and the nats-server `auth.conf`
+    /// that allows each only its role (docs/scale-out.md, trust). Seeds
+    /// already in DIR are kept.
+    NatsAuth(nats_auth::NatsAuthArgs),
     /// Incidents from the history database, newest first.
     Incidents(reports::IncidentsArgs),
     /// Recurring offenders: entities with repeated incidents (replacement candidates).
@@ -139,6 +144,11 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(args).await?,
         Command::Fleet(args) => fleet::fleet(args).await?,
+        Command::NatsAuth(args) => {
+            for p in nats_auth::run(&args)? {
+                println!("{}", p.display());
+            }
+        }
         Command::Subscribe(args) => subscribe::subscribe(args).await?,
         Command::Certs(args) => {
             for p in correlator::certs::write_pki(&args)? {

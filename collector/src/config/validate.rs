@@ -175,9 +175,15 @@ impl FileConfig {
                 {
                     return Err(ConfigError::invalid(
                         "stream.endpoint",
-                        "tls_ca, tls_cert, tls_key and token_file are for an https:// correlator; a nats:// endpoint takes its credentials in the URL (nats://USER:PASSWORD@HOST:4222)",
+                        "tls_ca, tls_cert, tls_key and token_file are for an https:// correlator; a nats:// endpoint takes nats_ca and nats_nkey_file",
                     ));
                 }
+                self.validate_nats_credentials(e)?;
+            } else if self.stream.nats_ca.is_some() || self.stream.nats_nkey_file.is_some() {
+                return Err(ConfigError::invalid(
+                    "stream.nats_ca",
+                    "nats_ca and nats_nkey_file are for a nats:// endpoint",
+                ));
             } else {
                 self.stream
                     .auth()
@@ -190,6 +196,32 @@ impl FileConfig {
                 "stream.spool_max_bytes",
                 format_args!("must be at least 4096, got {}", self.stream.spool_max_bytes),
             ));
+        }
+        Ok(())
+    }
+
+    /// NATS credentials: an nkey only over TLS, and never beside a
+    /// password in the URL.
+    fn validate_nats_credentials(&self, endpoint: &str) -> Result<(), ConfigError> {
+        let s = &self.stream;
+        if let Some(f) = &s.nats_nkey_file {
+            if s.nats_ca.is_none() {
+                return Err(ConfigError::invalid(
+                    "stream.nats_nkey_file",
+                    format_args!("{} needs stream.nats_ca: the nkey authenticates this host only over TLS to the NATS servers (docs/scale-out.md)", f.display()),
+                ));
+            }
+            let authority = endpoint
+                .trim_start_matches("nats://")
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            if authority.contains('@') {
+                return Err(ConfigError::invalid(
+                    "stream.endpoint",
+                    "a user or password in the nats:// URL beside stream.nats_nkey_file: use one credential (the nkey)",
+                ));
+            }
         }
         Ok(())
     }

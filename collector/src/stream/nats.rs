@@ -1,12 +1,15 @@
 //! The NATS JetStream transport (`stream.endpoint = "nats://…"`): the same
 //! spool, drained in order by publishing each window to the stream's
-//! subject `<prefix>.<shard>` with the message id `<host>/<instance>/<seq>`
-//! (JetStream drops a resend it already holds within its duplicate
-//! window; the correlator drops any older resend by sequence). A window
+//! subject `<prefix>.<shard>.<host token>` with the message id
+//! `<host>/<instance>/<seq>` (JetStream drops a resend it already holds
+//! within its duplicate window; the correlator drops any older resend by
+//! sequence). With an nkey (`stream.nats_nkey_file`, TLS required) the
+//! server lets this host publish only under its own host token, and the
+//! correlator refuses a window whose origin is not the subject's host. A window
 //! leaves the spool when its publish acknowledgement arrives: the stream
 //! has stored it, so whichever correlator consumes the shard will get it.
 //! Up to [`PIPELINE`] publishes are in flight at once.
-use std::{sync::atomic::Ordering, time::Duration};
+use std::{path::PathBuf, sync::atomic::Ordering, time::Duration};
 
 use async_nats::jetstream::{self, message::PublishMessage};
 use prost::Message as _;
@@ -31,6 +34,32 @@ pub struct NatsTarget {
     pub replicas: usize,
     /// The stream's size bound when this side creates it.
     pub max_bytes: i64,
+    /// CA certificate (PEM) of the NATS servers: TLS required.
+    pub ca: Option<PathBuf>,
+    /// This host's nkey seed file (`faultline-correlator nats-auth`).
+    pub nkey_file: Option<PathBuf>,
+}
+
+/// Largest nkey seed file read (a seed is 58 characters).
+const MAX_SEED_BYTES: u64 = 4096;
+
+/// The nkey seed in `path` (its first non-empty line) and the public key
+/// it signs as; an operator-readable error otherwise.
+pub fn read_seed(path: &std::path::Path) -> Result<(String, String), String> {
+    let text = proto::bounded_read::read_to_string(path, MAX_SEED_BYTES)
+        .map_err(|e| format!("nkey seed {}: {e}", path.display()))?;
+    let seed = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .ok_or_else(|| format!("nkey seed {}: empty", path.display()))?;
+    let kp = nkeys::KeyPair::from_seed(seed).map_err(|e| {
+        format!(
+            "nkey seed {}: not a user seed ({e}); generate it with `faultline-correlator nats-auth`",
+            path.display()
+        )
+    })?;
+    Ok((seed.to_string(), kp.public_key()))
 }
 
 impl Default for NatsTarget {
@@ -42,20 +71,48 @@ impl Default for NatsTarget {
             buckets: vocab::nats::DEFAULT_BUCKETS,
             replicas: 1,
             max_bytes: vocab::nats::DEFAULT_MAX_BYTES,
+            ca: None,
+            nkey_file: None,
         }
     }
 }
 
 impl NatsTarget {
-    /// A window's subject: its host's shard under the prefix.
+    /// A window's subject: its host's shard and host token under the
+    /// prefix.
     pub fn subject(&self, w: &Window) -> String {
+        let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
         let shard = if self.shard.is_empty() {
-            let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
             vocab::nats::host_shard(host, self.buckets)
         } else {
             self.shard.clone()
         };
-        vocab::nats::subject(&self.prefix, &shard)
+        vocab::nats::subject(&self.prefix, &shard, host)
+    }
+
+    /// The connection's options: TLS with `ca`, the nkey of `nkey_file`
+    /// and the inbox prefix its permissions allow.
+    pub fn connect_options(&self) -> Result<async_nats::ConnectOptions, String> {
+        let mut o = async_nats::ConnectOptions::new()
+            .name("faultline-collector")
+            .connection_timeout(Duration::from_secs(2))
+            .event_callback(|e| async move {
+                if let async_nats::Event::ServerError(e) = e {
+                    // A permission violation among them: a seed for another
+                    // host, or a shard the credentials do not cover.
+                    tracing::warn!(error = %e, "NATS server error");
+                }
+            });
+        if let Some(ca) = &self.ca {
+            o = o.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let Some(f) = &self.nkey_file {
+            let (seed, public) = read_seed(f)?;
+            o = o
+                .nkey(seed)
+                .custom_inbox_prefix(vocab::nats::inbox_prefix(&public));
+        }
+        Ok(o)
     }
 
     /// The stream as this side creates it when absent: file storage, every
@@ -85,16 +142,20 @@ fn msg_id(w: &Window) -> String {
 }
 
 impl Sender {
-    /// One NATS connection: connect, make sure the stream exists, publish
-    /// the spool in order until an error or the drain time ends it.
+    /// One NATS connection: connect, make sure the stream exists (created
+    /// here only without credentials: with them, the correlators create
+    /// it), publish the spool in order until an error or the drain time
+    /// ends it.
     pub(super) async fn nats_session(&mut self, target: &NatsTarget) -> Session {
         let url = self.cfg.endpoint.clone();
-        let client = match async_nats::ConnectOptions::new()
-            .name("faultline-collector")
-            .connection_timeout(Duration::from_secs(2))
-            .connect(url.as_str())
-            .await
-        {
+        let options = match target.connect_options() {
+            Ok(o) => o,
+            Err(e) => {
+                self.unreachable_now(&url, &e);
+                return Session::Failed;
+            }
+        };
+        let client = match options.connect(url.as_str()).await {
             Ok(c) => c,
             Err(e) => {
                 self.unreachable_now(&url, &e.to_string());
@@ -102,7 +163,13 @@ impl Sender {
             }
         };
         let js = jetstream::new(client);
-        if let Err(e) = js.get_or_create_stream(target.stream_config()).await {
+        if target.nkey_file.is_some() {
+            // May only look: a stream not there yet (no correlator has
+            // started) fails the publishes, and the spool keeps them.
+            if let Err(e) = js.get_stream(&target.stream).await {
+                tracing::warn!(stream = %target.stream, error = %e, "NATS stream not readable (the correlators create it); publishing anyway");
+            }
+        } else if let Err(e) = js.get_or_create_stream(target.stream_config()).await {
             self.unreachable_now(&url, &format!("stream {}: {e}", target.stream));
             return Session::Failed;
         }

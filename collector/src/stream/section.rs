@@ -27,7 +27,7 @@ pub struct StreamSection {
     pub token_file: Option<PathBuf>,
     /// NATS: the JetStream stream (created when absent).
     pub nats_stream: String,
-    /// NATS: the subject prefix; windows go to `<prefix>.<shard>`.
+    /// NATS: the subject prefix; windows go to `<prefix>.<shard>.<host token>`.
     pub nats_subject: String,
     /// NATS: this host's shard key (its leaf switch, say); empty = a hash
     /// of the host name into `nats_buckets` buckets (`h00`…).
@@ -39,6 +39,11 @@ pub struct StreamSection {
     pub nats_replicas: usize,
     /// NATS: the stream's size bound in bytes when the collector creates it.
     pub nats_max_bytes: i64,
+    /// NATS: CA certificate (PEM) of the NATS servers; set = TLS required.
+    pub nats_ca: Option<PathBuf>,
+    /// NATS: this host's nkey seed file (from `faultline-correlator
+    /// nats-auth`); needs `nats_ca`.
+    pub nats_nkey_file: Option<PathBuf>,
 }
 
 impl StreamSection {
@@ -51,6 +56,8 @@ impl StreamSection {
             buckets: self.nats_buckets,
             replicas: self.nats_replicas,
             max_bytes: self.nats_max_bytes,
+            ca: self.nats_ca.clone(),
+            nkey_file: self.nats_nkey_file.clone(),
         }
     }
 
@@ -82,6 +89,8 @@ impl Default for StreamSection {
             nats_buckets: vocab::nats::DEFAULT_BUCKETS,
             nats_replicas: 1,
             nats_max_bytes: vocab::nats::DEFAULT_MAX_BYTES,
+            nats_ca: None,
+            nats_nkey_file: None,
         }
     }
 }

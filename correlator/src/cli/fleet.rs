@@ -37,12 +37,12 @@ pub struct FleetArgs {
     /// Alertmanager base URL (overrides `[alertmanager] url`).
     #[arg(long, value_name = "URL")]
     alertmanager: Option<String>,
+    #[command(flatten)]
+    creds: super::serve::NatsCredsArgs,
 }
 
 pub async fn fleet(a: FleetArgs) -> Result<()> {
-    if !a.nats.starts_with("nats://") {
-        anyhow::bail!("--nats {:?}: must be a nats:// URL", a.nats);
-    }
+    let creds = a.creds.credentials(&a.nats)?;
     if !vocab::nats::valid_shard(&a.nats_consumer) {
         anyhow::bail!(
             "--nats-consumer {:?}: must be one NATS name token",
@@ -114,7 +114,7 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
         correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks))
             .context("[alertmanager] TLS files")?;
     }
-    let task = ingest::fleet::consume(a.nats, a.nats_consumer, a.nats_replicas, open, utx);
+    let task = ingest::fleet::consume(a.nats, creds, a.nats_consumer, a.nats_replicas, open, utx);
     tokio::select! {
         _ = task => {}
         _ = tokio::signal::ctrl_c() => {}

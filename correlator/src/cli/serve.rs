@@ -106,16 +106,47 @@ struct NatsArgs {
     /// standby taking the shard over (0 = never).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     nats_baselines_s: f64,
+    #[command(flatten)]
+    creds: NatsCredsArgs,
+}
+
+/// Credentials to NATS (`faultline-correlator nats-auth` writes them;
+/// docs/scale-out.md, trust).
+#[derive(Debug, clap::Args)]
+pub struct NatsCredsArgs {
+    /// CA certificate (PEM) of the NATS servers: TLS required.
+    #[arg(long, value_name = "FILE")]
+    nats_ca: Option<PathBuf>,
+    /// This process's nkey seed file (its shard's, or the fleet view's);
+    /// needs --nats-ca.
+    #[arg(long, value_name = "FILE")]
+    nats_nkey_file: Option<PathBuf>,
+}
+
+impl NatsCredsArgs {
+    /// The credentials, checked against `url`.
+    pub fn credentials(&self, url: &str) -> Result<ingest::nats::Credentials> {
+        let c = ingest::nats::Credentials {
+            ca: self.nats_ca.clone(),
+            nkey_file: self.nats_nkey_file.clone(),
+        };
+        c.check("--nats", url).map_err(anyhow::Error::msg)?;
+        if let Some(f) = &c.nkey_file {
+            ingest::nats::read_seed(f)?;
+        }
+        Ok(c)
+    }
 }
 
 impl NatsArgs {
-    fn ingest(&self) -> Result<Option<ingest::nats::NatsIngest>> {
+    fn ingest(&self, max_future_s: f64) -> Result<Option<ingest::nats::NatsIngest>> {
         let Some(url) = &self.nats else {
+            if self.creds.nats_ca.is_some() || self.creds.nats_nkey_file.is_some() {
+                anyhow::bail!("--nats-ca and --nats-nkey-file need --nats");
+            }
             return Ok(None);
         };
-        if !url.starts_with("nats://") {
-            anyhow::bail!("--nats {url:?}: must be a nats:// URL");
-        }
+        let creds = self.creds.credentials(url)?;
         for (what, v) in [
             ("--nats-stream", &self.nats_stream),
             ("--nats-consumer", &self.nats_consumer),
@@ -158,6 +189,8 @@ impl NatsArgs {
         }
         Ok(Some(ingest::nats::NatsIngest {
             url: url.clone(),
+            creds,
+            max_future: std::time::Duration::from_secs_f64(max_future_s.clamp(0.0, 1e9)),
             stream: self.nats_stream.clone(),
             prefix: self.nats_subject.clone(),
             shards: self.nats_shards.clone(),
@@ -196,7 +229,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     if let Some((key, why)) = am.invalid() {
         anyhow::bail!("{key}: {why}");
     }
-    let nats = a.nats.ingest()?;
+    let nats = a.nats.ingest(cfg.limits.max_future_s)?;
     let mut engine = Engine::new(&cfg, topology(a.topology.as_deref())?);
     engine.set_cluster(&cluster(a.cluster.as_ref().or(file.cluster.as_ref()))?);
     if cfg.limits.max_future_s > 0.0 {
@@ -296,7 +329,8 @@ async fn take_shard(
         return Ok(None);
     };
     let lease = std::time::Duration::from_secs_f64(lease_s);
-    let s = ingest::shard::ShardState::connect(&n.url, &n.consumer, lease, n.replicas).await?;
+    let s = ingest::shard::ShardState::connect((&n.url, &n.creds), &n.consumer, lease, n.replicas)
+        .await?;
     let rev = s.acquire().await?;
     let restored = ingest::shard::restore(engine, s.open_incidents().await?);
     let baselines = s.baselines().await?;
@@ -342,6 +376,7 @@ async fn start_nats(
     // The fleet view (`faultline-correlator fleet`) reads these.
     ingest::fleet::publish_updates(
         n.url.clone(),
+        n.creds.clone(),
         n.consumer.clone(),
         n.replicas,
         utx.subscribe(),

@@ -8,6 +8,12 @@
 //! incident here ([`super::join`]); after a restart the view rebuilds which
 //! shard incidents it had joined by reading the stream again up to where
 //! its durable consumer had acknowledged, so it keeps the joined ids.
+//!
+//! With the credentials of `faultline-correlator nats-auth`, only shard
+//! `<consumer>`'s correlator may publish under `faultline.incidents.<consumer>`,
+//! and an update naming another shard's open incident by its id is
+//! dropped here (`faultline_fleet_refused_total`): a shard updates and
+//! resolves only its own incidents.
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -19,7 +25,7 @@ use proto::v1::CandidateUpdate;
 use tokio::sync::broadcast;
 use tokio_stream::StreamExt as _;
 
-use super::join::Joins;
+use super::{join::Joins, nats::Credentials};
 
 /// The incidents stream's configuration (whichever side creates it).
 fn stream_config(replicas: usize) -> jetstream::stream::Config {
@@ -33,8 +39,8 @@ fn stream_config(replicas: usize) -> jetstream::stream::Config {
     }
 }
 
-async fn connect(url: &str, name: &str) -> Option<jetstream::Context> {
-    match super::nats::connect(url, name).await {
+async fn connect(url: &str, creds: &Credentials, name: &str) -> Option<jetstream::Context> {
+    match super::nats::connect(url, creds, name).await {
         Ok(js) => Some(js),
         Err(e) => {
             tracing::warn!(url, error = %e, "NATS unreachable");
@@ -48,6 +54,7 @@ async fn connect(url: &str, name: &str) -> Option<jetstream::Context> {
 /// `faultline_nats_incident_updates_lost_total` and logged.
 pub fn publish_updates(
     url: String,
+    creds: Credentials,
     consumer: String,
     replicas: usize,
     mut updates: broadcast::Receiver<CandidateUpdate>,
@@ -65,7 +72,7 @@ pub fn publish_updates(
                 Err(broadcast::error::RecvError::Closed) => return,
             };
             if js.is_none() {
-                js = connect(&url, "faultline-correlator-incidents").await;
+                js = connect(&url, &creds, "faultline-correlator-incidents").await;
                 if let Some(j) = &js {
                     if let Err(e) = j.get_or_create_stream(stream_config(replicas)).await {
                         tracing::warn!(error = %e, "incidents stream");
@@ -96,6 +103,7 @@ pub fn publish_updates(
 /// process ends.
 pub fn consume(
     url: String,
+    creds: Credentials,
     durable: String,
     replicas: usize,
     open: Arc<Mutex<Vec<CandidateUpdate>>>,
@@ -107,6 +115,7 @@ pub fn consume(
         loop {
             let mut s = Session {
                 url: &url,
+                creds: &creds,
                 durable: &durable,
                 replicas,
                 joins: &mut joins,
@@ -134,6 +143,7 @@ const MAX_JOINED: usize = 1 << 20;
 /// One connection's consuming, with the joins kept across reconnects.
 struct Session<'a> {
     url: &'a str,
+    creds: &'a Credentials,
     durable: &'a str,
     replicas: usize,
     joins: &'a mut Joins,
@@ -148,7 +158,7 @@ impl Session<'_> {
         updates: &broadcast::Sender<CandidateUpdate>,
     ) -> Result<(), String> {
         let (url, durable) = (self.url, self.durable);
-        let js = connect(url, "faultline-fleet")
+        let js = connect(url, self.creds, "faultline-fleet")
             .await
             .ok_or("NATS unreachable")?;
         let mut stream = js
@@ -186,6 +196,11 @@ impl Session<'_> {
         while let Some(m) = msgs.next().await {
             let m = m.map_err(|e| e.to_string())?;
             match CandidateUpdate::decode(m.payload.clone()) {
+                Ok(u) if self.joins.owned_elsewhere(source_of(&m.subject), &u) => {
+                    metrics::counter!("faultline_fleet_refused_total", "reason" => "not_owner")
+                        .increment(1);
+                    tracing::warn!(subject = %m.subject, incident = %u.incident_id, state = %u.state, "fleet: an update for another shard's incident; dropped");
+                }
                 Ok(u) => {
                     let (joined, unjoined) = (self.joins.joined, self.joins.unjoined);
                     let u = self.joins.apply(source_of(&m.subject), u);
@@ -252,8 +267,11 @@ async fn rebuild(
             break;
         }
         if let Ok(u) = CandidateUpdate::decode(m.payload.clone()) {
-            joins.apply(source_of(&m.subject), u);
-            n += 1;
+            let src = source_of(&m.subject);
+            if !joins.owned_elsewhere(src, &u) {
+                joins.apply(src, u);
+                n += 1;
+            }
         }
         if seq == floor || pending == 0 {
             break;

@@ -46,6 +46,8 @@ struct Joined {
 pub struct Joins {
     open: HashMap<Key, Joined>,
     member_of: HashMap<Member, Key>,
+    /// The source whose incident each open joined id is.
+    owner: HashMap<String, String>,
     cap: usize,
     /// Members not joined at the cap.
     pub unjoined: u64,
@@ -58,6 +60,7 @@ impl Joins {
         Self {
             open: HashMap::new(),
             member_of: HashMap::new(),
+            owner: HashMap::new(),
             cap: cap.max(1),
             unjoined: 0,
             joined: 0,
@@ -71,6 +74,16 @@ impl Joins {
 
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+
+    /// Whether `u` from `source` names an open incident of another shard
+    /// it is no member of: a shard may update and resolve only its own
+    /// incidents (ids are hashes, so two shards' differ), never resolve or
+    /// rewrite another's by its id. The caller drops such an update.
+    pub fn owned_elsewhere(&self, source: &str, u: &CandidateUpdate) -> bool {
+        let m: Member = (source.to_string(), u.incident_id.clone());
+        !self.member_of.contains_key(&m)
+            && self.owner.get(&u.incident_id).is_some_and(|o| o != source)
     }
 
     /// One shard's update in (`source`: the shard, as its incident subject
@@ -91,10 +104,14 @@ impl Joins {
                 k
             }
         };
-        let j = self.open.entry(k.clone()).or_insert_with(|| Joined {
-            id: u.incident_id.clone(),
-            first: m.clone(),
-            members: BTreeMap::new(),
+        let owner = &mut self.owner;
+        let j = self.open.entry(k.clone()).or_insert_with(|| {
+            owner.insert(u.incident_id.clone(), m.0.clone());
+            Joined {
+                id: u.incident_id.clone(),
+                first: m.clone(),
+                members: BTreeMap::new(),
+            }
         });
         let first = j.members.is_empty();
         if !first && !j.members.contains_key(&m) {
@@ -109,6 +126,7 @@ impl Joins {
         if j.members.is_empty() {
             let id = j.id.clone();
             self.open.remove(&k);
+            self.owner.remove(&id);
             return CandidateUpdate {
                 incident_id: id,
                 ..u

@@ -6,7 +6,13 @@
 //! was a duplicate, or refused for good), so a correlator that dies
 //! mid-window leaves it to be redelivered to whoever consumes the shard
 //! next. The stream is created with the collectors' settings when absent.
-use std::time::Duration;
+//!
+//! A window's subject is `<prefix>.<shard>.<host token>`: one whose origin
+//! is not the subject's host is refused (`publisher_mismatch`), so with the
+//! per-host NATS credentials of `faultline-correlator nats-auth` (a host
+//! may publish only under its own token) a window is bound to its
+//! publisher as a gRPC window is to its certificate.
+use std::{path::PathBuf, time::Duration};
 
 use async_nats::jetstream::{self, consumer, AckKind};
 use prost::Message as _;
@@ -16,11 +22,84 @@ use tokio_stream::StreamExt as _;
 
 use super::IngestState;
 
+/// How the correlator authenticates to NATS: TLS with `ca`, the nkey of
+/// `nkey_file` (docs/scale-out.md, trust); none = plaintext, anonymous.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub ca: Option<PathBuf>,
+    pub nkey_file: Option<PathBuf>,
+}
+
+impl Credentials {
+    /// Checks `url` (`nats://HOST:PORT`) against the credentials: an nkey
+    /// only over TLS (`ca`), and no user or password in the URL beside it.
+    /// `flag` names the URL's option in the message.
+    pub fn check(&self, flag: &str, url: &str) -> Result<(), String> {
+        let Some(authority) = url.strip_prefix("nats://") else {
+            return Err(format!("{flag} {url:?}: must be a nats:// URL"));
+        };
+        if let Some(f) = &self.nkey_file {
+            if self.ca.is_none() {
+                return Err(format!(
+                    "--nats-nkey-file {}: needs --nats-ca (nkey credentials only over TLS to the NATS servers; docs/scale-out.md)",
+                    f.display()
+                ));
+            }
+            if authority
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .contains('@')
+            {
+                return Err(format!(
+                    "{flag}: a user or password in the URL beside --nats-nkey-file; use one credential (the nkey)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Largest nkey seed file read (a seed is 58 characters).
+const MAX_SEED_BYTES: u64 = 4096;
+
+/// Why a NATS connection was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("nkey seed {path}: {detail}")]
+    Seed { path: String, detail: String },
+    #[error(transparent)]
+    Nats(#[from] async_nats::ConnectError),
+}
+
+/// The nkey seed in `path` (its first non-empty, non-`#` line) and its
+/// public key.
+pub fn read_seed(path: &std::path::Path) -> Result<(String, String), ConnectError> {
+    let err = |detail: String| ConnectError::Seed {
+        path: path.display().to_string(),
+        detail,
+    };
+    let text = proto::bounded_read::read_to_string(path, MAX_SEED_BYTES)
+        .map_err(|e| err(e.to_string()))?;
+    let seed = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .ok_or_else(|| err("empty".into()))?;
+    let kp = nkeys::KeyPair::from_seed(seed).map_err(|e| {
+        err(format!(
+            "not a user seed ({e}); generate it with `faultline-correlator nats-auth`"
+        ))
+    })?;
+    Ok((seed.to_string(), kp.public_key()))
+}
+
 /// What to consume.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NatsIngest {
     /// `nats://HOST:4222`.
     pub url: String,
+    pub creds: Credentials,
     pub stream: String,
     /// The subject prefix the collectors publish under.
     pub prefix: String,
@@ -40,7 +119,15 @@ pub struct NatsIngest {
     /// dead holder's in-flight windows come back this long after it
     /// stopped, ahead of newer ones.
     pub ack_wait: Duration,
+    /// `[detect.limits] max_future_s` (zero: no clock check): a window
+    /// refused as from the future by less than [`MAX_NAK_DELAY`] more is
+    /// given back to be redelivered once it is due, not dropped.
+    pub max_future: Duration,
 }
+
+/// The longest a window refused as from the future is held in the stream
+/// for redelivery; one further ahead is refused for good.
+pub const MAX_NAK_DELAY: Duration = Duration::from_secs(60);
 
 impl NatsIngest {
     /// The consumer's subject filters.
@@ -50,30 +137,78 @@ impl NatsIngest {
         } else {
             self.shards
                 .iter()
-                .map(|s| vocab::nats::subject(&self.prefix, s))
+                .map(|s| vocab::nats::shard_subjects(&self.prefix, s))
                 .collect()
         }
     }
 }
 
-/// A JetStream context on `url` (2 s to connect), named `name` in the
-/// server's connection list; every NATS connection of the correlator.
+/// A JetStream context on `url` (2 s to connect) with `creds`, named
+/// `name` in the server's connection list; every NATS connection of the
+/// correlator. With an nkey, replies come under the inbox prefix its
+/// permissions allow ([`vocab::nats::inbox_prefix`]).
 pub async fn connect(
     url: &str,
+    creds: &Credentials,
     name: &str,
-) -> Result<jetstream::Context, async_nats::ConnectError> {
-    let client = async_nats::ConnectOptions::new()
+) -> Result<jetstream::Context, ConnectError> {
+    let mut o = async_nats::ConnectOptions::new()
         .name(name)
         .connection_timeout(Duration::from_secs(2))
-        .connect(url)
-        .await?;
-    Ok(jetstream::new(client))
+        .event_callback(|e| async move {
+            if let async_nats::Event::ServerError(e) = e {
+                // Permission violations among them (docs/scale-out.md).
+                tracing::warn!(error = %e, "NATS server error");
+            }
+        });
+    if let Some(ca) = &creds.ca {
+        o = o.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let Some(f) = &creds.nkey_file {
+        let (seed, public) = read_seed(f)?;
+        o = o
+            .nkey(seed)
+            .custom_inbox_prefix(vocab::nats::inbox_prefix(&public));
+    }
+    Ok(jetstream::new(o.connect(url).await?))
+}
+
+/// Whether `w`, delivered on `subject`, comes from the host the subject
+/// names (`<prefix>.<shard>.<host token>`); the old two-token subjects
+/// name none and are refused.
+pub fn publisher_matches(prefix: &str, subject: &str, w: &Window) -> bool {
+    let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
+    vocab::nats::parse_subject(prefix, subject)
+        .is_some_and(|(_, token)| token == vocab::nats::host_token(host))
+}
+
+/// How a refused window is answered: a window from the future that will be
+/// due within [`MAX_NAK_DELAY`] is given back for redelivery once due (not
+/// final: the correlator's clock catches up); any other refusal is final.
+pub fn refusal_ack(status: &tonic::Status, w: &Window, max_future: Duration) -> AckKind {
+    let permanent = proto::v1::Refusal::of(status).is_some_and(|r| r.permanent);
+    if permanent || status.code() != tonic::Code::OutOfRange || max_future.is_zero() {
+        return AckKind::Term;
+    }
+    let ahead_ms = w.end_unix_ms.saturating_sub(vocab::time::now_unix_ms());
+    let due_ms = ahead_ms.saturating_sub(max_future.as_millis() as i64);
+    if due_ms < 0 {
+        // Not a window from the future (`seq_jump` is out of range too).
+        return AckKind::Term;
+    }
+    let wait = Duration::from_millis(due_ms as u64) + Duration::from_secs(1);
+    if wait > MAX_NAK_DELAY {
+        AckKind::Term
+    } else {
+        metrics::counter!("faultline_nats_redelivery_delayed_total").increment(1);
+        AckKind::Nak(Some(wait))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
     #[error("connecting: {0}")]
-    Connect(#[from] async_nats::ConnectError),
+    Connect(#[from] ConnectError),
     #[error("stream: {0}")]
     Stream(String),
     #[error("consumer: {0}")]
@@ -113,7 +248,7 @@ async fn session(
     engine: &mpsc::Sender<Window>,
     first: bool,
 ) -> Result<(), SessionError> {
-    let js = connect(&cfg.url, "faultline-correlator").await?;
+    let js = connect(&cfg.url, &cfg.creds, "faultline-correlator").await?;
     let stream = js
         .get_or_create_stream(jetstream::stream::Config {
             name: cfg.stream.clone(),
@@ -140,7 +275,7 @@ async fn session(
             &cfg.consumer,
             consumer::pull::Config {
                 durable_name: Some(cfg.consumer.clone()),
-                filter_subject,
+                filter_subject: filter_subject.clone(),
                 filter_subjects,
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: cfg.ack_wait,
@@ -152,6 +287,13 @@ async fn session(
         )
         .await
         .map_err(|e| SessionError::Consumer(e.to_string()))?;
+    let had = consumer.cached_info().config.filter_subject.clone();
+    if had != filter_subject && !had.is_empty() {
+        return Err(SessionError::Consumer(format!(
+            "the durable consumer {} filters {had:?}, not {filter_subject:?} (the subject grammar before <prefix>.<shard>.<host>?): remove it (nats consumer rm {} {}) and restart",
+            cfg.consumer, cfg.stream, cfg.consumer
+        )));
+    }
     if first {
         // A previous holder of this consumer (killed, or this process
         // before a restart) may have had windows in flight. JetStream gives
@@ -170,6 +312,13 @@ async fn session(
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| SessionError::Consumer(e.to_string()))?;
         let kind = match Window::decode(m.payload.clone()) {
+            Ok(w) if !publisher_matches(&cfg.prefix, &m.subject, &w) => {
+                metrics::counter!("faultline_ingest_rejected_total", "reason" => "publisher_mismatch")
+                    .increment(1);
+                let origin = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
+                tracing::warn!(subject = %m.subject, origin, "NATS window's origin is not the host its subject names (or an old <prefix>.<shard> subject); refused");
+                AckKind::Term
+            }
             Ok(mut w) => {
                 crate::finite::drop_non_finite(&mut w);
                 match state.admit_stream(&w) {
@@ -178,8 +327,8 @@ async fn session(
                         AckKind::Ack
                     }
                     Ok(false) => AckKind::Ack,
-                    // Refused for good (counted by reason): never redelivered.
-                    Err(_) => AckKind::Term,
+                    // Counted by reason; final but for a window due soon.
+                    Err(status) => refusal_ack(&status, &w, cfg.max_future),
                 }
             }
             Err(e) => {

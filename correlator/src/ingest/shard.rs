@@ -112,12 +112,12 @@ pub(super) async fn bucket(
 
 impl ShardState {
     pub async fn connect(
-        url: &str,
+        (url, creds): (&str, &super::nats::Credentials),
         consumer: &str,
         lease: Duration,
         replicas: usize,
     ) -> Result<Self, ShardError> {
-        let js = super::nats::connect(url, "faultline-correlator-state")
+        let js = super::nats::connect(url, creds, "faultline-correlator-state")
             .await
             .map_err(|e| ShardError::Nats {
                 url: url.into(),
