@@ -219,6 +219,32 @@ impl Peer {
         }
     }
 
+    /// The authenticated identity, for the per-identity connection and
+    /// stream caps (`[detect.limits]`, [`crate::conn`]): a client
+    /// certificate's subject and DNS names (the whole certificate when it has
+    /// neither), a token's host. `None` for [`Peer::Anyone`]: without
+    /// authentication there are no identities, only addresses.
+    pub fn identity(&self) -> Option<u64> {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match self {
+            Peer::Anyone => return None,
+            Peer::Token(host) => ("token", host).hash(&mut h),
+            Peer::Cert(der) => match webpki::EndEntityCert::try_from(der.as_ref()) {
+                Ok(c) => {
+                    let names: Vec<&str> = c.valid_dns_names().collect();
+                    if c.subject().is_empty() && names.is_empty() {
+                        ("cert-der", der.as_ref().as_ref()).hash(&mut h);
+                    } else {
+                        ("cert", c.subject(), names).hash(&mut h);
+                    }
+                }
+                Err(_) => ("cert-der", der.as_ref().as_ref()).hash(&mut h),
+            },
+        }
+        Some(h.finish())
+    }
+
     /// For logs.
     pub fn describe(&self) -> String {
         match self {

@@ -57,6 +57,19 @@ pub struct LimitsConfig {
     pub max_connections_per_peer: usize,
     /// Concurrent gRPC streams per connection (HTTP/2 SETTINGS).
     pub max_streams_per_connection: u32,
+    /// Client connections per authenticated identity (a client
+    /// certificate's subject and names, or a token's host), whatever
+    /// addresses they come from; at the cap the identity's longest-idle
+    /// connection is displaced, else its request is refused.
+    pub max_connections_per_identity: usize,
+    /// Concurrent gRPC calls (streams) per authenticated identity.
+    pub max_streams_per_identity: usize,
+    /// Concurrent `Candidates` calls (subscriptions, open-incident reads)
+    /// in total: below `max_connections`, so that subscribers can never
+    /// hold every slot and collectors always get through.
+    pub max_subscriber_streams: usize,
+    /// Concurrent `Candidates` calls per authenticated identity.
+    pub max_subscriber_streams_per_identity: usize,
     /// Seconds a new connection has to send its first 24 bytes (HTTP/2
     /// preface or TLS ClientHello).
     pub handshake_timeout_s: f64,
@@ -87,6 +100,10 @@ impl Default for LimitsConfig {
             max_connections: 1000,
             max_connections_per_peer: 256,
             max_streams_per_connection: 64,
+            max_connections_per_identity: 64,
+            max_streams_per_identity: 64,
+            max_subscriber_streams: 256,
+            max_subscriber_streams_per_identity: 16,
             handshake_timeout_s: 5.0,
             idle_connection_timeout_s: 20.0,
         }
@@ -130,10 +147,30 @@ impl LimitsConfig {
                 "limits.max_connections_per_peer",
                 self.max_connections_per_peer,
             ),
+            (
+                "limits.max_connections_per_identity",
+                self.max_connections_per_identity,
+            ),
+            (
+                "limits.max_streams_per_identity",
+                self.max_streams_per_identity,
+            ),
+            ("limits.max_subscriber_streams", self.max_subscriber_streams),
+            (
+                "limits.max_subscriber_streams_per_identity",
+                self.max_subscriber_streams_per_identity,
+            ),
         ] {
             if !proto::listen::valid_count(v) {
                 return Err(InvalidSetting::new(key, v, "must be within 1..=1048576"));
             }
+        }
+        if self.max_subscriber_streams >= self.max_connections {
+            return Err(InvalidSetting::new(
+                "limits.max_subscriber_streams",
+                self.max_subscriber_streams,
+                "must be below limits.max_connections: the rest is the collectors' share",
+            ));
         }
         self.counts()
             .into_iter()

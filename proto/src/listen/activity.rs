@@ -73,7 +73,7 @@ where
 /// `body`, holding `guard` until it is dropped (the response ended). The
 /// body's size hint is kept, so a response of known length still carries
 /// `Content-Length` (not chunked encoding).
-pub(super) fn hold<B, G>(body: B, guard: G) -> Hold<B, G>
+pub fn hold<B, G>(body: B, guard: G) -> Hold<B, G>
 where
     B: http_body::Body + Send + 'static,
     G: Send + 'static,
@@ -85,7 +85,7 @@ where
 }
 
 /// See [`hold`].
-pub(super) struct Hold<B, G> {
+pub struct Hold<B, G> {
     body: Pin<Box<B>>,
     _guard: G,
 }

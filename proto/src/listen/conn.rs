@@ -87,6 +87,12 @@ impl Conn {
         self.slot.peer
     }
 
+    /// The local address the client connected to (the listener's own
+    /// address; for a wildcard listener, the interface's).
+    pub fn local(&self) -> Option<SocketAddr> {
+        self.io.local_addr().ok()
+    }
+
     fn fail(&self, reason: &'static str) -> io::Error {
         let mut st = lock(&self.listener.0.state);
         self.listener.close(&mut st, &self.slot, reason);
@@ -113,13 +119,14 @@ impl Conn {
         if late {
             return Err(self.fail("handshake_timeout"));
         }
-        if self.slot.active.load(Ordering::Acquire) == 0 {
+        if self.slot.active.load(Ordering::Acquire) == 0 && !self.slot.yields() {
             let deadline = *lock(&self.slot.idle_since) + self.listener.0.limits.idle_timeout;
             if self.idle.deadline() != deadline {
                 self.idle.as_mut().reset(deadline);
             }
             if self.idle.as_mut().poll(cx).is_ready()
                 && self.slot.active.load(Ordering::Acquire) == 0
+                && !self.slot.yields()
             {
                 return Err(self.fail("idle"));
             }

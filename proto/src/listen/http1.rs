@@ -8,12 +8,31 @@ use super::{
     activity::hold,
     config::HttpTimeouts,
     conn::spawn_trimmer,
-    table::{closed_metric, Busy, Listener},
+    table::{closed_metric, Busy, Listener, Yielding, Yields},
 };
+
+/// The addresses of the connection a request came on, in the request's
+/// extensions (HTTP/1 servers of [`serve_http1`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addrs {
+    /// The client's address.
+    pub peer: std::net::SocketAddr,
+    /// The address it connected to (`None` if the socket could not say).
+    pub local: Option<std::net::SocketAddr>,
+}
+
+/// Which guard a response holds: a request in progress, or a yielding
+/// long-lived response ([`Yields`]).
+enum Guard {
+    Busy(#[allow(dead_code)] Busy),
+    Yielding(#[allow(dead_code)] Yielding),
+}
 
 /// Serves `handler` over HTTP/1 on `listener` within `limits` and
 /// `timeouts.header` until `shutdown` completes (open connections finish on
-/// their own). A request marks its connection busy until its response ends.
+/// their own). A request marks its connection busy until its response ends
+/// (a response marked [`Yields`]: until its head is out). Each request
+/// carries its connection's [`Addrs`] in its extensions.
 pub async fn serve_http1<H, Fut, B>(
     listener: TcpListener,
     limits: Listener,
@@ -39,11 +58,27 @@ pub async fn serve_http1<H, Fut, B>(
         let handler = handler.clone();
         tokio::spawn(async move {
             let peer = conn.peer();
+            let addrs = Addrs {
+                peer,
+                local: conn.local(),
+            };
             let slot = conn.slot.clone();
-            let svc = hyper::service::service_fn(move |req| {
+            let svc = hyper::service::service_fn(move |mut req: http::Request<_>| {
+                req.extensions_mut().insert(addrs);
                 let busy = Busy::new(slot.clone());
+                let slot = slot.clone();
                 let fut = handler(req);
-                async move { Ok::<_, Infallible>(fut.await.map(|b| hold(b, busy))) }
+                async move {
+                    let resp = fut.await;
+                    let guard = if resp.extensions().get::<Yields>().is_some() {
+                        let y = Yielding::new(slot);
+                        drop(busy);
+                        Guard::Yielding(y)
+                    } else {
+                        Guard::Busy(busy)
+                    };
+                    Ok::<_, Infallible>(resp.map(|b| hold(b, guard)))
+                }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

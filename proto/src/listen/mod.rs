@@ -15,7 +15,14 @@
 //! `faultline_connections_refused_total{listener,reason}` (`total`,
 //! `per_peer`) and `faultline_connections_closed_total{listener,reason}`
 //! (`handshake_timeout`, `idle`, `evicted`, `write_timeout`,
-//! `header_timeout`, `body_timeout`).
+//! `header_timeout`, `body_timeout`, and `evicted_stream`: a connection
+//! holding a long-lived [`Yields`] response, such as server-sent events,
+//! displaced at a limit; such connections are never idle-closed, never
+//! count as busy, and go longest-running first).
+//!
+//! A gRPC server may also tie each connection to the authenticated identity
+//! of its first request ([`Listener::own`]), capping connections per
+//! identity as well as per address.
 //!
 //! [`incoming`] feeds a tonic server (with [`ActivityLayer`] inside its
 //! authentication layer, so that only authenticated streams count as
@@ -27,11 +34,11 @@ mod conn;
 mod http1;
 mod table;
 
-pub use activity::{Activity, ActivityLayer};
+pub use activity::{hold, Activity, ActivityLayer, Hold};
 pub use config::{
     seconds, valid_count, valid_timeout, HttpLimitsConfig, HttpTimeouts, Limits, MAX_CONNECTIONS,
     MAX_TIMEOUT_S,
 };
 pub use conn::{incoming, Conn};
-pub use http1::{read_body, serve_http1, BodyError};
-pub use table::{Busy, Listener, EVICT_AFTER};
+pub use http1::{read_body, serve_http1, Addrs, BodyError};
+pub use table::{Busy, Listener, Yields, EVICT_AFTER};

@@ -24,6 +24,12 @@ pub(super) struct Slot {
     pub(super) peer: SocketAddr,
     /// Requests or streams in progress.
     pub(super) active: AtomicUsize,
+    /// Long-lived responses in progress that yield their slot to others
+    /// (server-sent events, [`Yields`]): they keep the connection from the
+    /// idle timeout but not from being displaced.
+    pub(super) yielding: AtomicUsize,
+    /// The authenticated identity first seen on it ([`Listener::own`]).
+    pub(super) owner: Mutex<Option<u64>>,
     /// When `active` last dropped to 0 (or the connection was accepted).
     pub(super) idle_since: Mutex<Instant>,
     /// Why the listener closed it (set once).
@@ -49,12 +55,18 @@ impl Slot {
         (self.active.load(Ordering::Acquire) == 0)
             .then(|| now.saturating_duration_since(*lock(&self.idle_since)))
     }
+
+    /// Whether only yielding responses (or nothing) are in progress.
+    pub(super) fn yields(&self) -> bool {
+        self.yielding.load(Ordering::Acquire) > 0
+    }
 }
 
 #[derive(Default)]
 pub(super) struct State {
     total: usize,
     per_peer: HashMap<IpAddr, usize>,
+    per_owner: HashMap<u64, usize>,
     conns: HashMap<SocketAddr, Arc<Slot>>,
     warned: bool,
 }
@@ -128,6 +140,8 @@ impl Listener {
         let slot = Arc::new(Slot {
             peer,
             active: AtomicUsize::new(0),
+            yielding: AtomicUsize::new(0),
+            owner: Mutex::new(None),
             idle_since: Mutex::new(now),
             closed: Mutex::new(None),
             released: AtomicBool::new(false),
@@ -142,19 +156,73 @@ impl Listener {
     /// Closes the connection idle longest (of `ip`, or of anyone), if one
     /// has been idle [`EVICT_AFTER`]; whether one was.
     fn evict(&self, st: &mut State, now: Instant, ip: Option<IpAddr>) -> bool {
+        self.evict_where(st, now, |s| ip.is_none_or(|ip| s.peer.ip() == ip))
+    }
+
+    /// Closes the connection idle longest among those `which` picks: idle
+    /// for [`EVICT_AFTER`] (younger ones have not sent their request yet),
+    /// or holding only yielding responses (their request is in, so any
+    /// age); whether one was.
+    fn evict_where(&self, st: &mut State, now: Instant, which: impl Fn(&Slot) -> bool) -> bool {
         let min = EVICT_AFTER.min(self.0.limits.idle_timeout);
         let victim = st
             .conns
             .values()
-            .filter(|s| ip.is_none_or(|ip| s.peer.ip() == ip))
-            .filter_map(|s| s.idle_for(now).filter(|d| *d >= min).map(|d| (d, s)))
+            .filter(|s| which(s))
+            .filter_map(|s| {
+                s.idle_for(now)
+                    .filter(|d| *d >= min || s.yields())
+                    .map(|d| (d, s))
+            })
             .max_by_key(|(d, _)| *d)
             .map(|(_, s)| s.clone());
         let Some(v) = victim else {
             return false;
         };
-        self.close(st, &v, "evicted");
+        let reason = if v.yields() {
+            "evicted_stream"
+        } else {
+            "evicted"
+        };
+        self.close(st, &v, reason);
         true
+    }
+
+    /// Ties the connection from `peer` to the authenticated identity
+    /// `owner` (its first one; later calls for it are free): at most `max`
+    /// connections per identity. At the cap the identity's longest-idle
+    /// other connection is displaced (the same rule as per address), else
+    /// `Err("per_identity")` — the caller refuses the request, and the
+    /// connection, idle, goes the way of idle ones. `Ok` for a connection
+    /// this listener does not know.
+    pub fn own(&self, peer: SocketAddr, owner: u64, max: usize) -> Result<(), &'static str> {
+        let now = Instant::now();
+        let mut st = lock(&self.0.state);
+        let Some(slot) = st.conns.get(&peer).cloned() else {
+            return Ok(());
+        };
+        if lock(&slot.owner).is_some() {
+            return Ok(());
+        }
+        if st.per_owner.get(&owner).copied().unwrap_or(0) >= max
+            && !self.evict_where(&mut st, now, |s| {
+                !std::ptr::eq(s, &*slot) && *lock(&s.owner) == Some(owner)
+            })
+        {
+            return Err("per_identity");
+        }
+        *lock(&slot.owner) = Some(owner);
+        *st.per_owner.entry(owner).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Connections tied to `owner` now.
+    pub fn owned_by(&self, owner: u64) -> usize {
+        lock(&self.0.state)
+            .per_owner
+            .get(&owner)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Marks `slot` closed for `reason` (counted), gives its counts back and
@@ -183,6 +251,14 @@ impl Listener {
             *n = n.saturating_sub(1);
             if *n == 0 {
                 st.per_peer.remove(&ip);
+            }
+        }
+        if let Some(o) = *lock(&slot.owner) {
+            if let Some(n) = st.per_owner.get_mut(&o) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    st.per_owner.remove(&o);
+                }
             }
         }
         if st
@@ -226,6 +302,34 @@ impl Listener {
                     tracing::debug!(listener = self.0.name, peer = %addr, reason, "connection refused");
                 }
             }
+        }
+    }
+}
+
+/// Marks a response (in its extensions) as long-lived and yielding:
+/// [`serve_http1`](super::serve_http1) then does not count it as activity
+/// once its head is out. Its connection is never closed as idle while it
+/// runs, but may be displaced at a limit (longest-running first,
+/// `faultline_connections_closed_total{reason="evicted_stream"}`), so that
+/// open event streams cannot lock other clients out.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Yields;
+
+/// A yielding response in progress (see [`Yields`]).
+pub(super) struct Yielding(Arc<Slot>);
+
+impl Yielding {
+    pub(super) fn new(slot: Arc<Slot>) -> Self {
+        slot.yielding.fetch_add(1, Ordering::AcqRel);
+        Self(slot)
+    }
+}
+
+impl Drop for Yielding {
+    fn drop(&mut self) {
+        if self.0.yielding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *lock(&self.0.idle_since) = Instant::now();
+            self.0.wake();
         }
     }
 }
@@ -300,5 +404,41 @@ mod tests {
         // A busy connection's guard ending starts its idle time anew.
         drop(_busy);
         assert_eq!(b.idle_for(Instant::now()), Some(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn yielding_streams_are_displaced_longest_running_first_at_any_age() {
+        let l = Listener::new("test", limits(2, 2, 10_000), 1);
+        let a = l.admit(addr([10, 0, 0, 1], 1)).expect("a");
+        let _ya = Yielding::new(a.clone());
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let b = l.admit(addr([10, 0, 0, 2], 1)).expect("b");
+        let _yb = Yielding::new(b.clone());
+        // Both streams are younger than EVICT_AFTER: still displaced, a first.
+        let _c = l.admit(addr([10, 0, 0, 3], 1)).expect("c displaces a");
+        assert_eq!(*lock(&a.closed), Some("evicted_stream"));
+        assert_eq!(*lock(&b.closed), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connections_per_identity_displace_the_identitys_own_idle_one() {
+        let l = Listener::new("test", limits(10, 10, 10_000), 1);
+        let a = l.admit(addr([10, 0, 0, 1], 1)).expect("a");
+        let b = l.admit(addr([10, 0, 0, 2], 1)).expect("b");
+        let c = l.admit(addr([10, 0, 0, 3], 1)).expect("c");
+        let other = l.admit(addr([10, 0, 0, 4], 1)).expect("other");
+        l.own(a.peer, 7, 2).expect("first of 7");
+        let _busy = l.busy(a.peer).expect("a busy");
+        l.own(b.peer, 7, 2).expect("second of 7");
+        l.own(other.peer, 8, 2).expect("another identity");
+        assert_eq!(l.owned_by(7), 2);
+        // b is idle but younger than EVICT_AFTER: c is refused.
+        assert_eq!(l.own(c.peer, 7, 2), Err("per_identity"));
+        tokio::time::advance(EVICT_AFTER).await;
+        l.own(c.peer, 7, 2).expect("c displaces b, never a (busy)");
+        assert_eq!(*lock(&b.closed), Some("evicted"));
+        assert_eq!(*lock(&a.closed), None);
+        assert_eq!(*lock(&other.closed), None);
+        assert_eq!(l.owned_by(7), 2);
     }
 }
