@@ -92,7 +92,7 @@ fn config_file_errors_are_one_line_with_exit_2() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
         stderr.starts_with(&format!(
-            "faultline-collector: config error: {} line 5: unknown field `libary`",
+            "faultline-collector: config error: {} line 5, column 1: unknown field `libary`",
             p.display()
         )),
         "{stderr}"

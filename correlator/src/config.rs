@@ -31,8 +31,15 @@ pub enum ConfigError {
     // (`{:#}`) does not repeat it.
     #[error("cannot read the config file {path}: {error}")]
     Read { path: String, error: std::io::Error },
-    #[error("config file {path}: {message}")]
-    Parse { path: String, message: String },
+    /// The parser's words with the values they quote hidden, never the
+    /// file's text (`proto::parse_error`); line 0: no position known.
+    #[error("config file {path} line {line}, column {column}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
     #[error("config file {path}: {key}: {why}")]
     Setting {
         path: String,
@@ -53,9 +60,18 @@ pub fn parse(text: &str, path: &str) -> Result<DetectConfig, ConfigError> {
 
 /// Parses and validates every table of a config file.
 pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
-    let f: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: path.to_string(),
-        message: e.to_string(),
+    // Not `e.to_string()`: toml's `Display` quotes the offending line, and
+    // a `--config` aimed at a secret (`/proc/self/environ`) would print it.
+    let f: FileConfig = toml::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map_or((0, 0), |s| proto::parse_error::position(text, s.start));
+        ConfigError::Parse {
+            path: path.to_string(),
+            line,
+            column,
+            message: without_text(e),
+        }
     })?;
     let invalid = |setting| ConfigError::Invalid {
         path: path.to_string(),
@@ -85,6 +101,13 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
         });
     }
     Ok(f)
+}
+
+/// The parser's message and the key it was at (`in \`detect.nccl.max_ranks\``),
+/// without the file's line that toml's `Display` quotes given the input.
+fn without_text(mut e: toml::de::Error) -> String {
+    e.set_input(None);
+    proto::parse_error::redact(&e.to_string())
 }
 
 /// Reads, parses and validates every table of a config file.

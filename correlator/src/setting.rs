@@ -8,7 +8,7 @@
 pub struct InvalidSetting {
     pub key: &'static str,
     pub value: String,
-    pub why: &'static str,
+    pub why: std::borrow::Cow<'static, str>,
 }
 
 impl InvalidSetting {
@@ -17,7 +17,7 @@ impl InvalidSetting {
         Self {
             key,
             value: value.to_string(),
-            why,
+            why: why.into(),
         }
     }
 }
@@ -51,4 +51,17 @@ pub fn at_least_one(key: &'static str, v: usize) -> Result<(), InvalidSetting> {
     } else {
         Ok(())
     }
+}
+
+/// A finite number in `[lo, hi]` (NaN and infinities refused); the error
+/// names the range.
+pub fn within(key: &'static str, v: f64, lo: f64, hi: f64) -> Result<(), InvalidSetting> {
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        return Ok(());
+    }
+    Err(InvalidSetting {
+        key,
+        value: v.to_string(),
+        why: format!("must be a number in [{lo}, {hi}]").into(),
+    })
 }

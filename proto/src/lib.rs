@@ -14,6 +14,7 @@ pub mod podresources {
 }
 
 pub mod bounded_read;
+pub mod parse_error;
 pub mod record;
 pub mod refusal;
 

@@ -8,10 +8,13 @@ use std::time::TryFromFloatSecsError;
 pub enum ConfigError {
     #[error("config error: cannot read {path}: {reason}")]
     Read { path: String, reason: String },
-    #[error("config error: {path} line {line}: {message}")]
+    /// The parser's words with the values they quote hidden, never the
+    /// file's text (`proto::parse_error`); line 0: no position known.
+    #[error("config error: {path} line {line}, column {column}: {message}")]
     Parse {
         path: String,
         line: usize,
+        column: usize,
         message: String,
     },
     #[error("config error: {key}: {message}")]

@@ -64,14 +64,17 @@ impl FileConfig {
 
     /// Parses TOML text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        // Never the file's text (toml's `Display` quotes the offending
+        // line: a `--config` aimed at `/proc/self/environ` would print it).
         let cfg: Self = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |s| {
-                text[..s.start.min(text.len())].matches('\n').count() + 1
-            });
+            let (line, column) = e
+                .span()
+                .map_or((0, 0), |s| proto::parse_error::position(text, s.start));
             ConfigError::Parse {
                 path: origin.to_string(),
                 line,
-                message: e.message().trim().replace('\n', " "),
+                column,
+                message: without_text(e),
             }
         })?;
         cfg.validate()?;
@@ -82,6 +85,13 @@ impl FileConfig {
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
+}
+
+/// The parser's message and the key it was at (`in \`detect.nccl.max_ranks\``),
+/// without the file's line that toml's `Display` quotes given the input.
+fn without_text(mut e: toml::de::Error) -> String {
+    e.set_input(None);
+    proto::parse_error::redact(&e.to_string())
 }
 
 #[cfg(test)]

@@ -33,6 +33,14 @@ impl FileConfig {
                 "must be in [1, 65536]",
             ));
         }
+        // A NaN budget compared false everywhere: never duty-cycled.
+        let b = self.cuda.launch_budget;
+        if !(b.is_finite() && (0.0..=1.0).contains(&b)) {
+            return Err(ConfigError::invalid(
+                "cuda.launch_budget",
+                "must be a share of CPU time in [0, 1] (0 = always exact)",
+            ));
+        }
         self.ib.filter()?;
         self.otlp.validate()?;
         self.validate_usage()?;

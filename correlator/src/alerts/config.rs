@@ -74,10 +74,16 @@ impl AlertmanagerConfig {
             ));
         }
         if !(self.resend_s >= 1.0 && self.resend_s <= 3600.0) {
-            return Some(("alertmanager.resend_s", "must be within 1..=3600"));
+            return Some((
+                "alertmanager.resend_s",
+                "must be a number of seconds in [1, 3600]",
+            ));
         }
         if !(self.timeout_s > 0.0 && self.timeout_s <= 60.0) {
-            return Some(("alertmanager.timeout_s", "must be within 0..=60"));
+            return Some((
+                "alertmanager.timeout_s",
+                "must be a number of seconds in (0, 60]",
+            ));
         }
         None
     }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub use super::gpu::GpuConfig;
 pub use crate::limits::LimitsConfig;
 pub use crate::setting::InvalidSetting;
-use crate::setting::{pos, prob};
+use crate::setting::{pos, prob, within};
 
 /// All detector settings.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -373,6 +373,12 @@ impl DetectConfig {
         self.nccl.validate()?;
         self.interference.validate()?;
         pos("incidents.quiet_s", self.incidents.quiet_s)?;
+        within(
+            "incidents.update_delta",
+            self.incidents.update_delta,
+            0.0,
+            1.0,
+        )?;
         self.limits.validate()
     }
 }
@@ -447,15 +453,19 @@ impl StorageConfig {
                 "must be at least 1",
             ));
         }
-        for (key, f) in [
-            ("storage.nvme", self.nvme),
-            ("storage.ssd", self.ssd),
-            ("storage.hdd", self.hdd),
-            ("storage.network", self.network),
-            ("storage.other", self.other),
+        for (p50, p99, f) in [
+            ("storage.nvme.p50_ms", "storage.nvme.p99_ms", self.nvme),
+            ("storage.ssd.p50_ms", "storage.ssd.p99_ms", self.ssd),
+            ("storage.hdd.p50_ms", "storage.hdd.p99_ms", self.hdd),
+            (
+                "storage.network.p50_ms",
+                "storage.network.p99_ms",
+                self.network,
+            ),
+            ("storage.other.p50_ms", "storage.other.p99_ms", self.other),
         ] {
-            pos(key, f.p50_ms)?;
-            pos(key, f.p99_ms)?;
+            pos(p50, f.p50_ms)?;
+            pos(p99, f.p99_ms)?;
         }
         Ok(())
     }
@@ -481,6 +491,11 @@ impl WorkloadConfig {
 
 impl NcclConfig {
     fn validate(&self) -> Result<(), InvalidSetting> {
+        // A NaN or negative interval count never hangs (every comparison
+        // false) or always does: both refused.
+        within("nccl.hang_intervals", self.hang_intervals, 1.0, 1e6)?;
+        pos("nccl.hang_min_s", self.hang_min_s)?;
+        pos("nccl.forget_s", self.forget_s)?;
         pos("nccl.straggler_lag_fraction", self.straggler_lag_fraction)?;
         pos("nccl.straggler_lag_min_s", self.straggler_lag_min_s)?;
         prob("nccl.stuck_share", self.stuck_share)?;
