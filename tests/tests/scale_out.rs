@@ -774,9 +774,10 @@ fn three_shards_by_leaf_give_one_correlators_incidents() {
                 let o = w.origin.clone().unwrap_or_default();
                 let id = vocab::nats::msg_id(&o.hostname, &o.instance, w.seq);
                 let shard = format!("THREE.three-{}", &leaf[leaf.len() - 1..]);
+                let host = vocab::nats::host_token(&o.hostname);
                 for (subject, key) in [
-                    (format!("one.{leaf}"), "ONE.one".to_string()),
-                    (format!("three.{leaf}"), shard),
+                    (format!("one.{leaf}.{host}"), "ONE.one".to_string()),
+                    (format!("three.{leaf}.{host}"), shard),
                 ] {
                     use prost::Message as _;
                     let m = async_nats::jetstream::message::PublishMessage::build()
