@@ -105,13 +105,16 @@ async fn publish(url: &str, prefix: &str, shards: usize, n: usize, windows: u64)
     for seq in 1..=windows {
         for node in 0..n {
             let w = window(node, seq);
+            let subject = collector::stream::nats::NatsTarget {
+                prefix: prefix.into(),
+                shard: format!("s{}", node % shards),
+                ..Default::default()
+            }
+            .subject(&w);
             let msg = PublishMessage::build()
                 .payload(w.encode_to_vec().into())
                 .message_id(format!("n{node}/bench/{seq}"));
-            acks.push_back(
-                js.send_publish(format!("{prefix}.s{}", node % shards), msg)
-                    .await?,
-            );
+            acks.push_back(js.send_publish(subject, msg).await?);
             if acks.len() >= 64 {
                 if let Some(a) = acks.pop_front() {
                     a.await?;

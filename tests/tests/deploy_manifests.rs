@@ -864,4 +864,98 @@ fn real_kustomize_builds_the_base_and_the_scale_out_overlay() {
         toml.contains("endpoint = \"nats://faultline-nats.faultline.svc:4222\""),
         "{toml}"
     );
+    overlay_authenticates_to_nats(&overlay, &toml);
+}
+
+/// The scale-out overlay's NATS credentials (docs/scale-out.md, trust):
+/// NATS with TLS and the generated `auth.conf`; each shard mounts its own
+/// seed only; each collector gets its node's seed through an init
+/// container into a memory-backed emptyDir, and its own container never
+/// mounts the Secret holding every node's seed.
+fn overlay_authenticates_to_nats(overlay: &[serde_json::Value], toml: &str) {
+    let nats = object(overlay, "StatefulSet", "faultline-nats");
+    let conf = object(overlay, "ConfigMap", "faultline-nats")["data"]["nats.conf"]
+        .as_str()
+        .expect("nats.conf");
+    assert!(
+        conf.contains("include auth.conf") && conf.contains("tls {"),
+        "{conf}"
+    );
+    assert!(!conf.contains("no_auth_user"), "{conf}");
+    let vols = nats["spec"]["template"]["spec"]["volumes"].to_string();
+    assert!(
+        vols.contains("faultline-nats-auth") && vols.contains("faultline-nats-tls"),
+        "{vols}"
+    );
+
+    for d in overlay.iter().filter(|d| d["kind"] == "Deployment") {
+        let shard = d["metadata"]["labels"]["faultline.io/shard"]
+            .as_str()
+            .expect("shard");
+        let spec = &d["spec"]["template"]["spec"];
+        let args = spec["containers"][0]["args"].to_string();
+        let seed = format!("correlator-{shard}.nk");
+        assert!(
+            args.contains(&format!("\"/var/run/faultline-nats/{seed}\""))
+                && args.contains("--nats-ca"),
+            "{args}"
+        );
+        let vols = spec["volumes"].to_string();
+        assert!(
+            vols.contains("faultline-nats-correlators") && vols.contains(&seed),
+            "{vols}"
+        );
+        assert_eq!(
+            vols.matches("correlator-h0").count(),
+            2,
+            "only its own seed: {vols}"
+        );
+    }
+
+    let ds = object(overlay, "DaemonSet", "faultline-collector");
+    let spec = &ds["spec"]["template"]["spec"];
+    let all_seeds = spec["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["secret"]["secretName"] == "faultline-nats-collectors")
+        .expect("the collectors' Secret");
+    let all_name = all_seeds["name"].as_str().expect("name");
+    let init = spec["initContainers"]
+        .as_array()
+        .expect("initContainers")
+        .iter()
+        .find(|c| c["name"] == "nats-seed")
+        .expect("the seed's init container");
+    assert!(init["volumeMounts"].to_string().contains(all_name));
+    assert!(init["command"].to_string().contains("$NODE_NAME.nk"));
+    let seed = spec["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "nats-seed")
+        .expect("the seed's emptyDir");
+    assert_eq!(seed["emptyDir"]["medium"], "Memory");
+    for c in spec["containers"].as_array().expect("containers") {
+        assert!(
+            !c["volumeMounts"]
+                .to_string()
+                .contains(&format!("\"{all_name}\"")),
+            "{} mounts every node's seed",
+            c["name"]
+        );
+    }
+    let collector = spec["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["name"] == "collector")
+        .expect("collector");
+    let mounts = collector["volumeMounts"].to_string();
+    assert!(mounts.contains("/var/run/faultline-nats/seed"), "{mounts}");
+    assert!(
+        toml.contains("nats_nkey_file = \"/var/run/faultline-nats/seed/host.nk\"")
+            && toml.contains("nats_ca = \"/var/run/faultline-nats/ca/ca.crt\""),
+        "{toml}"
+    );
 }
