@@ -284,6 +284,9 @@ fn nats_with_the_generated_auth_binds_windows_to_their_publishers() {
             "shard-h00",
             "--nats-lease-s",
             "1",
+            // Baselines written often: their bucket's keys under auth too.
+            "--nats-baselines-s",
+            "0.5",
             "--nats-ca",
             &ca.display().to_string(),
             "--nats-nkey-file",

@@ -253,3 +253,34 @@ impl FileConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod nats_tests {
+    use crate::config::FileConfig;
+
+    fn parse(stream: &str) -> Result<FileConfig, String> {
+        FileConfig::parse(&format!("[stream]\n{stream}"), "c.toml").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_nkey_needs_tls_to_nats_and_no_password_beside_it() {
+        let url = "endpoint = \"nats://n:4222\"\n";
+        let ca = "nats_ca = \"/ca.pem\"\n";
+        let nk = "nats_nkey_file = \"/h.nk\"\n";
+        assert!(parse(&format!("{url}{ca}{nk}")).is_ok());
+        let e = parse(&format!("{url}{nk}")).expect_err("no CA");
+        assert!(
+            e.contains("stream.nats_nkey_file") && e.contains("nats_ca"),
+            "{e}"
+        );
+        let e = parse(&format!("endpoint = \"nats://u:p@n:4222\"\n{ca}{nk}")).expect_err("two");
+        assert!(e.contains("stream.endpoint"), "{e}");
+        let e = parse(&format!(
+            "endpoint = \"https://c:50051\"\ntls_ca = \"/x\"\n{ca}"
+        ))
+        .expect_err("https");
+        assert!(e.contains("stream.nats_ca"), "{e}");
+        // TLS without an nkey: allowed (a server authenticating otherwise).
+        assert!(parse(&format!("{url}{ca}")).is_ok());
+    }
+}
