@@ -23,6 +23,11 @@ pub struct HistoryConfig {
     /// messages (one per window or incident update); a full queue drops and
     /// counts (`faultline_history_dropped_total`).
     pub queue: usize,
+    /// Bytes reserved at start for the incident journal
+    /// (`<path>-incidents`): every incident update is written there before
+    /// it is sent out, so a full disk followed by a crash loses none that
+    /// fit (docs/history.md, "Two faults at once").
+    pub journal_bytes: u64,
 }
 
 impl Default for HistoryConfig {
@@ -34,6 +39,7 @@ impl Default for HistoryConfig {
             hour_retention_s: 365 * 86_400,
             max_bytes: 1 << 30,
             queue: 65_536,
+            journal_bytes: 8 << 20,
         }
     }
 }
@@ -65,6 +71,12 @@ impl HistoryConfig {
         // Bounded memory, and tokio's channel panics past usize::MAX >> 3.
         if !(1..=MAX_QUEUE).contains(&self.queue) {
             return Some(("history.queue", "must be within 1..=16777216"));
+        }
+        if !(super::journal::MIN_BYTES..=super::journal::MAX_BYTES).contains(&self.journal_bytes) {
+            return Some((
+                "history.journal_bytes",
+                "must be within 65536..=268435456 (64 KiB to 256 MiB)",
+            ));
         }
         None
     }

@@ -14,7 +14,7 @@ use std::{
 use proto::v1::CandidateUpdate;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{samples::Sample, writer::Writer, Store};
+use super::{journal::Journal, samples::Sample, writer::Writer, Store};
 
 /// Messages handled per transaction at most.
 const BATCH: usize = 4096;
@@ -25,7 +25,8 @@ const MAINTAIN_EVERY: Duration = Duration::from_secs(5);
 const IDLE: Duration = Duration::from_secs(1);
 
 enum Msg {
-    Update(CandidateUpdate),
+    /// An incident update and its journal seq (0: no journal).
+    Update(u64, CandidateUpdate),
     Samples(Vec<Sample>),
     /// A window's usage rows and its end (unix ms).
     Usage(i64, Vec<proto::v1::JobUsage>),
@@ -54,6 +55,11 @@ pub struct RecorderStats {
     pub reopened: AtomicU64,
     /// Rows removed by retention and the disk budget.
     pub retained_rows: AtomicU64,
+    /// Incident updates not written into the incident journal (no room
+    /// left while the database fails, or a write error): a crash before
+    /// the database takes them loses them.
+    pub journal_missed: AtomicU64,
+    pub journal_errors: AtomicU64,
 }
 
 /// Handle of the writer thread (cheap to clone).
@@ -61,7 +67,22 @@ pub struct RecorderStats {
 pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     reserve: usize,
+    /// Every update is appended here before it is queued (and so before
+    /// the engine task broadcasts it).
+    journal: Option<Arc<Mutex<Journal>>>,
     pub stats: Arc<RecorderStats>,
+}
+
+/// What the writer thread starts with besides its database.
+#[derive(Default)]
+pub struct Start {
+    /// The API's connection, moved to a new file when the database is
+    /// found deleted or replaced.
+    pub reader: Option<Arc<Mutex<Store>>>,
+    /// The incident journal.
+    pub journal: Option<Journal>,
+    /// Journaled updates the database lacks (replayed at start), written first.
+    pub replay: super::journal::Replay,
 }
 
 impl Recorder {
@@ -70,19 +91,23 @@ impl Recorder {
         store: Store,
         queue: usize,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
-        Self::start_with(store, queue, None)
+        Self::start_with(store, queue, Start::default())
     }
 
-    /// [`start`](Self::start), moving `reader` (the API's connection) to
-    /// the new file when the database is found deleted or replaced.
+    /// [`start`](Self::start) with a reader to move, a journal and what it
+    /// replayed ([`Start`]).
     pub fn start_with(
         store: Store,
         queue: usize,
-        reader: Option<Arc<Mutex<Store>>>,
+        start: Start,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
         let (tx, mut rx) = mpsc::channel::<Msg>(queue.max(1));
         let stats = Arc::new(RecorderStats::default());
         let st = stats.clone();
+        let sync = start.journal.as_ref().and_then(|j| j.sync_handle().ok());
+        let journal = start.journal.map(|j| Arc::new(Mutex::new(j)));
+        let shared = journal.clone();
+        let (reader, replay) = (start.reader, start.replay);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()?;
@@ -90,6 +115,7 @@ impl Recorder {
             .name("history-writer".into())
             .spawn(move || {
                 let mut w = Writer::new(store, reader, st, queue);
+                w.journal(shared, sync, replay);
                 let mut maintained = Instant::now();
                 let mut ups = Vec::new();
                 let mut samples = Vec::new();
@@ -109,7 +135,7 @@ impl Recorder {
                     let mut n = 0;
                     while let Some(m) = next.take() {
                         match m {
-                            Msg::Update(u) => ups.push(u),
+                            Msg::Update(seq, u) => ups.push((seq, u)),
                             Msg::Samples(s) => samples.extend(s),
                             Msg::Usage(ts, rows) => usage.push((ts, rows)),
                             Msg::Flush(done) => flushes.push(done),
@@ -140,15 +166,48 @@ impl Recorder {
             Self {
                 tx,
                 reserve: (queue / 8).max(1),
+                journal,
                 stats,
             },
             h,
         ))
     }
 
-    /// Queues an incident update (dropped and counted only when the queue is full).
+    /// Journals an incident update, then queues it (dropped and counted
+    /// only when the queue is full). Returns once the journal holds it
+    /// (a write into reserved page-cache space, no fsync), so a caller that
+    /// sends the update out afterwards never sends one a crash can lose.
     pub fn update(&self, u: &CandidateUpdate) {
-        if self.tx.try_send(Msg::Update(u.clone())).is_err() {
+        let Some(j) = &self.journal else {
+            return self.queue(0, u);
+        };
+        let mut j = j.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = j.counts;
+        let seq = j.append(u);
+        let (missed, errors) = (
+            j.counts.missed - before.missed,
+            j.counts.errors - before.errors,
+        );
+        if missed > 0 {
+            self.stats
+                .journal_missed
+                .fetch_add(missed, Ordering::Relaxed);
+            metrics::counter!("faultline_history_dropped_total", "what" => "journal")
+                .increment(missed);
+        }
+        if errors > 0 {
+            self.stats
+                .journal_errors
+                .fetch_add(errors, Ordering::Relaxed);
+            metrics::counter!("faultline_history_journal_errors_total").increment(errors);
+        }
+        // Queued under the journal's lock: seqs reach the writer in order,
+        // so the highest it commits covers every one before.
+        self.queue(seq, u);
+    }
+
+    fn queue(&self, seq: u64, u: &CandidateUpdate) {
+        if self.tx.try_send(Msg::Update(seq, u.clone())).is_err() {
             self.stats.dropped_updates.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("faultline_history_dropped_total", "what" => "update").increment(1);
         }

@@ -22,6 +22,7 @@ use std::{
 use proto::v1::{CandidateUpdate, JobUsage};
 
 use super::{
+    journal::Journal,
     recorder::RecorderStats,
     samples::Sample,
     store::{sibling, FileState},
@@ -49,6 +50,12 @@ pub(super) struct Writer {
     failing: bool,
     /// Newest event time written (retention and rollups follow it).
     pub watermark: i64,
+    /// The incident journal, told what the database committed.
+    journal: Option<Arc<Mutex<Journal>>>,
+    /// The journal's file, synced after each batch of updates.
+    sync: Option<std::fs::File>,
+    /// Highest journal seq in the backlog (0: none).
+    backlog_seq: u64,
 }
 
 impl Writer {
@@ -84,6 +91,30 @@ impl Writer {
             rewrite: false,
             failing: false,
             watermark: 0,
+            journal: None,
+            sync: None,
+            backlog_seq: 0,
+        }
+    }
+
+    /// Takes the incident journal, its file to sync and the updates it
+    /// replayed that the database lacks (written with the first commit).
+    pub fn journal(
+        &mut self,
+        journal: Option<Arc<Mutex<Journal>>>,
+        sync: Option<std::fs::File>,
+        replay: Vec<(u64, CandidateUpdate)>,
+    ) {
+        self.journal = journal;
+        self.sync = sync;
+        for (seq, u) in replay {
+            self.backlog_seq = self.backlog_seq.max(seq);
+            self.track(&u);
+            self.backlog.push_back(u);
+        }
+        if !self.backlog.is_empty() {
+            // Written at the first idle second if nothing comes sooner.
+            self.failing = true;
         }
     }
 
@@ -183,11 +214,19 @@ impl Writer {
     /// then `usage`; on a disk fault the updates stay in the backlog.
     pub fn commit(
         &mut self,
-        ups: Vec<CandidateUpdate>,
+        ups: Vec<(u64, CandidateUpdate)>,
         samples: &[Sample],
         usage: Vec<(i64, Vec<JobUsage>)>,
     ) {
         self.check_file();
+        let journaled = ups.iter().any(|(seq, _)| *seq > 0);
+        let ups: Vec<CandidateUpdate> = ups
+            .into_iter()
+            .map(|(seq, u)| {
+                self.backlog_seq = self.backlog_seq.max(seq);
+                u
+            })
+            .collect();
         for u in &ups {
             self.watermark = self.watermark.max(u.ts_unix_ms);
             self.track(u);
@@ -200,7 +239,8 @@ impl Writer {
         let r = match self.store.as_mut() {
             None => Err(None),
             Some(store) => {
-                let r = store.write(self.backlog.make_contiguous(), samples);
+                let seq = (self.backlog_seq > 0).then_some(self.backlog_seq);
+                let r = store.write_journaled(self.backlog.make_contiguous(), samples, seq);
                 let r = r.and_then(|()| {
                     if !self.rewrite {
                         return Ok(());
@@ -230,6 +270,12 @@ impl Writer {
                     .written_samples
                     .fetch_add(samples.len() as u64, Ordering::Relaxed);
                 self.backlog.clear();
+                if let Some(j) = &self.journal {
+                    let mut j = j.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    j.committed(self.backlog_seq);
+                    metrics::gauge!("faultline_history_journal_pending_updates")
+                        .set(j.pending() as f64);
+                }
                 if self.failing {
                     self.failing = false;
                     tracing::info!(
@@ -241,6 +287,15 @@ impl Writer {
                 self.rewrite = false;
             }
             Err(e) => self.failed(e, samples.len()),
+        }
+        // Off the engine's path: a machine crash loses at most what was
+        // journaled since the last batch.
+        if let (true, Some(f)) = (journaled, &self.sync) {
+            if let Err(e) = f.sync_data() {
+                self.stats.journal_errors.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("faultline_history_journal_errors_total").increment(1);
+                tracing::debug!(error = %e, "incident journal sync failed");
+            }
         }
         self.stats
             .backlog

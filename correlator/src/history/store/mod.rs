@@ -401,6 +401,12 @@ impl Store {
         })
     }
 
+    /// The incident journal's highest seq in the database (0: none).
+    pub fn journal_seq(&self) -> Result<u64, HistoryError> {
+        self.meta("journal_seq")
+            .map(|v| u64::try_from(v).unwrap_or(0))
+    }
+
     fn meta(&self, key: &str) -> Result<i64, HistoryError> {
         self.conn
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))

@@ -14,7 +14,19 @@ impl Store {
         updates: &[CandidateUpdate],
         samples: &[Sample],
     ) -> Result<(), HistoryError> {
-        let r = self.write_tx(updates, samples);
+        self.write_journaled(updates, samples, None)
+    }
+
+    /// [`write`](Self::write), recording in the same transaction that the
+    /// incident journal's updates up to `seq` are in the database
+    /// (`meta.journal_seq`; a start replays only those above it).
+    pub fn write_journaled(
+        &mut self,
+        updates: &[CandidateUpdate],
+        samples: &[Sample],
+        seq: Option<u64>,
+    ) -> Result<(), HistoryError> {
+        let r = self.write_tx(updates, samples, seq);
         if r.is_err() {
             // Ids created by a rolled-back transaction are not in the database.
             self.sids.clear();
@@ -26,6 +38,7 @@ impl Store {
         &mut self,
         updates: &[CandidateUpdate],
         samples: &[Sample],
+        seq: Option<u64>,
     ) -> Result<(), HistoryError> {
         let path = self.path.clone();
         let e = |e: rusqlite::Error| classify(&path, &e);
@@ -129,6 +142,14 @@ impl Store {
                 };
                 self.minutes.add(sid, s.ts, MINUTE, self.rolled_minute, a);
             }
+        }
+        if let Some(seq) = seq.and_then(|s| i64::try_from(s).ok()) {
+            tx.execute(
+                "INSERT INTO meta(key, value) VALUES('journal_seq', ?1) \
+                 ON CONFLICT(key) DO UPDATE SET value = MAX(value, excluded.value)",
+                params![seq],
+            )
+            .map_err(e)?;
         }
         tx.commit().map_err(e)
     }
