@@ -293,7 +293,18 @@ impl Inner {
         let c = &mut self.counters;
         let skew_ms = w.end_unix_ms.saturating_sub(vocab::time::now_unix_ms());
         if lim.max_future_s > 0.0 && skew_ms as f64 > lim.max_future_s * 1000.0 {
-            return Err(reject(c, "clock_future", Status::out_of_range(format!(
+            // Not for good (the correlator's clock moves on): named, so the
+            // collector holds this window aside and retries it on a backoff
+            // while newer windows flow, instead of resending it ahead of
+            // them.
+            let refusal = proto::v1::Refusal {
+                instance: o.instance.clone(),
+                seq: w.seq,
+                reason: "clock_future".into(),
+                permanent: false,
+                min_end_unix_ms: 0,
+            };
+            return Err(reject(c, "clock_future", refusal.into_status(tonic::Code::OutOfRange, format!(
                 "window of {} ends {:.0} s ahead of the correlator's clock (limit {} s): fix the host's clock (NTP)",
                 o.hostname, skew_ms as f64 / 1000.0, lim.max_future_s
             ))));

@@ -137,7 +137,7 @@ const FAMILIES: &[(&str, bool, &str)] = &[
     (
         "faultline_windows_dropped_total",
         false,
-        "Windows lost before the correlator, by reason (spool_full, spool_write, queue_full, refused: refused for good by the correlator)",
+        "Windows lost before the correlator, by reason (spool_full, spool_write, queue_full, refused: refused for good by the correlator, clock_future: held aside as ahead of the correlator's clock and dropped)",
     ),
     (
         "faultline_windows_spooled_total",
@@ -151,6 +151,16 @@ const FAMILIES: &[(&str, bool, &str)] = &[
     ),
     ("faultline_spool_windows", true, "Windows in the spool"),
     ("faultline_spool_bytes", true, "Bytes in the spool"),
+    (
+        "faultline_spool_held_windows",
+        true,
+        "Spooled windows held aside: refused as ahead of the correlator's clock, retried on a backoff",
+    ),
+    (
+        "faultline_spool_held_retries_total",
+        false,
+        "Retries of held-aside windows (one call each)",
+    ),
     (
         "faultline_correlator_connected",
         true,
@@ -285,7 +295,13 @@ pub fn describe() {
     super::kernel::describe();
     // Drop counters exist at zero from the start, so an alert on their
     // increase (deploy/prometheus) has a series to compare against.
-    for reason in ["spool_full", "spool_write", "queue_full", "refused"] {
+    for reason in [
+        "spool_full",
+        "spool_write",
+        "queue_full",
+        "refused",
+        "clock_future",
+    ] {
         metrics::counter!("faultline_windows_dropped_total", "reason" => reason).increment(0);
     }
 }

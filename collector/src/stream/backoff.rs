@@ -35,6 +35,16 @@ impl Backoff {
         cap.mul_f64(fastrand::f64())
     }
 
+    /// The wait after one more failure, at least half the cap ("equal
+    /// jitter"): n failures take at least the sum of the halves, so the
+    /// number of attempts in a given time is bounded (held-aside windows'
+    /// retries), while attempts of many collectors still spread out.
+    pub fn next_wait_at_least_half(&mut self) -> Duration {
+        let cap = self.cap();
+        self.failures = self.failures.saturating_add(1);
+        cap.mul_f64(0.5 + 0.5 * fastrand::f64())
+    }
+
     pub fn reset(&mut self) {
         self.failures = 0;
     }

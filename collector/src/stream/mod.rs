@@ -8,6 +8,8 @@
 //! A `nats://` endpoint publishes the spool to a NATS JetStream stream
 //! instead ([`nats`]), for sharded correlators.
 mod backoff;
+mod call;
+mod held;
 pub mod nats;
 mod section;
 pub mod sender;

@@ -11,10 +11,9 @@ use std::{
 use super::tls::{AuthChannel, BearerToken};
 use proto::v1::{ingest_client::IngestClient, ResumeRequest, Window};
 use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 
-use super::{Backoff, Spool};
+use super::{held::Held, Backoff, Spool};
 
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
@@ -50,6 +49,14 @@ pub struct SenderStats {
     /// Windows the correlator refused for good (a `permanent` refusal, e.g.
     /// `clock_past`), removed from the spool (included in `dropped`).
     pub refused: AtomicU64,
+    /// Windows held aside now: refused as from the future, retried on a
+    /// backoff (`held`).
+    pub held: AtomicU64,
+    /// Held windows dropped (past the limit, over their share, or
+    /// superseded; included in `dropped`).
+    pub held_dropped: AtomicU64,
+    /// Retries of held windows (one call each).
+    pub held_retries: AtomicU64,
     pub connected: AtomicBool,
     pub connects: AtomicU64,
 }
@@ -57,7 +64,7 @@ pub struct SenderStats {
 impl SenderStats {
     pub fn summary(&self) -> String {
         format!(
-            "stream: spooled {}, delivered {}, dropped {}, quarantined {}, refused {}, pending {}, sent {} (resends included), connects {}",
+            "stream: spooled {}, delivered {}, dropped {}, quarantined {}, refused {}, pending {}, sent {} (resends included), connects {}, held {}, held_dropped {}, held_retries {}",
             self.spooled.load(Ordering::Relaxed),
             self.delivered.load(Ordering::Relaxed),
             self.dropped.load(Ordering::Relaxed),
@@ -66,6 +73,9 @@ impl SenderStats {
             self.pending.load(Ordering::Relaxed),
             self.sent.load(Ordering::Relaxed),
             self.connects.load(Ordering::Relaxed),
+            self.held.load(Ordering::Relaxed),
+            self.held_dropped.load(Ordering::Relaxed),
+            self.held_retries.load(Ordering::Relaxed),
         )
     }
 }
@@ -89,7 +99,7 @@ pub fn spawn(
 const DRAIN_RETRY: Duration = Duration::from_millis(100);
 
 /// How long one `Resume` call may take before the attempt counts as failed.
-const RESUME_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const RESUME_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub(super) struct Sender {
     pub(super) cfg: SenderConfig,
@@ -112,6 +122,13 @@ pub(super) struct Sender {
     /// Windows removed as refused for good in the current session (progress:
     /// the next attempt follows without backoff).
     refused_now: u64,
+    /// Windows held aside in the current session (progress, too).
+    pub(super) held_now: u64,
+    /// Windows refused as from the future, retried on a backoff.
+    pub(super) held: Held,
+    /// The instance of the windows this process produced: sent ahead of
+    /// windows of earlier runs.
+    pub(super) running: Option<String>,
 }
 
 /// How a connection attempt ended.
@@ -127,11 +144,17 @@ pub(super) enum Session {
 impl Sender {
     pub(super) fn push(&mut self, mut w: Window) {
         w.dropped_before = self.stats.dropped.load(Ordering::Relaxed);
+        if let Some(o) = w.origin.as_ref().filter(|o| !o.instance.is_empty()) {
+            if self.running.as_deref() != Some(o.instance.as_str()) {
+                self.running = Some(o.instance.clone());
+            }
+        }
         match self.spool.push(&w) {
             Ok(evicted) => {
                 self.stats.spooled.fetch_add(1, Ordering::Relaxed);
                 let mut dropped = 0u64;
                 for name in evicted {
+                    self.held.forget(&name);
                     if self.in_flight.remove(&name) {
                         self.evicted_sent.insert(name);
                     } else {
@@ -169,6 +192,16 @@ impl Sender {
             .store(self.spool.len() as u64, Ordering::Relaxed);
         metrics::gauge!("faultline_spool_windows").set(self.spool.len() as f64);
         metrics::gauge!("faultline_spool_bytes").set(self.spool.bytes() as f64);
+        self.stats
+            .held
+            .store(self.held.len() as u64, Ordering::Relaxed);
+        metrics::gauge!("faultline_spool_held_windows").set(self.held.len() as f64);
+    }
+
+    /// Nothing left to deliver but held windows (which wait for the
+    /// correlator's clock, not for the drain time).
+    pub(super) fn only_held_left(&self) -> bool {
+        self.spool.len() <= self.held.len()
     }
 
     pub(super) fn closing_due(&self) -> bool {
@@ -221,7 +254,7 @@ impl Sender {
 
     /// Asks the correlator what it has of every instance in the spool and
     /// removes those windows. Returns how many were confirmed.
-    async fn resume(
+    pub(super) async fn resume(
         &mut self,
         client: &mut IngestClient<AuthChannel>,
     ) -> Result<u64, tonic::Status> {
@@ -232,7 +265,11 @@ impl Sender {
             };
             let last_seq = Self::ask(client, origin).await?;
             check_resume(&inst, last_seq, self.spool.names_after(None).as_slice());
-            let n = self.spool.remove_upto(&inst, last_seq) as u64;
+            // Held windows stay: the correlator may still take one (a gap)
+            // or count it a duplicate when it is retried.
+            let n = self
+                .spool
+                .remove_upto(&inst, last_seq, |n| self.held.contains(n)) as u64;
             self.in_flight.retain(|name| {
                 super::spool::parse_name(name).is_none_or(|(i, s)| i != inst || s > last_seq)
             });
@@ -280,7 +317,7 @@ impl Sender {
     /// good, that window (and, given a horizon, every spooled window ending
     /// before it) leaves the spool, counted and logged, instead of being
     /// resent ahead of every newer window forever. Returns whether so.
-    fn refused(&mut self, status: &tonic::Status) -> bool {
+    pub(super) fn refused(&mut self, status: &tonic::Status) -> bool {
         let Some(r) = proto::v1::Refusal::of(status).filter(|r| r.permanent) else {
             return false;
         };
@@ -294,6 +331,7 @@ impl Sender {
         }
         for n in &gone {
             self.in_flight.remove(n);
+            self.held.forget(n);
         }
         let n = gone.len() as u64;
         self.refused_now += n;
@@ -314,9 +352,12 @@ impl Sender {
 
     /// The stream call ended with `r`: a refusal for good is applied, any
     /// other error logged.
-    fn ended(&mut self, r: &Result<tonic::Response<proto::v1::StreamSummary>, tonic::Status>) {
+    pub(super) fn ended(
+        &mut self,
+        r: &Result<tonic::Response<proto::v1::StreamSummary>, tonic::Status>,
+    ) {
         if let Err(e) = r {
-            if !self.refused(e) {
+            if !self.refused(e) && !self.held_refusal(e) {
                 tracing::warn!(error = %e, "stream to the correlator ended");
             }
         }
@@ -393,6 +434,7 @@ impl Sender {
         self.reachable_again(&url);
         let mut client = IngestClient::with_interceptor(chan, token);
         self.refused_now = 0;
+        self.held_now = 0;
         let mut delivered = match self.resume(&mut client).await {
             Ok(n) => n,
             Err(e) => {
@@ -404,95 +446,13 @@ impl Sender {
         tracing::info!(endpoint = %self.cfg.endpoint, pending = self.spool.len(), "streaming to the correlator");
         let done = self.stream(&mut client, &mut delivered).await;
         self.set_connected(false);
-        if done || (self.closing.is_some() && self.spool.is_empty()) {
+        if done || (self.closing.is_some() && self.only_held_left()) {
             Session::Done
-        } else if delivered > 0 || self.refused_now > 0 {
+        } else if delivered > 0 || self.refused_now > 0 || self.held_now > 0 {
             Session::Progress
         } else {
             Session::Failed
         }
-    }
-
-    /// Streams the spool on one call; returns true when the drain time ended
-    /// it. Confirmed windows are added to `delivered`.
-    async fn stream(
-        &mut self,
-        client: &mut IngestClient<AuthChannel>,
-        delivered: &mut u64,
-    ) -> bool {
-        let (tx, req_rx) = mpsc::channel::<Window>(64);
-        let mut stream_client = client.clone();
-        let mut call =
-            Box::pin(async move { stream_client.stream(ReceiverStream::new(req_rx)).await });
-        let mut last_sent: Option<String> = None;
-        let mut resume_tick = tokio::time::interval(self.cfg.resume_every);
-        resume_tick.tick().await;
-        let mut tx = Some(tx);
-        loop {
-            // Send everything not yet sent on this stream, in order.
-            if let Some(t) = tx.as_ref() {
-                for name in self.spool.names_after(last_sent.as_deref()) {
-                    let Some(w) = self.spool.read(&name) else {
-                        continue;
-                    };
-                    match tokio::time::timeout(Duration::from_secs(1), t.send(w)).await {
-                        Ok(Ok(())) => {
-                            self.stats.sent.fetch_add(1, Ordering::Relaxed);
-                            self.in_flight.insert(name.clone());
-                            last_sent = Some(name);
-                        }
-                        Ok(Err(_)) => {
-                            // The call ended: learn how (a refusal names
-                            // the window to drop).
-                            if let Ok(r) = tokio::time::timeout(RESUME_TIMEOUT, &mut call).await {
-                                self.ended(&r);
-                            }
-                            return self.finish(client, delivered, false).await;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                self.pending();
-            }
-            if self.closing.is_some()
-                && tx.is_some()
-                && self.spool.names_after(last_sent.as_deref()).is_empty()
-            {
-                // Everything sent: end the stream so the correlator finishes it.
-                tx = None;
-            }
-            let drain_end = self
-                .closing
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-            tokio::select! {
-                w = self.rx.recv(), if self.closing.is_none() => self.input(w),
-                r = &mut call => {
-                    self.ended(&r);
-                    return self.finish(client, delivered, false).await;
-                }
-                _ = resume_tick.tick() => match self.resume(client).await {
-                    Ok(n) => *delivered += n,
-                    Err(_) => return self.finish(client, delivered, false).await,
-                },
-                () = tokio::time::sleep_until(drain_end) => {
-                    return self.finish(client, delivered, true).await;
-                }
-            }
-        }
-    }
-
-    /// Stream over: learn what arrived; `done` passes through.
-    async fn finish(
-        &mut self,
-        client: &mut IngestClient<AuthChannel>,
-        delivered: &mut u64,
-        done: bool,
-    ) -> bool {
-        if let Ok(n) = self.resume(client).await {
-            *delivered += n;
-            self.settle_lost();
-        }
-        done
     }
 }
 
@@ -552,6 +512,9 @@ async fn run(
         quarantined_seen: 0,
         unreachable: 0,
         refused_now: 0,
+        held_now: 0,
+        held: Held::default(),
+        running: None,
     };
     s.pending();
     loop {
@@ -563,7 +526,7 @@ async fn run(
             Session::Progress => backoff.reset(),
             Session::Failed => {}
         }
-        if s.closing_due() || (s.closing.is_some() && s.spool.is_empty()) {
+        if s.closing_due() || (s.closing.is_some() && s.only_held_left()) {
             return;
         }
         let mut wait = backoff.next_wait();

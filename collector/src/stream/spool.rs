@@ -311,6 +311,23 @@ impl Spool {
         }
     }
 
+    /// The first name after `after` (the first of all when `None`).
+    pub fn next_after(&self, after: Option<&str>) -> Option<String> {
+        match after {
+            Some(a) => self
+                .entries
+                .range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(k, _)| k.clone()),
+            None => self.entries.keys().next().cloned(),
+        }
+    }
+
+    /// A spooled window's end (unix ms) and file size, without reading it.
+    pub fn entry(&self, name: &str) -> Option<(i64, u64)> {
+        self.entries.get(name).map(|e| (e.end_ms, e.size))
+    }
+
     /// Reads one window; a damaged file is quarantined (and `None`).
     pub fn read(&mut self, name: &str) -> Option<Window> {
         match self.load(name) {
@@ -338,12 +355,18 @@ impl Spool {
         self.origins.get(instance)
     }
 
-    /// Removes an instance's windows up to and including `seq` (delivered).
-    pub fn remove_upto(&mut self, instance: &str, seq: u64) -> usize {
+    /// Removes an instance's windows up to and including `seq` (delivered),
+    /// except those `keep` names (held aside: the correlator judges them
+    /// when they are sent).
+    pub fn remove_upto(&mut self, instance: &str, seq: u64, keep: impl Fn(&str) -> bool) -> usize {
         let victims: Vec<String> = self
             .entries
-            .keys()
-            .filter(|n| parse_name(n).is_some_and(|(i, s)| i == instance && s <= seq))
+            .range::<str, _>((
+                std::ops::Bound::Included(name_of(instance, 0).as_str()),
+                std::ops::Bound::Included(name_of(instance, seq).as_str()),
+            ))
+            .map(|(n, _)| n)
+            .filter(|n| parse_name(n).is_some_and(|(i, s)| i == instance && s <= seq) && !keep(n))
             .cloned()
             .collect();
         for n in &victims {
@@ -421,7 +444,7 @@ mod tests {
         let names = s.names_after(None);
         assert!(names[0].ends_with(&format!("{:020}.win", 3)), "{names:?}");
         assert_eq!(s.read(&names[2]).unwrap().seq, 5);
-        assert_eq!(s.remove_upto("a", 4), 2);
+        assert_eq!(s.remove_upto("a", 4, |_| false), 2);
         assert_eq!(s.len(), 1);
         drop(s);
         let mut s = Spool::open(&dir, one * 3).unwrap();
