@@ -433,6 +433,13 @@ fn nats_with_the_generated_auth_binds_windows_to_their_publishers() {
         None,
         "the correlator exited"
     );
+    // Its own writes all allowed: open incidents, baselines, summaries.
+    for m in [
+        "faultline_nats_state_errors_total",
+        "faultline_nats_summary_errors_total",
+    ] {
+        assert_eq!(tests::metrics::counter(&metrics, m, &[]), 0, "{m}");
+    }
     // The window from the future, taken once due (3 s after it was given back).
     until("the future window taken once due", || {
         recorded_windows(&record)

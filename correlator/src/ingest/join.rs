@@ -277,4 +277,25 @@ mod tests {
         let r = j.apply(SRC, up("zz", "resolved", "gpu_lost", "n9/gpu0", ""));
         assert_eq!(r.incident_id, "zz");
     }
+
+    #[test]
+    fn a_shard_cannot_resolve_or_rewrite_anothers_incident() {
+        let mut j = Joins::new(100);
+        let e = "n1/mlx5_0/1";
+        let a = j.apply(SRC, up("a1", "opened", "ib_link_down", e, "east"));
+        assert_eq!(a.incident_id, "a1");
+        for state in ["resolved", "updated"] {
+            let forged = up("a1", state, "gpu_xid", "n9/gpu0", "east");
+            assert!(j.owned_elsewhere("shard-b", &forged), "{state}");
+        }
+        // Its own shard may; an id nobody holds passes.
+        assert!(!j.owned_elsewhere(SRC, &up("a1", "resolved", "ib_link_down", e, "east")));
+        assert!(!j.owned_elsewhere("shard-b", &up("b1", "opened", "ib_link_down", e, "east")));
+        // Joined: the second shard is a member, and may resolve its part.
+        j.apply("shard-b", up("b1", "opened", "ib_link_down", e, "east"));
+        assert!(!j.owned_elsewhere("shard-b", &up("b1", "resolved", "ib_link_down", e, "east")));
+        j.apply(SRC, up("a1", "resolved", "ib_link_down", e, "east"));
+        j.apply("shard-b", up("b1", "resolved", "ib_link_down", e, "east"));
+        assert!(!j.owned_elsewhere("shard-b", &up("a1", "resolved", "ib_link_down", e, "east")));
+    }
 }

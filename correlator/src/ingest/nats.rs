@@ -344,3 +344,106 @@ async fn session(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(host: &str, ahead_ms: i64) -> Window {
+        Window {
+            origin: Some(proto::v1::Origin {
+                hostname: host.into(),
+                instance: "i".into(),
+                ..Default::default()
+            }),
+            seq: 1,
+            end_unix_ms: vocab::time::now_unix_ms() + ahead_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_window_is_its_subjects_hosts_only() {
+        let w = window("n1.example", 0);
+        let p = vocab::nats::DEFAULT_PREFIX;
+        assert!(publisher_matches(
+            p,
+            &vocab::nats::subject(p, "h01", "n1.example"),
+            &w
+        ));
+        assert!(!publisher_matches(
+            p,
+            &vocab::nats::subject(p, "h01", "n2"),
+            &w
+        ));
+        // The old two-token grammar names no host.
+        assert!(!publisher_matches(p, "faultline.windows.h01", &w));
+        // A host name that is itself another's token.
+        assert!(!publisher_matches(
+            p,
+            "faultline.windows.h01.n1.example",
+            &w
+        ));
+    }
+
+    #[test]
+    fn only_a_window_due_soon_is_given_back() {
+        let limit = Duration::from_secs(120);
+        let future = tonic::Status::out_of_range("ahead");
+        // 130 s ahead of a 120 s limit: due in 10 s, redelivered in 11.
+        match refusal_ack(&future, &window("n", 130_000), limit) {
+            AckKind::Nak(Some(d)) => {
+                assert!(
+                    (Duration::from_secs(10)..=Duration::from_secs(11)).contains(&d),
+                    "{d:?}"
+                )
+            }
+            k => panic!("{k:?}"),
+        }
+        // An hour ahead: refused for good.
+        assert!(matches!(
+            refusal_ack(&future, &window("n", 3_600_000), limit),
+            AckKind::Term
+        ));
+        // Other refusals: final (seq_jump is out of range too, not ahead).
+        assert!(matches!(
+            refusal_ack(&future, &window("n", 0), limit),
+            AckKind::Term
+        ));
+        let past = proto::v1::Refusal {
+            permanent: true,
+            ..Default::default()
+        }
+        .into_status(tonic::Code::OutOfRange, "old");
+        assert!(matches!(
+            refusal_ack(&past, &window("n", 130_000), limit),
+            AckKind::Term
+        ));
+        assert!(matches!(
+            refusal_ack(
+                &tonic::Status::resource_exhausted("cap"),
+                &window("n", 130_000),
+                limit
+            ),
+            AckKind::Term
+        ));
+    }
+
+    #[test]
+    fn an_nkey_needs_tls_and_no_second_credential() {
+        let none = Credentials::default();
+        assert!(none.check("--nats", "nats://h:4222").is_ok());
+        assert!(none.check("--nats", "http://h:4222").is_err());
+        let nkey = Credentials {
+            ca: None,
+            nkey_file: Some("s.nk".into()),
+        };
+        assert!(nkey.check("--nats", "nats://h:4222").is_err());
+        let both = Credentials {
+            ca: Some("ca.pem".into()),
+            ..nkey
+        };
+        assert!(both.check("--nats", "nats://h:4222").is_ok());
+        assert!(both.check("--nats", "nats://u:p@h:4222").is_err());
+    }
+}
