@@ -40,4 +40,8 @@ ENTRYPOINT ["/usr/local/bin/faultline-correlator"]
 # Without it the correlator refuses to start; plaintext only when asked for
 # (`serve --insecure`). The Kubernetes base passes its own arguments
 # (deploy/kubernetes/correlator.yaml). scripts/build-images.sh copies this line.
+# The web UI on :8080: /healthz and /metrics open for probes and scrapers;
+# the pages and /api/* only for loopback clients until `[web] token_file`
+# (a viewer token, `--config`) is set, and only for Host headers naming this
+# address, localhost or `[web] allowed_hosts` (docs/web.md).
 CMD ["serve", "--listen", "0.0.0.0:50051", "--tls-cert", "/etc/faultline/tls/server.pem", "--tls-key", "/etc/faultline/tls/server.key", "--client-ca", "/etc/faultline/tls/ca.pem", "--web", "0.0.0.0:8080"]

@@ -536,6 +536,63 @@ fn seccomp_profile_installation_is_documented() {
     );
 }
 
+/// The base's web UI answers its own Service's names (every form a client
+/// in the cluster may dial; any other `Host` is refused as DNS rebinding)
+/// and the pod IP the kubelet probes send; the probes and the scrape use the
+/// paths that stay open without the viewer token; the UI is on the port
+/// the probes and the Service name.
+#[test]
+fn web_ui_answers_its_service_names_and_probes_use_open_paths() {
+    let Some(docs) = rendered() else { return };
+    let cm = object(&docs, "ConfigMap", "faultline-correlator");
+    let toml = cm["data"]["correlator.toml"]
+        .as_str()
+        .expect("correlator.toml");
+    let cfg = correlator::config::parse_file(toml, "ConfigMap faultline-correlator")
+        .expect("valid correlator config");
+    let svc = object(&docs, "Service", "faultline-correlator");
+    let (name, ns) = (
+        svc["metadata"]["name"].as_str().expect("name"),
+        svc["metadata"]["namespace"].as_str().expect("namespace"),
+    );
+    for host in [
+        name.to_string(),
+        format!("{name}.{ns}"),
+        format!("{name}.{ns}.svc"),
+        format!("{name}.{ns}.svc.cluster.local"),
+    ] {
+        assert!(
+            cfg.web.allowed_hosts.contains(&host),
+            "[web] allowed_hosts lacks {host}: {:?}",
+            cfg.web.allowed_hosts
+        );
+    }
+    let listen = cfg.web.listen.expect("[web] listen");
+    assert!(listen.ip().is_unspecified(), "probes come to the pod IP");
+    let deploy = object(&docs, "Deployment", "faultline-correlator");
+    let c = &deploy["spec"]["template"]["spec"]["containers"][0];
+    let http = c["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "http")
+        .expect("an http port");
+    assert_eq!(http["containerPort"], u64::from(listen.port()));
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"], "/healthz", "{probe}");
+    }
+    // A viewer token file, if the base names one, is mounted.
+    if let Some(t) = &cfg.web.token_file {
+        let mounted = c["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .filter_map(|m| m["mountPath"].as_str())
+            .any(|m| t.starts_with(m));
+        assert!(mounted, "[web] token_file {} is not mounted", t.display());
+    }
+}
+
 /// The shipped default authenticates: TLS with the certificate the init
 /// container makes (its `--server-name` is the name the collectors dial),
 /// tokens reviewed by the API server for the audience the collectors'

@@ -608,3 +608,78 @@ fn dockerfiles_pin_their_base_by_digest_and_carry_oci_labels() {
     }
     assert_eq!(bases[0], bases[1], "one base for both images");
 }
+
+/// This machine's address on its default route (no packet is sent), if it
+/// has one that is not loopback.
+fn network_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("10.255.255.255:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// The status code of `GET path` at `addr` (0: no answer).
+fn status(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut head = [0u8; 12];
+    if s.read_exact(&mut head).is_err() {
+        return 0;
+    }
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0)
+}
+
+/// The image's default command serves the web UI on every address: from the
+/// network, the probes' `/healthz` and the scrapers' `/metrics` answer, the
+/// pages and `/api/open` do not (401: no `[web] token_file`), the host
+/// binary run with the CMD's `--web` address (its port moved). Before, the
+/// whole UI answered anyone who reached :8080.
+#[test]
+fn the_images_default_web_address_serves_probes_but_not_the_ui_to_the_network() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf();
+    let cmd = dockerfile_cmd(&repo.join("deploy/images/correlator.Dockerfile"));
+    let web = cmd
+        .windows(2)
+        .find(|w| w[0] == "--web")
+        .map(|w| w[1].clone())
+        .expect("--web in CMD");
+    let web: std::net::SocketAddr = web.parse().expect("--web address");
+    assert!(web.ip().is_unspecified(), "probes reach the pod IP: {web}");
+    let Some(ip) = network_address() else {
+        assert!(!tests::in_ci(), "no network address under CI");
+        eprintln!("skipping: no non-loopback address on this machine");
+        return;
+    };
+    let port = free_port();
+    let _corr = KillOnDrop(
+        Command::new(tests::bin("faultline-correlator"))
+            .args(["serve", "--insecure", "--listen"])
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--web")
+            .arg(std::net::SocketAddr::new(web.ip(), port).to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    let at = std::net::SocketAddr::new(ip, port);
+    wait_for("the web listener", Duration::from_secs(20), || {
+        (status(at, "/healthz") == 200).then(String::new)
+    });
+    assert_eq!(status(at, "/metrics"), 200);
+    for path in ["/", "/api/open", "/api/stream"] {
+        assert_eq!(status(at, path), 401, "{path} from the network");
+    }
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(status(local, "/api/open"), 200, "loopback needs no token");
+}

@@ -41,12 +41,17 @@ pub enum AckCliError {
     For(String),
     #[error(transparent)]
     Http(#[from] crate::http_client::HttpError),
+    #[error("--by/--why: {0}")]
+    Invalid(#[from] super::AckError),
     #[error("the correlator refused (HTTP {status}): {message}")]
     Refused { status: u16, message: String },
 }
 
 /// Sends the request; the correlator's answer as one line.
 pub async fn run(a: &AckArgs) -> Result<String, AckCliError> {
+    // Checked here too, before any request: the same rules as the server's.
+    super::check_by(&a.by)?;
+    super::check_why(&a.why, !a.clear)?;
     let token = std::fs::read_to_string(&a.token_file).map_err(|source| AckCliError::Token {
         path: a.token_file.clone(),
         source,

@@ -114,15 +114,50 @@ pub enum AckError {
     NotAcked(String),
     #[error("{MAX_ACKS} incidents are acknowledged already: clear some first")]
     Full,
+    #[error("`{field}` has U+{code:04X} at character {at}: control, invisible and text-direction characters are refused (they would make the text read differently from what it holds)")]
+    Unprintable {
+        field: &'static str,
+        at: usize,
+        code: u32,
+    },
+}
+
+/// Whether `c` is refused in a `by` or `why`: control characters, the
+/// bidirectional embeddings, overrides, isolates and marks (a reason that
+/// reads backwards, or hides a part), zero-width characters and line or
+/// paragraph separators.
+fn refused_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
 }
 
 fn printable(s: &str, max: usize) -> bool {
     let n = s.chars().count();
-    n > 0 && n <= max && !s.chars().any(char::is_control) && !s.trim().is_empty()
+    n > 0 && n <= max && !s.chars().any(refused_char) && !s.trim().is_empty()
+}
+
+/// The first refused character of `field`'s value `s`, as the error.
+fn check_chars(field: &'static str, s: &str) -> Result<(), AckError> {
+    match s.chars().enumerate().find(|(_, c)| refused_char(*c)) {
+        Some((i, c)) => Err(AckError::Unprintable {
+            field,
+            at: i + 1,
+            code: u32::from(c),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Checks a `by` (who acknowledges or clears).
 pub fn check_by(by: &str) -> Result<(), AckError> {
+    check_chars("by", by)?;
     if printable(by, MAX_BY) {
         Ok(())
     } else {
@@ -130,13 +165,21 @@ pub fn check_by(by: &str) -> Result<(), AckError> {
     }
 }
 
+/// Checks a `why` (the reason): required to set, optional to clear.
+pub fn check_why(why: &str, required: bool) -> Result<(), AckError> {
+    check_chars("why", why)?;
+    if (!required && why.is_empty()) || printable(why, MAX_WHY) {
+        Ok(())
+    } else {
+        Err(AckError::BadWhy)
+    }
+}
+
 impl AckRequest {
     /// The acknowledgement of `incident_id` at `now_ms`, or why not.
     pub fn ack(&self, incident_id: &str, now_ms: i64) -> Result<Ack, AckError> {
         check_by(&self.by)?;
-        if !printable(&self.why, MAX_WHY) {
-            return Err(AckError::BadWhy);
-        }
+        check_why(&self.why, true)?;
         if self.for_s != 0 && !(MIN_FOR_S..=MAX_FOR_S).contains(&self.for_s) {
             return Err(AckError::BadFor);
         }

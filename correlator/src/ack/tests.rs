@@ -20,12 +20,59 @@ fn req(by: &str, why: &str, for_s: u64) -> AckRequest {
 fn requests_are_checked_before_anything_is_set() {
     assert_eq!(req("", "x", 0).ack("i", 0), Err(AckError::BadBy));
     assert_eq!(req("   ", "x", 0).ack("i", 0), Err(AckError::BadBy));
-    assert_eq!(req("al\nice", "x", 0).ack("i", 0), Err(AckError::BadBy));
+    assert_eq!(
+        req("al\nice", "x", 0).ack("i", 0),
+        Err(AckError::Unprintable {
+            field: "by",
+            at: 3,
+            code: 0x0A
+        })
+    );
     assert_eq!(
         req(&"a".repeat(65), "x", 0).ack("i", 0),
         Err(AckError::BadBy)
     );
     assert_eq!(req("alice", "", 0).ack("i", 0), Err(AckError::BadWhy));
+    // Text-direction overrides and isolates, zero-width and other
+    // control characters: "fixed \u{202E}kcab" reads "fixed back" reversed.
+    for (why, at, code) in [
+        ("fixed \u{202E}kcab", 7, 0x202E),
+        ("\u{2066}x", 1, 0x2066),
+        ("a\u{2069}", 2, 0x2069),
+        ("a\u{202A}b", 2, 0x202A),
+        ("a\u{200F}b", 2, 0x200F),
+        ("a\u{200B}b", 2, 0x200B),
+        ("a\u{1b}[31mb", 2, 0x1B),
+        ("a\u{85}b", 2, 0x85),
+        ("a\u{2028}b", 2, 0x2028),
+    ] {
+        let e = req("alice", why, 0).ack("i", 0).expect_err(why);
+        assert_eq!(
+            e,
+            AckError::Unprintable {
+                field: "why",
+                at,
+                code
+            },
+            "{why:?}"
+        );
+    }
+    assert!(AckError::Unprintable { field: "why", at: 7, code: 0x202E }
+        .to_string()
+        .starts_with("`why` has U+202E at character 7: control, invisible and text-direction characters are refused"));
+    // Other scripts, right-to-left ones too, stay welcome.
+    assert!(req("alice", "כבל חדש ביום שלישי — cable 3", 0)
+        .ack("i", 0)
+        .is_ok());
+    assert_eq!(check_why("", false), Ok(()));
+    assert_eq!(
+        check_why("\u{202E}", false),
+        Err(AckError::Unprintable {
+            field: "why",
+            at: 1,
+            code: 0x202E
+        })
+    );
     assert_eq!(req("alice", "x", 59).ack("i", 0), Err(AckError::BadFor));
     assert_eq!(
         req("alice", "x", 31 * 86_400).ack("i", 0),

@@ -107,7 +107,7 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
             ingest: None,
             acks: Some(acks.clone()),
         };
-        correlator::web::serve_limited(addr, app, &file.web.limits, std::future::pending()).await?;
+        correlator::web::serve_limited(addr, app, &file.web, std::future::pending()).await?;
         tracing::info!("fleet web UI on http://{addr}/");
     }
     if !am.url.is_empty() {

@@ -286,7 +286,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             ingest: Some(state.clone()),
             acks: Some(acks.clone()),
         };
-        correlator::web::serve_limited(addr, app, &file.web.limits, std::future::pending()).await?;
+        correlator::web::serve_limited(addr, app, &file.web, std::future::pending()).await?;
         tracing::info!("web UI on http://{addr}/");
     }
     if !am.url.is_empty() {

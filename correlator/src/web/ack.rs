@@ -31,7 +31,9 @@ fn refused(e: AckError) -> ApiError {
         AckError::Unauthorized => "unauthorized",
         AckError::NotOpen(_) | AckError::NotAcked(_) => "not_found",
         AckError::Full => "full",
-        AckError::BadBy | AckError::BadWhy | AckError::BadFor => "invalid",
+        AckError::BadBy | AckError::BadWhy | AckError::BadFor | AckError::Unprintable { .. } => {
+            "invalid"
+        }
     };
     metrics::counter!("faultline_acks_refused_total", "reason" => reason).increment(1);
     let status = match e {
@@ -39,7 +41,9 @@ fn refused(e: AckError) -> ApiError {
         AckError::Unauthorized => StatusCode::UNAUTHORIZED,
         AckError::NotOpen(_) | AckError::NotAcked(_) => StatusCode::NOT_FOUND,
         AckError::Full => StatusCode::TOO_MANY_REQUESTS,
-        AckError::BadBy | AckError::BadWhy | AckError::BadFor => StatusCode::BAD_REQUEST,
+        AckError::BadBy | AckError::BadWhy | AckError::BadFor | AckError::Unprintable { .. } => {
+            StatusCode::BAD_REQUEST
+        }
     };
     ApiError(status, e.to_string())
 }
@@ -118,6 +122,7 @@ async fn clear(
     };
     // Who clears is kept like who set, checked the same way.
     crate::ack::check_by(&req.by).map_err(refused)?;
+    crate::ack::check_why(&req.why, false).map_err(refused)?;
     let now = vocab::time::now_unix_ms();
     let gone = acks.clear(&id, &req.by, now).map_err(refused)?;
     tracing::info!(incident = %id, by = %req.by, "acknowledgement cleared");

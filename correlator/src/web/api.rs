@@ -1,9 +1,9 @@
 //! The JSON API behind every page (docs/web.md). Queries run on blocking
 //! threads against the history's reader connection.
-use std::convert::Infallible;
+use std::{net::IpAddr, sync::Arc};
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Extension, Path, Query, State},
     http::StatusCode,
     response::{
         sse::{Event, KeepAlive, Sse},
@@ -13,9 +13,12 @@ use axum::{
     Json, Router,
 };
 use serde::{Deserialize, Serialize};
-use tokio_stream::{wrappers::BroadcastStream, Stream, StreamExt as _};
+use tokio_stream::{wrappers::BroadcastStream, StreamExt as _};
 
-use super::AppState;
+use super::{
+    events::{Displaceable, EventStreams},
+    AppState,
+};
 use crate::history::{samples::band_of, IncidentFilter, SeriesPoint, Store};
 
 /// Points per drawn series at most.
@@ -266,8 +269,19 @@ async fn offenders(
     Ok(Json(serde_json::json!({ "since_ms": since, "offenders": rows })).into_response())
 }
 
-/// Incident updates as server-sent events (`event: incident`, JSON data).
-async fn stream(State(s): State<AppState>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+/// Incident updates as server-sent events (`event: incident`, JSON data),
+/// within the caps of [`super::events`].
+async fn stream(
+    State(s): State<AppState>,
+    streams: Option<Extension<Arc<EventStreams>>>,
+    addrs: Option<Extension<proto::listen::Addrs>>,
+) -> Response {
+    let streams = match streams {
+        Some(Extension(s)) => s,
+        None => EventStreams::new(1, 1),
+    };
+    let ip = addrs.map_or(IpAddr::from([0, 0, 0, 0]), |Extension(a)| a.peer.ip());
+    let ticket = streams.join(ip);
     let rx = s.updates.subscribe();
     let st = BroadcastStream::new(rx).filter_map(|r| match r {
         Ok(u) => Event::default()
@@ -278,5 +292,15 @@ async fn stream(State(s): State<AppState>) -> Sse<impl Stream<Item = Result<Even
         // A slow page missed updates: it reloads the list.
         Err(_) => Some(Ok(Event::default().event("lagged").data("reload"))),
     });
-    Sse::new(st).keep_alive(KeepAlive::default())
+    let mut r = Sse::new(Displaceable::new(st, ticket))
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    // Never activity that keeps other clients out (proto::listen::Yields);
+    // its connection closes with it (a displaced stream frees its slot).
+    r.extensions_mut().insert(proto::listen::Yields);
+    r.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    r
 }

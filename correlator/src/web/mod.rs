@@ -5,6 +5,10 @@
 //! `/api/stream` (server-sent events).
 pub mod ack;
 pub mod api;
+pub mod events;
+pub mod guard;
+#[cfg(test)]
+mod tests;
 
 use std::{
     net::SocketAddr,
@@ -26,7 +30,7 @@ use proto::listen::{HttpLimitsConfig, Listener};
 use crate::{history, ingest::IngestState};
 
 /// `[web]` settings.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebConfig {
     /// Address of the UI, API, `/metrics` and `/healthz` (off when unset;
@@ -41,12 +45,42 @@ pub struct WebConfig {
     /// acknowledging is off (the API answers 403).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operator_token_file: Option<std::path::PathBuf>,
+    /// File holding the viewer token that clients beyond loopback need for
+    /// the pages and `/api/*` (`Authorization: Bearer`, or HTTP Basic with
+    /// the token as the password). Unset: only loopback clients may read
+    /// them; `/healthz` and `/metrics` are open either way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Names the server answers to besides its own address, loopback and
+    /// `localhost` (a `Host` header naming anything else gets 403: DNS
+    /// rebinding), e.g. a Service's DNS names.
+    pub allowed_hosts: Vec<String>,
+    /// Open event streams (`/api/stream`) in total; a new one displaces the
+    /// oldest.
+    pub max_event_streams: usize,
+    /// Open event streams per client address (same rule).
+    pub max_event_streams_per_peer: usize,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            limits: HttpLimitsConfig::default(),
+            operator_token_file: None,
+            token_file: None,
+            allowed_hosts: Vec::new(),
+            max_event_streams: 32,
+            max_event_streams_per_peer: 4,
+        }
+    }
 }
 
 /// Why the operator token cannot be read.
 #[derive(Debug, thiserror::Error)]
-#[error("[web] operator_token_file {path}: {why}")]
+#[error("[web] {key} {path}: {why}")]
 pub struct TokenFileError {
+    key: &'static str,
     path: std::path::PathBuf,
     why: String,
 }
@@ -55,34 +89,65 @@ impl WebConfig {
     /// The operator token, read from `operator_token_file` (at most 4 KiB;
     /// `None` when unset). An empty or unreadable file is an error.
     pub fn operator_token(&self) -> Result<Option<String>, TokenFileError> {
-        let Some(path) = &self.operator_token_file else {
-            return Ok(None);
-        };
-        let err = |why: String| TokenFileError {
-            path: path.clone(),
-            why,
-        };
-        let bytes = proto::bounded_read::read(path, 4096).map_err(|e| err(e.to_string()))?;
-        let token = String::from_utf8(bytes)
-            .map_err(|_| err("not UTF-8 text".into()))?
-            .trim()
-            .to_string();
-        if token.is_empty() {
-            return Err(err("empty: put the token on one line".into()));
-        }
-        if token.len() < 16 {
-            return Err(err(
-                "shorter than 16 characters: use a long random token (e.g. `openssl rand -hex 32`)"
-                    .into(),
-            ));
-        }
-        Ok(Some(token))
+        read_token("operator_token_file", self.operator_token_file.as_deref())
     }
+
+    /// The viewer token, read from `token_file` (same rules).
+    pub fn viewer_token(&self) -> Result<Option<String>, TokenFileError> {
+        read_token("token_file", self.token_file.as_deref())
+    }
+}
+
+/// A token file: one line, at least 16 characters, at most 4 KiB.
+fn read_token(
+    key: &'static str,
+    path: Option<&std::path::Path>,
+) -> Result<Option<String>, TokenFileError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let err = |why: String| TokenFileError {
+        key,
+        path: path.to_path_buf(),
+        why,
+    };
+    let bytes = proto::bounded_read::read(path, 4096).map_err(|e| err(e.to_string()))?;
+    let token = String::from_utf8(bytes)
+        .map_err(|_| err("not UTF-8 text".into()))?
+        .trim()
+        .to_string();
+    if token.is_empty() {
+        return Err(err("empty: put the token on one line".into()));
+    }
+    if token.len() < 16 {
+        return Err(err(
+            "shorter than 16 characters: use a long random token (e.g. `openssl rand -hex 32`)"
+                .into(),
+        ));
+    }
+    Ok(Some(token))
 }
 
 impl WebConfig {
     /// The first setting out of range, as `(key, why)`.
     pub fn invalid(&self) -> Option<(&'static str, &'static str)> {
+        for (key, v) in [
+            ("web.max_event_streams", self.max_event_streams),
+            (
+                "web.max_event_streams_per_peer",
+                self.max_event_streams_per_peer,
+            ),
+        ] {
+            if !proto::listen::valid_count(v) {
+                return Some((key, "must be within 1..=1048576"));
+            }
+        }
+        if self.allowed_hosts.len() > 256 || self.allowed_hosts.iter().any(|h| !host_name(h)) {
+            return Some((
+                "web.allowed_hosts",
+                "must be at most 256 DNS names (letters, digits, '-', '.'; no port, no scheme)",
+            ));
+        }
         let (key, why) = self.limits.invalid()?;
         let key = match key {
             "max_connections" => "web.limits.max_connections",
@@ -94,6 +159,14 @@ impl WebConfig {
         };
         Some((key, why))
     }
+}
+
+/// Whether `h` is a DNS name (an `allowed_hosts` entry).
+fn host_name(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 253
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
 
 /// What the handlers read.
@@ -118,8 +191,17 @@ fn asset(kind: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
-/// The router: pages, assets, API, metrics, health.
+/// The router: pages, assets, API, metrics, health, with the default
+/// `[web]` settings and no viewer token.
 pub fn router(state: AppState) -> Router {
+    router_with(state, &WebConfig::default(), None)
+}
+
+/// The router within `cfg`'s guard (Host names, `viewer` token: [`guard`])
+/// and event stream caps ([`events`]).
+pub fn router_with(state: AppState, cfg: &WebConfig, viewer: Option<String>) -> Router {
+    let g = guard::Guard::new(&cfg.allowed_hosts, viewer, state.acks.clone());
+    let streams = events::EventStreams::new(cfg.max_event_streams, cfg.max_event_streams_per_peer);
     let page = || get(|| async { asset("text/html; charset=utf-8", SHELL) });
     Router::new()
         .route("/", page())
@@ -138,6 +220,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(api::routes())
         .merge(ack::routes())
+        .layer(axum::Extension(streams))
+        .layer(axum::middleware::from_fn_with_state(g, guard::check))
         .with_state(state)
 }
 
@@ -167,17 +251,23 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    serve_limited(addr, state, &HttpLimitsConfig::default(), shutdown).await
+    serve_limited(addr, state, &WebConfig::default(), shutdown).await
 }
 
-/// [`serve`] within `limits`.
+/// [`serve`] within `cfg` (`[web]`: its limits, guard and event stream caps;
+/// its viewer token file is read here).
 pub async fn serve_limited(
     addr: SocketAddr,
     state: AppState,
-    limits: &HttpLimitsConfig,
+    cfg: &WebConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    serve_router(addr, router(state), ("web UI", "web"), limits, shutdown).await
+    let viewer = cfg.viewer_token()?;
+    if !addr.ip().is_loopback() && viewer.is_none() {
+        tracing::warn!(%addr, "web UI beyond loopback without [web] token_file: its pages and /api answer 401 to non-loopback clients (only /healthz and /metrics are open)");
+    }
+    let app = router_with(state, cfg, viewer);
+    serve_router(addr, app, ("web UI", "web"), &cfg.limits, shutdown).await
 }
 
 /// Only `/metrics` and `/healthz` (`serve --metrics-addr`), within `limits`.

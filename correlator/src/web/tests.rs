@@ -1,0 +1,215 @@
+//! The web guard (Host names, the viewer token) and the acknowledgement's
+//! text checks, through the router as the listener calls it.
+use std::net::SocketAddr;
+
+use axum::{body::Body, http::Request};
+use http_body_util::BodyExt as _;
+use proto::listen::Addrs;
+use tonic::codegen::Service as _;
+
+use super::*;
+
+const VIEWER: &str = "viewer-token-0123456789";
+const OPERATOR: &str = "operator-token-0123456789";
+
+fn app(cfg: &WebConfig, viewer: Option<&str>) -> Router {
+    let (updates, _) = broadcast::channel(4);
+    let open = Arc::new(Mutex::new(vec![CandidateUpdate {
+        incident_id: "i1".into(),
+        state: "opened".into(),
+        ..Default::default()
+    }]));
+    let state = AppState {
+        history: None,
+        updates,
+        open,
+        ingest: None,
+        acks: Some(crate::ack::Acks::new(Some(OPERATOR.into()))),
+    };
+    router_with(state, cfg, viewer.map(str::to_string))
+}
+
+/// A request from `peer` that connected to `local`.
+async fn call(
+    app: &Router,
+    (peer, local): (&str, &str),
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, Option<String>) {
+    let mut r = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let mut req = r.body(Body::from(body.to_string())).expect("request");
+    req.extensions_mut().insert(Addrs {
+        peer: peer.parse::<SocketAddr>().expect("peer"),
+        local: Some(local.parse::<SocketAddr>().expect("local")),
+    });
+    let resp = app.clone().call(req).await.expect("infallible");
+    let status = resp.status().as_u16();
+    let www = resp
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned(), www)
+}
+
+const LOOP: (&str, &str) = ("127.0.0.1:50000", "127.0.0.1:8080");
+/// A kubelet probe or a remote browser on the pod network.
+const POD: (&str, &str) = ("10.0.0.5:40000", "10.0.0.9:8080");
+
+#[tokio::test]
+async fn only_hosts_that_name_this_server_are_answered() {
+    let cfg = WebConfig {
+        allowed_hosts: vec!["faultline-correlator.faultline.svc".into()],
+        ..WebConfig::default()
+    };
+    let a = app(&cfg, Some(VIEWER));
+    let bearer = format!("Bearer {VIEWER}");
+    for (host, want) in [
+        ("127.0.0.1:8080", 200),
+        ("localhost:8080", 200),
+        ("LOCALHOST", 200),
+        ("[::1]:8080", 200),
+        ("10.0.0.9:8080", 200),
+        ("faultline-correlator.faultline.svc:8080", 200),
+        ("Faultline-Correlator.faultline.svc.", 200),
+        // DNS rebinding: the attacker's name, resolving to this address.
+        ("rebind.attacker.example:8080", 403),
+        ("10.0.0.10:8080", 403),
+        ("faultline-correlator.faultline.svc.attacker.example", 403),
+    ] {
+        let (s, body, _) = call(
+            &a,
+            POD,
+            "GET",
+            "/api/open",
+            &[("host", host), ("authorization", &bearer)],
+            "",
+        )
+        .await;
+        assert_eq!(s, want, "Host {host}: {body}");
+        if want == 403 {
+            assert!(body.contains("[web] allowed_hosts"), "{body}");
+        }
+    }
+    // Probes get /healthz whatever they send as Host.
+    let (s, _, _) = call(&a, POD, "GET", "/healthz", &[("host", "x.example")], "").await;
+    assert_eq!(s, 200);
+}
+
+#[tokio::test]
+async fn beyond_loopback_the_pages_and_api_need_the_viewer_token() {
+    let cfg = WebConfig::default();
+    let host = [("host", "10.0.0.9:8080")];
+    // No token file: loopback clients only; probes and scrapes open.
+    let a = app(&cfg, None);
+    for path in ["/", "/api/open", "/api/stream", "/assets/app.js"] {
+        let (s, body, www) = call(&a, POD, "GET", path, &host, "").await;
+        assert_eq!(s, 401, "{path}: {body}");
+        assert!(body.contains("[web] token_file"), "{body}");
+        assert!(www.is_some_and(|w| w.starts_with("Basic")));
+    }
+    let (s, _, _) = call(&a, POD, "GET", "/healthz", &host, "").await;
+    assert_eq!(s, 200);
+    let (s, _, _) = call(&a, POD, "GET", "/metrics", &host, "").await;
+    assert_ne!(s, 401, "/metrics is open to scrapers");
+    let (s, _, _) = call(&a, LOOP, "GET", "/api/open", &[("host", "127.0.0.1")], "").await;
+    assert_eq!(s, 200, "loopback (kubectl port-forward) needs no token");
+
+    // With a token file: Bearer, Basic (a browser's prompt), the operator's.
+    let a = app(&cfg, Some(VIEWER));
+    let basic = |user: &str, pass: &str| {
+        let raw = format!("{user}:{pass}");
+        format!("Basic {}", b64(raw.as_bytes()))
+    };
+    for (auth, want) in [
+        (format!("Bearer {VIEWER}"), 200),
+        (basic("anyone", VIEWER), 200),
+        (format!("Bearer {OPERATOR}"), 200),
+        (format!("Bearer {VIEWER}x"), 401),
+        (basic(VIEWER, "nope"), 401),
+        ("Basic !!!".to_string(), 401),
+    ] {
+        let (s, body, _) = call(
+            &a,
+            POD,
+            "GET",
+            "/api/open",
+            &[("host", "10.0.0.9:8080"), ("authorization", &auth)],
+            "",
+        )
+        .await;
+        assert_eq!(s, want, "{auth}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn an_acknowledgement_with_a_direction_override_is_a_400() {
+    let a = app(&WebConfig::default(), None);
+    let bearer = format!("Bearer {OPERATOR}");
+    let headers = [
+        ("host", "127.0.0.1"),
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let body = serde_json::json!({ "by": "alice", "why": "fixed \u{202E}kcab", "for_s": 0 });
+    let (s, text, _) = call(
+        &a,
+        LOOP,
+        "POST",
+        "/api/incidents/i1/ack",
+        &headers,
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(s, 400, "{text}");
+    assert!(text.contains("U+202E at character 7"), "{text}");
+    let body = serde_json::json!({ "by": "alice", "why": "\u{2067}" });
+    let (s, text, _) = call(
+        &a,
+        LOOP,
+        "DELETE",
+        "/api/incidents/i1/ack",
+        &headers,
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(s, 400, "clearing checks its why too: {text}");
+    let body = serde_json::json!({ "by": "alice", "why": "new cable", "for_s": 0 });
+    let (s, text, _) = call(
+        &a,
+        LOOP,
+        "POST",
+        "/api/incidents/i1/ack",
+        &headers,
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+}
+
+fn b64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
