@@ -14,6 +14,7 @@
 //! The correlator reads it as the fabric topology (which switch each HCA
 //! port and uplink lands on); the collector's switch-counter source reads
 //! which switches to query and their ports' widths and speeds.
+use std::collections::hash_map::{Entry, HashMap};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,6 +300,9 @@ fn parse_default(text: &str) -> Result<Fabric, IbnetError> {
 
 fn parse_ports(text: &str) -> Result<Fabric, IbnetError> {
     let mut f = Fabric::default();
+    // (node id, port) → the port's index in its node's list: a search of
+    // the list per line was quadratic in a switch's ports.
+    let mut listed: HashMap<(String, u32), usize> = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -332,15 +336,20 @@ fn parse_ports(text: &str) -> Result<Fabric, IbnetError> {
             [(&id, p.port, &rid, rport), (&rid, rport, &id, p.port)]
         {
             let ports = &mut f.nodes.get_mut(at.as_str()).expect("inserted above").ports;
-            match ports.iter().find(|x| x.port == port) {
-                Some(x) if x.remote == *remote && x.remote_port == remote_port => {}
-                Some(_) => f.conflicts += 1,
-                None => ports.push(Port {
-                    port,
-                    remote: remote.clone(),
-                    remote_port,
-                    speed: p.speed.clone(),
-                }),
+            match listed.entry((at.clone(), port)) {
+                Entry::Occupied(i) => match ports.get(*i.get()) {
+                    Some(x) if x.remote == *remote && x.remote_port == remote_port => {}
+                    _ => f.conflicts += 1,
+                },
+                Entry::Vacant(slot) => {
+                    slot.insert(ports.len());
+                    ports.push(Port {
+                        port,
+                        remote: remote.clone(),
+                        remote_port,
+                        speed: p.speed.clone(),
+                    });
+                }
             }
         }
     }

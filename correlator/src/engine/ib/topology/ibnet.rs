@@ -52,7 +52,7 @@ fn build(f: &Fabric) -> Topology {
             }
         }
     }
-    t.place_uplinks();
+    t.finish();
     t
 }
 

@@ -18,7 +18,7 @@
 //! under the uplink's name. The extent ([`super::extent`]) groups
 //! co-occurring findings by their **parent**: an HCA port's leaf, an
 //! uplink's upper switch (the end with no HCA behind it: the spine).
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 mod ibnet;
 
@@ -51,13 +51,16 @@ pub struct Topology {
     links: HashMap<String, String>,
     /// Port entity or uplink name → the switch it groups under.
     parent: HashMap<String, String>,
-    /// Switch → what groups under it (sorted): the HCA ports behind a
-    /// leaf, the uplinks of a spine.
+    /// Switch → what groups under it (sorted once every link is known,
+    /// [`Topology::finish`]): the HCA ports behind a leaf, the uplinks of
+    /// a spine.
     members: BTreeMap<String, Vec<String>>,
     /// Switch port entity → the HCA port it is cabled to.
     faces: HashMap<String, String>,
     /// Uplinks: (name, one end's switch and entity, the other's).
     uplinks: Vec<(String, String, String, String, String)>,
+    /// The uplinks' names, for [`Topology::is_uplink`].
+    uplink_names: HashSet<String>,
     /// CAs left out (no `<host> <hca>` node description).
     skipped: usize,
 }
@@ -90,7 +93,7 @@ impl Topology {
 
     /// Whether a name is an uplink's (a spine's member).
     pub fn is_uplink(&self, name: &str) -> bool {
-        self.uplinks.iter().any(|u| u.0 == name)
+        self.uplink_names.contains(name)
     }
 
     /// What groups under a switch.
@@ -101,11 +104,11 @@ impl Topology {
     /// Named links, switches with HCA ports behind them, uplinks, skipped
     /// CAs (for the start-up log line).
     pub fn counts(&self) -> (usize, usize, usize, usize) {
-        let uplinks: BTreeSet<&String> = self.uplinks.iter().map(|u| &u.0).collect();
+        let uplinks = &self.uplink_names;
         let links: BTreeSet<&String> = self
             .links
             .values()
-            .filter(|l| !uplinks.contains(l) && !self.parent.contains_key(*l))
+            .filter(|l| !uplinks.contains(*l) && !self.parent.contains_key(*l))
             .collect();
         let leaves = self
             .members
@@ -129,10 +132,15 @@ impl Topology {
         self.links.insert(sp, to);
     }
 
+    /// Adds a member to a switch's list; [`Topology::finish`] sorts the
+    /// lists and drops repeats (a sorted insert per member was quadratic
+    /// in a switch's ports: issue 47).
     fn member(&mut self, switch: &str, m: &str) {
-        let v = self.members.entry(switch.to_string()).or_default();
-        if let Err(at) = v.binary_search_by(|p| p.as_str().cmp(m)) {
-            v.insert(at, m.to_string());
+        match self.members.get_mut(switch) {
+            Some(v) => v.push(m.to_string()),
+            None => {
+                self.members.insert(switch.to_string(), vec![m.to_string()]);
+            }
         }
     }
 
@@ -143,6 +151,7 @@ impl Topology {
         );
         self.links.insert(ea.clone(), name.to_string());
         self.links.insert(eb.clone(), name.to_string());
+        self.uplink_names.insert(name.to_string());
         self.uplinks
             .push((name.to_string(), a.to_string(), ea, b.to_string(), eb));
     }
@@ -150,16 +159,23 @@ impl Topology {
     /// Once every link is known: each uplink groups under its end with no
     /// HCA port behind it (a spine above a leaf); between two switches
     /// alike (both leaves, or a spine and a core) it groups under none.
-    fn place_uplinks(&mut self) {
+    /// Then the member lists are sorted, each member once.
+    fn finish(&mut self) {
         let leaves: BTreeSet<String> = self.members.keys().cloned().collect();
-        for (name, a, _, b, _) in self.uplinks.clone() {
-            let up = match (leaves.contains(&a), leaves.contains(&b)) {
+        let uplinks = std::mem::take(&mut self.uplinks);
+        for (name, a, _, b, _) in &uplinks {
+            let up = match (leaves.contains(a), leaves.contains(b)) {
                 (true, false) => b,
                 (false, true) => a,
                 _ => continue,
             };
             self.parent.insert(name.clone(), up.clone());
-            self.member(&up, &name);
+            self.member(up, name);
+        }
+        self.uplinks = uplinks;
+        for v in self.members.values_mut() {
+            v.sort_unstable();
+            v.dedup();
         }
     }
 }
@@ -235,7 +251,7 @@ fn parse_links(text: &str) -> Result<Topology, TopologyError> {
             _ => {}
         }
     }
-    t.place_uplinks();
+    t.finish();
     Ok(t)
 }
 
