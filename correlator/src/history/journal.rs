@@ -160,9 +160,27 @@ impl Journal {
                 "not a regular file",
             ));
         }
-        // A journal larger than asked (the key was lowered) keeps its size:
-        // its records are read with the halves they were written in.
-        let size = bytes.clamp(MIN_BYTES, MAX_BYTES).max(meta.len()) & !8191;
+        // Read with the halves it was written in; a new size
+        // (`journal_bytes` changed) applies once nothing in it is pending.
+        let want = bytes.clamp(MIN_BYTES, MAX_BYTES) & !8191;
+        let old = meta.len().min(MAX_BYTES) & !8191;
+        let mut found = BTreeMap::new();
+        let mut epochs = [0u64; 2];
+        if old >= MIN_BYTES {
+            for (h, epoch) in epochs.iter_mut().enumerate() {
+                let (e, recs) = scan(&file, h as u64 * (old / 2), old / 2)?;
+                *epoch = e;
+                found.extend(recs);
+            }
+        }
+        let size = if old >= MIN_BYTES && found.keys().any(|s| *s > committed) {
+            old
+        } else {
+            if old != want {
+                file.set_len(want)?;
+            }
+            want
+        };
         if let Err(e) = reserve(&file, size) {
             // Already that long (a restart on a full disk): its blocks are
             // most likely those reserved before; a write that finds a hole
@@ -173,13 +191,6 @@ impl Journal {
             tracing::warn!(error = %e, "incident journal: reserving its blocks again failed; using the file as it is");
         }
         let half = size / 2;
-        let mut found = BTreeMap::new();
-        let mut epochs = [0u64; 2];
-        for (h, epoch) in epochs.iter_mut().enumerate() {
-            let (e, recs) = scan(&file, h as u64 * half, half)?;
-            *epoch = e;
-            found.extend(recs);
-        }
         let max_seq = found.keys().next_back().copied().unwrap_or(0);
         let mut j = Self {
             file,
@@ -374,6 +385,18 @@ mod tests {
         );
         // New seqs continue above every seq seen.
         assert_eq!(j.next_seq, c + 1);
+        drop(j);
+        // A new size waits while records are pending, then applies.
+        let (j, replay) = Journal::open(&db, 2 * MIN_BYTES, a).unwrap();
+        assert_eq!((replay.len(), j.half), (2, MIN_BYTES / 2));
+        drop(j);
+        let (j, replay) = Journal::open(&db, 2 * MIN_BYTES, c).unwrap();
+        assert_eq!((replay.len(), j.half), (0, MIN_BYTES));
+        assert_eq!(
+            std::fs::metadata(path_of(&db)).unwrap().len(),
+            2 * MIN_BYTES
+        );
+        assert!(j.next_seq > c);
     }
 
     #[test]
