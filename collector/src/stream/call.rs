@@ -37,7 +37,10 @@ impl Sender {
         resume_tick.tick().await;
         let mut tx = Some(tx);
         loop {
-            let next = tx.as_ref().and(self.next_unsent(&mut cursor));
+            let next = match tx {
+                Some(_) => self.next_unsent(&mut cursor),
+                None => None,
+            };
             if self.closing.is_some() && next.is_none() {
                 // Everything sent: end the stream so the correlator finishes it.
                 tx = None;
@@ -54,9 +57,10 @@ impl Sender {
                     self.ended(&r);
                     return self.finish(client, delivered, false).await;
                 }
-                permit = reserve(tx.as_ref()), if next.is_some() => {
+                permit = reserve(tx.clone()), if next.is_some() => {
                     let (Some(p), Some(name)) = (permit, next) else {
                         // The call ended: the branch above says how.
+                        tx = None;
                         continue;
                     };
                     cursor.sent(&name, self.running.as_deref());
@@ -108,9 +112,9 @@ impl Drop for AbortOnDrop {
 
 /// A slot on the stream's queue (never, without a queue; `None` when the
 /// call ended).
-async fn reserve(tx: Option<&mpsc::Sender<Window>>) -> Option<mpsc::Permit<'_, Window>> {
+async fn reserve(tx: Option<mpsc::Sender<Window>>) -> Option<mpsc::OwnedPermit<Window>> {
     match tx {
-        Some(t) => t.reserve().await.ok(),
+        Some(t) => t.reserve_owned().await.ok(),
         None => std::future::pending().await,
     }
 }

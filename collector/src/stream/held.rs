@@ -161,6 +161,11 @@ impl Held {
         true
     }
 
+    /// Whether held windows take more than their share of `spool_max`.
+    pub fn over_share(&self, spool_max: u64) -> bool {
+        self.bytes > spool_max / SHARE
+    }
+
     /// Takes out the windows to drop at `now`: held for [`LIMIT`], then the
     /// oldest held while they take more than 1/[`SHARE`] of `spool_max`.
     pub fn expired(&mut self, now: Instant, spool_max: u64) -> Vec<String> {
@@ -172,7 +177,7 @@ impl Held {
         order.sort();
         let mut gone = Vec::new();
         for (since, name) in order {
-            let over = self.bytes > spool_max / SHARE;
+            let over = self.over_share(spool_max);
             if !over && now.saturating_duration_since(since) < LIMIT {
                 break;
             }
@@ -255,7 +260,12 @@ impl Sender {
         }
         match self.spool.entry(name) {
             Some(e) if self.held.is_future(e.0) => {
-                self.held.hold(name, e, false, Instant::now());
+                let now = Instant::now();
+                self.held.hold(name, e, false, now);
+                if self.held.over_share(self.cfg.spool_max_bytes) {
+                    let gone = self.held.expired(now, self.cfg.spool_max_bytes);
+                    self.drop_held(&gone, "held windows over their share of the spool");
+                }
                 self.pending();
                 true
             }
@@ -329,7 +339,12 @@ impl Sender {
             &gone,
             "refused as from the future past the limit, or over their share of the spool",
         );
+        let round_end = now + RETRY_TIMEOUT;
         for _ in 0..PER_ROUND {
+            if Instant::now() >= round_end {
+                // The rest next time round (accepted: due at once).
+                return;
+            }
             let Some(name) = self.held.candidate() else {
                 return;
             };
