@@ -65,7 +65,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME", env = "FAULTLINE_CLUSTER")]
     cluster: Option<String>,
     #[command(flatten)]
-    nats: NatsArgs,
+    nats: Box<NatsArgs>,
 }
 
 /// Consuming windows from NATS JetStream (docs/scale-out.md).
