@@ -55,7 +55,7 @@ impl Guard {
         let name = normal(name);
         name == "localhost"
             || name.ends_with(".localhost")
-            || self.allowed_hosts.iter().any(|h| *h == name)
+            || self.allowed_hosts.contains(&name)
     }
 
     /// Whether `auth` (an `Authorization` header) carries the viewer or the
