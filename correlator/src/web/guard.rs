@@ -53,9 +53,7 @@ impl Guard {
             return ip.is_loopback() || Some(ip) == local;
         }
         let name = normal(name);
-        name == "localhost"
-            || name.ends_with(".localhost")
-            || self.allowed_hosts.contains(&name)
+        name == "localhost" || name.ends_with(".localhost") || self.allowed_hosts.contains(&name)
     }
 
     /// Whether `auth` (an `Authorization` header) carries the viewer or the
