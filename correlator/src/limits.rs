@@ -209,3 +209,45 @@ impl LimitsConfig {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subscribers_share_leaves_the_collectors_theirs() {
+        assert!(LimitsConfig::default().validate().is_ok());
+        let l = LimitsConfig {
+            max_connections: 100,
+            ..LimitsConfig::default()
+        };
+        let e = l.validate().expect_err("256 subscriber calls of 100 slots");
+        assert!(
+            e.to_string().contains("limits.max_subscriber_streams")
+                && e.to_string().contains("below limits.max_connections"),
+            "{e}"
+        );
+        let l = LimitsConfig {
+            max_connections: 100,
+            max_subscriber_streams: 25,
+            ..LimitsConfig::default()
+        };
+        assert!(l.validate().is_ok());
+        for zero in [
+            LimitsConfig {
+                max_connections_per_identity: 0,
+                ..LimitsConfig::default()
+            },
+            LimitsConfig {
+                max_streams_per_identity: 0,
+                ..LimitsConfig::default()
+            },
+            LimitsConfig {
+                max_subscriber_streams_per_identity: 0,
+                ..LimitsConfig::default()
+            },
+        ] {
+            assert!(zero.validate().is_err());
+        }
+    }
+}
