@@ -47,6 +47,8 @@ pub struct Engine {
     pub workload: workload::WorkloadDetector,
     pub interference: interference::InterferenceDetector,
     pub nccl: nccl::NcclDetector,
+    /// Which hosts may report which jobs' ranks ([`workload::placement`]).
+    pub claims: workload::placement::Claims,
     pub incidents: IncidentManager,
     /// Seconds a workload symptom waits for a cause (`workload.explain_grace_s`).
     explain_grace_ms: i64,
@@ -104,7 +106,9 @@ impl Engine {
     /// and ranks past `detect.nccl.max_communicators`/`max_ranks`),
     /// `nccl_below` (a host's GPUs, ports, processes or jobs past the 64
     /// the hang rule keeps of each) and
-    /// `nccl_lag_runs` (lagging ranks past the lag detector's bound).
+    /// `nccl_lag_runs` (lagging ranks past the lag detector's bound);
+    /// `unplaced`, `claimed`, `claims` (step rows and samples refused by
+    /// [`workload::placement`]).
     pub fn dropped(&self) -> BTreeMap<&'static str, u64> {
         let mut d = self.dropped.clone();
         if self.incidents.dropped > 0 {
@@ -243,6 +247,7 @@ impl Engine {
         self.storage.forget_hosts(&gone);
         self.nfs.forget_hosts(&gone);
         self.straggler.forget_hosts(&gone);
+        self.claims.forget_hosts(&gone);
         self.nccl_lag.forget_hosts(&gone);
         self.interference.forget_hosts(&gone);
         self.nccl.forget_hosts(&gone);
@@ -358,6 +363,10 @@ impl Engine {
     pub fn ingest(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let w = self.clip(w);
         let w = self.admit(w);
+        let (w, refused) = self.claims.admit(w);
+        for (what, n) in refused {
+            self.drop_count(what, n);
+        }
         self.clock_ms = self.clock_ms.max(w.end_unix_ms);
         let mut out = self.judge(&w);
         if !self.pending.is_empty() {
@@ -403,7 +412,7 @@ impl Engine {
         findings.extend(nfs_findings);
         findings.extend(self.node.observe(&host, w));
         findings.extend(nccl_findings);
-        let (mut slow, mut evaluated) = self.straggler.observe(&host, w);
+        let (mut slow, mut evaluated) = self.straggler.observe(&host, w, &self.claims);
         // Without OTLP steps every rank's cadence is the slowest's: the
         // slow rank is the one late to issue, from its issue lag.
         let nccl = &self.nccl;

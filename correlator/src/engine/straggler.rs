@@ -8,7 +8,7 @@ use proto::v1::Window;
 
 use super::{
     median,
-    workload::{Place, Symptom},
+    workload::{placement::Claims, Place, Symptom},
 };
 
 /// Step time above this multiple of the job median makes a rank slow.
@@ -91,8 +91,15 @@ impl StragglerDetector {
     }
 
     /// The job's median step time over its ranks here and, sharded, on the
-    /// other shards; and how many ranks.
-    fn job_median(&self, job: &str, ranks: &HashMap<u32, Rank>) -> (f64, usize) {
+    /// other shards; and how many ranks. Ranks last reported by a host
+    /// outside the job's placement are dropped first.
+    fn job_median(&mut self, job: &str, claims: &Claims) -> (f64, usize) {
+        let Some(ranks) = self.ranks.get_mut(job) else {
+            return (0.0, 0);
+        };
+        if claims.placed_on(job, "").is_some() {
+            ranks.retain(|_, r| claims.placed_on(job, &r.host) == Some(true));
+        }
         let times: Vec<f64> = ranks.values().map(|r| r.seconds).collect();
         match self.remote.as_deref().and_then(|r| r.jobs.get(job)) {
             None => (median(&times), times.len()),
@@ -106,7 +113,7 @@ impl StragglerDetector {
     /// Updates the ranks reported by this window; returns the slow ranks
     /// (after persistence) and the `<job>/<rank>` entities evaluated. Cost:
     /// the window's steps plus the ranks of the jobs it reports.
-    pub fn observe(&mut self, host: &str, w: &Window) -> (Vec<Slow>, Vec<String>) {
+    pub fn observe(&mut self, host: &str, w: &Window, claims: &Claims) -> (Vec<Slow>, Vec<String>) {
         let mut evaluated = Vec::with_capacity(w.steps.len());
         let mut by_job: HashMap<&str, Vec<&proto::v1::StepTime>> = HashMap::new();
         for s in &w.steps {
@@ -134,10 +141,7 @@ impl StragglerDetector {
         let mut jobs: Vec<(&str, Vec<&proto::v1::StepTime>)> = by_job.into_iter().collect();
         jobs.sort_by(|a, b| a.0.cmp(b.0));
         for (job, steps) in jobs {
-            let Some(ranks) = self.ranks.get(job) else {
-                continue;
-            };
-            let (m, n) = self.job_median(job, ranks);
+            let (m, n) = self.job_median(job, claims);
             if n < MIN_RANKS {
                 continue;
             }

@@ -20,6 +20,7 @@ use proto::v1::Window;
 use super::config::WorkloadConfig;
 
 mod explain;
+pub mod placement;
 
 /// Normal windows whose median is the baseline.
 const HISTORY: usize = 32;
