@@ -3,7 +3,8 @@
 //! filled) is in the database once space returns and survives a restart; a
 //! database file deleted or replaced while the correlator runs is detected,
 //! reopened and holds the open incidents again, which survive a restart;
-//! the disk budget counts the bytes really on disk (file, -wal, -shm).
+//! the disk budget counts the bytes really on disk (file, -wal, -shm); an
+//! update only in the incident journal is written at the next start.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -285,5 +286,30 @@ fn the_disk_budget_counts_the_bytes_on_disk() {
         st.counts().expect("counts")[0] > 0,
         "not everything deleted"
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// An update in the incident journal that the database never took (a crash
+/// while it could not) is written into the database at the next start and
+/// restored under its id; once committed it is not replayed again.
+#[test]
+fn journaled_updates_the_database_lacks_are_written_at_start() {
+    let d = dir("journal");
+    let db = d.join("history.db");
+    drop(Store::open(&db, &HistoryConfig::default()).expect("create"));
+    let bytes = HistoryConfig::default().journal_bytes;
+    {
+        let (mut j, replay) = history::journal::Journal::open(&db, bytes, 0).expect("journal");
+        assert!(replay.is_empty());
+        j.append(&opened("inc-j", "n001/mlx5_0/1", 1_800_000_000_000));
+        // Dropped here: the writer never committed it.
+    }
+    assert_eq!(state_of(&db, "inc-j"), None);
+    assert_eq!(restart(&db), ["inc-j"]);
+    assert_eq!(state_of(&db, "inc-j").as_deref(), Some("open"));
+    let st = Store::open(&db, &HistoryConfig::default()).expect("open");
+    let (_, replay) = history::journal::Journal::open(&db, bytes, st.journal_seq().expect("seq"))
+        .expect("journal");
+    assert!(replay.is_empty(), "replayed again: {replay:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
