@@ -186,8 +186,14 @@ pub fn publisher_matches(prefix: &str, subject: &str, w: &Window) -> bool {
 /// due within [`MAX_NAK_DELAY`] is given back for redelivery once due (not
 /// final: the correlator's clock catches up); any other refusal is final.
 pub fn refusal_ack(status: &tonic::Status, w: &Window, max_future: Duration) -> AckKind {
-    let permanent = proto::v1::Refusal::of(status).is_some_and(|r| r.permanent);
-    if permanent || status.code() != tonic::Code::OutOfRange || max_future.is_zero() {
+    // A named refusal says whether it is final and why; without one (an
+    // older ingest), `clock_future` is the out-of-range refusal of a
+    // window ahead of the clock.
+    let future = match proto::v1::Refusal::of(status) {
+        Some(r) => !r.permanent && r.reason == "clock_future",
+        None => status.code() == tonic::Code::OutOfRange,
+    };
+    if !future || max_future.is_zero() {
         return AckKind::Term;
     }
     let ahead_ms = w.end_unix_ms.saturating_sub(vocab::time::now_unix_ms());
@@ -425,6 +431,23 @@ mod tests {
                 &window("n", 130_000),
                 limit
             ),
+            AckKind::Term
+        ));
+        // The named, not final refusal of today's ingest.
+        let named = |reason: &str| {
+            proto::v1::Refusal {
+                reason: reason.into(),
+                permanent: false,
+                ..Default::default()
+            }
+            .into_status(tonic::Code::OutOfRange, "ahead")
+        };
+        assert!(matches!(
+            refusal_ack(&named("clock_future"), &window("n", 130_000), limit),
+            AckKind::Nak(Some(_))
+        ));
+        assert!(matches!(
+            refusal_ack(&named("seq_jump"), &window("n", 130_000), limit),
             AckKind::Term
         ));
     }
