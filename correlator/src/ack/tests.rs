@@ -180,3 +180,43 @@ fn restore_keeps_only_what_still_holds() {
         .collect();
     assert_eq!(ids, ["forever"]);
 }
+
+/// `faultline-correlator ack` refuses the same text before sending anything
+/// (the token file and the server are never reached).
+#[tokio::test]
+async fn the_cli_refuses_a_direction_override_before_any_request() {
+    let args = |why: &str, clear: bool| cli::AckArgs {
+        id: "i".into(),
+        web: "http://127.0.0.1:9".into(),
+        token_file: "/nonexistent/token".into(),
+        by: "alice".into(),
+        why: why.into(),
+        for_: None,
+        clear,
+    };
+    for clear in [false, true] {
+        let e = cli::run(&args("fixed \u{202E}kcab", clear))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(
+                e,
+                cli::AckCliError::Invalid(AckError::Unprintable {
+                    field: "why",
+                    at: 7,
+                    code: 0x202E
+                })
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with("--by/--why: `why` has U+202E"),
+            "{e}"
+        );
+    }
+    // A clean reason gets as far as the token file.
+    let e = cli::run(&args("new cable", false))
+        .await
+        .expect_err("no token");
+    assert!(matches!(e, cli::AckCliError::Token { .. }), "{e}");
+}
