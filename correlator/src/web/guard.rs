@@ -50,6 +50,7 @@ impl Guard {
     fn host_ok(&self, host: &str, local: Option<IpAddr>) -> bool {
         let name = host_part(host);
         if let Ok(ip) = name.parse::<IpAddr>() {
+            let ip = ip.to_canonical();
             return ip.is_loopback() || Some(ip) == local;
         }
         let name = normal(name);
@@ -150,7 +151,8 @@ pub async fn check(State(g): State<Guard>, req: Request, next: Next) -> Response
         return next.run(req).await;
     }
     let addrs = req.extensions().get::<Addrs>().copied();
-    let local = addrs.and_then(|a| a.local).map(|a| a.ip());
+    // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
+    let local = addrs.and_then(|a| a.local).map(|a| a.ip().to_canonical());
     if let Some(host) = req.headers().get(header::HOST) {
         let host = host.to_str().unwrap_or("");
         if !g.host_ok(host, local) {
@@ -167,7 +169,7 @@ pub async fn check(State(g): State<Guard>, req: Request, next: Next) -> Response
         }
     }
     // Requests not from this machine's loopback need the viewer token.
-    let remote = addrs.is_some_and(|a| !a.peer.ip().is_loopback());
+    let remote = addrs.is_some_and(|a| !a.peer.ip().to_canonical().is_loopback());
     if remote && path != "/metrics" {
         let auth = req
             .headers()

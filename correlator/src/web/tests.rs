@@ -120,6 +120,29 @@ async fn beyond_loopback_the_pages_and_api_need_the_viewer_token() {
     assert_ne!(s, 401, "/metrics is open to scrapers");
     let (s, _, _) = call(&a, LOOP, "GET", "/api/open", &[("host", "127.0.0.1")], "").await;
     assert_eq!(s, 200, "loopback (kubectl port-forward) needs no token");
+    // The same through a dual-stack listener ([::]).
+    let mapped = ("[::ffff:127.0.0.1]:50000", "[::ffff:127.0.0.1]:8080");
+    let (s, _, _) = call(
+        &a,
+        mapped,
+        "GET",
+        "/api/open",
+        &[("host", "127.0.0.1:8080")],
+        "",
+    )
+    .await;
+    assert_eq!(s, 200, "an IPv4 loopback client of a [::] listener");
+    let mapped = ("[::ffff:10.0.0.5]:50000", "[::ffff:10.0.0.9]:8080");
+    let (s, _, _) = call(
+        &a,
+        mapped,
+        "GET",
+        "/api/open",
+        &[("host", "10.0.0.9:8080")],
+        "",
+    )
+    .await;
+    assert_eq!(s, 401, "an IPv4 network client of a [::] listener");
 
     // With a token file: Bearer, Basic (a browser's prompt), the operator's.
     let a = app(&cfg, Some(VIEWER));
