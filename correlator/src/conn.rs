@@ -16,7 +16,8 @@
 //! collectors' — and `max_subscriber_streams_per_identity` per identity. A
 //! call past a cap is refused RESOURCE_EXHAUSTED before it starts
 //! (`faultline_grpc_refused_total{reason}`), so it never marks its
-//! connection busy, and that connection can be displaced like any idle one.
+//! connection busy, and that connection is the first a new one displaces
+//! (at once, without the usual second of grace).
 use std::{
     collections::HashMap,
     future::Future,
@@ -264,6 +265,10 @@ where
         let share = match self.grpc.admit(&req) {
             Ok(s) => s,
             Err(reason) => {
+                // Its connection may make room for others at once.
+                if let Some(addr) = remote(&req) {
+                    self.grpc.listener.spare(addr);
+                }
                 let resp = refused(reason).into_http();
                 return Box::pin(async move { Ok(resp) });
             }

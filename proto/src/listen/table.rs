@@ -216,6 +216,21 @@ impl Listener {
         Ok(())
     }
 
+    /// Marks the connection from `peer` as first to go at a limit when it
+    /// has nothing in progress: its caller was just refused (over a share),
+    /// so it need not wait [`EVICT_AFTER`] to make room for someone else.
+    pub fn spare(&self, peer: SocketAddr) {
+        let Some(slot) = lock(&self.0.state).conns.get(&peer).cloned() else {
+            return;
+        };
+        if slot.active.load(Ordering::Acquire) == 0 {
+            let mut since = lock(&slot.idle_since);
+            if let Some(t) = since.checked_sub(EVICT_AFTER) {
+                *since = t;
+            }
+        }
+    }
+
     /// Connections tied to `owner` now.
     pub fn owned_by(&self, owner: u64) -> usize {
         lock(&self.0.state)
@@ -440,5 +455,18 @@ mod tests {
         assert_eq!(*lock(&a.closed), None);
         assert_eq!(*lock(&other.closed), None);
         assert_eq!(l.owned_by(7), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spared_connection_makes_room_at_once() {
+        let l = Listener::new("test", limits(2, 2, 10_000), 1);
+        let a = l.admit(addr([10, 0, 0, 1], 1)).expect("a");
+        let b = l.admit(addr([10, 0, 0, 2], 1)).expect("b");
+        assert_eq!(l.admit(addr([10, 0, 0, 3], 1)).err(), Some("total"));
+        l.spare(b.peer);
+        l.admit(addr([10, 0, 0, 3], 1))
+            .expect("b, spared, makes room");
+        assert_eq!(*lock(&b.closed), Some("evicted"));
+        assert_eq!(*lock(&a.closed), None);
     }
 }
