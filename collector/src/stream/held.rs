@@ -54,10 +54,11 @@ struct Entry {
 pub struct Held {
     entries: BTreeMap<String, Entry>,
     bytes: u64,
-    /// Windows ending at or after this (unix ms) are held unsent: the
-    /// correlator refused one that ended then. Cleared when a held window
-    /// is accepted.
-    horizon_ms: Option<i64>,
+    /// Windows ending at or after this (unix ms), plus the time since
+    /// (the correlator's clock moves on too), are held unsent: at that
+    /// instant the correlator refused one that ended then. Cleared when a
+    /// held window is accepted.
+    horizon: Option<(i64, Instant)>,
     backoff: Backoff,
     next_retry: Option<Instant>,
     /// The episode was logged (once until the held set empties).
@@ -69,7 +70,7 @@ impl Default for Held {
         Self {
             entries: BTreeMap::new(),
             bytes: 0,
-            horizon_ms: None,
+            horizon: None,
             backoff: Backoff::new(RETRY_MIN, RETRY_MAX),
             next_retry: None,
             warned: false,
@@ -90,16 +91,24 @@ impl Held {
         self.entries.contains_key(name)
     }
 
-    /// Whether a window ending at `end_ms` would be refused now.
-    pub fn is_future(&self, end_ms: i64) -> bool {
-        self.horizon_ms.is_some_and(|h| end_ms >= h)
+    /// Whether a window ending at `end_ms` would be refused at `now`.
+    pub fn is_future(&self, end_ms: i64, now: Instant) -> bool {
+        self.horizon_ms(now).is_some_and(|h| end_ms >= h)
+    }
+
+    /// The horizon as of `now`.
+    fn horizon_ms(&self, now: Instant) -> Option<i64> {
+        self.horizon.map(|(end, at)| {
+            let since = now.saturating_duration_since(at).as_millis();
+            end.saturating_add(i64::try_from(since).unwrap_or(i64::MAX))
+        })
     }
 
     /// Holds `name` (the correlator refused it, or would: `refused` says
     /// which); the first hold schedules a retry.
     pub fn hold(&mut self, name: &str, (end_ms, size): (i64, u64), refused: bool, now: Instant) {
-        if refused {
-            self.horizon_ms = Some(self.horizon_ms.map_or(end_ms, |h| h.min(end_ms)));
+        if refused && self.horizon_ms(now).is_none_or(|h| end_ms < h) {
+            self.horizon = Some((end_ms, now));
         }
         if self.entries.contains_key(name) {
             return;
@@ -141,7 +150,7 @@ impl Held {
     /// held windows are retried at once and newer windows sent again.
     pub fn accepted(&mut self, name: &str, now: Instant) {
         self.forget(name);
-        self.horizon_ms = None;
+        self.horizon = None;
         self.backoff.reset();
         self.next_retry = Some(now);
     }
@@ -153,7 +162,7 @@ impl Held {
         };
         self.bytes -= e.size;
         if self.entries.is_empty() {
-            self.horizon_ms = None;
+            self.horizon = None;
             self.backoff.reset();
             self.next_retry = None;
             self.warned = false;
@@ -259,7 +268,7 @@ impl Sender {
             return true;
         }
         match self.spool.entry(name) {
-            Some(e) if self.held.is_future(e.0) => {
+            Some(e) if self.held.is_future(e.0, Instant::now()) => {
                 let now = Instant::now();
                 self.held.hold(name, e, false, now);
                 if self.held.over_share(self.cfg.spool_max_bytes) {
@@ -396,7 +405,11 @@ mod tests {
         assert_eq!(h.next_retry(), None);
         h.hold("a~1", (5_000, 10), true, t);
         h.hold("a~2", (6_000, 10), false, t);
-        assert!(h.is_future(5_000) && h.is_future(9_000) && !h.is_future(4_999));
+        assert!(h.is_future(5_000, t) && h.is_future(9_000, t) && !h.is_future(4_999, t));
+        // The correlator's clock moves on: 2 s later a window ending at
+        // 6.5 s may be taken again.
+        let later = t + Duration::from_secs(2);
+        assert!(!h.is_future(6_500, later) && h.is_future(7_000, later));
         assert_eq!(h.candidate().as_deref(), Some("a~1"));
         // Equal jitter: each wait is at least half of a doubling cap, so
         // at most 6 retries fit into the first 32 s (caps 1, 2, 4, 8, 16,
@@ -419,7 +432,7 @@ mod tests {
         assert!(h.next_retry().expect("scheduled") <= at + RETRY_MAX);
         h.accepted("a~1", at);
         assert_eq!(h.next_retry(), Some(at), "the rest follow at once");
-        assert!(!h.is_future(9_000), "newer windows are sent again");
+        assert!(!h.is_future(9_000, at), "newer windows are sent again");
         assert!(h.forget("a~2"));
         assert_eq!(h.next_retry(), None);
         assert!(h.is_empty());
