@@ -79,12 +79,14 @@ fn load(text: &str, n: usize) -> Duration {
         .expect("two runs")
 }
 
+/// A form's name and its generator.
+type Form = (&'static str, fn(usize) -> String);
+
 #[test]
 fn one_leaf_with_many_ports_loads_in_linear_time() {
     const SMALL: usize = 10_000;
     const LARGE: usize = 80_000;
-    let forms: [(&str, fn(usize) -> String); 3] =
-        [("own", own), ("ports", ports), ("default", default_form)];
+    let forms: [Form; 3] = [("own", own), ("ports", ports), ("default", default_form)];
     for (name, make) in forms {
         let (small, large) = (make(SMALL), make(LARGE));
         let (ts, tl) = (load(&small, SMALL), load(&large, LARGE));

@@ -120,3 +120,67 @@ fn forgotten_hosts_leave_the_placement() {
     assert!(c.hosts("j").is_empty());
     assert_eq!(kept(&mut c, window("b", 20_000, "j", &[0], false)).0, [0]);
 }
+
+#[test]
+fn without_attribution_a_host_reports_at_most_a_rank_per_gpu() {
+    let mut c = Claims::default();
+    let mut w = window("x", 10_000, "j", &(0..64).collect::<Vec<_>>(), false);
+    w.gpus = (0..8)
+        .map(|index| proto::v1::GpuSample {
+            index,
+            ..proto::v1::GpuSample::default()
+        })
+        .collect();
+    let (k, r) = kept(&mut c, w);
+    assert_eq!(k, (0..8).collect::<Vec<_>>());
+    assert_eq!(r[0], ("unplaced", 56));
+}
+
+#[test]
+fn a_placed_host_without_rank_rows_reports_as_many_ranks_as_processes() {
+    let mut c = Claims::default();
+    let mut w = window("a", 10_000, "j", &[0, 1, 2, 3], false);
+    w.cuda = (0..2)
+        .map(|i| CudaProc {
+            pid: 500 + i,
+            job: "j".into(),
+            ..CudaProc::default()
+        })
+        .collect();
+    let (k, r) = kept(&mut c, w);
+    assert_eq!((k, r[0]), (vec![0, 1], ("unplaced", 2)));
+}
+
+#[test]
+fn the_claims_table_is_bounded() {
+    let mut c = Claims::default();
+    let per: u32 = 65_536;
+    let mut t = 10_000;
+    for h in 0..(MAX_CLAIMS as u32 / per) {
+        let ranks: Vec<u32> = (0..per).collect();
+        let (k, _) = kept(
+            &mut c,
+            window(&format!("h{h}"), t, &format!("j{h}"), &ranks, false),
+        );
+        assert_eq!(k.len(), per as usize);
+        t += 1;
+    }
+    let (k, r) = kept(&mut c, window("late", t, "new", &[0, 1], false));
+    assert!(k.is_empty());
+    assert_eq!(r[2], ("claims", 2));
+    // Once their holders have gone silent on them, claims make room.
+    for h in 0..(MAX_CLAIMS as u32 / per) {
+        kept(
+            &mut c,
+            window(&format!("h{h}"), t + CLAIM_SILENT_MS, "idle", &[], false),
+        );
+    }
+    assert_eq!(
+        kept(
+            &mut c,
+            window("late", t + CLAIM_SILENT_MS, "new", &[0, 1], false)
+        )
+        .0,
+        [0, 1]
+    );
+}
