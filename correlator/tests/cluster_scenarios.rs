@@ -92,6 +92,7 @@ impl Cluster {
                     entity: format!("h{xh}/gpu{xg}"),
                     detail: format!("GPU-{xh}-{xg}"),
                     code,
+                    ..Default::default()
                 });
             }
             let w = Window {

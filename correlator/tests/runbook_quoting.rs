@@ -72,6 +72,7 @@ fn names_from_windows_are_one_shell_word_in_runbook_commands() {
                     entity: format!("{evil_host}/gpu0"),
                     detail: "GPU-x".into(),
                     code: 79,
+                    ..Default::default()
                 }];
             }
             updates.extend(e.ingest(&w));

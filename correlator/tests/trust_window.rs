@@ -16,6 +16,7 @@ fn xid(entity: &str) -> Event {
         entity: entity.into(),
         detail: "GPU-x".into(),
         code: 79,
+        ..Default::default()
     }
 }
 

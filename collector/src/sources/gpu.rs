@@ -84,6 +84,7 @@ fn event(
         entity,
         detail,
         code,
+        ..Default::default()
     }
 }
 

@@ -61,6 +61,7 @@ impl Source for IbSource {
                     entity: vocab::entity::port(cx.host, &r.device, r.port),
                     detail: format!("{}->{}", vocab::ib::state_name(a), vocab::ib::state_name(b)),
                     code: i64::from(b),
+                    ..Default::default()
                 });
             }
         }

@@ -34,6 +34,7 @@ impl Source for RdmaEventSource {
                 entity,
                 detail: ev.name.into(),
                 code: i64::from(ev.event_type),
+                ..Default::default()
             });
         }
         Ok(None)

@@ -239,6 +239,7 @@ impl Cluster {
                     entity: vocab::entity::gpu(&name, gpu),
                     detail: format!("GPU-{name}-{gpu}"),
                     code: i64::from(*code),
+                    ..Default::default()
                 });
                 return;
             }

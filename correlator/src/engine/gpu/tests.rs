@@ -13,6 +13,7 @@ fn xid(ms: i64, gpu: u32, code: i64) -> Window {
             entity: format!("h1/gpu{gpu}"),
             detail: "GPU-0000".into(),
             code,
+            ..Default::default()
         }],
         ..Window::default()
     }
