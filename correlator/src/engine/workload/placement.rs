@@ -229,18 +229,24 @@ impl Claims {
 
     /// The host's attribution of the job, created within the bounds.
     fn slot(&mut self, host: &str, job: &str) -> Option<&mut Attributed> {
-        if !self.placed.contains_key(job) && self.placed.len() >= MAX_JOBS {
-            return None;
+        if !self.placed.contains_key(job) {
+            if self.placed.len() >= MAX_JOBS {
+                return None;
+            }
+            self.placed.insert(job.to_string(), HashMap::new());
         }
-        let hosts = self.placed.entry(job.to_string()).or_default();
-        if !hosts.contains_key(host) && hosts.len() >= MAX_HOSTS_PER_JOB {
-            return None;
+        let hosts = self.placed.get_mut(job)?;
+        if !hosts.contains_key(host) {
+            if hosts.len() >= MAX_HOSTS_PER_JOB {
+                return None;
+            }
+            hosts.insert(host.to_string(), Attributed::default());
+            self.jobs_of
+                .entry(host.to_string())
+                .or_default()
+                .insert(job.to_string());
         }
-        self.jobs_of
-            .entry(host.to_string())
-            .or_default()
-            .insert(job.to_string());
-        Some(hosts.entry(host.to_string()).or_default())
+        hosts.get_mut(host)
     }
 
     /// Drops the host's attributions older than the horizon (its clock).
