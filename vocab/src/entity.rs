@@ -21,6 +21,12 @@ pub fn gpu(host: &str, index: impl core::fmt::Display) -> String {
     format!("{host}/gpu{index}")
 }
 
+/// An NVSwitch by its PCI address as the driver's kernel log names it:
+/// `host/nvswitch/0000:07:00.0`.
+pub fn nvswitch(host: &str, pci: &str) -> String {
+    format!("{host}/nvswitch/{pci}")
+}
+
 /// A block device: `host/nvme0n1`.
 pub fn device(host: &str, dev: &str) -> String {
     format!("{host}/{dev}")

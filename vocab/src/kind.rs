@@ -41,6 +41,9 @@ names! {
         RdmaAsync = "rdma_async",
         /// An InfiniBand port changed state between two windows.
         IbState = "ib_state",
+        /// An NVSwitch error (SXid) the driver wrote to the kernel log
+        /// (`code` = the SXid), on `host/nvswitch/<pci>`.
+        NvswitchSxid = "nvswitch_sxid",
     }
 }
 
