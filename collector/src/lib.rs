@@ -20,6 +20,7 @@ pub mod http;
 pub mod ib;
 pub mod identity;
 pub mod jobmap;
+pub mod kmsg;
 pub mod launch_budget;
 pub mod lustre;
 pub mod nccl;

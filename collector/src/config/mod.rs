@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use self::collector::{CollectorSection, DEFAULT_JOB_DIR};
 pub use crate::{
     ib::IbSection,
+    kmsg::KmsgSection,
     lustre::LustreSection,
     nfs::NfsSection,
     nvml::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET},
@@ -49,6 +50,7 @@ pub struct FileConfig {
     pub nfs: NfsSection,
     pub lustre: LustreSection,
     pub switches: SwitchesSection,
+    pub kmsg: KmsgSection,
 }
 
 impl FileConfig {

@@ -42,6 +42,9 @@ impl FileConfig {
             ));
         }
         self.ib.filter()?;
+        if let Some((key, why)) = self.kmsg.problem() {
+            return Err(ConfigError::invalid(key, why));
+        }
         self.otlp.validate()?;
         self.validate_usage()?;
         if self.nfs.max_mounts == 0 {

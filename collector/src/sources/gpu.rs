@@ -84,6 +84,7 @@ fn event(
         entity,
         detail,
         code,
+        source: "nvml".into(),
         ..Default::default()
     }
 }

@@ -6,16 +6,18 @@
 //! events), `ib`, `switches` (switch port counters), `verbs`,
 //! `gpu`, `libraries` (every `nccl.rescan_s`: attach to libraries that
 //! appeared, detach from those no process maps), `cuda`, `nccl`, `otlp`,
-//! `usage`; then the sources that need
+//! `usage`, `kmsg` (the kernel log); then the sources that need
 //! another's data of the same window derive from the [`Facts`] the others
 //! returned: `gpu` (workload labels from the processes `cuda` saw), `cuda`
-//! (its lines name the GPU `gpu` read), `usage` (from every row and the
+//! (its lines name the GPU `gpu` read), `usage`,
+//! `kmsg` (the GPUs `gpu` read, and its NVML XIDs, joined) (from every row and the
 //! NVML and verbs facts). `exec` is drained between windows.
 pub mod block;
 pub mod cuda;
 pub mod exec;
 pub mod gpu;
 pub mod ib;
+pub mod kmsg;
 pub mod libraries;
 pub mod lustre;
 pub mod nccl;

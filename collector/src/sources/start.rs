@@ -116,6 +116,9 @@ pub fn start_sources(
         let post_send = probes.is_attached("verbs:post_send");
         out.push(Box::new(UsageSource::new(&cfg.usage, post_send)));
     }
+    if let Some(k) = start_kmsg(cfg, console) {
+        out.push(Box::new(k));
+    }
     Ok(out)
 }
 
@@ -149,6 +152,36 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
             .filter(|p| !p.as_os_str().is_empty()),
     };
     Some(GpuSource::new(src, rx, listener, labels))
+}
+
+/// The kernel log reader, when `[kmsg]` is on and the log opens (without
+/// CAP_SYSLOG under `kernel.dmesg_restrict = 1` it does not: reported, and
+/// the collector runs on without it).
+fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<super::kmsg::KmsgSource> {
+    if !cfg.kmsg.enabled {
+        return None;
+    }
+    let boot = crate::kmsg::boot_id(&cfg.collector.proc_root);
+    match crate::kmsg::KmsgLog::open(&cfg.kmsg, boot) {
+        Ok(log) => {
+            console.info(format_args!(
+                "kmsg: reading {} for the GPU driver's XIDs and SXids",
+                cfg.kmsg.path.display()
+            ));
+            Some(super::kmsg::KmsgSource::new(
+                log,
+                &cfg.kmsg,
+                cfg.collector.proc_root.clone(),
+            ))
+        }
+        Err(e) => {
+            console.info(format_args!(
+                "kmsg: cannot read {}: {e} (CAP_SYSLOG is needed where kernel.dmesg_restrict = 1); no XIDs from the kernel log",
+                cfg.kmsg.path.display()
+            ));
+            None
+        }
+    }
 }
 
 /// libibverbs' device facts and async-event threads, when it loads.

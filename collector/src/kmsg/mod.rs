@@ -1,0 +1,250 @@
+//! The kernel log as a signal source: `/dev/kmsg`'s records ([`record`]),
+//! the NVIDIA driver's reports among them ([`nvrm`]), and [`KmsgLog`], which
+//! reads them each window, bounded and resumable across restarts. The
+//! source that turns them into events is `sources::kmsg`; `docs/kmsg.md`
+//! describes the whole path.
+pub mod nvrm;
+pub mod record;
+mod state;
+
+use std::{io, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use self::state::Resume;
+use self::{
+    nvrm::Report,
+    record::{KmsgReader, Next, Record},
+};
+
+/// `[kmsg]`: the kernel log reader. Documented in `docs/config.md`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KmsgSection {
+    /// Read the kernel log for the GPU driver's XIDs and NVSwitch SXids.
+    pub enabled: bool,
+    /// The kernel log device (or a file or FIFO in its record format).
+    pub path: PathBuf,
+    /// Where the last record read (boot id, sequence number) is kept, so a
+    /// restart resumes after it; empty: nowhere (a restart starts at
+    /// `first_start` again).
+    pub state_file: PathBuf,
+    /// Where to start without a saved position of this boot: "end" (only
+    /// records written from now on) or "beginning" (every record the
+    /// kernel's buffer still holds). A saved position of another boot always
+    /// starts at the beginning: the buffer holds only this boot's records.
+    pub first_start: String,
+    /// At most this many records read per window; the rest wait for the
+    /// next window.
+    pub max_records: usize,
+    /// Longer lines are skipped (counted), bytes.
+    pub max_line_bytes: usize,
+    /// At most this many events from the kernel log per window (distinct
+    /// GPU/switch and code: repeats fold into one event's count).
+    pub max_events: usize,
+    /// An XID NVML and the kernel log both report within this many seconds
+    /// (same GPU, same code) is one event.
+    pub join_s: f64,
+}
+
+impl Default for KmsgSection {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            path: "/dev/kmsg".into(),
+            state_file: "/var/lib/faultline/kmsg.state".into(),
+            first_start: "end".into(),
+            max_records: 20_000,
+            max_line_bytes: 4096,
+            max_events: 256,
+            join_s: 2.0,
+        }
+    }
+}
+
+/// The bounds `validate` enforces.
+pub const MAX_RECORDS_LIMIT: usize = 1_000_000;
+pub const MAX_LINE_LIMIT: usize = record::READ_BUF;
+pub const MAX_EVENTS_LIMIT: usize = 65_536;
+pub const JOIN_MAX_S: f64 = 60.0;
+
+impl KmsgSection {
+    /// The key that is wrong and why, for the operator.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        if !matches!(self.first_start.as_str(), "end" | "beginning") {
+            let m = format!(
+                "must be \"end\" or \"beginning\", not {:?}",
+                self.first_start
+            );
+            return Some(("kmsg.first_start", m));
+        }
+        let range = |key, v: usize, lo: usize, hi: usize| {
+            (!(lo..=hi).contains(&v)).then(|| (key, format!("must be in [{lo}, {hi}]")))
+        };
+        range("kmsg.max_records", self.max_records, 1, MAX_RECORDS_LIMIT)
+            .or_else(|| {
+                range(
+                    "kmsg.max_line_bytes",
+                    self.max_line_bytes,
+                    64,
+                    MAX_LINE_LIMIT,
+                )
+            })
+            .or_else(|| range("kmsg.max_events", self.max_events, 1, MAX_EVENTS_LIMIT))
+            .or_else(|| {
+                (!(self.join_s.is_finite() && (0.0..=JOIN_MAX_S).contains(&self.join_s))).then(
+                    || {
+                        (
+                            "kmsg.join_s",
+                            format!("must be in [0, {JOIN_MAX_S}] seconds"),
+                        )
+                    },
+                )
+            })
+    }
+}
+
+/// A driver report read this window, with the record's time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub report: Report,
+    /// The record's time on the kernel's monotonic clock (µs since boot).
+    pub ts_usec: u64,
+}
+
+/// What one window's reading counted (also exported as metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub records: u64,
+    /// Records overwritten before they were read (sequence gaps).
+    pub lost: u64,
+    /// Driver-like reports from user space (facility not 0), ignored.
+    pub untrusted: u64,
+    pub too_long: u64,
+    pub malformed: u64,
+    /// Records at or below the saved position of this boot, skipped.
+    pub replayed: u64,
+    /// The window's bound was reached: the rest waits.
+    pub full: bool,
+}
+
+/// The kernel log, read window by window.
+pub struct KmsgLog {
+    reader: KmsgReader,
+    resume: Resume,
+    max_records: usize,
+}
+
+impl KmsgLog {
+    /// Opens the log at the position [`Resume`] gives for this boot.
+    pub fn open(cfg: &KmsgSection, boot_id: String) -> io::Result<Self> {
+        let resume = Resume::load(&cfg.state_file, boot_id);
+        let to_end = resume.start_at_end(cfg.first_start == "end");
+        let reader = KmsgReader::open(&cfg.path, cfg.max_line_bytes, to_end)?;
+        Ok(Self {
+            reader,
+            resume,
+            max_records: cfg.max_records,
+        })
+    }
+
+    /// Up to `max_records` new records; the driver's reports among them.
+    pub fn read(&mut self, out: &mut Vec<Read>) -> io::Result<Counts> {
+        let mut c = Counts::default();
+        while c.records < self.max_records as u64 {
+            let line = match self.reader.next()? {
+                Next::Line(l) => l,
+                Next::Overwritten => continue, // counted from the sequence gap
+                Next::TooLong(_) => {
+                    c.too_long += 1;
+                    continue;
+                }
+                Next::Empty => break,
+            };
+            c.records += 1;
+            let Ok(rec) = Record::parse(&line) else {
+                c.malformed += 1;
+                continue;
+            };
+            match self.resume.advance(rec.seq) {
+                state::Step::Old => {
+                    c.replayed += 1;
+                    continue;
+                }
+                state::Step::New { lost } => c.lost += lost,
+            }
+            let Some(report) = nvrm::parse(&rec.message) else {
+                continue;
+            };
+            if !rec.is_kernel() {
+                c.untrusted += 1;
+                continue;
+            }
+            out.push(Read {
+                report,
+                ts_usec: rec.ts_usec,
+            });
+        }
+        c.full = c.records >= self.max_records as u64;
+        self.resume.save();
+        Ok(c)
+    }
+}
+
+/// This boot's id (`proc_root/sys/kernel/random/boot_id`); empty when
+/// unreadable (then a saved position never matches: read from the start).
+pub fn boot_id(proc_root: &std::path::Path) -> String {
+    crate::bounded_read::read_to_string(&proc_root.join("sys/kernel/random/boot_id"), 128)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The kernel's monotonic clock now, µs (the clock of `TS_USEC`).
+pub fn monotonic_usec() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000)
+        .saturating_add(ts.tv_nsec as u64 / 1000)
+}
+
+/// HELP of the kernel log's families.
+pub fn describe() {
+    for (name, help) in [
+        ("faultline_kmsg_records_total", "Kernel log records read"),
+        (
+            "faultline_kmsg_lost_total",
+            "Kernel log records overwritten before the collector read them (sequence gaps)",
+        ),
+        (
+            "faultline_kmsg_dropped_total",
+            "Kernel log records or reports not turned into events, by reason (untrusted: a driver-like line written from user space; too_long; malformed; events: past kmsg.max_events in a window)",
+        ),
+        (
+            "faultline_kmsg_reports_total",
+            "NVIDIA driver reports read from the kernel log, by kind (xid, sxid)",
+        ),
+        (
+            "faultline_kmsg_folded_total",
+            "Driver reports folded into an earlier event of the same GPU or switch and code (a burst)",
+        ),
+        (
+            "faultline_kmsg_joined_total",
+            "XIDs NVML and the kernel log both reported, sent as one event (source nvml+kmsg)",
+        ),
+        (
+            "faultline_kmsg_unplaced_total",
+            "XIDs from the kernel log whose PCI address names no GPU NVML knows: reported against the node",
+        ),
+        (
+            "faultline_kmsg_window_full_total",
+            "Windows that read kmsg.max_records records: the rest waited for the next window",
+        ),
+    ] {
+        metrics::describe_counter!(name, help);
+    }
+}
