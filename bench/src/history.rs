@@ -57,6 +57,7 @@ fn incidents(n: usize) -> Vec<CandidateUpdate> {
             affected_jobs: vec![format!("job{}", i % 50)],
             runbook: "check the cable and switch port: `mlxlink -d mlx5_0 -p 1 -c`".into(),
             cluster: String::new(),
+            severity: "warning".into(),
         };
         out.push(u.clone());
         u.state = "resolved".into();

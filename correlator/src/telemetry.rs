@@ -27,6 +27,10 @@ fn describe() {
         "faultline_correlator_open_incidents",
         "Open incidents by kind"
     );
+    describe_gauge!(
+        "faultline_correlator_open_incidents_by_severity",
+        "Open incidents by kind and severity (docs/alerting.md, the severity table)"
+    );
     describe_counter!(
         "faultline_correlator_windows_total",
         "Windows that reached the detection engine"
@@ -185,6 +189,16 @@ pub fn open_incidents(open: &[CandidateUpdate]) {
         let k = k.as_str();
         let n = open.iter().filter(|u| u.kind == k).count();
         metrics::gauge!("faultline_correlator_open_incidents", "kind" => k).set(n as f64);
+        // By severity too: the Prometheus rules route on it.
+        for sev in crate::engine::incidents::severity::Severity::ALL {
+            let sev = sev.as_str();
+            let n = open
+                .iter()
+                .filter(|u| u.kind == k && u.severity == sev)
+                .count();
+            metrics::gauge!("faultline_correlator_open_incidents_by_severity", "kind" => k, "severity" => sev)
+                .set(n as f64);
+        }
     }
 }
 

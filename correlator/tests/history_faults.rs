@@ -38,6 +38,7 @@ fn opened(id: &str, entity: &str, ts: i64) -> CandidateUpdate {
         affected_jobs: vec!["job7".into()],
         runbook: "check the cable".into(),
         cluster: String::new(),
+        severity: "critical".into(),
     }
 }
 

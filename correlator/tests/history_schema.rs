@@ -137,3 +137,58 @@ fn a_failed_migration_leaves_the_file_at_its_old_version() {
         .expect("count");
     assert_eq!(tables, 0);
 }
+
+/// Version 5 adds each incident's severity: a file of version 4 keeps its
+/// incidents (severity empty: stored before rating), a new update stores
+/// the incident's severity, a later one raises it, an update without one
+/// (an older correlator's) keeps it, and the list filters on it.
+#[test]
+fn severity_is_a_column_migrated_in_and_filtered_on() {
+    let path = file("severity");
+    pre_versioning(&path);
+    {
+        let mut store = Store::open(&path, &HistoryConfig::default()).expect("open");
+        drop(store.write(&[], &[]));
+    }
+    // Back to version 4: the severity column and its index removed.
+    Connection::open(&path)
+        .and_then(|c| {
+            c.execute_batch(
+                "DROP INDEX incidents_by_severity; ALTER TABLE incidents DROP COLUMN severity; \
+                 PRAGMA user_version = 4;",
+            )
+        })
+        .expect("a version 4 file");
+    let mut store = Store::open(&path, &HistoryConfig::default()).expect("migrate 4 -> 5");
+    assert_eq!(user_version(&path), VERSION);
+    let rows = store.incidents(&IncidentFilter::default()).expect("query");
+    assert_eq!((rows.len(), rows[0].severity.as_str()), (1, ""));
+    let mut u = proto::v1::CandidateUpdate {
+        ts_unix_ms: 5_000,
+        incident_id: "inc-2".into(),
+        state: "opened".into(),
+        kind: "ib_link_degraded".into(),
+        entity: "n1/mlx5_0/1".into(),
+        severity: "warning".into(),
+        ..Default::default()
+    };
+    store.write(std::slice::from_ref(&u), &[]).expect("write");
+    u.state = "updated".into();
+    u.ts_unix_ms = 6_000;
+    u.severity = "critical".into();
+    store.write(std::slice::from_ref(&u), &[]).expect("write");
+    u.ts_unix_ms = 7_000;
+    u.severity = String::new();
+    store.write(std::slice::from_ref(&u), &[]).expect("write");
+    let critical = store
+        .incidents(&IncidentFilter {
+            severity: "critical".into(),
+            ..Default::default()
+        })
+        .expect("query");
+    assert_eq!(critical.len(), 1, "{critical:?}");
+    assert_eq!(critical[0].id, "inc-2");
+    assert_eq!(critical[0].clone().into_update().severity, "critical");
+    let (row, _) = store.incident("inc-2").expect("query").expect("found");
+    assert_eq!(row.severity, "critical");
+}

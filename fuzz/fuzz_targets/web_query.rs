@@ -58,6 +58,7 @@ fn fixture() -> &'static Fixture {
                     affected_jobs: vec!["4242".into()],
                     runbook: "check the cable".into(),
                     cluster: if i % 2 == 0 { "east" } else { "" }.into(),
+                    severity: "warning".into(),
                 });
             }
         }

@@ -30,11 +30,14 @@ use crate::{
 /// and counted).
 const MAX_PENDING_RESOLVED: usize = 10_000;
 
-/// Severity label of a kind: faults that stop traffic or a GPU page.
-pub fn severity(kind: &str) -> &'static str {
-    match kind {
-        "ib_link_down" | "ib_link_flapping" | "node_lost" | "gpu_xid" | "gpu_ecc" => "critical",
-        _ => "warning",
+/// The severity label of an update: the incident's own (the engine's
+/// severity table, docs/alerting.md); `warning` for an update from a
+/// correlator that did not rate it.
+pub fn severity(u: &CandidateUpdate) -> &str {
+    if u.severity.is_empty() {
+        "warning"
+    } else {
+        &u.severity
     }
 }
 
@@ -62,7 +65,7 @@ impl Alert {
             ("entity", u.entity.clone()),
             ("host", vocab::entity::host_of(&u.entity).to_string()),
             ("job", u.affected_jobs.first().cloned().unwrap_or_default()),
-            ("severity", severity(&u.kind).to_string()),
+            ("severity", severity(u).to_string()),
         ]);
         // Only where named: routes that match on `cluster` stay unaffected
         // by unnamed clusters.
@@ -112,7 +115,9 @@ impl Alert {
     }
 }
 
-/// The alerts of the incidents seen so far.
+/// The alerts of the incidents seen so far, keyed by incident id (and,
+/// for an alert resolved because its incident's severity rose, the id and
+/// the old severity).
 #[derive(Debug, Default)]
 struct Alerts {
     by_id: BTreeMap<String, Alert>,
@@ -120,6 +125,19 @@ struct Alerts {
 
 impl Alerts {
     fn apply(&mut self, u: &CandidateUpdate, now: i64) {
+        // A severity that rose is a new alert (Alertmanager identifies an
+        // alert by its labels): the old one resolves, same incident_id, so
+        // the page goes out under the new severity's route.
+        if let Some(a) = self.by_id.get(&u.incident_id) {
+            let was = a.labels.get("severity").map_or("", String::as_str);
+            if a.resolved_ms.is_none() && was != severity(u) {
+                let old_key = format!("{}@{was}", u.incident_id);
+                if let Some(mut old) = self.by_id.remove(&u.incident_id) {
+                    old.resolved_ms = Some(now);
+                    self.by_id.insert(old_key, old);
+                }
+            }
+        }
         let a = self
             .by_id
             .entry(u.incident_id.clone())
@@ -321,6 +339,51 @@ mod tests {
         assert_eq!(b.by_id["abc"].resolved_ms, None);
         b.resync(&[], 6_000);
         assert_eq!(b.by_id["abc"].resolved_ms, Some(6_000));
+    }
+
+    #[test]
+    fn severity_is_the_incidents_and_a_rise_is_a_new_alert() {
+        let cfg = AlertmanagerConfig::default();
+        // An application XID under a big job: the incident says warning,
+        // so does the label (the kind alone used to make it critical).
+        let mut u = CandidateUpdate {
+            incident_id: "x".into(),
+            state: "opened".into(),
+            kind: "gpu_xid".into(),
+            entity: "n001/gpu0".into(),
+            severity: "warning".into(),
+            ..Default::default()
+        };
+        let mut a = Alerts::default();
+        a.apply(&u, 1_000);
+        assert_eq!(
+            a.by_id["x"].json(&cfg, 1_000)["labels"]["severity"],
+            "warning"
+        );
+        // The same update again changes nothing.
+        a.apply(&u, 1_500);
+        assert_eq!(a.by_id.len(), 1);
+        // It rises: the warning alert resolves, a critical one fires with
+        // the same incident_id (one Alertmanager group).
+        u.state = "updated".into();
+        u.severity = "critical".into();
+        a.apply(&u, 2_000);
+        assert_eq!(a.by_id.len(), 2);
+        let old = a.by_id["x@warning"].json(&cfg, 2_000);
+        assert_eq!(old["labels"]["severity"], "warning");
+        assert_eq!(old["endsAt"], "1970-01-01T00:00:02.000Z");
+        let new = a.by_id["x"].json(&cfg, 2_000);
+        assert_eq!(new["labels"]["severity"], "critical");
+        assert_eq!(new["labels"]["incident_id"], "x");
+        assert_eq!(new["startsAt"], "1970-01-01T00:00:02.000Z");
+        // An update from a correlator that did not rate it: warning.
+        u.incident_id = "y".into();
+        u.severity = String::new();
+        a.apply(&u, 3_000);
+        assert_eq!(
+            a.by_id["y"].json(&cfg, 3_000)["labels"]["severity"],
+            "warning"
+        );
     }
 
     #[test]

@@ -349,6 +349,8 @@ pub struct IncidentConfig {
     pub quiet_windows: u32,
     /// Confidence change worth an `updated`.
     pub update_delta: f64,
+    /// `[incidents.severity]`: the severity table's knobs (docs/alerting.md).
+    pub severity: super::incidents::severity::SeverityConfig,
 }
 
 impl Default for IncidentConfig {
@@ -357,6 +359,7 @@ impl Default for IncidentConfig {
             quiet_s: 30.0,
             quiet_windows: 2,
             update_delta: 0.05,
+            severity: Default::default(),
         }
     }
 }
@@ -379,6 +382,7 @@ impl DetectConfig {
             0.0,
             1.0,
         )?;
+        self.incidents.severity.validate()?;
         self.limits.validate()
     }
 }

@@ -8,7 +8,9 @@ use super::config::IncidentConfig;
 
 mod causes;
 mod finding;
+pub mod severity;
 pub use finding::{evidence_port, Finding};
+use severity::Severity;
 
 /// Kinds that are one fault at different stages share one incident per
 /// entity: a second down of a port turns its `ib_link_down` incident into
@@ -17,7 +19,10 @@ pub use finding::{evidence_port, Finding};
 fn family(kind: &'static str) -> (&'static str, u8) {
     (
         family_of(kind),
-        u8::from(matches!(kind, "ib_link_flapping" | "interference")),
+        u8::from(matches!(
+            kind,
+            "ib_link_flapping" | "interference" | "gpu_xid"
+        )),
     )
 }
 
@@ -28,6 +33,9 @@ pub fn family_of(kind: &str) -> &str {
     match kind {
         "ib_link_down" | "ib_link_flapping" => "ib_link_state",
         "storage_latency" | "interference" => "storage_latency",
+        // An application's XID, then the GPU judged (unrelated jobs
+        // failing on it, a hardware code): one incident on the GPU.
+        "app_xid" | "gpu_xid" => "gpu_xid",
         k => k,
     }
 }
@@ -68,6 +76,8 @@ struct Incident {
     owner: String,
     /// The cluster it belongs to (the label of the window that opened it).
     cluster: String,
+    /// The highest severity rated while open ([`severity`]).
+    severity: Severity,
 }
 
 /// The host an incident is charged to: the host whose window raised it,
@@ -95,6 +105,7 @@ pub struct Stored {
     pub runbook: String,
     pub updated_ms: i64,
     pub cluster: String,
+    pub severity: String,
 }
 
 #[derive(Debug, Default)]
@@ -121,6 +132,21 @@ pub struct IncidentManager {
     /// The cluster incidents opened now belong to (set per window by the
     /// engine).
     cluster: String,
+    /// GPUs per job, for the severity table.
+    sizes: severity::JobSizes,
+}
+
+/// Rates an incident by the severity table: the higher of what it was and
+/// what it is now (severity never falls while open).
+fn rate(cfg: &severity::SeverityConfig, sizes: &severity::JobSizes, i: &mut Incident) {
+    let facts = severity::Facts {
+        kind: i.kind,
+        marks: &i.marks,
+        gpus: i.jobs.iter().map(|j| sizes.gpus(j)).max().unwrap_or(0),
+        jobs: i.jobs.len(),
+        slowed: !i.symptoms.is_empty(),
+    };
+    i.severity = i.severity.max(severity::judge(cfg, &facts).0);
 }
 
 fn fnv(s: &str) -> u64 {
@@ -294,7 +320,18 @@ impl IncidentManager {
                 None => i.runbook.clone(),
             },
             cluster: i.cluster.clone(),
+            severity: i.severity.as_str().to_string(),
         }
+    }
+
+    /// Learns the sizes of the window's jobs (GPUs each holds).
+    pub fn observe_jobs(&mut self, host: &str, w: &proto::v1::Window) {
+        self.sizes.observe(host, w);
+    }
+
+    /// Forgets the GPUs of hosts the engine forgot.
+    pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
+        self.sizes.forget_hosts(gone);
     }
 
     /// Labels the incidents opened from now on with `cluster`.
@@ -333,7 +370,10 @@ impl IncidentManager {
                 self.max_open_per_host > 0 && self.open_of(&owner) >= self.max_open_per_host;
             match self.open.get_mut(&key) {
                 Some(i) => {
-                    if merge(i, f, rank, ts, self.cfg.update_delta) {
+                    let was = i.severity;
+                    let news = merge(i, f, rank, ts, self.cfg.update_delta);
+                    rate(&self.cfg.severity, &self.sizes, i);
+                    if news || i.severity > was {
                         out.push(Self::update(ts, "updated", i));
                     }
                 }
@@ -389,7 +429,7 @@ impl IncidentManager {
             seed.push_str(&self.cluster);
         }
         let id = format!("{:016x}", fnv(&seed));
-        let i = Incident {
+        let mut i = Incident {
             id,
             kind: f.kind,
             entity: f.entity.clone(),
@@ -404,7 +444,9 @@ impl IncidentManager {
             restored: false,
             owner,
             cluster: self.cluster.clone(),
+            severity: Severity::Info,
         };
+        rate(&self.cfg.severity, &self.sizes, &mut i);
         let u = Self::update(ts, "opened", &i);
         self.insert_open(key, i);
         u
@@ -493,25 +535,25 @@ impl IncidentManager {
             .collect();
         // Who raised it is not stored: charged to the host it names.
         let owner = owner(kind, &s.entity, super::host_of(&s.entity));
-        self.insert_open(
-            key,
-            Incident {
-                id: s.id,
-                kind,
-                entity: s.entity,
-                confidence: s.confidence,
-                evidence,
-                jobs: s.jobs,
-                runbook,
-                marks: Vec::new(),
-                symptoms: BTreeMap::new(),
-                quiet: 0,
-                last_seen_ms: s.updated_ms,
-                restored: true,
-                owner,
-                cluster: s.cluster,
-            },
-        );
+        let mut i = Incident {
+            id: s.id,
+            kind,
+            entity: s.entity,
+            confidence: s.confidence,
+            evidence,
+            jobs: s.jobs,
+            runbook,
+            marks: Vec::new(),
+            symptoms: BTreeMap::new(),
+            quiet: 0,
+            last_seen_ms: s.updated_ms,
+            restored: true,
+            owner,
+            cluster: s.cluster,
+            severity: Severity::parse(&s.severity).unwrap_or_default(),
+        };
+        rate(&self.cfg.severity, &self.sizes, &mut i);
+        self.insert_open(key, i);
         true
     }
 
@@ -526,5 +568,7 @@ impl IncidentManager {
     }
 }
 
+#[cfg(test)]
+mod severity_tests;
 #[cfg(test)]
 mod tests;

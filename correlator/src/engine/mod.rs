@@ -251,6 +251,7 @@ impl Engine {
         self.nccl_lag.forget_hosts(&gone);
         self.interference.forget_hosts(&gone);
         self.nccl.forget_hosts(&gone);
+        self.incidents.forget_hosts(&gone);
         metrics::counter!("faultline_engine_forgotten_hosts_total").increment(gone.len() as u64);
         tracing::info!(
             hosts = gone.len(),
@@ -386,6 +387,8 @@ impl Engine {
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
         self.label(w);
+        // Job sizes first: the severity of this window's incidents uses them.
+        self.incidents.observe_jobs(&host, w);
         // NCCL first: it sees the window's own OTLP steps, and jobs without
         // any get a step time inferred from their collectives' cadence.
         let open = |k: &'static str, e: &str| self.incidents.is_open(k, e);

@@ -89,6 +89,7 @@ pub fn open(
             runbook: u.runbook,
             updated_ms: u.ts_unix_ms,
             cluster: u.cluster,
+            severity: u.severity,
         });
         restored += usize::from(ok);
     }

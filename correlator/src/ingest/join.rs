@@ -187,6 +187,14 @@ fn merged(
         affected_jobs: jobs,
         runbook: top.runbook.clone(),
         cluster: latest.cluster.clone(),
+        // The highest of the members' (a fleet incident is as severe as
+        // its most severe shard's view).
+        severity: members
+            .iter()
+            .map(|m| m.severity.as_str())
+            .max_by_key(|s| crate::engine::incidents::severity::rank(s))
+            .unwrap_or_default()
+            .to_string(),
     }
 }
 
@@ -206,6 +214,7 @@ mod tests {
             affected_jobs: vec![format!("job-{id}")],
             runbook: format!("runbook of {id}"),
             cluster: cluster.into(),
+            severity: "warning".into(),
         }
     }
 

@@ -351,6 +351,7 @@ pub fn restore(engine: &mut crate::engine::Engine, open: Vec<CandidateUpdate>) -
                 runbook: u.runbook,
                 updated_ms: u.ts_unix_ms,
                 cluster: u.cluster,
+                severity: u.severity,
             })
         })
         .filter(|ok| *ok)

@@ -32,6 +32,7 @@ impl IncidentManager {
     ) -> Option<CandidateUpdate> {
         let delta = self.cfg.update_delta;
         let i = self.open.get_mut(key)?;
+        let was = i.severity;
         let news = match i.symptoms.get(tag) {
             Some((_, r)) => (ratio - r).abs() >= delta,
             None => true,
@@ -39,14 +40,18 @@ impl IncidentManager {
         if !job.is_empty() && !i.jobs.iter().any(|j| j == job) {
             i.jobs.push(job.to_string());
         }
-        if !news {
-            if let Some(s) = i.symptoms.get_mut(tag) {
-                s.0 = line;
-            }
+        if news {
+            i.symptoms.insert(tag.to_string(), (line, ratio));
+            i.confidence = (i.confidence + 0.05).min(0.99);
+        } else if let Some(s) = i.symptoms.get_mut(tag) {
+            s.0 = line;
+        }
+        // A slowed job may raise its severity: news even without a new
+        // symptom.
+        super::rate(&self.cfg.severity, &self.sizes, i);
+        if !news && i.severity == was {
             return None;
         }
-        i.symptoms.insert(tag.to_string(), (line, ratio));
-        i.confidence = (i.confidence + 0.05).min(0.99);
         Some(Self::update(ts, "updated", i))
     }
 

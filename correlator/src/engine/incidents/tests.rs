@@ -3,6 +3,7 @@ use super::*;
 
 fn mgr() -> IncidentManager {
     IncidentManager::new(IncidentConfig {
+        severity: Default::default(),
         quiet_s: 2.0,
         quiet_windows: 2,
         update_delta: 0.05,

@@ -72,6 +72,8 @@ pub struct IncidentRow {
     pub runbook: String,
     /// The cluster label (empty: unnamed).
     pub cluster: String,
+    /// `critical`, `warning` or `info` (empty: stored before rating).
+    pub severity: String,
 }
 
 impl IncidentRow {
@@ -88,6 +90,7 @@ impl IncidentRow {
             affected_jobs: self.jobs,
             runbook: self.runbook,
             cluster: self.cluster,
+            severity: self.severity,
         }
     }
 }
@@ -113,6 +116,8 @@ pub struct IncidentFilter {
     pub state: String,
     /// Only this cluster's (empty: all).
     pub cluster: String,
+    /// Only this severity's (empty: all).
+    pub severity: String,
     /// Opened at or after (unix ms; 0 = any).
     pub since_ms: i64,
     /// Opened before (unix ms; 0 = any).

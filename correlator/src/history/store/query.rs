@@ -11,7 +11,7 @@ impl Store {
     pub fn incidents(&self, f: &IncidentFilter) -> Result<Vec<IncidentRow>, HistoryError> {
         let mut sql = String::from(
             "SELECT id, kind, entity, host, state, opened_ms, updated_ms, resolved_ms, confidence, \
-             evidence, jobs, runbook, cluster FROM incidents WHERE 1 = 1",
+             evidence, jobs, runbook, cluster, severity FROM incidents WHERE 1 = 1",
         );
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         let mut eq = |col: &str, v: &str, args: &mut Vec<rusqlite::types::Value>| {
@@ -25,6 +25,7 @@ impl Store {
         eq("entity", &f.entity, &mut args);
         eq("state", &f.state, &mut args);
         eq("cluster", &f.cluster, &mut args);
+        eq("severity", &f.severity, &mut args);
         eq(
             "id IN (SELECT incident_id FROM incident_jobs WHERE job",
             &f.job,
@@ -62,7 +63,7 @@ impl Store {
             .conn
             .query_row(
                 "SELECT id, kind, entity, host, state, opened_ms, updated_ms, resolved_ms, confidence, \
-                 evidence, jobs, runbook, cluster FROM incidents WHERE id = ?1",
+                 evidence, jobs, runbook, cluster, severity FROM incidents WHERE id = ?1",
                 [id],
                 row_of,
             )
@@ -289,5 +290,6 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<IncidentRow> {
         jobs: list_of(&r.get::<_, String>(10)?),
         runbook: r.get(11)?,
         cluster: r.get(12)?,
+        severity: r.get(13)?,
     })
 }

@@ -9,7 +9,7 @@ use super::{classify, HistoryError};
 use std::path::Path;
 
 /// The schema version this build reads and writes.
-pub const VERSION: i64 = 4;
+pub const VERSION: i64 = 5;
 
 /// One step: the SQL that takes the schema from `to - 1` to `to`.
 struct Migration {
@@ -39,7 +39,19 @@ const MIGRATIONS: &[Migration] = &[
         what: "the cluster label of incidents",
         sql: CLUSTER,
     },
+    Migration {
+        to: 5,
+        what: "the severity of incidents",
+        sql: SEVERITY,
+    },
 ];
+
+/// The severity of each incident (`critical`, `warning`, `info`; empty for
+/// every incident stored before it was rated).
+const SEVERITY: &str = "
+ALTER TABLE incidents ADD COLUMN severity TEXT NOT NULL DEFAULT '';
+CREATE INDEX incidents_by_severity ON incidents(severity, opened_ms);
+";
 
 /// The cluster of each incident (empty: unnamed, and every incident
 /// stored before the label existed).

@@ -47,12 +47,13 @@ impl Store {
             let mut inc = tx
                 .prepare_cached(
                     "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
-                     resolved_ms, confidence, evidence, jobs, runbook, cluster) \
-                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+                     resolved_ms, confidence, evidence, jobs, runbook, cluster, severity) \
+                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
                      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = excluded.state, \
                      updated_ms = excluded.updated_ms, resolved_ms = excluded.resolved_ms, \
                      confidence = excluded.confidence, evidence = excluded.evidence, \
-                     jobs = excluded.jobs, runbook = excluded.runbook",
+                     jobs = excluded.jobs, runbook = excluded.runbook, \
+                     severity = CASE WHEN excluded.severity = '' THEN severity ELSE excluded.severity END",
                 )
                 .map_err(e)?;
             let mut upd = tx
@@ -82,6 +83,7 @@ impl Store {
                     json_list(&u.affected_jobs),
                     u.runbook,
                     u.cluster,
+                    u.severity,
                 ])
                 .map_err(e)?;
                 upd.execute(params![
@@ -166,13 +168,14 @@ impl Store {
             let mut inc = tx
                 .prepare_cached(
                     "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
-                     resolved_ms, confidence, evidence, jobs, runbook, cluster) \
-                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10, ?11) \
+                     resolved_ms, confidence, evidence, jobs, runbook, cluster, severity) \
+                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10, ?11, ?12) \
                      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = 'open', \
                      opened_ms = MIN(opened_ms, excluded.opened_ms), \
                      updated_ms = MAX(updated_ms, excluded.updated_ms), resolved_ms = NULL, \
                      confidence = excluded.confidence, evidence = excluded.evidence, \
-                     jobs = excluded.jobs, runbook = excluded.runbook",
+                     jobs = excluded.jobs, runbook = excluded.runbook, \
+                     severity = CASE WHEN excluded.severity = '' THEN severity ELSE excluded.severity END",
                 )
                 .map_err(e)?;
             let mut upd = tx
@@ -201,6 +204,7 @@ impl Store {
                     json_list(&u.affected_jobs),
                     u.runbook,
                     u.cluster,
+                    u.severity,
                 ])
                 .map_err(e)?;
                 upd.execute(params![
