@@ -139,7 +139,11 @@ fn incident_arrives_as_alert_and_resolves() {
     );
     assert_eq!(firing["labels"]["entity"], "n000/mlx5_5/1");
     assert_eq!(firing["labels"]["host"], "n000");
+    // Severity from the incident: the link carries a 32-GPU job, under
+    // detect.incidents.severity.large_job_gpus (256): a warning, and the
+    // web UI's JSON (from the history) says the same.
     assert_eq!(firing["labels"]["severity"], "warning");
+    assert_eq!(stored[0]["severity"], "warning");
     assert_eq!(firing["labels"]["job"], "llm-pretrain");
     let runbook = firing["annotations"]["runbook"]
         .as_str()
@@ -454,4 +458,68 @@ fn an_acknowledged_incident_is_silenced_in_alertmanager_and_stays_open() {
     });
     let _ = am.kill();
     let _ = am.wait();
+}
+
+/// The same degraded link under a 1,024-GPU job (its NCCL ranks report a
+/// world of 1,024): the incident is critical, and so are Alertmanager's
+/// notification, the web UI's JSON, the history and the open list.
+#[test]
+fn a_degraded_link_under_a_1024_gpu_job_pages_as_critical() {
+    if !require(ALERTMANAGER) {
+        return;
+    }
+    let dir = out_dir("alertmanager-severity");
+    let mut ws = degraded_link_windows(&dir, 40);
+    for w in &mut ws {
+        for n in &mut w.nccl {
+            if n.job == "llm-pretrain" {
+                n.nranks = 1024;
+            }
+        }
+    }
+    let (hook_port, rx) = webhook();
+    let (mut am, am_port) = alertmanager(&dir, hook_port, None);
+    let am_url = format!("http://127.0.0.1:{am_port}");
+    let t = Instant::now();
+    while get(&format!("{am_url}/-/ready")).is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "Alertmanager not ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let conf = dir.join("correlator.toml");
+    std::fs::write(
+        &conf,
+        format!("[alertmanager]\nurl = \"{am_url}\"\nresend_s = 1\n"),
+    )
+    .expect("write the correlator config");
+    let s = Serve::start(
+        &dir.join("h.db"),
+        &["--config", conf.to_str().unwrap_or_default()],
+    );
+    s.send(ws);
+    let firing = next_alert(&rx, "firing", &|a| {
+        a["status"] == "firing" && a["labels"]["kind"] == "ib_link_degraded"
+    });
+    assert_eq!(firing["labels"]["severity"], "critical", "{firing}");
+    assert_eq!(firing["labels"]["job"], "llm-pretrain");
+    let stored = incidents_of(&s, "ib_link_degraded");
+    assert_eq!(stored[0]["id"], firing["labels"]["incident_id"]);
+    assert_eq!(stored[0]["severity"], "critical");
+    let critical = s.api("/api/incidents?severity=critical")["incidents"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(critical >= 1, "the history filters on severity");
+    let open = s.api("/api/open")["incidents"].clone();
+    assert!(
+        open.as_array()
+            .into_iter()
+            .flatten()
+            .any(|u| u["kind"] == "ib_link_degraded" && u["severity"] == "critical"),
+        "{open}"
+    );
+    let _ = am.kill();
+    let _ = am.wait();
+    drop(s);
 }

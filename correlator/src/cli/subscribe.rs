@@ -71,7 +71,7 @@ pub async fn subscribe(a: SubscribeArgs) -> Result<()> {
                     "ts": u.ts_unix_ms, "incident_id": u.incident_id, "state": u.state,
                     "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
                     "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
-                    "cluster": u.cluster,
+                    "cluster": u.cluster, "severity": u.severity,
                 })
             );
         } else {
@@ -80,9 +80,14 @@ pub async fn subscribe(a: SubscribeArgs) -> Result<()> {
             } else {
                 format!(" cluster={}", u.cluster)
             };
+            let sev = if u.severity.is_empty() {
+                "-"
+            } else {
+                u.severity.as_str()
+            };
             println!(
-                "{} {} {}{at} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
-                u.state.to_uppercase(), u.kind, u.entity, u.confidence,
+                "{} {} {} {}{at} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
+                u.state.to_uppercase(), sev, u.kind, u.entity, u.confidence,
                 u.affected_jobs.join(","), u.incident_id, u.evidence.join("; "), u.runbook
             );
         }

@@ -4,7 +4,7 @@
 
 const KINDS = ["ib_link_degraded", "ib_link_down", "ib_link_flapping", "gpu_xid", "gpu_ecc",
   "gpu_thermal_throttle", "gpu_nvlink_errors", "storage_latency", "nfs_latency", "lustre_latency", "node_lost", "straggler", "job_slowdown",
-  "inference_latency", "interference"];
+  "inference_latency", "interference", "gpu_power_throttle", "collective_hang"];
 const AGES = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3, "30d": 30 * 86400e3, "1y": 365 * 86400e3 };
 const main = document.getElementById("main");
 const params = new URLSearchParams(location.search);
@@ -33,15 +33,20 @@ function live(onUpdate) {
   es.addEventListener("lagged", () => kick(null));
 }
 
+// Severity as a badge (docs/alerting.md: the severity table); empty for
+// incidents stored before severities were rated.
+function sev(s) { return s ? `<span class="sev sev-${esc(s)}">${esc(s)}</span>` : `<span class="muted">-</span>`; }
+
 function incidentRows(rows, fresh, acked = new Set()) {
   if (!rows.length) return `<p class="muted" id="empty">No incidents match.</p>`;
   // The cluster column only where some incident names one (a fleet view).
   const clusters = rows.some(r => r.cluster);
-  return `<table id="incidents"><thead><tr><th>opened (UTC)</th><th>state</th><th>kind</th>
+  return `<table id="incidents"><thead><tr><th>opened (UTC)</th><th>state</th><th>severity</th><th>kind</th>
     ${clusters ? "<th>cluster</th>" : ""}<th>entity</th><th>confidence</th><th>jobs</th><th>evidence</th></tr></thead><tbody>` +
-    rows.map(r => `<tr class="${esc(r.state)}${fresh.has(r.id) ? " fresh" : ""}" data-id="${esc(r.id)}" data-kind="${esc(r.kind)}">
+    rows.map(r => `<tr class="${esc(r.state)}${fresh.has(r.id) ? " fresh" : ""}" data-id="${esc(r.id)}" data-kind="${esc(r.kind)}" data-severity="${esc(r.severity || "")}">
       <td><a href="/incident?id=${encodeURIComponent(r.id)}">${when(r.opened_ms)}</a></td>
-      <td>${esc(r.state)}${acked.has(r.id) ? ` <span class="muted" title="acknowledged: notifications silenced">acked</span>` : ""}</td><td>${esc(r.kind)}</td>
+      <td>${esc(r.state)}${acked.has(r.id) ? ` <span class="muted" title="acknowledged: notifications silenced">acked</span>` : ""}</td>
+      <td>${sev(r.severity)}</td><td>${esc(r.kind)}</td>
       ${clusters ? `<td class="cluster">${esc(r.cluster || "")}</td>` : ""}
       <td><a href="/entity?name=${encodeURIComponent(r.entity)}">${esc(r.entity)}</a></td>
       <td>${r.confidence.toFixed(2)}</td>
@@ -55,6 +60,8 @@ async function listPage() {
   main.innerHTML = `<form class="filters" id="filters">
     <label>kind<select name="kind"><option value="">any</option>${KINDS.map(k =>
       `<option${k === f("kind") ? " selected" : ""}>${k}</option>`).join("")}</select></label>
+    <label>severity<select name="severity">${["", "critical", "warning", "info"].map(s =>
+      `<option value="${s}"${s === f("severity") ? " selected" : ""}>${s || "any"}</option>`).join("")}</select></label>
     <label>cluster<input name="cluster" value="${esc(f("cluster"))}"></label>
     <label>host<input name="host" value="${esc(f("host"))}" placeholder="n017"></label>
     <label>job<input name="job" value="${esc(f("job"))}"></label>
@@ -70,14 +77,14 @@ async function listPage() {
     const q = new URLSearchParams();
     for (const [k, v] of new FormData(form)) if (v) q.set(k, v);
     history.replaceState(null, "", "/?" + q);
-    for (const k of ["kind", "cluster", "host", "job", "entity", "state", "since"]) params.delete(k);
+    for (const k of ["kind", "severity", "cluster", "host", "job", "entity", "state", "since"]) params.delete(k);
     for (const [k, v] of q) params.set(k, v);
     load(new Set());
   });
   let known = null;
   async function load(fresh) {
     const q = new URLSearchParams();
-    for (const k of ["kind", "cluster", "host", "job", "entity", "state"]) if (f(k)) q.set(k, f(k));
+    for (const k of ["kind", "severity", "cluster", "host", "job", "entity", "state"]) if (f(k)) q.set(k, f(k));
     if (AGES[f("since")]) q.set("since_ms", String(Date.now() - AGES[f("since")]));
     try {
       const j = await api("/api/incidents?" + q);
@@ -145,7 +152,7 @@ async function incidentPage() {
     const i = j.incident;
     const markers = [i.opened_ms, i.resolved_ms].filter(Boolean);
     main.innerHTML = `<h2 id="title">${esc(i.kind)} on <a href="/entity?name=${encodeURIComponent(i.entity)}">${esc(i.entity)}</a>
-      <span class="muted">${esc(i.state)}</span></h2>
+      <span class="muted">${esc(i.state)}</span> <span id="severity">${sev(i.severity)}</span></h2>
       <p>incident <code>${esc(i.id)}</code>${i.cluster ? ` · cluster <span id="cluster">${esc(i.cluster)}</span>` : ""} · opened ${when(i.opened_ms)} UTC${i.resolved_ms ? " · resolved " + when(i.resolved_ms) + " UTC" : ""}
       · confidence ${i.confidence.toFixed(2)} · jobs: <span id="jobs">${i.jobs.map(x =>
         `<a href="/entity?name=${encodeURIComponent(x)}">${esc(x)}</a>`).join(", ") || "none"}</span></p>
