@@ -54,6 +54,14 @@ names! {
         IbLinkDown = "ib_link_down",
         IbLinkFlapping = "ib_link_flapping",
         GpuXid = "gpu_xid",
+        /// An application-class XID judged the application's (it follows
+        /// one job or executable, or names no process): tell the job's
+        /// owner; never a GPU reset. Becomes `gpu_xid` (same incident)
+        /// when the GPU fails unrelated jobs.
+        AppXid = "app_xid",
+        /// An NVSwitch error (SXid) on `host/nvswitch/<pci>`, naming the
+        /// GPUs behind the switch tray.
+        NvswitchSxid = "nvswitch_sxid",
         GpuEcc = "gpu_ecc",
         GpuThermalThrottle = "gpu_thermal_throttle",
         GpuPowerThrottle = "gpu_power_throttle",

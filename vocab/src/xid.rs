@@ -84,16 +84,36 @@ impl Action {
             Action::RestartApp | Action::Ignore | Action::FollowOther | Action::Unknown
         )
     }
+}
 
-    /// What a repeated XID of this action becomes: an application fault on
-    /// one GPU again and again, across restarts, is the GPU's.
-    pub fn escalated(self) -> Action {
-        match self {
-            Action::RestartApp => Action::ResetGpu,
-            Action::Ignore | Action::FollowOther | Action::Unknown => Action::ContactSupport,
-            Action::ResetGpu | Action::EccWorkflow | Action::NvlinkWorkflow => Action::RebootNode,
-            a => a,
-        }
+/// Whose fault an XID is, before any judgement of who met it: the
+/// correlator judges an application-class code by the jobs it follows
+/// (docs/detection.md, "GPU XIDs").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// NVIDIA's `RESTART_APP` bucket (but XID 94): the application faulted
+    /// (13 graphics engine exception, 31 memory page fault, the copy and
+    /// video engine exceptions). One job's again and again is still the
+    /// job's; several unrelated jobs' on one GPU is a hardware suspicion.
+    Application,
+    /// XID 43 (the driver stopped a process's channel: a kill or a fault)
+    /// and 45 (`WORKFLOW_XID_45`, preemptive cleanup after another error
+    /// or a kill): a follow-on, never an incident alone.
+    FollowOn,
+    /// Everything else, XID 94 included (a contained ECC error is the
+    /// memory's, though its action is to restart the application): the
+    /// catalogue's action stands.
+    Hardware,
+}
+
+/// The class of `code` (an unknown code is [`Class::Hardware`]: its
+/// catalogue action, `UNKNOWN`, is to look it up, never to blame a job).
+pub fn class(code: u32) -> Class {
+    match (code, action(code)) {
+        (43 | 45, _) => Class::FollowOn,
+        (94, _) => Class::Hardware,
+        (_, Action::RestartApp) => Class::Application,
+        _ => Class::Hardware,
     }
 }
 
@@ -242,7 +262,13 @@ mod tests {
         assert_eq!(action(94), Action::RestartApp);
         assert_eq!(action(1), Action::Unknown, "unused in the catalog");
         assert!(action(79).is_hardware() && !action(13).is_hardware());
-        assert_eq!(action(13).escalated(), Action::ResetGpu);
-        assert_eq!(action(95).escalated(), Action::RebootNode);
+        assert_eq!(class(13), Class::Application);
+        assert_eq!(class(31), Class::Application);
+        assert_eq!(class(43), Class::FollowOn);
+        assert_eq!(class(45), Class::FollowOn);
+        assert_eq!(class(94), Class::Hardware, "contained ECC: the memory's");
+        assert_eq!(class(95), Class::Hardware);
+        assert_eq!(class(92), Class::Hardware, "IGNORE, but the memory's");
+        assert_eq!(class(1), Class::Hardware, "unknown: never a job's");
     }
 }

@@ -1,7 +1,9 @@
 //! GPU detectors: `gpu_thermal_throttle` and `gpu_power_throttle` (throttle
 //! flags with a real clock drop, for consecutive windows; thermal throttles
 //! of several GPUs of one host at once are one host incident, [`shared`]),
-//! `gpu_xid` (XID events, and a GPU that fell off the bus), `gpu_ecc`
+//! `gpu_xid` and `app_xid` (XID events judged application or hardware,
+//! [`xid`]; a GPU that fell off the bus), `nvswitch_sxid` (NVSwitch
+//! errors on the switch tray), `gpu_ecc`
 //! (double-bit errors, single-bit errors rising fast, row remapping pending
 //! or failed, [`ecc`]), `gpu_nvlink_errors` (NVLink data-link errors
 //! against the fleet, [`nvlink`]).
@@ -17,6 +19,10 @@ mod nvlink;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod xid;
+mod xid_finding;
+#[cfg(test)]
+mod xid_tests;
 
 pub use config::GpuConfig;
 
@@ -36,61 +42,6 @@ struct GpuState {
     sbe_streak: u32,
     /// Rows remapped for uncorrectable errors at the previous window.
     remapped_unc: Option<u64>,
-    /// Recent XIDs (ms, code), at most [`XID_KEPT`].
-    xids: std::collections::VecDeque<(i64, i64)>,
-}
-
-/// XIDs of one code on one GPU within this long count as repeated ...
-pub const XID_REPEAT_MS: i64 = 3_600_000;
-/// ... from this many on: NVIDIA's catalog asks to escalate an XID that
-/// recurs (an application fault on one GPU again and again is the GPU's);
-/// three in an hour is our reading of "recurs", not NVIDIA's number.
-pub const XID_REPEATS: usize = 3;
-/// Recent XIDs kept per GPU (memory bound).
-const XID_KEPT: usize = 64;
-
-/// The incident of one XID: NVIDIA's action for its code (escalated when
-/// it recurs), the meaning, and a runbook for that action.
-fn xid_finding(e: &proto::v1::Event, repeats: usize, jobs: &[String]) -> Finding {
-    use vocab::xid::{self, Action};
-    let entry = u32::try_from(e.code).ok().and_then(xid::lookup);
-    let meaning = entry.map_or("not in NVIDIA's Xid catalog", |x| x.1);
-    let base = entry.map_or(Action::Unknown, |x| x.2);
-    let action = if repeats >= XID_REPEATS {
-        base.escalated()
-    } else {
-        base
-    };
-    let confidence = match action {
-        Action::RebootNode | Action::EccWorkflow | Action::NvlinkWorkflow => 0.95,
-        a if a.is_hardware() => 0.9,
-        Action::Unknown => 0.75,
-        _ => 0.6,
-    };
-    let gpu = crate::shell::quote(&e.entity);
-    let mut f = Finding::new("gpu_xid", &e.entity, confidence)
-        .with_evidence(format!("XID {} ({meaning}; {})", e.code, e.detail))
-        .with_evidence(format!(
-            "NVIDIA's action for XID {}: {} ({})",
-            e.code,
-            base.bucket(),
-            base.what_to_do()
-        ))
-        .with_jobs(jobs);
-    if action != base {
-        f = f.with_evidence(format!(
-            "XID {} {repeats} times on this GPU within an hour: escalated to {} ({})",
-            e.code,
-            action.bucket(),
-            action.what_to_do()
-        ));
-    }
-    f.with_mark(format!("xid_action:{}", action.bucket()))
-        .with_runbook(format!(
-            "XID {} on {gpu}: {}; `dmesg -T | grep -i xid` for its message and neighbours, `nvidia-smi -q` (NVIDIA's Xid catalog: docs.nvidia.com/deploy/xid-errors)",
-            e.code,
-            action.what_to_do()
-        ))
 }
 
 #[derive(Debug, Default)]
@@ -101,6 +52,7 @@ pub struct GpuDetector {
     pub throttling: HashMap<String, String>,
     nvlink: nvlink::NvLinkDetector,
     shared: shared::SharedCooling,
+    xid: xid::XidJudge,
 }
 
 /// A GPU's thermal throttle this window: its finding, and its line in a
@@ -143,12 +95,7 @@ impl GpuDetector {
         }
         out.extend(self.group_thermal(host, (reporting, hot), thermal, jobs));
         out.extend(self.nvlink.observe(host, w, jobs));
-        for e in &w.events {
-            if e.kind == vocab::EventKind::GpuXid.as_str() {
-                let repeats = self.note_xid(&e.entity, e.code, e.unix_ms);
-                out.push(xid_finding(e, repeats, jobs));
-            }
-        }
+        out.extend(self.xid.observe(&self.cfg, host, w, jobs));
         out
     }
 
@@ -263,18 +210,6 @@ impl GpuDetector {
         vec![shared::host_finding(host, &test, &members, lines, jobs)]
     }
 
-    /// Records an XID of `entity` at `ms`; returns how many of that code the
-    /// GPU had within [`XID_REPEAT_MS`] (this one included).
-    fn note_xid(&mut self, entity: &str, code: i64, ms: i64) -> usize {
-        let st = self.gpus.entry(entity.to_string()).or_default();
-        st.xids.retain(|&(t, _)| ms - t < XID_REPEAT_MS);
-        st.xids.push_back((ms, code));
-        while st.xids.len() > XID_KEPT {
-            st.xids.pop_front();
-        }
-        st.xids.iter().filter(|&&(_, c)| c == code).count()
-    }
-
     /// Forgets the GPUs (and their links) of these hosts.
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.gpus.retain(|e, _| !gone.contains(super::host_of(e)));
@@ -282,5 +217,6 @@ impl GpuDetector {
             .retain(|e, _| !gone.contains(super::host_of(e)));
         self.nvlink.forget_hosts(gone);
         self.shared.forget_hosts(gone);
+        self.xid.forget_hosts(gone);
     }
 }

@@ -39,6 +39,17 @@ pub struct GpuConfig {
     /// healthy hosts does not make two throttling GPUs of one host
     /// improbable by itself).
     pub shared_fleet_floor: f64,
+    /// Seconds within which one GPU meeting an application-class XID for
+    /// unrelated jobs is a hardware suspicion, and within which a job's
+    /// XIDs on several GPUs follow the job.
+    pub xid_horizon_s: f64,
+    /// Unrelated jobs (different executables or users) one GPU must fail
+    /// with one application-class code within `xid_horizon_s` to be
+    /// suspected.
+    pub xid_unrelated_jobs: usize,
+    /// Seconds after a GPU's latest XID that its episode (one incident, a
+    /// count per code; XID 43/45 folded in) stays live.
+    pub xid_hold_s: f64,
 }
 
 impl Default for GpuConfig {
@@ -53,6 +64,9 @@ impl Default for GpuConfig {
             shared_min_gpus: 2,
             shared_significance: 1e-3,
             shared_fleet_floor: 0.02,
+            xid_horizon_s: 3600.0,
+            xid_unrelated_jobs: 2,
+            xid_hold_s: 600.0,
         }
     }
 }
@@ -98,7 +112,28 @@ impl GpuConfig {
             ));
         }
         prob("gpu.shared_significance", self.shared_significance)?;
-        prob("gpu.shared_fleet_floor", self.shared_fleet_floor)
+        prob("gpu.shared_fleet_floor", self.shared_fleet_floor)?;
+        for (key, v) in [
+            ("gpu.xid_horizon_s", self.xid_horizon_s),
+            ("gpu.xid_hold_s", self.xid_hold_s),
+        ] {
+            pos(key, v)?;
+            if v > 86_400.0 {
+                return Err(InvalidSetting::new(
+                    key,
+                    v,
+                    "must be at most 86400 s (a day)",
+                ));
+            }
+        }
+        if self.xid_unrelated_jobs < 2 {
+            return Err(InvalidSetting::new(
+                "gpu.xid_unrelated_jobs",
+                self.xid_unrelated_jobs,
+                "must be at least 2 (one job's faults are its own)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -128,5 +163,8 @@ mod tests {
             "gpu.shared_fleet_floor"
         );
         assert_eq!(bad(|c| c.nvlink_horizon_s = 7200.0), "gpu.nvlink_horizon_s");
+        assert_eq!(bad(|c| c.xid_unrelated_jobs = 1), "gpu.xid_unrelated_jobs");
+        assert_eq!(bad(|c| c.xid_hold_s = 0.0), "gpu.xid_hold_s");
+        assert_eq!(bad(|c| c.xid_horizon_s = 1e9), "gpu.xid_horizon_s");
     }
 }

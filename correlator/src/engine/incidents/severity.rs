@@ -52,9 +52,9 @@ pub fn rank(s: &str) -> u8 {
 
 /// The rows of the table, in the order they are tried.
 pub const RULES: [(&str, Severity, &str); 8] = [
-    ("application", Severity::Warning, "gpu_xid whose action is RESTART_APP: the application's fault; the user is told, the GPU stays in service"),
+    ("application", Severity::Warning, "app_xid (an XID judged the application's), and gpu_xid whose action is RESTART_APP (XID 94, a contained memory error): the application's fault; the user is told, the GPU stays in service"),
     ("informational", Severity::Info, "gpu_xid whose action is IGNORE or WORKFLOW_XID_45 (informational, a follow-on of another XID)"),
-    ("hardware_action", Severity::Critical, "gpu_xid with any other action (RESET_GPU, RESTART_BM, the ECC and NVLink workflows, CHECK_MECHANICALS, CONTACT_SUPPORT, XID_154, unknown codes, a GPU off the bus) but UPDATE_SWFW; gpu_ecc whose action is DRAIN, RESET_GPU or RMA"),
+    ("hardware_action", Severity::Critical, "gpu_xid with any other action (RESET_GPU, RESTART_BM, the ECC and NVLink workflows, CHECK_MECHANICALS, CONTACT_SUPPORT, XID_154, unknown codes, a GPU off the bus) but UPDATE_SWFW; a fatal nvswitch_sxid; gpu_ecc whose action is DRAIN, RESET_GPU or RMA"),
     ("work_stopped", Severity::Critical, "node_lost, ib_link_down, ib_link_flapping, collective_hang: traffic or a job stopped"),
     ("large_job", Severity::Critical, "any other incident whose largest affected job holds at least large_job_gpus GPUs, or that touches at least many_jobs jobs"),
     ("job_affected", Severity::Warning, "any other incident with an affected job, or that slows one (straggler, job_slowdown, inference_latency, interference, or an incident that explains a slow rank)"),
@@ -160,10 +160,10 @@ fn action<'a>(marks: &'a [String], prefix: &str) -> Option<&'a str> {
 /// The rule that rates these facts (its name).
 fn rule(cfg: &SeverityConfig, f: &Facts) -> &'static str {
     match (f.kind, action(f.marks, "xid_action:")) {
-        ("gpu_xid", Some("RESTART_APP")) => return "application",
+        ("gpu_xid", Some("RESTART_APP")) | ("app_xid", _) => return "application",
         ("gpu_xid", Some("IGNORE" | "WORKFLOW_XID_45")) => return "informational",
         ("gpu_xid", Some("UPDATE_SWFW")) => {}
-        ("gpu_xid", _) => return "hardware_action",
+        ("gpu_xid", _) | ("nvswitch_sxid", Some("RESET_GPU")) => return "hardware_action",
         _ => {}
     }
     if f.kind == "gpu_ecc"
