@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
-use cli::{fleet, nats_auth, reports, serve, subscribe};
+use cli::{fleet, nats_auth, replay, reports, serve, subscribe};
 
 /// faultline's correlator.
 #[derive(Debug, Parser)]
@@ -61,17 +61,10 @@ enum Command {
     },
     /// Subscribe to a running correlator and print candidate updates live.
     Subscribe(subscribe::SubscribeArgs),
-    /// Replay windows (JSON lines, docs/replay.md) through the detectors and
-    /// print candidate updates as JSON lines.
-    Replay {
-        file: std::path::PathBuf,
-        /// Count and skip invalid lines instead of stopping at the first.
-        #[arg(long)]
-        skip_invalid: bool,
-        /// Config file with detection thresholds, as for `serve`.
-        #[arg(long, value_name = "FILE")]
-        config: Option<std::path::PathBuf>,
-    },
+    /// Replay windows (JSON lines, docs/replay.md) through the detectors,
+    /// with the inputs `serve` judges with (`--config`, `--topology`,
+    /// `--cluster`), and print candidate updates as JSON lines.
+    Replay(replay::ReplayArgs),
 }
 
 // `kube-tls`'s arguments (no doc comment: the variant's is its help).
@@ -92,14 +85,6 @@ struct KubeTlsArgs {
     namespace: Option<String>,
     #[command(flatten)]
     api: correlator::kube::ApiArgs,
-}
-
-/// Detection settings from `--config`, defaults without one.
-fn detect_config(path: Option<&std::path::Path>) -> Result<correlator::engine::DetectConfig> {
-    match path {
-        Some(p) => Ok(correlator::config::load(p)?),
-        None => Ok(correlator::engine::DetectConfig::default()),
-    }
 }
 
 fn main() -> ExitCode {
@@ -161,21 +146,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Offenders(args) => reports::offenders(args)?,
         Command::Usage(args) => reports::usage(args)?,
         Command::CheckConfig { file, config } => check_config(file, config)?,
-        Command::Replay {
-            file,
-            skip_invalid,
-            config,
-        } => {
-            let cfg = detect_config(config.as_deref())?;
-            let mut engine = correlator::engine::Engine::new(&cfg, Default::default());
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            let stats = correlator::replay::replay(&file, &mut engine, skip_invalid, &mut out)?;
-            eprintln!(
-                "replayed {} windows: {} updates, {} duplicates, {} invalid lines skipped",
-                stats.windows, stats.updates, stats.duplicates, stats.skipped_invalid
-            );
-        }
+        Command::Replay(args) => replay::run(args)?,
     }
     Ok(())
 }

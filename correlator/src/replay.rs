@@ -5,7 +5,7 @@ use std::{io::Write, path::Path};
 
 use proto::v1::Window;
 
-use crate::{engine::Engine, ingest::IngestState};
+use crate::{engine::Engine, ingest::IngestState, limits::LimitsConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -95,10 +95,36 @@ fn read_line(r: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> std::io::Resu
     Ok(true)
 }
 
-/// Replays `path` into `engine`, writing updates to `out`.
+/// Replays `path` into `engine` with the default ingest limits, writing
+/// updates to `out`.
 pub fn replay(
     path: &Path,
     engine: &mut Engine,
+    skip_invalid: bool,
+    out: &mut impl Write,
+) -> Result<ReplayStats, ReplayError> {
+    replay_with(path, engine, &LimitsConfig::default(), skip_invalid, out)
+}
+
+/// Ingest's limits for recorded windows: `limits` (`[detect.limits]`, as
+/// `serve` takes them) less what is measured on the wall clock, which a
+/// replay does not reproduce: the future/past window checks and the skip
+/// budget per minute.
+pub fn recorded_limits(limits: &LimitsConfig) -> LimitsConfig {
+    LimitsConfig {
+        max_future_s: 0.0,
+        max_past_s: 0.0,
+        max_seq_skip_per_min: 0,
+        ..limits.clone()
+    }
+}
+
+/// Replays `path` into `engine` through ingest with `limits` (see
+/// [`recorded_limits`]), writing updates to `out`.
+pub fn replay_with(
+    path: &Path,
+    engine: &mut Engine,
+    limits: &LimitsConfig,
     skip_invalid: bool,
     out: &mut impl Write,
 ) -> Result<ReplayStats, ReplayError> {
@@ -107,7 +133,7 @@ pub fn replay(
         file: file.clone(),
         error,
     })?;
-    let state = IngestState::default();
+    let state = IngestState::new(recorded_limits(limits));
     let mut stats = ReplayStats::default();
     let mut reader = std::io::BufReader::new(f);
     let mut line = Vec::new();
@@ -131,7 +157,7 @@ pub fn replay(
             Ok(l) => parse_line(l),
             Err(e) => Err(LineError::NotUtf8(e.valid_up_to() + 1)),
         };
-        let w = match parsed {
+        let mut w = match parsed {
             Ok(w) => w,
             Err(error) if skip_invalid => {
                 stats.skipped_invalid += 1;
@@ -146,6 +172,8 @@ pub fn replay(
                 })
             }
         };
+        // As the ingest service does before admitting a window.
+        crate::finite::drop_non_finite(&mut w);
         match state.accept(&w) {
             Ok(true) => {}
             Ok(false) => {
@@ -177,6 +205,7 @@ pub fn replay(
                 "ts": u.ts_unix_ms, "incident_id": u.incident_id, "state": u.state,
                 "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
                 "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
+                "cluster": u.cluster, "severity": u.severity,
             });
             writeln!(out, "{line}").map_err(|error| ReplayError::Io {
                 file: "stdout".into(),

@@ -283,3 +283,60 @@ fn serve_record_is_the_replay_format() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--config` gives replay what it gives `serve`: ingest's `[detect.limits]`
+/// (here a jump past `max_seq_jump` is refused, as live; replay used the
+/// defaults before) and the file's `cluster`, on every update.
+#[test]
+fn the_config_files_limits_and_cluster_apply_as_in_serve() {
+    let dir = std::env::temp_dir().join(format!("faultline-replay-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        "cluster = \"lab7\"\n[detect.limits]\nmax_seq_jump = 10\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(example())
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("run replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|l| l["cluster"] == "lab7"), "{lines:#?}");
+    assert!(lines.iter().all(|l| l["severity"] != ""), "{lines:#?}");
+
+    // A window 50 past its origin's last.
+    let jump = dir.join("jump.jsonl");
+    std::fs::write(
+        &jump,
+        "{\"origin\":{\"hostname\":\"n01\",\"instance\":\"x\"},\"seq\":1}\n\
+         {\"origin\":{\"hostname\":\"n01\",\"instance\":\"x\"},\"seq\":51}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(&jump)
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("run replay");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 2: ") && stderr.contains("max_seq_jump 10"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

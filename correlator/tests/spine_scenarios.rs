@@ -5,158 +5,18 @@
 //! whose uplinks degrade together is one incident on the spine listing
 //! them; one bad uplink, seen from both of its ends, is one incident on the
 //! uplink; a leaf port facing an HCA reports into that HCA link's incident.
+mod fabric;
+
 use std::collections::{BTreeMap, BTreeSet};
 
-use correlator::engine::{ib::parse_topology, DetectConfig, Engine};
-use proto::v1::{CandidateUpdate, IbPort, Origin, Window};
-
-const NDR_BYTES_PER_S: u64 = 50_000_000_000;
-const WINDOW_S: f64 = 10.0;
-/// Symbol errors per window at BER 1e-11 on an NDR link (4e12 bits).
-const ERRORS_1E11: u64 = 40;
-const HOSTS: usize = 16;
-
-/// `cN` links host→leaf, `upLS` uplinks leaf L → spine S.
-fn topology() -> correlator::engine::ib::Topology {
-    let mut t = String::new();
-    for h in 0..HOSTS {
-        let leaf = h / 4 + 1;
-        t.push_str(&format!(
-            "c{h} h{h:02}/mlx5_0/1 leaf0{leaf}[{}]\n",
-            h % 4 + 1
-        ));
-    }
-    for l in 1..=4 {
-        for s in 1..=2 {
-            t.push_str(&format!("up{l}{s} leaf0{l}[{}] spine0{s}[{l}]\n", 32 + s));
-        }
-    }
-    parse_topology(&t).expect("topology")
-}
-
-/// Port counters by entity name, advanced by each window.
-struct Fabric {
-    counters: BTreeMap<String, BTreeMap<String, u64>>,
-    seq: u64,
-    t: i64,
-}
-
-/// Every switch port of the topology: (switch, port).
-fn switch_ports() -> Vec<(String, u32)> {
-    let mut v = Vec::new();
-    for l in 1..=4u32 {
-        for p in 1..=4 {
-            v.push((format!("leaf0{l}"), p));
-        }
-        for s in 1..=2u32 {
-            v.push((format!("leaf0{l}"), 32 + s));
-            v.push((format!("spine0{s}"), l));
-        }
-    }
-    v
-}
-
-fn port_row(counters: &BTreeMap<String, u64>) -> IbPort {
-    IbPort {
-        port: 1,
-        state: 4,
-        phys_state: 5,
-        rate_bytes_per_sec: NDR_BYTES_PER_S,
-        counters: counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        link_layer: "InfiniBand".into(),
-        ..IbPort::default()
-    }
-}
-
-impl Fabric {
-    fn new() -> Self {
-        let mut f = Self {
-            counters: BTreeMap::new(),
-            seq: 0,
-            t: 1_800_000_000_000,
-        };
-        let keys = (0..HOSTS)
-            .map(|h| format!("h{h:02}"))
-            .chain(switch_ports().into_iter().map(|(s, p)| format!("{s}[{p}]")));
-        for k in keys {
-            let c = f.counters.entry(k).or_default();
-            for n in [
-                "port_rcv_data",
-                "port_xmit_data",
-                "symbol_error",
-                "link_downed",
-            ] {
-                c.insert(n.into(), 7);
-            }
-        }
-        f
-    }
-
-    fn add(&mut self, key: &str, counter: &str, v: u64) {
-        *self
-            .counters
-            .get_mut(key)
-            .expect("port")
-            .entry(counter.into())
-            .or_default() += v;
-    }
-
-    fn window(&self, host: &str, ports: Vec<IbPort>) -> Window {
-        let ms = (WINDOW_S * 1000.0) as i64;
-        Window {
-            origin: Some(Origin {
-                hostname: host.into(),
-                boot_id: "b".into(),
-                instance: "i".into(),
-                ..Origin::default()
-            }),
-            seq: self.seq,
-            start_unix_ms: self.t - ms,
-            end_unix_ms: self.t,
-            ib_ports: ports,
-            ..Window::default()
-        }
-    }
-
-    /// One window of every host and of the fabric host, with `errors`
-    /// symbol errors added to those ports first.
-    fn tick(&mut self, e: &mut Engine, errors: &[&str]) -> Vec<CandidateUpdate> {
-        self.t += (WINDOW_S * 1000.0) as i64;
-        self.seq += 1;
-        let words = (NDR_BYTES_PER_S as f64 * WINDOW_S * 0.5 / 4.0) as u64;
-        let keys: Vec<String> = self.counters.keys().cloned().collect();
-        for k in &keys {
-            self.add(k, "port_rcv_data", words);
-            self.add(k, "port_xmit_data", words);
-        }
-        for k in errors {
-            self.add(k, "symbol_error", ERRORS_1E11);
-        }
-        let mut out = Vec::new();
-        for h in 0..HOSTS {
-            let row = IbPort {
-                hca: "mlx5_0".into(),
-                ..port_row(&self.counters[&format!("h{h:02}")])
-            };
-            out.extend(e.ingest(&self.window(&format!("h{h:02}"), vec![row])));
-        }
-        let rows = switch_ports()
-            .into_iter()
-            .map(|(s, p)| IbPort {
-                switch: s.clone(),
-                port: p,
-                ..port_row(&self.counters[&format!("{s}[{p}]")])
-            })
-            .collect();
-        out.extend(e.ingest(&self.window("mgmt01", rows)));
-        out
-    }
-}
+use correlator::engine::{DetectConfig, Engine};
+use fabric::{topology, Fabric};
+use proto::v1::CandidateUpdate;
 
 /// Healthy for 3 windows, `bad` ports at BER 1e-11 for 8, healthy for 10.
 fn run(bad: &[&str]) -> Vec<CandidateUpdate> {
     let mut e = Engine::new(&DetectConfig::default(), topology());
-    let mut f = Fabric::new();
+    let mut f = Fabric::at(1_800_000_000_000);
     let mut all = Vec::new();
     for _ in 0..3 {
         all.extend(f.tick(&mut e, &[]));

@@ -3,6 +3,7 @@
 pub mod fleet;
 pub mod nats_auth;
 mod nats_perms;
+pub mod replay;
 pub mod reports;
 pub mod serve;
 pub mod subscribe;

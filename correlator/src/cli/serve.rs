@@ -386,8 +386,9 @@ async fn start_nats(
     Ok(())
 }
 
-/// The cluster label (`--cluster` or the file's), checked; empty when unset.
-fn cluster(name: Option<&String>) -> Result<String> {
+/// The cluster label (`--cluster` or the file's), checked; empty when unset
+/// (`serve` and `replay`).
+pub fn cluster(name: Option<&String>) -> Result<String> {
     match name {
         Some(c) if !vocab::nats::valid_cluster(c) => {
             anyhow::bail!("--cluster {c:?}: 1 to 64 letters, digits, '-' or '_'")
@@ -397,8 +398,9 @@ fn cluster(name: Option<&String>) -> Result<String> {
     }
 }
 
-/// The fabric topology of `--topology`, none without it.
-fn topology(path: Option<&Path>) -> Result<correlator::engine::ib::Topology> {
+/// The fabric topology of `--topology`, none without it (`serve` and
+/// `replay`).
+pub fn topology(path: Option<&Path>) -> Result<correlator::engine::ib::Topology> {
     let Some(p) = path else {
         return Ok(Default::default());
     };
