@@ -120,7 +120,8 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             "PERFMON",
             "SYS_RESOURCE",
             "DAC_READ_SEARCH",
-            "SYS_PTRACE"
+            "SYS_PTRACE",
+            "SYSLOG"
         ])
     );
     assert!(
@@ -172,7 +173,7 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             && collector::nvml::USUAL_PATHS.iter().any(&under)
     };
     let mounts = c["mounts"].as_array().expect("mounts");
-    assert_eq!(mounts.len(), 13, "{mounts:#?}");
+    assert_eq!(mounts.len(), 14, "{mounts:#?}");
     for m in mounts {
         let path = m["path"].as_str().expect("path");
         let read_by: bool = match path {
@@ -190,6 +191,12 @@ fn rendered_manifests_validate_and_every_collector_mount_is_read_by_the_code() {
             // libibverbs opens the uverbs devices there for collector::rdma's
             // async-event listeners.
             "/dev/infiniband" => m["source"] == "hostPath:/dev/infiniband",
+            // The kernel log the [kmsg] source reads.
+            "/dev/kmsg" => {
+                cfg.kmsg.enabled
+                    && cfg.kmsg.path == Path::new(path)
+                    && m["source"] == "hostPath:/dev/kmsg"
+            }
             "/var/run/secrets/faultline" => {
                 cfg.stream
                     .tls_ca

@@ -136,7 +136,7 @@ fn collector_syscall_filter_still_allows_what_the_collector_does() {
     let caps = unit_values("CapabilityBoundingSet");
     assert_eq!(
         caps,
-        ["CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE"]
+        ["CAP_BPF CAP_PERFMON CAP_SYS_RESOURCE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE CAP_SYSLOG"]
     );
     assert_eq!(unit_values("AmbientCapabilities"), caps);
     assert_eq!(unit_values("LimitNOFILE"), ["65536"]);
@@ -151,7 +151,7 @@ fn daemonset_security_context_is_locked_down() {
         "readOnlyRootFilesystem: true",
         "seccompProfile:",
         "drop: [ALL]",
-        "add: [BPF, PERFMON, SYS_RESOURCE, DAC_READ_SEARCH, SYS_PTRACE]",
+        "add: [BPF, PERFMON, SYS_RESOURCE, DAC_READ_SEARCH, SYS_PTRACE, SYSLOG]",
         "metrics_addr = \"127.0.0.1:9477\"",
     ] {
         assert!(text.contains(want), "daemonset.yaml lacks {want:?}");
