@@ -58,7 +58,7 @@ pub const RULES: [(&str, Severity, &str); 8] = [
     ("work_stopped", Severity::Critical, "node_lost, ib_link_down, ib_link_flapping, collective_hang: traffic or a job stopped"),
     ("large_job", Severity::Critical, "any other incident whose largest affected job holds at least large_job_gpus GPUs, or that touches at least many_jobs jobs"),
     ("job_affected", Severity::Warning, "any other incident with an affected job, or that slows one (straggler, job_slowdown, inference_latency, interference, or an incident that explains a slow rank)"),
-    ("idle_shared", Severity::Warning, "no job on it: ib_link_degraded, gpu_nvlink_errors, storage_latency, nfs_latency, lustre_latency (shared paths the next job will use)"),
+    ("idle_shared", Severity::Warning, "no job on it: ib_link_degraded, gpu_nvlink_errors, a non-fatal nvswitch_sxid, storage_latency, nfs_latency, lustre_latency (shared paths the next job will use)"),
     ("idle", Severity::Info, "no job on it, anything else (a throttling idle GPU, gpu_ecc WATCH, UPDATE_SWFW)"),
 ];
 
@@ -194,6 +194,7 @@ fn rule(cfg: &SeverityConfig, f: &Facts) -> &'static str {
         f.kind,
         "ib_link_degraded"
             | "gpu_nvlink_errors"
+            | "nvswitch_sxid"
             | "storage_latency"
             | "nfs_latency"
             | "lustre_latency"

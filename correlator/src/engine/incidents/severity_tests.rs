@@ -49,6 +49,17 @@ fn finding(kind: &'static str, entity: &str, jobs: &[&str]) -> Finding {
     Finding::new(kind, entity, 0.9).with_jobs(&jobs)
 }
 
+trait WithKind {
+    fn with_kind(self, kind: &'static str) -> Self;
+}
+
+impl WithKind for Finding {
+    fn with_kind(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
+    }
+}
+
 fn opened(m: &mut IncidentManager, f: Finding) -> CandidateUpdate {
     let host = vocab::entity::host_of(&f.entity).to_string();
     let ups = m.apply(10_000, &host, Vec::new(), vec![f], &[]);
@@ -126,6 +137,27 @@ fn table_rows_with_real_sizes() {
     );
     assert_eq!(sev(&mut m, xid("n3/gpu1", "RESET_GPU", &[])), "critical");
     assert_eq!(sev(&mut m, xid("n3/gpu2", "WORKFLOW_XID_45", &[])), "info");
+    // An XID judged the application's (its own kind) warns under the
+    // 1,024-GPU job; a fatal SXid (its GPUs need a reset) pages, a
+    // non-fatal one on an idle node warns.
+    assert_eq!(
+        sev(&mut m, finding("app_xid", "n1/gpu6", &["big"])),
+        "warning"
+    );
+    assert_eq!(
+        sev(
+            &mut m,
+            xid("n3/nvswitch/0000:05:00.0", "RESET_GPU", &[]).with_kind("nvswitch_sxid")
+        ),
+        "critical"
+    );
+    assert_eq!(
+        sev(
+            &mut m,
+            finding("nvswitch_sxid", "n3/nvswitch/0000:06:00.0", &[])
+        ),
+        "warning"
+    );
     // A GPU off the bus (no action mark) pages.
     assert_eq!(sev(&mut m, finding("gpu_xid", "n3/gpu3", &[])), "critical");
     // Stopped work pages whatever runs there.

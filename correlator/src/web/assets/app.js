@@ -4,7 +4,7 @@
 
 const KINDS = ["ib_link_degraded", "ib_link_down", "ib_link_flapping", "gpu_xid", "gpu_ecc",
   "gpu_thermal_throttle", "gpu_nvlink_errors", "storage_latency", "nfs_latency", "lustre_latency", "node_lost", "straggler", "job_slowdown",
-  "inference_latency", "interference", "gpu_power_throttle", "collective_hang"];
+  "inference_latency", "interference", "gpu_power_throttle", "collective_hang", "app_xid", "nvswitch_sxid"];
 const AGES = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3, "30d": 30 * 86400e3, "1y": 365 * 86400e3 };
 const main = document.getElementById("main");
 const params = new URLSearchParams(location.search);
