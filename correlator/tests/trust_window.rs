@@ -4,8 +4,8 @@
 //! other hosts' real incidents still open.
 mod common;
 
-use correlator::engine::{config::LimitsConfig, DetectConfig, Engine};
-use proto::v1::{CandidateUpdate, Event, Window};
+use correlator::engine::{config::LimitsConfig, gpu::GpuConfig, DetectConfig, Engine};
+use proto::v1::{CandidateUpdate, Event, GpuSample, Window};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -47,10 +47,12 @@ fn a_host_cannot_raise_an_incident_on_another_hosts_entity() {
     assert!(e.open().iter().all(|u| !u.entity.starts_with("victim")));
 }
 
-/// One host flooding XIDs (1,000 new GPUs a window for 12 windows: 12,000
-/// findings, past the whole cap of 10,000) keeps only its share of 256 open
-/// incidents; another host's real XID and a third host's lost node still
-/// open. Before the share, the flood filled the cap and both were dropped.
+/// One host flooding lost GPUs (1,000 new GPUs a window for 12 windows:
+/// 12,000 findings, past the whole cap of 10,000) keeps only its share of
+/// 256 open incidents; another host's real XID and a third host's lost node
+/// still open. Before the share, the flood filled the cap and both were
+/// dropped. (A flood of XIDs no longer gets this far: XID state is bounded
+/// at 64 GPUs per host, `engine::gpu::xid`.)
 #[test]
 fn a_flood_of_findings_from_one_host_fills_only_its_own_share() {
     let cfg = DetectConfig {
@@ -58,7 +60,14 @@ fn a_flood_of_findings_from_one_host_fills_only_its_own_share() {
             // Above the flood's 1,000 a window: the per-window cap is not
             // what stops it.
             max_events_per_window: 4096,
+            max_entities_per_window: 4096,
+            max_entities_per_host: 16_384,
             ..LimitsConfig::default()
+        },
+        // The real XID's episode ends within the test's 40 s.
+        gpu: GpuConfig {
+            xid_hold_s: 5.0,
+            ..GpuConfig::default()
         },
         ..DetectConfig::default()
     };
@@ -72,8 +81,12 @@ fn a_flood_of_findings_from_one_host_fills_only_its_own_share() {
     }
     for s in 1..=12u64 {
         let mut w = common::window("evil", s, T0 + s as i64 * 1000);
-        w.events = (0..1000u64)
-            .map(|g| xid(&format!("evil/gpu{}", s * 1000 + g)))
+        w.gpus = (0..1000u32)
+            .map(|g| GpuSample {
+                index: s as u32 * 1000 + g,
+                lost: true,
+                ..GpuSample::default()
+            })
             .collect();
         ups.extend(e.ingest(&w));
     }
