@@ -26,7 +26,7 @@ const IDLE: Duration = Duration::from_secs(1);
 
 enum Msg {
     /// An incident update and its journal seq (0: no journal).
-    Update(u64, CandidateUpdate),
+    Update(u64, Box<CandidateUpdate>),
     Samples(Vec<Sample>),
     /// A window's usage rows and its end (unix ms).
     Usage(i64, Vec<proto::v1::JobUsage>),
@@ -135,7 +135,7 @@ impl Recorder {
                     let mut n = 0;
                     while let Some(m) = next.take() {
                         match m {
-                            Msg::Update(seq, u) => ups.push((seq, u)),
+                            Msg::Update(seq, u) => ups.push((seq, *u)),
                             Msg::Samples(s) => samples.extend(s),
                             Msg::Usage(ts, rows) => usage.push((ts, rows)),
                             Msg::Flush(done) => flushes.push(done),
@@ -207,7 +207,7 @@ impl Recorder {
     }
 
     fn queue(&self, seq: u64, u: &CandidateUpdate) {
-        if self.tx.try_send(Msg::Update(seq, u.clone())).is_err() {
+        if self.tx.try_send(Msg::Update(seq, Box::new(u.clone()))).is_err() {
             self.stats.dropped_updates.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("faultline_history_dropped_total", "what" => "update").increment(1);
         }
