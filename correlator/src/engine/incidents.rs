@@ -325,7 +325,8 @@ impl IncidentManager {
     }
 
     /// Learns the sizes of the window's jobs (GPUs each holds).
-    pub fn observe_jobs(&mut self, host: &str, w: &proto::v1::Window) {
+    pub fn observe_jobs(&mut self, w: &proto::v1::Window) {
+        let host = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
         self.sizes.observe(host, w);
     }
 

@@ -369,6 +369,8 @@ impl Engine {
             self.drop_count(what, n);
         }
         self.clock_ms = self.clock_ms.max(w.end_unix_ms);
+        // Job sizes first: the severity of this window's incidents uses them.
+        self.incidents.observe_jobs(&w);
         let mut out = self.judge(&w);
         if !self.pending.is_empty() {
             let host = w
@@ -387,8 +389,6 @@ impl Engine {
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
         self.label(w);
-        // Job sizes first: the severity of this window's incidents uses them.
-        self.incidents.observe_jobs(&host, w);
         // NCCL first: it sees the window's own OTLP steps, and jobs without
         // any get a step time inferred from their collectives' cadence.
         let open = |k: &'static str, e: &str| self.incidents.is_open(k, e);
@@ -459,7 +459,7 @@ impl Engine {
         }
         // Links, GPUs and hosts name the communicators whose ranks cross them.
         self.nccl.annotate(&mut findings);
-        let held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
+        let held = self.held(&joined);
         // Findings that stand for other entities' incidents (a switch for
         // its ports) take those incidents over once applied.
         let absorbing: Vec<(&'static str, String, Vec<String>)> = findings
@@ -502,6 +502,15 @@ impl Engine {
             );
         }
         out
+    }
+
+    /// The entities whose incidents this window neither resolves nor
+    /// counts quiet: symptoms joined to a cause, and what the detectors
+    /// hold open unobserved (no traffic to judge them by).
+    fn held(&self, joined: &[workload::Symptom]) -> Vec<String> {
+        let mut held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
+        held.extend(self.nfs.held().iter().cloned());
+        held
     }
 
     /// Open incidents, highest confidence first.

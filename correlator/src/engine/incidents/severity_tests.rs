@@ -92,8 +92,8 @@ fn table_rows_with_real_sizes() {
     let mut m = mgr();
     // A 1,024-GPU training job (its NCCL world) and an 8-GPU one (its CUDA
     // processes on one host).
-    m.observe_jobs("n1", &job_window("n1", "big", 1024, 8));
-    m.observe_jobs("n2", &job_window("n2", "small", -1, 8));
+    m.observe_jobs(&job_window("n1", "big", 1024, 8));
+    m.observe_jobs(&job_window("n2", "small", -1, 8));
     assert_eq!(m.sizes.gpus("big"), 1024);
     assert_eq!(m.sizes.gpus("small"), 8);
     let sev = |m: &mut IncidentManager, f: Finding| opened(m, f).severity;
@@ -193,7 +193,7 @@ fn table_rows_with_real_sizes() {
 #[test]
 fn severity_rises_with_an_update_and_never_falls_while_open() {
     let mut m = mgr();
-    m.observe_jobs("n1", &job_window("n1", "big", 1024, 8));
+    m.observe_jobs(&job_window("n1", "big", 1024, 8));
     let link = "n1/mlx5_0/1";
     let u = opened(&mut m, finding("ib_link_degraded", link, &[]));
     assert_eq!(u.severity, "warning");
@@ -213,7 +213,7 @@ fn severity_rises_with_an_update_and_never_falls_while_open() {
     );
     assert_eq!(ups[0].incident_id, u.incident_id);
     // The job leaves; the incident stays critical until it resolves.
-    m.observe_jobs("n1", &Window::default());
+    m.observe_jobs(&Window::default());
     let ups = m.apply(
         12_000,
         "n1",
@@ -262,7 +262,7 @@ fn configuration_overrides_rows_and_kinds_and_is_validated() {
     cfg.large_job_gpus = 8;
     cfg.validate().expect("valid");
     let mut m = mgr_with(cfg.clone());
-    m.observe_jobs("n2", &job_window("n2", "small", -1, 8));
+    m.observe_jobs(&job_window("n2", "small", -1, 8));
     assert_eq!(
         opened(&mut m, finding("gpu_thermal_throttle", "n3/gpu0", &[])).severity,
         "warning"

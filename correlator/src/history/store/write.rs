@@ -7,6 +7,18 @@ use super::{classify, json_list, maintain::MERGE, HistoryError, Store, MAX_SIDS}
 use crate::history::{rollup::Agg, samples::Sample, MINUTE};
 use vocab::entity::host_of;
 
+/// An incident's row from its update (the first one inserts it). The
+/// severity kept is the latest one given (an update without one, from an
+/// older correlator, keeps it).
+const UPSERT_INCIDENT: &str = "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, \
+     updated_ms, resolved_ms, confidence, evidence, jobs, runbook, cluster, severity) \
+     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = excluded.state, \
+     updated_ms = excluded.updated_ms, resolved_ms = excluded.resolved_ms, \
+     confidence = excluded.confidence, evidence = excluded.evidence, \
+     jobs = excluded.jobs, runbook = excluded.runbook, \
+     severity = CASE WHEN excluded.severity = '' THEN severity ELSE excluded.severity END";
+
 impl Store {
     /// Writes incident updates and samples in one transaction.
     pub fn write(
@@ -44,18 +56,7 @@ impl Store {
         let e = |e: rusqlite::Error| classify(&path, &e);
         let tx = self.conn.transaction().map_err(e)?;
         {
-            let mut inc = tx
-                .prepare_cached(
-                    "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
-                     resolved_ms, confidence, evidence, jobs, runbook, cluster, severity) \
-                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
-                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = excluded.state, \
-                     updated_ms = excluded.updated_ms, resolved_ms = excluded.resolved_ms, \
-                     confidence = excluded.confidence, evidence = excluded.evidence, \
-                     jobs = excluded.jobs, runbook = excluded.runbook, \
-                     severity = CASE WHEN excluded.severity = '' THEN severity ELSE excluded.severity END",
-                )
-                .map_err(e)?;
+            let mut inc = tx.prepare_cached(UPSERT_INCIDENT).map_err(e)?;
             let mut upd = tx
                 .prepare_cached(
                     "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
