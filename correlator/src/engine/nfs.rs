@@ -20,6 +20,13 @@
 //! one host's window uses the other hosts' latest windows (within one
 //! window length); a host needs `persist_windows` slow windows before a
 //! finding, by which time its peers have reported the slot it first saw.
+//!
+//! Silence is not health: a host window without `min_ops` RPCs on a target
+//! it mounts (the jobs stopped, or the server answers nothing) neither
+//! keeps the target's incidents open nor counts towards their quiet period:
+//! they are held ([`NfsDetector::held`]) until a window with RPCs shows the
+//! target healthy, or until no host has had RPCs on it for
+//! `unobserved_hold_s`; then the quiet period runs as usual.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proto::v1::Window;
@@ -71,6 +78,15 @@ pub struct NfsDetector {
     series: BTreeMap<Key, Series>,
     /// Each host's jobs in its latest window.
     jobs: HashMap<String, Vec<String>>,
+    /// Per host, the targets it mounts and the end of its latest window
+    /// with RPCs judged on each (one entry per host and target of
+    /// `series`).
+    mounts: HashMap<String, BTreeMap<Target, i64>>,
+    /// Per target, the end of the latest window of any host with RPCs
+    /// judged on it.
+    last_rpcs: HashMap<Target, i64>,
+    /// The entities the latest window holds open unobserved.
+    held: Vec<String>,
     /// Series and rows dropped at the caps.
     pub dropped: u64,
 }
@@ -137,41 +153,90 @@ impl NfsDetector {
         w: &Window,
         jobs: &[String],
     ) -> (Vec<Finding>, Vec<String>) {
-        if w.nfs.is_empty() {
-            return (Vec::new(), Vec::new());
-        }
-        let len_ms = if w.end_unix_ms > w.start_unix_ms && w.start_unix_ms > 0 {
-            w.end_unix_ms - w.start_unix_ms
-        } else {
-            1000
-        };
-        self.jobs.insert(host.to_string(), jobs.to_vec());
-        let mut targets = BTreeSet::new();
-        for ((target, op), d) in self.per_target(w) {
-            targets.insert(target.clone());
-            self.learn(host, target, op, &d, w.end_unix_ms);
-        }
+        self.held.clear();
         let mut out = Vec::new();
         let mut evaluated = Vec::new();
-        for target in targets {
-            evaluated.push(target.entity());
-            let views = self.views(&target, w.end_unix_ms - len_ms);
-            out.extend(self.judge(host, &target, &views));
+        let mut observed = BTreeSet::new();
+        if !w.nfs.is_empty() {
+            let len_ms = if w.end_unix_ms > w.start_unix_ms && w.start_unix_ms > 0 {
+                w.end_unix_ms - w.start_unix_ms
+            } else {
+                1000
+            };
+            self.jobs.insert(host.to_string(), jobs.to_vec());
+            let mut targets = BTreeSet::new();
+            for ((target, op), d) in self.per_target(w) {
+                targets.insert(target.clone());
+                if self.learn(host, target.clone(), op, &d, w.end_unix_ms) {
+                    observed.insert(target);
+                }
+            }
+            for target in targets {
+                evaluated.push(target.entity());
+                let views = self.views(&target, w.end_unix_ms - len_ms);
+                out.extend(self.judge(host, &target, &views));
+            }
         }
+        self.hold(host, w.end_unix_ms, &observed, &mut evaluated);
         (out, evaluated)
     }
 
-    /// Feeds one (target, procedure) window into its series and judges it
-    /// against the series' own history.
-    fn learn(&mut self, host: &str, target: Target, op: String, d: &OpWindow, end_ms: i64) {
-        if d.ops < self.cfg.min_ops {
+    /// The targets `host` mounts without RPCs judged in its window ending at
+    /// `now`: their entities (the target's, the host's mount) are held
+    /// while the silence is within `unobserved_hold_s`; past it, the
+    /// target's is evaluated (its quiet period runs) whoever mounts it.
+    fn hold(
+        &mut self,
+        host: &str,
+        now: i64,
+        observed: &BTreeSet<Target>,
+        evaluated: &mut Vec<String>,
+    ) {
+        let horizon = (self.cfg.unobserved_hold_s * 1000.0) as i64;
+        let Some(mounts) = self.mounts.get(host) else {
             return;
+        };
+        for (t, last) in mounts {
+            if observed.contains(t) {
+                continue;
+            }
+            if now - last < horizon {
+                self.held.push(t.host_entity(host));
+            }
+            let any = self.last_rpcs.get(t).copied().unwrap_or(*last).max(*last);
+            if now - any < horizon {
+                self.held.push(t.entity());
+            } else {
+                evaluated.push(t.entity());
+            }
+        }
+    }
+
+    /// The entities the latest observed window holds open unobserved (its
+    /// host had no RPCs on their target): their incidents neither resolve
+    /// nor count quiet windows from it.
+    pub fn held(&self) -> &[String] {
+        &self.held
+    }
+
+    /// Feeds one (target, procedure) window into its series and judges it
+    /// against the series' own history; false when not judged (too few
+    /// RPCs, or over the series cap).
+    fn learn(&mut self, host: &str, target: Target, op: String, d: &OpWindow, end_ms: i64) -> bool {
+        if d.ops < self.cfg.min_ops {
+            return false;
         }
         let key = (host.to_string(), target, op);
         if !self.series.contains_key(&key) && self.series.len() >= self.cfg.max_series {
             self.count_drops(1);
-            return;
+            return false;
         }
+        self.mounts
+            .entry(host.to_string())
+            .or_default()
+            .insert(key.1.clone(), end_ms);
+        let last = self.last_rpcs.entry(key.1.clone()).or_insert(end_ms);
+        *last = (*last).max(end_ms);
         let cfg = &self.cfg;
         let s = self.series.entry(key).or_default();
         let x = d.rtt_ms as f64 / d.ops as f64;
@@ -187,6 +252,7 @@ impl NfsDetector {
         s.at_ms = end_ms;
         s.mountpoint.clone_from(&d.mountpoint);
         s.nid.clone_from(&d.nid);
+        true
     }
 
     /// Every host with a window on `target` ending at or after `fresh`.
@@ -344,6 +410,9 @@ impl NfsDetector {
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.series.retain(|(h, _, _), _| !gone.contains(h));
         self.jobs.retain(|h, _| !gone.contains(h));
+        self.mounts.retain(|h, _| !gone.contains(h));
+        let mounted: BTreeSet<&Target> = self.mounts.values().flat_map(|m| m.keys()).collect();
+        self.last_rpcs.retain(|t, _| mounted.contains(t));
     }
 
     /// Series tracked.

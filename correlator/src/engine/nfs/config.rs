@@ -2,7 +2,7 @@
 //! anchor is in docs/detection.md.
 use serde::{Deserialize, Serialize};
 
-use crate::setting::{at_least_one, pos, prob, InvalidSetting};
+use crate::setting::{at_least_one, pos, prob, within, InvalidSetting};
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -29,6 +29,11 @@ pub struct NfsConfig {
     pub max_series: usize,
     /// NFS rows judged per window; more are dropped, counted.
     pub max_rows_per_window: usize,
+    /// Seconds an open incident of a target is held, neither resolved nor
+    /// counting quiet windows, while its hosts carry no RPCs on it (fewer
+    /// than `min_ops` per procedure); past it the quiet period runs (0 = no
+    /// hold: silence counts as quiet).
+    pub unobserved_hold_s: f64,
 }
 
 impl Default for NfsConfig {
@@ -43,6 +48,7 @@ impl Default for NfsConfig {
             persist_windows: 2,
             max_series: 65_536,
             max_rows_per_window: 4096,
+            unobserved_hold_s: 3600.0,
         }
     }
 }
@@ -57,6 +63,12 @@ impl NfsConfig {
         at_least_one("nfs.persist_windows", self.persist_windows as usize)?;
         at_least_one("nfs.max_series", self.max_series)?;
         at_least_one("nfs.max_rows_per_window", self.max_rows_per_window)?;
+        within(
+            "nfs.unobserved_hold_s",
+            self.unobserved_hold_s,
+            0.0,
+            7.0 * 86_400.0,
+        )?;
         if self.own_ratio <= 1.0 || self.peer_ratio <= 1.0 {
             return Err(InvalidSetting::new(
                 "nfs.own_ratio",
