@@ -161,7 +161,7 @@ fn config(dir: &Path, kmsg: &Path, state: &Path, first_start: &str) -> PathBuf {
     p
 }
 
-fn xids<'a>(events: &'a [serde_json::Value], code: i64) -> Vec<&'a serde_json::Value> {
+fn xids(events: &[serde_json::Value], code: i64) -> Vec<&serde_json::Value> {
     events
         .iter()
         .filter(|e| e["kind"] == "gpu_xid" && e["code"] == code)
@@ -252,7 +252,7 @@ fn kernel_log_xids_are_attributed_joined_folded_and_not_replayed() {
         (3, unknown.as_str()),
         (3, sxid.as_str()),
     ];
-    recs.extend(std::iter::repeat((3, burst.as_str())).take(10_000));
+    recs.extend(std::iter::repeat_n((3, burst.as_str()), 10_000));
     kmsg.append(&recs);
     run.wait("the joined XID 13", |l| {
         l.contains("gpu_xid 13") && l.contains("nvml+kmsg")

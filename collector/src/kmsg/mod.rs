@@ -152,7 +152,7 @@ impl KmsgLog {
     pub fn read(&mut self, out: &mut Vec<Read>) -> io::Result<Counts> {
         let mut c = Counts::default();
         while c.records < self.max_records as u64 {
-            let line = match self.reader.next()? {
+            let line = match self.reader.next_line()? {
                 Next::Line(l) => l,
                 Next::Overwritten => continue, // counted from the sequence gap
                 Next::TooLong(_) => {

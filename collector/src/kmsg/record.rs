@@ -84,7 +84,7 @@ impl Record {
     }
 }
 
-/// What one [`KmsgReader::next`] call found.
+/// What one [`KmsgReader::next_line`] call found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
     /// A header line (one record).
@@ -135,7 +135,7 @@ impl KmsgReader {
     }
 
     /// The next header line, skipping continuation lines.
-    pub fn next(&mut self) -> io::Result<Next> {
+    pub fn next_line(&mut self) -> io::Result<Next> {
         loop {
             if let Some(n) = self.take_line() {
                 return Ok(n);
@@ -220,12 +220,18 @@ mod tests {
         )
         .expect("write");
         let mut r = KmsgReader::open(&p, 128, false).expect("open");
-        assert_eq!(r.next().expect("1"), Next::Line("3,1,5,-;first".into()));
-        assert!(matches!(r.next().expect("2"), Next::TooLong(n) if n > 300));
-        assert_eq!(r.next().expect("3"), Next::Line("3,3,7,-;third".into()));
-        assert_eq!(r.next().expect("4"), Next::Empty);
+        assert_eq!(
+            r.next_line().expect("1"),
+            Next::Line("3,1,5,-;first".into())
+        );
+        assert!(matches!(r.next_line().expect("2"), Next::TooLong(n) if n > 300));
+        assert_eq!(
+            r.next_line().expect("3"),
+            Next::Line("3,3,7,-;third".into())
+        );
+        assert_eq!(r.next_line().expect("4"), Next::Empty);
         let mut end = KmsgReader::open(&p, 128, true).expect("open at the end");
-        assert_eq!(end.next().expect("end"), Next::Empty);
+        assert_eq!(end.next_line().expect("end"), Next::Empty);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
