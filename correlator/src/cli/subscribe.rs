@@ -64,33 +64,70 @@ pub async fn subscribe(a: SubscribeArgs) -> Result<()> {
         eprintln!("subscribed to {endpoint}");
     }
     while let Some(u) = stream.message().await.context("candidate stream")? {
-        if a.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "ts": u.ts_unix_ms, "incident_id": u.incident_id, "state": u.state,
-                    "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
-                    "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
-                    "cluster": u.cluster, "severity": u.severity,
-                })
-            );
-        } else {
-            let at = if u.cluster.is_empty() {
-                String::new()
-            } else {
-                format!(" cluster={}", u.cluster)
-            };
-            let sev = if u.severity.is_empty() {
-                "-"
-            } else {
-                u.severity.as_str()
-            };
-            println!(
-                "{} {} {} {}{at} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
-                u.state.to_uppercase(), sev, u.kind, u.entity, u.confidence,
-                u.affected_jobs.join(","), u.incident_id, u.evidence.join("; "), u.runbook
-            );
-        }
+        println!("{}", shown(&u, a.json));
     }
     Ok(())
+}
+
+/// One update as printed: a JSON object (`--json`), or a line of state,
+/// severity ("-" from a correlator that does not rate it), kind, entity
+/// and the rest, then its evidence and runbook.
+fn shown(u: &proto::v1::CandidateUpdate, json: bool) -> String {
+    if json {
+        return serde_json::json!({
+            "ts": u.ts_unix_ms, "incident_id": u.incident_id, "state": u.state,
+            "kind": u.kind, "entity": u.entity, "confidence": u.confidence,
+            "evidence": u.evidence, "affected_jobs": u.affected_jobs, "runbook": u.runbook,
+            "cluster": u.cluster, "severity": u.severity,
+        })
+        .to_string();
+    }
+    let at = if u.cluster.is_empty() {
+        String::new()
+    } else {
+        format!(" cluster={}", u.cluster)
+    };
+    let sev = if u.severity.is_empty() {
+        "-"
+    } else {
+        u.severity.as_str()
+    };
+    format!(
+        "{} {} {} {}{at} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
+        u.state.to_uppercase(),
+        sev,
+        u.kind,
+        u.entity,
+        u.confidence,
+        u.affected_jobs.join(","),
+        u.incident_id,
+        u.evidence.join("; "),
+        u.runbook
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_severity_is_printed() {
+        let mut u = proto::v1::CandidateUpdate {
+            state: "opened".into(),
+            kind: "app_xid".into(),
+            entity: "n1/gpu0".into(),
+            incident_id: "i1".into(),
+            severity: "warning".into(),
+            ..Default::default()
+        };
+        let line = shown(&u, false);
+        assert!(
+            line.starts_with("OPENED warning app_xid n1/gpu0 "),
+            "{line}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&shown(&u, true)).expect("json");
+        assert_eq!(j["severity"], "warning");
+        u.severity.clear();
+        assert!(shown(&u, false).starts_with("OPENED - app_xid"));
+    }
 }
