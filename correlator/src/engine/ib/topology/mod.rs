@@ -19,6 +19,7 @@
 //! co-occurring findings by their **parent**: an HCA port's leaf, an
 //! uplink's upper switch (the end with no HCA behind it: the spine).
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 mod ibnet;
 
@@ -50,7 +51,9 @@ pub struct Topology {
     /// ends), or for a switch port cabled to an HCA port that HCA port.
     links: HashMap<String, String>,
     /// Port entity or uplink name → the switch it groups under.
-    parent: HashMap<String, String>,
+    parent: HashMap<String, Arc<str>>,
+    /// Switch names, each held once (`parent`'s values).
+    switches: HashSet<Arc<str>>,
     /// Switch → what groups under it (sorted once every link is known,
     /// [`Topology::finish`]): the HCA ports behind a leaf, the uplinks of
     /// a spine.
@@ -88,7 +91,7 @@ impl Topology {
         self.parent
             .get(port)
             .or_else(|| self.parent.get(self.canonical(port)))
-            .map(String::as_str)
+            .map(|s| &**s)
     }
 
     /// Whether a name is an uplink's (a spine's member).
@@ -105,7 +108,7 @@ impl Topology {
     /// CAs (for the start-up log line).
     pub fn counts(&self) -> (usize, usize, usize, usize) {
         let uplinks = &self.uplink_names;
-        let links: BTreeSet<&String> = self
+        let links: HashSet<&String> = self
             .links
             .values()
             .filter(|l| !uplinks.contains(*l) && !self.parent.contains_key(*l))
@@ -119,7 +122,8 @@ impl Topology {
     }
 
     fn cable(&mut self, port: &str, switch: &str, switch_port: u32) {
-        self.parent.insert(port.to_string(), switch.to_string());
+        let name = self.switch(switch);
+        self.parent.insert(port.to_string(), name.clone());
         self.member(switch, port);
         let sp = vocab::entity::switch_port(switch, switch_port);
         let to = self
@@ -127,9 +131,19 @@ impl Topology {
             .get(port)
             .cloned()
             .unwrap_or_else(|| port.to_string());
-        self.parent.insert(sp.clone(), switch.to_string());
+        self.parent.insert(sp.clone(), name);
         self.faces.insert(sp.clone(), port.to_string());
         self.links.insert(sp, to);
+    }
+
+    /// The switch's name, shared by every port behind it.
+    fn switch(&mut self, name: &str) -> Arc<str> {
+        if let Some(s) = self.switches.get(name) {
+            return s.clone();
+        }
+        let s: Arc<str> = Arc::from(name);
+        self.switches.insert(s.clone());
+        s
     }
 
     /// Adds a member to a switch's list; [`Topology::finish`] sorts the
@@ -169,7 +183,8 @@ impl Topology {
                 (false, true) => a,
                 _ => continue,
             };
-            self.parent.insert(name.clone(), up.clone());
+            let upper = self.switch(up);
+            self.parent.insert(name.clone(), upper);
             self.member(up, name);
         }
         self.uplinks = uplinks;
@@ -208,7 +223,8 @@ fn end(e: &str) -> Option<End<'_>> {
 
 fn parse_links(text: &str) -> Result<Topology, TopologyError> {
     let mut t = Topology::default();
-    let mut taken: HashMap<String, String> = HashMap::new();
+    // Switch ports alone on their line (in no other map).
+    let mut lone: HashMap<String, String> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -229,7 +245,17 @@ fn parse_links(text: &str) -> Result<Topology, TopologyError> {
                 line: i + 1,
                 endpoint: e.to_string(),
             })?;
-            if let Some(prev) = taken.insert(e.to_string(), link.to_string()) {
+            // Every endpoint of an earlier line is a key of `links` (an
+            // HCA port as itself, a switch port as its entity) or `lone`.
+            let prev = match parsed {
+                End::Hca(p) => t.links.get(p).cloned(),
+                End::Switch(s, sp) => {
+                    let e = vocab::entity::switch_port(s, sp);
+                    t.links.get(&e).or_else(|| lone.get(&e)).cloned()
+                }
+            };
+            let prev = prev.or_else(|| (ends.first() == Some(&parsed)).then(|| link.to_string()));
+            if let Some(prev) = prev {
                 return Err(TopologyError::Taken {
                     line: i + 1,
                     endpoint: e.to_string(),
@@ -248,6 +274,9 @@ fn parse_links(text: &str) -> Result<Topology, TopologyError> {
                 t.cable(p, s, *sp);
             }
             [End::Switch(a, ap), End::Switch(b, bp)] => t.uplink(link, (a, *ap), (b, *bp)),
+            [End::Switch(s, sp)] => {
+                lone.insert(vocab::entity::switch_port(s, *sp), link.to_string());
+            }
             _ => {}
         }
     }
@@ -302,5 +331,29 @@ mod tests {
             e.to_string(),
             "line 2: endpoint leaf[1] already belongs to link x"
         );
+        for (text, want) in [
+            (
+                "x n1/m/1 leaf[1]\ny n1/m/1 leaf[2]\n",
+                "line 2: endpoint n1/m/1 already belongs to link x",
+            ),
+            (
+                "x leaf[1]\ny n2/m/1 leaf[1]\n",
+                "line 2: endpoint leaf[1] already belongs to link x",
+            ),
+            (
+                "x a[1] b[1]\ny b[1]\n",
+                "line 2: endpoint b[1] already belongs to link x",
+            ),
+            (
+                "x n1/m/1 n1/m/1\n",
+                "line 1: endpoint n1/m/1 already belongs to link x",
+            ),
+        ] {
+            assert_eq!(
+                parse_topology(text).unwrap_err().to_string(),
+                want,
+                "{text}"
+            );
+        }
     }
 }
