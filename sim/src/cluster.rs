@@ -37,6 +37,7 @@ pub mod tenants;
 pub mod topology;
 mod truth;
 mod wire;
+pub mod xid;
 
 pub use ib::{counter_max, excess_ber_integral, COUNTERS};
 pub use spec::{ClusterSpec, LinkRate, StorageMix};
@@ -341,6 +342,7 @@ impl Cluster {
         self.ports_advance(w, util, run_frac);
         let mut slow = self.nodes_advance(faults, s);
         self.gpu_faults_advance(faults, s);
+        self.xid_advance(faults, s);
         self.nfs_advance(faults, s, io_scale);
         self.tenants_advance(faults, onset, s.b, &mut slow);
         self.congestion_advance(cong_level);

@@ -34,6 +34,7 @@ mod grid;
 mod report;
 mod run;
 mod score;
+mod xid;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DetectArgs {
@@ -114,6 +115,14 @@ const FAULTS: &[&str] = &[
     "nccl-hang-port-down",
     "nccl-hang-unknown",
 ];
+/// Kernel-log XID and SXid faults (issue 48): their cells come after the
+/// others', so every other cell draws as before.
+const XID_FAULTS: &[&str] = &[
+    "xid-crash-loop",
+    "xid-bad-gpu",
+    "nvswitch-sxid",
+    "xid-burst",
+];
 /// Fault kinds also run with a job that sends no OTLP step times.
 const NO_OTLP: &[&str] = &["ib-link-degrade", "nccl-slow-rank"];
 const CONFOUNDERS: &[&str] = &[
@@ -128,6 +137,7 @@ const CONFOUNDERS: &[&str] = &[
     "nccl-checkpoint",
     "nccl-eval",
     "nccl-job-exit",
+    "xid-cancelled-jobs",
 ];
 
 /// Kinds run at sizes of 512 nodes and more (one run each).
@@ -174,6 +184,7 @@ pub fn run(a: &DetectArgs) -> Result<()> {
         t: score::Tally::of(&outcomes),
         joining: score::Joining::of(&outcomes),
         interference: score::Interference::of(&outcomes),
+        xid: xid::XidTally::of(&outcomes),
         jobs,
         elapsed: started.elapsed().as_secs_f64(),
     };

@@ -44,6 +44,47 @@ pub enum Kind {
         code: u32,
     },
     EccDbe,
+    /// One job crash-looping on one GPU: its launcher restarts it (a new
+    /// process each time) and it dies again `crashes` times over `span_s`
+    /// seconds, each with XID `code` from its own pid and the XID 45 of
+    /// its teardown: an application fault, never the GPU's
+    /// ([`super::cluster::xid`]).
+    XidCrashLoop {
+        code: u32,
+        crashes: u32,
+        span_s: f64,
+    },
+    /// A bad GPU: `jobs` unrelated jobs (other users, other executables)
+    /// scheduled on it one after another, `gap_s` seconds apart, each dies
+    /// at once with the same application-class XID `code`: the GPU's fault.
+    XidBadGpu {
+        code: u32,
+        jobs: u32,
+        gap_s: f64,
+    },
+    /// One fatal NVSwitch error (SXid `code`) on switch `switch` (0..4) of
+    /// a host's HGX tray: `nvswitch_sxid` on `host/nvswitch/<pci>`.
+    NvswitchSxid {
+        code: u32,
+        switch: usize,
+    },
+    /// A burst of `lines` XID `code` lines within one second on one GPU
+    /// (NVSentinel's users report thousands of XID 95 a second): one fault;
+    /// `folded`: as the collector sends them (one event per window with a
+    /// count), else each line its own event.
+    XidBurst {
+        code: u32,
+        lines: u32,
+        folded: bool,
+    },
+    /// Confounder: `jobs` jobs of several users cancelled over `span_s`
+    /// seconds; each of their GPUs logs XID 45 (its channels removed when
+    /// the process is killed), half of them XID 43 first (killed with work
+    /// in flight). Nothing is wrong with any GPU.
+    XidCancelledJobs {
+        jobs: u32,
+        span_s: f64,
+    },
     /// A host's shared cooling fails: its first `gpus` GPUs throttle
     /// thermally at once (one host incident).
     GpuThermalHost {
@@ -179,6 +220,20 @@ pub const PARAMS: &[(&str, &[(&str, f64)])] = &[
     ("gpu-power", &[]),
     ("xid", &[("code", 79.0)]),
     ("ecc-dbe", &[]),
+    (
+        "xid-crash-loop",
+        &[("code", 13.0), ("crashes", 20.0), ("span", 600.0)],
+    ),
+    (
+        "xid-bad-gpu",
+        &[("code", 13.0), ("jobs", 3.0), ("gap", 120.0)],
+    ),
+    ("nvswitch-sxid", &[("code", 20034.0), ("switch", 0.0)]),
+    (
+        "xid-burst",
+        &[("code", 95.0), ("lines", 10000.0), ("folded", 1.0)],
+    ),
+    ("xid-cancelled-jobs", &[("jobs", 200.0), ("span", 600.0)]),
     ("gpu-thermal-host", &[("gpus", 4.0)]),
     ("gpu-nvlink", &[("rate", 1.0), ("link", 0.0)]),
     ("storage-stall", &[("factor", 20.0)]),
@@ -219,6 +274,11 @@ impl Kind {
             Kind::GpuPower => "gpu-power",
             Kind::Xid { .. } => "xid",
             Kind::EccDbe => "ecc-dbe",
+            Kind::XidCrashLoop { .. } => "xid-crash-loop",
+            Kind::XidBadGpu { .. } => "xid-bad-gpu",
+            Kind::NvswitchSxid { .. } => "nvswitch-sxid",
+            Kind::XidBurst { .. } => "xid-burst",
+            Kind::XidCancelledJobs { .. } => "xid-cancelled-jobs",
             Kind::GpuThermalHost { .. } => "gpu-thermal-host",
             Kind::GpuNvlink { .. } => "gpu-nvlink",
             Kind::StorageStall { .. } => "storage-stall",
@@ -267,6 +327,33 @@ impl Kind {
                 vec![("duration", duration_s)]
             }
             Kind::Xid { code } => vec![("code", code as f64)],
+            Kind::XidCrashLoop {
+                code,
+                crashes,
+                span_s,
+            } => vec![
+                ("code", code as f64),
+                ("crashes", crashes as f64),
+                ("span", span_s),
+            ],
+            Kind::XidBadGpu { code, jobs, gap_s } => {
+                vec![("code", code as f64), ("jobs", jobs as f64), ("gap", gap_s)]
+            }
+            Kind::NvswitchSxid { code, switch } => {
+                vec![("code", code as f64), ("switch", switch as f64)]
+            }
+            Kind::XidBurst {
+                code,
+                lines,
+                folded,
+            } => vec![
+                ("code", code as f64),
+                ("lines", lines as f64),
+                ("folded", f64::from(u8::from(folded))),
+            ],
+            Kind::XidCancelledJobs { jobs, span_s } => {
+                vec![("jobs", jobs as f64), ("span", span_s)]
+            }
             Kind::Congestion {
                 fraction,
                 duration_s,
@@ -299,7 +386,10 @@ impl Kind {
             Kind::IbLinkFlap { .. } => "ib_link_flapping",
             Kind::GpuThermal => "gpu_thermal_throttle",
             Kind::GpuPower => "gpu_power_throttle",
-            Kind::Xid { .. } => "gpu_xid",
+            Kind::Xid { .. } | Kind::XidBadGpu { .. } | Kind::XidBurst { .. } => "gpu_xid",
+            // An application's fault: the job's incident, not the GPU's.
+            Kind::XidCrashLoop { .. } => APP_XID,
+            Kind::NvswitchSxid { .. } => SXID_INCIDENT,
             Kind::EccDbe => "gpu_ecc",
             Kind::GpuThermalHost { .. } => "gpu_thermal_throttle",
             Kind::GpuNvlink { .. } => "gpu_nvlink_errors",
@@ -318,6 +408,46 @@ impl Kind {
             | Kind::InterferenceGpu { .. } => "interference",
             _ => return None,
         })
+    }
+}
+
+/// The incident kind an NVSwitch error (SXid) should raise on
+/// `host/nvswitch/<pci>`.
+pub const SXID_INCIDENT: &str = "nvswitch_sxid";
+/// The incident kind of an XID judged the application's (the job's owner
+/// is told; never a GPU reset).
+pub const APP_XID: &str = "app_xid";
+
+/// What the fault's incident must recommend: an application's fault is
+/// the job's (restart or fix it), never a GPU reset, node drain or page; a
+/// hardware fault must name the hardware action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Application,
+    Hardware,
+}
+
+impl Kind {
+    /// The class of action the fault's incident must carry (`None`: not
+    /// judged, any action of the catalogue passes).
+    pub fn expected_class(&self) -> Option<Class> {
+        match self {
+            Kind::XidCrashLoop { .. } => Some(Class::Application),
+            Kind::XidBadGpu { .. } | Kind::XidBurst { .. } => Some(Class::Hardware),
+            _ => None,
+        }
+    }
+
+    /// Seconds after its onset the fault keeps acting (a run lasts at
+    /// least that long past the onset, then its tail): 0 for faults that
+    /// act at once or for good.
+    pub fn active_s(&self) -> f64 {
+        match *self {
+            Kind::XidCrashLoop { span_s, .. } | Kind::XidCancelledJobs { span_s, .. } => span_s,
+            Kind::XidBadGpu { jobs, gap_s, .. } => gap_s * f64::from(jobs.saturating_sub(1)),
+            _ => 0.0,
+        }
     }
 }
 
@@ -414,6 +544,10 @@ impl Fault {
             },
             (Kind::NcclHangUnknown, _) => vocab::entity::nccl_comm(&c.node_name(0), &ring()),
             (Kind::NcclSlowRank { .. }, Some((_, r))) => vocab::entity::rank(JOB, r),
+            (Kind::NvswitchSxid { switch, .. }, _) => match self.target {
+                Target::Node(n) => super::cluster::xid::switch_entity(&c.node_name(n), *switch),
+                _ => target_name(c, &self.target),
+            },
             _ => target_name(c, &self.target),
         };
         Some((k, e))

@@ -34,7 +34,15 @@ pub struct SimArgs {
     /// between downs and of each down), ib-switch-degrade (ENTITY a leaf
     /// switch, `leaf02`; ber=1e-10, ports=4: that many of the ports behind
     /// it degrade at once), gpu-thermal, gpu-power, xid (code=79: the XID;
-    /// NVIDIA's catalogue decides the action), ecc-dbe,
+    /// NVIDIA's catalogue decides the action; from the training rank's
+    /// process), ecc-dbe; kernel-log XIDs naming their process, job and
+    /// user: xid-crash-loop (code=13, crashes=20, span=600: one job dies
+    /// that often over that many seconds, restarted each time: the
+    /// application's fault), xid-bad-gpu (code=13, jobs=3, gap=120:
+    /// unrelated jobs die one after another on the GPU: the GPU's),
+    /// xid-burst (code=95, lines=10000 within a second; folded=1: as the
+    /// collector folds them, 0: a line an event), nvswitch-sxid (ENTITY a
+    /// host; code=20034, switch=0: a fatal SXid on one of its 4 NVSwitches),
     /// gpu-thermal-host (ENTITY a host; gpus=4: its GPUs 0.. throttling at
     /// once, shared cooling), gpu-nvlink (rate=1: corrupted flits per
     /// second on one link; link=0),
@@ -54,7 +62,9 @@ pub struct SimArgs {
     /// nccl-hang-port-down (ENTITY a port: it goes down and every rank
     /// hangs), nccl-hang-unknown (every rank hangs, nothing to see below).
     /// Confounders, which must raise nothing: job-end (gap=120: seconds until
-    /// the next job), nccl-checkpoint and nccl-eval (duration=120: no
+    /// the next job), xid-cancelled-jobs (jobs=200, span=600: jobs
+    /// cancelled over that many seconds, XID 45 on each of their GPUs, half
+    /// of them XID 43 first), nccl-checkpoint and nccl-eval (duration=120: no
     /// collectives; GPUs idle and the job writing, or kernels launching),
     /// nccl-job-exit (gap=120: the processes exit without destroying their
     /// communicators), counter-reset, collector-restart, congestion

@@ -2,7 +2,6 @@
 //! ([`super::ib`]) and the NCCL timeline: the job's run time, link states,
 //! counter resets and congestion; GPUs, nodes, collectors and storage
 //! slowdowns; congestion on step times; idle GPUs.
-use proto::v1::Event;
 
 use super::{overlap, Cluster, Fault, Kind, Span, Target, GPUS, HCAS};
 use crate::rng::Rng;
@@ -231,16 +230,8 @@ impl Cluster {
                 1.35
             }
             Kind::Xid { code } if s.in_window(o) => {
-                let name = self.nodes[node].name.clone();
-                let unix_ms = self.t0_ms + (o * 1000.0).round() as i64;
-                self.nodes[node].events.push(Event {
-                    unix_ms,
-                    kind: vocab::EventKind::GpuXid.to_string(),
-                    entity: vocab::entity::gpu(&name, gpu),
-                    detail: format!("GPU-{name}-{gpu}"),
-                    code: i64::from(*code),
-                    ..Default::default()
-                });
+                let e = self.xid_fault_event(o, node, gpu, *code);
+                self.nodes[node].events.push(e);
                 return;
             }
             Kind::EccDbe if s.in_window(o) => {

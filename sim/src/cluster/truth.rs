@@ -147,6 +147,11 @@ impl Cluster {
                     | Kind::InterferenceGpu { .. } => {
                         Some(self.window_of(o + self.persist_s).saturating_sub(1).max(ow))
                     }
+                    // The second unrelated job's death: the first time
+                    // the data can tell the GPU from an application.
+                    Kind::XidBadGpu { jobs, gap_s, .. } => {
+                        (jobs >= 2).then(|| self.window_of(o + gap_s))
+                    }
                     ref k if k.is_confounder() => None,
                     _ => Some(ow),
                 };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{DetectArgs, BIG_KINDS, CONFOUNDERS, FAULTS, NO_OTLP};
+use super::{DetectArgs, BIG_KINDS, CONFOUNDERS, FAULTS, NO_OTLP, XID_FAULTS};
 use crate::{
     cluster::{LinkRate, StorageMix},
     faults::fmt_value,
@@ -108,6 +108,22 @@ fn draw_params(kind: &str, w: f64, r: &mut Rng) -> String {
         // One code of each of NVIDIA's action buckets that page someone:
         // application error, reset, reboot, ECC and NVLink workflows.
         "xid" => format!(":code={}", XID_CLASSES[r.below(XID_CLASSES.len())]),
+        // A crash loop of NVIDIA's two commonest application codes (20 in
+        // ten minutes, the issue's); a bad GPU failing three unrelated jobs
+        // 1 to 20 minutes apart (within the hour NVIDIA's catalogue
+        // judges repeats over); a fatal SXid on one of the tray's four
+        // switches; a burst of 10,000 XID 95 lines in a second, folded as
+        // the collector sends it or line by line, half each; 200 jobs
+        // cancelled over ten minutes.
+        "xid-crash-loop" => format!(":code={},crashes=20,span=600", [13, 31][r.below(2)]),
+        "xid-bad-gpu" => format!(
+            ":code={},jobs=3,gap={:.0}",
+            [13, 31][r.below(2)],
+            r.log_uniform(60.0, 1200.0)
+        ),
+        "nvswitch-sxid" => format!(":code=20034,switch={}", r.below(4)),
+        "xid-burst" => format!(":code=95,lines=10000,folded={}", u8::from(r.bernoulli(0.5))),
+        "xid-cancelled-jobs" => ":jobs=200,span=600".into(),
         "gpu-thermal-host" => format!(":gpus={}", 3 + r.below(6)),
         "gpu-nvlink" => format!(
             ":rate={},link={}",
@@ -158,6 +174,10 @@ fn visible_budget(inject: &str) -> f64 {
         300.0
     } else if inject.starts_with("ib-link-flap") {
         param("period") + 60.0
+    } else if inject.starts_with("xid-crash-loop") || inject.starts_with("xid-cancelled-jobs") {
+        param("span")
+    } else if inject.starts_with("xid-bad-gpu") {
+        param("gap") * (param("jobs") - 1.0).max(0.0)
     } else if inject.starts_with("job-end") || inject.starts_with("nccl-job-exit") {
         param("gap")
     } else if inject.starts_with("congestion")
@@ -254,7 +274,8 @@ impl Builder<'_> {
         let variants = FAULTS
             .iter()
             .map(|k| (*k, true))
-            .chain(NO_OTLP.iter().map(|k| (*k, false)));
+            .chain(NO_OTLP.iter().map(|k| (*k, false)))
+            .chain(XID_FAULTS.iter().map(|k| (*k, true)));
         for (ki, (kind, otlp)) in variants.enumerate() {
             let mut i = ki;
             for (ri, &rate) in rates.iter().enumerate() {

@@ -7,7 +7,7 @@ use super::{
     grid::Scenario,
     run::Outcome,
     score::{lat, optf, Interference, Joining, Tally},
-    DetectArgs, BIG_KINDS, CONFOUNDERS, FAULTS, NO_OTLP,
+    DetectArgs, BIG_KINDS, CONFOUNDERS, FAULTS, NO_OTLP, XID_FAULTS,
 };
 use crate::faults::fmt_value;
 use correlator::engine::config::DetectConfig;
@@ -34,6 +34,7 @@ pub(super) struct Report<'a> {
     pub t: Tally,
     pub joining: Joining,
     pub interference: Interference,
+    pub xid: super::xid::XidTally,
     pub jobs: usize,
     pub elapsed: f64,
 }
@@ -60,6 +61,7 @@ impl Report<'_> {
         self.print_confounders_and_links();
         self.print_joining();
         self.print_interference();
+        self.xid.print();
         self.print_overall();
     }
 
@@ -205,6 +207,17 @@ impl Report<'_> {
         if let (Some(d), Some(e)) = (g["drawn"].as_object_mut(), every.as_object()) {
             d.extend(e.clone());
         }
+        let xid = json!({
+                "xid-crash-loop": "one single-GPU job (ft-debug, python3, one user) dies with XID 13 or 31 (half each) 20 times in 600 s, restarted with a new pid each time, each death followed by XID 45 (its channels' teardown) from the same pid; truth: the application's fault, visible at the onset",
+                "xid-bad-gpu": "3 unrelated single-GPU jobs (another user and executable each) scheduled on the GPU gap log-uniform 60..1200 s apart, each dies at once with the same XID 13 or 31 (half each) and its XID 45; truth: the GPU's fault, visible at the second job's death",
+                "nvswitch-sxid": "one fatal SXid 20034 on one of the host's four NVSwitches (drawn), kernel log only",
+                "xid-burst": "10,000 XID 95 lines within one second from the training rank: folded as the collector sends them (one event per window, count) or each line its own event, half each",
+                "xid-cancelled-jobs": "confounder: 200 jobs (1, 2, 4 or 8 GPUs of one host; 6 users, 5 executables) cancelled at times uniform over 600 s: every GPU logs XID 45, half the jobs XID 43 first; reports folded per window as the collector folds them",
+                "xid attribution": "every XID names its process (pid, name), job, rank and uid as the collector attributes them, source nvml+kmsg; the xid fault's from the training rank (none for 79, 48 and the NVLink workflow's codes: the driver names no process)"
+        });
+        if let (Some(d), Some(e)) = (g["drawn"].as_object_mut(), xid.as_object()) {
+            d.extend(e.clone());
+        }
         g
     }
 
@@ -222,6 +235,7 @@ impl Report<'_> {
             "sizes": sizes,
             "seeds_per_cell": seeds,
             "fault_kinds": FAULTS, "confounders": CONFOUNDERS,
+            "xid_fault_kinds": XID_FAULTS,
             "no_otlp_kinds": NO_OTLP,
             "no_otlp_rule": "the kinds in no_otlp_kinds run a second time with a job that sends no OTLP step times (rows `KIND (no OTLP)`): the engine infers its step time from its NCCL collectives' cadence",
             "kinds_run": kinds_run,
@@ -325,6 +339,7 @@ impl Report<'_> {
                 "rule": "fault runs (job-slow excluded) that were detected and whose fault slowed the job's step time (median after visible over median before onset) by at least workload.min_slowdown; right = the fault's incident carried `explains job …`",
                 "by_fault": self.joining.by_fault.iter().map(|(k, v)| json!({"fault": k, "runs": v[0], "attached_to_fault": v[1], "attached_elsewhere": v[2], "not_attached": v[3], "separate_job_slowdown_open": v[4]})).collect::<Vec<_>>(),
             },
+            "xid": self.xid.json(),
             "runs": self.outcomes,
             "note": "latency from onset in windows counts from the onset window (0: raised in it); in seconds it is to the end of the window in which the incident appeared. Latency from visible is signed (negative: the engine alarmed before the fault became visible, e.g. before a degrading link's excess errors since its onset were significant at the reference BER). False alarms are distinct incident ids that never carried the expected (kind, entity); in confounder-only runs every incident is one.",
         })

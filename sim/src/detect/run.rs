@@ -36,6 +36,15 @@ pub(super) struct Seen {
     /// Resolved into this incident (`explained by incident ID`): a port
     /// incident of a switch's fault before the switch's was opened.
     pub merged_into: Option<String>,
+    /// On the fault's entity (whatever its kind or action).
+    #[serde(skip)]
+    pub on_entity: bool,
+    /// Some update paged a hardware action ([`pages_hardware`]).
+    pub hardware: bool,
+    /// Updates it carried.
+    pub updates: u64,
+    /// Its latest severity (empty from a correlator without severities).
+    pub severity: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -83,6 +92,16 @@ pub(super) struct Outcome {
     /// switch fault reported in its first window, before every host had
     /// reported it): part of the fault, not false alarms, counted here.
     pub merged_incidents: u64,
+    /// What the fault's incident must recommend ([`faults::Class`]).
+    pub expected_class: Option<faults::Class>,
+    /// An application's fault paged a hardware action (a GPU reset, a
+    /// drain, support, or critical severity): missed, and that incident is
+    /// a false alarm.
+    pub wrong_action: bool,
+    /// Updates of the fault's incidents (a burst must not give thousands).
+    pub updates_on_fault: u64,
+    /// The latest severity of the fault's incident.
+    pub severity_on_fault: Option<String>,
     pub seconds: f64,
 }
 
@@ -103,6 +122,47 @@ fn stand_in(f: &Fault, c: &Cluster, u: &CandidateUpdate) -> bool {
         }
         _ => false,
     }
+}
+
+/// NVIDIA's actions that are not the hardware's: an incident whose runbook
+/// says one of these recommends no hardware action.
+const NOT_HARDWARE: [vocab::xid::Action; 4] = [
+    vocab::xid::Action::RestartApp,
+    vocab::xid::Action::Ignore,
+    vocab::xid::Action::FollowOther,
+    vocab::xid::Action::Unknown,
+];
+
+/// Whether an XID update pages the hardware: critical severity, or a
+/// `gpu_xid` whose runbook is not one of NVIDIA's application or
+/// informational actions (a GPU reset, a drain, a reboot, support) or
+/// whose evidence escalates it to one (the engine before issue 48 kept the
+/// opening runbook and said `escalated to RESET_GPU (…)`); an `app_xid` is
+/// the application's by its kind.
+fn pages_hardware(u: &CandidateUpdate) -> bool {
+    use vocab::xid::Action;
+    if u.severity == "critical" {
+        return true;
+    }
+    if u.kind != vocab::IncidentKind::GpuXid.as_str() {
+        return false;
+    }
+    let escalated = u.evidence.iter().any(|l| {
+        l.contains("escalated to")
+            && [
+                Action::ResetGpu,
+                Action::RebootNode,
+                Action::ContactSupport,
+                Action::EccWorkflow,
+                Action::NvlinkWorkflow,
+            ]
+            .iter()
+            .any(|a| l.contains(a.what_to_do()))
+    });
+    escalated
+        || !NOT_HARDWARE
+            .iter()
+            .any(|a| u.runbook.contains(a.what_to_do()))
 }
 
 /// Whether a hang where every rank waits names its culprit: the dead
@@ -192,15 +252,23 @@ struct Expect<'a> {
     fault: Option<&'a Fault>,
     incident: Option<(String, String)>,
     aggressor: String,
+    class: Option<faults::Class>,
 }
 
 impl Watch {
     /// One update in window `k`.
     fn observe(&mut self, u: &CandidateUpdate, k: u64, x: &Expect, c: &Cluster) {
-        let hit = x
-            .incident
-            .as_ref()
-            .is_some_and(|(ek, ee)| u.kind == *ek && u.entity == *ee);
+        let on_entity = x.incident.as_ref().is_some_and(|(_, ee)| u.entity == *ee);
+        let hardware = pages_hardware(u);
+        let class_ok = match x.class {
+            None => true,
+            Some(faults::Class::Hardware) => hardware,
+            Some(faults::Class::Application) => !hardware,
+        };
+        let hit = class_ok
+            && x.incident
+                .as_ref()
+                .is_some_and(|(ek, ee)| u.kind == *ek && u.entity == *ee);
         let accepted = hit || x.fault.is_some_and(|f| stand_in(f, c, u));
         if accepted && self.detected.is_none() {
             self.detected = Some(k);
@@ -248,7 +316,15 @@ impl Watch {
                 exact: false,
                 evidence: u.evidence.clone(),
                 merged_into: None,
+                on_entity: false,
+                hardware: false,
+                updates: 0,
+                severity: String::new(),
             });
+        inc.on_entity |= on_entity;
+        inc.hardware |= hardware;
+        inc.updates += 1;
+        inc.severity.clone_from(&u.severity);
         if u.state == vocab::UpdateState::Resolved.as_str() {
             inc.merged_into = u.evidence.iter().find_map(|l| {
                 l.strip_prefix("explained by incident ")
@@ -276,8 +352,29 @@ impl Watch {
             symptom_incidents += u64::from(!keep);
             keep
         });
-        let (on_fault, false_alarms): (Vec<Seen>, Vec<Seen>) =
-            seen.into_values().partition(|i| i.expected);
+        // An application's fault: an incident on its entity that paged the
+        // hardware is a false alarm and the fault is missed; a hardware
+        // fault: the entity's incidents before the escalation are its own.
+        let class = x.class;
+        let mut wrong_action = false;
+        for i in seen.values_mut() {
+            if class == Some(faults::Class::Application) && i.on_entity && i.hardware {
+                (i.expected, i.exact, wrong_action) = (false, false, true);
+            }
+        }
+        let (on_fault, false_alarms): (Vec<Seen>, Vec<Seen>) = seen.into_values().partition(|i| {
+            i.expected || (class.is_some() && i.on_entity && !(i.hardware && wrong_action))
+        });
+        let (detected, named) = if wrong_action {
+            (None, None)
+        } else {
+            (self.detected, self.named)
+        };
+        let updates_on_fault = on_fault.iter().filter(|i| i.exact).map(|i| i.updates).sum();
+        let severity_on_fault = on_fault
+            .iter()
+            .find(|i| i.exact)
+            .map(|i| i.severity.clone());
         let exact_ids: Vec<&str> = on_fault
             .iter()
             .filter(|i| i.exact)
@@ -304,8 +401,8 @@ impl Watch {
             onset_window: truth.onset_window,
             visible_window: truth.visible_window,
             windows_run: k,
-            detected_window: self.detected,
-            named_window: self.named,
+            detected_window: detected,
+            named_window: named,
             incidents_on_fault,
             false_alarm_count,
             false_alarm_kinds,
@@ -320,6 +417,10 @@ impl Watch {
             interference_incidents: self.interference_ids.len() as u64,
             interference_right: self.interference_right.len() as u64,
             merged_incidents: merged.len() as u64,
+            expected_class: class,
+            wrong_action,
+            updates_on_fault,
+            severity_on_fault,
             seconds,
             scenario: s.clone(),
         }
@@ -375,8 +476,12 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         fault: fs.first(),
         incident: None,
         aggressor: format!("aggressor job {TENANT_JOB} "),
+        class: fs.first().and_then(|f| f.kind.expected_class()),
     };
     let tail = tail_windows(s.window_s);
+    let acting = fs.first().map_or(0, |f| {
+        c.window_of(f.onset.unwrap_or(s.onset_s) + f.kind.active_s())
+    });
     let mut k = 0;
     while k < s.max_windows {
         c.advance(&fs, s.onset_s);
@@ -397,8 +502,10 @@ fn run_one(s: &Scenario) -> Result<Outcome> {
         c.finish_step();
         // Fault runs end `tail` windows after the fault became visible;
         // confounder runs last until their effect is over and a tail more.
+        // A fault that keeps acting (a crash loop, jobs failing one after
+        // another) runs through its last act and the tail.
         let visible = c.truth()[0].visible_window;
-        if !s.confounder && visible.is_some_and(|v| k >= v + tail) {
+        if !s.confounder && visible.is_some_and(|v| k >= v.max(acting) + tail) {
             break;
         }
     }
@@ -439,3 +546,7 @@ pub(super) fn run_all(scenarios: &[Scenario], jobs: usize, progress: bool) -> Re
         .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("scenario not run"))))
         .collect()
 }
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;

@@ -162,6 +162,10 @@ impl Tally {
             if !s.otlp {
                 k.push_str(" (no OTLP)");
             }
+            // The XID faults' rows apart from the `xid` fault's.
+            if let Some(tag) = super::xid::tag(s.kind) {
+                k.push_str(tag);
+            }
             t.by_kind_w
                 .entry((k.clone(), wkey(s.window_s)))
                 .or_default()

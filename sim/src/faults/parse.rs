@@ -8,6 +8,9 @@ use anyhow::{bail, Result};
 use super::{fmt_value, target_name, Fault, Kind, Target, PARAMS};
 use crate::{cluster::Cluster, rng::Rng};
 
+mod xid;
+use xid::xid_kind_of;
+
 /// What kind of entity a fault kind takes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wants {
@@ -35,6 +38,9 @@ fn wants(kind: &Kind) -> Wants {
         Kind::IbSwitchDegrade { .. } => Wants::Switch,
         Kind::NfsSlow { .. } => Wants::Nfs,
         Kind::GpuThermal | Kind::GpuPower | Kind::Xid { .. } | Kind::EccDbe => Wants::Gpu,
+        Kind::XidCrashLoop { .. } | Kind::XidBadGpu { .. } | Kind::XidBurst { .. } => Wants::Gpu,
+        Kind::NvswitchSxid { .. } => Wants::Node,
+        Kind::XidCancelledJobs { .. } => Wants::Cluster,
         Kind::GpuNvlink { .. } => Wants::Gpu,
         Kind::GpuThermalHost { .. } => Wants::Node,
         Kind::StorageStall { .. }
@@ -378,6 +384,9 @@ fn gpu_kind_of(kname: &str, g: &Given) -> Result<Option<Kind>> {
             )? as u32,
         },
         "ecc-dbe" => Kind::EccDbe,
+        "xid-crash-loop" | "xid-bad-gpu" | "nvswitch-sxid" | "xid-burst" | "xid-cancelled-jobs" => {
+            xid_kind_of(kname, g)?
+        }
         // GPU faults beyond one GPU's state (`cluster::gpu`).
         "gpu-thermal-host" => Kind::GpuThermalHost {
             gpus: g.checked(
