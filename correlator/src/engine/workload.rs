@@ -13,6 +13,9 @@
 //!
 //! The detector also remembers where each job's ranks run (host, GPU, HCA)
 //! so that the engine can join a symptom to an infrastructure root cause.
+//!
+//! A restarted job is a new run ([`restart`]): its step-time history
+//! starts again, and its warm-up steps are neither judged nor learnt.
 use std::collections::{HashMap, VecDeque};
 
 use proto::v1::Window;
@@ -21,6 +24,7 @@ use super::config::WorkloadConfig;
 
 mod explain;
 pub mod placement;
+pub mod restart;
 
 /// Normal windows whose median is the baseline.
 const HISTORY: usize = 32;
@@ -76,6 +80,8 @@ struct Shift {
     sigma: f64,
     run: Option<Run>,
     seen_ms: i64,
+    /// Steps of a new run still to skip (its warm-up).
+    warmup: u64,
 }
 
 /// The verdict on one series this window.
@@ -89,6 +95,31 @@ struct Change {
 }
 
 impl Shift {
+    /// A new run: the history starts again after `warmup` skipped steps.
+    fn restart(&mut self, warmup: u64) {
+        *self = Self {
+            seen_ms: self.seen_ms,
+            warmup,
+            ..Self::default()
+        };
+    }
+
+    /// Whether a slot of `n` steps over `[start_ms, end_ms)` is warm-up:
+    /// inside a new run's first steps, or the first after the job's steps
+    /// paused for [`restart::GAP_MS`] (a restart that went unseen).
+    fn warming(&mut self, start_ms: i64, end_ms: i64, n: u64) -> bool {
+        if self.warmup == 0 && self.seen_ms > 0 && start_ms - self.seen_ms >= restart::GAP_MS {
+            self.warmup = restart::WARMUP_STEPS;
+        }
+        if self.warmup == 0 {
+            return false;
+        }
+        self.warmup = self.warmup.saturating_sub(n.max(1));
+        self.seen_ms = end_ms;
+        self.run = None;
+        true
+    }
+
     fn learn(&mut self, x: f64, n: u64, min_noise: f64) {
         if self.normal.len() == HISTORY {
             self.normal.pop_front();
@@ -199,6 +230,8 @@ pub struct WorkloadDetector {
     steps: HashMap<String, (Shift, Option<Slot>)>,
     latency: HashMap<(String, String, String), (Shift, Option<Slot>)>,
     places: HashMap<String, JobPlaces>,
+    /// The jobs' processes and communicators, to see them restart.
+    restarts: restart::Restarts,
     /// Series not tracked because a bound was reached.
     pub dropped: u64,
 }
@@ -308,6 +341,14 @@ impl WorkloadDetector {
         inferred: impl Fn(&str) -> bool,
     ) -> Vec<Symptom> {
         self.place_ranks(host, w);
+        for job in self.restarts.observe(host, w) {
+            if let Some((sh, slot)) = self.steps.get_mut(&job) {
+                tracing::debug!(job, host, "job restarted: a new step-time baseline");
+                sh.restart(restart::WARMUP_STEPS);
+                *slot = None;
+            }
+        }
+        self.dropped += std::mem::take(&mut self.restarts.dropped);
         let mut out = self.step_symptoms(w, inferred);
         out.extend(self.latency_symptoms(w));
         self.forget(w.end_unix_ms);
@@ -368,6 +409,9 @@ impl WorkloadDetector {
                 }
             });
             let Some(done) = done else { continue };
+            if sh.warming(done.start_ms, done.end_ms, done.max_n) {
+                continue;
+            }
             let Some(c) = sh.observe(
                 done.start_ms,
                 done.end_ms,
@@ -474,6 +518,7 @@ impl WorkloadDetector {
         for jp in self.places.values_mut() {
             jp.ranks.retain(|_, (_, at)| *at >= old);
         }
+        self.restarts.forget(old);
         self.places.retain(|_, jp| !jp.ranks.is_empty());
     }
 }
