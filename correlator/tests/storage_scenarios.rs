@@ -41,6 +41,8 @@ struct Fleet {
     hosts: Vec<Vec<Dev>>,
     /// Slowdown factor per (host, device index).
     slow: Vec<Vec<f64>>,
+    /// Requests per window per (host, device index); 0: no row.
+    requests: Vec<Vec<u64>>,
     seq: u64,
     with_hist: bool,
 }
@@ -59,9 +61,11 @@ impl Fleet {
             })
             .collect();
         let slow = hosts.iter().map(|d| vec![1.0; d.len()]).collect();
+        let requests = hosts.iter().map(|d| vec![REQUESTS; d.len()]).collect();
         Self {
             hosts,
             slow,
+            requests,
             seq: 0,
             with_hist: true,
         }
@@ -75,14 +79,16 @@ impl Fleet {
             let block = devs
                 .iter()
                 .enumerate()
+                .filter(|(i, _)| self.requests[h][*i] > 0)
                 .map(|(i, d)| {
-                    let (hist, sum, max) = hist(REQUESTS, d.median_ms * self.slow[h][i]);
+                    let n = self.requests[h][i];
+                    let (hist, sum, max) = hist(n, d.median_ms * self.slow[h][i]);
                     BlockStat {
                         device: d.name.into(),
                         op: "write".into(),
                         job: "ckpt".into(),
-                        requests: REQUESTS,
-                        bytes: REQUESTS << 20,
+                        requests: n,
+                        bytes: n << 20,
                         latency_sum_ns: sum,
                         latency_max_ns: max,
                         hist: if self.with_hist { hist } else { Vec::new() },
@@ -235,4 +241,38 @@ fn small_mixed_fleet_is_judged_by_own_history_net_of_the_fleet_shift() {
         "{:?}",
         u[0].evidence
     );
+}
+
+/// A fault is not resolved by silence (issue 48 item 6): an NVMe 25x slower
+/// whose writes stop for 10 minutes (no rows, or 3 requests a window, below
+/// `min_requests`) keeps its one incident, which resolves once its requests
+/// are healthy again. Before, it resolved 4 windows into the pause and
+/// reopened as a second incident when the writes came back slow.
+#[test]
+fn a_slow_device_that_goes_idle_keeps_its_incident_until_requests_show_it_healthy() {
+    for idle in [0, 3] {
+        let mut f = Fleet::new(16, &[NVME]);
+        let mut e = Engine::default();
+        assert!(f.run(&mut e, 5).is_empty());
+        f.slow[5][0] = 25.0;
+        let mut all = f.run(&mut e, 4);
+        f.requests[5][0] = idle;
+        all.extend(f.run(&mut e, 60));
+        f.requests[5][0] = REQUESTS;
+        all.extend(f.run(&mut e, 3));
+        f.slow[5][0] = 1.0;
+        let healthy = f.run(&mut e, 6);
+        assert_eq!(
+            opened(&all),
+            [("storage_latency".to_string(), "s05/nvme0n1".to_string())]
+        );
+        assert!(all.iter().all(|u| u.state != "resolved"), "{all:#?}");
+        let ids: std::collections::BTreeSet<&str> =
+            all.iter().map(|u| u.incident_id.as_str()).collect();
+        assert_eq!(ids.len(), 1);
+        let resolved: Vec<&CandidateUpdate> =
+            healthy.iter().filter(|u| u.state == "resolved").collect();
+        assert_eq!(resolved.len(), 1, "{healthy:#?}");
+        assert!(ids.contains(resolved[0].incident_id.as_str()));
+    }
 }

@@ -291,6 +291,10 @@ pub struct StorageConfig {
     pub network: ClassFloor,
     /// Loop, device-mapper, zram and unknown devices.
     pub other: ClassFloor,
+    /// Seconds an open incident of a device is held, neither resolved nor
+    /// counting quiet windows, while the device serves fewer than
+    /// `min_requests` a window; past it the quiet period runs (0 = no hold).
+    pub unobserved_hold_s: f64,
 }
 
 impl Default for StorageConfig {
@@ -322,6 +326,7 @@ impl Default for StorageConfig {
                 p50_ms: 1.0,
                 p99_ms: 20.0,
             },
+            unobserved_hold_s: 3600.0,
         }
     }
 }
@@ -450,6 +455,12 @@ impl StorageConfig {
     fn validate(&self) -> Result<(), InvalidSetting> {
         pos("storage.peer_ratio", self.peer_ratio)?;
         pos("storage.own_ratio", self.own_ratio)?;
+        crate::setting::within(
+            "storage.unobserved_hold_s",
+            self.unobserved_hold_s,
+            0.0,
+            7.0 * 86_400.0,
+        )?;
         if self.persist_windows == 0 {
             return Err(InvalidSetting::new(
                 "storage.persist_windows",

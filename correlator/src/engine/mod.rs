@@ -510,6 +510,7 @@ impl Engine {
     fn held(&self, joined: &[workload::Symptom]) -> Vec<String> {
         let mut held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
         held.extend(self.nfs.held().iter().cloned());
+        held.extend(self.storage.held().iter().cloned());
         held
     }
 

@@ -4,6 +4,11 @@
 //! and above its class's floor, for `persist_windows` consecutive windows —
 //! checkpoint stalls, a failing disk, a slow target. A fleet-wide slowdown
 //! moves the peers' median with it and raises nothing.
+//!
+//! Silence is not health: a device with fewer than `min_requests` in its
+//! host's window (or none) is held ([`StorageDetector::held`]): its open
+//! incident neither resolves nor counts quiet windows until requests show
+//! it healthy or none came for `unobserved_hold_s`.
 use std::collections::HashMap;
 
 use proto::v1::Window;
@@ -20,6 +25,8 @@ struct DevState {
     p99: Option<f64>,
     /// Window end of the latest quantiles: stale devices leave the peers.
     at_ms: i64,
+    /// Window end of the latest window with `min_requests` (judged).
+    judged_ms: i64,
     streak: u32,
     own_p50: OwnBaseline,
     own_p99: OwnBaseline,
@@ -49,6 +56,10 @@ pub struct StorageDetector {
     remote: Option<std::sync::Arc<super::fleet::Remote>>,
     /// The latest window's length (ms): devices fresh within 3 of them.
     len_ms: i64,
+    /// Each host's devices (entities of `devs`).
+    by_host: HashMap<String, std::collections::BTreeSet<String>>,
+    /// The devices the latest window holds open unobserved.
+    held: Vec<String>,
 }
 
 /// One device's window: requests, latency sum and max (ns), bytes,
@@ -158,13 +169,37 @@ impl StorageDetector {
         let candidates = self.quantiles(host, w.end_unix_ms, per_device(w));
         let peers = self.class_peers(w.end_unix_ms, len_ms);
         let mut out = Vec::new();
-        for (entity, d) in candidates {
-            let Some(st) = self.devs.get_mut(&entity) else {
+        for (entity, d) in &candidates {
+            let Some(st) = self.devs.get_mut(entity) else {
                 continue;
             };
-            out.extend(judge(&self.cfg, st, &d, &peers, &entity, jobs));
+            st.judged_ms = w.end_unix_ms;
+            out.extend(judge(&self.cfg, st, d, &peers, entity, jobs));
         }
+        self.hold(host, w.end_unix_ms);
         out
+    }
+
+    /// The host's devices without a judged window now, within
+    /// `unobserved_hold_s` of their last one.
+    fn hold(&mut self, host: &str, now: i64) {
+        self.held.clear();
+        let horizon = (self.cfg.unobserved_hold_s * 1000.0) as i64;
+        for e in self.by_host.get(host).into_iter().flatten() {
+            let Some(st) = self.devs.get(e) else {
+                continue;
+            };
+            if st.judged_ms > 0 && st.judged_ms < now && now - st.judged_ms < horizon {
+                self.held.push(e.clone());
+            }
+        }
+    }
+
+    /// The devices the latest observed window holds open unobserved (too
+    /// few requests to judge them): their incidents neither resolve nor
+    /// count quiet windows from it.
+    pub fn held(&self) -> &[String] {
+        &self.held
     }
 
     /// Each device's latest quantiles from its window (ending at `end_ms`);
@@ -179,6 +214,12 @@ impl StorageDetector {
         let mut candidates = Vec::new();
         for (dev, d) in per {
             let entity = vocab::entity::device(host, dev);
+            if !self.devs.contains_key(&entity) {
+                self.by_host
+                    .entry(host.to_string())
+                    .or_default()
+                    .insert(entity.clone());
+            }
             let st = self.devs.entry(entity.clone()).or_default();
             st.class.clone_from(&d.class);
             st.at_ms = end_ms;
@@ -377,6 +418,7 @@ impl StorageDetector {
     /// Forgets the devices of these hosts.
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.devs.retain(|e, _| !gone.contains(super::host_of(e)));
+        self.by_host.retain(|h, _| !gone.contains(h));
     }
 }
 
