@@ -386,6 +386,9 @@ impl Kind {
             Kind::IbLinkFlap { .. } => "ib_link_flapping",
             Kind::GpuThermal => "gpu_thermal_throttle",
             Kind::GpuPower => "gpu_power_throttle",
+            // One job met an application-class code (13, 31: NVIDIA's
+            // RESTART_APP): the application's; any other code the GPU's.
+            Kind::Xid { code } if app_code(*code) => APP_XID,
             Kind::Xid { .. } | Kind::XidBadGpu { .. } | Kind::XidBurst { .. } => "gpu_xid",
             // An application's fault: the job's incident, not the GPU's.
             Kind::XidCrashLoop { .. } => APP_XID,
@@ -418,6 +421,12 @@ pub const SXID_INCIDENT: &str = "nvswitch_sxid";
 /// is told; never a GPU reset).
 pub const APP_XID: &str = "app_xid";
 
+/// Whether NVIDIA's catalogue makes `code` the application's (its
+/// `RESTART_APP` bucket, but 94: a contained memory error is the memory's).
+fn app_code(code: u32) -> bool {
+    vocab::xid::class(code) == vocab::xid::Class::Application
+}
+
 /// What the fault's incident must recommend: an application's fault is
 /// the job's (restart or fix it), never a GPU reset, node drain or page; a
 /// hardware fault must name the hardware action.
@@ -434,6 +443,7 @@ impl Kind {
     pub fn expected_class(&self) -> Option<Class> {
         match self {
             Kind::XidCrashLoop { .. } => Some(Class::Application),
+            Kind::Xid { code } if app_code(*code) => Some(Class::Application),
             Kind::XidBadGpu { .. } | Kind::XidBurst { .. } => Some(Class::Hardware),
             _ => None,
         }
