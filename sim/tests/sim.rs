@@ -624,10 +624,12 @@ fn bench_detect_quick_writes_json() {
         serde_json::from_str(&std::fs::read_to_string(&out).expect("json written")).expect("json");
     let runs = v["runs"].as_array().expect("runs");
     // 23 fault kinds (with ib-switch-degrade, gpu-thermal-host,
-    // gpu-nvlink, nfs-slow and the three every-rank hangs) and 2 without
-    // OTLP at 3 window lengths, 11 confounders (with checkpoint,
-    // evaluation and job exit) at 3.
-    assert_eq!(runs.len(), 25 * 3 + 11 * 3, "{}", runs.len());
+    // gpu-nvlink, nfs-slow and the three every-rank hangs), 2 without
+    // OTLP and the 4 kernel-log XID faults at 3 window lengths, 12
+    // confounders (with checkpoint, evaluation, job exit and cancelled
+    // jobs) at 3.
+    assert_eq!(runs.len(), 29 * 3 + 12 * 3, "{}", runs.len());
+    assert!(!v["xid"]["by_kind"]["xid-crash-loop"].is_null());
     assert_eq!(v["scenarios"].as_u64(), Some(runs.len() as u64));
     assert_eq!(v["grid"]["quick"], true);
     for k in [
