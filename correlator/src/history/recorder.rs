@@ -207,7 +207,11 @@ impl Recorder {
     }
 
     fn queue(&self, seq: u64, u: &CandidateUpdate) {
-        if self.tx.try_send(Msg::Update(seq, Box::new(u.clone()))).is_err() {
+        if self
+            .tx
+            .try_send(Msg::Update(seq, Box::new(u.clone())))
+            .is_err()
+        {
             self.stats.dropped_updates.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("faultline_history_dropped_total", "what" => "update").increment(1);
         }
