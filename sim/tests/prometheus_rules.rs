@@ -115,7 +115,7 @@ fn the_simulated_link_fault_fires_the_incident_alert_and_it_resolves() {
     assert_eq!(a["labels"]["severity"], "warning");
     assert_eq!(
         a["annotations"]["summary"],
-        "1 open faultline ib_link_degraded incident(s)"
+        "1 open faultline ib_link_degraded incident(s) of warning severity"
     );
     assert_eq!(incidents_of(&s, "ib_link_degraded")[0]["state"], "open");
     assert!(
