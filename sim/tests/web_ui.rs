@@ -187,8 +187,11 @@ fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
             Duration::from_secs(10),
         );
         d.wait(&session, "the incident row", row, Duration::from_secs(40));
-        let entity = d.script(&session, &format!("return {row}.children[3].textContent;"));
+        // Columns: opened, state, severity, kind, entity.
+        let entity = d.script(&session, &format!("return {row}.children[4].textContent;"));
         assert_eq!(entity, "n000/mlx5_5/1");
+        let severity = d.script(&session, &format!("return {row}.dataset.severity;"));
+        assert_eq!(severity, "warning", "a degraded link under a small job");
         d.screenshot(&session, &dir.join("incidents.png"));
 
         // The incident page: the port's BER with the fabric band, and the job.
