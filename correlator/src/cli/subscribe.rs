@@ -70,8 +70,9 @@ pub async fn subscribe(a: SubscribeArgs) -> Result<()> {
 }
 
 /// One update as printed: a JSON object (`--json`), or a line of state,
-/// severity ("-" from a correlator that does not rate it), kind, entity
-/// and the rest, then its evidence and runbook.
+/// kind, entity and the rest (`severity=`: "-" from a correlator that does
+/// not rate it; after the entity, so that scripts reading the first three
+/// words keep working), then its evidence and runbook.
 fn shown(u: &proto::v1::CandidateUpdate, json: bool) -> String {
     if json {
         return serde_json::json!({
@@ -93,11 +94,11 @@ fn shown(u: &proto::v1::CandidateUpdate, json: bool) -> String {
         u.severity.as_str()
     };
     format!(
-        "{} {} {} {}{at} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
+        "{} {} {}{at} severity={} confidence={:.2} jobs=[{}] incident={}\n    evidence: {}\n    runbook: {}",
         u.state.to_uppercase(),
-        sev,
         u.kind,
         u.entity,
+        sev,
         u.confidence,
         u.affected_jobs.join(","),
         u.incident_id,
@@ -122,12 +123,12 @@ mod tests {
         };
         let line = shown(&u, false);
         assert!(
-            line.starts_with("OPENED warning app_xid n1/gpu0 "),
+            line.starts_with("OPENED app_xid n1/gpu0 severity=warning "),
             "{line}"
         );
         let j: serde_json::Value = serde_json::from_str(&shown(&u, true)).expect("json");
         assert_eq!(j["severity"], "warning");
         u.severity.clear();
-        assert!(shown(&u, false).starts_with("OPENED - app_xid"));
+        assert!(shown(&u, false).starts_with("OPENED app_xid n1/gpu0 severity=- "));
     }
 }
