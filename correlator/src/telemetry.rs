@@ -48,34 +48,7 @@ fn describe() {
         Unit::Seconds,
         "Wall clock minus the end of the collector's latest window, per host"
     );
-    describe_counter!(
-        "faultline_grpc_refused_total",
-        "gRPC calls refused at an identity's or the subscribers' share of the slots (reason: the [detect.limits] key)"
-    );
-    describe_counter!(
-        "faultline_web_refused_total",
-        "Web requests refused: a Host header naming another server (host), no or a wrong viewer token (token)"
-    );
-    describe_gauge!(
-        "faultline_web_event_streams",
-        "Open /api/stream event streams"
-    );
-    describe_counter!(
-        "faultline_web_event_streams_displaced_total",
-        "Event streams ended to make room at [web] max_event_streams (total) or max_event_streams_per_peer (per_peer)"
-    );
-    describe_counter!(
-        "faultline_fleet_refused_total",
-        "Incident updates the fleet view dropped: naming an open incident another shard raised (not_owner)"
-    );
-    describe_counter!(
-        "faultline_nats_redelivery_delayed_total",
-        "Windows from NATS refused as from the future but due within 60 s, given back to the stream (Nak) to be taken once due"
-    );
-    describe_counter!(
-        "faultline_engine_xid_followons_total",
-        "XID 43/45 follow-ons: folded into the GPU's live episode (folded) or alone, raising nothing (alone)"
-    );
+    describe_trust();
     describe_counter!(
         "faultline_ingest_non_finite_total",
         "NaN or infinite values removed from received windows (docs/security.md)"
@@ -166,6 +139,39 @@ fn describe() {
         "Incident updates the Alertmanager pusher dropped (it fell behind)"
     );
     describe_nats();
+}
+
+/// The refusals and caps of the trust boundary (docs/security.md).
+fn describe_trust() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_counter!(
+        "faultline_grpc_refused_total",
+        "gRPC calls refused at an identity's or the subscribers' share of the slots (reason: the [detect.limits] key)"
+    );
+    describe_counter!(
+        "faultline_web_refused_total",
+        "Web requests refused: a Host header naming another server (host), no or a wrong viewer token (token)"
+    );
+    describe_gauge!(
+        "faultline_web_event_streams",
+        "Open /api/stream event streams"
+    );
+    describe_counter!(
+        "faultline_web_event_streams_displaced_total",
+        "Event streams ended to make room at [web] max_event_streams (total) or max_event_streams_per_peer (per_peer)"
+    );
+    describe_counter!(
+        "faultline_fleet_refused_total",
+        "Incident updates the fleet view dropped: naming an open incident another shard raised (not_owner)"
+    );
+    describe_counter!(
+        "faultline_nats_redelivery_delayed_total",
+        "Windows from NATS refused as from the future but due within 60 s, given back to the stream (Nak) to be taken once due"
+    );
+    describe_counter!(
+        "faultline_engine_xid_followons_total",
+        "XID 43/45 follow-ons: folded into the GPU's live episode (folded) or alone, raising nothing (alone)"
+    );
 }
 
 /// The sharded correlator's and the fleet view's series (docs/scale-out.md).
