@@ -28,7 +28,8 @@ pub mod stream;
 pub use blockdev::{direct_io_workload, dsync_writes, AlignedBuf, DiskStat, Issued, LoopDevice};
 pub use fake_ib::FakeIb;
 pub use procs::{
-    json_strs, lines_of, streaming_collector, subscriber, updates, wait_window, KillOnDrop,
+    json_strs, lines_of, nats_server, streaming_collector, subscriber, updates, wait_window,
+    KillOnDrop,
 };
 pub use standins::*;
 

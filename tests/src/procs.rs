@@ -121,3 +121,53 @@ pub fn streaming_collector(window: &str, correlator: &str, spool: &Path, sysfs: 
     .stderr(Stdio::null());
     c
 }
+
+/// `nats-server ARGS`, returned once its log says it is ready (20 s at
+/// most); its log keeps being drained (printed with `NATS_LOG` set) so it
+/// never blocks on a full pipe. `None` when the binary is missing outside
+/// CI (in CI that is a failure: `scripts/setup.sh` installs it).
+pub fn nats_server<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Option<KillOnDrop> {
+    use std::io::BufRead as _;
+    let mut child = match Command::new("nats-server")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                !crate::in_ci(),
+                "nats-server missing ({e}): scripts/setup.sh installs Debian's nats-server"
+            );
+            eprintln!("skipping: nats-server not installed (scripts/setup.sh)");
+            return None;
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for l in io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains("Server is ready") => break,
+            Ok(_) => {}
+            Err(e) => panic!("nats-server never became ready: {e}"),
+        }
+    }
+    std::thread::spawn(move || {
+        while let Ok(l) = rx.recv() {
+            if std::env::var_os("NATS_LOG").is_some() {
+                eprintln!("nats: {l}");
+            }
+        }
+    });
+    Some(KillOnDrop(child))
+}

@@ -18,10 +18,8 @@
 //! - the legitimate path (collector → NATS → correlator → incident → fleet
 //!   view) works with all of it on.
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -36,49 +34,7 @@ use tests::{
 /// `nats-server -c conf`, once it says it is ready; `None` when the
 /// binary is missing outside CI.
 fn nats_server(conf: &Path) -> Option<KillOnDrop> {
-    let mut child = match Command::new("nats-server")
-        .arg("-c")
-        .arg(conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(
-                !tests::in_ci(),
-                "nats-server missing ({e}): scripts/setup.sh installs Debian's nats-server"
-            );
-            eprintln!("skipping: nats-server not installed (scripts/setup.sh)");
-            return None;
-        }
-    };
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if l.contains("Server is ready") => break,
-            Ok(_) => {}
-            Err(e) => panic!("nats-server never became ready: {e}"),
-        }
-    }
-    std::thread::spawn(move || {
-        while let Ok(l) = rx.recv() {
-            if std::env::var_os("NATS_LOG").is_some() {
-                eprintln!("nats: {l}");
-            }
-        }
-    });
-    Some(KillOnDrop(child))
+    tests::nats_server(&[std::ffi::OsStr::new("-c"), conf.as_os_str()])
 }
 
 fn now_ms() -> i64 {

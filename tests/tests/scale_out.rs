@@ -21,7 +21,6 @@
 //!   raised by two shards is one, joined), the label kept in its history,
 //!   and the joined id kept across a restart of the view.
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
     process::{Command, Stdio},
     sync::mpsc,
@@ -59,44 +58,16 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// `nats-server -js` on a loopback port with its store under `dir`,
 /// returned once it says it is ready.
 fn nats_server(port: u16, dir: &Path) -> Option<KillOnDrop> {
-    let mut child = match Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(
-                !tests::in_ci(),
-                "nats-server missing ({e}): scripts/setup.sh installs Debian's nats-server"
-            );
-            eprintln!("skipping: nats-server not installed (scripts/setup.sh)");
-            return None;
-        }
-    };
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if l.contains("Server is ready") => break,
-            Ok(_) => {}
-            Err(e) => panic!("nats-server never became ready: {e}"),
-        }
-    }
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    Some(KillOnDrop(child))
+    let port = port.to_string();
+    tests::nats_server(&[
+        std::ffi::OsStr::new("-js"),
+        "-a".as_ref(),
+        "127.0.0.1".as_ref(),
+        "-p".as_ref(),
+        port.as_ref(),
+        "-sd".as_ref(),
+        dir.as_os_str(),
+    ])
 }
 
 fn now_ms() -> i64 {
