@@ -345,13 +345,20 @@ fn open_incidents(web: &str) -> Option<Vec<(String, String, String)>> {
 }
 
 /// Polls `f` every 50 ms until it returns `Some` (within 30 s).
-fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    until_or(what, f).unwrap_or_else(|| panic!("never: {what}"))
+}
+
+/// Polls `f` every 50 ms until it returns `Some`; `None` after 30 s.
+fn until_or<T>(_what: &str, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(t) = f() {
-            return t;
+            return Some(t);
         }
-        assert!(Instant::now() < deadline, "never: {what}");
+        if Instant::now() >= deadline {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -836,16 +843,41 @@ fn fleet_open(web: &str) -> Option<Vec<Listed>> {
     Some(l)
 }
 
+/// Starts the fleet view; its log is appended to `fleet.log` beside `db`.
 fn start_fleet(url: &str, web: &str, db: &Path) -> KillOnDrop {
     KillOnDrop(
         Command::new(tests::bin("faultline-correlator"))
             .args(["fleet", "--nats", url, "--web", web, "--history"])
             .arg(db)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log_file(&db.with_file_name("fleet.log")))
             .spawn()
             .expect("start the fleet view"),
     )
+}
+
+/// A log file opened for appending, for a child's stderr.
+fn log_file(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open a child's log")
+}
+
+/// The last lines of each log under `dir`, for a failure message.
+fn log_tails(dir: &Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "log") {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(15)..];
+            out += &format!("--- {}\n{}\n", p.display(), tail.join("\n"));
+        }
+    }
+    out
 }
 
 /// Sends each (host, shard, cluster, windows) through its own NATS sender
@@ -885,11 +917,18 @@ fn the_fleet_view_lists_every_shards_and_clusters_incidents_once() {
     };
     let url = format!("nats://127.0.0.1:{nport}");
     let shard = |s: &str| {
-        KillOnDrop(correlator_with(
-            free_port(),
-            &dir.join(format!("{s}.jsonl")),
-            &["--nats", &url, "--nats-shards", s, "--nats-consumer", s],
-        ))
+        KillOnDrop(
+            Command::new(tests::bin("faultline-correlator"))
+                .args(["serve", "--insecure", "--listen"])
+                .arg(format!("127.0.0.1:{}", free_port()))
+                .arg("--record")
+                .arg(dir.join(format!("{s}.jsonl")))
+                .args(["--nats", &url, "--nats-shards", s, "--nats-consumer", s])
+                .stdout(Stdio::null())
+                .stderr(log_file(&dir.join(format!("{s}.log"))))
+                .spawn()
+                .expect("start a shard"),
+        )
     };
     let (_a, _b) = (shard("sa"), shard("sb"));
     let web = format!("127.0.0.1:{}", free_port());
@@ -927,14 +966,23 @@ fn the_fleet_view_lists_every_shards_and_clusters_incidents_once() {
     };
     // One incident per cluster and entity: n2's two shard incidents are
     // one, naming both.
-    let open = until("three incidents in the fleet's open list", || {
-        let o = fleet_open(&web)?;
+    let mut seen = None;
+    let open = until_or("three incidents in the fleet's open list", || {
+        let o = fleet_open(&web);
+        seen = o.clone();
+        let o = o?;
         (shape(&o) == want("ib_link_down")
             && o[1]
                 .4
                 .iter()
                 .any(|e| e.contains("joined in the fleet view")))
         .then_some(o)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "never: three incidents; last seen {seen:#?}\n{}",
+            log_tails(&dir)
+        )
     });
     let joined_id = open[1].0.clone();
     // The history keeps the label: west's incidents are west's one.

@@ -78,12 +78,25 @@ impl Joins {
 
     /// Whether `u` from `source` names an open incident of another shard
     /// it is no member of: a shard may update and resolve only its own
-    /// incidents (ids are hashes, so two shards' differ), never resolve or
-    /// rewrite another's by its id. The caller drops such an update.
+    /// incidents, never resolve or rewrite another's by its id. The caller
+    /// drops such an update. Two shards that judged the same entity in the
+    /// same second number their incidents alike (the id hashes cluster,
+    /// kind, entity and start): an update opening or updating that same
+    /// (cluster, kind family, entity) is a member joining, not a forgery.
     pub fn owned_elsewhere(&self, source: &str, u: &CandidateUpdate) -> bool {
         let m: Member = (source.to_string(), u.incident_id.clone());
-        !self.member_of.contains_key(&m)
-            && self.owner.get(&u.incident_id).is_some_and(|o| o != source)
+        if self.member_of.contains_key(&m) {
+            return false;
+        }
+        let Some(owner) = self.owner.get(&u.incident_id) else {
+            return false;
+        };
+        let joins_it = u.state != vocab::UpdateState::Resolved.as_str()
+            && self
+                .open
+                .get(&key(u))
+                .is_some_and(|j| j.id == u.incident_id);
+        owner != source && !joins_it
     }
 
     /// One shard's update in (`source`: the shard, as its incident subject
@@ -132,9 +145,18 @@ impl Joins {
                 ..u
             };
         }
-        if j.members.len() == 1 && j.members.contains_key(&j.first) {
-            // Alone under its own id: as the shard said it.
-            return u;
+        if let (1, Some(own)) = (j.members.len(), j.members.get(&j.first)) {
+            // Alone under its own id: as the shard said it; after another
+            // member left, its latest update restated.
+            return if m == j.first {
+                u
+            } else {
+                CandidateUpdate {
+                    state: vocab::UpdateState::Updated.as_str().into(),
+                    ts_unix_ms: u.ts_unix_ms,
+                    ..own.clone()
+                }
+            };
         }
         let state = if first { "opened" } else { "updated" };
         merged(&j.id, state, &u, &j.members)
@@ -306,5 +328,37 @@ mod tests {
         j.apply(SRC, up("a1", "resolved", "ib_link_down", e, "east"));
         j.apply("shard-b", up("b1", "resolved", "ib_link_down", e, "east"));
         assert!(!j.owned_elsewhere("shard-b", &up("a1", "resolved", "ib_link_down", e, "east")));
+    }
+
+    /// Two shards that open the same entity's incident in the same second
+    /// derive the same id (a host moved between shards mid-incident): the
+    /// second joins as a member, and its resolve ends only its part.
+    #[test]
+    fn a_second_shard_with_the_same_id_for_the_same_entity_joins() {
+        let mut j = Joins::new(100);
+        let e = "n2/mlx5_0/1";
+        j.apply(SRC, up("a1", "opened", "ib_link_down", e, "east"));
+        let same = up("a1", "opened", "ib_link_down", e, "east");
+        assert!(!j.owned_elsewhere("shard-b", &same));
+        let b = j.apply("shard-b", same);
+        assert_eq!(
+            (b.incident_id.as_str(), b.state.as_str()),
+            ("a1", "updated")
+        );
+        assert_eq!(j.joined, 1);
+        // Not a member yet of another entity's incident under that id.
+        assert!(j.owned_elsewhere(
+            "shard-c",
+            &up("a1", "updated", "gpu_xid", "n9/gpu0", "east")
+        ));
+        // Nor may a non-member resolve it.
+        assert!(j.owned_elsewhere("shard-c", &up("a1", "resolved", "ib_link_down", e, "east")));
+        // shard-b's resolve ends its part; the incident stays open.
+        let r = j.apply("shard-b", up("a1", "resolved", "ib_link_down", e, "east"));
+        assert_eq!(
+            (r.incident_id.as_str(), r.state.as_str()),
+            ("a1", "updated")
+        );
+        assert_eq!(j.len(), 1);
     }
 }
