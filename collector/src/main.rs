@@ -127,8 +127,9 @@ struct RunArgs {
     /// The kubelet's pod-resources socket, for the GPU series' pod,
     /// namespace and container labels; "" turns it off
     /// [nvml.pod_resources_socket, default /var/lib/kubelet/pod-resources/kubelet.sock].
-    #[arg(long, value_name = "PATH")]
-    pod_resources_socket: Option<std::path::PathBuf>,
+    // clap's path parser refuses an empty value; the OS string one takes it.
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pod_resources_socket: Option<std::ffi::OsString>,
     /// Read only the InfiniBand devices whose name matches this regular
     /// expression, as node_exporter's flag of the same name [ib.device_include].
     #[arg(
@@ -270,7 +271,7 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
         c.nvml.library = args.nvml_library.clone();
     }
     if let Some(p) = &args.pod_resources_socket {
-        c.nvml.pod_resources_socket = p.clone();
+        c.nvml.pod_resources_socket = p.into();
     }
     // A flag replaces the file's pattern, include or exclude alike (the two
     // are exclusive).
@@ -389,4 +390,30 @@ fn init_tracing(filter: &str, format: &str) {
     } else {
         b.try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--pod-resources-socket ""` turns the kubelet's API off, as `--help`
+    /// says (clap's path parser refused the empty value).
+    #[test]
+    fn an_empty_pod_resources_socket_turns_it_off() {
+        let cli = Cli::try_parse_from(["faultline-collector", "--pod-resources-socket", ""])
+            .expect("an empty --pod-resources-socket parses");
+        let cfg = settings(&cli.run).expect("valid settings");
+        assert!(cfg.nvml.pod_resources_socket.as_os_str().is_empty());
+        let cli = Cli::try_parse_from([
+            "faultline-collector",
+            "--pod-resources-socket",
+            "/run/k.sock",
+        ])
+        .expect("a path parses");
+        let cfg = settings(&cli.run).expect("valid settings");
+        assert_eq!(
+            cfg.nvml.pod_resources_socket,
+            std::path::Path::new("/run/k.sock")
+        );
+    }
 }
