@@ -13,6 +13,16 @@
 //! gpus=0,1
 //! hcas=mlx5_0,mlx5_1
 //! ```
+//!
+//! The same prolog also keeps dcgm-exporter's `--hpc-job-mapping-dir`
+//! (NVIDIA/dcgm-exporter, `internal/pkg/transformation/hpc.go`), which
+//! sites may already fill with a prolog of their own: one file per GPU,
+//! named by the GPU's index (`0`, `1`; a MIG GPU instance
+//! `<gpu>.<instance>`, e.g. `2.0`), holding the ids of the jobs on it, one
+//! per line. [`JobMap::read_hpc_job_mapping`] adds those jobs; a MIG
+//! instance's job counts for its whole GPU (faultline's series are per
+//! GPU), and a line `0` (the "no job" placeholder some mapping tools write)
+//! or an empty line names no job.
 use std::path::Path;
 
 /// At most this many job files are read (a node runs far fewer jobs).
@@ -95,6 +105,68 @@ impl JobMap {
         m
     }
 
+    /// Adds the jobs of a dcgm-exporter `hpc-job-mapping-dir` (a missing
+    /// directory adds none). A job already known from a job file gains the
+    /// GPUs the mapping gives it; job files come first in
+    /// [`JobMap::job_of_gpu`]. Files that are not named like a GPU
+    /// (`<index>` or `<index>.<instance>`) are skipped, as dcgm-exporter
+    /// skips them; files that cannot be read count in `unreadable`.
+    pub fn read_hpc_job_mapping(&mut self, dir: &Path) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut files: Vec<(u32, String, std::path::PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let gpu = mapping_file_gpu(&name)?;
+                Some((gpu, name, e.path()))
+            })
+            .collect();
+        files.sort();
+        for (n, (gpu, _, p)) in files.into_iter().enumerate() {
+            if n >= MAX_JOBS {
+                self.over_limit += 1;
+                continue;
+            }
+            if p.is_dir() {
+                continue;
+            }
+            let Ok(text) = crate::bounded_read::read_to_string(&p, MAX_FILE_BYTES) else {
+                self.unreadable += 1;
+                continue;
+            };
+            for job in text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && *l != "0")
+                .take(64)
+            {
+                let job: String = job.chars().take(64).collect();
+                self.claim(job, gpu);
+            }
+        }
+    }
+
+    /// Records that `job` holds GPU `gpu` (bounded by [`MAX_JOBS`] jobs).
+    fn claim(&mut self, job: String, gpu: u32) {
+        if let Some(j) = self.jobs.iter_mut().find(|j| j.job == job) {
+            if !j.gpus.contains(&gpu) && j.gpus.len() < 64 {
+                j.gpus.push(gpu);
+            }
+            return;
+        }
+        if self.jobs.len() >= MAX_JOBS {
+            self.over_limit += 1;
+            return;
+        }
+        self.jobs.push(JobFile {
+            job,
+            gpus: vec![gpu],
+            ..JobFile::default()
+        });
+    }
+
     /// The job that claimed GPU `index` (the first, by job file name).
     pub fn job_of_gpu(&self, index: u32) -> Option<&JobFile> {
         self.jobs.iter().find(|j| j.gpus.contains(&index))
@@ -106,6 +178,20 @@ impl JobMap {
             .iter()
             .find(|j| j.hcas.iter().any(|h| h == device))
     }
+}
+
+/// The GPU index of a dcgm-exporter mapping file name: `<index>` or
+/// `<index>.<GPU instance>` (dcgm-exporter's `^\d+(\.\d+)?$`).
+fn mapping_file_gpu(name: &str) -> Option<u32> {
+    let (gpu, instance) = match name.split_once('.') {
+        Some((g, i)) => (g, Some(i)),
+        None => (name, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(gpu) || instance.is_some_and(|i| !digits(i)) {
+        return None;
+    }
+    gpu.parse().ok()
 }
 
 #[cfg(test)]
@@ -140,6 +226,55 @@ mod tests {
         assert_eq!(m.job_of_gpu(7), None, "a file being written is skipped");
         assert_eq!(m.job_of_hca("mlx5_0").map(|j| j.job.as_str()), Some("12"));
         assert_eq!(JobMap::read(&d.join("missing")), JobMap::default());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn reads_dcgm_exporters_hpc_job_mapping_dir() {
+        let d = std::env::temp_dir().join(format!("faultline-hpcmap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("3")).unwrap();
+        std::fs::write(d.join("0"), "12\n").unwrap();
+        // Two jobs share GPU 1 (dcgm-exporter gives each its own series).
+        std::fs::write(d.join("1"), "20\n21\n").unwrap();
+        std::fs::write(d.join("2.0"), "22\n").unwrap();
+        std::fs::write(d.join("4"), "0\n\n").unwrap();
+        std::fs::write(d.join(".5.tmp"), "23\n").unwrap();
+        std::fs::write(d.join("GPU-0a1b"), "24\n").unwrap();
+        std::fs::write(d.join("6.x"), "25\n").unwrap();
+        let mut m = JobMap {
+            jobs: vec![parse("job=12\nuser=alice\ngpus=7\n").unwrap()],
+            ..JobMap::default()
+        };
+        m.read_hpc_job_mapping(&d);
+        assert_eq!(m.unreadable, 0, "{m:?}");
+        let jobs: Vec<(&str, &[u32])> = m
+            .jobs
+            .iter()
+            .map(|j| (j.job.as_str(), j.gpus.as_slice()))
+            .collect();
+        assert_eq!(
+            jobs,
+            [
+                ("12", &[7, 0][..]),
+                ("20", &[1][..]),
+                ("21", &[1][..]),
+                ("22", &[2][..])
+            ]
+        );
+        assert_eq!(m.job_of_gpu(0).map(|j| j.user.as_str()), Some("alice"));
+        assert_eq!(m.job_of_gpu(1).map(|j| j.job.as_str()), Some("20"));
+        assert_eq!(
+            m.job_of_gpu(2).map(|j| j.job.as_str()),
+            Some("22"),
+            "MIG 2.0"
+        );
+        assert_eq!(m.job_of_gpu(4), None, "0 is no job");
+        assert_eq!(m.job_of_gpu(5), None, "a file being written");
+        assert_eq!(m.job_of_gpu(6), None);
+        let before = m.clone();
+        m.read_hpc_job_mapping(&d.join("missing"));
+        assert_eq!(m, before);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

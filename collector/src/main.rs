@@ -121,6 +121,10 @@ struct RunArgs {
     /// Directory of the scheduler's job files [collector.job_dir, default /run/faultline/jobs].
     #[arg(long, value_name = "DIR")]
     job_dir: Option<std::path::PathBuf>,
+    /// dcgm-exporter's job mapping directory, also read for hpc_job; "" turns it off
+    /// [collector.hpc_job_mapping_dir, default /run/faultline/hpc-job-mapping].
+    #[arg(long, value_name = "DIR")]
+    hpc_job_mapping_dir: Option<std::path::PathBuf>,
     /// Path of libnvidia-ml.so.1 [nvml.library] (default: the system's).
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<std::path::PathBuf>,
@@ -253,6 +257,9 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     c.nvml.dcgm_compat &= !args.no_dcgm_compat;
     if let Some(d) = &args.job_dir {
         c.collector.job_dir = d.clone();
+    }
+    if let Some(d) = &args.hpc_job_mapping_dir {
+        c.collector.hpc_job_mapping_dir = d.clone();
     }
     c.verbs.enabled &= !args.no_verbs;
     c.otlp.enabled &= !args.no_otlp;

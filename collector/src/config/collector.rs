@@ -8,6 +8,8 @@ use super::values::{seconds, WINDOW_MAX_SECS, WINDOW_MIN_SECS};
 
 /// Where `deploy/slurm/prolog.sh` writes its job files.
 pub const DEFAULT_JOB_DIR: &str = "/run/faultline/jobs";
+/// Where `deploy/slurm/prolog.sh` keeps dcgm-exporter's job mapping files.
+pub const DEFAULT_HPC_JOB_MAPPING_DIR: &str = "/run/faultline/hpc-job-mapping";
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -37,6 +39,10 @@ pub struct CollectorSection {
     /// Directory of the scheduler's job files (`deploy/slurm/prolog.sh`,
     /// docs/slurm.md); a missing directory means none.
     pub job_dir: PathBuf,
+    /// dcgm-exporter's `--hpc-job-mapping-dir` (one file per GPU index
+    /// holding its job ids, one per line), also read for `hpc_job`; empty:
+    /// not read; a missing directory means none.
+    pub hpc_job_mapping_dir: PathBuf,
 }
 
 impl Default for CollectorSection {
@@ -52,6 +58,7 @@ impl Default for CollectorSection {
             cluster: None,
             log_format: "text".into(),
             job_dir: DEFAULT_JOB_DIR.into(),
+            hpc_job_mapping_dir: DEFAULT_HPC_JOB_MAPPING_DIR.into(),
         }
     }
 }

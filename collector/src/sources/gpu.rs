@@ -35,6 +35,8 @@ pub struct GpuLabelConfig {
     pub dcgm_compat: bool,
     /// The scheduler's job files (`[collector] job_dir`).
     pub job_dir: Option<PathBuf>,
+    /// dcgm-exporter's job mapping files (`[collector] hpc_job_mapping_dir`).
+    pub hpc_job_mapping_dir: Option<PathBuf>,
     /// procfs, for the GPUs a process has open.
     pub proc_root: PathBuf,
     /// The kubelet's pod-resources socket (`[nvml] pod_resources_socket`):
@@ -165,12 +167,15 @@ impl Source for GpuSource {
     /// The GPU families, labelled with the workloads of the processes the
     /// CUDA probes saw this window (and the job files, and the kubelet).
     fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, _: &mut pb::Window) -> Result<()> {
-        let jobs = self
+        let mut jobs = self
             .labels
             .job_dir
             .as_deref()
             .map(JobMap::read)
             .unwrap_or_default();
+        if let Some(d) = self.labels.hpc_job_mapping_dir.as_deref() {
+            jobs.read_hpc_job_mapping(d);
+        }
         if jobs.unreadable + jobs.over_limit > 0 {
             metrics::gauge!("faultline_job_files_unread")
                 .set((jobs.unreadable + jobs.over_limit) as f64);

@@ -147,6 +147,8 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
     let labels = super::gpu::GpuLabelConfig {
         dcgm_compat: cfg.nvml.dcgm_compat,
         job_dir: Some(cfg.collector.job_dir.clone()),
+        hpc_job_mapping_dir: Some(cfg.collector.hpc_job_mapping_dir.clone())
+            .filter(|p| !p.as_os_str().is_empty()),
         proc_root: cfg.collector.proc_root.clone(),
         pod_resources: Some(cfg.nvml.pod_resources_socket.clone())
             .filter(|p| !p.as_os_str().is_empty()),
