@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use super::{
     activity::hold,
     config::HttpTimeouts,
-    conn::spawn_trimmer,
+    conn::{spawn_trimmer, Conn},
     table::{closed_metric, Busy, Listener, Yielding, Yields},
 };
 
@@ -46,9 +46,35 @@ pub async fn serve_http1<H, Fut, B>(
     B::Data: Send,
     B::Error: Into<tonic::codegen::StdError>,
 {
+    let plain = |c: Conn| std::future::ready(Ok(c));
+    serve_http1_over(listener, limits, timeouts, plain, handler, shutdown).await;
+}
+
+/// [`serve_http1`] over what `upgrade` makes of each admitted connection
+/// (a TLS handshake: `tls_handshake` in `faultline_connections_closed_total`
+/// when it fails, `handshake_timeout` when it takes longer than the
+/// listener's handshake timeout).
+pub async fn serve_http1_over<U, UF, IO, H, Fut, B>(
+    listener: TcpListener,
+    limits: Listener,
+    timeouts: HttpTimeouts,
+    upgrade: U,
+    handler: H,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) where
+    U: Fn(Conn) -> UF + Clone + Send + Sync + 'static,
+    UF: Future<Output = std::io::Result<IO>> + Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<B>> + Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<tonic::codegen::StdError>,
+{
     use hyper_util::rt::{TokioIo, TokioTimer};
     spawn_trimmer();
     let name = limits.0.name;
+    let handshake = limits.0.limits.handshake_timeout;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let conn = tokio::select! {
@@ -56,6 +82,7 @@ pub async fn serve_http1<H, Fut, B>(
             () = &mut shutdown => return,
         };
         let handler = handler.clone();
+        let upgrade = upgrade.clone();
         tokio::spawn(async move {
             let peer = conn.peer();
             let addrs = Addrs {
@@ -63,6 +90,18 @@ pub async fn serve_http1<H, Fut, B>(
                 local: conn.local(),
             };
             let slot = conn.slot.clone();
+            let io = match tokio::time::timeout(handshake, upgrade(conn)).await {
+                Ok(Ok(io)) => io,
+                Ok(Err(e)) => {
+                    closed_metric(name, "tls_handshake");
+                    tracing::debug!(listener = name, %peer, error = %e, "handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    closed_metric(name, "handshake_timeout");
+                    return;
+                }
+            };
             let svc = hyper::service::service_fn(move |mut req: http::Request<_>| {
                 req.extensions_mut().insert(addrs);
                 let busy = Busy::new(slot.clone());
@@ -83,7 +122,7 @@ pub async fn serve_http1<H, Fut, B>(
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeouts.header)
-                .serve_connection(TokioIo::new(conn), svc)
+                .serve_connection(TokioIo::new(io), svc)
                 .await;
             if let Err(e) = served {
                 if e.is_timeout() {

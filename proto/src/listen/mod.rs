@@ -40,5 +40,5 @@ pub use config::{
     MAX_TIMEOUT_S,
 };
 pub use conn::{incoming, Conn};
-pub use http1::{read_body, serve_http1, Addrs, BodyError};
+pub use http1::{read_body, serve_http1, serve_http1_over, Addrs, BodyError};
 pub use table::{Busy, Listener, Yields, EVICT_AFTER};
