@@ -14,6 +14,9 @@ pub struct FileConfig {
     /// The cluster label of incidents raised from windows whose collector
     /// names none (a collector's own `cluster` wins); unset: unnamed.
     pub cluster: Option<String>,
+    /// Log format on stderr, `text` or `json` (`--log-format`,
+    /// `FAULTLINE_LOG_FORMAT` win; `crate::logging`).
+    pub log_format: crate::logging::LogFormat,
     /// `[detect.*]`: detection thresholds and limits (docs/detection.md).
     pub detect: DetectConfig,
     /// `[history]`: the incident and series database (docs/history.md).
@@ -110,9 +113,23 @@ fn without_text(mut e: toml::de::Error) -> String {
     proto::parse_error::redact(&e.to_string())
 }
 
+/// The environment variable that names the config file of `serve`, `fleet`
+/// and `check-config` when `--config` is not given (the collector's too).
+pub const CONFIG_ENV: &str = "FAULTLINE_CONFIG";
+
 /// Reads, parses and validates every table of a config file.
 pub fn load_file(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
-    let shown = path.display().to_string();
+    load_named(path, path.display().to_string())
+}
+
+/// [`load_file`] of a path that came from `FAULTLINE_CONFIG`: every error
+/// names the variable, so the operator looks in the unit's or pod's
+/// environment rather than at the command line.
+pub fn load_file_from_env(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+    load_named(path, format!("{} (from {CONFIG_ENV})", path.display()))
+}
+
+fn load_named(path: &std::path::Path, shown: String) -> Result<FileConfig, ConfigError> {
     // `/dev/zero` or a FIFO given as the config is refused, not read forever.
     let text = proto::bounded_read::read_to_string(path, proto::bounded_read::CONFIG_MAX).map_err(
         |error| ConfigError::Read {

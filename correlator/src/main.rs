@@ -2,7 +2,8 @@
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::{parser::ValueSource, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use correlator::{config::ConfigError, logging::LogFormat};
 
 mod cli;
 
@@ -14,6 +15,10 @@ use cli::{fleet, nats_auth, replay, reports, serve, subscribe};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log format on stderr: `text`, or `json` (one object per line) for a
+    /// log shipper [the config file's `log_format`, default text].
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", env = correlator::logging::FORMAT_ENV)]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,8 +60,9 @@ enum Command {
     CheckConfig {
         #[arg(value_name = "FILE")]
         file: Option<std::path::PathBuf>,
-        /// The config file (the same as `FILE`).
-        #[arg(long, value_name = "FILE")]
+        /// The config file (the same as `FILE`; `FILE` wins over the
+        /// environment variable).
+        #[arg(long, value_name = "FILE", env = correlator::config::CONFIG_ENV)]
         config: Option<std::path::PathBuf>,
     },
     /// Subscribe to a running correlator and print candidate updates live.
@@ -88,8 +94,20 @@ struct KubeTlsArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    correlator::logging::init("info");
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let config_from_env = matches.subcommand().is_some_and(|(_, sub)| {
+        sub.try_contains_id("config").is_ok()
+            && sub.value_source("config") == Some(ValueSource::EnvVariable)
+    });
+    let format = match log_format(&cli, config_from_env) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("faultline-correlator: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    correlator::logging::init_as("info", format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -97,7 +115,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli)) {
+    match rt.block_on(run(cli, config_from_env)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // `replay … | head`: the reader left; stop quietly, as Unix tools do.
@@ -125,7 +143,28 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<()> {
+/// `--log-format` (or its variable), else the daemon's config file's
+/// `log_format`. `serve`'s and `fleet`'s file is read here first, so that
+/// one from `FAULTLINE_CONFIG` that cannot be used is named with the
+/// variable (the command reads it again).
+fn log_format(cli: &Cli, config_from_env: bool) -> Result<LogFormat, ConfigError> {
+    let path = match &cli.command {
+        Command::Serve(a) => a.config.as_deref(),
+        Command::Fleet(a) => a.config.as_deref(),
+        _ => None,
+    };
+    let file = match path {
+        Some(p) if config_from_env => Some(correlator::config::load_file_from_env(p)?),
+        Some(p) => Some(correlator::config::load_file(p)?),
+        None => None,
+    };
+    Ok(cli
+        .log_format
+        .or(file.map(|f| f.log_format))
+        .unwrap_or_default())
+}
+
+async fn run(cli: Cli, config_from_env: bool) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(args).await?,
         Command::Fleet(args) => fleet::fleet(args).await?,
@@ -145,7 +184,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Incidents(args) => reports::incidents(args)?,
         Command::Offenders(args) => reports::offenders(args)?,
         Command::Usage(args) => reports::usage(args)?,
-        Command::CheckConfig { file, config } => check_config(file, config)?,
+        Command::CheckConfig { file, config } => check_config(file, config, config_from_env)?,
         Command::Replay(args) => replay::run(args)?,
     }
     Ok(())
@@ -191,7 +230,15 @@ async fn kube_tls(a: KubeTlsArgs) -> Result<()> {
 fn check_config(
     file: Option<std::path::PathBuf>,
     config: Option<std::path::PathBuf>,
+    config_from_env: bool,
 ) -> Result<()> {
+    // `FILE` wins over `FAULTLINE_CONFIG` (a file given on the command line).
+    let from_env = config_from_env && file.is_none();
+    let config = if config_from_env && file.is_some() {
+        None
+    } else {
+        config
+    };
     let file = match (file, config) {
         (Some(f), Some(c)) if f != c => {
             eprintln!(
@@ -207,7 +254,12 @@ fn check_config(
             std::process::exit(2);
         }
     };
-    let cfg = match correlator::config::load_file(&file) {
+    let loaded = if from_env {
+        correlator::config::load_file_from_env(&file)
+    } else {
+        correlator::config::load_file(&file)
+    };
+    let cfg = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("faultline-correlator: error: {e:#}");

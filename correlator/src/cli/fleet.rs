@@ -26,8 +26,8 @@ pub struct FleetArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     nats_replicas: usize,
     /// Config file: `[history]`, `[web]` and `[alertmanager]` as for `serve`.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", env = correlator::config::CONFIG_ENV)]
+    pub config: Option<PathBuf>,
     /// History database (overrides `[history] path`).
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,

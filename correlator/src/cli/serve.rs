@@ -40,8 +40,8 @@ pub struct ServeArgs {
     /// Config file (TOML): detection thresholds under `[detect.ib]`,
     /// `[detect.storage]`, `[detect.incidents]` (docs/detection.md),
     /// `[history]`, `[web]` and `[alertmanager]` (docs/config.md).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", env = correlator::config::CONFIG_ENV)]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     security: Box<correlator::auth::ServeSecurity>,
     /// Serve Prometheus metrics (refusals, drops, forgotten state;
