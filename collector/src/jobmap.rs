@@ -167,7 +167,8 @@ impl JobMap {
         });
     }
 
-    /// The job that claimed GPU `index` (the first, by job file name).
+    /// The job that claimed GPU `index`: the first in reading order (job
+    /// files by name, then the jobs of the mapping files by GPU index).
     pub fn job_of_gpu(&self, index: u32) -> Option<&JobFile> {
         self.jobs.iter().find(|j| j.gpus.contains(&index))
     }

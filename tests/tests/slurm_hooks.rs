@@ -2,8 +2,11 @@
 //! `SLURM_JOB_*` in the environment) against a fake sysfs: the prolog writes
 //! the job file the collector reads (`collector::jobmap`, the GPU series'
 //! `hpc_job`, `faultline_job_hca_info`), with the HCAs on the NUMA nodes of
-//! the job's GPUs; the epilog removes it. tests/tests/deploy_prometheus.rs
-//! shows a running collector labelling GPU series from such a file.
+//! the job's GPUs, and adds the job to dcgm-exporter's per-GPU mapping files
+//! (`--hpc-job-mapping-dir`); the epilog removes both.
+//! tests/tests/deploy_prometheus.rs shows a running collector labelling GPU
+//! series from such a file, tests/tests/slurm_real.rs the scripts under a
+//! real slurmctld and slurmd.
 //!
 //! Slurm drains a node whose prolog or epilog exits non-zero, so neither
 //! script may fail for a reason of its own: an unwritable job directory, a
@@ -70,10 +73,31 @@ fn run_with_path(name: &str, env: &[(&str, &str)], dir: &Path, sysfs: &Path, pat
         .env_clear()
         .env("PATH", path)
         .env("FAULTLINE_JOB_DIR", dir)
+        .env("DCGM_HPC_JOB_MAPPING_DIR", mapping_dir(dir))
+        .env("FAULTLINE_SLURM_DEFAULTS", "/nonexistent")
         .env("FAULTLINE_SYSFS", sysfs)
         .envs(env.iter().copied())
         .output()
         .expect("run the script")
+}
+
+/// dcgm-exporter's mapping directory beside a job directory.
+fn mapping_dir(job_dir: &Path) -> PathBuf {
+    job_dir.with_file_name("hpc-job-mapping")
+}
+
+/// The files of a directory, by name, with their text (dot files too).
+fn files(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .flatten()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            (e.file_name().to_string_lossy().into_owned(), text)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// A directory for the front of `PATH` with a `logger` that appends its
@@ -93,7 +117,7 @@ fn fake_logger(bin: &Path, log: &Path) {
 fn tools_without_logger(bin: &Path) -> String {
     std::fs::create_dir_all(bin).expect("bin dir");
     for tool in [
-        "cat", "tr", "basename", "mkdir", "chmod", "mv", "rm", "uname",
+        "cat", "tr", "basename", "mkdir", "chmod", "mv", "rm", "uname", "grep",
     ] {
         let src = ["/usr/bin", "/bin"]
             .iter()
@@ -203,7 +227,7 @@ fn prolog_with_an_unwritable_job_directory_logs_and_exits_0() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let logged = std::fs::read_to_string(&log).expect("the prolog called logger");
     let lines: Vec<&str> = logged.lines().collect();
-    assert_eq!(lines.len(), 1, "one log line: {logged}");
+    assert_eq!(lines.len(), 2, "one log line for each output: {logged}");
     let want = format!("cannot create job directory {}", dir.display());
     assert!(
         lines[0].starts_with("-t faultline-prolog -p daemon.warning ")
@@ -211,10 +235,18 @@ fn prolog_with_an_unwritable_job_directory_logs_and_exits_0() {
             && lines[0].contains("job 4713 runs without faultline's job labels"),
         "{logged}"
     );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains(&want),
-        "{out:?}"
+    let want_map = format!(
+        "cannot create dcgm-exporter job mapping directory {}",
+        mapping_dir(&dir).display()
     );
+    assert!(
+        lines[1].starts_with("-t faultline-prolog -p daemon.warning ")
+            && lines[1].contains(&want_map)
+            && lines[1].contains("job 4713's GPUs carry no hpc_job in dcgm-exporter"),
+        "{logged}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&want) && err.contains(&want_map), "{out:?}");
     assert!(!dir.exists());
 
     // The epilog of that job: nothing to remove, nothing fails.
@@ -258,4 +290,119 @@ fn prolog_without_sysfs_writes_the_job_without_hcas() {
     let j = m.job_of_gpu(2).expect("GPU 2's job");
     assert_eq!((j.job.as_str(), j.hcas.len()), ("4714", 0));
     assert_eq!(m.job_of_gpu(7), None);
+}
+
+/// dcgm-exporter's `--hpc-job-mapping-dir` (NVIDIA/dcgm-exporter,
+/// `internal/pkg/transformation/hpc.go`): one file per GPU index, the ids
+/// of the jobs on it one per line. The prolog adds its job to its GPUs'
+/// files, keeping another job's line on a shared GPU and dropping the `0`
+/// placeholder other mapping tools leave; the epilog takes its line out and
+/// removes a file left without a job. The collector reads the result
+/// (`JobMap::read_hpc_job_mapping`). A site's defaults file names the
+/// directory where the environment does not.
+#[test]
+fn prolog_and_epilog_keep_dcgm_exporters_job_mapping_files() {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks-dcgm");
+    let _ = std::fs::remove_dir_all(&base);
+    let sysfs = base.join("sys");
+    fake_sysfs(&sysfs);
+    let dir = base.join("jobs");
+    let map = mapping_dir(&dir);
+    write(&map.join("1"), "0\n");
+    write(&map.join("2"), "900\n");
+    run(
+        "prolog.sh",
+        &[("SLURM_JOB_ID", "4711"), ("SLURM_JOB_GPUS", "1,2")],
+        &dir,
+        &sysfs,
+    );
+    // UUIDs have no file in dcgm-exporter's scheme: only index 3 is mapped,
+    // and the UUID is logged.
+    let out = run_with_path(
+        "prolog.sh",
+        &[
+            ("SLURM_JOB_ID", "4712"),
+            ("CUDA_VISIBLE_DEVICES", "GPU-0a1b,3"),
+        ],
+        &dir,
+        &sysfs,
+        "/usr/bin:/bin",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GPU 'GPU-0a1b' of job 4712 is not an index"),
+        "{out:?}"
+    );
+    // Run twice, as a requeued job's prolog is: still one line.
+    run(
+        "prolog.sh",
+        &[("SLURM_JOB_ID", "4711"), ("SLURM_JOB_GPUS", "1,2")],
+        &dir,
+        &sysfs,
+    );
+    let s = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+            .collect()
+    };
+    assert_eq!(
+        files(&map),
+        s(&[
+            (".lock", ""),
+            ("1", "4711\n"),
+            ("2", "900\n4711\n"),
+            ("3", "4712\n")
+        ])
+    );
+    let mut m = JobMap::default();
+    m.read_hpc_job_mapping(&map);
+    let job = |m: &JobMap, g| m.job_of_gpu(g).map(|j| j.job.clone());
+    assert_eq!(
+        [job(&m, 0), job(&m, 1), job(&m, 2), job(&m, 3)],
+        [None, Some("4711".into()), Some("4711".into()), Some("4712".into())],
+        "a shared GPU's series name one job: the first in reading order (GPU 1's file made 4711 first)"
+    );
+    assert!(
+        m.jobs.iter().any(|j| j.job == "900" && j.gpus == [2]),
+        "{m:?}"
+    );
+
+    run("epilog.sh", &[("SLURM_JOB_ID", "4711")], &dir, &sysfs);
+    assert_eq!(
+        files(&map),
+        s(&[(".lock", ""), ("2", "900\n"), ("3", "4712\n")])
+    );
+    run("epilog.sh", &[("SLURM_JOB_ID", "4712")], &dir, &sysfs);
+    assert_eq!(files(&map), s(&[(".lock", ""), ("2", "900\n")]));
+    assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+
+    // The directory from /etc/default/faultline-slurm (here another file),
+    // never sourced: a line that is not KEY=value is ignored.
+    let other = base.join("site-mapping");
+    let defaults = base.join("faultline-slurm");
+    write(
+        &defaults,
+        &format!(
+            "# site defaults\nDCGM_HPC_JOB_MAPPING_DIR=\"{}\"\n$(touch {}/pwned)\n",
+            other.display(),
+            base.display()
+        ),
+    );
+    let out = Command::new("/bin/sh")
+        .arg(script("prolog.sh"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("FAULTLINE_JOB_DIR", &dir)
+        .env("FAULTLINE_SLURM_DEFAULTS", &defaults)
+        .env("FAULTLINE_SYSFS", &sysfs)
+        .env("SLURM_JOB_ID", "4715")
+        .env("SLURM_JOB_GPUS", "0")
+        .output()
+        .expect("prolog");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(other.join("0")).ok().as_deref(),
+        Some("4715\n")
+    );
+    assert!(!base.join("pwned").exists());
 }
