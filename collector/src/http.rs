@@ -161,29 +161,38 @@ fn gzip_bytes(b: &[u8]) -> std::io::Result<Vec<u8>> {
 
 /// Binds `addr` and serves (axum on hyper) until the runtime stops, within
 /// the default connection limits and timeouts of [`proto::listen`]
-/// (metrics label `listener="metrics"`).
+/// (metrics label `listener="metrics"`), plain HTTP.
 pub async fn serve(addr: SocketAddr, expo: Exposition) -> std::io::Result<SocketAddr> {
-    use tonic::codegen::Service as _;
+    serve_with(addr, expo, None).await
+}
+
+/// [`serve`] behind `web` (`--web-config-file`: TLS, client certificates,
+/// basic auth; `/healthz` and `/readyz` stay open to probes).
+pub async fn serve_with(
+    addr: SocketAddr,
+    expo: Exposition,
+    web: Option<webconfig::Web>,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let app = router(expo);
-    let handler = move |req| {
-        let mut app = app.clone();
-        async move {
-            match app.call(req).await {
-                Ok(r) => r,
-                Err(never) => match never {},
-            }
-        }
+    let wrap = webconfig::Wrap {
+        listener: "metrics",
+        open: &["/healthz", "/readyz"],
+        bearer: None,
     };
+    let app = webconfig::wrap(router(expo), web.as_ref(), wrap);
     let limits = proto::listen::HttpLimitsConfig::default();
-    tokio::spawn(proto::listen::serve_http1(
-        listener,
-        proto::listen::Listener::new("metrics", limits.limits(), 1),
-        limits.http(),
-        handler,
-        std::future::pending(),
-    ));
+    tokio::spawn(async move {
+        webconfig::serve(
+            listener,
+            proto::listen::Listener::new("metrics", limits.limits(), 1),
+            limits.http(),
+            web.as_ref(),
+            app,
+            std::future::pending(),
+        )
+        .await;
+    });
     Ok(local)
 }
 

@@ -85,6 +85,11 @@ struct RunArgs {
     /// `:PORT` for every interface [collector.metrics_addr, default 127.0.0.1:9477].
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
+    /// Web config file in Prometheus exporter-toolkit's format, as
+    /// node_exporter's --web.config.file: TLS, client certificates and basic
+    /// auth on the metrics endpoint [collector.web_config_file].
+    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    web_config_file: Option<std::path::PathBuf>,
     /// The node's name in entities and the stream's origin; in a pod, the
     /// node name from the downward API [collector.hostname, default: the
     /// kernel's hostname under --proc-root].
@@ -218,6 +223,9 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     }
     if args.cluster.is_some() {
         c.collector.cluster = args.cluster.clone();
+    if args.web_config_file.is_some() {
+        c.collector.web_config_file = args.web_config_file.clone();
+    }
     }
     if let Some(f) = &args.log_format {
         c.collector.log_format = f.clone();

@@ -96,14 +96,24 @@ async fn serve_metrics(cfg: &FileConfig, console: Console) -> Result<Exposition>
         .context("installing the Prometheus recorder")?;
     describe::describe();
     let expo = Exposition::new(handle);
-    let bound = http::serve(metrics_addr, expo.clone())
+    let web = match &cfg.collector.web_config_file {
+        Some(p) => Some(webconfig::Web::load(p).context("collector.web_config_file")?),
+        None => None,
+    };
+    let scheme = web.as_ref().map_or("http", webconfig::Web::scheme);
+    let auth = if web.as_ref().is_some_and(webconfig::Web::basic_auth) {
+        " (basic auth)"
+    } else {
+        ""
+    };
+    let bound = http::serve_with(metrics_addr, expo.clone(), web)
         .await
         .with_context(|| {
             format!(
                 "binding the metrics endpoint on {metrics_addr}; choose another with --metrics-addr"
             )
         })?;
-    console.info(format_args!("metrics on http://{bound}/metrics"));
+    console.info(format_args!("metrics on {scheme}://{bound}/metrics{auth}"));
     Ok(expo)
 }
 

@@ -18,6 +18,11 @@ pub struct CollectorSection {
     pub window_secs: f64,
     /// Prometheus endpoint address.
     pub metrics_addr: String,
+    /// Web config file in Prometheus exporter-toolkit's format (TLS,
+    /// client certificates, basic auth on the metrics endpoint; docs/web.md).
+    /// Unset: plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config_file: Option<PathBuf>,
     /// Directory holding `class/infiniband` and `dev/block`.
     pub sysfs_root: PathBuf,
     /// procfs, for process attribution.
@@ -50,6 +55,7 @@ impl Default for CollectorSection {
         Self {
             window_secs: 1.0,
             metrics_addr: "127.0.0.1:9477".into(),
+            web_config_file: None,
             sysfs_root: "/sys".into(),
             proc_root: "/proc".into(),
             log: "info".into(),

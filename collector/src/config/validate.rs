@@ -144,6 +144,10 @@ impl FileConfig {
                 format_args!("{:?} is not HOST:PORT or :PORT ({e})", c.metrics_addr),
             )
         })?;
+        if let Some(p) = &c.web_config_file {
+            webconfig::Web::load(p)
+                .map_err(|e| ConfigError::invalid("collector.web_config_file", e))?;
+        }
         if let Some(name) = &c.cluster {
             if !vocab::nats::valid_cluster(name) {
                 return Err(ConfigError::invalid(

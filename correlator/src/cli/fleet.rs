@@ -34,6 +34,11 @@ pub struct FleetArgs {
     /// Web UI and JSON API on this address (overrides `[web] listen`).
     #[arg(long, value_name = "ADDR")]
     web: Option<SocketAddr>,
+    /// Web config file in Prometheus exporter-toolkit's format (TLS, client
+    /// certificates, basic auth) for the web UI and the metrics listener, as
+    /// node_exporter's --web.config.file (overrides `[web] web_config_file`).
+    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    web_config_file: Option<PathBuf>,
     /// Alertmanager base URL (overrides `[alertmanager] url`).
     #[arg(long, value_name = "URL")]
     alertmanager: Option<String>,
@@ -49,10 +54,13 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
             a.nats_consumer
         );
     }
-    let file = match &a.config {
+    let mut file = match &a.config {
         Some(p) => correlator::config::load_file(p)?,
         None => FileConfig::default(),
     };
+    if a.web_config_file.is_some() {
+        file.web.web_config_file = a.web_config_file.clone();
+    }
     let mut history_cfg = file.history.clone();
     if a.history.is_some() {
         history_cfg.path = a.history;
@@ -108,7 +116,6 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
             acks: Some(acks.clone()),
         };
         correlator::web::serve_limited(addr, app, &file.web, std::future::pending()).await?;
-        tracing::info!("fleet web UI on http://{addr}/");
     }
     if !am.url.is_empty() {
         correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks))

@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// (overrides `[web] listen`).
     #[arg(long, value_name = "ADDR")]
     web: Option<SocketAddr>,
+    /// Web config file in Prometheus exporter-toolkit's format (TLS, client
+    /// certificates, basic auth) for the web UI and the metrics listener, as
+    /// node_exporter's --web.config.file (overrides `[web] web_config_file`).
+    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    web_config_file: Option<PathBuf>,
     /// Alertmanager base URL, e.g. http://127.0.0.1:9093 (overrides
     /// `[alertmanager] url`).
     #[arg(long, value_name = "URL")]
@@ -212,10 +217,13 @@ struct Channels {
 
 pub async fn serve(a: ServeArgs) -> Result<()> {
     let (tls, auth) = a.security.build()?;
-    let file = match &a.config {
+    let mut file = match &a.config {
         Some(p) => correlator::config::load_file(p)?,
         None => FileConfig::default(),
     };
+    if a.web_config_file.is_some() {
+        file.web.web_config_file = a.web_config_file.clone();
+    }
     let cfg = file.detect.clone();
     let mut history_cfg = file.history.clone();
     if a.history.is_some() {
@@ -260,7 +268,7 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     // on `--metrics-addr` alone and on the web UI's `/metrics`.
     let _ = correlator::telemetry::handle();
     if let Some(addr) = a.metrics_addr {
-        correlator::web::serve_metrics(addr, state.clone(), &file.web.limits).await?;
+        correlator::web::serve_metrics(addr, state.clone(), &file.web).await?;
     }
     let _engine = correlator::subscribe::spawn_engine_with(
         engine,
@@ -287,7 +295,6 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
             acks: Some(acks.clone()),
         };
         correlator::web::serve_limited(addr, app, &file.web, std::future::pending()).await?;
-        tracing::info!("web UI on http://{addr}/");
     }
     if !am.url.is_empty() {
         correlator::alerts::spawn(am, utx.subscribe(), open.clone(), Some(acks.clone()))

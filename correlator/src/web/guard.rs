@@ -10,7 +10,11 @@
 //!   operator token is accepted too): without a token file, such clients get
 //!   401 saying so;
 //! * `/healthz` and `/metrics` are open to probes and scrapers (`/healthz`
-//!   whatever its `Host`).
+//!   whatever its `Host`);
+//! * with a web config file's `basic_auth_users` (webconfig, outside this
+//!   guard), every request but `/healthz` needs a user's password or a
+//!   token above; a request a user's password admitted counts as a viewer
+//!   here (the Host check still applies).
 //!
 //! Refusals are counted in `faultline_web_refused_total{reason}` (`host`,
 //! `token`).
@@ -59,7 +63,7 @@ impl Guard {
 
     /// Whether `auth` (an `Authorization` header) carries the viewer or the
     /// operator token.
-    fn token_ok(&self, auth: Option<&str>) -> bool {
+    pub(super) fn token_ok(&self, auth: Option<&str>) -> bool {
         let Some(auth) = auth else {
             return false;
         };
@@ -168,9 +172,11 @@ pub async fn check(State(g): State<Guard>, req: Request, next: Next) -> Response
             );
         }
     }
-    // Requests not from this machine's loopback need the viewer token.
+    // Requests not from this machine's loopback need the viewer token (or
+    // a web config file's basic auth user).
     let remote = addrs.is_some_and(|a| !a.peer.ip().to_canonical().is_loopback());
-    if remote && path != "/metrics" {
+    let user = req.extensions().get::<webconfig::Authenticated>().is_some();
+    if remote && path != "/metrics" && !user {
         let auth = req
             .headers()
             .get(header::AUTHORIZATION)

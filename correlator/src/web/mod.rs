@@ -55,6 +55,11 @@ pub struct WebConfig {
     /// `localhost` (a `Host` header naming anything else gets 403: DNS
     /// rebinding), e.g. a Service's DNS names.
     pub allowed_hosts: Vec<String>,
+    /// Web config file in Prometheus exporter-toolkit's format (TLS, client
+    /// certificates, basic auth, headers) for this listener and
+    /// `--metrics-addr` (docs/web.md, "Web config file"); unset: plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config_file: Option<std::path::PathBuf>,
     /// Open event streams (`/api/stream`) in total; a new one displaces the
     /// oldest.
     pub max_event_streams: usize,
@@ -70,6 +75,7 @@ impl Default for WebConfig {
             operator_token_file: None,
             token_file: None,
             allowed_hosts: Vec::new(),
+            web_config_file: None,
             max_event_streams: 32,
             max_event_streams_per_peer: 4,
         }
@@ -95,6 +101,14 @@ impl WebConfig {
     /// The viewer token, read from `token_file` (same rules).
     pub fn viewer_token(&self) -> Result<Option<String>, TokenFileError> {
         read_token("token_file", self.token_file.as_deref())
+    }
+
+    /// The web config file, read and checked (`None` when unset).
+    pub fn web_config(&self) -> Result<Option<webconfig::Web>, webconfig::WebConfigError> {
+        self.web_config_file
+            .as_deref()
+            .map(webconfig::Web::load)
+            .transpose()
     }
 }
 
@@ -200,10 +214,28 @@ pub fn router(state: AppState) -> Router {
 /// The router within `cfg`'s guard (Host names, `viewer` token: [`guard`])
 /// and event stream caps ([`events`]).
 pub fn router_with(state: AppState, cfg: &WebConfig, viewer: Option<String>) -> Router {
+    router_behind(state, cfg, viewer, None)
+}
+
+/// [`router_with`] behind `web`'s basic auth and headers: a request that
+/// passes `basic_auth_users` counts as a viewer; a bearer token the guard
+/// accepts (viewer or operator) passes without basic auth (docs/web.md).
+fn router_behind(
+    state: AppState,
+    cfg: &WebConfig,
+    viewer: Option<String>,
+    web: Option<&webconfig::Web>,
+) -> Router {
     let g = guard::Guard::new(&cfg.allowed_hosts, viewer, state.acks.clone());
+    let tokens = g.clone();
+    let wrap = webconfig::Wrap {
+        listener: "web",
+        open: &["/healthz"],
+        bearer: Some(Arc::new(move |auth: &str| tokens.token_ok(Some(auth)))),
+    };
     let streams = events::EventStreams::new(cfg.max_event_streams, cfg.max_event_streams_per_peer);
     let page = || get(|| async { asset("text/html; charset=utf-8", SHELL) });
-    Router::new()
+    let app = Router::new()
         .route("/", page())
         .route("/incident", page())
         .route("/entity", page())
@@ -222,7 +254,8 @@ pub fn router_with(state: AppState, cfg: &WebConfig, viewer: Option<String>) -> 
         .merge(ack::routes())
         .layer(axum::Extension(streams))
         .layer(axum::middleware::from_fn_with_state(g, guard::check))
-        .with_state(state)
+        .with_state(state);
+    webconfig::wrap(app, web, wrap)
 }
 
 async fn metrics(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
@@ -263,19 +296,26 @@ pub async fn serve_limited(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let viewer = cfg.viewer_token()?;
-    if !addr.ip().is_loopback() && viewer.is_none() {
+    let web = cfg.web_config()?;
+    let basic = web.as_ref().is_some_and(webconfig::Web::basic_auth);
+    if !addr.ip().is_loopback() && viewer.is_none() && !basic {
         tracing::warn!(%addr, "web UI beyond loopback without [web] token_file: its pages and /api answer 401 to non-loopback clients (only /healthz and /metrics are open)");
     }
-    let app = router_with(state, cfg, viewer);
-    serve_router(addr, app, ("web UI", "web"), &cfg.limits, shutdown).await
+    let app = router_behind(state, cfg, viewer, web.as_ref());
+    let served = serve_router(addr, app, ("web UI", "web"), cfg, web.as_ref(), shutdown).await?;
+    let scheme = web.as_ref().map_or("http", webconfig::Web::scheme);
+    tracing::info!(%addr, basic_auth = basic, "web UI on {scheme}://{addr}/");
+    Ok(served)
 }
 
-/// Only `/metrics` and `/healthz` (`serve --metrics-addr`), within `limits`.
+/// Only `/metrics` and `/healthz` (`serve --metrics-addr`), within `cfg`'s
+/// limits, behind its web config file (`/healthz` open to probes).
 pub async fn serve_metrics(
     addr: SocketAddr,
     ingest: IngestState,
-    limits: &HttpLimitsConfig,
+    cfg: &WebConfig,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let web = cfg.web_config()?;
     let (updates, _) = broadcast::channel(1);
     let state = AppState {
         history: None,
@@ -288,50 +328,50 @@ pub async fn serve_metrics(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .with_state(state);
-    serve_router(
+    let wrap = webconfig::Wrap {
+        listener: "metrics",
+        open: &["/healthz"],
+        bearer: None,
+    };
+    let app = webconfig::wrap(app, web.as_ref(), wrap);
+    let served = serve_router(
         addr,
         app,
         ("metrics", "metrics"),
-        limits,
+        cfg,
+        web.as_ref(),
         std::future::pending(),
     )
-    .await
+    .await?;
+    let scheme = web.as_ref().map_or("http", webconfig::Web::scheme);
+    tracing::info!(%addr, "metrics on {scheme}://{addr}/metrics");
+    Ok(served)
 }
 
-/// Serves `app` on `addr` within `limits` (connection caps, handshake,
-/// header and idle timeouts: [`proto::listen`]); `what` names it in errors
-/// and logs, and labels its connection metrics.
+/// Serves `app` on `addr` within `cfg.limits` (connection caps, handshake,
+/// header and idle timeouts: [`proto::listen`]), over TLS when `web` has
+/// it; `what` names it in errors and logs, and labels its connection metrics.
 async fn serve_router(
     addr: SocketAddr,
     app: Router,
     (what, label): (&str, &'static str),
-    limits: &HttpLimitsConfig,
+    cfg: &WebConfig,
+    web: Option<&webconfig::Web>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use anyhow::Context as _;
-    use tonic::codegen::Service as _;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the {what} on {addr}: is another process using it?"))?;
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "{what} on a non-loopback address: reachable from the network");
     }
-    let handler = move |req| {
-        let mut app = app.clone();
-        async move {
-            match app.call(req).await {
-                Ok(r) => r,
-                Err(never) => match never {},
-            }
-        }
-    };
-    Ok(tokio::spawn(proto::listen::serve_http1(
-        listener,
-        Listener::new(label, limits.limits(), 1),
-        limits.http(),
-        handler,
-        shutdown,
-    )))
+    let limits = &cfg.limits;
+    let (listen, timeouts) = (Listener::new(label, limits.limits(), 1), limits.http());
+    let web = web.cloned();
+    Ok(tokio::spawn(async move {
+        webconfig::serve(listener, listen, timeouts, web.as_ref(), app, shutdown).await;
+    }))
 }
 
 /// UI options of `faultline-correlator sim` (the README's demo).
