@@ -270,12 +270,12 @@ impl CudaSeries {
                 "faultline_cuda_kernel_launches_total",
                 "Kernel launches per job, rank and GPU (all kernels)",
                 Kind::Counter,
-                &[("job", job), ("rank", rank), ("gpu", gpu)],
+                &[("hpc_job", job), ("rank", rank), ("gpu", gpu)],
                 n,
             );
         }
         for ((job, rank, gpu, c), (n, errors, bytes)) in &self.calls {
-            let l: &[(&str, &str)] = &[("job", job), ("rank", rank), ("gpu", gpu), ("call", c)];
+            let l: &[(&str, &str)] = &[("hpc_job", job), ("rank", rank), ("gpu", gpu), ("call", c)];
             t.sample(
                 "faultline_cuda_calls_total",
                 "Driver API calls per job, rank, GPU and call",
@@ -391,7 +391,7 @@ mod tests {
             ("cuMemcpyPeer", 5, 9500),
             ("cuMemcpyPeerAsync", 6, 9600),
         ] {
-            let l = format!("job=\"j\",rank=\"0\",gpu=\"1\",call=\"{c}\"");
+            let l = format!("hpc_job=\"j\",rank=\"0\",gpu=\"1\",call=\"{c}\"");
             assert!(
                 text.contains(&format!("faultline_cuda_calls_total{{{l}}} {calls}\n")),
                 "{c}: {text}"

@@ -155,6 +155,11 @@ struct RunArgs {
         alias = "collector.infiniband.device-exclude"
     )]
     ib_device_exclude: Option<String>,
+    /// Read the InfiniBand ports (for the correlator) but leave their
+    /// faultline_infiniband_* families off /metrics, where node_exporter's
+    /// infiniband collector already exports them [ib.export].
+    #[arg(long)]
+    no_ib_export: bool,
     /// Disable the verbs (RDMA) probes [verbs.enabled].
     #[arg(long)]
     no_verbs: bool,
@@ -218,14 +223,14 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
     if let Some(a) = &args.metrics_addr {
         c.collector.metrics_addr = a.clone();
     }
+    if args.web_config_file.is_some() {
+        c.collector.web_config_file = args.web_config_file.clone();
+    }
     if args.hostname.is_some() {
         c.collector.hostname = args.hostname.clone();
     }
     if args.cluster.is_some() {
         c.collector.cluster = args.cluster.clone();
-    if args.web_config_file.is_some() {
-        c.collector.web_config_file = args.web_config_file.clone();
-    }
     }
     if let Some(f) = &args.log_format {
         c.collector.log_format = f.clone();
@@ -294,6 +299,7 @@ fn settings(args: &RunArgs) -> Result<FileConfig, ConfigError> {
         c.ib.device_include = args.ib_device_include.clone();
         c.ib.device_exclude = args.ib_device_exclude.clone();
     }
+    c.ib.export &= !args.no_ib_export;
     if args.verbs_library.is_some() {
         c.verbs.library = args.verbs_library.clone();
     }

@@ -611,7 +611,7 @@ mod tests {
         let text = render(&all, |_| "j".into());
         assert!(duplicates(&text).is_empty(), "{text}");
         assert!(
-            text.contains("parent_rank=\"1\",pid=\"101\",job=\"j\",op=\"AllReduce\"} 3"),
+            text.contains("parent_rank=\"1\",pid=\"101\",hpc_job=\"j\",op=\"AllReduce\"} 3"),
             "{text}"
         );
         // A rank that passed NCCL_SPLIT_NOCOLOR joins nothing, yet counts as
@@ -683,7 +683,7 @@ mod tests {
         };
         assert_eq!(calls(&text, "1").as_deref(), Some("7"), "{text}");
         assert!(
-            text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 12"),
+            text.contains("faultline_nccl_job_calls_total{hpc_job=\"j\",op=\"AllReduce\"} 12"),
             "{text}"
         );
         ex.expire(t0 + Duration::from_secs(60), &live_jobs);
@@ -691,11 +691,11 @@ mod tests {
         let text = render_all(&all, &ex, |_| "j".into());
         assert_eq!(calls(&text, "1"), None);
         assert!(
-            text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 12"),
+            text.contains("faultline_nccl_job_calls_total{hpc_job=\"j\",op=\"AllReduce\"} 12"),
             "{text}"
         );
         assert!(
-            text.contains("faultline_nccl_job_bytes_total{job=\"j\",op=\"AllReduce\"} 48"),
+            text.contains("faultline_nccl_job_bytes_total{hpc_job=\"j\",op=\"AllReduce\"} 48"),
             "{text}"
         );
         // Bounded: past max_jobs, the least recently folded job with no rank left goes.
@@ -712,9 +712,9 @@ mod tests {
         ex.expire(t0 + Duration::from_secs(200), &live_jobs);
         assert_eq!(ex.folded_jobs(), 2, "j is live, k the oldest idle");
         let text = render_all(&BTreeMap::new(), &ex, |_| String::new());
-        assert!(text.contains("job=\"j\""), "{text}");
-        assert!(!text.contains("job=\"k\""), "{text}");
-        assert!(text.contains("job=\"l\""), "{text}");
+        assert!(text.contains("hpc_job=\"j\""), "{text}");
+        assert!(!text.contains("hpc_job=\"k\""), "{text}");
+        assert!(text.contains("hpc_job=\"l\""), "{text}");
     }
 
     #[test]

@@ -381,7 +381,7 @@ mod tests {
                 ("container", "pytorch"),
                 ("namespace", "ml"),
                 ("pod", "trainer-0"),
-                ("job", "run-7")
+                ("hpc_job", "run-7")
             ]
         );
         assert_eq!(w[&2].0.container, "triton");

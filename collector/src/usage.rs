@@ -168,7 +168,7 @@ impl Accountant {
     pub fn render_prometheus(&self) -> String {
         let mut t = Text::new();
         for ((job, team), v) in &self.totals {
-            let l = [("job", job.as_str()), ("team", team.as_str())];
+            let l = [("hpc_job", job.as_str()), ("team", team.as_str())];
             for (name, help, kind, val) in [
                 ("faultline_usage_gpu_allocated_seconds_total", "GPU-seconds the job held a GPU (a process with a context on it)", Kind::Counter, v.gpu_alloc_seconds),
                 ("faultline_usage_gpu_busy_seconds_total", "The job's share of its GPUs' busy time (NVML per-process utilisation, else the device's split by CUDA launches)", Kind::Counter, v.gpu_busy_seconds),
@@ -187,7 +187,7 @@ impl Accountant {
         }
         t.sample(
             "faultline_usage_folded_rows_total",
-            "Usage rows counted under job=\"_overflow\" because [usage] max_jobs (job, team) pairs were already tracked",
+            "Usage rows counted under hpc_job=\"_overflow\" because [usage] max_jobs (job, team) pairs were already tracked",
             Kind::Counter,
             &[],
             self.folded,

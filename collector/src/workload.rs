@@ -22,10 +22,11 @@ pub struct WorkloadLabels {
     pub container: String,
     pub namespace: String,
     pub pod: String,
-    /// dcgm-exporter's HPC job label (the Slurm job id).
+    /// dcgm-exporter's HPC job label (the Slurm job id), as the `DCGM_FI_*`
+    /// copies carry it.
     pub hpc_job: String,
     /// faultline's job (Slurm job, torchelastic run, or pod UID) and rank,
-    /// as on the CUDA and verbs series.
+    /// as on the CUDA and verbs series (`hpc_job` on faultline's families).
     pub job: String,
     pub rank: String,
 }
@@ -66,14 +67,21 @@ impl WorkloadLabels {
         l
     }
 
-    /// The non-empty labels, in a fixed order.
+    /// The non-empty labels of faultline's own families, in a fixed order.
+    /// The workload's job is `hpc_job` (dcgm-exporter's name; `job` is
+    /// Prometheus's scrape job): faultline's job, as on the CUDA, verbs and
+    /// NCCL series, else the job files' Slurm job.
     pub fn pairs(&self) -> Vec<(&'static str, &str)> {
+        let job = if self.job.is_empty() {
+            &self.hpc_job
+        } else {
+            &self.job
+        };
         [
             ("container", self.container.as_str()),
             ("namespace", self.namespace.as_str()),
             ("pod", self.pod.as_str()),
-            ("hpc_job", self.hpc_job.as_str()),
-            ("job", self.job.as_str()),
+            ("hpc_job", job.as_str()),
             ("rank", self.rank.as_str()),
         ]
         .into_iter()
@@ -228,7 +236,7 @@ mod tests {
                 ("container", "4f6c0a1b2c3d"),
                 ("namespace", "ml"),
                 ("pod", "trainer-0"),
-                ("job", "0b7e3c1e-5f4a-4c7d-9d1e-2a3b4c5d6e7f"),
+                ("hpc_job", "0b7e3c1e-5f4a-4c7d-9d1e-2a3b4c5d6e7f"),
                 ("rank", "3"),
             ]
         );
@@ -239,10 +247,7 @@ mod tests {
             },
             &[("SLURM_PROCID", "5")],
         ));
-        assert_eq!(
-            s.pairs(),
-            [("hpc_job", "4711"), ("job", "4711"), ("rank", "5")]
-        );
+        assert_eq!(s.pairs(), [("hpc_job", "4711"), ("rank", "5")]);
         assert!(WorkloadLabels::of(&id(Workload::Unknown, &[])).is_empty());
     }
 
@@ -321,7 +326,7 @@ mod tests {
             ("91", "4", 1),
             "pid 11 has no workload; pid 13's ordinal 1 is GPU-b"
         );
-        assert_eq!(w[&2].0.pairs(), [("hpc_job", "90"), ("job", "90")]);
+        assert_eq!(w[&2].0.pairs(), [("hpc_job", "90")]);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

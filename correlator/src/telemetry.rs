@@ -198,11 +198,11 @@ fn describe_nats() {
         "Baselines a process taking a shard over gave back to its hosts' entities"
     );
     describe_gauge!(
-        "faultline_nats_summary_peers",
+        "faultline_fleet_peers",
         "Other shards whose fresh summaries this shard merges"
     );
     describe_counter!(
-        "faultline_nats_summary_errors_total",
+        "faultline_fleet_publish_errors_total",
         "This shard's summaries not put to NATS"
     );
     describe_counter!(

@@ -144,7 +144,7 @@ fn incident_arrives_as_alert_and_resolves() {
     // web UI's JSON (from the history) says the same.
     assert_eq!(firing["labels"]["severity"], "warning");
     assert_eq!(stored[0]["severity"], "warning");
-    assert_eq!(firing["labels"]["job"], "llm-pretrain");
+    assert_eq!(firing["labels"]["hpc_job"], "llm-pretrain");
     let runbook = firing["annotations"]["runbook"]
         .as_str()
         .unwrap_or_default();
@@ -503,7 +503,7 @@ fn a_degraded_link_under_a_1024_gpu_job_pages_as_critical() {
         a["status"] == "firing" && a["labels"]["kind"] == "ib_link_degraded"
     });
     assert_eq!(firing["labels"]["severity"], "critical", "{firing}");
-    assert_eq!(firing["labels"]["job"], "llm-pretrain");
+    assert_eq!(firing["labels"]["hpc_job"], "llm-pretrain");
     let stored = incidents_of(&s, "ib_link_degraded");
     assert_eq!(stored[0]["id"], firing["labels"]["incident_id"]);
     assert_eq!(stored[0]["severity"], "critical");

@@ -161,7 +161,7 @@ fn collector_joins_cuda_launches_with_gpu_state_and_serves_metrics() {
     let ready = http_get(&addr, "/readyz");
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     let needles = [
-        "faultline_cuda_kernel_launches_total{job=\"\",rank=\"\",gpu=\"1\"} 25",
+        "faultline_cuda_kernel_launches_total{hpc_job=\"\",rank=\"\",gpu=\"1\"} 25",
         "faultline_gpu_throttle_reason{gpu=\"1\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000001\",pci_bus_id=\"00000000:19:00.0\",reason=\"hw_thermal_slowdown\"} 1",
         "faultline_infiniband_symbol_error_total{device=\"mlx5_0\",port=\"1\"} 5",
         "faultline_probe_attached{probe=\"cuLaunchKernel\"} 1",

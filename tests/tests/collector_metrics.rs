@@ -366,9 +366,11 @@ fn a_jobs_counters_survive_its_process_exiting() {
             .spawn()
             .expect("verbs workload"),
     );
-    let launches = r#"faultline_cuda_kernel_launches_total{job="4711",rank="3",gpu="1"}"#;
-    let wcs = r#"faultline_verbs_completions_total{job="4711",rank="3",status="IBV_WC_SUCCESS"}"#;
-    let posted = r#"faultline_verbs_posted_work_requests_total{job="4711",rank="3",dir="send"}"#;
+    let launches = r#"faultline_cuda_kernel_launches_total{hpc_job="4711",rank="3",gpu="1"}"#;
+    let wcs =
+        r#"faultline_verbs_completions_total{hpc_job="4711",rank="3",status="IBV_WC_SUCCESS"}"#;
+    let posted =
+        r#"faultline_verbs_posted_work_requests_total{hpc_job="4711",rank="3",dir="send"}"#;
     scrape_until(&addr, "both processes' counts under their job", |t| {
         value(t, launches) == Some(7.0)
             && value(t, wcs) == Some(40.0)

@@ -340,7 +340,7 @@ fn exact_counts(lib: &std::path::Path) {
             .sum();
         assert!(launched >= 50);
         let line = format!(
-            "faultline_cuda_kernel_launches_total{{job=\"job7\",rank=\"3\",gpu=\"2\"}} {launched}\n"
+            "faultline_cuda_kernel_launches_total{{hpc_job=\"job7\",rank=\"3\",gpu=\"2\"}} {launched}\n"
         );
         assert!(text.contains(&line), "{text}");
         for (c, bytes) in [
@@ -350,7 +350,7 @@ fn exact_counts(lib: &std::path::Path) {
             ("cuMemcpyPeerAsync", 3 * 1300 + 1350),
         ] {
             let line = format!(
-                "faultline_cuda_copy_bytes_total{{job=\"job7\",rank=\"3\",gpu=\"2\",call=\"{c}\"}} {bytes}\n"
+                "faultline_cuda_copy_bytes_total{{hpc_job=\"job7\",rank=\"3\",gpu=\"2\",call=\"{c}\"}} {bytes}\n"
             );
             assert!(text.contains(&line), "{text}");
         }

@@ -234,12 +234,12 @@ fn every_node_exporter_series_appears_with_its_value() {
     // maximum is.
     let saturated: Vec<&String> = got
         .keys()
-        .filter(|k| k.starts_with("faultline_infiniband_counter_saturated"))
+        .filter(|k| k.starts_with("faultline_infiniband_saturated"))
         .collect();
     assert_eq!(
         saturated,
         [&format!(
-            "faultline_infiniband_counter_saturated{{{m4},counter=\"port_rcv_data\"}}"
+            "faultline_infiniband_saturated{{{m4},counter=\"port_rcv_data\"}}"
         )]
     );
     // iWARP: "N/A (no PMA)" is no counter and no read error.

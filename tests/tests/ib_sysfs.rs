@@ -180,7 +180,7 @@ fn once_prints_node_exporter_compatible_values() {
         "faultline_infiniband_port_data_received_bytes_total{device=\"mlx5_0\",port=\"1\"} 10000",
         "faultline_infiniband_symbol_error_total{device=\"mlx5_0\",port=\"1\"} 7",
         "faultline_infiniband_link_downed_total{device=\"mlx5_0\",port=\"1\"} 255",
-        "faultline_infiniband_counter_saturated{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 1",
+        "faultline_infiniband_saturated{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 1",
         "faultline_infiniband_state_id{device=\"mlx5_1\",port=\"2\"} 1",
         "faultline_infiniband_physical_state_id{device=\"mlx5_1\",port=\"2\"} 3",
         "faultline_infiniband_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\"} 12500000000",

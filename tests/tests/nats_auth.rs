@@ -391,7 +391,7 @@ fn nats_with_the_generated_auth_binds_windows_to_their_publishers() {
     // Its own writes all allowed: open incidents, baselines, summaries.
     for m in [
         "faultline_nats_state_errors_total",
-        "faultline_nats_summary_errors_total",
+        "faultline_fleet_publish_errors_total",
     ] {
         assert_eq!(tests::metrics::counter(&metrics, m, &[]), 0, "{m}");
     }

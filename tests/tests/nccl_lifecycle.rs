@@ -533,7 +533,7 @@ fn a_rank_s_last_counts_stay_on_metrics_after_it_exits_then_fold_into_its_job() 
         tests::metrics::value(
             text,
             "faultline_nccl_job_calls_total",
-            &[("job", "4242"), ("op", op)],
+            &[("hpc_job", "4242"), ("op", op)],
         )
     };
     assert_eq!(

@@ -197,7 +197,7 @@ fn gpu_series_carry_the_kubelet_s_container_names() {
         text.lines().any(
             |l| l.starts_with("faultline_gpu_temperature_celsius{gpu=\"0\"")
                 && l.contains(
-                    "container=\"pytorch\",namespace=\"ml\",pod=\"trainer-0\",job=\"7d3e2f10-uid\""
+                    "container=\"pytorch\",namespace=\"ml\",pod=\"trainer-0\",hpc_job=\"7d3e2f10-uid\""
                 )
         ),
         "{text}"

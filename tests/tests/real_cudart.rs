@@ -493,7 +493,7 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
             ("cuMemcpyPeer", N, N * PEER),
             ("cuMemcpyPeerAsync", N, N * PEER_ASYNC),
         ] {
-            let l = format!("job=\"j\",rank=\"0\",gpu=\"0\",call=\"{c}\"");
+            let l = format!("hpc_job=\"j\",rank=\"0\",gpu=\"0\",call=\"{c}\"");
             assert!(
                 text.contains(&format!("faultline_cuda_calls_total{{{l}}} {calls}\n")),
                 "{c}: {text}"

@@ -179,8 +179,8 @@ fn usage_per_job_equals_what_each_process_did() {
     // (5 s after the collector's nvmlInit) has been apportioned.
     let launches = "faultline_usage_cuda_launches_total";
     let energy = "faultline_usage_gpu_energy_joules_total";
-    let alpha: &[(&str, &str)] = &[("job", "7001"), ("team", "alpha")];
-    let beta: &[(&str, &str)] = &[("job", "7002"), ("team", "beta")];
+    let alpha: &[(&str, &str)] = &[("hpc_job", "7001"), ("team", "alpha")];
+    let beta: &[(&str, &str)] = &[("hpc_job", "7002"), ("team", "beta")];
     // A sample's value, 0 while it is absent.
     let value = |m: &str, name: &str, labels: &[(&str, &str)]| {
         tests::metrics::value(m, name, labels).unwrap_or(0.0)

@@ -125,7 +125,7 @@ fn verbs_probes_count_completions_posts_transitions_and_events() {
                 (String::new(), String::new())
             }
         });
-        let line = "faultline_verbs_completions_total{job=\"job9\",rank=\"1\",status=\"IBV_WC_RETRY_EXC_ERR\"} 3";
+        let line = "faultline_verbs_completions_total{hpc_job=\"job9\",rank=\"1\",status=\"IBV_WC_RETRY_EXC_ERR\"} 3";
         assert!(text.lines().any(|l| l == line), "{text}");
         assert!(!text.contains("pid=") && !text.contains("qp="), "{text}");
 

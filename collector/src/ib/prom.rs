@@ -85,7 +85,7 @@ fn port_counters(out: &mut Families<'_>, p: &PortSnapshot, port: &str, dp: &[(&s
                     v.saturating_mul(spec.scale),
                 );
                 if counters::is_saturated(file, v) {
-                    out.add("counter_saturated", "1 when a legacy port counter sits at its maximum and has stopped counting (faultline)", Kind::Gauge, c, 1);
+                    out.add("saturated", "1 when a legacy port counter sits at its maximum and has stopped counting (faultline)", Kind::Gauge, c, 1);
                 }
             }
             None => out.add(

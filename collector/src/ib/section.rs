@@ -5,12 +5,27 @@ use super::filter::{DeviceFilter, FilterError};
 
 /// InfiniBand ports (`[ib]`): which devices are read, as node_exporter's
 /// `--collector.infiniband.device-include` / `-exclude` (regular
-/// expressions matched anywhere in the device name; at most one of the two).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+/// expressions matched anywhere in the device name; at most one of the two),
+/// and whether their families are exported.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IbSection {
     pub device_include: Option<String>,
     pub device_exclude: Option<String>,
+    /// The `faultline_infiniband_*` port families on `/metrics`. Off where
+    /// node_exporter's infiniband collector already exports the same
+    /// series; the ports are still read and streamed to the correlator.
+    pub export: bool,
+}
+
+impl Default for IbSection {
+    fn default() -> Self {
+        Self {
+            device_include: None,
+            device_exclude: None,
+            export: true,
+        }
+    }
 }
 
 impl IbSection {

@@ -196,7 +196,7 @@ pub fn render_all(
         let mut id = identity(pid, r);
         let with_job = |id: &Vec<(&'static str, String)>| {
             let mut k = id.clone();
-            k.push(("job", j.clone()));
+            k.push(("hpc_job", j.clone()));
             k
         };
         if seen.contains(&with_job(&id)) {
@@ -220,7 +220,7 @@ pub fn render_all(
         let base: Vec<(&str, &str)> = id.iter().map(|(k, v)| (*k, v.as_str())).collect();
         for (o, (calls, bytes)) in &r.ops {
             let mut l = base.clone();
-            l.push(("job", &j));
+            l.push(("hpc_job", &j));
             l.push(("op", o));
             t.sample(
                 "faultline_nccl_calls_total",
@@ -238,7 +238,7 @@ pub fn render_all(
             );
         }
         let mut info = base.clone();
-        info.extend([("nranks", nranks.as_str()), ("gpu", &gpu), ("job", &j)]);
+        info.extend([("nranks", nranks.as_str()), ("gpu", &gpu), ("hpc_job", &j)]);
         if !id.iter().any(|(k, _)| *k == "pid") {
             info.push(("pid", &pid_s));
         }
@@ -250,7 +250,7 @@ pub fn render_all(
             1,
         );
         let mut l = base;
-        l.push(("job", &j));
+        l.push(("hpc_job", &j));
         t.sample(
             "faultline_nccl_collectives_issued",
             "Collectives the rank has issued on the communicator (its sequence number)",
@@ -276,7 +276,7 @@ pub fn render_all(
 /// Every job's totals by op (`faultline_nccl_job_{calls,bytes}_total`).
 fn job_totals(t: &mut Text, totals: &BTreeMap<(String, &'static str), (u64, u64)>) {
     for ((j, op), (calls, bytes)) in totals {
-        let l: &[(&str, &str)] = &[("job", j), ("op", op)];
+        let l: &[(&str, &str)] = &[("hpc_job", j), ("op", op)];
         t.sample(
             "faultline_nccl_job_calls_total",
             "NCCL calls of a job's ranks on this host by op: live ranks, exited ones (kept for nccl.retain_exited_s) and folded ones",
@@ -331,18 +331,18 @@ mod tests {
         let unique: BTreeSet<&str> = keys.iter().copied().collect();
         assert_eq!(keys.len(), unique.len(), "{text}");
         assert!(
-            text.contains("faultline_nccl_calls_total{comm=\"c\",rank=\"0\",pid=\"7\",handle=\"b0\",job=\"j\",op=\"AllReduce\"} 3"),
+            text.contains("faultline_nccl_calls_total{comm=\"c\",rank=\"0\",pid=\"7\",handle=\"b0\",hpc_job=\"j\",op=\"AllReduce\"} 3"),
             "{text}"
         );
         assert!(
             text.contains(
-                "faultline_nccl_calls_total{comm=\"c\",rank=\"1\",job=\"j\",op=\"AllReduce\"} 3"
+                "faultline_nccl_calls_total{comm=\"c\",rank=\"1\",hpc_job=\"j\",op=\"AllReduce\"} 3"
             ),
             "{text}"
         );
         // The job's totals count all three.
         assert!(
-            text.contains("faultline_nccl_job_calls_total{job=\"j\",op=\"AllReduce\"} 9"),
+            text.contains("faultline_nccl_job_calls_total{hpc_job=\"j\",op=\"AllReduce\"} 9"),
             "{text}"
         );
     }
@@ -356,7 +356,7 @@ mod tests {
             .collect();
         let text = render(&live, |_| "j".into());
         assert!(
-            text.contains("faultline_nccl_blocked_seconds{comm=\"c\",rank=\"1\",job=\"j\",call=\"cuStreamSynchronize\"} 2.500"),
+            text.contains("faultline_nccl_blocked_seconds{comm=\"c\",rank=\"1\",hpc_job=\"j\",call=\"cuStreamSynchronize\"} 2.500"),
             "{text}"
         );
         assert_eq!(text.matches("faultline_nccl_blocked_seconds{").count(), 1);
@@ -377,7 +377,7 @@ mod tests {
         assert!(now.is_empty());
         let text = render_all(&BTreeMap::new(), &now, |_| String::new());
         assert!(
-            text.contains("faultline_nccl_job_calls_total{job=\"k\",op=\"AllReduce\"} 3"),
+            text.contains("faultline_nccl_job_calls_total{hpc_job=\"k\",op=\"AllReduce\"} 3"),
             "{text}"
         );
         assert!(!text.contains("faultline_nccl_calls_total"), "{text}");

@@ -294,7 +294,7 @@ mod tests {
             format!("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{{base}}} 68"),
             "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter".to_string(),
             "# TYPE DCGM_FI_DEV_XID_ERRORS gauge".to_string(),
-            "faultline_gpu_power_watts{gpu=\"1\",uuid=\"GPU-1\",pci_bus_id=\"00000000:19:00.0\",hpc_job=\"4711\",job=\"4711\"} 312.25".to_string(),
+            "faultline_gpu_power_watts{gpu=\"1\",uuid=\"GPU-1\",pci_bus_id=\"00000000:19:00.0\",hpc_job=\"4711\"} 312.25".to_string(),
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }

@@ -112,6 +112,9 @@ fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     let f = |v: Option<f64>| v.map(|x| format!("{x}"));
     let u = |v: Option<u32>| v.map(|x| x.to_string());
     let q = |v: Option<u64>| v.map(|x| x.to_string());
+    // NVML's MHz and percentages in base units: hertz, ratios 0–1.
+    let hz = |v: Option<u32>| v.map(|x| (u64::from(x) * 1_000_000).to_string());
+    let ratio = |v: Option<u32>| v.map(|x| format!("{}", f64::from(x) / 100.0));
     for (name, help, kind, v) in [
         (
             "faultline_gpu_power_watts",
@@ -132,40 +135,40 @@ fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
             u(s.temp_c),
         ),
         (
-            "faultline_gpu_sm_clock_mhz",
-            "SM clock",
+            "faultline_gpu_sm_clock_hertz",
+            "SM clock (hertz)",
             Kind::Gauge,
-            u(s.sm_clock_mhz),
+            hz(s.sm_clock_mhz),
         ),
         (
-            "faultline_gpu_sm_clock_max_mhz",
-            "Maximum SM clock",
+            "faultline_gpu_sm_clock_max_hertz",
+            "Maximum SM clock (hertz)",
             Kind::Gauge,
-            u(s.sm_clock_max_mhz),
+            hz(s.sm_clock_max_mhz),
         ),
         (
-            "faultline_gpu_memory_clock_mhz",
-            "Memory clock",
+            "faultline_gpu_memory_clock_hertz",
+            "Memory clock (hertz)",
             Kind::Gauge,
-            u(s.mem_clock_mhz),
+            hz(s.mem_clock_mhz),
         ),
         (
-            "faultline_gpu_memory_clock_max_mhz",
-            "Maximum memory clock",
+            "faultline_gpu_memory_clock_max_hertz",
+            "Maximum memory clock (hertz)",
             Kind::Gauge,
-            u(s.mem_clock_max_mhz),
+            hz(s.mem_clock_max_mhz),
         ),
         (
-            "faultline_gpu_utilization_percent",
-            "GPU utilisation",
+            "faultline_gpu_utilization_ratio",
+            "Ratio of the sample period a kernel was running on the GPU (0-1)",
             Kind::Gauge,
-            u(s.util_gpu_pct),
+            ratio(s.util_gpu_pct),
         ),
         (
-            "faultline_gpu_memory_utilization_percent",
-            "Memory controller utilisation",
+            "faultline_gpu_memory_utilization_ratio",
+            "Ratio of the sample period device memory was read or written (0-1)",
             Kind::Gauge,
-            u(s.util_mem_pct),
+            ratio(s.util_mem_pct),
         ),
         (
             "faultline_gpu_memory_used_bytes",
@@ -336,18 +339,18 @@ fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
 fn video(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     for (name, help, v) in [
         (
-            "faultline_gpu_encoder_utilization_percent",
-            "Video encoder utilisation",
+            "faultline_gpu_encoder_utilization_ratio",
+            "Video encoder utilisation (0-1)",
             s.enc_util_pct,
         ),
         (
-            "faultline_gpu_decoder_utilization_percent",
-            "Video decoder utilisation",
+            "faultline_gpu_decoder_utilization_ratio",
+            "Video decoder utilisation (0-1)",
             s.dec_util_pct,
         ),
     ] {
         if let Some(v) = v {
-            t.sample(name, help, Kind::Gauge, l, v);
+            t.sample(name, help, Kind::Gauge, l, f64::from(v) / 100.0);
         }
     }
 }

@@ -207,7 +207,7 @@ pub fn render_series(sums: &VerbsSeries) -> String {
             name,
             help,
             Kind::Counter,
-            &[("job", job), ("rank", rank), (l, v)],
+            &[("hpc_job", job), ("rank", rank), (l, v)],
             n,
         );
     }

@@ -226,7 +226,7 @@ impl Source for GpuSource {
 /// At most this many (job, HCA) info rows.
 const MAX_JOB_HCAS: usize = 4096;
 
-/// `faultline_job_hca_info{job, device}`: the HCAs each job uses, from the
+/// `faultline_job_hca_info{hpc_job, device}`: the HCAs each job uses, from the
 /// job files and from the `NCCL_IB_HCA` of the processes the CUDA probes
 /// saw, to join the InfiniBand series on (`* on (instance, device)
 /// group_left (job)`).
@@ -254,7 +254,7 @@ fn job_hca_info(
             "faultline_job_hca_info",
             "1 for each HCA a job uses (job files, NCCL_IB_HCA of its processes)",
             crate::prom_text::Kind::Gauge,
-            &[("job", job.as_str()), ("device", dev.as_str())],
+            &[("hpc_job", job.as_str()), ("device", dev.as_str())],
             1,
         );
     }

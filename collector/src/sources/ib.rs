@@ -16,12 +16,16 @@ pub struct IbSource {
     filter: ib::DeviceFilter,
     tracker: RateTracker,
     issues: ib::ReadIssues,
+    /// Write the port families to `/metrics` (`[ib] export`).
+    export: bool,
 }
 
 impl IbSource {
     /// Primes the port counters now, so the first window shows what changed
-    /// since start. Only the devices `filter` accepts are read.
-    pub fn new(sysfs_root: PathBuf, filter: ib::DeviceFilter) -> Self {
+    /// since start. Only the devices `filter` accepts are read; `export`
+    /// says whether their families go to `/metrics` (the wire rows always
+    /// do).
+    pub fn new(sysfs_root: PathBuf, filter: ib::DeviceFilter, export: bool) -> Self {
         let mut tracker = RateTracker::new();
         if let Ok(s) = ib::scan(&sysfs_root, &filter) {
             let _ = tracker.update(s.ports);
@@ -31,6 +35,7 @@ impl IbSource {
             filter,
             tracker,
             issues: ib::ReadIssues::default(),
+            export,
         }
     }
 }
@@ -47,8 +52,10 @@ impl Source for IbSource {
         };
         self.issues.account(cx.host, &scan);
         let ports = scan.ports;
-        cx.expo
-            .set_section("ib", ib::prom::render(&ports, Some(&self.tracker)));
+        if self.export {
+            cx.expo
+                .set_section("ib", ib::prom::render(&ports, Some(&self.tracker)));
+        }
         wire.ib_ports = crate::window::ib_ports(&ports);
         for r in self.tracker.update(ports) {
             if let Some(line) = port_line(cx.host, &r) {

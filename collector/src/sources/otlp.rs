@@ -63,7 +63,7 @@ impl OtlpSource {
         let mut t = Text::new();
         for ((job, rank), v) in &self.last {
             let rank = rank.to_string();
-            let l = [("job", job.as_str()), ("rank", rank.as_str())];
+            let l = [("hpc_job", job.as_str()), ("rank", rank.as_str())];
             t.sample(
                 "faultline_job_step_seconds",
                 "Mean training step time of the job's rank in the latest window that had steps (OTLP)",

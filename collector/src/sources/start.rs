@@ -47,7 +47,11 @@ pub fn start_sources(
         out.push(Box::new(l));
     }
     out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
-    out.push(Box::new(IbSource::new(root.clone(), cfg.ib.filter()?)));
+    out.push(Box::new(IbSource::new(
+        root.clone(),
+        cfg.ib.filter()?,
+        cfg.ib.export,
+    )));
     if cfg.switches.enabled {
         // Optional like a probe: a fabric file that cannot be used is
         // reported and the collector runs on without switch counters.

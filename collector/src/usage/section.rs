@@ -10,7 +10,7 @@ pub struct UsageSection {
     pub enabled: bool,
     /// Job id → team; wins over `SLURM_JOB_ACCOUNT` and `POD_NAMESPACE`.
     pub teams: BTreeMap<String, String>,
-    /// (job, team) pairs with Prometheus counters; more are counted under `job="_overflow"`.
+    /// (job, team) pairs with Prometheus counters; more are counted under `hpc_job="_overflow"`.
     pub max_jobs: usize,
 }
 

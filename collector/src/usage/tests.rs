@@ -277,7 +277,7 @@ fn jobs_beyond_the_bound_fold_into_overflow() {
     );
     let text = a.render_prometheus();
     assert!(
-        text.contains("faultline_usage_storage_requests_total{job=\"_overflow\",team=\"\"} 3"),
+        text.contains("faultline_usage_storage_requests_total{hpc_job=\"_overflow\",team=\"\"} 3"),
         "{text}"
     );
     assert!(

@@ -64,7 +64,10 @@ impl Alert {
             ("kind", u.kind.clone()),
             ("entity", u.entity.clone()),
             ("host", vocab::entity::host_of(&u.entity).to_string()),
-            ("job", u.affected_jobs.first().cloned().unwrap_or_default()),
+            (
+                "hpc_job",
+                u.affected_jobs.first().cloned().unwrap_or_default(),
+            ),
             ("severity", severity(u).to_string()),
         ]);
         // Only where named: routes that match on `cluster` stay unaffected
@@ -320,7 +323,11 @@ mod tests {
         a.apply(&u, 2_000);
         let j = a.by_id["abc"].json(&cfg, 2_000);
         assert_eq!(j["labels"]["kind"], "ib_link_down");
-        assert_eq!(j["labels"]["job"], "job1");
+        assert_eq!(j["labels"]["hpc_job"], "job1");
+        assert!(
+            j["labels"].get("job").is_none(),
+            "job is Prometheus's label"
+        );
         assert_eq!(j["labels"]["incident_id"], "abc");
         assert_eq!(j["annotations"]["kind"], "ib_link_flapping");
         assert_eq!(j["annotations"]["runbook"], "replace the cable");
