@@ -33,6 +33,8 @@ use tests::{bin, KillOnDrop};
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const HOST: &str = "fl-node-1";
+/// The second collector's node name (the dcgm-exporter copies off).
+const HOST_OFF: &str = "fl-node-2";
 
 const SCENARIO: &str = "\
 # t gpu key=value...
@@ -110,8 +112,9 @@ fn dashboard_queries(node: &str) -> Vec<(String, String, String)> {
     assert_eq!(files.len(), 4, "fleet, host, job, link: {files:?}");
     let subst = |e: &str| {
         e.replace("$__rate_interval", "15s")
+            .replace("$cluster", ".*")
+            .replace("$hpc_job", ".+")
             .replace("$node", node)
-            .replace("$job", ".+")
             .replace("$device", ".+")
             .replace("$port", ".+")
     };
@@ -123,10 +126,30 @@ fn dashboard_queries(node: &str) -> Vec<(String, String, String)> {
             .unwrap_or_default()
             .to_string_lossy()
             .to_string();
+        // A `cluster` variable whose "All" also matches series without the label.
+        let vars = d["templating"]["list"].as_array().expect("templating");
+        let cluster = vars
+            .iter()
+            .find(|v| v["name"] == "cluster")
+            .unwrap_or_else(|| panic!("{name}: no cluster variable"));
+        assert_eq!(cluster["allValue"], ".*", "{name}: {cluster}");
+        assert_eq!(cluster["includeAll"], true, "{name}: {cluster}");
         for p in d["panels"].as_array().expect("panels") {
             for t in p["targets"].as_array().expect("targets") {
                 let e = t["expr"].as_str().expect("expr");
                 assert!(!e.is_empty());
+                // faultline's own families (never only the DCGM_FI_* copies),
+                // selected by the scrape job and the cluster.
+                assert!(
+                    !e.contains("DCGM_FI_") && e.contains("cluster=~\"$cluster\""),
+                    "{name} {}: {e}",
+                    p["title"]
+                );
+                assert!(
+                    e.contains("job=\"faultline-") || e.contains("job=~\"faultline-"),
+                    "{name} {}: {e} selects no scrape job",
+                    p["title"]
+                );
                 out.push((name.clone(), p["title"].to_string(), subst(e)));
             }
         }
@@ -150,20 +173,16 @@ fn dashboard_queries(node: &str) -> Vec<(String, String, String)> {
     out
 }
 
-/// Every metric name in the rule files' expressions, and the recording rules' names.
+/// Every faultline metric name in the rules' expressions, and the
+/// recording rules' names.
 fn rule_names() -> (BTreeSet<String>, Vec<String>) {
-    let text = std::fs::read_to_string(repo().join("deploy/prometheus/faultline-rules.yaml"))
-        .expect("rules");
     let mut names = BTreeSet::new();
     let mut records = Vec::new();
-    for line in text.lines() {
-        let l = line.trim();
-        if let Some(r) = l.strip_prefix("- record: ") {
-            records.push(r.trim().to_string());
+    for r in rules() {
+        if r.record {
+            records.push(r.name.clone());
         }
-        let Some(e) = l.strip_prefix("expr: ") else {
-            continue;
-        };
+        let e = r.expr.as_str();
         let bytes = e.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
@@ -183,6 +202,143 @@ fn rule_names() -> (BTreeSet<String>, Vec<String>) {
         }
     }
     (names, records)
+}
+
+/// One collector of the live test: started, its metrics address, its
+/// console lines, its OTLP port.
+struct Collector {
+    child: KillOnDrop,
+    metrics_addr: String,
+    lines: std::sync::mpsc::Receiver<String>,
+    otlp: u16,
+}
+
+/// Starts a collector on the stand-ins as `hostname`, streaming to the
+/// correlator at `grpc`, with the dcgm-exporter copies on or off; returns
+/// once its first window has closed (its probes are attached).
+fn start_collector(
+    dir: &Path,
+    hostname: &str,
+    dcgm_compat: bool,
+    grpc: u16,
+    ib: &Path,
+) -> Collector {
+    let otlp = free_port();
+    let mut cmd = Command::new(bin("faultline-collector"));
+    cmd.args([
+        "--quiet",
+        "--window",
+        "0.5",
+        "--duration",
+        "120",
+        "--no-verbs",
+    ])
+    .args(["--metrics-addr", "127.0.0.1:0", "--hostname", hostname])
+    .args([
+        "--otlp-grpc-addr",
+        &format!("127.0.0.1:{otlp}"),
+        "--no-otlp-http",
+    ])
+    .args(["--correlator", &format!("http://127.0.0.1:{grpc}")])
+    .arg("--spool-dir")
+    .arg(dir.join(format!("spool-{hostname}")))
+    .arg("--job-dir")
+    .arg(dir.join("jobs"))
+    .arg("--cuda-library")
+    .arg(tests::fake_libcuda())
+    .arg("--nvml-library")
+    .arg(tests::fake_nvml())
+    .arg("--sysfs-root")
+    .arg(ib)
+    .env("FAKE_NVML_GPUS", "2")
+    .env("FAKE_NVML_SCENARIO", dir.join("nvml-scenario.txt"))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    if !dcgm_compat {
+        cmd.arg("--no-dcgm-compat");
+    }
+    let mut child = KillOnDrop(cmd.spawn().expect("start the collector"));
+    let lines = tests::lines_of(&mut child.0);
+    let metrics_addr = loop {
+        let l = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the collector prints its metrics address");
+        if let Some(a) = l.strip_prefix("metrics on http://") {
+            break a.trim_end_matches("/metrics").to_string();
+        }
+    };
+    Collector {
+        child,
+        metrics_addr,
+        lines,
+        otlp,
+    }
+}
+
+/// A Prometheus on loopback scraping one collector (job
+/// faultline-collector) and the correlator (job faultline-correlator)
+/// every second, with the rules evaluated every second. Plain static
+/// targets: `instance` is Prometheus's own host:port, no relabelling, no
+/// honor_labels (faultline's families carry no `job` of their own).
+fn start_prometheus(
+    dir: &Path,
+    name: &str,
+    collector: &str,
+    correlator: &str,
+) -> (KillOnDrop, String) {
+    let port = free_port();
+    let conf = dir.join(format!("prometheus-{name}.yml"));
+    std::fs::write(
+        &conf,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             rule_files: ['{rules}']\n\
+             scrape_configs:\n\
+             - job_name: faultline-collector\n  static_configs:\n  - targets: ['{collector}']\n\
+             - job_name: faultline-correlator\n  static_configs:\n  - targets: ['{correlator}']\n",
+            rules = repo()
+                .join("deploy/prometheus/faultline-rules.yaml")
+                .display()
+        ),
+    )
+    .expect("prometheus.yml");
+    let child = KillOnDrop(
+        Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", conf.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join(format!("tsdb-{name}")).display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start Prometheus"),
+    );
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+/// The dashboards' queries that return nothing from `prom`, whose one
+/// collector target is `metrics_addr` (the value `$node` offers).
+fn empty_dashboard_queries(prom: &str, metrics_addr: &str, what: &str) -> Vec<String> {
+    let nodes = query_until(
+        prom,
+        "group by (instance) (faultline_probe_attached)",
+        Duration::from_secs(5),
+    );
+    assert_eq!(nodes.len(), 1, "{what}: {nodes:?}");
+    let node = nodes[0]["metric"]["instance"].as_str().unwrap_or_default();
+    assert_eq!(
+        node, metrics_addr,
+        "{what}: Prometheus's own instance label"
+    );
+    let queries = dashboard_queries(&node.replace('.', "\\\\."));
+    assert!(queries.len() >= 50, "{} queries", queries.len());
+    queries
+        .iter()
+        .filter(|(_, _, q)| query_until(prom, q, Duration::from_secs(5)).is_empty())
+        .map(|(dash, panel, q)| format!("{what}: {dash} {panel}: {q}"))
+        .collect()
 }
 
 #[test]
@@ -212,6 +368,7 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
         eprintln!("skipping: {} missing (scripts/setup.sh)", py.display());
         return;
     }
+    let started = Instant::now();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-prometheus");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("test dir");
@@ -227,75 +384,43 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
         "job=4711\nuser=alice\ngpus=0,1\nhcas=mlx5_0\n",
     )
     .expect("job file");
-    let scenario = dir.join("nvml-scenario.txt");
-    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    std::fs::write(dir.join("nvml-scenario.txt"), SCENARIO).expect("scenario");
 
     let grpc = free_port();
     let web = free_port();
+    // Alertmanager at a port nobody listens on: the correlator's posts of
+    // the XID's incident fail, so faultline_alerts_failed_total (which
+    // FaultlineAlertmanagerPushFailing reads) is exported.
     let _corr = KillOnDrop(
         Command::new(bin("faultline-correlator"))
             .args(["serve", "--insecure", "--listen"])
             .arg(format!("127.0.0.1:{grpc}"))
             .arg("--web")
             .arg(format!("127.0.0.1:{web}"))
+            .args([
+                "--alertmanager",
+                &format!("http://127.0.0.1:{}", free_port()),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start the correlator"),
     );
-    let otlp = free_port();
-    let mut col = KillOnDrop(
-        Command::new(bin("faultline-collector"))
-            .args([
-                "--quiet",
-                "--window",
-                "0.5",
-                "--duration",
-                "120",
-                "--no-verbs",
-            ])
-            .args(["--metrics-addr", "127.0.0.1:0", "--hostname", HOST])
-            .args([
-                "--otlp-grpc-addr",
-                &format!("127.0.0.1:{otlp}"),
-                "--no-otlp-http",
-            ])
-            .args(["--correlator", &format!("http://127.0.0.1:{grpc}")])
-            .arg("--spool-dir")
-            .arg(dir.join("spool"))
-            .arg("--job-dir")
-            .arg(&jobs)
-            .arg("--cuda-library")
-            .arg(tests::fake_libcuda())
-            .arg("--nvml-library")
-            .arg(tests::fake_nvml())
-            .arg("--sysfs-root")
-            .arg(ib.root())
-            .env("FAKE_NVML_GPUS", "2")
-            .env("FAKE_NVML_SCENARIO", &scenario)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the collector"),
-    );
-    let lines = tests::lines_of(&mut col.0);
-    let metrics_addr = loop {
-        let l = lines
+    // Two collectors on the same stand-ins, one with the dcgm-exporter
+    // copies (the default) and one without (the Kubernetes config), each
+    // scraped by its own Prometheus beside the correlator.
+    let on = start_collector(&dir, HOST, true, grpc, ib.root());
+    let off = start_collector(&dir, HOST_OFF, false, grpc, ib.root());
+    for c in [&on, &off] {
+        while !c
+            .lines
             .recv_timeout(Duration::from_secs(30))
-            .expect("the collector prints its metrics address");
-        if let Some(a) = l.strip_prefix("metrics on http://") {
-            break a.trim_end_matches("/metrics").to_string();
-        }
-    };
-
-    // The probes are attached once the first window closes.
-    while !lines
-        .recv_timeout(Duration::from_secs(30))
-        .expect("collector windows")
-        .starts_with("window 1:")
-    {}
-    // Job 4711's rank 0: a CUDA process that stays alive, and an OTLP
-    // training loop.
+            .expect("collector windows")
+            .starts_with("window 1:")
+        {}
+    }
+    // Job 4711's rank 0: a CUDA process that stays alive (both collectors'
+    // probes see it), and an OTLP training loop to each collector.
     let mut cuda = KillOnDrop(
         Command::new(tests::cuda_workload())
             .arg(tests::fake_libcuda())
@@ -308,24 +433,28 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             .spawn()
             .expect("CUDA workload"),
     );
-    let mut train = KillOnDrop(
-        Command::new(&py)
-            .arg(repo().join("tests/otlp/workload.py"))
-            .args(["loop", "--protocol", "grpc", "--endpoint"])
-            .arg(format!("127.0.0.1:{otlp}"))
-            .args(["--job", "4711", "--rank", "0", "--step-s", "0.1"])
-            .arg("--slow-file")
-            .arg(dir.join("slow"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("OTLP training loop"),
-    );
-    let train_lines = tests::lines_of(&mut train.0);
-    assert_eq!(
-        train_lines.recv_timeout(Duration::from_secs(30)).as_deref(),
-        Ok("loop started")
-    );
+    let mut loops = Vec::new();
+    for c in [&on, &off] {
+        let mut train = KillOnDrop(
+            Command::new(&py)
+                .arg(repo().join("tests/otlp/workload.py"))
+                .args(["loop", "--protocol", "grpc", "--endpoint"])
+                .arg(format!("127.0.0.1:{}", c.otlp))
+                .args(["--job", "4711", "--rank", "0", "--step-s", "0.1"])
+                .arg("--slow-file")
+                .arg(dir.join("slow"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("OTLP training loop"),
+        );
+        let train_lines = tests::lines_of(&mut train.0);
+        assert_eq!(
+            train_lines.recv_timeout(Duration::from_secs(30)).as_deref(),
+            Ok("loop started")
+        );
+        loops.push(train);
+    }
     // Block I/O the probes see.
     let f = dir.join("io.bin");
     for _ in 0..20 {
@@ -335,65 +464,57 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             .expect("fsync");
     }
 
-    // Prometheus: both targets every second, the rules every second. A
-    // plain static target: `instance` is Prometheus's own host:port, no
-    // relabelling (only `honor_labels`, which the workload `job` label needs).
-    let prom_port = free_port();
-    let conf = dir.join("prometheus.yml");
-    std::fs::write(
-        &conf,
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-             rule_files: ['{rules}']\n\
-             scrape_configs:\n\
-             - job_name: faultline-collector\n  honor_labels: true\n  static_configs:\n  - targets: ['{metrics_addr}']\n\
-             - job_name: faultline-correlator\n  static_configs:\n  - targets: ['127.0.0.1:{web}']\n",
-            rules = repo().join("deploy/prometheus/faultline-rules.yaml").display()
-        ),
-    )
-    .expect("prometheus.yml");
-    let _prom = KillOnDrop(
-        Command::new(PROMETHEUS)
-            .arg(format!("--config.file={}", conf.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start Prometheus"),
-    );
-    let prom = format!("http://127.0.0.1:{prom_port}");
-    let up = query_until(&prom, "count(up == 1) == 2", Duration::from_secs(30));
-    assert_eq!(up.len(), 1, "both targets up within 30 s");
+    let correlator = format!("127.0.0.1:{web}");
+    let (_prom_on, prom) = start_prometheus(&dir, "on", &on.metrics_addr, &correlator);
+    let (_prom_off, prom_off) = start_prometheus(&dir, "off", &off.metrics_addr, &correlator);
+    for p in [&prom, &prom_off] {
+        let up = query_until(p, "count(up == 1) == 2", Duration::from_secs(30));
+        assert_eq!(up.len(), 1, "both targets of {p} up within 30 s");
+    }
     // 20 s of scrapes: the 15 s rate windows have their samples.
     std::thread::sleep(Duration::from_secs(20));
 
-    // The dashboards, with $node set to the value its variable offers: the
-    // target's own `instance` (host:port), not a node name.
-    let nodes = query_until(
-        &prom,
-        "group by (instance) (faultline_probe_attached)",
-        Duration::from_secs(5),
+    // The copies really are off on the one and on on the other; faultline's
+    // own series carry the workload's job as hpc_job, never as `job`.
+    assert!(
+        query(&prom_off, "count({__name__=~\"DCGM_FI_.+\"})").is_empty(),
+        "dcgm_compat off still exports DCGM_FI_*"
     );
-    assert_eq!(nodes.len(), 1, "{nodes:?}");
-    let node = nodes[0]["metric"]["instance"].as_str().unwrap_or_default();
-    assert_eq!(
-        node,
-        metrics_addr.to_string(),
-        "Prometheus's own instance label"
-    );
-    let queries = dashboard_queries(&node.replace('.', "\\\\."));
-    assert!(queries.len() >= 40, "{} queries", queries.len());
-    let mut empty = Vec::new();
-    for (dash, panel, q) in &queries {
-        if query_until(&prom, q, Duration::from_secs(5)).is_empty() {
-            empty.push(format!("{dash} {panel}: {q}"));
-        }
+    assert_eq!(query(&prom, "count({__name__=~\"DCGM_FI_.+\"})").len(), 1);
+    for p in [&prom, &prom_off] {
+        let wrong = query(p, "count by (job) ({__name__=~\"faultline_.+\"})");
+        let jobs: BTreeSet<&str> = wrong
+            .iter()
+            .filter_map(|s| s["metric"]["job"].as_str())
+            .collect();
+        assert_eq!(
+            jobs,
+            BTreeSet::from(["faultline-collector", "faultline-correlator"]),
+            "{p}: only the scrape jobs in `job`"
+        );
+        assert!(
+            query(p, "count({exported_job!=\"\"})").is_empty(),
+            "{p}: a family carries its own `job` label"
+        );
+        assert_eq!(
+            query(
+                p,
+                "count by (hpc_job) (faultline_gpu_power_watts{hpc_job=\"4711\"})"
+            )
+            .len(),
+            1,
+            "{p}: job 4711's GPUs by hpc_job"
+        );
     }
-    // dcgm-exporter's own dashboard: 8 of 8 panels, and its variables.
+
+    // Every dashboard query, with the copies on and with them off.
+    let mut empty = empty_dashboard_queries(&prom, &on.metrics_addr, "dcgm_compat on");
+    empty.extend(empty_dashboard_queries(
+        &prom_off,
+        &off.metrics_addr,
+        "dcgm_compat off",
+    ));
+    // dcgm-exporter's own dashboard (copies on): 8 of 8 panels, and its variables.
     let (panels, vars) = tests::dcgm_exporter::dashboard();
     assert_eq!(panels.len(), 8, "{panels:?}");
     for p in &panels {
@@ -416,22 +537,36 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
         "dashboard queries without data: {empty:#?}"
     );
 
-    // The rules: every metric name they use exists, every recording rule has data.
+    // The rules: every metric name they use exists (with the copies off:
+    // they read faultline's own families), every recording rule has data.
     let (names, records) = rule_names();
-    assert!(names.len() >= 15, "{names:?}");
+    assert!(names.len() >= 20, "{names:?}");
     let missing: Vec<&String> = names
         .iter()
-        .filter(|n| query(&prom, &format!("group({{__name__=\"{n}\"}})")).is_empty())
+        .filter(|n| {
+            query_until(
+                &prom_off,
+                &format!("group({{__name__=\"{n}\"}})"),
+                Duration::from_secs(5),
+            )
+            .is_empty()
+        })
         .collect();
     assert!(missing.is_empty(), "rule metrics not exported: {missing:?}");
     let no_data: Vec<&String> = records
         .iter()
-        .filter(|r| query_until(&prom, r, Duration::from_secs(5)).is_empty())
+        .filter(|r| query_until(&prom_off, r, Duration::from_secs(5)).is_empty())
         .collect();
     assert!(
         no_data.is_empty(),
         "recording rules without data: {no_data:?}"
     );
+    // Every target up: no meta-alert is pending or firing.
+    let meta = query(
+        &prom_off,
+        &format!("ALERTS{{alertname=~\"{}\"}}", META.join("|")),
+    );
+    assert!(meta.is_empty(), "{meta:#?}");
 
     // The injected XID fires its alert.
     let t = Instant::now();
@@ -448,12 +583,13 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     assert_eq!(firing.len(), 1, "{firing:?}");
     let m = &firing[0]["metric"];
     assert_eq!(m["gpu"].as_str(), Some("0"));
-    assert_eq!(m["instance"], metrics_addr.to_string().as_str());
+    assert_eq!(m["instance"], on.metrics_addr.as_str());
     let code = query(&prom, "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"}");
     assert_eq!(code.len(), 1, "{code:?}");
     assert_eq!(code[0]["value"][1], "79");
 
     // dcgm-exporter compatibility, from the collector's own /metrics.
+    let metrics_addr = &on.metrics_addr;
     let text = curl(&[&format!("http://{metrics_addr}/metrics")]).expect("scrape");
     // --no-verbs switches verbs off; the exec tracepoint is attached.
     let has = |l: &str| text.lines().any(|t| t == l);
@@ -493,8 +629,20 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     assert!(firing.is_empty(), "{expr}: {firing:?}");
     eprintln!("probes not attached on purpose: {detached:?}; FaultlineProbeDetached selects none");
     dcgm_families_match(&text);
+    // The copies-off collector's own families match the copies-on one's
+    // (the same stand-ins).
+    let text_off = curl(&[&format!("http://{}/metrics", off.metrics_addr)]).expect("scrape");
+    assert!(!text_off.contains("DCGM_FI_"), "{text_off}");
+    for gpu in ["0", "1"] {
+        assert_eq!(
+            value_of(&text, "faultline_gpu_power_watts", gpu),
+            value_of(&text_off, "faultline_gpu_power_watts", gpu)
+        );
+    }
     let _ = cuda.0.stdin.take();
     let _ = cuda.0.wait();
+    drop((on.child, off.child, loops));
+    eprintln!("deploy_prometheus live test: {:?}", started.elapsed());
 }
 
 /// The labels of a sample line, in order.
@@ -584,7 +732,10 @@ fn dcgm_families_match(text: &str) {
     for gpu in ["0", "1"] {
         let v = |n: &str| value_of(text, n, gpu);
         assert_eq!(v("DCGM_FI_DEV_POWER_USAGE"), v("faultline_gpu_power_watts"));
-        assert_eq!(v("DCGM_FI_DEV_SM_CLOCK"), v("faultline_gpu_sm_clock_mhz"));
+        assert_eq!(
+            v("DCGM_FI_DEV_SM_CLOCK") * 1e6,
+            v("faultline_gpu_sm_clock_hertz")
+        );
         assert_eq!(
             v("DCGM_FI_DEV_GPU_TEMP"),
             v("faultline_gpu_temperature_celsius")
@@ -637,7 +788,9 @@ fn dcgm_families_match(text: &str) {
         .expect("GPU 0 power");
     let l = labels_of(g0);
     assert!(
-        l.contains(&("job".into(), "4711".into())) && l.contains(&("rank".into(), "0".into())),
+        l.contains(&("hpc_job".into(), "4711".into()))
+            && l.contains(&("rank".into(), "0".into()))
+            && !l.iter().any(|(k, _)| k == "job"),
         "{g0}"
     );
 }
@@ -646,61 +799,117 @@ fn dcgm_families_match(text: &str) {
 fn rule_expr(name: &str) -> String {
     alerts()
         .into_iter()
-        .find(|(n, _, _)| n == name)
-        .map(|(_, e, _)| e)
+        .find(|r| r.name == name)
+        .map(|r| r.expr)
         .unwrap_or_else(|| panic!("no alert {name}"))
 }
 
-/// (alert, expr, runbook_url) of every alert in the rules file, read the
-/// way it is written (one `key: value` per line).
-fn alerts() -> Vec<(String, String, Option<String>)> {
+/// The runbook base every `runbook_url` of the rules file starts with
+/// (`deploy/prometheus/generate.py` replaces it with a site's).
+const RUNBOOK_BASE: &str = "https://faultline.io/docs/runbooks";
+
+/// One rule of the rules file.
+#[derive(Debug, Default)]
+struct Rule {
+    name: String,
+    record: bool,
+    expr: String,
+    runbook: Option<String>,
+    has_for: bool,
+    /// A `# No for: <why>` comment right above the rule.
+    no_for_reason: bool,
+}
+
+/// Every rule of the rules file (alerts and records), read the way it is
+/// written: one `key: value` per line, `expr: |-` blocks joined.
+fn rules() -> Vec<Rule> {
     let text = std::fs::read_to_string(repo().join("deploy/prometheus/faultline-rules.yaml"))
         .expect("rules");
     let unquote = |v: &str| v.trim().trim_matches('"').to_string();
-    let mut out: Vec<(String, String, Option<String>)> = Vec::new();
-    let mut in_alert = false;
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out: Vec<Rule> = Vec::new();
+    let mut comments: Vec<String> = Vec::new();
+    let mut block: Option<usize> = None;
     for line in text.lines() {
         let l = line.trim();
-        if let Some(name) = l.strip_prefix("- alert: ") {
-            out.push((name.trim().to_string(), String::new(), None));
-            in_alert = true;
-        } else if l.starts_with("- record: ") || l.starts_with("- name: ") {
-            in_alert = false;
-        } else if let (true, Some(a)) = (in_alert, out.last_mut()) {
-            if let Some(e) = l.strip_prefix("expr: ") {
-                a.1 = e.to_string();
+        if let (Some(key_indent), Some(r)) = (block, out.last_mut()) {
+            if !l.is_empty() && indent(line) > key_indent {
+                r.expr.push(' ');
+                r.expr.push_str(l);
+                continue;
+            }
+            block = None;
+        }
+        if let Some(c) = l.strip_prefix('#') {
+            comments.push(c.trim().to_string());
+            continue;
+        }
+        let started = [("- alert: ", false), ("- record: ", true)]
+            .iter()
+            .find_map(|(p, record)| Some((l.strip_prefix(p)?, *record)));
+        if let Some((name, record)) = started {
+            out.push(Rule {
+                name: name.trim().to_string(),
+                record,
+                no_for_reason: comments.iter().any(|c| c.starts_with("No for: ")),
+                ..Rule::default()
+            });
+        } else if l.starts_with("- name: ") {
+            out.push(Rule::default());
+        } else if let Some(r) = out.last_mut() {
+            if l == "expr: |-" || l == "expr: |" {
+                block = Some(indent(line));
+            } else if let Some(e) = l.strip_prefix("expr: ") {
+                r.expr = e.to_string();
             } else if let Some(u) = l.strip_prefix("runbook_url: ") {
-                a.2 = Some(unquote(u));
+                r.runbook = Some(unquote(u));
+            } else if l.starts_with("for: ") {
+                r.has_for = true;
             }
         }
+        comments.clear();
     }
+    out.retain(|r| !r.name.is_empty());
     out
 }
 
-/// Every alert carries a `runbook_url`, a path in this tree under
-/// `docs/runbooks/`; the page exists and says what the alert means, what
-/// to check first and which commands to run. The incident alerts' URL
-/// names the page of the firing kind: each kind the alert's matcher admits
-/// has one, and the two alerts together cover every incident kind.
+fn alerts() -> Vec<Rule> {
+    rules().into_iter().filter(|r| !r.record).collect()
+}
+
+/// Every alert carries a `runbook_url`, an absolute URL under the one
+/// runbook base, naming a page of `docs/runbooks/` that exists and says
+/// what the alert means, what to check first and which commands to run.
+/// The incident alerts' URL names the page of the firing kind: each kind
+/// the alert's matcher admits has one, and the two alerts together cover
+/// every incident kind.
 #[test]
 fn every_alert_has_a_runbook_page() {
     let alerts = alerts();
-    assert_eq!(alerts.len(), 13, "{alerts:?}");
+    assert_eq!(alerts.len(), 20, "{alerts:?}");
     let kinds: Vec<&str> = vocab::IncidentKind::ALL
         .iter()
         .map(|k| k.as_str())
         .collect();
     let mut covered = BTreeSet::new();
     let mut pages = BTreeSet::new();
-    for (name, expr, url) in &alerts {
-        let url = url
+    for Rule {
+        name,
+        expr,
+        runbook,
+        ..
+    } in &alerts
+    {
+        let url = runbook
             .as_deref()
             .unwrap_or_else(|| panic!("{name} has no runbook_url"));
-        assert!(
-            url.starts_with("docs/runbooks/") && url.ends_with(".md"),
-            "{name}: {url}"
-        );
-        let expanded: Vec<String> = if url.contains("{{ $labels.kind }}") {
+        let path = url
+            .strip_prefix(RUNBOOK_BASE)
+            .and_then(|p| p.strip_prefix('/'))
+            .filter(|p| p.ends_with(".md"))
+            .unwrap_or_else(|| panic!("{name}: {url} is not a page under {RUNBOOK_BASE}/"));
+        let page = format!("docs/runbooks/{path}");
+        let expanded: Vec<String> = if page.contains("{{ $labels.kind }}") {
             // kind=~"a|b" or kind!~"a|b" in the expression.
             let (negated, alts) = ["kind=~\"", "kind!~\""]
                 .iter()
@@ -722,11 +931,11 @@ fn every_alert_has_a_runbook_page() {
             covered.extend(fired.iter().copied());
             fired
                 .iter()
-                .map(|k| url.replace("{{ $labels.kind }}", k))
+                .map(|k| page.replace("{{ $labels.kind }}", k))
                 .collect()
         } else {
-            assert!(url.ends_with(&format!("/{name}.md")), "{name}: {url}");
-            vec![url.to_string()]
+            assert!(page.ends_with(&format!("/{name}.md")), "{name}: {url}");
+            vec![page]
         };
         for page in expanded {
             let text = std::fs::read_to_string(repo().join(&page))
@@ -746,7 +955,7 @@ fn every_alert_has_a_runbook_page() {
             .filter(|k| !covered.contains(*k))
             .collect::<Vec<_>>()
     );
-    assert_eq!(pages.len(), 11 + kinds.len());
+    assert_eq!(pages.len(), 18 + kinds.len());
     // The index links every page.
     let index = std::fs::read_to_string(repo().join("docs/runbooks/README.md")).expect("index");
     for page in &pages {
@@ -758,30 +967,256 @@ fn every_alert_has_a_runbook_page() {
     }
 }
 
+/// The meta-alerts: faultline watching itself.
+const META: [&str; 7] = [
+    "FaultlineCorrelatorDown",
+    "FaultlineCorrelatorAbsent",
+    "FaultlineCollectorsMissing",
+    "FaultlineCollectorDown",
+    "FaultlineAlertmanagerPushFailing",
+    "FaultlineHistoryWriteErrors",
+    "FaultlineSpoolFilling",
+];
+
+/// Selectors and `for:`. Every alert either waits with `for:` or says
+/// why not in a `# No for:` comment above it (it counts events, or reads
+/// a latched state); no alert on a scrape's `up` or a self-metric goes
+/// without `for:`. Every selector of a faultline family names the scrape
+/// job (`job="faultline-collector"` / `"faultline-correlator"`), and no
+/// expression uses `job` for the workload (that is `hpc_job`).
+#[test]
+fn every_alert_waits_or_says_why_and_selects_the_scrape_job() {
+    let rules = rules();
+    let alerts: Vec<&Rule> = rules.iter().filter(|r| !r.record).collect();
+    let without: Vec<&str> = alerts
+        .iter()
+        .filter(|r| !r.has_for)
+        .map(|r| r.name.as_str())
+        .collect();
+    for r in &alerts {
+        assert!(
+            r.has_for || r.no_for_reason,
+            "{}: no `for:` and no `# No for:` comment saying why",
+            r.name
+        );
+        assert!(!(r.has_for && r.no_for_reason), "{}: both", r.name);
+    }
+    for m in META {
+        let r = alerts
+            .iter()
+            .find(|r| r.name == m)
+            .unwrap_or_else(|| panic!("no meta-alert {m}"));
+        assert!(r.has_for, "{m} fires on one failed scrape or post");
+    }
+    assert_eq!(
+        without,
+        [
+            "FaultlineIncidentCritical",
+            "FaultlineIncident",
+            "FaultlineWindowsDropped",
+            "FaultlineGpuLost",
+            "FaultlineGpuXid",
+            "FaultlineGpuUncorrectableEcc",
+            "FaultlineGpuRowRemapFailure",
+            "FaultlineInfinibandLinkDowned",
+        ]
+    );
+    let selector =
+        regex::Regex::new(r"\b((?:faultline|DCGM_FI)_[a-z0-9_A-Z]+)(\{[^}]*\})?").expect("regex");
+    for r in &rules {
+        for c in selector.captures_iter(&r.expr) {
+            let sel = c.get(2).map_or("", |m| m.as_str());
+            let want = if c[1].starts_with("faultline_correlator_")
+                || c[1].starts_with("faultline_alerts_")
+                || c[1].starts_with("faultline_history_")
+            {
+                "job=\"faultline-correlator\""
+            } else {
+                "job=\"faultline-collector\""
+            };
+            assert!(
+                sel.contains(want),
+                "{}: {} selects no {want}",
+                r.name,
+                &c[0]
+            );
+        }
+        assert!(
+            !regex::Regex::new(r"by \([^)]*\bjob\b")
+                .expect("regex")
+                .is_match(&r.expr),
+            "{}: aggregates by the scrape job as if it were the workload's",
+            r.name
+        );
+    }
+}
+
 /// `promtool test rules`: every alert's unit tests, among them probes
 /// switched off by configuration (`faultline_probe_enabled` 0) that do not
-/// fire `FaultlineProbeDetached` while a configured, detached one does.
+/// fire `FaultlineProbeDetached` while a configured, detached one does,
+/// and each meta-alert both firing and quiet.
 #[test]
-fn rule_unit_tests_pass_and_a_disabled_probe_does_not_alert() {
+fn rule_unit_tests_pass_and_each_meta_alert_fires_and_stays_quiet() {
     let dir = repo().join("deploy/prometheus");
     let tests_yaml =
         std::fs::read_to_string(dir.join("faultline-rules.test.yaml")).expect("rule tests");
-    assert!(
-        tests_yaml.contains("'faultline_probe_enabled{instance=\"n1\",probe=\"block_rq_issue\"}'")
-    );
+    assert!(tests_yaml.contains(
+        "'faultline_probe_enabled{job=\"faultline-collector\",instance=\"n1\",probe=\"block_rq_issue\"}'"
+    ));
+    // alertname → (cases expecting it to fire, cases expecting silence).
+    let mut cases: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    let mut current = None;
+    for l in tests_yaml.lines().map(str::trim) {
+        if let Some(a) = l.strip_prefix("alertname: ") {
+            current = Some(a);
+        } else if let (Some(a), Some(rest)) = (current, l.strip_prefix("exp_alerts:")) {
+            let e = cases.entry(a).or_default();
+            if rest.trim() == "[]" {
+                e.1 += 1;
+            } else {
+                e.0 += 1;
+            }
+            current = None;
+        }
+    }
+    for m in META {
+        let (fires, quiet) = cases.get(m).copied().unwrap_or_default();
+        assert!(
+            fires >= 1 && quiet >= 1,
+            "{m}: {fires} firing, {quiet} quiet cases"
+        );
+    }
+    let Some(text) = promtool(&["test", "rules", "faultline-rules.test.yaml"], &dir) else {
+        return;
+    };
+    assert!(text.contains("SUCCESS"), "{text}");
+}
+
+/// `promtool ARGS` in `dir`: its output, or `None` (skipped) where promtool
+/// is missing outside CI. A failing run fails the test.
+fn promtool(args: &[&str], dir: &Path) -> Option<String> {
     let out = match Command::new("promtool")
-        .args(["test", "rules", "faultline-rules.test.yaml"])
-        .current_dir(&dir)
+        .args(args)
+        .current_dir(dir)
         .output()
     {
         Ok(o) => o,
         Err(e) => {
             assert!(!tests::in_ci(), "promtool missing under CI: {e}");
             eprintln!("skipping: promtool: {e} (scripts/setup.sh installs it)");
-            return;
+            return None;
         }
     };
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && text.contains("SUCCESS"), "{text}");
+    assert!(out.status.success(), "promtool {args:?}: {text}");
+    Some(text)
+}
+
+/// `python3 ARGS` from the repository root: stdout; a failing run fails.
+fn python(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "python3 {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The generated files are what their generators write from the one
+/// source each: the PrometheusRule from the rules file, the dashboards'
+/// JSON and their ConfigMaps from `deploy/grafana/generate.py`. Then, with
+/// the real tools: the PrometheusRule's groups pass the same `promtool`
+/// unit tests as the rules file; a site's copy written with
+/// `--runbook-base` passes `promtool check rules` with every `runbook_url`
+/// under that base; `kubectl kustomize deploy/kubernetes/dashboards` builds
+/// one ConfigMap per dashboard, labelled for Grafana's sidecar, whose JSON
+/// is the dashboard's.
+#[test]
+fn generated_rules_and_dashboards_are_in_sync_and_load() {
+    python(&["deploy/prometheus/generate.py", "--check"]);
+    python(&["deploy/grafana/generate.py", "--check"]);
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-rules-sync");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    // The PrometheusRule's spec, de-indented, is a rule file.
+    let k8s = std::fs::read_to_string(repo().join("deploy/kubernetes/prometheus-rule.yaml"))
+        .expect("prometheus-rule.yaml");
+    assert!(k8s.contains("\nkind: PrometheusRule\n"), "{k8s}");
+    let spec = k8s.split_once("\nspec:\n").expect("spec").1;
+    let groups: String = spec
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect();
+    std::fs::write(dir.join("faultline-rules.yaml"), groups).expect("write");
+    std::fs::copy(
+        repo().join("deploy/prometheus/faultline-rules.test.yaml"),
+        dir.join("faultline-rules.test.yaml"),
+    )
+    .expect("copy");
+    let base = "https://git.example.org/hpc/faultline/-/blob/v1/docs/runbooks";
+    let site = python(&["deploy/prometheus/generate.py", "--runbook-base", base]);
+    std::fs::write(dir.join("site.yaml"), &site).expect("write");
+    let urls: Vec<&str> = site
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .collect();
+    assert_eq!(urls.len(), alerts().len());
+    for u in &urls {
+        assert!(u.starts_with(&format!("\"{base}/")), "{u}");
+    }
+    if let Some(t) = promtool(&["test", "rules", "faultline-rules.test.yaml"], &dir) {
+        assert!(t.contains("SUCCESS"), "{t}");
+        promtool(&["check", "rules", "site.yaml"], &dir);
+    }
+
+    // The dashboards' ConfigMaps, through the real kustomize.
+    let out = match Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(repo().join("deploy/kubernetes/dashboards"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(!tests::in_ci(), "kubectl missing under CI: {e}");
+            eprintln!("skipping: kubectl: {e} (scripts/setup.sh installs it)");
+            return;
+        }
+    };
+    let yaml = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<&str> = yaml.split("\n---\n").collect();
+    let mut seen = BTreeSet::new();
+    for d in &docs {
+        assert!(d.contains("kind: ConfigMap"), "{d}");
+        assert!(d.contains("    grafana_dashboard: \"1\"\n"), "{d}");
+        // data:\n  <name>.json: |\n    <json, indented 4>
+        let (key, body) = d
+            .split_once("\ndata:\n  ")
+            .and_then(|(_, r)| r.split_once(": |\n"))
+            .expect("data.<name>.json block");
+        let json: String = body
+            .lines()
+            .take_while(|l| l.starts_with("    ") || l.is_empty())
+            .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+            .collect();
+        let got: serde_json::Value = serde_json::from_str(&json).expect("dashboard JSON");
+        let want: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(repo().join("deploy/grafana").join(key)).expect(key),
+        )
+        .expect("JSON");
+        assert_eq!(got, want, "{key}");
+        seen.insert(key.to_string());
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
 }
