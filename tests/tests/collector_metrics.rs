@@ -1,9 +1,15 @@
 //! The collector's `/metrics` on a live run (real probes, CUDA, verbs, NVML
-//! and InfiniBand stand-ins with extended, legacy and driver counters) passes
-//! `promtool check metrics` (Debian's prometheus package; every family has
-//! HELP and TYPE, names and labels are well-formed), and `--quiet` prints
-//! one summary line per window and no per-device, kernel or port lines
-//! (it printed them all before).
+//! and InfiniBand stand-ins with extended, legacy and driver counters), and
+//! the `/metrics` of the correlator it streams to, pass `promtool check
+//! metrics` (Debian's prometheus package; every family has HELP and TYPE,
+//! names, units and labels are well-formed) with no finding but dcgm-exporter's
+//! own on its `DCGM_FI_*` names; no family carries Prometheus's `job` or
+//! `instance` label (the workload's job is `hpc_job`); both serve
+//! `faultline_build_info` and the standard `process_*` families. `--quiet`
+//! prints one summary line per window and no per-device, kernel or port
+//! lines (it printed them all before). `--no-ib-export` leaves the
+//! InfiniBand families off `/metrics` while the ports still reach the
+//! correlator.
 use std::{
     io::Write as _,
     process::{Command, Stdio},
@@ -117,12 +123,7 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
     if !tests::require_bpf("collector_metrics") {
         return;
     }
-    if Command::new("promtool").arg("--version").output().is_err() {
-        assert!(
-            !tests::in_ci(),
-            "promtool missing: scripts/setup.sh installs Debian's prometheus package"
-        );
-        eprintln!("skipping: promtool not installed (scripts/setup.sh)");
+    if !have_promtool() {
         return;
     }
     let ib = fake_ib();
@@ -159,11 +160,29 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         ),
     )
     .expect("write the config");
+    // The correlator it streams to, with history (its families too).
+    let (port, mport) = (tests::stream::free_port(), tests::stream::free_port());
+    let _correlator = tests::KillOnDrop(tests::stream::correlator_with(
+        port,
+        &ib.root().join("ingest.jsonl"),
+        &[
+            "--metrics-addr",
+            &format!("127.0.0.1:{mport}"),
+            "--history",
+            ib.root().join("history.db").to_str().expect("utf-8 path"),
+        ],
+    ));
+    let correlator = format!("http://127.0.0.1:{port}");
+    let spool = ib.root().join("spool");
     let args = [
         "--nvml-library",
         nvml.to_str().expect("utf-8 path"),
         "--config",
         config.to_str().expect("utf-8 path"),
+        "--correlator",
+        &correlator,
+        "--spool-dir",
+        spool.to_str().expect("utf-8 path"),
     ];
     let Live {
         child: _child,
@@ -248,29 +267,16 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         text.contains("faultline_lustre_rpc_operations_total{fsname=\"lustrefs\",target=\"lustrefs-OST0000\",mountpoint=\"lustrefs-ffff88105db50000\",op=\"ost_write\"} 18210286\n"),
         "{text}"
     );
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    promtool
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed promtool");
-    let check = promtool.wait_with_output().expect("promtool runs");
     // dcgm-exporter's own names (`[nvml] dcgm_compat`) draw promtool's
     // style lints — uppercase label names (`UUID`, `modelName`), counters
     // without `_total`, `COUNTER` in `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` —
     // exactly as dcgm-exporter's output does; nothing else may be reported.
-    let findings = String::from_utf8_lossy(&check.stdout).to_string()
-        + &String::from_utf8_lossy(&check.stderr);
-    let unexpected: Vec<&str> = findings
-        .lines()
-        .filter(|l| !l.is_empty())
+    assert!(
+        text.contains("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"),
+        "{text}"
+    );
+    let unexpected: Vec<String> = promtool_findings(&text)
+        .into_iter()
         .filter(|l| {
             !(l.starts_with("DCGM_FI_")
                 && (l.ends_with("label names should be written in 'snake_case' not 'camelCase'")
@@ -279,13 +285,40 @@ fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
         })
         .collect();
     assert!(
-        text.contains("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"),
-        "{text}"
-    );
-    assert!(
-        check.status.success() || unexpected.is_empty(),
+        unexpected.is_empty(),
         "promtool check metrics, unexpected findings: {unexpected:#?}\n---\n{text}"
     );
+    // Base units on the GPU families: the stand-in's clocks in hertz,
+    // utilisation as a ratio.
+    for s in tests::metrics::samples(&text) {
+        if s.name.ends_with("_clock_hertz") {
+            assert!(
+                s.value >= 1e8 && s.value % 1e6 == 0.0,
+                "{} {}",
+                s.name,
+                s.value
+            );
+        }
+        if s.name.starts_with("faultline_gpu_") && s.name.ends_with("_ratio") {
+            assert!((0.0..=1.0).contains(&s.value), "{} {}", s.name, s.value);
+        }
+    }
+    assert!(text.contains("faultline_gpu_sm_clock_hertz{"), "{text}");
+    assert!(text.contains("faultline_gpu_utilization_ratio{"), "{text}");
+    assert_no_reserved_labels(&text);
+    assert_self_telemetry(&text, "collector");
+    // The correlator's page, once the collector's windows have reached it.
+    let maddr = format!("127.0.0.1:{mport}");
+    let ctext = scrape_until(&maddr, "windows at the correlator", |t| {
+        value(t, "faultline_correlator_windows_total").is_some_and(|v| v >= 2.0)
+    });
+    let findings = promtool_findings(&ctext);
+    assert!(
+        findings.is_empty(),
+        "promtool check metrics on the correlator: {findings:#?}\n---\n{ctext}"
+    );
+    assert_no_reserved_labels(&ctext);
+    assert_self_telemetry(&ctext, "correlator");
     let detail: Vec<&String> = seen.iter().filter(|l| l.starts_with("  ")).collect();
     assert!(
         detail.is_empty(),
@@ -309,6 +342,118 @@ fn scrape(addr: &str) -> String {
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Whether promtool runs here; outside CI a missing one skips the test with
+/// a message, in CI it fails it.
+fn have_promtool() -> bool {
+    if Command::new("promtool").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        !tests::in_ci(),
+        "promtool missing: scripts/setup.sh installs Debian's prometheus package"
+    );
+    eprintln!("skipping: promtool not installed (scripts/setup.sh)");
+    false
+}
+
+/// `promtool check metrics`'s findings on `text`, one per line (none: the
+/// text passes).
+fn promtool_findings(text: &str) -> Vec<String> {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let check = promtool.wait_with_output().expect("promtool runs");
+    let out = String::from_utf8_lossy(&check.stdout).to_string()
+        + &String::from_utf8_lossy(&check.stderr);
+    let findings: Vec<String> = out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    assert!(
+        check.status.success() || !findings.is_empty(),
+        "promtool failed without saying why: {}",
+        check.status
+    );
+    findings
+}
+
+/// No series carries `job` or `instance`: Prometheus's labels (the scrape
+/// job and target), which a series of its own would clash with.
+fn assert_no_reserved_labels(text: &str) {
+    let bad: Vec<String> = tests::metrics::samples(text)
+        .filter(|s| {
+            s.labels
+                .iter()
+                .any(|(k, _)| *k == "job" || *k == "instance")
+        })
+        .map(|s| format!("{} {:?}", s.name, s.labels))
+        .collect();
+    assert!(bad.is_empty(), "series with job or instance: {bad:#?}");
+}
+
+/// `faultline_build_info{version,revision,rustc} 1` and the standard
+/// `process_*` families, with real values.
+fn assert_self_telemetry(text: &str, who: &str) {
+    let info: Vec<_> = tests::metrics::samples(text)
+        .filter(|s| s.name == "faultline_build_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{who}: one faultline_build_info\n{text}");
+    let label = |k: &str| {
+        info[0]
+            .labels
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(label("version"), env!("CARGO_PKG_VERSION"), "{who}");
+    // This checkout is a git repository: the revision is its commit.
+    let rev = label("revision");
+    assert!(
+        rev.len() == 12 && rev.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{who}: revision {rev:?}"
+    );
+    assert!(
+        label("rustc").starts_with("1."),
+        "{who}: rustc {:?}",
+        label("rustc")
+    );
+    assert_eq!(info[0].value, 1.0);
+    let v = |n: &str| value(text, n).unwrap_or_else(|| panic!("{who}: no {n}\n{text}"));
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter\n"),
+        "{who}"
+    );
+    assert!(v("process_cpu_seconds_total") >= 0.0);
+    // A live process: tens of MiB resident, more virtual, some descriptors.
+    assert!(v("process_resident_memory_bytes") > 1e6, "{who}");
+    assert!(
+        v("process_virtual_memory_bytes") >= v("process_resident_memory_bytes"),
+        "{who}"
+    );
+    assert!(v("process_open_fds") >= 3.0, "{who}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let start = v("process_start_time_seconds");
+    assert!(
+        start <= now && start > now - 600.0,
+        "{who}: started at {start}, now {now}"
+    );
 }
 
 /// Scrapes every 100 ms until `pred` holds on the page (within 20 s).
@@ -406,4 +551,82 @@ fn a_jobs_counters_survive_its_process_exiting() {
     let text = scrape(&addr);
     assert_eq!(value(&text, launches), Some(7.0), "{text}");
     assert_eq!(value(&text, wcs), Some(40.0), "{text}");
+    // Without the dcgm-exporter copies, promtool finds nothing at all on the
+    // page of a collector with per-job series.
+    assert_no_reserved_labels(&text);
+    if have_promtool() {
+        let findings = promtool_findings(&text);
+        assert!(findings.is_empty(), "promtool: {findings:#?}\n---\n{text}");
+    }
+}
+
+/// `--no-ib-export` (`[ib] export = false`, for nodes where node_exporter's
+/// infiniband collector runs): no `faultline_infiniband_*` family on
+/// `/metrics`, while the ports are still read and streamed to the
+/// correlator (its ingest log has them, with their counters).
+#[test]
+fn ib_export_off_keeps_ports_off_metrics_but_streams_them() {
+    let _k = tests::kernel_lock();
+    if !tests::require_bpf("collector_metrics") {
+        return;
+    }
+    let ib = fake_ib();
+    let port = tests::stream::free_port();
+    let record = ib.root().join("ingest.jsonl");
+    let _correlator = tests::KillOnDrop(tests::stream::correlator(port, &record));
+    let mut child = tests::KillOnDrop(
+        tests::streaming_collector(
+            "0.2",
+            &format!("http://127.0.0.1:{port}"),
+            &ib.root().join("spool"),
+            ib.root(),
+        )
+        .arg("--no-ib-export")
+        .spawn()
+        .expect("start the collector"),
+    );
+    let rx = tests::lines_of(&mut child.0);
+    let mut seen = Vec::new();
+    let addr = wait_for(
+        &rx,
+        &mut seen,
+        |l| l.starts_with("metrics on http://"),
+        "the metrics address",
+    )
+    .trim_start_matches("metrics on http://")
+    .trim_end_matches("/metrics")
+    .to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let rows = loop {
+        let rows: Vec<serde_json::Value> = std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flat_map(|w| w["ib_ports"].as_array().cloned().unwrap_or_default())
+            .collect();
+        if rows.len() >= 4 {
+            break rows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no InfiniBand ports reached the correlator: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let devices: std::collections::BTreeSet<&str> =
+        rows.iter().filter_map(|r| r["hca"].as_str()).collect();
+    assert!(
+        devices.contains("mlx5_0") && devices.contains("mlx4_0"),
+        "{rows:?}"
+    );
+    let text = scrape(&addr);
+    assert!(text.contains("faultline_windows_sent_total"), "{text}");
+    let ib_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("faultline_infiniband_"))
+        .collect();
+    assert!(
+        ib_lines.is_empty(),
+        "exported with --no-ib-export: {ib_lines:#?}"
+    );
 }

@@ -95,6 +95,7 @@ async fn serve_metrics(cfg: &FileConfig, console: Console) -> Result<Exposition>
         .install_recorder()
         .context("installing the Prometheus recorder")?;
     describe::describe();
+    super::self_telemetry::start();
     let expo = Exposition::new(handle);
     let web = match &cfg.collector.web_config_file {
         Some(p) => Some(webconfig::Web::load(p).context("collector.web_config_file")?),

@@ -1,0 +1,37 @@
+//! The collector's own telemetry: `faultline_build_info` and the standard
+//! `process_*` families (CPU seconds, resident and virtual memory, file
+//! descriptors, threads, start time), read from `/proc/self` every second
+//! by `metrics-process`.
+use std::{sync::Once, time::Duration};
+
+static STARTED: Once = Once::new();
+
+/// Describes and sets `faultline_build_info`, and starts the thread that
+/// refreshes the `process_*` families (once per process).
+pub fn start() {
+    STARTED.call_once(|| {
+        metrics::describe_gauge!(
+            "faultline_build_info",
+            "The running build: version, git revision and rustc version as labels (value 1)"
+        );
+        metrics::gauge!(
+            "faultline_build_info",
+            "version" => env!("CARGO_PKG_VERSION"),
+            "revision" => env!("FAULTLINE_REVISION"),
+            "rustc" => env!("FAULTLINE_RUSTC"),
+        )
+        .set(1.0);
+        let process = metrics_process::Collector::default();
+        process.describe();
+        process.collect();
+        let spawned = std::thread::Builder::new()
+            .name("process-metrics".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(1));
+                process.collect();
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "process_* metrics not refreshed: no thread for them");
+        }
+    });
+}
