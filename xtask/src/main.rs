@@ -7,6 +7,7 @@
 //! - `cargo xtask rdma-vm` runs the real-RDMA scenario in a soft-RoCE guest.
 //! - `cargo xtask gpu-check` checks the collector against a real NVIDIA GPU
 //!   (exit 3 where there is none; docs/gpu-check.md).
+//! - `cargo xtask deb` makes the Debian packages of both binaries (`deb.rs`).
 //! - `cargo xtask layout` fails on an import circle between top-level modules
 //!   and on files or functions over the length limits (`layout/mod.rs`).
 use std::{
@@ -18,6 +19,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod deb;
 mod fuzz;
 mod gpu_check;
 mod layout;
@@ -44,6 +46,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The Debian packages faultline-collector and faultline-correlator
+    /// (cargo-deb; release binaries unless --bin-dir), in target/debian:
+    /// binaries, systemd units, conffiles (docs/running.md, packages).
+    Deb(deb::Args),
     /// Run the benchmarks (tables on stdout, JSON in bench/). Needs root.
     /// A failing benchmark's result says why; the rest still run, and the
     /// run exits non-zero at the end, listing the failures.
@@ -207,6 +213,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => test(&args),
         Cmd::Clippy => clippy(),
         Cmd::Layout => layout::run(),
+        Cmd::Deb(args) => deb::run(&args),
         Cmd::Fuzz { secs } => fuzz::run(secs),
         Cmd::RdmaVm(args) => rdma_vm::run(&args),
         Cmd::GpuCheck(args) => std::process::exit(gpu_check::run(&args)),
