@@ -23,9 +23,18 @@ fn build_info(manifest_dir: &Path) {
         let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
         (out.status.success() && !s.is_empty()).then_some(s)
     };
+    // Only this workspace's own checkout: a source tarball unpacked inside
+    // another repository must not take that one's commit.
+    let root = manifest_dir.parent().and_then(|r| r.canonicalize().ok());
+    let own_checkout = git(&["rev-parse", "--show-toplevel"])
+        .and_then(|t| Path::new(&t).canonicalize().ok())
+        .is_some_and(|t| Some(t) == root);
     let revision = match env::var("FAULTLINE_REVISION") {
         Ok(r) if !r.is_empty() => r,
-        _ => git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into()),
+        _ if own_checkout => {
+            git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into())
+        }
+        _ => "unknown".into(),
     };
     if revision != "unknown" {
         // HEAD, the branch it names (loose or packed): a commit or a
