@@ -31,6 +31,8 @@ enum Msg {
     /// A window's usage rows and its end (unix ms).
     Usage(i64, Vec<proto::v1::JobUsage>),
     Flush(oneshot::Sender<()>),
+    /// Write what is queued, close the database, stop ([`Recorder::close`]).
+    Close(oneshot::Sender<()>),
 }
 
 /// Counters of the recorder, shared with its handles.
@@ -121,7 +123,8 @@ impl Recorder {
                 let mut samples = Vec::new();
                 let mut flushes = Vec::new();
                 let mut usage: Vec<(i64, Vec<proto::v1::JobUsage>)> = Vec::new();
-                loop {
+                let mut closing = None;
+                while closing.is_none() {
                     let first =
                         match rt.block_on(async { tokio::time::timeout(IDLE, rx.recv()).await }) {
                             Ok(Some(m)) => m,
@@ -139,9 +142,10 @@ impl Recorder {
                             Msg::Samples(s) => samples.extend(s),
                             Msg::Usage(ts, rows) => usage.push((ts, rows)),
                             Msg::Flush(done) => flushes.push(done),
+                            Msg::Close(done) => closing = Some(done),
                         }
                         n += 1;
-                        if n < BATCH {
+                        if n < BATCH && closing.is_none() {
                             next = rx.try_recv().ok();
                         }
                     }
@@ -159,8 +163,16 @@ impl Recorder {
                         let _ = f.send(());
                     }
                 }
-                // The queue closed (shutdown): a last try for a backlog.
-                w.idle();
+                match closing {
+                    // Closed on purpose: the database is closed before the
+                    // caller goes on (and may remove it).
+                    Some(done) => {
+                        drop(w);
+                        let _ = done.send(());
+                    }
+                    // The queue closed (shutdown): a last try for a backlog.
+                    None => w.idle(),
+                }
             })?;
         Ok((
             Self {
@@ -239,6 +251,17 @@ impl Recorder {
         {
             self.stats.dropped_windows.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("faultline_history_dropped_total", "what" => "usage").increment(1);
+        }
+    }
+
+    /// Writes everything queued before, then stops the writer and closes the
+    /// database; later messages are dropped and counted. For a process that
+    /// removes its database next (the simulator's temporary history): a
+    /// running writer would read the removal as a deleted file and reopen it.
+    pub async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Close(tx)).await.is_ok() {
+            let _ = rx.await;
         }
     }
 

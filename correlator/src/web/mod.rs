@@ -407,7 +407,8 @@ impl Attached {
     }
 
     /// At the end of the run: flushes the history, then (with
-    /// `--keep-serving`) serves until Ctrl-C; removes a temporary database.
+    /// `--keep-serving`) serves until Ctrl-C; closes the history and removes
+    /// a temporary database (with its -wal, -shm and incident journal).
     pub async fn finish(self) {
         self.opened.recorder.flush().await;
         if self.keep_serving {
@@ -417,8 +418,12 @@ impl Attached {
             );
             let _ = tokio::signal::ctrl_c().await;
         }
+        // Closed first: removing the file under the running writer read as
+        // "history database deleted while the correlator runs" (an ERROR on
+        // every Ctrl-C of scripts/run.sh) and left the journal behind.
+        self.opened.recorder.close().await;
         if let Some(t) = &self.temp {
-            for suffix in ["", "-wal", "-shm"] {
+            for suffix in ["", "-wal", "-shm", "-incidents"] {
                 let _ = std::fs::remove_file(format!("{}{suffix}", t.display()));
             }
         }

@@ -236,3 +236,131 @@ fn b64(data: &[u8]) -> String {
     }
     out
 }
+
+/// `htpasswd -nbBC 4 "" 'right password'` (cost 4: a fast test).
+const HASH: &str = "$2y$04$B13xC9d9520dPQ0P7r4oCe.zpYWMxm/NKNIGISCD.e30e9ndNwyRG";
+
+/// A web config file with one basic auth user, loaded.
+fn basic_auth_web(name: &str) -> webconfig::Web {
+    let path =
+        std::env::temp_dir().join(format!("faultline-web-{name}-{}.yml", std::process::id()));
+    std::fs::write(
+        &path,
+        format!("basic_auth_users:\n  sre: '{HASH}'\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n"),
+    )
+    .expect("write the web config file");
+    let web = webconfig::Web::load(&path).expect("load the web config file");
+    let _ = std::fs::remove_file(&path);
+    web
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_config_files_basic_auth_composes_with_the_tokens() {
+    let (updates, _) = broadcast::channel(4);
+    let state = AppState {
+        history: None,
+        updates,
+        open: Arc::default(),
+        ingest: None,
+        acks: Some(crate::ack::Acks::new(Some(OPERATOR.into()))),
+    };
+    let web = basic_auth_web("compose");
+    let a = router_behind(
+        state,
+        &WebConfig::default(),
+        Some(VIEWER.into()),
+        Some(&web),
+    );
+    let host = ("host", "10.0.0.9:8080");
+    let right = "Basic c3JlOnJpZ2h0IHBhc3N3b3Jk".to_string();
+    let viewer = format!("Bearer {VIEWER}");
+    let operator = format!("Bearer {OPERATOR}");
+    for (who, peer, auth, want) in [
+        // A user's password admits a remote browser as a viewer.
+        ("remote user", POD, Some(right.as_str()), 200),
+        ("wrong password", POD, Some("Basic c3JlOndyb25n"), 401),
+        (
+            "unknown user",
+            POD,
+            Some("Basic cm9vdDpyaWdodCBwYXNzd29yZA=="),
+            401,
+        ),
+        // The viewer token as a basic password is not a user's.
+        (
+            "token as password",
+            POD,
+            Some("Basic eDp2aWV3ZXItdG9rZW4tMDEyMzQ1Njc4OQ=="),
+            401,
+        ),
+        // Basic auth holds on loopback too, as node_exporter's.
+        ("loopback, nothing", LOOP, None, 401),
+        ("loopback user", LOOP, Some(right.as_str()), 200),
+        // The tokens still pass, checked even from loopback.
+        ("viewer token", POD, Some(viewer.as_str()), 200),
+        ("operator token", POD, Some(operator.as_str()), 200),
+        (
+            "loopback, bogus bearer",
+            LOOP,
+            Some("Bearer not-a-token-at-all"),
+            401,
+        ),
+    ] {
+        let mut headers = vec![("host", if peer == LOOP { LOOP.1 } else { POD.1 })];
+        if let Some(a) = auth {
+            headers.push(("authorization", a));
+        }
+        let (s, body, www) = call(&a, peer, "GET", "/api/open", &headers, "").await;
+        assert_eq!(s, want, "{who}: {body}");
+        if want == 401 {
+            assert!(www.is_some_and(|w| w.starts_with("Basic")), "{who}");
+        }
+    }
+    // Probes need nothing; the scrape needs a user now.
+    let (s, _, _) = call(&a, POD, "GET", "/healthz", &[host], "").await;
+    assert_eq!(s, 200);
+    let (s, _, _) = call(&a, POD, "GET", "/metrics", &[host], "").await;
+    assert_eq!(s, 401);
+    // The Host check still applies to an admitted user.
+    let (s, _, _) = call(
+        &a,
+        POD,
+        "GET",
+        "/api/open",
+        &[
+            ("host", "rebind.attacker.example"),
+            ("authorization", &right),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(s, 403);
+}
+
+/// The simulator's temporary history is closed before it is removed: a
+/// running writer read the removal as "history database deleted while the
+/// correlator runs" (an ERROR on Ctrl-C of scripts/run.sh), recreated the
+/// file and left the 8 MiB incident journal behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finishing_removes_the_temporary_history_for_good() {
+    let mut engine = crate::engine::Engine::new(&Default::default(), Default::default());
+    let (updates, _) = broadcast::channel(4);
+    let ingest = IngestState::new(Default::default());
+    let args = UiArgs {
+        web: Some("127.0.0.1:0".parse().expect("addr")),
+        history: None,
+        keep_serving: false,
+    };
+    let attached = attach(&args, &mut engine, &updates, &Arc::default(), &ingest)
+        .await
+        .expect("attach")
+        .expect("a web UI");
+    let db = attached.temp.clone().expect("a temporary history");
+    assert!(db.exists());
+    attached.finish().await;
+    // The writer looks for a deleted file when idle (every second).
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    for suffix in ["", "-wal", "-shm", "-incidents"] {
+        let p = format!("{}{suffix}", db.display());
+        assert!(!std::path::Path::new(&p).exists(), "{p} left behind");
+    }
+}
