@@ -9,8 +9,9 @@
 #   OUT/collector.tar, OUT/correlator.tar         the same as tar archives
 #
 # and, where podman is installed, imports them as
-# localhost/faultline/{collector,correlator}:latest (the images the
-# Kubernetes base names). The Debian base is cached (OUT/base-*.tar, keyed
+# localhost/faultline/{collector,correlator}:latest (a local cluster takes
+# them through an overlay's images:, docs/kubernetes.md "Site settings").
+# The Debian base is cached (OUT/base-*.tar, keyed
 # by its package list): ~50 s the first time, ~5 s after.
 #
 #   scripts/build-images.sh [--profile debug|release] [OUT]
