@@ -182,9 +182,9 @@ mod tests {
     #[test]
     fn samples_are_those_of_the_named_family_only() {
         let text = "# HELP faultline_job_step_seconds x\n\
-            faultline_job_step_seconds{job=\"1\",rank=\"0\"} 0.5\n\
-            faultline_job_step_seconds{job=\"1\",rank=\"1\"} 0.75\n\
-            faultline_job_step_seconds_max{job=\"1\",rank=\"1\"} 9\n\
+            faultline_job_step_seconds{hpc_job=\"1\",rank=\"0\"} 0.5\n\
+            faultline_job_step_seconds{hpc_job=\"1\",rank=\"1\"} 0.75\n\
+            faultline_job_step_seconds_max{hpc_job=\"1\",rank=\"1\"} 9\n\
             faultline_otlp_accepted_points_total 16\n";
         let v: Vec<f64> = super::samples(text, "faultline_job_step_seconds").collect();
         assert_eq!(v, [0.5, 0.75]);

@@ -51,7 +51,7 @@ const FP_RANKS: u32 = 8;
 
 /// Step-time series of the footprint's job on the collector's `/metrics`.
 fn step_series(text: &str) -> usize {
-    let job = format!("job=\"{FP_JOB}\"");
+    let job = format!("hpc_job=\"{FP_JOB}\"");
     text.lines()
         .filter(|l| l.starts_with("faultline_job_step_seconds{") && l.contains(&job))
         .count()

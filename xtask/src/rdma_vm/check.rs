@@ -403,7 +403,7 @@ fn completions(metrics: &str) -> Verdict {
         samples(metrics, name)
             .into_iter()
             .find(|(l, _)| {
-                label(l, "job") == Some(CLIENT_JOB)
+                label(l, "hpc_job") == Some(CLIENT_JOB)
                     && label(l, "rank") == Some("0")
                     && label(l, key) == Some(want)
             })
