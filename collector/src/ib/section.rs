@@ -37,3 +37,18 @@ impl IbSection {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::FileConfig;
+
+    #[test]
+    fn export_is_on_unless_the_file_turns_it_off() {
+        let on = FileConfig::parse("[ib]\ndevice_include = \"mlx5\"\n", "f").expect("parses");
+        assert!(on.ib.export);
+        assert!(FileConfig::default().ib.export);
+        let off = FileConfig::parse("[ib]\nexport = false\n", "f").expect("parses");
+        assert!(!off.ib.export);
+        assert!(FileConfig::parse("[ib]\nexport = \"no\"\n", "f").is_err());
+    }
+}
