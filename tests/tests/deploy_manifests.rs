@@ -679,10 +679,49 @@ fn collector_mounts_are_read_by_the_code_and_both_configs_pass_check_config() {
         .current_dir(&dir));
     assert!(unit.contains("SUCCESS"), "{unit}");
 
-    // Dashboards are what the generator writes.
+    // The base's PrometheusRule and dashboards are what the generators write.
+    run(Command::new("python3")
+        .arg(repo().join("deploy/prometheus/generate.py"))
+        .arg("--check"));
     run(Command::new("python3")
         .arg(repo().join("deploy/grafana/generate.py"))
         .arg("--check"));
+}
+
+/// Every Grafana dashboard of `deploy/grafana` is in the base as a
+/// ConfigMap labelled `grafana_dashboard: "1"` (what kube-prometheus-stack's
+/// Grafana sidecar loads), its JSON the file's.
+#[test]
+fn every_dashboard_is_a_configmap_for_grafanas_sidecar() {
+    let Some(docs) = base() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/grafana"))
+        .expect("deploy/grafana")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    let maps: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    assert_eq!(maps.len(), files.len());
+    for f in &files {
+        let name = f.file_name().and_then(|n| n.to_str()).expect("name");
+        let want: Value =
+            serde_json::from_str(&std::fs::read_to_string(f).expect("read")).expect("JSON");
+        let found = maps
+            .iter()
+            .find_map(|m| m["data"][name].as_str())
+            .unwrap_or_else(|| panic!("no ConfigMap carries {name}"));
+        let got: Value = serde_json::from_str(found).expect("the ConfigMap's JSON");
+        assert!(
+            got == want,
+            "the ConfigMap's {name} is not deploy/grafana's"
+        );
+    }
+    let doc = kubernetes_doc();
+    assert!(doc.contains("grafana_dashboard: \"1\"") && doc.contains("searchNamespace"));
 }
 
 /// The shipped default authenticates: TLS with the certificate the init
