@@ -107,11 +107,10 @@ fn gpu_families(t: &mut Text, g: &GpuInfo, s: &GpuSample, ex: &Export<'_>) {
     throttle(t, s, &l);
 }
 
-/// Power, temperature, clocks, utilisation, memory, ECC, PCIe, energy.
+/// Power, temperature, clocks, utilisation, then [`memory_and_errors`].
 fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     let f = |v: Option<f64>| v.map(|x| format!("{x}"));
     let u = |v: Option<u32>| v.map(|x| x.to_string());
-    let q = |v: Option<u64>| v.map(|x| x.to_string());
     // NVML's MHz and percentages in base units: hertz, ratios 0–1.
     let hz = |v: Option<u32>| v.map(|x| (u64::from(x) * 1_000_000).to_string());
     let ratio = |v: Option<u32>| v.map(|x| format!("{}", f64::from(x) / 100.0));
@@ -170,6 +169,18 @@ fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
             Kind::Gauge,
             ratio(s.util_mem_pct),
         ),
+    ] {
+        if let Some(v) = v {
+            t.sample(name, help, kind, l, v);
+        }
+    }
+    memory_and_errors(t, s, l);
+}
+
+/// Memory, ECC, PCIe, energy.
+fn memory_and_errors(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
+    let q = |v: Option<u64>| v.map(|x| x.to_string());
+    for (name, help, kind, v) in [
         (
             "faultline_gpu_memory_used_bytes",
             "Framebuffer memory allocated, without the driver's reserved memory",
