@@ -266,6 +266,11 @@ fn check_config(
             std::process::exit(2);
         }
     };
+    // The web config file it names is checked too (certificates, hashes).
+    if let Err(e) = cfg.web.web_config() {
+        eprintln!("faultline-correlator: error: [web] web_config_file: {e}");
+        std::process::exit(2);
+    }
     let text = toml::to_string(&cfg).context("printing the settings")?;
     println!(
         "# {}: valid; effective settings\n{text}# config ok",

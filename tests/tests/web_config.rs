@@ -405,7 +405,28 @@ fn bad_web_config_files_are_refused_at_start_naming_the_problem() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
         assert!(err.contains(says) && err.contains(&*web.to_string_lossy()), "{name}: {err}");
-        // ... and the correlator too, before serving anything.
+        // `check-config` says the same on both binaries (the correlator's
+        // from `[web] web_config_file`).
+        let out = Command::new(bin("faultline-collector"))
+            .args(["check-config", "--web-config-file"])
+            .arg(&web)
+            .output()
+            .expect("collector check-config");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+        let toml = dir.join(format!("{name}.toml"));
+        std::fs::write(&toml, format!("[web]\nweb_config_file = '{}'\n", web.display()))
+            .expect("correlator config");
+        let out = Command::new(bin("faultline-correlator"))
+            .arg("check-config")
+            .arg(&toml)
+            .output()
+            .expect("correlator check-config");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+        // ... and the correlator refuses to start, before serving anything.
         let out = Command::new(bin("faultline-correlator"))
             .args(["serve", "--insecure", "--listen", "127.0.0.1:0"])
             .args(["--web", "127.0.0.1:0", "--web-config-file"])
