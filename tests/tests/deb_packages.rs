@@ -347,6 +347,11 @@ fn packages_install_and_start_under_systemd() {
         .output()
         .expect("tar");
     assert!(o.status.success(), "{}", text(&o));
+    std::fs::copy(
+        repo().join("deploy/install.sh"),
+        root.join("root/install.sh"),
+    )
+    .expect("copy");
     for deb in [collector, correlator] {
         std::fs::copy(
             deb,
@@ -391,9 +396,22 @@ fn packages_install_and_start_under_systemd() {
     );
     let boot = t.elapsed();
 
-    // Installed with dpkg: each postinst enables and starts its unit.
-    let installed = m.sh("dpkg -i /root/debs/*.deb");
-    assert!(installed.status.success(), "dpkg -i: {}", text(&installed));
+    // Installed by deploy/install.sh, which uses dpkg where there is one:
+    // each postinst enables and starts its unit.
+    let installed = m.sh(
+        "DEB_DIR=/root/debs FAULTLINE_PACKAGES='faultline-collector faultline-correlator' \
+         sh /root/install.sh",
+    );
+    assert!(
+        installed.status.success(),
+        "install.sh: {}",
+        text(&installed)
+    );
+    assert!(
+        text(&installed).contains("Setting up faultline-correlator"),
+        "{}",
+        text(&installed)
+    );
     for unit in ["faultline-collector", "faultline-correlator"] {
         m.until(
             &format!("systemctl is-active {unit}"),
@@ -496,7 +514,7 @@ fn packages_install_and_start_under_systemd() {
         "{last}"
     );
 
-    // Both stayed up: no restart since they started.
+    // Both stayed up: no restart (on failure) since they started.
     for unit in ["faultline-collector", "faultline-correlator"] {
         let s = text(&m.sh(&format!(
             "systemctl show -p NRestarts -p ActiveState {unit}"
@@ -506,6 +524,22 @@ fn packages_install_and_start_under_systemd() {
             "{unit}: {s}"
         );
     }
+    // An upgrade (the package installed again) keeps an edited conffile
+    // and restarts the unit.
+    let upgraded = m.sh("echo '# site edit' >> /etc/faultline/collector.toml \
+         && dpkg -i /root/debs/faultline-collector_*.deb \
+         && tail -n 1 /etc/faultline/collector.toml");
+    assert!(upgraded.status.success(), "{}", text(&upgraded));
+    assert!(
+        text(&upgraded).trim_end().ends_with("# site edit"),
+        "{}",
+        text(&upgraded)
+    );
+    m.until(
+        "systemctl is-active faultline-collector",
+        Duration::from_secs(15),
+        |s| s.trim() == "active",
+    );
     // Removal stops the unit and keeps the site's configuration.
     let removed = m.sh("dpkg -r faultline-correlator");
     assert!(removed.status.success(), "{}", text(&removed));
