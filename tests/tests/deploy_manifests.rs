@@ -330,10 +330,11 @@ fn short(dir: &Path) -> String {
 }
 
 /// Builds `component` on `root` through an overlay written in the scratch
-/// directory, as a site's overlay would take both.
-fn build_with_component(venv: &Path, root: &Path, component: &Path) -> Build {
+/// directory, as a site's overlay would take both (`tag` keeps tests
+/// running in parallel apart).
+fn build_with_component(venv: &Path, root: &Path, component: &Path, tag: &str) -> Build {
     let name = format!(
-        "{}+{}",
+        "{tag}-{}+{}",
         short(root).replace('/', "-"),
         short(component).replace('/', "-")
     );
@@ -409,7 +410,7 @@ fn every_kustomization_builds_with_real_kustomize_and_validates_strictly() {
             continue; // built with the kustomizations that take it
         }
         for root in &roots {
-            let b = build_with_component(venv, root, d);
+            let b = build_with_component(venv, root, d, "all");
             let plain = kustomize(
                 venv,
                 root,
@@ -1453,7 +1454,13 @@ fn seccomp_is_runtime_default_and_the_tailored_profile_an_opt_in_operator_compon
             .contains("Localhost"));
     }
     let component = repo().join("deploy/kubernetes/components/seccomp-localhost");
-    let with = build_with_component(venv, &repo().join("deploy/kubernetes"), &component).docs;
+    let with = build_with_component(
+        venv,
+        &repo().join("deploy/kubernetes"),
+        &component,
+        "seccomp",
+    )
+    .docs;
     let sp = object(&with, "SeccompProfile", "faultline-collector");
     assert!(
         sp["apiVersion"]
