@@ -1325,6 +1325,13 @@ fn images_release_label_and_scrapers_namespace_are_set_in_one_place() {
             );
         }
     }
+    let doc = kubernetes_doc();
+    assert!(
+        doc.contains("release: kube-prometheus-stack")
+            && doc.contains("serviceMonitorSelector")
+            && doc.contains("## Site settings"),
+        "docs/kubernetes.md explains the release label and the settings"
+    );
     site_overlay_from_the_docs_overrides_the_settings(venv, base_docs);
 }
 
