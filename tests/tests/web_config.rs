@@ -616,3 +616,71 @@ fn prometheus_scrapes_a_collector_over_tls_with_basic_auth() {
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// Ctrl-C on `scripts/run.sh` (`faultline-sim --web … --keep-serving`),
+/// after the run and during it: the temporary history database is closed
+/// before it is removed (no "history database deleted while the correlator
+/// runs" ERROR, no file recreated) and nothing of it stays in the temporary
+/// directory (during the run the default SIGINT left the database and its
+/// 8 MiB incident journal behind).
+#[test]
+fn ctrl_c_on_the_simulators_web_ui_leaves_no_error_and_no_files() {
+    for (when, args, ready) in [
+        (
+            "after the run",
+            ["--duration", "2", "--keep-serving"],
+            "simulation done",
+        ),
+        (
+            "during the run",
+            ["--duration", "3600", "--keep-serving"],
+            "web UI:",
+        ),
+    ] {
+        let dir = scratch(&format!("sim-{}", when.replace(' ', "-")));
+        let mut child = KillOnDrop(
+            Command::new(bin("faultline-sim"))
+                .args(["--inject", "ib-link-degrade", "--web", "127.0.0.1:0"])
+                .args(args)
+                .env("TMPDIR", &dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start faultline-sim"),
+        );
+        let rx = tests::lines_of(&mut child.0);
+        wait_line(&rx, ready, |l| l.starts_with(ready));
+        // A few windows into the history first.
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = i32::try_from(child.0.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.0.try_wait().expect("wait").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{when}: still running 10 s after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut stderr = String::new();
+        if let Some(mut e) = child.0.stderr.take() {
+            use std::io::Read as _;
+            let _ = e.read_to_string(&mut stderr);
+        }
+        assert!(
+            !stderr.contains("ERROR") && !stderr.contains("deleted while"),
+            "{when}: {stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("scratch dir")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("faultline-sim-history"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{when}: left in the temporary directory: {left:?}"
+        );
+    }
+}

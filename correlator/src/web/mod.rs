@@ -395,6 +395,15 @@ pub struct Attached {
     pub addr: SocketAddr,
     temp: Option<std::path::PathBuf>,
     keep_serving: bool,
+    /// Ctrl-C during the run: closes and removes a temporary history, exits.
+    on_interrupt: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Removes a temporary history database and its -wal, -shm and journal.
+fn remove_history(db: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm", "-incidents"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
 }
 
 impl Attached {
@@ -410,6 +419,9 @@ impl Attached {
     /// `--keep-serving`) serves until Ctrl-C; closes the history and removes
     /// a temporary database (with its -wal, -shm and incident journal).
     pub async fn finish(self) {
+        if let Some(h) = &self.on_interrupt {
+            h.abort();
+        }
         self.opened.recorder.flush().await;
         if self.keep_serving {
             println!(
@@ -423,9 +435,7 @@ impl Attached {
         // every Ctrl-C of scripts/run.sh) and left the journal behind.
         self.opened.recorder.close().await;
         if let Some(t) = &self.temp {
-            for suffix in ["", "-wal", "-shm", "-incidents"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", t.display()));
-            }
+            remove_history(t);
         }
     }
 }
@@ -462,10 +472,23 @@ pub async fn attach(
     };
     serve(addr, state, std::future::pending()).await?;
     println!("web UI: http://{addr}/");
+    // Ctrl-C before the run ends: the temporary history goes too (the
+    // default SIGINT left the database and its 8 MiB journal in /tmp).
+    let on_interrupt = temp.clone().map(|db| {
+        let recorder = opened.recorder.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                recorder.close().await;
+                remove_history(&db);
+                std::process::exit(130);
+            }
+        })
+    });
     Ok(Some(Attached {
         opened,
         addr,
         temp,
         keep_serving: args.keep_serving,
+        on_interrupt,
     }))
 }
