@@ -99,7 +99,7 @@ fn query_until(prom: &str, q: &str, limit: Duration) -> Vec<serde_json::Value> {
 /// Grafana's variables replaced by what selects everything.
 /// Every dashboard query with its variables set: `$node` to `node` (the
 /// value its variable takes), the others to "all".
-fn dashboard_queries(node: &str) -> Vec<(String, String, String)> {
+fn dashboard_queries(node: &str, cluster: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let dir = repo().join("deploy/grafana");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -112,7 +112,7 @@ fn dashboard_queries(node: &str) -> Vec<(String, String, String)> {
     assert_eq!(files.len(), 4, "fleet, host, job, link: {files:?}");
     let subst = |e: &str| {
         e.replace("$__rate_interval", "15s")
-            .replace("$cluster", ".*")
+            .replace("$cluster", cluster)
             .replace("$hpc_job", ".+")
             .replace("$node", node)
             .replace("$device", ".+")
@@ -204,6 +204,19 @@ fn rule_names() -> (BTreeSet<String>, Vec<String>) {
     (names, records)
 }
 
+/// Metric names the rules read that a collector or correlator of this
+/// revision may not export yet; each rule works without it. Delete a name
+/// once the binaries export it from the start.
+/// * `faultline_history_write_errors_total` appears at the first failed
+///   write (`FaultlineHistoryWriteErrors` sees a lasting fault from the
+///   second on; initialised at 0 it would see the first).
+/// * `faultline_spool_max_bytes`, the spool's bound: `FaultlineSpoolFilling`
+///   falls back to the 64 MiB default without it.
+const AWAITED: [&str; 2] = [
+    "faultline_history_write_errors_total",
+    "faultline_spool_max_bytes",
+];
+
 /// One collector of the live test: started, its metrics address, its
 /// console lines, its OTLP port.
 struct Collector {
@@ -279,14 +292,18 @@ fn start_collector(
 /// faultline-collector) and the correlator (job faultline-correlator)
 /// every second, with the rules evaluated every second. Plain static
 /// targets: `instance` is Prometheus's own host:port, no relabelling, no
-/// honor_labels (faultline's families carry no `job` of their own).
+/// honor_labels (faultline's families carry no `job` of their own); with
+/// `cluster`, every series carries that `cluster` label (as a global view
+/// such as Thanos adds it).
 fn start_prometheus(
     dir: &Path,
     name: &str,
     collector: &str,
     correlator: &str,
+    cluster: Option<&str>,
 ) -> (KillOnDrop, String) {
     let port = free_port();
+    let labels = cluster.map_or(String::new(), |c| format!("    labels: {{cluster: {c}}}\n"));
     let conf = dir.join(format!("prometheus-{name}.yml"));
     std::fs::write(
         &conf,
@@ -294,8 +311,8 @@ fn start_prometheus(
             "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
              rule_files: ['{rules}']\n\
              scrape_configs:\n\
-             - job_name: faultline-collector\n  static_configs:\n  - targets: ['{collector}']\n\
-             - job_name: faultline-correlator\n  static_configs:\n  - targets: ['{correlator}']\n",
+             - job_name: faultline-collector\n  static_configs:\n  - targets: ['{collector}']\n{labels}\
+             - job_name: faultline-correlator\n  static_configs:\n  - targets: ['{correlator}']\n{labels}",
             rules = repo()
                 .join("deploy/prometheus/faultline-rules.yaml")
                 .display()
@@ -319,8 +336,20 @@ fn start_prometheus(
 }
 
 /// The dashboards' queries that return nothing from `prom`, whose one
-/// collector target is `metrics_addr` (the value `$node` offers).
-fn empty_dashboard_queries(prom: &str, metrics_addr: &str, what: &str) -> Vec<String> {
+/// collector target is `metrics_addr` (the value `$node` offers), with
+/// `$cluster` set to "All" (`.*`) or to the one value its variable offers.
+fn empty_dashboard_queries(
+    prom: &str,
+    metrics_addr: &str,
+    what: &str,
+    cluster: Option<&str>,
+) -> Vec<String> {
+    let offered = query(
+        prom,
+        "group by (cluster) (up{job=~\"faultline-collector|faultline-correlator\"})",
+    );
+    assert_eq!(offered.len(), 1, "{what}: {offered:?}");
+    assert_eq!(offered[0]["metric"]["cluster"].as_str(), cluster, "{what}");
     let nodes = query_until(
         prom,
         "group by (instance) (faultline_probe_attached)",
@@ -332,7 +361,7 @@ fn empty_dashboard_queries(prom: &str, metrics_addr: &str, what: &str) -> Vec<St
         node, metrics_addr,
         "{what}: Prometheus's own instance label"
     );
-    let queries = dashboard_queries(&node.replace('.', "\\\\."));
+    let queries = dashboard_queries(&node.replace('.', "\\\\."), cluster.unwrap_or(".*"));
     assert!(queries.len() >= 50, "{} queries", queries.len());
     queries
         .iter()
@@ -388,19 +417,26 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
 
     let grpc = free_port();
     let web = free_port();
-    // Alertmanager at a port nobody listens on: the correlator's posts of
-    // the XID's incident fail, so faultline_alerts_failed_total (which
-    // FaultlineAlertmanagerPushFailing reads) is exported.
+    // Alertmanager at a port nobody listens on, re-sent every second: the
+    // correlator's posts of the XID's incident fail, each counted in
+    // faultline_alerts_failed_total (FaultlineAlertmanagerPushFailing).
+    let corr_toml = dir.join("correlator.toml");
+    std::fs::write(
+        &corr_toml,
+        format!(
+            "[alertmanager]\nurl = \"http://127.0.0.1:{}\"\nresend_s = 1\n",
+            free_port()
+        ),
+    )
+    .expect("correlator.toml");
     let _corr = KillOnDrop(
         Command::new(bin("faultline-correlator"))
             .args(["serve", "--insecure", "--listen"])
             .arg(format!("127.0.0.1:{grpc}"))
             .arg("--web")
             .arg(format!("127.0.0.1:{web}"))
-            .args([
-                "--alertmanager",
-                &format!("http://127.0.0.1:{}", free_port()),
-            ])
+            .arg("--config")
+            .arg(&corr_toml)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -465,14 +501,17 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     }
 
     let correlator = format!("127.0.0.1:{web}");
-    let (_prom_on, prom) = start_prometheus(&dir, "on", &on.metrics_addr, &correlator);
-    let (_prom_off, prom_off) = start_prometheus(&dir, "off", &off.metrics_addr, &correlator);
+    // The copies-off Prometheus labels its series cluster="east"; the
+    // other has no `cluster` at all.
+    let (_prom_on, prom) = start_prometheus(&dir, "on", &on.metrics_addr, &correlator, None);
+    let (_prom_off, prom_off) =
+        start_prometheus(&dir, "off", &off.metrics_addr, &correlator, Some("east"));
     for p in [&prom, &prom_off] {
         let up = query_until(p, "count(up == 1) == 2", Duration::from_secs(30));
         assert_eq!(up.len(), 1, "both targets of {p} up within 30 s");
     }
-    // 20 s of scrapes: the 15 s rate windows have their samples.
-    std::thread::sleep(Duration::from_secs(20));
+    // 10 s of scrapes: the 15 s rate windows have their samples.
+    std::thread::sleep(Duration::from_secs(10));
 
     // The copies really are off on the one and on on the other; faultline's
     // own series carry the workload's job as hpc_job, never as `job`.
@@ -508,11 +547,17 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     }
 
     // Every dashboard query, with the copies on and with them off.
-    let mut empty = empty_dashboard_queries(&prom, &on.metrics_addr, "dcgm_compat on");
+    let mut empty = empty_dashboard_queries(
+        &prom,
+        &on.metrics_addr,
+        "dcgm_compat on, no cluster label",
+        None,
+    );
     empty.extend(empty_dashboard_queries(
         &prom_off,
         &off.metrics_addr,
-        "dcgm_compat off",
+        "dcgm_compat off, cluster east",
+        Some("east"),
     ));
     // dcgm-exporter's own dashboard (copies on): 8 of 8 panels, and its variables.
     let (panels, vars) = tests::dcgm_exporter::dashboard();
@@ -544,15 +589,20 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     let missing: Vec<&String> = names
         .iter()
         .filter(|n| {
-            query_until(
-                &prom_off,
-                &format!("group({{__name__=\"{n}\"}})"),
-                Duration::from_secs(5),
-            )
-            .is_empty()
+            let q = format!("group({{__name__=\"{n}\"}})");
+            match AWAITED.contains(&n.as_str()) {
+                true => query(&prom_off, &q).is_empty(),
+                false => query_until(&prom_off, &q, Duration::from_secs(5)).is_empty(),
+            }
         })
         .collect();
+    let (awaited, missing): (Vec<&String>, Vec<&String>) = missing
+        .into_iter()
+        .partition(|n| AWAITED.contains(&n.as_str()));
     assert!(missing.is_empty(), "rule metrics not exported: {missing:?}");
+    if !awaited.is_empty() {
+        eprintln!("rule metrics not exported yet (AWAITED): {awaited:?}");
+    }
     let no_data: Vec<&String> = records
         .iter()
         .filter(|r| query_until(&prom_off, r, Duration::from_secs(5)).is_empty())
@@ -561,10 +611,22 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
         no_data.is_empty(),
         "recording rules without data: {no_data:?}"
     );
-    // Every target up: no meta-alert is pending or firing.
+    // The meta-alerts on the live targets: every target up, so none but
+    // FaultlineAlertmanagerPushFailing, which the correlator's real failed
+    // posts (to a closed port) make pending: its expression sees them.
+    let failing = query_until(
+        &prom_off,
+        "ALERTS{alertname=\"FaultlineAlertmanagerPushFailing\",alertstate=\"pending\"}",
+        Duration::from_secs(20),
+    );
+    assert_eq!(failing.len(), 1, "{failing:#?}");
+    assert_eq!(failing[0]["metric"]["instance"], correlator.as_str());
     let meta = query(
         &prom_off,
-        &format!("ALERTS{{alertname=~\"{}\"}}", META.join("|")),
+        &format!(
+            "ALERTS{{alertname=~\"{}\",alertname!=\"FaultlineAlertmanagerPushFailing\"}}",
+            META.join("|")
+        ),
     );
     assert!(meta.is_empty(), "{meta:#?}");
 
@@ -641,7 +703,11 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
     }
     let _ = cuda.0.stdin.take();
     let _ = cuda.0.wait();
-    drop((on.child, off.child, loops));
+    // Both collectors killed at once, then reaped (each takes seconds to
+    // tear its probes down).
+    let (mut a, mut b) = (on.child, off.child);
+    let _ = (a.0.kill(), b.0.kill());
+    drop((a, b, loops));
     eprintln!("deploy_prometheus live test: {:?}", started.elapsed());
 }
 
