@@ -684,3 +684,80 @@ fn ctrl_c_on_the_simulators_web_ui_leaves_no_error_and_no_files() {
         );
     }
 }
+
+/// Polls `args` with curl until it answers 200 (10 s at most).
+fn until_ok(args: &[&str], what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (rc, status, _, body) = curl(args);
+        if status == 200 {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: curl {rc}, status {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_renewed_certificate_is_served_without_a_restart() {
+    if !have_all(&["openssl", "curl"], "web_config renewal") {
+        return;
+    }
+    let dir = scratch("renewal");
+    pki(&dir);
+    std::fs::write(
+        dir.join("web.yml"),
+        "tls_server_config:\n  cert_file: live.pem\n  key_file: live.key\n",
+    )
+    .expect("web.yml");
+    let p = |f: &str| dir.join(f);
+    let install = |cert: &str, key: &str| {
+        // As cert-manager or certbot renew: new files renamed into place.
+        std::fs::copy(p(cert), p("new.pem")).expect("copy cert");
+        std::fs::copy(p(key), p("new.key")).expect("copy key");
+        std::fs::rename(p("new.key"), p("live.key")).expect("rename key");
+        std::fs::rename(p("new.pem"), p("live.pem")).expect("rename cert");
+    };
+    install("server.pem", "server.key");
+    let (_c, addr) = collector(&dir, &p("web.yml"));
+    let url = format!("https://{addr}/metrics");
+    let with_ca = |ca: &str| {
+        vec![
+            "--cacert".to_string(),
+            p(ca).display().to_string(),
+            url.clone(),
+        ]
+    };
+    let first = with_ca("ca.pem");
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    until_ok(&first, "the first certificate");
+
+    // Renewed by another CA: served from the next handshake a second on.
+    new_ca(&dir, "ca2");
+    issue(
+        &dir,
+        "ca2",
+        "server2",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    install("server2.pem", "server2.key");
+    let second = with_ca("ca2.pem");
+    let second: Vec<&str> = second.iter().map(String::as_str).collect();
+    until_ok(&second, "the renewed certificate");
+    let (rc, _, _, _) = curl(&first);
+    assert_eq!(rc, 60, "the old CA still verifies the server");
+
+    // A broken renewal (a key that does not fit): the last good pair stays.
+    std::thread::sleep(Duration::from_millis(1100));
+    install("server.pem", "server2.key");
+    std::thread::sleep(Duration::from_millis(1100));
+    let body = until_ok(&second, "the kept certificate");
+    assert_eq!(
+        sample(&body, "faultline_web_tls_reload_errors_total"),
+        Some(1.0),
+        "{body}"
+    );
+}

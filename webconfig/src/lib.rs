@@ -8,6 +8,7 @@
 //! does not implement is refused by name (docs/web.md, "Web config file").
 mod auth;
 mod file;
+mod reload;
 mod tls;
 
 use std::{
@@ -229,6 +230,10 @@ pub fn describe() {
     metrics::describe_counter!(
         "faultline_web_auth_failures_total",
         "Requests refused 401 by the web config file's basic_auth_users (listener; reason: missing, malformed, wrong)"
+    );
+    metrics::describe_counter!(
+        "faultline_web_tls_reload_errors_total",
+        "Changed TLS certificate or key files of the web config file that did not load (the previous pair is still served)"
     );
 }
 

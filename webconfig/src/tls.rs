@@ -4,13 +4,12 @@ use std::{
     sync::Arc,
 };
 
-use rustls_pki_types::{pem::PemObject as _, CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{pem::PemObject as _, CertificateDer};
 use tokio_rustls::rustls;
 
-use crate::{file::TlsServerConfig, Problem};
+use crate::{file::TlsServerConfig, reload, Problem};
 
-/// Largest PEM file read (a certificate chain or key).
-const MAX_PEM: u64 = 1 << 20;
+use reload::MAX_PEM;
 
 /// PEM text given inline (`cert`) or as a file (`cert_file`, relative to
 /// the config file's directory, as exporter-toolkit resolves it).
@@ -92,37 +91,23 @@ pub fn server_config(
             ))
         }
     };
-    let chain = CertificateDer::pem_slice_iter(&cert.0)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Problem::new("tls_server_config.cert_file", format!("{}: {e}", cert.1)))?;
-    if chain.is_empty() {
-        return Err(Problem::new(
-            "tls_server_config.cert_file",
-            format!("{}: no PEM certificate in it", cert.1),
-        ));
-    }
-    let key_der = PrivateKeyDer::from_pem_slice(&key.0).map_err(|e| {
-        Problem::new(
-            "tls_server_config.key_file",
-            format!("{}: no PEM private key in it ({e})", key.1),
-        )
-    })?;
     let versions = protocol_versions(t)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| Problem::new("tls_server_config.min_version", e.to_string()))?;
-    let verifier = client_verifier(t, ca, provider)?;
+    let verifier = client_verifier(t, ca, provider.clone())?;
     let builder = match verifier {
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = builder.with_single_cert(chain, key_der).map_err(|e| {
-        Problem::new(
-            "tls_server_config.key_file",
-            format!("{} does not fit {} ({e})", key.1, cert.1),
-        )
-    })?;
+    let certified = reload::certified(&cert.0, &key.0, (&cert.1, &key.1), &provider)?;
+    let files = match (&t.cert_file, &t.key_file) {
+        (Some(c), Some(k)) => Some((dir.join(c), dir.join(k))),
+        _ => None,
+    };
+    let resolver = reload::Reloading::new(certified, files, provider);
+    let mut cfg = builder.with_cert_resolver(Arc::new(resolver));
     cfg.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Some(Arc::new(cfg)))
