@@ -186,8 +186,9 @@ fn scale_out() -> Option<&'static [Value]> {
 /// each served version's openAPIV3Schema, made strict (an object with
 /// `properties` admits no other field unless it preserves unknown fields,
 /// as kubernetes-validate `--strict` treats the built-in kinds), and the
-/// CRD's scope (a cluster-scoped object has no namespace). Prints
-/// `passed KIND/NAME`, `FAIL KIND/NAME: why`, or `nocrd KIND/NAME`.
+/// CRD's scope (a cluster-scoped object has no namespace). Arguments: the
+/// number of manifest files, those files, the CRD files. Prints
+/// `passed<TAB>FILE<TAB>KIND/NAME`, `FAIL<TAB>…: why`, or `nocrd<TAB>…`.
 const CRD_VALIDATE: &str = r#"
 import json, sys, yaml, jsonschema
 
@@ -206,8 +207,10 @@ def strict(s):
             s[k] = [strict(x) for x in s[k]]
     return s
 
+n = int(sys.argv[1])
+manifests, crd_files = sys.argv[2:2 + n], sys.argv[2 + n:]
 crds = {}
-for f in sys.argv[2:]:
+for f in crd_files:
     for crd in yaml.safe_load_all(open(f)):
         spec = crd["spec"]
         for v in spec["versions"]:
@@ -215,43 +218,50 @@ for f in sys.argv[2:]:
                 key = (spec["group"] + "/" + v["name"], spec["names"]["kind"])
                 crds[key] = (strict(v["schema"]["openAPIV3Schema"]), spec["scope"])
 failed = False
-for d in yaml.safe_load_all(open(sys.argv[1])):
-    if not d:
-        continue
-    what = d["kind"] + "/" + d["metadata"]["name"]
-    if (d["apiVersion"], d["kind"]) not in crds:
-        print("nocrd " + what)
-        continue
-    schema, scope = crds[(d["apiVersion"], d["kind"])]
-    errors = [e.message + " at " + str(list(e.absolute_path))
-              for e in jsonschema.Draft4Validator(schema).iter_errors(d)]
-    if (scope == "Cluster") == ("namespace" in d["metadata"]):
-        errors.append("a %s object with metadata.namespace %r" % (scope, d["metadata"].get("namespace")))
-    for e in errors:
-        failed = True
-        print("FAIL " + what + ": " + e)
-    if not errors:
-        print("passed " + what)
+for m in manifests:
+    for d in yaml.safe_load_all(open(m)):
+        if not d:
+            continue
+        what = m + "\t" + d["kind"] + "/" + d["metadata"]["name"]
+        if (d["apiVersion"], d["kind"]) not in crds:
+            print("nocrd\t" + what)
+            continue
+        schema, scope = crds[(d["apiVersion"], d["kind"])]
+        errors = [e.message + " at " + str(list(e.absolute_path))
+                  for e in jsonschema.Draft4Validator(schema).iter_errors(d)]
+        if (scope == "Cluster") == ("namespace" in d["metadata"]):
+            errors.append("a %s object with metadata.namespace %r" % (scope, d["metadata"].get("namespace")))
+        for e in errors:
+            failed = True
+            print("FAIL\t" + what + ": " + e)
+        if not errors:
+            print("passed\t" + what)
 sys.exit(1 if failed else 0)
 "#;
 
-/// Validates every object of a build strictly: the built-in kinds with
+/// Validates every object of the builds strictly: the built-in kinds with
 /// kubernetes-validate (Kubernetes 1.30, the oldest the base supports —
 /// bound tokens name their node from 1.30 on — and its current schemas),
 /// the CRD kinds against their CRDs. Every object passes exactly one of
-/// the two; returns (built-in, CRD) counts.
-fn validate_strictly(venv: &Path, build: &Build) -> (usize, usize) {
+/// the two; returns each build's (built-in, CRD) counts. One run of each
+/// tool for all builds (each run loads its schemas anew).
+fn validate_strictly(venv: &Path, builds: &[&Build]) -> Vec<(usize, usize)> {
+    let files: Vec<&Path> = builds.iter().map(|b| b.yaml.as_path()).collect();
     let report = run(Command::new(venv.join("bin/kubernetes-validate"))
         .args(["--strict", "-k", "1.30.0"])
-        .arg(&build.yaml));
+        .args(&files));
     run(Command::new(venv.join("bin/kubernetes-validate"))
         .args(["--strict", "--quiet"])
-        .arg(&build.yaml));
-    let builtin: BTreeSet<String> = report
-        .lines()
-        .filter_map(|l| l.split_once(" passed for resource ")?.1.split(' ').next())
-        .map(str::to_string)
-        .collect();
+        .args(&files));
+    // "INFO <file> passed for resource <kind>/<name> against version 1.30"
+    let mut builtin: BTreeSet<(String, String)> = BTreeSet::new();
+    for l in report.lines() {
+        if let Some((head, tail)) = l.split_once(" passed for resource ") {
+            let file = head.split_once(' ').map_or(head, |(_, f)| f);
+            let what = tail.split(' ').next().unwrap_or_default();
+            builtin.insert((file.to_string(), what.to_string()));
+        }
+    }
     let mut crds: Vec<PathBuf> = std::fs::read_dir(repo().join("tests/data/crds"))
         .expect("tests/data/crds")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -260,25 +270,37 @@ fn validate_strictly(venv: &Path, build: &Build) -> (usize, usize) {
     crds.sort();
     let checked = run(Command::new(venv.join("bin/python"))
         .args(["-c", CRD_VALIDATE])
-        .arg(&build.yaml)
+        .arg(files.len().to_string())
+        .args(&files)
         .args(&crds));
-    let mut by_crd = 0;
+    let mut by_crd: BTreeMap<String, usize> = BTreeMap::new();
     let mut no_crd = BTreeSet::new();
     for l in checked.lines() {
-        if l.starts_with("passed ") {
-            by_crd += 1;
-        } else if let Some(what) = l.strip_prefix("nocrd ") {
-            no_crd.insert(what.to_lowercase());
+        let mut f = l.split('\t');
+        match (f.next(), f.next(), f.next()) {
+            (Some("passed"), Some(file), Some(_)) => {
+                *by_crd.entry(file.to_string()).or_default() += 1
+            }
+            (Some("nocrd"), Some(file), Some(what)) => {
+                no_crd.insert((file.to_string(), what.to_lowercase()));
+            }
+            _ => {}
         }
     }
     assert_eq!(
-        no_crd,
-        builtin,
-        "every object without a CRD here passed kubernetes-validate ({}):\n{report}\n{checked}",
-        build.yaml.display()
+        no_crd, builtin,
+        "every object without a CRD here passed kubernetes-validate:\n{report}\n{checked}"
     );
-    assert_eq!(builtin.len() + by_crd, build.docs.len(), "{checked}");
-    (builtin.len(), by_crd)
+    builds
+        .iter()
+        .map(|b| {
+            let file = b.yaml.display().to_string();
+            let n = builtin.iter().filter(|(f, _)| *f == file).count();
+            let c = by_crd.get(&file).copied().unwrap_or(0);
+            assert_eq!(n + c, b.docs.len(), "{file}: {checked}");
+            (n, c)
+        })
+        .collect()
 }
 
 /// Every kustomization file under `deploy/`, by its directory.
@@ -397,12 +419,10 @@ fn every_kustomization_builds_with_real_kustomize_and_validates_strictly() {
         .map(|(d, _)| d)
         .collect();
     let mut built = Vec::new();
-    let mut summary = String::new();
+    let mut builds = Vec::new();
     for (d, k) in dirs.iter().zip(&kinds) {
         if !is_component(k) {
-            let b = kustomize(venv, d, &short(d).replace('/', "-"));
-            let (builtin, crd) = validate_strictly(venv, &b);
-            summary += &format!("{}: {builtin} built-in + {crd} CRD objects\n", short(d));
+            builds.push(kustomize(venv, d, &short(d).replace('/', "-")));
             built.push(short(d));
             continue;
         }
@@ -423,16 +443,14 @@ fn every_kustomization_builds_with_real_kustomize_and_validates_strictly() {
                 short(d),
                 short(root)
             );
-            let (builtin, crd) = validate_strictly(venv, &b);
-            summary += &format!(
-                "{} + {}: {builtin} built-in + {crd} CRD objects\n",
-                short(root),
-                short(d)
-            );
+            builds.push(b);
             built.push(format!("{} + {}", short(root), short(d)));
         }
     }
-    eprint!("{summary}");
+    let counts = validate_strictly(venv, &builds.iter().collect::<Vec<_>>());
+    for (name, (builtin, crd)) in built.iter().zip(counts) {
+        eprintln!("{name}: {builtin} built-in + {crd} CRD objects");
+    }
     for want in [
         "deploy/kubernetes",
         "deploy/kubernetes/collector",
