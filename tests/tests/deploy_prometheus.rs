@@ -1089,6 +1089,7 @@ fn every_alert_waits_or_says_why_and_selects_the_scrape_job() {
     );
     let selector =
         regex::Regex::new(r"\b((?:faultline|DCGM_FI)_[a-z0-9_A-Z]+)(\{[^}]*\})?").expect("regex");
+    let by_job = regex::Regex::new(r"by \([^)]*\bjob\b").expect("regex");
     for r in &rules {
         for c in selector.captures_iter(&r.expr) {
             let sel = c.get(2).map_or("", |m| m.as_str());
@@ -1108,9 +1109,7 @@ fn every_alert_waits_or_says_why_and_selects_the_scrape_job() {
             );
         }
         assert!(
-            !regex::Regex::new(r"by \([^)]*\bjob\b")
-                .expect("regex")
-                .is_match(&r.expr),
+            !by_job.is_match(&r.expr),
             "{}: aggregates by the scrape job as if it were the workload's",
             r.name
         );
