@@ -378,6 +378,9 @@ fn files(dir: &Path) -> Option<Vec<(String, String)>> {
 /// job mapping directory only (an empty job file directory), so the GPUs'
 /// `hpc_job` can only come from dcgm-exporter's format.
 fn collector(dir: &Path) -> (KillOnDrop, String) {
+    // A copy of the CUDA stand-in of its own: uprobes follow the file, so
+    // the CUDA workloads of tests running beside this one stay out.
+    std::fs::copy(tests::fake_libcuda(), dir.join("libcuda.so.1")).expect("copy libcuda");
     let scenario = dir.join("nvml.txt");
     std::fs::write(&scenario, "0 gpu=0 temp=40\n0 gpu=1 temp=41\n").expect("scenario");
     let mut child = KillOnDrop(
@@ -393,7 +396,7 @@ fn collector(dir: &Path) -> (KillOnDrop, String) {
                 "--no-otlp",
             ])
             .arg("--cuda-library")
-            .arg(tests::fake_libcuda())
+            .arg(dir.join("libcuda.so.1"))
             .arg("--nvml-library")
             .arg(tests::fake_nvml())
             .arg("--job-dir")
@@ -472,7 +475,7 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
              FAKE_CUDA_SYNC_US=2000000 srun -n2 sh -c 'exec {} {} device:$SLURM_PROCID \
              func:slurm_rank$SLURM_PROCID launch:$((10 + SLURM_PROCID)):1,1,1:32,1,1:0 streamsync:1'\n",
             tests::cuda_workload().display(),
-            tests::fake_libcuda().display()
+            dir.join("libcuda.so.1").display()
         ),
         0o755,
     );
