@@ -42,6 +42,9 @@ APT_PACKAGES=(
   python3 python3-venv
   # promtool, for the /metrics format tests (`promtool check metrics`).
   prometheus
+  # htpasswd (bcrypt hashes) for the web config file tests
+  # (tests/tests/web_config.rs).
+  apache2-utils
   # the unit hardening test: systemd-analyze security / syscall-filter, and
   # strace to check a real run stays inside the seccomp allowlist.
   systemd strace
