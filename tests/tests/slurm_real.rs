@@ -456,10 +456,11 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
         return;
     };
     let t0 = Instant::now();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-real");
+    // Short: munged's and the daemons' socket paths must fit sun_path.
+    let dir = std::env::temp_dir().join(format!("faultline-slurm-{}", std::process::id()));
     let slurm = Slurm::start(&dir, bins);
     let started = t0.elapsed();
-    let (col, addr) = collector(&dir);
+    let (mut col, addr) = collector(&dir);
     let scrape = || metrics::scrape(&addr).unwrap_or_else(|e| panic!("scrape: {e}"));
 
     // Two ranks, each launching on the GPU of its rank (10 + rank kernels)
@@ -589,8 +590,10 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
     // The collector is killed and reaped on a thread: the kernel takes
     // seconds to tear down its probes, and the test need not wait for that
     // (init reaps it if this process exits first).
+    let _ = col.0.kill();
     std::thread::spawn(move || drop(col));
     drop(slurm);
+    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "slurm_real: daemons up in {started:?}, all done in {:?}",
         t0.elapsed()
