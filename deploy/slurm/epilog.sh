@@ -19,7 +19,7 @@ one_line() { printf '%s' "$1" | tr -d '\r\n'; }
 # The prolog's defaults file (see prolog.sh), never sourced.
 defaults="${FAULTLINE_SLURM_DEFAULTS:-/etc/default/faultline-slurm}"
 if [ -r "$defaults" ]; then
-  while IFS='=' read -r k v; do
+  while IFS='=' read -r k v || [ -n "$k" ]; do
     v="${v#\"}" && v="${v%\"}"
     case "$k" in
       FAULTLINE_JOB_DIR) [ -n "${FAULTLINE_JOB_DIR+x}" ] || FAULTLINE_JOB_DIR="$v" ;;

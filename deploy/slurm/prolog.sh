@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2317 # map_all and map_one run through locked "$1"
 # faultline Slurm prolog (docs/slurm.md): tells the node's collector which
 # job and user own which GPUs and HCAs, so GPU series carry hpc_job even for
 # processes that carry no SLURM_* variable (containers, daemons the job
@@ -48,7 +49,7 @@ one_line() { printf '%s' "$1" | tr -d '\r\n'; }
 # must not end the prolog).
 defaults="${FAULTLINE_SLURM_DEFAULTS:-/etc/default/faultline-slurm}"
 if [ -r "$defaults" ]; then
-  while IFS='=' read -r k v; do
+  while IFS='=' read -r k v || [ -n "$k" ]; do
     v="${v#\"}" && v="${v%\"}"
     case "$k" in
       FAULTLINE_JOB_DIR) [ -n "${FAULTLINE_JOB_DIR+x}" ] || FAULTLINE_JOB_DIR="$v" ;;
