@@ -377,15 +377,16 @@ fn prolog_and_epilog_keep_dcgm_exporters_job_mapping_files() {
     assert!(files(&dir).is_empty(), "{:?}", files(&dir));
 
     // The directory from /etc/default/faultline-slurm (here another file),
-    // never sourced: a line that is not KEY=value is ignored.
+    // never sourced: a line that is not KEY=value is ignored; the last line
+    // counts without a newline.
     let other = base.join("site-mapping");
     let defaults = base.join("faultline-slurm");
     write(
         &defaults,
         &format!(
-            "# site defaults\nDCGM_HPC_JOB_MAPPING_DIR=\"{}\"\n$(touch {}/pwned)\n",
-            other.display(),
-            base.display()
+            "# site defaults\n$(touch {}/pwned)\nDCGM_HPC_JOB_MAPPING_DIR=\"{}\"",
+            base.display(),
+            other.display()
         ),
     );
     let out = Command::new("/bin/sh")
