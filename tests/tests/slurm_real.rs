@@ -359,6 +359,22 @@ fn seen(done: bool, what: impl std::fmt::Debug) -> Result<(), String> {
     }
 }
 
+impl Drop for Slurm {
+    /// Cancels what is left (a failed test's job waits for its `go` file)
+    /// and waits, bounded, for the queue to empty, so no slurmstepd outlives
+    /// the daemons; then the daemons are killed.
+    fn drop(&mut self) {
+        if self._daemons.len() < 3 {
+            return;
+        }
+        let _ = self.run("scancel", &["--partition=test"]);
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end && !self.stdout("squeue", &["-h", "-o", "%i"]).is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// The files of a directory by name with their text (`None`: no directory).
 fn files(dir: &Path) -> Option<Vec<(String, String)>> {
     let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
@@ -587,6 +603,9 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
     });
     assert!(slurm.scontrol_state().contains("DRAIN"), "{state}");
     let _ = slurm.run("scancel", &[&job3]);
+    slurm.wait_for(Duration::from_secs(10), "job 3 cancelled", || {
+        seen(slurm.done(&job3), "still queued")
+    });
     // The collector is killed and reaped on a thread: the kernel takes
     // seconds to tear down its probes, and the test need not wait for that
     // (init reaps it if this process exits first).
