@@ -204,19 +204,6 @@ fn rule_names() -> (BTreeSet<String>, Vec<String>) {
     (names, records)
 }
 
-/// Metric names the rules read that a collector or correlator of this
-/// revision may not export yet; each rule works without it. Delete a name
-/// once the binaries export it from the start.
-/// * `faultline_history_write_errors_total` appears at the first failed
-///   write (`FaultlineHistoryWriteErrors` sees a lasting fault from the
-///   second on; initialised at 0 it would see the first).
-/// * `faultline_spool_max_bytes`, the spool's bound: `FaultlineSpoolFilling`
-///   falls back to the 64 MiB default without it.
-const AWAITED: [&str; 2] = [
-    "faultline_history_write_errors_total",
-    "faultline_spool_max_bytes",
-];
-
 /// One collector of the live test: started, its metrics address, its
 /// console lines, its OTLP port.
 struct Collector {
@@ -437,6 +424,9 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
             .arg(format!("127.0.0.1:{web}"))
             .arg("--config")
             .arg(&corr_toml)
+            // With a history, as deployed: its error counter is exported.
+            .arg("--history")
+            .arg(dir.join("history.db"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -590,19 +580,10 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
         .iter()
         .filter(|n| {
             let q = format!("group({{__name__=\"{n}\"}})");
-            match AWAITED.contains(&n.as_str()) {
-                true => query(&prom_off, &q).is_empty(),
-                false => query_until(&prom_off, &q, Duration::from_secs(5)).is_empty(),
-            }
+            query_until(&prom_off, &q, Duration::from_secs(5)).is_empty()
         })
         .collect();
-    let (awaited, missing): (Vec<&String>, Vec<&String>) = missing
-        .into_iter()
-        .partition(|n| AWAITED.contains(&n.as_str()));
     assert!(missing.is_empty(), "rule metrics not exported: {missing:?}");
-    if !awaited.is_empty() {
-        eprintln!("rule metrics not exported yet (AWAITED): {awaited:?}");
-    }
     let no_data: Vec<&String> = records
         .iter()
         .filter(|r| query_until(&prom_off, r, Duration::from_secs(5)).is_empty())

@@ -152,6 +152,11 @@ const FAMILIES: &[(&str, bool, &str)] = &[
     ("faultline_spool_windows", true, "Windows in the spool"),
     ("faultline_spool_bytes", true, "Bytes in the spool"),
     (
+        "faultline_spool_max_bytes",
+        true,
+        "The spool's bound in bytes ([stream] spool_max_bytes); past it the oldest windows are dropped",
+    ),
+    (
         "faultline_spool_held_windows",
         true,
         "Spooled windows held aside: refused as ahead of the correlator's clock, retried on a backoff",

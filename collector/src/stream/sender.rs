@@ -88,6 +88,7 @@ pub fn spawn(
     drain: Duration,
 ) -> std::io::Result<(JoinHandle<()>, Arc<SenderStats>)> {
     let spool = Spool::open(&cfg.spool_dir, cfg.spool_max_bytes)?;
+    metrics::gauge!("faultline_spool_max_bytes").set(cfg.spool_max_bytes as f64);
     let stats = Arc::new(SenderStats::default());
     stats.pending.store(spool.len() as u64, Ordering::Relaxed);
     let st = stats.clone();

@@ -196,6 +196,8 @@ pub fn spawn(
     acks: Option<Arc<Acks>>,
 ) -> Result<tokio::task::JoinHandle<()>, TlsSetupError> {
     let tls = cfg.tls()?;
+    // Present from the start, so a rule's increase() sees the first failure.
+    metrics::counter!("faultline_alerts_failed_total").absolute(0);
     let pusher = Pusher {
         url: format!("{}/api/v2/alerts", cfg.url.trim_end_matches('/')),
         failing: false,

@@ -47,6 +47,8 @@ pub struct FleetArgs {
 }
 
 pub async fn fleet(a: FleetArgs) -> Result<()> {
+    // Recorded from the start: what the history counts while it opens too.
+    let _ = correlator::telemetry::handle();
     let creds = a.creds.credentials(&a.nats)?;
     if !vocab::nats::valid_shard(&a.nats_consumer) {
         anyhow::bail!(
@@ -85,7 +87,6 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
     };
     let open: Arc<Mutex<Vec<CandidateUpdate>>> = Arc::new(Mutex::new(restored));
     let (utx, _) = broadcast::channel(8192);
-    let _ = correlator::telemetry::handle();
     if let Some(o) = &opened {
         let recorder = o.recorder.clone();
         let mut rx = utx.subscribe();

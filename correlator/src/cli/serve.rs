@@ -216,6 +216,10 @@ struct Channels {
 }
 
 pub async fn serve(a: ServeArgs) -> Result<()> {
+    // Metrics are recorded from the start, whether or not served (on
+    // `--metrics-addr` alone and on the web UI's `/metrics`): what the
+    // history records while it opens counts too.
+    let _ = correlator::telemetry::handle();
     let (tls, auth) = a.security.build()?;
     let mut file = match &a.config {
         Some(p) => correlator::config::load_file(p)?,
@@ -264,9 +268,6 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     let (wtx, wrx) = mpsc::channel(4096);
     let (utx, _) = broadcast::channel(4096);
     let open = Arc::new(Mutex::new(Vec::new()));
-    // Metrics are recorded from the start, whether or not served:
-    // on `--metrics-addr` alone and on the web UI's `/metrics`.
-    let _ = correlator::telemetry::handle();
     if let Some(addr) = a.metrics_addr {
         correlator::web::serve_metrics(addr, state.clone(), &file.web).await?;
     }

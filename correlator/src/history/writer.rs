@@ -68,6 +68,9 @@ impl Writer {
         cap: usize,
     ) -> Self {
         let cap = cap.clamp(1024, 1 << 20);
+        // Present from the start, so a rule's increase() sees the first error.
+        metrics::counter!("faultline_history_write_errors_total").absolute(0);
+        metrics::counter!("faultline_history_journal_errors_total").absolute(0);
         let mut open = HashMap::new();
         for r in store
             .open_incidents()
