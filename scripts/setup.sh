@@ -42,6 +42,9 @@ APT_PACKAGES=(
   python3 python3-venv
   # promtool, for the /metrics format tests (`promtool check metrics`).
   prometheus
+  # dpkg-shlibdeps for cargo-deb's `depends = "$auto"` (`cargo xtask deb`,
+  # tests/tests/deb_packages.rs).
+  dpkg-dev
   # htpasswd (bcrypt hashes) for the web config file tests
   # (tests/tests/web_config.rs).
   apache2-utils
@@ -75,6 +78,12 @@ for p in "${APT_PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# kubectl (real kustomize, for tests/tests/deploy_manifests.rs) comes with
+# the machine image from Google's apt repository, which is not reachable
+# from here: say so early rather than at the test.
+if ! command -v kubectl >/dev/null; then
+  log "warning: kubectl not found: tests/tests/deploy_manifests.rs needs 'kubectl kustomize' (install kubectl from your distribution or Kubernetes' packages)"
+fi
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -128,6 +137,14 @@ if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSIO
   log "building bpf-linker $BPF_LINKER_VERSION against LLVM $LLVM_MAJOR (~2 min)"
   LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo +stable install --locked --quiet \
     "bpf-linker@${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+
+# cargo-deb (pinned) for the .deb packages (`cargo xtask deb`,
+# tests/tests/deb_packages.rs), built with stable.
+CARGO_DEB_VERSION="3.8.0"
+if ! "$CARGO_BIN/cargo-deb" --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
+  log "building cargo-deb $CARGO_DEB_VERSION (~2 min)"
+  cargo +stable install --locked --quiet "cargo-deb@${CARGO_DEB_VERSION}"
 fi
 
 # cargo-fuzz (pinned) for the fuzz targets under fuzz/ (`cargo xtask fuzz`,
