@@ -173,7 +173,9 @@ impl Slurm {
             ),
             0o755,
         );
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+        // Never more CPUs than slurmd finds (a node with fewer is drained);
+        // the two-task job overcommits where there is one.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let conf = format!(
             "ClusterName=faultline\nSlurmctldHost=localhost\n\
              SlurmctldPort={}\nSlurmdPort={}\nSlurmUser=root\nSlurmdUser=root\n\
@@ -498,6 +500,7 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
     );
     let job = slurm.sbatch(&[
         "-n2",
+        "--overcommit",
         "--gres=gpu:2",
         "-o",
         &format!("{d}/job.out"),
