@@ -1097,6 +1097,28 @@ fn service_monitors_name_the_scrape_jobs_without_honor_labels() {
         .filter(|d| d["kind"] == "ServiceMonitor")
         .collect();
     assert_eq!(monitors.len(), 2);
+    // The collector's series name the workload's pod, namespace and
+    // container: its scrape drops the target labels of those names, or
+    // Prometheus would rename the series' own to exported_*.
+    let collector = monitors
+        .iter()
+        .find(|m| m["metadata"]["name"] == "faultline-collector")
+        .expect("the collector's ServiceMonitor");
+    let drops: Vec<String> = collector["spec"]["endpoints"][0]["relabelings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["action"] == "labeldrop")
+        .filter_map(|r| r["regex"].as_str().map(String::from))
+        .collect();
+    for label in ["namespace", "pod", "container"] {
+        assert!(
+            drops
+                .iter()
+                .any(|re| re.split('|').any(|alt| alt == label)),
+            "the collector's scrape keeps the target label {label}: {drops:?}"
+        );
+    }
     let mut jobs = BTreeSet::new();
     for m in &monitors {
         let spec = &m["spec"];
