@@ -11,7 +11,8 @@
 //!   per GPU index, the job id a line) and job file appear before the job
 //!   script runs; the collector, reading only the mapping directory, labels
 //!   both GPUs' series with the job as `hpc_job`; the ranks' CUDA launches
-//!   are counted under their job and rank; after the job the epilog has
+//!   are counted under their job and rank, and while they run each GPU's
+//!   series also name the rank on it; after the job the epilog has
 //!   removed the files and the GPUs' series lose the job.
 //! - A prolog whose directories cannot be created still exits 0: the job
 //!   runs and the node stays IDLE, not DRAIN (`sinfo`, `scontrol`). The
@@ -491,7 +492,7 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
         &format!(
             "#!/bin/sh\ni=0\nwhile [ ! -e {d}/go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n\
              echo \"job $SLURM_JOB_ID gpus $SLURM_JOB_GPUS\"\n\
-             FAKE_CUDA_SYNC_US=2000000 srun -n2 sh -c 'exec {} {} device:$SLURM_PROCID \
+             FAKE_CUDA_SYNC_US=4000000 srun -n2 sh -c 'exec {} {} device:$SLURM_PROCID \
              func:slurm_rank$SLURM_PROCID launch:$((10 + SLURM_PROCID)):1,1,1:32,1,1:0 streamsync:1'\n",
             tests::cuda_workload().display(),
             dir.join("libcuda.so.1").display()
@@ -540,6 +541,13 @@ fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains()
             .filter(|l| l.starts_with("faultline_cuda_kernel_launches_total"))
             .collect();
         seen(got == [Some(10.0), Some(11.0)], (got, cuda))
+    });
+    // While the ranks live, each GPU's series name its rank too.
+    slurm.wait_for(Duration::from_secs(10), "GPU series with the ranks", || {
+        let m = scrape();
+        let got = [gpu_jobs(&m, "0"), gpu_jobs(&m, "1")];
+        let want = |r: &str| vec![(job.clone(), r.to_string())];
+        seen(got == [want("0"), want("1")], got)
     });
     slurm.wait_for(Duration::from_secs(20), "the job's end", || {
         seen(slurm.done(&job), "still queued")
