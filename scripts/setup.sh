@@ -42,6 +42,9 @@ APT_PACKAGES=(
   python3 python3-venv
   # promtool, for the /metrics format tests (`promtool check metrics`).
   prometheus
+  # a real Slurm controller and node daemon with munge for
+  # tests/tests/slurm_real.rs (the test starts its own, on its own ports).
+  slurmctld slurmd slurm-client munge
   # dpkg-shlibdeps for cargo-deb's `depends = "$auto"` (`cargo xtask deb`,
   # tests/tests/deb_packages.rs).
   dpkg-dev
@@ -99,7 +102,7 @@ if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>
 fi
 # Likewise the Alertmanager daemon (and the node exporter it may bring):
 # the tests start their own on loopback ports.
-for svc in prometheus-alertmanager prometheus-node-exporter nats-server; do
+for svc in prometheus-alertmanager prometheus-node-exporter nats-server munge slurmctld slurmd; do
   if command -v systemctl >/dev/null && systemctl is-enabled --quiet "$svc" 2>/dev/null; then
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
   fi
