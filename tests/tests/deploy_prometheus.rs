@@ -1192,8 +1192,9 @@ fn generated_rules_and_dashboards_are_in_sync_and_load() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     // The PrometheusRule's spec, de-indented, is a rule file.
-    let k8s = std::fs::read_to_string(repo().join("deploy/kubernetes/prometheus-rule.yaml"))
-        .expect("prometheus-rule.yaml");
+    let k8s =
+        std::fs::read_to_string(repo().join("deploy/kubernetes/monitoring/prometheus-rule.yaml"))
+            .expect("prometheus-rule.yaml");
     assert!(k8s.contains("\nkind: PrometheusRule\n"), "{k8s}");
     let spec = k8s.split_once("\nspec:\n").expect("spec").1;
     let groups: String = spec
