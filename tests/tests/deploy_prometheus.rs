@@ -933,7 +933,7 @@ fn alerts() -> Vec<Rule> {
 #[test]
 fn every_alert_has_a_runbook_page() {
     let alerts = alerts();
-    assert_eq!(alerts.len(), 20, "{alerts:?}");
+    assert_eq!(alerts.len(), 21, "{alerts:?}");
     let kinds: Vec<&str> = vocab::IncidentKind::ALL
         .iter()
         .map(|k| k.as_str())
@@ -1002,7 +1002,7 @@ fn every_alert_has_a_runbook_page() {
             .filter(|k| !covered.contains(*k))
             .collect::<Vec<_>>()
     );
-    assert_eq!(pages.len(), 18 + kinds.len());
+    assert_eq!(pages.len(), 19 + kinds.len());
     // The index links every page.
     let index = std::fs::read_to_string(repo().join("docs/runbooks/README.md")).expect("index");
     for page in &pages {
@@ -1015,9 +1015,10 @@ fn every_alert_has_a_runbook_page() {
 }
 
 /// The meta-alerts: faultline watching itself.
-const META: [&str; 7] = [
+const META: [&str; 8] = [
     "FaultlineCorrelatorDown",
     "FaultlineCorrelatorAbsent",
+    "FaultlineCorrelatorShardDown",
     "FaultlineCollectorsMissing",
     "FaultlineCollectorDown",
     "FaultlineAlertmanagerPushFailing",
