@@ -1081,8 +1081,8 @@ fn install_script_puts_unit_config_and_environment_file_in_place() {
     );
 }
 
-/// The ServiceMonitors name the scrape jobs the rules and dashboards
-/// select by: `jobLabel` takes `job` from each selected Service's label,
+/// The ServiceMonitors (of the base and of the scale-out overlay) name the
+/// scrape jobs the rules and dashboards select by: `jobLabel` takes `job` from each selected Service's label,
 /// `faultline-collector` and `faultline-correlator`; no endpoint honours
 /// the target's labels (faultline's series carry no `job` of their own) or
 /// reads a `bearerTokenFile`; the collectors' scrape is authorised by a
@@ -1091,7 +1091,16 @@ fn install_script_puts_unit_config_and_environment_file_in_place() {
 /// names one of the two jobs.
 #[test]
 fn service_monitors_name_the_scrape_jobs_without_honor_labels() {
-    let Some(docs) = base() else { return };
+    let (Some(base_docs), Some(overlay)) = (base(), scale_out()) else {
+        return;
+    };
+    scrape_jobs_of(base_docs);
+    scrape_jobs_of(overlay);
+}
+
+/// The checks of `service_monitors_name_the_scrape_jobs_without_honor_labels`
+/// on one build.
+fn scrape_jobs_of(docs: &[Value]) {
     let monitors: Vec<&Value> = docs
         .iter()
         .filter(|d| d["kind"] == "ServiceMonitor")
@@ -1113,9 +1122,7 @@ fn service_monitors_name_the_scrape_jobs_without_honor_labels() {
         .collect();
     for label in ["namespace", "pod", "container"] {
         assert!(
-            drops
-                .iter()
-                .any(|re| re.split('|').any(|alt| alt == label)),
+            drops.iter().any(|re| re.split('|').any(|alt| alt == label)),
             "the collector's scrape keeps the target label {label}: {drops:?}"
         );
     }
@@ -1859,4 +1866,173 @@ fn overlay_authenticates_to_nats(overlay: &[Value], toml: &str) {
             && toml.contains("nats_ca = \"/var/run/faultline-nats/ca/ca.crt\""),
         "{toml}"
     );
+}
+
+/// The scale-out overlay ships the base's monitoring (`../monitoring`,
+/// `../dashboards`): the scraper's identity, the collector's
+/// ServiceMonitor, the PrometheusRule (the rules file's groups) and every
+/// dashboard ConfigMap, each the base's object. The correlator's
+/// ServiceMonitor is the base's but for its relabelings: a shard's standby
+/// serves nothing until it holds the lease, so its readiness probe fails
+/// and the Service lists it as not ready; the first relabeling keeps ready
+/// addresses only (Prometheus's relabeling, anchored regex over the source
+/// labels joined by the separator, under the Endpoints and the
+/// EndpointSlice discovery roles) and the standby is never a target, never
+/// `up == 0`. Every shard is labelled `shard`, and the rule for a shard
+/// without an active process (FaultlineCorrelatorShardDown) names every
+/// shard Deployment and not the base's correlator.
+#[test]
+fn scale_out_overlay_ships_the_bases_monitoring_and_scrapes_only_active_shards() {
+    let Some(venv) = tools() else { return };
+    let (Some(base_docs), Some(docs)) = (base(), scale_out()) else {
+        return;
+    };
+    for (kind, name) in [
+        ("ServiceAccount", "faultline-metrics-scraper"),
+        ("Secret", "faultline-metrics-scraper-token"),
+        ("ClusterRoleBinding", "faultline-metrics-scraper"),
+        ("ServiceMonitor", "faultline-collector"),
+        ("PrometheusRule", "faultline"),
+    ] {
+        assert_eq!(
+            object(docs, kind, name),
+            object(base_docs, kind, name),
+            "{kind}/{name} is not the base's"
+        );
+    }
+    let rules_file = repo().join("deploy/prometheus/faultline-rules.yaml");
+    let rules = yaml_docs(venv, &rules_file).pop().expect("rules");
+    assert!(
+        object(docs, "PrometheusRule", "faultline")["spec"]["groups"] == rules["groups"],
+        "the overlay's PrometheusRule is not {}",
+        rules_file.display()
+    );
+    let dashboards = |d: &[Value]| -> Vec<Value> {
+        d.iter()
+            .filter(|d| {
+                d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1"
+            })
+            .cloned()
+            .collect()
+    };
+    let maps = dashboards(docs);
+    assert!(maps.len() >= 4, "{} dashboard ConfigMaps", maps.len());
+    assert_eq!(maps, dashboards(base_docs));
+
+    // The correlator's scrape: the base's, narrowed.
+    let sm = object(docs, "ServiceMonitor", "faultline-correlator");
+    let endpoints = sm["spec"]["endpoints"].as_array().expect("endpoints");
+    assert_eq!(endpoints.len(), 1, "{sm}");
+    let relabelings = endpoints[0]["relabelings"]
+        .as_array()
+        .expect("the shards' scrape relabels");
+    let mut without = sm.clone();
+    without["spec"]["endpoints"][0]
+        .as_object_mut()
+        .expect("endpoint")
+        .remove("relabelings");
+    assert_eq!(
+        &without,
+        object(base_docs, "ServiceMonitor", "faultline-correlator")
+    );
+    let keep = &relabelings[0];
+    assert_eq!(
+        keep["action"], "keep",
+        "ready endpoints are kept first: {keep}"
+    );
+    let sources = strings(&keep["sourceLabels"]);
+    let separator = keep["separator"].as_str().unwrap_or(";");
+    let regex = regex::Regex::new(&format!("^(?:{})$", keep["regex"].as_str().expect("regex")))
+        .expect("the keep regex");
+    let kept = |labels: &[(&str, &str)]| {
+        let joined: Vec<&str> = sources
+            .iter()
+            .map(|s| labels.iter().find(|(k, _)| k == s).map_or("", |(_, v)| *v))
+            .collect();
+        regex.is_match(&joined.join(separator))
+    };
+    for role in [
+        "__meta_kubernetes_endpoint_ready",
+        "__meta_kubernetes_endpointslice_endpoint_conditions_ready",
+    ] {
+        assert!(kept(&[(role, "true")]), "a ready {role} target is dropped");
+        assert!(
+            !kept(&[(role, "false")]),
+            "a not-ready {role} target is kept"
+        );
+    }
+    assert!(!kept(&[]), "a target without readiness is kept");
+
+    // The readiness it relies on: every shard process is ready only while
+    // it serves /healthz on the Service's port (a standby serves nothing),
+    // and is never restarted for waiting.
+    let service = object(docs, "Service", "faultline-correlator");
+    let port = endpoints[0]["port"].as_str().expect("port");
+    let svc_port = service["spec"]["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == port))
+        .expect("the Service has the scraped port");
+    assert_ne!(service["spec"]["publishNotReadyAddresses"], true);
+    let selector = service["spec"]["selector"].as_object().expect("selector");
+    let shard_label = relabelings
+        .iter()
+        .find(|r| r["targetLabel"] == "shard")
+        .expect("a shard label");
+    let pod_label = strings(&shard_label["sourceLabels"]);
+    let shard_rule = rules["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .find(|r| r["alert"] == "FaultlineCorrelatorShardDown")
+        .expect("FaultlineCorrelatorShardDown");
+    let expr = shard_rule["expr"].as_str().expect("expr");
+    let names = regex::Regex::new(r#"deployment=~"([^"]*)""#)
+        .expect("regex")
+        .captures(expr)
+        .expect("the rule selects Deployments by name")[1]
+        .to_string();
+    let names = regex::Regex::new(&format!("^(?:{names})$")).expect("deployment regex");
+    assert!(
+        !names.is_match("faultline-correlator"),
+        "the base's correlator"
+    );
+    let mut shards = 0;
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = d["metadata"]["name"].as_str().expect("name");
+        assert!(names.is_match(name), "{expr} misses {name}");
+        assert_eq!(
+            d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], "100%",
+            "{name}: a rollout waiting for a ready standby never ends"
+        );
+        let template = &d["spec"]["template"];
+        let labels = &template["metadata"]["labels"];
+        assert!(
+            selector.iter().all(|(k, v)| &labels[k] == v),
+            "the Service does not select {name}'s pods"
+        );
+        let shard = labels["faultline.io/shard"].as_str().expect("shard label");
+        assert!(name.ends_with(shard), "{name}: {shard}");
+        assert_eq!(
+            pod_label,
+            ["__meta_kubernetes_pod_label_faultline_io_shard"],
+            "Prometheus's name of the pods' faultline.io/shard label"
+        );
+        let c = container(&template["spec"], "correlator");
+        let probe = &c["readinessProbe"]["httpGet"];
+        assert_eq!(probe["path"], "/healthz", "{name}");
+        assert_eq!(probe["port"], svc_port["targetPort"], "{name}");
+        assert!(
+            c["ports"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["name"] == svc_port["targetPort"])),
+            "{name}"
+        );
+        assert!(
+            c.get("livenessProbe").is_none(),
+            "{name}: a waiting standby is restarted"
+        );
+        shards += 1;
+    }
+    assert_eq!(shards, 4);
 }
