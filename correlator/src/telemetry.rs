@@ -211,6 +211,10 @@ fn describe_nats() {
         "faultline_nats_connected",
         "1 while the NATS JetStream window consumer is connected (serve --nats), 0 after it was interrupted"
     );
+    describe_gauge!(
+        "faultline_correlator_shard_active",
+        "1 while this process holds its shard's lease and correlates it (serve --nats), 0 while it is the shard's standby (consumer: the durable consumer, --nats-consumer, whose lease it is)"
+    );
     describe_counter!(
         "faultline_nats_state_errors_total",
         "Open-incident updates not mirrored to the shard's NATS key-value bucket"

@@ -538,6 +538,94 @@ fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
     });
 }
 
+/// `curl` of `http://{addr}{path}`: (status, body); `None` while nothing
+/// answers there.
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "2", "-w", "\n%{http_code}"])
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n')?;
+    let code: u16 = code.trim().parse().ok().filter(|c| *c != 0)?;
+    Some((code, body.to_string()))
+}
+
+/// A shard's standby is ready and scraped: `/healthz` 200 naming it a
+/// standby, `/metrics` with `faultline_correlator_shard_active` 0 (and no
+/// open incidents of its own), the web UI's API 503 — on its web UI's
+/// address and its `--metrics-addr`. Once the active is killed it takes
+/// the same addresses over: its API answers and the gauge is 1.
+#[test]
+fn a_standby_serves_health_and_metrics_then_its_web_ui_once_active() {
+    let _serial = one_at_a_time();
+    let dir = tmp("nats-standby-web");
+    let _clean = Cleanup(dir.clone());
+    let nport = free_port();
+    let Some(_server) = nats_server(nport, &dir.join("js")) else {
+        return;
+    };
+    let url = format!("nats://127.0.0.1:{nport}");
+    let addr = || format!("127.0.0.1:{}", free_port());
+    let (web_a, web_b, metrics_b) = (addr(), addr(), addr());
+    let shard = |rec: &str, extra: &[&str]| {
+        let mut args = vec!["--nats", &url, "--nats-consumer", "shard-7"];
+        args.extend(["--nats-lease-s", "1"]);
+        args.extend(extra);
+        KillOnDrop(correlator_with(free_port(), &dir.join(rec), &args))
+    };
+    let gauge = |addr: &str| {
+        let (code, text) = http_get(addr, "/metrics")?;
+        assert_eq!(code, 200, "{addr}/metrics: {text}");
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("faultline_correlator_shard_active{consumer=\"shard-7\"} ")
+            })
+            .map(|v| v.trim().to_string())
+    };
+    let mut a = shard("a.jsonl", &["--web", &web_a]);
+    until("the first correlator active", || open_incidents(&web_a));
+    let _b = shard("b.jsonl", &["--web", &web_b, "--metrics-addr", &metrics_b]);
+    for at in [&web_b, &metrics_b] {
+        let (code, body) = until("the standby's /healthz", || http_get(at, "/healthz"));
+        assert_eq!(code, 200, "{at}/healthz");
+        assert!(
+            body.contains("standby of shard shard-7"),
+            "{at}/healthz: {body}"
+        );
+        assert_eq!(gauge(at).as_deref(), Some("0"), "{at}: standby's gauge");
+        let (code, body) = http_get(at, "/api/open").expect("answers");
+        assert_eq!(code, 503, "{at}/api/open: {body}");
+        assert!(body.contains("standby"), "{body}");
+    }
+    let (_, text) = http_get(&web_b, "/metrics").expect("metrics");
+    assert!(text.contains("faultline_build_info{"), "{text}");
+    assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    assert!(
+        !text.contains("faultline_correlator_open_incidents"),
+        "a standby exports no open incidents: {text}"
+    );
+    assert_eq!(gauge(&web_a).as_deref(), Some("1"), "active's gauge");
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    let killed = Instant::now();
+    assert_eq!(until("the standby active", || open_incidents(&web_b)), []);
+    eprintln!("standby's web UI up {:?} after the kill", killed.elapsed());
+    assert_eq!(
+        gauge(&web_b).as_deref(),
+        Some("1"),
+        "former standby's gauge"
+    );
+    let (code, body) = http_get(&metrics_b, "/healthz").expect("metrics listener");
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "ok\n"),
+        "the real metrics listener"
+    );
+    assert_eq!(gauge(&metrics_b).as_deref(), Some("1"));
+}
+
 /// A correlator's every update, by a gRPC subscription taken before any
 /// window flows; read on a thread until `stop`.
 fn subscribe_all(port: u16) -> std::sync::mpsc::Receiver<proto::v1::CandidateUpdate> {

@@ -11,7 +11,9 @@ use anyhow::{Context as _, Result};
 use proto::v1::{ingest_server::IngestServer, CandidateUpdate, Window};
 use tokio::sync::{broadcast, mpsc};
 
-use correlator::{config::FileConfig, engine::Engine, history, ingest, limits::LimitsConfig};
+use correlator::{
+    config::FileConfig, engine::Engine, history, ingest, limits::LimitsConfig, web::WebConfig,
+};
 
 /// Largest `--topology` file read (~1M links of three endpoints).
 const MAX_TOPOLOGY_BYTES: u64 = 64 << 20;
@@ -259,7 +261,8 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     };
     // With NATS: one active process per shard; a standby waits here for
     // the lease, then takes over the shard's open incidents.
-    let shard = take_shard(nats.as_ref(), a.nats.nats_lease_s, &mut engine).await?;
+    let standby = (web, a.metrics_addr, &file.web);
+    let shard = take_shard(nats.as_ref(), a.nats.nats_lease_s, &mut engine, standby).await?;
     let fleet = shard_link(nats.as_ref(), shard.as_ref(), a.nats.nats_baselines_s).await?;
     let state = match &a.record {
         Some(p) => ingest::IngestState::with_log(p, cfg.limits.clone())?,
@@ -326,12 +329,15 @@ pub async fn serve(a: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// With NATS: waits for the shard's lease (a standby waits here), then
-/// restores the shard's open incidents into `engine`.
+/// With NATS: waits for the shard's lease (a standby waits here, serving
+/// `/healthz` and `/metrics` on the web UI's and metrics addresses of
+/// `standby`: [`correlator::web::standby`]), then restores the shard's open
+/// incidents into `engine`.
 async fn take_shard(
     nats: Option<&ingest::nats::NatsIngest>,
     lease_s: f64,
     engine: &mut Engine,
+    standby: (Option<SocketAddr>, Option<SocketAddr>, &WebConfig),
 ) -> Result<Option<ingest::shard::ShardState>> {
     let Some(n) = nats else {
         return Ok(None);
@@ -339,7 +345,16 @@ async fn take_shard(
     let lease = std::time::Duration::from_secs_f64(lease_s);
     let s = ingest::shard::ShardState::connect((&n.url, &n.creds), &n.consumer, lease, n.replicas)
         .await?;
+    let active =
+        metrics::gauge!("faultline_correlator_shard_active", "consumer" => n.consumer.clone());
+    active.set(0.0);
+    let (web, metrics_addr, web_cfg) = standby;
+    let listeners =
+        correlator::web::standby::serve(web, metrics_addr, &n.consumer, web_cfg).await?;
     let rev = s.acquire().await?;
+    // Its sockets closed before the real listeners bind the same addresses.
+    listeners.end().await;
+    active.set(1.0);
     let restored = ingest::shard::restore(engine, s.open_incidents().await?);
     let baselines = s.baselines().await?;
     let hosts = baselines.len();

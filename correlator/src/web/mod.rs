@@ -7,6 +7,7 @@ pub mod ack;
 pub mod api;
 pub mod events;
 pub mod guard;
+pub mod standby;
 #[cfg(test)]
 mod tests;
 
@@ -227,12 +228,6 @@ fn router_behind(
     web: Option<&webconfig::Web>,
 ) -> Router {
     let g = guard::Guard::new(&cfg.allowed_hosts, viewer, state.acks.clone());
-    let tokens = g.clone();
-    let wrap = webconfig::Wrap {
-        listener: "web",
-        open: &["/healthz"],
-        bearer: Some(Arc::new(move |auth: &str| tokens.token_ok(Some(auth)))),
-    };
     let streams = events::EventStreams::new(cfg.max_event_streams, cfg.max_event_streams_per_peer);
     let page = || get(|| async { asset("text/html; charset=utf-8", SHELL) });
     let app = Router::new()
@@ -253,9 +248,45 @@ fn router_behind(
         .merge(api::routes())
         .merge(ack::routes())
         .layer(axum::Extension(streams))
-        .layer(axum::middleware::from_fn_with_state(g, guard::check))
         .with_state(state);
+    guarded(app, g, web)
+}
+
+/// `app` within the web UI listener's guard `g` (Host names, tokens), behind
+/// `web`'s basic auth and headers (`/healthz` open to probes).
+fn guarded(app: Router, g: guard::Guard, web: Option<&webconfig::Web>) -> Router {
+    let tokens = g.clone();
+    let wrap = webconfig::Wrap {
+        listener: "web",
+        open: &["/healthz"],
+        bearer: Some(Arc::new(move |auth: &str| tokens.token_ok(Some(auth)))),
+    };
+    let app = app.layer(axum::middleware::from_fn_with_state(g, guard::check));
     webconfig::wrap(app, web, wrap)
+}
+
+/// `app` behind `web`'s basic auth and headers as the metrics listener
+/// (`serve --metrics-addr`; `/healthz` open to probes).
+fn metrics_guarded(app: Router, web: Option<&webconfig::Web>) -> Router {
+    let wrap = webconfig::Wrap {
+        listener: "metrics",
+        open: &["/healthz"],
+        bearer: None,
+    };
+    webconfig::wrap(app, web, wrap)
+}
+
+/// A process's state with nothing but its metrics (the metrics listener, a
+/// standby's listeners).
+fn metrics_state(ingest: Option<IngestState>) -> AppState {
+    let (updates, _) = broadcast::channel(1);
+    AppState {
+        history: None,
+        updates,
+        open: Arc::default(),
+        ingest,
+        acks: None,
+    }
 }
 
 async fn metrics(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
@@ -316,24 +347,11 @@ pub async fn serve_metrics(
     cfg: &WebConfig,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let web = cfg.web_config()?;
-    let (updates, _) = broadcast::channel(1);
-    let state = AppState {
-        history: None,
-        updates,
-        open: Arc::default(),
-        ingest: Some(ingest),
-        acks: None,
-    };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
-        .with_state(state);
-    let wrap = webconfig::Wrap {
-        listener: "metrics",
-        open: &["/healthz"],
-        bearer: None,
-    };
-    let app = webconfig::wrap(app, web.as_ref(), wrap);
+        .with_state(metrics_state(Some(ingest)));
+    let app = metrics_guarded(app, web.as_ref());
     let served = serve_router(
         addr,
         app,
