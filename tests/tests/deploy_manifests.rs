@@ -1872,17 +1872,17 @@ fn overlay_authenticates_to_nats(overlay: &[Value], toml: &str) {
 /// `../dashboards`): the scraper's identity, the collector's
 /// ServiceMonitor, the PrometheusRule (the rules file's groups) and every
 /// dashboard ConfigMap, each the base's object. The correlator's
-/// ServiceMonitor is the base's but for its relabelings: a shard's standby
-/// serves nothing until it holds the lease, so its readiness probe fails
-/// and the Service lists it as not ready; the first relabeling keeps ready
-/// addresses only (Prometheus's relabeling, anchored regex over the source
-/// labels joined by the separator, under the Endpoints and the
-/// EndpointSlice discovery roles) and the standby is never a target, never
-/// `up == 0`. Every shard is labelled `shard`, and the rule for a shard
-/// without an active process (FaultlineCorrelatorShardDown) names every
-/// shard Deployment and not the base's correlator.
+/// ServiceMonitor is the base's but for its relabelings, which only label
+/// (`shard`, `instance`) and drop no target: a shard's standby serves
+/// `/healthz` and `/metrics` while it waits for the lease, so it is ready,
+/// listed by the Service and scraped `up == 1` (tests/tests/scale_out.rs
+/// checks what it serves). The rule for a shard without an available
+/// process (FaultlineCorrelatorShardDown) names every shard Deployment and
+/// not the base's correlator; each shard rolls over keeping both processes
+/// ready (one new pod surged in, none unavailable), which a standby's
+/// readiness makes possible.
 #[test]
-fn scale_out_overlay_ships_the_bases_monitoring_and_scrapes_only_active_shards() {
+fn scale_out_overlay_ships_the_bases_monitoring_and_scrapes_both_shard_processes() {
     let Some(venv) = tools() else { return };
     let (Some(base_docs), Some(docs)) = (base(), scale_out()) else {
         return;
@@ -1935,37 +1935,17 @@ fn scale_out_overlay_ships_the_bases_monitoring_and_scrapes_only_active_shards()
         &without,
         object(base_docs, "ServiceMonitor", "faultline-correlator")
     );
-    let keep = &relabelings[0];
-    assert_eq!(
-        keep["action"], "keep",
-        "ready endpoints are kept first: {keep}"
-    );
-    let sources = strings(&keep["sourceLabels"]);
-    let separator = keep["separator"].as_str().unwrap_or(";");
-    let regex = regex::Regex::new(&format!("^(?:{})$", keep["regex"].as_str().expect("regex")))
-        .expect("the keep regex");
-    let kept = |labels: &[(&str, &str)]| {
-        let joined: Vec<&str> = sources
-            .iter()
-            .map(|s| labels.iter().find(|(k, _)| k == s).map_or("", |(_, v)| *v))
-            .collect();
-        regex.is_match(&joined.join(separator))
-    };
-    for role in [
-        "__meta_kubernetes_endpoint_ready",
-        "__meta_kubernetes_endpointslice_endpoint_conditions_ready",
-    ] {
-        assert!(kept(&[(role, "true")]), "a ready {role} target is dropped");
+    for r in relabelings {
+        let action = r["action"].as_str().unwrap_or("replace");
         assert!(
-            !kept(&[(role, "false")]),
-            "a not-ready {role} target is kept"
+            !["keep", "drop", "keepequal", "dropequal"].contains(&action),
+            "a standby is ready and scraped: no target is dropped ({r})"
         );
     }
-    assert!(!kept(&[]), "a target without readiness is kept");
 
-    // The readiness it relies on: every shard process is ready only while
-    // it serves /healthz on the Service's port (a standby serves nothing),
-    // and is never restarted for waiting.
+    // The readiness the rollout relies on: every shard process is ready
+    // once it serves /healthz on the Service's port (a standby too), and
+    // is never restarted for waiting.
     let service = object(docs, "Service", "faultline-correlator");
     let port = endpoints[0]["port"].as_str().expect("port");
     let svc_port = service["spec"]["ports"]
@@ -2001,9 +1981,12 @@ fn scale_out_overlay_ships_the_bases_monitoring_and_scrapes_only_active_shards()
     for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
         let name = d["metadata"]["name"].as_str().expect("name");
         assert!(names.is_match(name), "{expr} misses {name}");
+        assert_eq!(d["spec"]["replicas"], 2, "{name}: an active and a standby");
+        let rolling = &d["spec"]["strategy"]["rollingUpdate"];
         assert_eq!(
-            d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], "100%",
-            "{name}: a rollout waiting for a ready standby never ends"
+            (&rolling["maxSurge"], &rolling["maxUnavailable"]),
+            (&Value::from(1), &Value::from(0)),
+            "{name}: a rollout keeps both processes ready, one new pod at a time"
         );
         let template = &d["spec"]["template"];
         let labels = &template["metadata"]["labels"];
