@@ -99,3 +99,76 @@ async fn close(mut r: Response) -> Response {
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+
+    use super::*;
+
+    /// `GET path` with `Host: host` over a real connection: (status, the
+    /// whole response).
+    fn get(addr: SocketAddr, host: &str, path: &str) -> (u16, String) {
+        let mut c = std::net::TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        write!(c, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").expect("request");
+        // The standby closes every connection after its response.
+        let mut text = String::new();
+        c.read_to_string(&mut text).expect("response until close");
+        let status = text.split(' ').nth(1).and_then(|s| s.parse().ok());
+        (status.unwrap_or(0), text)
+    }
+
+    fn free_addr() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_standby_answers_health_and_metrics_within_the_guard_then_frees_its_address() {
+        let _ = crate::telemetry::handle();
+        let cfg = WebConfig {
+            allowed_hosts: vec!["faultline-correlator.faultline.svc".into()],
+            ..WebConfig::default()
+        };
+        let (web, metrics) = (free_addr(), free_addr());
+        let standby = serve(Some(web), Some(metrics), "shard-h00", &cfg)
+            .await
+            .expect("standby");
+        let port = web.port();
+        let named = format!("faultline-correlator.faultline.svc:{port}");
+        let (res, other) = tokio::task::spawn_blocking(move || {
+            let ok = [
+                get(web, "x.example", "/healthz"),
+                get(web, &named, "/metrics"),
+                get(web, &named, "/api/open"),
+                get(metrics, "x.example", "/healthz"),
+            ];
+            (ok, get(web, "rebind.attacker.example", "/metrics"))
+        })
+        .await
+        .expect("client");
+        for (want, (status, text)) in [200, 200, 503, 200].into_iter().zip(&res) {
+            assert_eq!(*status, want, "{text}");
+            assert!(
+                text.to_ascii_lowercase().contains("connection: close"),
+                "{text}"
+            );
+        }
+        assert!(
+            res[0].1.contains("standby of shard shard-h00"),
+            "{}",
+            res[0].1
+        );
+        assert!(res[1].1.contains("faultline_build_info"), "{}", res[1].1);
+        assert!(res[2].1.contains("standby"), "{}", res[2].1);
+        // The web UI's Host check applies to the standby too.
+        assert_eq!(other.0, 403, "{}", other.1);
+        standby.end().await;
+        // Both addresses are free as soon as end() returns.
+        for a in [web, metrics] {
+            std::net::TcpListener::bind(a).expect("the standby's address is free");
+        }
+    }
+}
