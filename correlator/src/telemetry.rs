@@ -22,33 +22,13 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-/// `faultline_build_info` and the standard `process_*` families (CPU
-/// seconds, resident and virtual memory, file descriptors, threads, start
-/// time), read from `/proc/self` every second by `metrics-process`.
+/// `faultline_build_info` and the standard `process_*` families.
 fn self_telemetry() {
-    metrics::describe_gauge!(
-        "faultline_build_info",
-        "The running build: version, git revision and rustc version as labels (value 1)"
-    );
-    metrics::gauge!(
-        "faultline_build_info",
-        "version" => env!("CARGO_PKG_VERSION"),
-        "revision" => env!("FAULTLINE_REVISION"),
-        "rustc" => env!("FAULTLINE_RUSTC"),
-    )
-    .set(1.0);
-    let process = metrics_process::Collector::default();
-    process.describe();
-    process.collect();
-    let spawned = std::thread::Builder::new()
-        .name("process-metrics".into())
-        .spawn(move || loop {
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            process.collect();
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "process_* metrics not refreshed: no thread for them");
-    }
+    proto::self_telemetry::start(proto::self_telemetry::Build {
+        version: env!("CARGO_PKG_VERSION"),
+        revision: env!("FAULTLINE_REVISION"),
+        rustc: env!("FAULTLINE_RUSTC"),
+    });
 }
 
 fn describe() {
@@ -83,43 +63,7 @@ fn describe() {
         "faultline_ingest_non_finite_total",
         "NaN or infinite values removed from received windows (docs/security.md)"
     );
-    describe_counter!(
-        "faultline_history_dropped_total",
-        "History messages dropped: a full writer queue (what: window, usage, update) or past the disk-fault backlog bound (backlog)"
-    );
-    describe_counter!(
-        "faultline_history_write_errors_total",
-        "History transactions that failed (their samples are lost; incident updates are retried on a disk fault)"
-    );
-    describe_gauge!(
-        "faultline_history_backlog_updates",
-        "Incident updates kept in memory for the disk to come back"
-    );
-    describe_gauge!(
-        "faultline_history_journal_pending_updates",
-        "Incident updates in the incident journal that the database has not committed yet"
-    );
-    describe_counter!(
-        "faultline_history_journal_errors_total",
-        "Incident journal failures: not reserved at start, or a write or sync failed (updates meanwhile are sent without it)"
-    );
-    describe_counter!(
-        "faultline_history_reopened_total",
-        "History database found deleted or replaced while running, reopened and the open incidents re-written (reason)"
-    );
-    describe_counter!(
-        "faultline_history_unbanded_total",
-        "Samples left out of the fleet bands and error deltas (entity bound reached)"
-    );
-    describe_counter!(
-        "faultline_history_unrolled_total",
-        "Samples kept raw only: later than their minute's rollup or past the open-bucket bound"
-    );
-    describe_gauge!(
-        "faultline_history_bytes",
-        Unit::Bytes,
-        "Bytes the history database takes on disk: the file, its -wal and -shm"
-    );
+    describe_history();
     describe_counter!(
         "faultline_auth_refused_total",
         "Calls refused without a valid client certificate or bearer token"
@@ -172,6 +116,52 @@ fn describe() {
 }
 
 /// The refusals and caps of the trust boundary (docs/security.md).
+/// The history's metrics.
+fn describe_history() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_counter!(
+        "faultline_history_dropped_total",
+        "History messages dropped: a full writer queue (what: window, usage, update) or past the disk-fault backlog bound (backlog)"
+    );
+    describe_counter!(
+        "faultline_history_write_errors_total",
+        "History transactions that failed (their samples are lost; incident updates are retried on a disk fault)"
+    );
+    describe_gauge!(
+        "faultline_history_schema_version",
+        "The history database's schema version after start-up migrations"
+    );
+    describe_gauge!(
+        "faultline_history_backlog_updates",
+        "Incident updates kept in memory for the disk to come back"
+    );
+    describe_gauge!(
+        "faultline_history_journal_pending_updates",
+        "Incident updates in the incident journal that the database has not committed yet"
+    );
+    describe_counter!(
+        "faultline_history_journal_errors_total",
+        "Incident journal failures: not reserved at start, or a write or sync failed (updates meanwhile are sent without it)"
+    );
+    describe_counter!(
+        "faultline_history_reopened_total",
+        "History database found deleted or replaced while running, reopened and the open incidents re-written (reason)"
+    );
+    describe_counter!(
+        "faultline_history_unbanded_total",
+        "Samples left out of the fleet bands and error deltas (entity bound reached)"
+    );
+    describe_counter!(
+        "faultline_history_unrolled_total",
+        "Samples kept raw only: later than their minute's rollup or past the open-bucket bound"
+    );
+    describe_gauge!(
+        "faultline_history_bytes",
+        Unit::Bytes,
+        "Bytes the history database takes on disk: the file, its -wal and -shm"
+    );
+}
+
 fn describe_trust() {
     use metrics::{describe_counter, describe_gauge};
     describe_counter!(

@@ -23,3 +23,5 @@ pub mod client_tls;
 
 #[cfg(feature = "listen")]
 pub mod listen;
+#[cfg(feature = "self-telemetry")]
+pub mod self_telemetry;

@@ -7,7 +7,6 @@ mod describe;
 pub mod host;
 pub mod kernel;
 pub mod probe_enabled;
-mod self_telemetry;
 mod setup;
 pub mod shutdown;
 mod windows;

@@ -95,7 +95,11 @@ async fn serve_metrics(cfg: &FileConfig, console: Console) -> Result<Exposition>
         .install_recorder()
         .context("installing the Prometheus recorder")?;
     describe::describe();
-    super::self_telemetry::start();
+    proto::self_telemetry::start(proto::self_telemetry::Build {
+        version: env!("CARGO_PKG_VERSION"),
+        revision: env!("FAULTLINE_REVISION"),
+        rustc: env!("FAULTLINE_RUSTC"),
+    });
     let expo = Exposition::new(handle);
     let web = match &cfg.collector.web_config_file {
         Some(p) => Some(webconfig::Web::load(p).context("collector.web_config_file")?),

@@ -1,4 +1,4 @@
-//! The collector's own telemetry: `faultline_build_info` and the standard
+//! Both binaries' own telemetry: `faultline_build_info` and the standard
 //! `process_*` families (CPU seconds, resident and virtual memory, file
 //! descriptors, threads, start time), read from `/proc/self` every second
 //! by `metrics-process`.
@@ -6,9 +6,21 @@ use std::{sync::Once, time::Duration};
 
 static STARTED: Once = Once::new();
 
+/// The running build, as `faultline_build_info`'s labels.
+#[derive(Clone, Copy, Debug)]
+pub struct Build {
+    /// The crate version (`CARGO_PKG_VERSION`).
+    pub version: &'static str,
+    /// The git commit (`FAULTLINE_REVISION` from the build script).
+    pub revision: &'static str,
+    /// The compiler's version (`FAULTLINE_RUSTC`).
+    pub rustc: &'static str,
+}
+
 /// Describes and sets `faultline_build_info`, and starts the thread that
-/// refreshes the `process_*` families (once per process).
-pub fn start() {
+/// refreshes the `process_*` families (once per process; later calls do
+/// nothing). Call it after the metrics recorder is installed.
+pub fn start(build: Build) {
     STARTED.call_once(|| {
         metrics::describe_gauge!(
             "faultline_build_info",
@@ -16,9 +28,9 @@ pub fn start() {
         );
         metrics::gauge!(
             "faultline_build_info",
-            "version" => env!("CARGO_PKG_VERSION"),
-            "revision" => env!("FAULTLINE_REVISION"),
-            "rustc" => env!("FAULTLINE_RUSTC"),
+            "version" => build.version,
+            "revision" => build.revision,
+            "rustc" => build.rustc,
         )
         .set(1.0);
         let process = metrics_process::Collector::default();
