@@ -522,19 +522,16 @@ impl Probes {
         out
     }
 
-    /// The NCCL maps as they are now (cumulative).
+    /// The NCCL maps as they are now (cumulative). Read in the order a
+    /// rank writes them backwards: its ops and sequence rings, then the
+    /// communicators. A rank writes its communicator at init, before any
+    /// op on it, so every op read here has its communicator in the later
+    /// read (reading communicators first, a rank that initialised and
+    /// issued ops between the two reads showed up for one window under a
+    /// handle id, `h:<pid>:<handle>`, beside its real communicator).
     pub fn nccl_maps(&self) -> Result<crate::nccl::NcclMaps, ProbeError> {
         let err = |name| move |source| ProbeError::Map { name, source };
         let mut out = crate::nccl::NcclMaps::default();
-        let m = self
-            .ebpf()
-            .map("NCCL_COMMS")
-            .ok_or(ProbeError::MissingMap("NCCL_COMMS"))?;
-        let h = HashMap::<&MapData, HandleKey, CommInfo>::try_from(m).map_err(err("NCCL_COMMS"))?;
-        for e in h.iter() {
-            let (k, v) = e.map_err(err("NCCL_COMMS"))?;
-            out.comms.insert((k.pid, k.handle), v);
-        }
         let m = self
             .ebpf()
             .map("NCCL_OPS")
@@ -552,6 +549,15 @@ impl Probes {
         for e in h.iter() {
             let (k, v) = e.map_err(err("NCCL_SEQ"))?;
             out.seqs.insert((k.pid, k.handle), v);
+        }
+        let m = self
+            .ebpf()
+            .map("NCCL_COMMS")
+            .ok_or(ProbeError::MissingMap("NCCL_COMMS"))?;
+        let h = HashMap::<&MapData, HandleKey, CommInfo>::try_from(m).map_err(err("NCCL_COMMS"))?;
+        for e in h.iter() {
+            let (k, v) = e.map_err(err("NCCL_COMMS"))?;
+            out.comms.insert((k.pid, k.handle), v);
         }
         Ok(out)
     }
