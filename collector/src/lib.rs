@@ -16,6 +16,7 @@ pub mod bounded_read;
 pub mod config;
 pub mod cuda;
 pub mod cuda_lib;
+pub mod exec;
 pub mod http;
 pub mod ib;
 pub mod identity;

@@ -7,7 +7,10 @@ use std::{
     time::Duration,
 };
 
-use collector::probes::{exec::ExecRecord, ProbeOptions, Probes};
+use collector::{
+    exec::ExecRecord,
+    probes::{ProbeOptions, Probes},
+};
 use collector_common::stat;
 
 /// Captures aya-log records forwarded from the probes.

@@ -8,13 +8,14 @@ use proto::v1 as pb;
 use super::{delivery::Delivery, describe, host, probe_enabled};
 use crate::{
     config::FileConfig,
+    exec::ExecSource,
     http::{self, Exposition},
     identity::IdentityCache,
     probes::{
         block::BlockSample, cuda::CudaEvent, drain::EventDrain, launch_control::LaunchController,
         ProbeOptions, Probes,
     },
-    sources::{self, exec::ExecSource, Console, Source},
+    sources::{self, Console, Source},
 };
 
 /// Everything the window loop runs on.
@@ -54,8 +55,8 @@ impl Agent {
         }
         probe_enabled::export(probes.status());
         // After the probes: a collector that cannot run says only why.
-        let otlp = sources::start_otlp(&cfg.otlp, console).await;
-        let sources = sources::start_sources(cfg, &probes, &expo, console, otlp)?;
+        let otlp = super::start::start_otlp(&cfg.otlp, console).await;
+        let sources = super::start::start_sources(cfg, &probes, &expo, console, otlp)?;
         expo.set_ready(true);
         let exec = ExecSource::new(probes.take_exec_ring()?);
         // The per-event rings are written only when their keys are on; then

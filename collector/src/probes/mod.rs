@@ -11,7 +11,6 @@ pub mod calibrate;
 pub mod cuda;
 pub mod drain;
 pub mod entry;
-pub mod exec;
 pub mod launch_control;
 pub mod launch_cpu;
 pub mod launch_duty;
@@ -269,11 +268,6 @@ impl Probes {
         self.status
             .iter()
             .any(|s| s.name == name && s.state == ProbeState::Attached)
-    }
-
-    /// Takes the exec event ring (once).
-    pub fn take_exec_ring(&mut self) -> Result<exec::ExecRing, ProbeError> {
-        self.take_ring()
     }
 
     /// In-kernel self-statistics summed over CPUs (indices in `collector_common::stat`).

@@ -11,10 +11,9 @@
 //! returned: `gpu` (workload labels from the processes `cuda` saw), `cuda`
 //! (its lines name the GPU `gpu` read), `usage`,
 //! `kmsg` (the GPUs `gpu` read, and its NVML XIDs, joined) (from every row and the
-//! NVML and verbs facts). `exec` is drained between windows.
+//! NVML and verbs facts). `exec` (`crate::exec`) is drained between windows.
 pub mod block;
 pub mod cuda;
-pub mod exec;
 pub mod gpu;
 pub mod ib;
 pub mod kmsg;
@@ -26,10 +25,8 @@ pub mod otlp;
 pub mod rdma;
 pub mod retired;
 mod source;
-mod start;
 pub mod switches;
 pub mod usage;
 pub mod verbs;
 
-pub use source::{close_window, Console, Ctx, CudaPids, Fact, Facts, GpuFacts, Source};
-pub use start::{start_otlp, start_sources};
+pub use source::{close_window, Console, Ctx, CudaPids, Fact, Facts, Source};

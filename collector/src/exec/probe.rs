@@ -50,7 +50,7 @@ fn cstr(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-impl super::ring::Decode for ExecRecord {
+impl crate::probes::ring::Decode for ExecRecord {
     const RING: &'static str = "EXEC_EVENTS";
     const LABEL: &'static str = "exec";
     fn decode(bytes: &[u8]) -> Option<Self> {
@@ -59,4 +59,11 @@ impl super::ring::Decode for ExecRecord {
 }
 
 /// The exec event ring.
-pub type ExecRing = super::ring::EventRing<ExecRecord>;
+pub type ExecRing = crate::probes::ring::EventRing<ExecRecord>;
+
+impl crate::probes::Probes {
+    /// Takes the exec event ring (once).
+    pub fn take_exec_ring(&mut self) -> Result<ExecRing, crate::probes::ProbeError> {
+        self.take_ring()
+    }
+}

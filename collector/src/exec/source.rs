@@ -3,8 +3,8 @@
 use anyhow::{Context as _, Result};
 
 use crate::{
+    exec::{ExecRecord, ExecRing},
     identity::IdentityCache,
-    probes::exec::{ExecRecord, ExecRing},
     sources::Console,
 };
 
