@@ -13,7 +13,7 @@ use std::{borrow::Cow, collections::HashSet};
 use proto::v1::Window;
 use vocab::entity::host_of;
 
-use super::config::LimitsConfig;
+use crate::limits::LimitsConfig;
 
 /// What was dropped, by `faultline_engine_dropped_total{what}`.
 #[derive(Debug, Default, PartialEq, Eq)]

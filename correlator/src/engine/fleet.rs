@@ -93,7 +93,7 @@ impl LogHist {
     }
 
     /// The median (the lower middle of an even count, as
-    /// [`super::median`] takes the mean of the middle two: within one bin
+    /// [`super::stats::median`] takes the mean of the middle two: within one bin
     /// of it), as its bin's geometric centre; 0 when empty or zero.
     pub fn median(&self) -> f64 {
         let n = self.count();
@@ -226,7 +226,7 @@ mod tests {
         let vals: Vec<f64> = (0..301)
             .map(|i| 10f64.powf(-15.0 + i as f64 / 50.0))
             .collect();
-        let exact = crate::engine::median(&vals);
+        let exact = crate::engine::stats::median(&vals);
         let mut shards = vec![LogHist::default(), LogHist::default(), LogHist::default()];
         for (i, v) in vals.iter().enumerate() {
             shards[i % 3].add(*v);

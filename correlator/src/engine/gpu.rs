@@ -212,9 +212,10 @@ impl GpuDetector {
 
     /// Forgets the GPUs (and their links) of these hosts.
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        self.gpus.retain(|e, _| !gone.contains(super::host_of(e)));
+        self.gpus
+            .retain(|e, _| !gone.contains(vocab::entity::host_of(e)));
         self.throttling
-            .retain(|e, _| !gone.contains(super::host_of(e)));
+            .retain(|e, _| !gone.contains(vocab::entity::host_of(e)));
         self.nvlink.forget_hosts(gone);
         self.shared.forget_hosts(gone);
         self.xid.forget_hosts(gone);

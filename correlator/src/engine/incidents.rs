@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proto::v1::CandidateUpdate;
 
-use super::config::IncidentConfig;
-
 mod causes;
+mod config;
 mod finding;
 pub mod severity;
+pub use config::IncidentConfig;
 pub use finding::{evidence_port, Finding};
 use severity::Severity;
 
@@ -284,7 +284,7 @@ impl IncidentManager {
         let keys: Vec<(&'static str, String)> = self
             .open
             .keys()
-            .filter(|(_, e)| gone.contains(super::host_of(e)))
+            .filter(|(_, e)| gone.contains(vocab::entity::host_of(e)))
             .cloned()
             .collect();
         let mut out = Vec::new();
@@ -535,7 +535,7 @@ impl IncidentManager {
             .filter(|e| !e.starts_with("explains "))
             .collect();
         // Who raised it is not stored: charged to the host it names.
-        let owner = owner(kind, &s.entity, super::host_of(&s.entity));
+        let owner = owner(kind, &s.entity, vocab::entity::host_of(&s.entity));
         let mut i = Incident {
             id: s.id,
             kind,

@@ -29,7 +29,10 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use proto::v1::Window;
 
-use super::{config::InterferenceConfig, median, workload::Symptom, Finding};
+use super::{incidents::Finding, stats::median, workload::Symptom};
+
+mod config;
+pub use config::InterferenceConfig;
 
 /// The incident kind.
 pub const KIND: &str = "interference";

@@ -539,18 +539,5 @@ fn jobs_of(w: &Window) -> Vec<String> {
 /// The host an entity belongs to (`host/…`, or the host itself).
 pub use vocab::entity::host_of;
 
-/// Median of a slice (selection on a copy, O(n)); 0 for empty.
-pub fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    let n = s.len();
-    let (below, m, _) = s.select_nth_unstable_by(n / 2, f64::total_cmp);
-    let hi = *m;
-    if n % 2 == 1 {
-        return hi;
-    }
-    let lo = below.iter().copied().fold(f64::MIN, f64::max);
-    (lo + hi) / 2.0
-}
+/// Median of a slice ([`stats::median`]).
+pub use stats::median;

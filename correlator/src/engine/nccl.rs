@@ -35,11 +35,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use proto::v1::{NcclPerf, NcclRank, StepTime, Window};
 
-use super::{config::NcclConfig, incidents::Finding, median};
+use super::{incidents::Finding, stats::median};
 
 mod below;
+mod config;
 mod split;
 mod stuck;
+
+pub use config::NcclConfig;
 
 /// One rank as last reported.
 #[derive(Clone, Debug)]

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use proto::v1::{NcclRank, Window};
 
-use super::{config::NcclConfig, median, straggler::Slow};
+use super::{nccl::NcclConfig, stats::median, straggler::Slow};
 
 /// The latest rank must be at least this many times as late as the next
 /// latest on its host: ranks whose compute differs by a few percent

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proto::v1::Window;
 
-use super::{baseline::OwnBaseline, incidents::Finding, median};
+use super::{baseline::OwnBaseline, incidents::Finding, stats::median};
 
 mod config;
 mod target;

@@ -5,6 +5,22 @@
 //! all are counts of rare independent events, so "is this count too many
 //! for the reference rate?" is a Poisson tail, whatever the window length.
 
+/// Median of a slice (selection on a copy, O(n)); 0 for empty.
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    let n = s.len();
+    let (below, m, _) = s.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *m;
+    if n % 2 == 1 {
+        return hi;
+    }
+    let lo = below.iter().copied().fold(f64::MIN, f64::max);
+    (lo + hi) / 2.0
+}
+
 /// `ln Γ(x)` for `x > 0` (Lanczos, g = 7, 9 terms; |error| < 1e-13).
 fn ln_gamma(x: f64) -> f64 {
     const G: f64 = 7.0;

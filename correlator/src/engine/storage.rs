@@ -15,7 +15,10 @@ use proto::v1::Window;
 use vocab::hist::quantile_ns;
 use vocab::hist::LAT_BUCKETS;
 
-use super::{baseline::OwnBaseline, config::StorageConfig, incidents::Finding, median};
+use super::{baseline::OwnBaseline, incidents::Finding, stats::median};
+
+mod config;
+pub use config::{ClassFloor, StorageConfig};
 
 #[derive(Debug, Default)]
 struct DevState {
@@ -417,7 +420,8 @@ fn evidence(
 impl StorageDetector {
     /// Forgets the devices of these hosts.
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        self.devs.retain(|e, _| !gone.contains(super::host_of(e)));
+        self.devs
+            .retain(|e, _| !gone.contains(vocab::entity::host_of(e)));
         self.by_host.retain(|h, _| !gone.contains(h));
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use proto::v1::Window;
 
 use super::{
-    median,
+    stats::median,
     workload::{placement::Claims, Place, Symptom},
 };
 
@@ -59,7 +59,7 @@ pub struct StragglerDetector {
 
 impl Default for StragglerDetector {
     fn default() -> Self {
-        Self::new(super::config::WorkloadConfig::default().min_persist_s)
+        Self::new(super::workload::WorkloadConfig::default().min_persist_s)
     }
 }
 

@@ -20,11 +20,12 @@ use std::collections::{HashMap, VecDeque};
 
 use proto::v1::Window;
 
-use super::config::WorkloadConfig;
-
+mod config;
 mod explain;
 pub mod placement;
 pub mod restart;
+
+pub use config::WorkloadConfig;
 
 /// Normal windows whose median is the baseline.
 const HISTORY: usize = 32;
@@ -127,7 +128,7 @@ impl Shift {
         self.normal.push_back((x, n));
         self.learnt = self.learnt.saturating_add(n);
         let xs: Vec<f64> = self.normal.iter().map(|v| v.0).collect();
-        self.mu = super::median(&xs);
+        self.mu = super::stats::median(&xs);
         // Noise of one observation: the spread of the window means, each
         // scaled by √n (a mean of n has 1/√n of one observation's spread).
         let d: Vec<f64> = self
@@ -135,7 +136,7 @@ impl Shift {
             .iter()
             .map(|&(x, n)| (x - self.mu).abs() * (n as f64).sqrt())
             .collect();
-        self.sigma = (1.4826 * super::median(&d)).max(min_noise);
+        self.sigma = (1.4826 * super::stats::median(&d)).max(min_noise);
     }
 
     /// One window's mean log value `x` over `n` observations in

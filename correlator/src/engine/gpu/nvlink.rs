@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use proto::v1::Window;
 
 use super::GpuConfig;
-use crate::engine::{incidents::Finding, median, slot_cache::SlotCache, stats};
+use crate::engine::{incidents::Finding, slot_cache::SlotCache, stats, stats::median};
 
 /// The counters of `NvLinkCounters`, in wire order.
 pub const COUNTERS: [&str; 4] = ["replay", "recovery", "crc_flit", "crc_data"];

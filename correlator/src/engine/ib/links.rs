@@ -5,8 +5,9 @@
 use proto::v1::IbPort;
 use vocab::ib::state_name;
 
+use super::IbConfig;
 use super::{counters::delta, PortState, ACTIVE};
-use crate::engine::{config::IbConfig, incidents::Finding};
+use crate::engine::incidents::Finding;
 
 /// Bound of a port's remembered downs.
 const MAX_DOWNS: usize = 64;

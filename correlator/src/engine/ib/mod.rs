@@ -28,8 +28,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use proto::v1::{IbPort, Window};
 
-use super::{baseline::OwnBaseline, config::IbConfig, incidents::Finding, median};
+use super::{baseline::OwnBaseline, incidents::Finding, stats::median};
 
+mod config;
 mod counters;
 mod extent;
 mod history;
@@ -39,6 +40,7 @@ mod tests;
 mod topology;
 mod verdict;
 
+pub use config::IbConfig;
 use counters::remember;
 use history::{History, FAMILIES};
 pub use topology::{parse_topology, Topology, TopologyError};
@@ -168,7 +170,7 @@ impl IbDetector {
             .collect();
         let polled: std::collections::HashSet<String> = polled.into_iter().cloned().collect();
         self.ports
-            .retain(|e, _| !gone.contains(super::host_of(e)) && !polled.contains(e));
+            .retain(|e, _| !gone.contains(vocab::entity::host_of(e)) && !polled.contains(e));
         self.by_host.retain(|h, _| !gone.contains(h));
         self.extent
             .forget(|p| gone.contains(vocab::entity::host_of(p)));

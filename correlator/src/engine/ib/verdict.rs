@@ -5,11 +5,12 @@
 //! holds an open incident.
 use vocab::ib::saturation;
 
+use super::IbConfig;
 use super::{
     history::{horizon_secs, LongSum, Sums},
     Fabric, IbDetector, PortState, ERROR_COUNTERS,
 };
-use crate::engine::{config::IbConfig, incidents::Finding, stats};
+use crate::engine::{incidents::Finding, stats};
 
 /// `1.2e-12` style.
 fn sci(x: f64) -> String {

@@ -23,7 +23,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{below::Below, Comm, NcclConfig, Rank};
-use crate::engine::{incidents::Finding, median};
+use crate::engine::{incidents::Finding, stats::median};
 
 /// What the judge sees besides the communicator.
 pub(super) struct Ctx<'a> {

@@ -2,7 +2,7 @@
 //! placement of the job's ranks, and the symptom's own incident when
 //! nothing explains it.
 use super::{Place, Symptom};
-use crate::engine::Finding;
+use crate::engine::incidents::Finding;
 
 impl Symptom {
     /// Whether an incident (kind, entity, evidence) on the infrastructure
