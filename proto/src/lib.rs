@@ -14,6 +14,8 @@ pub mod podresources {
 }
 
 pub mod bounded_read;
+pub mod config_doc;
+pub mod config_key;
 pub mod parse_error;
 pub mod record;
 pub mod refusal;
