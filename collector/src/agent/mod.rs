@@ -9,6 +9,7 @@ pub mod kernel;
 pub mod probe_enabled;
 mod setup;
 pub mod shutdown;
+mod start;
 mod windows;
 
 use std::time::Duration;

@@ -15,7 +15,7 @@ use crate::{
         block::BlockSample, cuda::CudaEvent, drain::EventDrain, launch_control::LaunchController,
         ProbeOptions, Probes,
     },
-    sources::{self, Console, Source},
+    sources::{Console, Source},
 };
 
 /// Everything the window loop runs on.

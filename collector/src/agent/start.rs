@@ -1,22 +1,23 @@
-//! Starting the sources that are on, in window order, and the OTLP
-//! receiver and libibverbs' event threads some of them read.
+//! The registry of sources: starting those that are on, in window order,
+//! and the OTLP receiver and libibverbs' event threads some of them read.
+//! The one place that names every family (`sources/` names none).
 use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{
-    block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, lustre::LustreSource,
-    nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource,
-    switches::SwitchesSource, usage::UsageSource, verbs::VerbsSource, Console, Source,
-};
 use crate::{
     config::FileConfig,
+    sources::{
+        block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, lustre::LustreSource,
+        nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource,
+        switches::SwitchesSource, usage::UsageSource, verbs::VerbsSource, Console, Source,
+    },
     http::Exposition,
     probes::{ProbeState, Probes},
     storage::Names,
 };
 
-/// Every source that is on, in window order (see [`super`]).
+/// Every source that is on, in window order (see [`crate::sources`]).
 pub fn start_sources(
     cfg: &FileConfig,
     probes: &Probes,
@@ -88,7 +89,7 @@ pub fn start_sources(
     let nccl_rescan = cfg.nccl.enabled && cfg.nccl.library.is_empty();
     let cuda_rescan = cfg.cuda.enabled && cfg.cuda.library.is_none();
     if cfg.nccl.rescan_s > 0.0 && (nccl_rescan || cuda_rescan) {
-        out.push(Box::new(super::libraries::LibrarySource::new(
+        out.push(Box::new(crate::sources::libraries::LibrarySource::new(
             cfg.collector.proc_root.clone(),
             nccl_rescan.then(|| crate::nccl_lib::Search {
                 proc_root: Some(cfg.collector.proc_root.clone()),
@@ -148,7 +149,7 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
     let listener = crate::nvml::spawn_event_listener(lib, tx)
         .map_err(|e| console.info(e))
         .ok();
-    let labels = super::gpu::GpuLabelConfig {
+    let labels = crate::sources::gpu::GpuLabelConfig {
         dcgm_compat: cfg.nvml.dcgm_compat,
         job_dir: Some(cfg.collector.job_dir.clone()),
         hpc_job_mapping_dir: Some(cfg.collector.hpc_job_mapping_dir.clone())
@@ -163,7 +164,7 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
 /// The kernel log reader, when `[kmsg]` is on and the log opens (without
 /// CAP_SYSLOG under `kernel.dmesg_restrict = 1` it does not: reported, and
 /// the collector runs on without it).
-fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<super::kmsg::KmsgSource> {
+fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<crate::sources::kmsg::KmsgSource> {
     if !cfg.kmsg.enabled {
         return None;
     }
@@ -174,7 +175,7 @@ fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<super::kmsg::KmsgSou
                 "kmsg: reading {} for the GPU driver's XIDs and SXids",
                 cfg.kmsg.path.display()
             ));
-            Some(super::kmsg::KmsgSource::new(
+            Some(crate::sources::kmsg::KmsgSource::new(
                 log,
                 &cfg.kmsg,
                 cfg.collector.proc_root.clone(),

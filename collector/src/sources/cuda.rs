@@ -83,7 +83,8 @@ impl Source for CudaSource {
     /// The window's lines, each with its GPU's state of this window.
     fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, _: &mut pb::Window) -> Result<()> {
         for (text, device) in self.lines.drain(..) {
-            match nvml::describe_gpu(device, &facts.gpu.gpus, &facts.gpu.samples) {
+            let gpu = crate::sources::gpu::GpuFacts::of(facts);
+            match nvml::describe_gpu(device, &gpu.gpus, &gpu.samples) {
                 Some(g) => cx.console.detail(format_args!("{text} [{g}]")),
                 None => cx.console.detail(text),
             }

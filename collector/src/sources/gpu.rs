@@ -9,10 +9,29 @@ use crate::{
     jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
     podresources,
-    sources::{Ctx, Fact, Facts, GpuFacts, Source},
+    sources::{usage::GpuReadings, Ctx, Fact, Facts, Source},
     window::unix_ms,
     workload::{gpu_workloads, GpuIndex},
 };
+
+/// What the GPU source read this window, for the sources that derive from
+/// it (`cuda`'s lines, `kmsg`'s placement).
+#[derive(Debug, Default)]
+pub struct GpuFacts {
+    pub gpus: Vec<nvml::GpuInfo>,
+    pub samples: Vec<nvml::GpuSample>,
+}
+
+impl GpuFacts {
+    /// This window's, or none when the GPU source is off.
+    pub fn of(facts: &Facts) -> &Self {
+        static NONE: GpuFacts = GpuFacts {
+            gpus: Vec::new(),
+            samples: Vec::new(),
+        };
+        facts.get().unwrap_or(&NONE)
+    }
+}
 
 pub struct GpuSource {
     src: NvmlSource,
@@ -157,11 +176,11 @@ impl Source for GpuSource {
                 },
             })
             .collect();
-        Ok(Some(Fact::Gpu(GpuFacts {
-            gpus: self.src.gpus().to_vec(),
-            samples,
-            readings,
-        })))
+        let gpus = self.src.gpus().to_vec();
+        Ok(Some(Fact::Typed(vec![
+            Box::new(GpuFacts { gpus, samples }),
+            Box::new(GpuReadings(readings)),
+        ])))
     }
 
     /// The GPU families, labelled with the workloads of the processes the
@@ -217,7 +236,7 @@ impl Source for GpuSource {
         };
         cx.expo.set_section(
             "gpu",
-            nvml::render_with(self.src.gpus(), &facts.gpu.samples, &self.xid_counts, &ex),
+            nvml::render_with(self.src.gpus(), &GpuFacts::of(facts).samples, &self.xid_counts, &ex),
         );
         Ok(())
     }

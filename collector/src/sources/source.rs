@@ -2,6 +2,7 @@
 //! order of one window: every source collects, then the sources that need
 //! another source's data of the same window derive from it.
 use std::{
+    any::Any,
     collections::{BTreeMap, BTreeSet},
     time::SystemTime,
 };
@@ -9,7 +10,7 @@ use std::{
 use anyhow::Result;
 use proto::v1 as pb;
 
-use crate::{http::Exposition, identity::IdentityCache, nvml, probes::Probes, usage::GpuReading};
+use crate::{http::Exposition, identity::IdentityCache, probes::Probes};
 
 /// The console: per-entity detail lines only without `--quiet` (journald
 /// gets one summary line per window, not one per device, kernel and port).
@@ -44,15 +45,6 @@ pub struct Ctx<'a> {
     pub console: Console,
 }
 
-/// What the GPU source read this window.
-#[derive(Debug, Default)]
-pub struct GpuFacts {
-    pub gpus: Vec<nvml::GpuInfo>,
-    pub samples: Vec<nvml::GpuSample>,
-    /// Per GPU: utilisation, energy and NVML's processes (for usage).
-    pub readings: Vec<GpuReading>,
-}
-
 /// The CUDA device ordinals each process used, by pid.
 pub type CudaPids = BTreeMap<u32, BTreeSet<i32>>;
 
@@ -60,8 +52,11 @@ pub type CudaPids = BTreeMap<u32, BTreeSet<i32>>;
 /// needs in the derive phase.
 #[derive(Debug)]
 pub enum Fact {
-    /// From the GPU source.
-    Gpu(GpuFacts),
+    /// Values of the family's own types, read back by type with
+    /// [`Facts::get`] (the GPU source's `nvml::GpuFacts` for `cuda` and
+    /// `kmsg`, its `usage::GpuReadings`), so that `sources/` names no
+    /// family. A later value of the same type replaces an earlier one.
+    Typed(Vec<Box<dyn Any>>),
     /// From the CUDA source: the processes in its maps this window.
     CudaPids(CudaPids),
     /// From the verbs source: bytes each process posted in the window.
@@ -72,15 +67,34 @@ pub enum Fact {
 /// Built during the collect phase only, read-only in the derive phase.
 #[derive(Debug, Default)]
 pub struct Facts {
-    pub gpu: GpuFacts,
     pub cuda_pids: CudaPids,
     pub verbs_posted: Vec<(u32, u64)>,
+    typed: Vec<Box<dyn Any>>,
+}
+
+impl Fact {
+    /// One value of a family's own type.
+    pub fn typed<T: Any>(value: T) -> Self {
+        Self::Typed(vec![Box::new(value)])
+    }
 }
 
 impl Facts {
+    /// The value of type `T` a source returned this window ([`Fact::Typed`]),
+    /// `None` where no source did.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.typed.iter().find_map(|v| v.downcast_ref())
+    }
+
     fn record(&mut self, fact: Fact) {
         match fact {
-            Fact::Gpu(g) => self.gpu = g,
+            Fact::Typed(values) => {
+                for v in values {
+                    let t = (*v).type_id();
+                    self.typed.retain(|old| (**old).type_id() != t);
+                    self.typed.push(v);
+                }
+            }
             Fact::CudaPids(p) => self.cuda_pids = p,
             Fact::VerbsPosted(v) => self.verbs_posted = v,
         }
@@ -119,4 +133,27 @@ pub fn close_window(
         s.derive(cx, &facts, wire)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_facts_are_read_back_by_type_and_the_later_one_wins() {
+        #[derive(Debug, PartialEq)]
+        struct A(u32);
+        #[derive(Debug, PartialEq)]
+        struct B(&'static str);
+        let mut f = Facts::default();
+        assert_eq!(f.get::<A>(), None);
+        f.record(Fact::Typed(vec![Box::new(A(1)), Box::new(B("b"))]));
+        f.record(Fact::typed(A(2)));
+        f.record(Fact::CudaPids(CudaPids::from([(7, BTreeSet::from([0]))])));
+        assert_eq!(f.get::<A>(), Some(&A(2)));
+        assert_eq!(f.get::<B>(), Some(&B("b")));
+        assert_eq!(f.typed.len(), 2);
+        assert_eq!(f.cuda_pids.len(), 1);
+        assert_eq!(f.get::<u8>(), None);
+    }
 }

@@ -7,8 +7,13 @@ use proto::v1 as pb;
 use crate::{
     probes::verbs::VerbsSnapshot,
     sources::{Ctx, Fact, Facts, Source},
-    usage::{Accountant, Inputs, Who},
+    usage::{Accountant, GpuReading, Inputs, Who},
 };
+
+/// Per GPU: utilisation, energy and NVML's processes, as the GPU source
+/// returns them (a [`Fact::Typed`]).
+#[derive(Debug, Default)]
+pub struct GpuReadings(pub Vec<GpuReading>);
 
 /// Send-side bytes posted per process between two verbs snapshots.
 pub fn verbs_posted(prev: &VerbsSnapshot, cur: &VerbsSnapshot) -> Vec<(u32, u64)> {
@@ -49,7 +54,7 @@ impl Source for UsageSource {
             seconds,
             block: &wire.block,
             cuda: &wire.cuda,
-            gpus: &facts.gpu.readings,
+            gpus: facts.get::<GpuReadings>().map_or(&[], |g| &g.0),
             verbs_posted: &facts.verbs_posted,
             verbs_active: self.verbs_active,
             ib_ports: &wire.ib_ports,
