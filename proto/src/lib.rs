@@ -16,6 +16,7 @@ pub mod podresources {
 pub mod bounded_read;
 pub mod config_doc;
 pub mod config_key;
+pub mod metric;
 pub mod parse_error;
 pub mod record;
 pub mod refusal;

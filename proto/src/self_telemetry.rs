@@ -22,12 +22,10 @@ pub struct Build {
 /// nothing). Call it after the metrics recorder is installed.
 pub fn start(build: Build) {
     STARTED.call_once(|| {
-        metrics::describe_gauge!(
-            "faultline_build_info",
-            "The running build: version, git revision and rustc version as labels (value 1)"
-        );
+        let info = crate::metric::shared::BUILD_INFO;
+        info.describe();
         metrics::gauge!(
-            "faultline_build_info",
+            info.name,
             "version" => build.version,
             "revision" => build.revision,
             "rustc" => build.rustc,

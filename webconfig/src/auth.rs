@@ -206,7 +206,7 @@ fn refuse(listener: &'static str, why: Refused) -> Response {
         Refused::Malformed => "malformed",
         Refused::Wrong => "wrong",
     };
-    metrics::counter!("faultline_web_auth_failures_total", "listener" => listener, "reason" => reason)
+    metrics::counter!(crate::AUTH_FAILURES.name, "listener" => listener, "reason" => reason)
         .increment(1);
     tracing::debug!(listener, reason, "basic auth refused");
     (

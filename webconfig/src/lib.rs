@@ -22,6 +22,7 @@ use axum::{
     Router,
 };
 use proto::listen::{HttpTimeouts, Listener};
+use proto::metric::Family;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 
@@ -225,16 +226,22 @@ pub async fn serve(
     }
 }
 
-/// HELP text of this crate's metric.
+/// Requests refused by `basic_auth_users` (emitted in `auth`).
+pub const AUTH_FAILURES: Family = Family::counter(
+    "faultline_web_auth_failures_total",
+    &["listener", "reason"],
+    "Requests refused 401 by the web config file's basic_auth_users (listener; reason: missing, malformed, wrong)",
+);
+/// Renewed TLS files that did not load (emitted in `reload`).
+pub const TLS_RELOAD_ERRORS: Family = Family::counter(
+    "faultline_web_tls_reload_errors_total",
+    &[],
+    "Changed TLS certificate or key files of the web config file that did not load (the previous pair is still served)",
+);
+
+/// HELP text of this crate's metrics.
 pub fn describe() {
-    metrics::describe_counter!(
-        "faultline_web_auth_failures_total",
-        "Requests refused 401 by the web config file's basic_auth_users (listener; reason: missing, malformed, wrong)"
-    );
-    metrics::describe_counter!(
-        "faultline_web_tls_reload_errors_total",
-        "Changed TLS certificate or key files of the web config file that did not load (the previous pair is still served)"
-    );
+    proto::metric::describe_all(&[&AUTH_FAILURES, &TLS_RELOAD_ERRORS]);
 }
 
 #[cfg(test)]

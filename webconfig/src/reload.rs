@@ -132,7 +132,7 @@ impl Reloading {
                 tracing::info!(cert = %cert.display(), "web config file: TLS certificate reloaded");
             }
             Err(why) => {
-                metrics::counter!("faultline_web_tls_reload_errors_total").increment(1);
+                metrics::counter!(crate::TLS_RELOAD_ERRORS.name).increment(1);
                 tracing::error!(error = %why, "web config file: the changed TLS certificate or key does not load; serving the previous one");
             }
         }

@@ -92,7 +92,7 @@ impl std::fmt::Debug for Listener {
 }
 
 pub(super) fn closed_metric(listener: &'static str, reason: &'static str) {
-    metrics::counter!("faultline_connections_closed_total", "listener" => listener, "reason" => reason)
+    metrics::counter!(crate::metric::shared::CONNECTIONS_CLOSED.name, "listener" => listener, "reason" => reason)
         .increment(1);
 }
 
@@ -312,7 +312,7 @@ impl Listener {
                     return Conn::new(sock, slot, self.clone());
                 }
                 Err(reason) => {
-                    metrics::counter!("faultline_connections_refused_total", "listener" => self.0.name, "reason" => reason)
+                    metrics::counter!(crate::metric::shared::CONNECTIONS_REFUSED.name, "listener" => self.0.name, "reason" => reason)
                         .increment(1);
                     tracing::debug!(listener = self.0.name, peer = %addr, reason, "connection refused");
                 }
