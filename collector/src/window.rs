@@ -10,24 +10,7 @@ use proto::v1 as pb;
 use crate::nvml;
 #[cfg(feature = "probes")]
 use crate::probes::verbs::VerbsSnapshot;
-use crate::{cuda::CudaSnapshot, ib::PortSnapshot, identity::IdentityCache, storage::BlockWindow};
-
-pub fn ib_ports(ports: &[PortSnapshot]) -> Vec<pb::IbPort> {
-    ports
-        .iter()
-        .map(|p| pb::IbPort {
-            hca: p.device.clone(),
-            port: p.port,
-            state: p.state.unwrap_or(0),
-            phys_state: p.phys_state.unwrap_or(0),
-            rate_bytes_per_sec: p.rate_bytes_per_sec.unwrap_or(0),
-            counters: p.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            hw_counters: p.hw_counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            link_layer: p.link_layer.clone().unwrap_or_default(),
-            switch: String::new(),
-        })
-        .collect()
-}
+use crate::{cuda::CudaSnapshot, identity::IdentityCache, storage::BlockWindow};
 
 #[cfg(feature = "nvml")]
 pub fn gpus(info: &[nvml::GpuInfo], samples: &[nvml::GpuSample]) -> Vec<pb::GpuSample> {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::{
     config::FileConfig,
     sources::{
-        block::BlockSource, cuda::CudaSource, gpu::GpuSource, ib::IbSource, lustre::LustreSource,
+        block::BlockSource, cuda::CudaSource, gpu::GpuSource, lustre::LustreSource,
         nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource,
         switches::SwitchesSource, usage::UsageSource, verbs::VerbsSource, Console, Source,
     },
@@ -48,7 +48,7 @@ pub fn start_sources(
         out.push(Box::new(l));
     }
     out.push(Box::new(RdmaEventSource::new(start_rdma(console))));
-    out.push(Box::new(IbSource::new(
+    out.push(Box::new(crate::ib::IbSource::new(
         root.clone(),
         cfg.ib.filter()?,
         cfg.ib.export,

@@ -56,7 +56,7 @@ impl Source for IbSource {
             cx.expo
                 .set_section("ib", ib::prom::render(&ports, Some(&self.tracker)));
         }
-        wire.ib_ports = crate::window::ib_ports(&ports);
+        wire.ib_ports = ib::wire::ports(&ports);
         for r in self.tracker.update(ports) {
             if let Some(line) = port_line(cx.host, &r) {
                 cx.console.detail(line);

@@ -15,7 +15,6 @@
 pub mod block;
 pub mod cuda;
 pub mod gpu;
-pub mod ib;
 pub mod kmsg;
 pub mod libraries;
 pub mod lustre;

@@ -209,7 +209,7 @@ impl Cluster {
             seq: node.seq,
             start_unix_ms: t - wms,
             end_unix_ms: t,
-            ib_ports: collector::window::ib_ports(&snaps),
+            ib_ports: collector::ib::wire::ports(&snaps),
             gpus: gpu_rows(node, &utils),
             block: node
                 .devices
