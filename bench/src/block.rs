@@ -549,7 +549,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .build()?;
     let _guard = rt.enter();
     let (ma, mi) = lo.major_minor()?;
-    let dev = collector::storage::make_dev(ma, mi);
+    let dev = collector::block::make_dev(ma, mi);
     let mut configs = vec![Config::Without, Config::Empty, Config::FaultlineBtf];
     if !a.no_classic {
         configs.push(Config::FaultlineClassic);

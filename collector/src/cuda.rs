@@ -7,7 +7,7 @@ use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
 
 use crate::{
     prom_text::{Kind, Text},
-    storage::quantile_ns,
+    block::quantile_ns,
 };
 
 /// Cumulative CUDA aggregates as read at `taken`.

@@ -12,6 +12,7 @@
     feature = "otlp"
 ))]
 pub mod agent;
+pub mod block;
 pub mod bounded_read;
 pub mod config;
 pub mod cuda;
@@ -54,7 +55,6 @@ pub mod rdma;
     feature = "otlp"
 ))]
 pub mod sources;
-pub mod storage;
 pub mod stream;
 pub mod switches;
 pub mod tracefs;

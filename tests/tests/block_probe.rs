@@ -3,8 +3,8 @@
 //! `/sys/block/loopN/stat` over the same interval, and its window rows must
 //! reach the wire with the device's class and latency histogram.
 use collector::{
+    block::{make_dev, quantile_ns, BlockSnapshot, BlockWindow, Names},
     probes::{BlockAttach, BlockMode, ProbeOptions, Probes},
-    storage::{make_dev, quantile_ns, BlockSnapshot, BlockWindow, Names},
 };
 use collector_common::{
     block::{op, BlockStats},
@@ -31,7 +31,7 @@ fn dev_of(lo: &tests::LoopDevice) -> u32 {
 
 /// Faultline's totals for op `o` of device `dev` between two snapshots.
 fn op_delta(before: &BlockSnapshot, after: &BlockSnapshot, dev: u32, o: u32) -> BlockStats {
-    collector::storage::delta(
+    collector::block::delta(
         Some(&before.device_op_total(dev, o)),
         &after.device_op_total(dev, o),
     )
@@ -167,14 +167,14 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
         // On the wire: a loop device is "virtual", and each row's histogram
         // (trimmed of empty tail buckets) counts its timed requests, which
         // here are all of them: every request was issued after the attach.
-        let wire = collector::window::block(&win);
+        let wire = collector::block::wire::rows(&win);
         let wire: Vec<_> = wire.iter().filter(|b| b.device == lo.name).collect();
         assert_eq!(wire.len(), rows.len());
         for (b, row) in wire.iter().zip(&rows) {
             // `job` is the cgroup's job id, as CUDA rows name it (not the path).
             assert_eq!(
                 (b.op.as_str(), b.job.clone()),
-                (row.op, collector::window::cgroup_job(&row.cgroup))
+                (row.op, collector::block::cgroup_job(&row.cgroup))
             );
             assert_eq!(b.latency_sum_ns, row.latency_sum_ns, "{b:?}");
             assert_eq!(b.device_class, "virtual", "{b:?}");
@@ -437,7 +437,7 @@ fn sampled_block_events_are_drained_one_per_timed_request() {
         return;
     }
     tests::runtime().block_on(async {
-        use collector::probes::{block::BlockSample, drain::EventDrain};
+        use collector::{block::probe::BlockSample, probes::drain::EventDrain};
         let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
         let dev = dev_of(&lo);
         let opts = ProbeOptions {

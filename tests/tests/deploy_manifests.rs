@@ -623,7 +623,7 @@ fn collector_mounts_are_read_by_the_code_and_both_configs_pass_check_config() {
             "/sys" => defaults.collector.sysfs_root == Path::new(path),
             "/sys/kernel/btf" => btf_dir == Path::new(path),
             "/sys/kernel/tracing" => collector::tracefs::DEFAULT_ROOT == path,
-            "/sys/fs/cgroup" => collector::storage::CGROUP_ROOT == path,
+            "/sys/fs/cgroup" => collector::block::CGROUP_ROOT == path,
             "/host/proc" => cfg.collector.proc_root == Path::new(path),
             "/run/nvidia" | "/host/usr/lib/x86_64-linux-gnu" | "/host/usr/lib64" => {
                 lib_search(path)

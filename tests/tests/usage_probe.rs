@@ -80,7 +80,7 @@ fn usage_per_job_equals_what_each_process_did() {
     let lo = tests::LoopDevice::new(64 << 20).expect("loop device");
     // In the cgroup v2 hierarchy (its mount on hybrid hosts too).
     let parent =
-        Cgroup::new(collector::storage::cgroup2_root().join(format!("faultline-usage-{tag}")));
+        Cgroup::new(collector::block::cgroup2_root().join(format!("faultline-usage-{tag}")));
     let cg_a = Cgroup::new(parent.0.join("job_7001"));
     let cg_b = Cgroup::new(parent.0.join("job_7002"));
 

@@ -7,13 +7,13 @@ use proto::v1 as pb;
 
 use super::{delivery::Delivery, describe, host, probe_enabled};
 use crate::{
+    block::probe::BlockSample,
     config::FileConfig,
     exec::ExecSource,
     http::{self, Exposition},
     identity::IdentityCache,
     probes::{
-        block::BlockSample, cuda::CudaEvent, drain::EventDrain, launch_control::LaunchController,
-        ProbeOptions, Probes,
+        cuda::CudaEvent, drain::EventDrain, launch_control::LaunchController, ProbeOptions, Probes,
     },
     sources::{Console, Source},
 };

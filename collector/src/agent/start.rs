@@ -6,15 +6,15 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::{
+    block::{BlockSource, Names},
     config::FileConfig,
-    sources::{
-        block::BlockSource, cuda::CudaSource, gpu::GpuSource, lustre::LustreSource,
-        nccl::NcclSource, nfs::NfsSource, otlp::OtlpSource, rdma::RdmaEventSource,
-        switches::SwitchesSource, usage::UsageSource, verbs::VerbsSource, Console, Source,
-    },
     http::Exposition,
     probes::{ProbeState, Probes},
-    storage::Names,
+    sources::{
+        cuda::CudaSource, gpu::GpuSource, nccl::NcclSource,
+        otlp::OtlpSource, rdma::RdmaEventSource, switches::SwitchesSource,
+        usage::UsageSource, verbs::VerbsSource, Console, Source,
+    },
 };
 
 /// Every source that is on, in window order (see [`crate::sources`]).
@@ -30,7 +30,7 @@ pub fn start_sources(
     if probes.block_active() {
         let mut b = BlockSource::new(
             probes.block_snapshot()?,
-            Names::new(root, crate::storage::cgroup2_root()),
+            Names::new(root, crate::block::cgroup2_root()),
         );
         expo.set_section("block", b.render());
         out.push(Box::new(b));

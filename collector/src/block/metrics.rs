@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use collector_common::block::BlockStats;
 
-use super::{op_name, BlockSnapshot, Names};
+use super::window::{op_name, BlockSnapshot, Names};
 use crate::prom_text::{Kind, Text};
 
 pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {

@@ -7,8 +7,8 @@ use collector_common::block::{
     AggSlot, BlockKey, BlockStats, InflightKey, InflightVal, RqInflight, RqSlot, AGG_SLOTS,
 };
 
-use super::{mmap_array::MmapArray, BlockAttach, ProbeError, Probes};
-use crate::storage::BlockSnapshot;
+use super::window::BlockSnapshot;
+use crate::probes::{mmap_array::MmapArray, BlockAttach, ProbeError, Probes};
 
 impl Probes {
     /// Cumulative block totals per (dev, op, cgroup) and in-flight requests
@@ -131,11 +131,11 @@ pub struct BlockSample {
     pub data: collector_common::block::BlockRequestData,
 }
 
-impl super::ring::Decode for BlockSample {
+impl crate::probes::ring::Decode for BlockSample {
     const RING: &'static str = "BLOCK_EVENTS";
     const LABEL: &'static str = "block";
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let ev = super::ring::read_event::<collector_common::block::BlockRequestData>(
+        let ev = crate::probes::ring::read_event::<collector_common::block::BlockRequestData>(
             bytes,
             collector_common::EventKind::BlockRequest,
         )?;

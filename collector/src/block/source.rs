@@ -2,10 +2,8 @@
 use anyhow::Result;
 use proto::v1 as pb;
 
-use crate::{
-    sources::{Ctx, Fact, Source},
-    storage::{self, BlockSnapshot, BlockWindow, Names},
-};
+use super::{render_prometheus, wire, BlockSnapshot, BlockWindow, Names};
+use crate::sources::{Ctx, Fact, Source};
 
 pub struct BlockSource {
     prev: BlockSnapshot,
@@ -19,7 +17,7 @@ impl BlockSource {
 
     /// The exposition before the first window.
     pub fn render(&mut self) -> String {
-        storage::render_prometheus(&self.prev, &mut self.names)
+        render_prometheus(&self.prev, &mut self.names)
     }
 }
 
@@ -30,9 +28,9 @@ impl Source for BlockSource {
         for line in win.lines() {
             cx.console.detail(line);
         }
-        wire.block = crate::window::block(&win);
+        wire.block = wire::rows(&win);
         cx.expo
-            .set_section("block", storage::render_prometheus(&cur, &mut self.names));
+            .set_section("block", render_prometheus(&cur, &mut self.names));
         self.prev = cur;
         Ok(None)
     }

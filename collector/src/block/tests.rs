@@ -1,5 +1,6 @@
 //! Block windows, names and the exposition against synthetic snapshots and sysfs trees.
 use super::*;
+use crate::block::render_prometheus;
 
 fn stats(requests: u64, bytes: u64, lats_ns: &[u64]) -> BlockStats {
     let mut s = BlockStats::ZERO;

@@ -408,8 +408,6 @@ fn walk_cgroups(root: &Path, dir: &Path, out: &mut HashMap<u64, String>, depth: 
     }
 }
 
-mod prom;
 #[cfg(test)]
+#[path = "tests.rs"]
 mod tests;
-
-pub use prom::render_prometheus;

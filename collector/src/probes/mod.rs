@@ -5,7 +5,6 @@
 //! [`ProbeStatus`] so that the operator sees what is active and why not.
 mod attach;
 pub mod bench;
-pub mod block;
 pub mod btf;
 pub mod calibrate;
 pub mod cuda;
@@ -16,7 +15,7 @@ pub mod launch_cpu;
 pub mod launch_duty;
 pub mod libraries;
 mod load;
-mod mmap_array;
+pub(crate) mod mmap_array;
 pub mod nccl;
 pub mod ring;
 mod section;
@@ -176,26 +175,26 @@ impl fmt::Display for ProbeStatus {
 
 /// The loaded object, its attached programs, and the per-probe outcomes.
 pub struct Probes {
-    ebpf: Ebpf,
-    status: Vec<ProbeStatus>,
-    block_mode: BlockMode,
-    block_attach: BlockAttach,
-    cuda_library: Option<std::path::PathBuf>,
+    pub(crate) ebpf: Ebpf,
+    pub(crate) status: Vec<ProbeStatus>,
+    pub(crate) block_mode: BlockMode,
+    pub(crate) block_attach: BlockAttach,
+    pub(crate) cuda_library: Option<std::path::PathBuf>,
     /// The NCCL libraries the uprobes are attached to, by file identity.
-    nccl_libraries: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
+    pub(crate) nccl_libraries: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
     /// CUDA driver libraries found after start (inside containers), by
     /// file identity: every CUDA probe attached, launch probes duty-cycled
     /// with the first library's.
-    cuda_extra: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
+    pub(crate) cuda_extra: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
     /// The first CUDA library's identity and its hold (found inside a
     /// process's root: kept open).
-    cuda_primary: Option<(crate::proc_libs::FileKey, libraries::AttachedLib)>,
+    pub(crate) cuda_primary: Option<(crate::proc_libs::FileKey, libraries::AttachedLib)>,
     /// The launch uprobes' attach state (bounded-overhead mode).
-    launch: std::sync::Mutex<launch_duty::LaunchDuty>,
+    pub(crate) launch: std::sync::Mutex<launch_duty::LaunchDuty>,
     /// The BTF block probes' in-flight table, mapped (read-only).
-    rq_slots: MmapArray<RqSlot>,
+    pub(crate) rq_slots: MmapArray<RqSlot>,
     /// The launch slots, mapped (written only to free dead processes' slots).
-    launch_slots: MmapArray<LaunchSlot>,
+    pub(crate) launch_slots: MmapArray<LaunchSlot>,
 }
 
 /// Clock `id` (`clock_gettime`) in ns.
