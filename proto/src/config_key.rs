@@ -76,14 +76,19 @@ impl<T: Copy + PartialOrd + Display> Key<T> {
     }
 
     /// The flag's help: the doc, then the key and its default
-    /// (`Spool bound in bytes [stream.spool_max_bytes, default 64 MiB].`).
+    /// (`Spool bound in bytes [stream.spool_max_bytes, default 64 MiB]`);
+    /// a default that shows as nothing (`""`: unset) is left out.
     pub fn help(&self) -> String {
         let default = if self.shown.is_empty() {
             self.default.to_string()
         } else {
             self.shown.to_string()
         };
-        format!("{} [{}, default {default}].", self.doc, self.path)
+        if default.is_empty() {
+            format!("{} [{}]", self.doc, self.path)
+        } else {
+            format!("{} [{}, default {default}]", self.doc, self.path)
+        }
     }
 }
 
@@ -104,9 +109,14 @@ mod tests {
         assert_eq!(K.range_text(), "at least 4096");
         assert_eq!(
             K.help(),
-            "Spool bound in bytes [stream.spool_max_bytes, default 64 MiB]."
+            "Spool bound in bytes [stream.spool_max_bytes, default 64 MiB]"
         );
         assert_eq!((K.name(), K.long()), ("spool_max_bytes", "spool-max-bytes"));
+        let unset = Key::new("stream.record", "", "Also write every window to FILE");
+        assert_eq!(
+            unset.help(),
+            "Also write every window to FILE [stream.record]"
+        );
         let f = Key {
             min: Some(0.01),
             max: Some(3600.0),

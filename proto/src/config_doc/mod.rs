@@ -23,6 +23,9 @@ pub enum Printed {
     Scalar(String),
     /// A list or table.
     Other,
+    /// A section (`[detect.incidents.severity]`): a row may name it
+    /// (pointing at its own table), none needs to.
+    Section,
 }
 
 /// The disagreements between the keys of the code (with their defaults)
@@ -44,8 +47,8 @@ pub fn check(code: &BTreeMap<String, Printed>, docs: &[Row]) -> Vec<String> {
             }
         }
     }
-    for key in code.keys() {
-        if !documented.contains_key(key.as_str()) {
+    for (key, d) in code {
+        if *d != Printed::Section && !documented.contains_key(key.as_str()) {
             problems.push(format!(
                 "`{key}` is in the config but in no key table of the docs"
             ));
@@ -60,8 +63,8 @@ fn default_differs(code: &Printed, doc: Option<&str>) -> Option<String> {
         (Printed::Unset, Some(d)) => Some(format!("documented default `{d}`, the code's is unset")),
         (Printed::Scalar(c), Some(d)) => {
             let d = d.trim_matches('"');
-            let same = match (c.parse::<f64>(), d.parse::<f64>()) {
-                (Ok(a), Ok(b)) => a == b,
+            let same = match (c.parse::<f64>(), number(d)) {
+                (Ok(a), Some(b)) => a == b || (a - b).abs() <= 1e-12 * a.abs(),
                 _ => c == d,
             };
             (!same).then(|| format!("documented default `{d}`, the code's is `{c}`"))
@@ -69,34 +72,44 @@ fn default_differs(code: &Printed, doc: Option<&str>) -> Option<String> {
         (Printed::Scalar(c), None) => Some(format!(
             "documents no default in backquotes, the code's is `{c}`"
         )),
-        (Printed::Unset | Printed::Other, None) | (Printed::Other, Some(_)) => None,
+        (Printed::Unset | Printed::Other | Printed::Section, None)
+        | (Printed::Other | Printed::Section, Some(_)) => None,
+    }
+}
+
+/// A documented number: `5`, `1e-14`, or a fraction `1/3600`.
+fn number(d: &str) -> Option<f64> {
+    match d.split_once('/') {
+        Some((n, q)) => Some(n.trim().parse::<f64>().ok()? / q.trim().parse::<f64>().ok()?),
+        None => d.parse().ok(),
     }
 }
 
 /// Each key of `traced` with its default from the printed TOML
 /// (`check-config`'s output parsed back).
 pub fn defaults(traced: &Traced, printed: &toml::Table) -> BTreeMap<String, Printed> {
-    traced
-        .keys
+    let sections = traced
+        .sections
         .iter()
-        .map(|key| {
-            let mut at: Option<&toml::Value> = None;
-            let mut table = Some(printed);
-            for part in key.split('.') {
-                at = table.and_then(|t| t.get(part));
-                table = at.and_then(toml::Value::as_table);
-            }
-            let d = match at {
-                None => Printed::Unset,
-                Some(toml::Value::String(s)) => Printed::Scalar(s.clone()),
-                Some(toml::Value::Integer(i)) => Printed::Scalar(i.to_string()),
-                Some(toml::Value::Float(f)) => Printed::Scalar(f.to_string()),
-                Some(toml::Value::Boolean(b)) => Printed::Scalar(b.to_string()),
-                Some(_) => Printed::Other,
-            };
-            (key.clone(), d)
-        })
-        .collect()
+        .map(|s| (s.clone(), Printed::Section));
+    let keys = traced.keys.iter().map(|key| {
+        let mut at: Option<&toml::Value> = None;
+        let mut table = Some(printed);
+        for part in key.split('.') {
+            at = table.and_then(|t| t.get(part));
+            table = at.and_then(toml::Value::as_table);
+        }
+        let d = match at {
+            None => Printed::Unset,
+            Some(toml::Value::String(s)) => Printed::Scalar(s.clone()),
+            Some(toml::Value::Integer(i)) => Printed::Scalar(i.to_string()),
+            Some(toml::Value::Float(f)) => Printed::Scalar(f.to_string()),
+            Some(toml::Value::Boolean(b)) => Printed::Scalar(b.to_string()),
+            Some(_) => Printed::Other,
+        };
+        (key.clone(), d)
+    });
+    sections.chain(keys).collect()
 }
 
 #[cfg(test)]
@@ -111,6 +124,8 @@ mod tests {
 | `spool_max_bytes` | integer | `67108864` (64 MiB) | `--spool-max-bytes` | bound |
 | `endpoint` | URL | unset | `--correlator` | where |
 | `ghost` | bool | `true` | — | documented only |
+| `limits` | table | see below | — | a section |
+| `rate` | float | `1/3600` | — | a fraction |
 ";
 
     fn code(spool: &str) -> BTreeMap<String, Printed> {
@@ -121,6 +136,11 @@ mod tests {
             ),
             ("stream.endpoint".into(), Printed::Unset),
             ("stream.record".into(), Printed::Unset),
+            ("stream.limits".into(), Printed::Section),
+            (
+                "stream.rate".into(),
+                Printed::Scalar("0.0002777777777777778".into()),
+            ),
         ])
     }
 
