@@ -145,6 +145,16 @@ pub fn load(path: &std::path::Path) -> Result<DetectConfig, ConfigError> {
     load_file(path).map(|f| f.detect)
 }
 
+impl FileConfig {
+    /// The effective configuration as TOML (`check-config`).
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+}
+
+#[cfg(test)]
+mod doc_check;
+
 #[cfg(test)]
 mod tests {
     use super::*;
