@@ -332,7 +332,7 @@ impl Auth {
 }
 
 fn refused(why: &str) -> Status {
-    metrics::counter!("faultline_auth_refused_total").increment(1);
+    metrics::counter!(crate::telemetry::AUTH_REFUSED.name).increment(1);
     Status::unauthenticated(format!(
         "{why}: this correlator needs a client certificate signed by its CA or a bearer token (docs/security.md)"
     ))

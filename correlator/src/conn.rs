@@ -180,7 +180,7 @@ impl Drop for Share {
 }
 
 fn refused(reason: &'static str) -> Status {
-    metrics::counter!("faultline_grpc_refused_total", "reason" => reason).increment(1);
+    metrics::counter!(crate::telemetry::GRPC_REFUSED.name, "reason" => reason).increment(1);
     tracing::debug!(reason, "gRPC call refused at a share cap");
     let what = match reason {
         "identity_connections" => {

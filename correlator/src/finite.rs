@@ -38,7 +38,7 @@ pub fn drop_non_finite(w: &mut Window) -> u64 {
     w.workload.retain(|s| s.sum.is_finite());
     n += (steps - w.steps.len() + workload - w.workload.len()) as u64;
     if n > 0 {
-        metrics::counter!("faultline_ingest_non_finite_total").increment(n);
+        metrics::counter!(crate::telemetry::INGEST_NON_FINITE.name).increment(n);
     }
     n
 }

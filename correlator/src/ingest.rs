@@ -119,7 +119,7 @@ pub enum IngestError {
 /// by the caller's status, and exported.
 fn reject(c: &mut Counters, reason: &'static str, status: Status) -> Status {
     *c.rejected.entry(reason).or_insert(0) += 1;
-    metrics::counter!("faultline_ingest_rejected_total", "reason" => reason).increment(1);
+    metrics::counter!(crate::telemetry::INGEST_REJECTED.name, "reason" => reason).increment(1);
     status
 }
 
@@ -476,7 +476,7 @@ impl Inner {
                 .map(|(k, _)| k.clone())
             {
                 h.origins.remove(&old);
-                metrics::counter!("faultline_ingest_forgotten_total", "what" => "origin")
+                metrics::counter!(crate::telemetry::INGEST_FORGOTTEN.name, "what" => "origin")
                     .increment(1);
             }
         }
@@ -502,7 +502,7 @@ impl Inner {
             .retain(|_, h| now.duration_since(h.seen) < horizon);
         let gone = before - self.hosts.len();
         if gone > 0 {
-            metrics::counter!("faultline_ingest_forgotten_total", "what" => "host")
+            metrics::counter!(crate::telemetry::INGEST_FORGOTTEN.name, "what" => "host")
                 .increment(gone as u64);
             tracing::info!(
                 hosts = gone,

@@ -400,7 +400,7 @@ impl Reviewer {
 }
 
 fn count(result: &'static str) {
-    metrics::counter!("faultline_token_reviews_total", "result" => result).increment(1);
+    metrics::counter!(crate::telemetry::TOKEN_REVIEWS.name, "result" => result).increment(1);
 }
 
 /// This pod's own token (first line), re-read each time.

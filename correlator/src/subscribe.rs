@@ -109,7 +109,8 @@ pub fn spawn_engine_with(
             if let Some(h) = &hooks.history {
                 h.samples(sampler.window(&w, &engine));
                 h.usage(w.end_unix_ms, w.usage.clone());
-                metrics::counter!("faultline_history_unbanded_total").absolute(sampler.unbanded);
+                metrics::counter!(crate::telemetry::HISTORY_UNBANDED.name)
+                    .absolute(sampler.unbanded);
                 for u in &ups {
                     h.update(u);
                 }

@@ -289,7 +289,7 @@ impl Acks {
             }
             m.insert(ack.incident_id.clone(), ack.clone());
         }
-        metrics::counter!("faultline_acks_total", "action" => "set").increment(1);
+        metrics::counter!(crate::telemetry::ACKS.name, "action" => "set").increment(1);
         let _ = self.events.send(AckEvent::Set(ack));
         Ok(())
     }
@@ -302,7 +302,7 @@ impl Acks {
             .remove(incident_id)
             .ok_or_else(|| AckError::NotAcked(incident_id.to_string()))?;
         let action = if by.is_empty() { "ended" } else { "cleared" };
-        metrics::counter!("faultline_acks_total", "action" => action).increment(1);
+        metrics::counter!(crate::telemetry::ACKS.name, "action" => action).increment(1);
         let _ = self.events.send(AckEvent::Cleared {
             incident_id: incident_id.to_string(),
             by: by.to_string(),

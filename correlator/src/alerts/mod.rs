@@ -179,7 +179,7 @@ impl Alerts {
             for k in resolved.into_iter().take(n) {
                 self.by_id.remove(&k);
             }
-            metrics::counter!("faultline_alerts_dropped_total").increment(n as u64);
+            metrics::counter!(crate::telemetry::ALERTS_DROPPED.name).increment(n as u64);
         }
     }
 }
@@ -197,7 +197,7 @@ pub fn spawn(
 ) -> Result<tokio::task::JoinHandle<()>, TlsSetupError> {
     let tls = cfg.tls()?;
     // Present from the start, so a rule's increase() sees the first failure.
-    metrics::counter!("faultline_alerts_failed_total").absolute(0);
+    metrics::counter!(crate::telemetry::ALERTS_FAILED.name).absolute(0);
     let pusher = Pusher {
         url: format!("{}/api/v2/alerts", cfg.url.trim_end_matches('/')),
         failing: false,
@@ -234,7 +234,7 @@ impl Pusher {
                 r = updates.recv() => match r {
                     Ok(u) => alerts.apply(&u, vocab::time::now_unix_ms()),
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        metrics::counter!("faultline_alerts_dropped_total").increment(n);
+                        metrics::counter!(crate::telemetry::ALERTS_DROPPED.name).increment(n);
                         alerts.resync(&snapshot(), vocab::time::now_unix_ms());
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
@@ -277,7 +277,7 @@ impl Pusher {
         let timeout = Duration::from_secs_f64(self.cfg.timeout_s);
         match request_with("POST", &self.url, Some(sent), timeout, self.tls.as_ref()).await {
             Ok((200..=299, _)) => {
-                metrics::counter!("faultline_alerts_sent_total").increment(n as u64);
+                metrics::counter!(crate::telemetry::ALERTS_SENT.name).increment(n as u64);
                 alerts.by_id.retain(|_, a| a.resolved_ms.is_none());
                 if self.failing {
                     tracing::info!(url = %self.url, "Alertmanager reachable again");
@@ -285,7 +285,7 @@ impl Pusher {
                 }
             }
             r => {
-                metrics::counter!("faultline_alerts_failed_total").increment(1);
+                metrics::counter!(crate::telemetry::ALERTS_FAILED.name).increment(1);
                 if !self.failing {
                     let why = match r {
                         Ok((status, body)) => {

@@ -112,7 +112,7 @@ impl Silences {
                     if held.is_none() {
                         tracing::info!(incident = %ack.incident_id, silence = %id, by = %ack.by, "acknowledged incident silenced in Alertmanager");
                     }
-                    metrics::counter!("faultline_alerts_silences_total", "action" => "set")
+                    metrics::counter!(crate::telemetry::ALERTS_SILENCES.name, "action" => "set")
                         .increment(1);
                     // Updated in place: its start is unchanged. A new one:
                     // its start as Alertmanager set it (clamped to its own
@@ -146,7 +146,7 @@ impl Silences {
                 // 404: already expired or deleted by hand.
                 Ok((200..=299 | 404, _)) => {
                     tracing::info!(incident = %inc, silence = %id, "acknowledgement ended; Alertmanager silence expired");
-                    metrics::counter!("faultline_alerts_silences_total", "action" => "expired")
+                    metrics::counter!(crate::telemetry::ALERTS_SILENCES.name, "action" => "expired")
                         .increment(1);
                     self.by_incident.remove(&inc);
                 }
@@ -225,7 +225,8 @@ fn outcome(r: Result<(u16, Vec<u8>), crate::http_client::HttpError>) -> String {
 }
 
 fn failed(action: &'static str, why: &str) {
-    metrics::counter!("faultline_alerts_silence_failures_total", "action" => action).increment(1);
+    metrics::counter!(crate::telemetry::ALERTS_SILENCE_FAILURES.name, "action" => action)
+        .increment(1);
     tracing::warn!(action, error = %why, "Alertmanager silence request failed; retrying at the next resend");
 }
 

@@ -95,7 +95,7 @@ pub async fn fleet(a: FleetArgs) -> Result<()> {
                 match rx.recv().await {
                     Ok(u) => recorder.update(&u),
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        metrics::counter!("faultline_history_dropped_total").increment(n);
+                        metrics::counter!(correlator::telemetry::HISTORY_DROPPED.name).increment(n);
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 }

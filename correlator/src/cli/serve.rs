@@ -346,7 +346,7 @@ async fn take_shard(
     let s = ingest::shard::ShardState::connect((&n.url, &n.creds), &n.consumer, lease, n.replicas)
         .await?;
     let active =
-        metrics::gauge!("faultline_correlator_shard_active", "consumer" => n.consumer.clone());
+        metrics::gauge!(correlator::telemetry::SHARD_ACTIVE.name, "consumer" => n.consumer.clone());
     active.set(0.0);
     let (web, metrics_addr, web_cfg) = standby;
     let listeners =

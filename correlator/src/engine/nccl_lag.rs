@@ -137,7 +137,7 @@ impl LagDetector {
             }
             if !self.runs.contains_key(&key) && self.runs.len() >= MAX_TRACKED {
                 self.dropped += 1;
-                metrics::counter!("faultline_engine_dropped_total", "what" => "nccl_lag_runs")
+                metrics::counter!(crate::telemetry::ENGINE_DROPPED.name, "what" => "nccl_lag_runs")
                     .increment(1);
                 continue;
             }

@@ -140,7 +140,7 @@ impl NfsDetector {
     fn count_drops(&mut self, n: u64) {
         if n > 0 {
             self.dropped += n;
-            metrics::counter!("faultline_engine_dropped_total", "what" => "nfs").increment(n);
+            metrics::counter!(crate::telemetry::ENGINE_DROPPED.name, "what" => "nfs").increment(n);
         }
     }
 

@@ -132,7 +132,7 @@ fn open_journal(
     let (mut j, replay) = match journal::Journal::open(path, cfg.journal_bytes, committed) {
         Ok(x) => x,
         Err(e) => {
-            metrics::counter!("faultline_history_journal_errors_total").increment(1);
+            metrics::counter!(crate::telemetry::HISTORY_JOURNAL_ERRORS.name).increment(1);
             tracing::error!(
                 journal = %journal::path_of(path).display(),
                 error = %e,

@@ -204,14 +204,14 @@ impl Recorder {
             self.stats
                 .journal_missed
                 .fetch_add(missed, Ordering::Relaxed);
-            metrics::counter!("faultline_history_dropped_total", "what" => "journal")
+            metrics::counter!(crate::telemetry::HISTORY_DROPPED.name, "what" => "journal")
                 .increment(missed);
         }
         if errors > 0 {
             self.stats
                 .journal_errors
                 .fetch_add(errors, Ordering::Relaxed);
-            metrics::counter!("faultline_history_journal_errors_total").increment(errors);
+            metrics::counter!(crate::telemetry::HISTORY_JOURNAL_ERRORS.name).increment(errors);
         }
         // Queued under the journal's lock: seqs reach the writer in order,
         // so the highest it commits covers every one before.
@@ -225,7 +225,8 @@ impl Recorder {
             .is_err()
         {
             self.stats.dropped_updates.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("faultline_history_dropped_total", "what" => "update").increment(1);
+            metrics::counter!(crate::telemetry::HISTORY_DROPPED.name, "what" => "update")
+                .increment(1);
         }
     }
 
@@ -237,7 +238,8 @@ impl Recorder {
         }
         if self.tx.capacity() <= self.reserve || self.tx.try_send(Msg::Samples(s)).is_err() {
             self.stats.dropped_windows.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("faultline_history_dropped_total", "what" => "window").increment(1);
+            metrics::counter!(crate::telemetry::HISTORY_DROPPED.name, "what" => "window")
+                .increment(1);
         }
     }
 
@@ -250,7 +252,8 @@ impl Recorder {
         if self.tx.capacity() <= self.reserve || self.tx.try_send(Msg::Usage(ts_ms, rows)).is_err()
         {
             self.stats.dropped_windows.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("faultline_history_dropped_total", "what" => "usage").increment(1);
+            metrics::counter!(crate::telemetry::HISTORY_DROPPED.name, "what" => "usage")
+                .increment(1);
         }
     }
 

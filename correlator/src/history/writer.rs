@@ -69,8 +69,8 @@ impl Writer {
     ) -> Self {
         let cap = cap.clamp(1024, 1 << 20);
         // Present from the start, so a rule's increase() sees the first error.
-        metrics::counter!("faultline_history_write_errors_total").absolute(0);
-        metrics::counter!("faultline_history_journal_errors_total").absolute(0);
+        metrics::counter!(crate::telemetry::HISTORY_WRITE_ERRORS.name).absolute(0);
+        metrics::counter!(crate::telemetry::HISTORY_JOURNAL_ERRORS.name).absolute(0);
         let mut open = HashMap::new();
         for r in store
             .open_incidents()
@@ -150,7 +150,7 @@ impl Writer {
         self.stats
             .dropped_backlog
             .fetch_add(n as u64, Ordering::Relaxed);
-        metrics::counter!("faultline_history_dropped_total", "what" => "backlog")
+        metrics::counter!(crate::telemetry::HISTORY_DROPPED.name, "what" => "backlog")
             .increment(n as u64);
     }
 
@@ -166,7 +166,7 @@ impl Writer {
         }
         if self.store.is_some() {
             self.stats.reopened.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("faultline_history_reopened_total", "reason" => state.reason())
+            metrics::counter!(crate::telemetry::HISTORY_REOPENED.name, "reason" => state.reason())
                 .increment(1);
             tracing::error!(
                 path = %self.path.display(),
@@ -204,7 +204,7 @@ impl Writer {
             }
             Err(e) => {
                 self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("faultline_history_write_errors_total").increment(1);
+                metrics::counter!(crate::telemetry::HISTORY_WRITE_ERRORS.name).increment(1);
                 if !self.failing {
                     self.failing = true;
                     tracing::error!(error = %e, "history database cannot be reopened; keeping incident updates in memory (bounded) and retrying every second");
@@ -255,7 +255,7 @@ impl Writer {
                 for (ts, rows) in &usage {
                     if let Err(e) = store.add_usage(*ts, rows) {
                         self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                        metrics::counter!("faultline_history_write_errors_total").increment(1);
+                        metrics::counter!(crate::telemetry::HISTORY_WRITE_ERRORS.name).increment(1);
                         if r.is_ok() {
                             tracing::error!(error = %e, rows = rows.len(), "history usage write failed; these rows are lost");
                         }
@@ -276,7 +276,7 @@ impl Writer {
                 if let Some(j) = &self.journal {
                     let mut j = j.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     j.committed(self.backlog_seq);
-                    metrics::gauge!("faultline_history_journal_pending_updates")
+                    metrics::gauge!(crate::telemetry::HISTORY_JOURNAL_PENDING.name)
                         .set(j.pending() as f64);
                 }
                 if self.failing {
@@ -296,20 +296,21 @@ impl Writer {
         if let (true, Some(f)) = (journaled, &self.sync) {
             if let Err(e) = f.sync_data() {
                 self.stats.journal_errors.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("faultline_history_journal_errors_total").increment(1);
+                metrics::counter!(crate::telemetry::HISTORY_JOURNAL_ERRORS.name).increment(1);
                 tracing::debug!(error = %e, "incident journal sync failed");
             }
         }
         self.stats
             .backlog
             .store(self.backlog.len() as u64, Ordering::Relaxed);
-        metrics::gauge!("faultline_history_backlog_updates").set(self.backlog.len() as f64);
+        metrics::gauge!(crate::telemetry::HISTORY_BACKLOG_UPDATES.name)
+            .set(self.backlog.len() as f64);
     }
 
     /// A failed transaction (`None`: no database open).
     fn failed(&mut self, e: Option<HistoryError>, samples: usize) {
         self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("faultline_history_write_errors_total").increment(1);
+        metrics::counter!(crate::telemetry::HISTORY_WRITE_ERRORS.name).increment(1);
         // Whatever was lost, the open incidents are written again.
         self.rewrite = true;
         let retry = e.as_ref().is_none_or(HistoryError::is_disk);
@@ -360,7 +361,7 @@ impl Writer {
             }
             Err(e) => {
                 self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("faultline_history_write_errors_total").increment(1);
+                metrics::counter!(crate::telemetry::HISTORY_WRITE_ERRORS.name).increment(1);
                 if self.failing {
                     tracing::debug!(error = %e, "history rollup or retention failed");
                 } else {
@@ -368,9 +369,9 @@ impl Writer {
                 }
             }
         }
-        metrics::counter!("faultline_history_unrolled_total").absolute(store.unrolled());
+        metrics::counter!(crate::telemetry::HISTORY_UNROLLED.name).absolute(store.unrolled());
         if let Ok(b) = store.used_bytes() {
-            metrics::gauge!("faultline_history_bytes").set(b as f64);
+            metrics::gauge!(crate::telemetry::HISTORY_BYTES.name).set(b as f64);
         }
     }
 }

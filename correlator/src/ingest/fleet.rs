@@ -66,7 +66,8 @@ pub fn publish_updates(
             let u = match updates.recv().await {
                 Ok(u) => u,
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    metrics::counter!("faultline_nats_incident_updates_lost_total").increment(n);
+                    metrics::counter!(crate::telemetry::NATS_INCIDENT_UPDATES_LOST.name)
+                        .increment(n);
                     continue;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -90,7 +91,7 @@ pub fn publish_updates(
             };
             if !stored {
                 js = None;
-                metrics::counter!("faultline_nats_incident_updates_lost_total").increment(1);
+                metrics::counter!(crate::telemetry::NATS_INCIDENT_UPDATES_LOST.name).increment(1);
                 tracing::warn!(incident = %u.incident_id, "incident update not stored in NATS (the fleet view misses it)");
             }
         }
@@ -197,16 +198,16 @@ impl Session<'_> {
             let m = m.map_err(|e| e.to_string())?;
             match CandidateUpdate::decode(m.payload.clone()) {
                 Ok(u) if self.joins.owned_elsewhere(source_of(&m.subject), &u) => {
-                    metrics::counter!("faultline_fleet_refused_total", "reason" => "not_owner")
+                    metrics::counter!(crate::telemetry::FLEET_REFUSED.name, "reason" => "not_owner")
                         .increment(1);
                     tracing::warn!(subject = %m.subject, incident = %u.incident_id, state = %u.state, "fleet: an update for another shard's incident; dropped");
                 }
                 Ok(u) => {
                     let (joined, unjoined) = (self.joins.joined, self.joins.unjoined);
                     let u = self.joins.apply(source_of(&m.subject), u);
-                    metrics::counter!("faultline_fleet_joined_total")
+                    metrics::counter!(crate::telemetry::FLEET_JOINED.name)
                         .increment(self.joins.joined - joined);
-                    metrics::counter!("faultline_fleet_unjoined_total")
+                    metrics::counter!(crate::telemetry::FLEET_UNJOINED.name)
                         .increment(self.joins.unjoined - unjoined);
                     crate::subscribe::publish(open, updates, vec![u], None)
                 }

@@ -206,7 +206,7 @@ pub fn refusal_ack(status: &tonic::Status, w: &Window, max_future: Duration) -> 
     if wait > MAX_NAK_DELAY {
         AckKind::Term
     } else {
-        metrics::counter!("faultline_nats_redelivery_delayed_total").increment(1);
+        metrics::counter!(crate::telemetry::NATS_REDELIVERY_DELAYED.name).increment(1);
         AckKind::Nak(Some(wait))
     }
 }
@@ -236,7 +236,7 @@ pub fn spawn(
             match session(&cfg, &state, &engine, std::mem::take(&mut first)).await {
                 Err(SessionError::Engine) => return,
                 Err(e) => {
-                    metrics::gauge!("faultline_nats_connected").set(0.0);
+                    metrics::gauge!(crate::telemetry::NATS_CONNECTED.name).set(0.0);
                     tracing::warn!(url = %cfg.url, error = %e, "NATS ingest interrupted; reconnecting");
                 }
                 Ok(()) => wait = Duration::from_millis(100),
@@ -313,13 +313,13 @@ async fn session(
         .messages()
         .await
         .map_err(|e| SessionError::Consumer(e.to_string()))?;
-    metrics::gauge!("faultline_nats_connected").set(1.0);
+    metrics::gauge!(crate::telemetry::NATS_CONNECTED.name).set(1.0);
     tracing::info!(url = %cfg.url, stream = %cfg.stream, consumer = %cfg.consumer, "consuming windows from NATS JetStream");
     while let Some(m) = messages.next().await {
         let m = m.map_err(|e| SessionError::Consumer(e.to_string()))?;
         let kind = match Window::decode(m.payload.clone()) {
             Ok(w) if !publisher_matches(&cfg.prefix, &m.subject, &w) => {
-                metrics::counter!("faultline_ingest_rejected_total", "reason" => "publisher_mismatch")
+                metrics::counter!(crate::telemetry::INGEST_REJECTED.name, "reason" => "publisher_mismatch")
                     .increment(1);
                 let origin = w.origin.as_ref().map_or("", |o| o.hostname.as_str());
                 tracing::warn!(subject = %m.subject, origin, "NATS window's origin is not the host its subject names (or an old <prefix>.<shard> subject); refused");
@@ -338,7 +338,7 @@ async fn session(
                 }
             }
             Err(e) => {
-                metrics::counter!("faultline_ingest_rejected_total", "reason" => "decode")
+                metrics::counter!(crate::telemetry::INGEST_REJECTED.name, "reason" => "decode")
                     .increment(1);
                 tracing::warn!(subject = %m.subject, error = %e, "NATS message is not a window; dropped");
                 AckKind::Term

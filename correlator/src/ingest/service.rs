@@ -12,7 +12,7 @@ fn check_identity(peer: &Peer, host: &str) -> Result<(), Status> {
     if peer.may_speak_for(host) {
         return Ok(());
     }
-    metrics::counter!("faultline_ingest_rejected_total", "reason" => "identity").increment(1);
+    metrics::counter!(crate::telemetry::INGEST_REJECTED.name, "reason" => "identity").increment(1);
     tracing::warn!(host, peer = %peer.describe(), "refused: the caller's certificate or token does not name this host");
     Err(Status::permission_denied(format!(
         "this client's certificate or token does not name host {host:?}; a collector may only send its own windows"

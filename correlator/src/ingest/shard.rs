@@ -274,7 +274,7 @@ impl ShardState {
                 let u = match updates.recv().await {
                     Ok(u) => u,
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        metrics::counter!("faultline_nats_state_lagged_total").increment(n);
+                        metrics::counter!(crate::telemetry::NATS_STATE_LAGGED.name).increment(n);
                         continue;
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
@@ -289,7 +289,7 @@ impl ShardState {
                         .map_err(|e| e.to_string())
                 };
                 if let Err(e) = r {
-                    metrics::counter!("faultline_nats_state_errors_total").increment(1);
+                    metrics::counter!(crate::telemetry::NATS_STATE_ERRORS.name).increment(1);
                     tracing::warn!(key = %key, error = %e, "open incident not mirrored to NATS");
                 }
             }

@@ -135,7 +135,7 @@ pub async fn start(
             s.sent_ms = vocab::time::now_unix_ms();
             let body = serde_json::to_vec(&s).unwrap_or_default();
             if let Err(e) = put.put(&key, body.into()).await {
-                metrics::counter!("faultline_fleet_publish_errors_total").increment(1);
+                metrics::counter!(crate::telemetry::FLEET_PUBLISH_ERRORS.name).increment(1);
                 tracing::warn!(error = %e, "summary not published (the other shards judge without this one's part)");
             }
         }
@@ -178,7 +178,7 @@ async fn write_baselines(
             let key = format!("{consumer}.{}", kv_key(&h.host));
             let body = serde_json::to_vec(h).unwrap_or_default();
             if let Err(e) = store.put(&key, body.into()).await {
-                metrics::counter!("faultline_nats_state_errors_total").increment(1);
+                metrics::counter!(crate::telemetry::NATS_STATE_ERRORS.name).increment(1);
                 tracing::warn!(key = %key, error = %e, "baselines not written to NATS");
             }
         }
@@ -224,7 +224,7 @@ async fn watch_peers(
             .values()
             .filter(|s| now - s.sent_ms <= STALE.as_millis() as i64);
         let r = Remote::of(fresh);
-        metrics::gauge!("faultline_fleet_peers").set(r.shards as f64);
+        metrics::gauge!(crate::telemetry::FLEET_PEERS.name).set(r.shards as f64);
         let next = (r.shards > 0).then(|| Arc::new(r));
         tx.send_if_modified(|cur| {
             let changed = cur.as_deref() != next.as_deref();

@@ -35,7 +35,7 @@ fn refused(e: AckError) -> ApiError {
             "invalid"
         }
     };
-    metrics::counter!("faultline_acks_refused_total", "reason" => reason).increment(1);
+    metrics::counter!(crate::telemetry::ACKS_REFUSED.name, "reason" => reason).increment(1);
     let status = match e {
         AckError::Off => StatusCode::FORBIDDEN,
         AckError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -61,7 +61,7 @@ fn authorized<'a>(s: &'a AppState, headers: &HeaderMap) -> Result<&'a Acks, ApiE
 /// A JSON body, or a 400 naming what is wrong with it.
 fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
-        metrics::counter!("faultline_acks_refused_total", "reason" => "invalid").increment(1);
+        metrics::counter!(crate::telemetry::ACKS_REFUSED.name, "reason" => "invalid").increment(1);
         ApiError(
             StatusCode::BAD_REQUEST,
             format!("body: {e} (give {{\"by\": …, \"why\": …, \"for_s\": seconds or 0}})"),
@@ -77,7 +77,7 @@ async fn record(s: &AppState, row: AckRow) -> bool {
     match super::api::with_store(s, move |st| st.record_ack(&row)).await {
         Ok(()) => true,
         Err(e) => {
-            metrics::counter!("faultline_acks_unrecorded_total").increment(1);
+            metrics::counter!(crate::telemetry::ACKS_UNRECORDED.name).increment(1);
             tracing::warn!(error = %e.1, "acknowledgement in force but not recorded in the history");
             false
         }

@@ -82,7 +82,7 @@ impl EventStreams {
         o.next += 1;
         let (stop, stopped) = oneshot::channel();
         o.streams.push_back(Entry { id, ip, stop });
-        metrics::gauge!("faultline_web_event_streams").set(o.streams.len() as f64);
+        metrics::gauge!(crate::telemetry::WEB_EVENT_STREAMS.name).set(o.streams.len() as f64);
         Ticket {
             id,
             streams: self.clone(),
@@ -93,7 +93,7 @@ impl EventStreams {
 
 fn displace(e: Option<Entry>, reason: &'static str) {
     if let Some(e) = e {
-        metrics::counter!("faultline_web_event_streams_displaced_total", "reason" => reason)
+        metrics::counter!(crate::telemetry::WEB_EVENT_STREAMS_DISPLACED.name, "reason" => reason)
             .increment(1);
         tracing::debug!(peer = %e.ip, reason, "event stream displaced");
         let _ = e.stop.send(());
@@ -113,7 +113,7 @@ impl Drop for Ticket {
         if let Some(i) = o.streams.iter().position(|e| e.id == self.id) {
             o.streams.remove(i);
         }
-        metrics::gauge!("faultline_web_event_streams").set(o.streams.len() as f64);
+        metrics::gauge!(crate::telemetry::WEB_EVENT_STREAMS.name).set(o.streams.len() as f64);
     }
 }
 

@@ -137,7 +137,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 }
 
 fn refuse(reason: &'static str, status: StatusCode, message: String) -> Response {
-    metrics::counter!("faultline_web_refused_total", "reason" => reason).increment(1);
+    metrics::counter!(crate::telemetry::WEB_REFUSED.name, "reason" => reason).increment(1);
     let mut r = (status, axum::Json(serde_json::json!({ "error": message }))).into_response();
     if status == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(

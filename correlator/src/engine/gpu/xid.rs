@@ -180,11 +180,12 @@ pub(super) struct XidJudge {
 }
 
 fn dropped(what: &'static str) {
-    metrics::counter!("faultline_engine_dropped_total", "what" => what).increment(1);
+    metrics::counter!(crate::telemetry::ENGINE_DROPPED.name, "what" => what).increment(1);
 }
 
 fn followon(outcome: &'static str, n: u64) {
-    metrics::counter!("faultline_engine_xid_followons_total", "outcome" => outcome).increment(n);
+    metrics::counter!(crate::telemetry::ENGINE_XID_FOLLOWONS.name, "outcome" => outcome)
+        .increment(n);
 }
 
 impl XidJudge {

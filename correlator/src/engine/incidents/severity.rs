@@ -281,7 +281,7 @@ impl JobSizes {
                 self.jobs.retain(|_, s| now - s.last_ms <= SIZE_HORIZON_MS);
             }
             if self.jobs.len() >= MAX_JOBS {
-                metrics::counter!("faultline_engine_dropped_total", "what" => "job_sizes")
+                metrics::counter!(crate::telemetry::ENGINE_DROPPED.name, "what" => "job_sizes")
                     .increment(1);
                 return None;
             }

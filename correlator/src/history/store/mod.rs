@@ -261,7 +261,7 @@ impl Store {
         // The series' B-tree pages stay cached across a fleet's windows.
         store.exec("PRAGMA cache_size = -65536")?;
         let (from, to) = schema::migrate(&store.conn, path)?;
-        metrics::gauge!("faultline_history_schema_version").set(to as f64);
+        metrics::gauge!(crate::telemetry::HISTORY_SCHEMA_VERSION.name).set(to as f64);
         if from != to {
             tracing::info!(path = %path.display(), from, to, "history schema upgraded");
         }
