@@ -8,6 +8,7 @@
 //! or failed, [`ecc`]), `gpu_nvlink_errors` (NVLink data-link errors
 //! against the fleet, [`nvlink`]).
 use std::collections::HashMap;
+use vocab::kind::IncidentKind;
 
 use proto::v1::{GpuSample, Window};
 
@@ -116,7 +117,7 @@ impl GpuDetector {
         let st = self.gpus.entry(entity.clone()).or_default();
         if g.lost {
             out.push(
-                Finding::new("gpu_xid", &entity, 0.95)
+                Finding::new(IncidentKind::GpuXid, &entity, 0.95)
                     .with_evidence(format!("{} fell off the bus (NVML GPU_IS_LOST)", g.uuid))
                     .with_jobs(jobs)
                     .with_runbook(format!("drain {shown}; `nvidia-smi -q -i {}`, check PCIe/power; a reset or node reboot is usually needed", g.index)),
@@ -154,7 +155,7 @@ impl GpuDetector {
             );
             thermal.push(Thermal {
                 line: format!("{entity}: {} {what}; {clock_ev}", g.uuid),
-                finding: Finding::new("gpu_thermal_throttle", &entity, (0.75 + 0.05 * f64::from(st.thermal_streak.min(4))).min(0.95))
+                finding: Finding::new(IncidentKind::GpuThermalThrottle, &entity, (0.75 + 0.05 * f64::from(st.thermal_streak.min(4))).min(0.95))
                     .with_evidence(format!("{} {what}", g.uuid))
                     .with_evidence(clock_ev.clone())
                     .with_jobs(jobs)
@@ -169,7 +170,7 @@ impl GpuDetector {
                 .map_or_else(|| "?".into(), |p| format!("{p:.0}"));
             out.push(
                 Finding::new(
-                    "gpu_power_throttle",
+                    IncidentKind::GpuPowerThrottle,
                     &entity,
                     (0.7 + 0.05 * f64::from(st.power_streak.min(4))).min(0.9),
                 )

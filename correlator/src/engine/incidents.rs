@@ -168,9 +168,9 @@ fn merge(i: &mut Incident, f: Finding, rank: u8, ts: i64, update_delta: f64) -> 
     i.last_seen_ms = i.last_seen_ms.max(ts);
     let escalated = rank > family(i.kind).1;
     if escalated {
-        i.kind = f.kind;
+        i.kind = f.kind.as_str();
         i.runbook = f.runbook.clone();
-    } else if f.kind != i.kind {
+    } else if f.kind.as_str() != i.kind {
         // A lower stage of the same fault (a flapping link that is down
         // right now) only keeps it open.
         return false;
@@ -362,11 +362,11 @@ impl IncidentManager {
         let mut seen = BTreeSet::new();
         let mut over_share = 0u64;
         for f in findings {
-            let (fam, rank) = family(f.kind);
+            let (fam, rank) = family(f.kind.as_str());
             let key = (fam, f.entity.clone());
             seen.insert(key.clone());
             let full = self.max_open > 0 && self.open.len() >= self.max_open;
-            let owner = owner(f.kind, &f.entity, host);
+            let owner = owner(f.kind.as_str(), &f.entity, host);
             let share_full =
                 self.max_open_per_host > 0 && self.open_of(&owner) >= self.max_open_per_host;
             match self.open.get_mut(&key) {
@@ -432,7 +432,7 @@ impl IncidentManager {
         let id = format!("{:016x}", fnv(&seed));
         let mut i = Incident {
             id,
-            kind: f.kind,
+            kind: f.kind.as_str(),
             entity: f.entity.clone(),
             confidence: f.confidence,
             evidence: f.evidence,

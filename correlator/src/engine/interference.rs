@@ -35,7 +35,7 @@ mod config;
 pub use config::InterferenceConfig;
 
 /// The incident kind.
-pub const KIND: &str = "interference";
+pub const KIND: vocab::kind::IncidentKind = vocab::kind::IncidentKind::Interference;
 
 /// Shared resources (GPUs, ports, block devices) tracked per host.
 const MAX_RESOURCES_PER_HOST: usize = 256;

@@ -443,16 +443,16 @@ impl Engine {
         for s in symptoms {
             let in_window = findings
                 .iter()
-                .any(|f| s.explained_by(f.kind, &f.entity, &f.evidence));
+                .any(|f| s.explained_by(f.kind.as_str(), &f.entity, &f.evidence));
             let open = self
                 .incidents
                 .find_cause(|k, e, ev| s.explained_by(k, e, ev))
                 .is_some();
             if in_window || open {
                 joined.push(s);
-            } else if s.kind == "straggler"
+            } else if s.kind == vocab::kind::IncidentKind::Straggler
                 || w.end_unix_ms - s.since_ms >= self.explain_grace_ms.max(3 * len_ms)
-                || self.incidents.is_open(s.kind, &s.entity)
+                || self.incidents.is_open(s.kind.as_str(), &s.entity)
             {
                 findings.push(s.finding());
             }
@@ -465,7 +465,13 @@ impl Engine {
         let absorbing: Vec<(&'static str, String, Vec<String>)> = findings
             .iter_mut()
             .filter(|f| !f.absorbs.is_empty())
-            .map(|f| (f.kind, f.entity.clone(), std::mem::take(&mut f.absorbs)))
+            .map(|f| {
+                (
+                    f.kind.as_str(),
+                    f.entity.clone(),
+                    std::mem::take(&mut f.absorbs),
+                )
+            })
             .collect();
         let mut out = self
             .incidents
@@ -498,7 +504,7 @@ impl Engine {
             ));
             out.extend(
                 self.incidents
-                    .supersede(s.kind, &s.entity, w.end_unix_ms, &key),
+                    .supersede(s.kind.as_str(), &s.entity, w.end_unix_ms, &key),
             );
         }
         out

@@ -32,6 +32,7 @@
 //! next to the communicator's ranks on that GPU in the evidence of a link,
 //! GPU or host incident: the throughput the job really got there.
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use vocab::kind::IncidentKind;
 
 use proto::v1::{NcclPerf, NcclRank, StepTime, Window};
 
@@ -390,7 +391,7 @@ impl NcclDetector {
         for f in findings.iter_mut() {
             let crosses = |r: &Rank| -> bool {
                 let host = &r.host;
-                match f.kind {
+                match f.kind.as_str() {
                     k if k.starts_with("ib_link") => {
                         let Some(rest) = f.entity.strip_prefix(&vocab::entity::host_prefix(host))
                         else {
@@ -514,7 +515,7 @@ fn judge(ctx: &stuck::Ctx, id: &str, c: &Comm) -> Option<Finding> {
         .map(|r| format!("`py-spy dump --pid {}` on {}", r.pid, r.host))
         .collect();
     Some(
-        Finding::new("collective_hang", &entity, 0.85)
+        Finding::new(IncidentKind::CollectiveHang, &entity, 0.85)
             .with_evidence_list(ev)
             .with_jobs(&jobs)
             .with_mark(format!("stalled_at:{lo}"))

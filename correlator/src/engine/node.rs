@@ -17,6 +17,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
 };
+use vocab::kind::IncidentKind;
 
 use proto::v1::Window;
 
@@ -185,7 +186,7 @@ impl NodeDetector {
 }
 
 fn lost(h: &str, silent: i64, len: i64) -> Finding {
-    Finding::new("node_lost", h, 0.9)
+    Finding::new(IncidentKind::NodeLost, h, 0.9)
         .with_evidence(format!(
             "no window from {h} for {:.1} s ({} windows)",
             silent as f64 / 1000.0,

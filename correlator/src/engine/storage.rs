@@ -10,6 +10,7 @@
 //! incident neither resolves nor counts quiet windows until requests show
 //! it healthy or none came for `unobserved_hold_s`.
 use std::collections::HashMap;
+use vocab::kind::IncidentKind;
 
 use proto::v1::Window;
 use vocab::hist::quantile_ns;
@@ -347,7 +348,7 @@ fn judge(
     };
     let ev = evidence(cfg, st, d, &compared, peers, own);
     Some(
-        Finding::new("storage_latency", entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
+        Finding::new(IncidentKind::StorageLatency, entity, (0.7 + 0.05 * f64::from(st.streak.min(5))).min(0.95))
             .with_evidence_list(ev)
             .with_jobs(jobs)
             .with_runbook(format!("slow storage on {}: `iostat -x 1`, `nvme smart-log`, check the filesystem/target it backs (checkpoint writes)", crate::shell::quote(entity))),

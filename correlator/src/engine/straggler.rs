@@ -207,7 +207,7 @@ impl Slow {
     /// The slow rank as a workload symptom (its own placement only).
     pub fn symptom(&self) -> Symptom {
         Symptom {
-            kind: "straggler",
+            kind: vocab::kind::IncidentKind::Straggler,
             job: self.job.clone(),
             entity: vocab::entity::rank(&self.job, self.rank),
             line: self.describe(),

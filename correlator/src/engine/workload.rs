@@ -19,6 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use proto::v1::Window;
+use vocab::kind::IncidentKind;
 
 mod config;
 mod explain;
@@ -50,7 +51,7 @@ pub struct Place {
 /// A workload symptom, before it is joined to a cause.
 #[derive(Clone, Debug)]
 pub struct Symptom {
-    pub kind: &'static str,
+    pub kind: IncidentKind,
     pub job: String,
     pub entity: String,
     /// The measured impact, one evidence line.
@@ -425,7 +426,7 @@ impl WorkloadDetector {
             };
             let by_cadence = inferred(job);
             out.push(Symptom {
-                kind: "job_slowdown",
+                kind: IncidentKind::JobSlowdown,
                 job: job.to_string(),
                 entity: job.to_string(),
                 line: format!(
@@ -482,7 +483,7 @@ impl WorkloadDetector {
             };
             let model = model_name(&s.model);
             out.push(Symptom {
-                kind: "inference_latency",
+                kind: IncidentKind::InferenceLatency,
                 job: s.job.clone(),
                 entity: model_entity(&s.job, &s.model),
                 line: format!(

@@ -4,6 +4,7 @@
 //! at the next GPU reset. One finding per GPU and window, its action the
 //! most severe of what it saw.
 use proto::v1::GpuSample;
+use vocab::kind::IncidentKind;
 
 use super::{GpuState, SBE_PER_WINDOW};
 use crate::engine::incidents::Finding;
@@ -116,7 +117,7 @@ pub(super) fn judge(
     let action = action?;
     let index = g.index;
     Some(
-        Finding::new("gpu_ecc", entity, action.confidence())
+        Finding::new(IncidentKind::GpuEcc, entity, action.confidence())
             .with_evidence_list(evidence)
             .with_mark(action.mark().to_string())
             .with_jobs(jobs)

@@ -20,6 +20,7 @@
 //! error-free time it was watched before (up to the horizon) is restored
 //! as exposure, so the rate is not overestimated.
 use std::collections::{HashMap, HashSet, VecDeque};
+use vocab::kind::IncidentKind;
 
 use proto::v1::Window;
 
@@ -478,7 +479,7 @@ fn finding(
     let confidence =
         (0.7 + 0.1 * ratio.log10().min(2.0) + if opens { 0.05 } else { 0.0 }).min(0.95);
     let links: Vec<String> = bad.iter().map(|v| v.link.to_string()).collect();
-    let mut f = Finding::new("gpu_nvlink_errors", &gl.entity, confidence).with_evidence(format!(
+    let mut f = Finding::new(IncidentKind::GpuNvlinkErrors, &gl.entity, confidence).with_evidence(format!(
         "{}: NVLink errors above the reference on link(s) {} (most significant: tail probability {p:.1e})",
         gl.uuid,
         links.join(", ")

@@ -9,6 +9,7 @@
 //! throttling everywhere) is not pinned on one host. Once grouped, a host
 //! stays grouped while `shared_min_gpus` of its GPUs still throttle.
 use std::collections::{HashMap, HashSet};
+use vocab::kind::IncidentKind;
 
 use super::GpuConfig;
 use crate::engine::{incidents::Finding, stats};
@@ -133,7 +134,7 @@ pub(super) fn host_finding(
         )
     };
     let shown = crate::shell::quote(host);
-    let mut f = Finding::new("gpu_thermal_throttle", host, confidence)
+    let mut f = Finding::new(IncidentKind::GpuThermalThrottle, host, confidence)
         .with_evidence(format!(
             "{} of {} GPUs of {host} throttling thermally at once ({}): shared cooling (fans, air path, inlet temperature), not one GPU",
             t.k,

@@ -97,7 +97,7 @@ fn one_bad_nvlink_in_a_fleet_with_sporadic_single_errors_is_flagged_alone() {
     assert!(!got.is_empty(), "the bad link was not flagged");
     assert!(
         got.iter()
-            .all(|(_, f)| f.kind == "gpu_nvlink_errors" && f.entity == "h3/gpu2"),
+            .all(|(_, f)| f.kind.as_str() == "gpu_nvlink_errors" && f.entity == "h3/gpu2"),
         "{got:#?}"
     );
     // Flagged in the first judged window (window 2: window 1 is the
@@ -194,7 +194,10 @@ fn a_failed_row_remap_asks_for_an_rma_and_a_pending_one_for_a_reset() {
     let f = d.observe("n003", &window("n003", 10_000, gpus), &[]);
     assert_eq!(f.len(), 2, "{f:#?}");
     let (rma, reset) = (&f[0], &f[1]);
-    assert_eq!((rma.kind, rma.entity.as_str()), ("gpu_ecc", "n003/gpu0"));
+    assert_eq!(
+        (rma.kind.as_str(), rma.entity.as_str()),
+        ("gpu_ecc", "n003/gpu0")
+    );
     assert_eq!(rma.confidence, 0.99);
     assert_eq!(rma.marks, vec!["ecc_action:RMA".to_string()]);
     assert_eq!(
@@ -207,7 +210,7 @@ fn a_failed_row_remap_asks_for_an_rma_and_a_pending_one_for_a_reset() {
         rma.runbook
     );
     assert_eq!(
-        (reset.kind, reset.entity.as_str()),
+        (reset.kind.as_str(), reset.entity.as_str()),
         ("gpu_ecc", "n003/gpu1")
     );
     assert_eq!(reset.confidence, 0.9);
@@ -278,7 +281,7 @@ fn four_of_eight_gpus_throttling_on_one_host_are_one_host_incident() {
     assert_eq!(f.len(), 2, "{f:#?}");
     let host = &f[0];
     assert_eq!(
-        (host.kind, host.entity.as_str()),
+        (host.kind.as_str(), host.entity.as_str()),
         ("gpu_thermal_throttle", "n003")
     );
     assert_eq!(
@@ -307,7 +310,7 @@ fn four_of_eight_gpus_throttling_on_one_host_are_one_host_incident() {
     );
     // One GPU alone stays a GPU incident.
     assert_eq!(
-        (f[1].kind, f[1].entity.as_str()),
+        (f[1].kind.as_str(), f[1].entity.as_str()),
         ("gpu_thermal_throttle", "n005/gpu6")
     );
     assert!(f[1].absorbs.is_empty());

@@ -5,6 +5,7 @@
 //! (`xid_judged:<class>`),
 //! and a runbook for what was judged, never a GPU reset for an
 //! application's fault.
+use vocab::kind::IncidentKind;
 use vocab::xid::{self, Action};
 
 use super::xid::{Judged, Summary};
@@ -45,7 +46,11 @@ fn codes_evidence(s: &Summary, sxid: bool) -> Vec<String> {
 /// jobs failing on it).
 pub(super) fn gpu(entity: &str, s: &Summary, jobs: &[String]) -> Finding {
     let app = s.judged <= Judged::Application;
-    let kind = if app { "app_xid" } else { "gpu_xid" };
+    let kind = if app {
+        IncidentKind::AppXid
+    } else {
+        IncidentKind::GpuXid
+    };
     let confidence = match (s.judged, s.action) {
         (Judged::ApplicationUnknown, _) => 0.5,
         (Judged::Application, _) => 0.6,
@@ -164,7 +169,7 @@ pub(super) fn sxid(entity: &str, s: &Summary, gpus: &[String], jobs: &[String]) 
     let host = vocab::entity::host_of(entity);
     let pci = entity.rsplit('/').next().unwrap_or(entity);
     let any_fatal = s.codes.values().any(|(_, d)| fatal(d));
-    let mut f = Finding::new("nvswitch_sxid", entity, if any_fatal { 0.9 } else { 0.7 })
+    let mut f = Finding::new(IncidentKind::NvswitchSxid, entity, if any_fatal { 0.9 } else { 0.7 })
         .with_evidence_list(codes_evidence(s, true))
         .with_evidence(if gpus.is_empty() {
             format!("the GPUs behind it: unknown (no GPU of {host} has reported yet)")

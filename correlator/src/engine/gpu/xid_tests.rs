@@ -53,7 +53,7 @@ fn win(ms: i64, events: Vec<Event>) -> Window {
 
 fn xids(f: &[Finding]) -> Vec<&Finding> {
     f.iter()
-        .filter(|f| matches!(f.kind, "gpu_xid" | "app_xid" | "nvswitch_sxid"))
+        .filter(|f| matches!(f.kind.as_str(), "gpu_xid" | "app_xid" | "nvswitch_sxid"))
         .collect()
 }
 
@@ -84,7 +84,7 @@ fn a_gpu_off_the_bus_and_an_application_fault_get_different_actions() {
         .into_iter()
         .find(|f| f.entity == "h1/gpu1")
         .unwrap();
-    assert_eq!(bus.kind, "gpu_xid");
+    assert_eq!(bus.kind.as_str(), "gpu_xid");
     assert!(
         bus.evidence[0].starts_with("XID 79 (GPU has fallen off the bus) ×1"),
         "{bus:?}"
@@ -95,7 +95,7 @@ fn a_gpu_off_the_bus_and_an_application_fault_get_different_actions() {
         bus.runbook
     );
     assert!(has_mark(&bus, "xid_action:RESTART_BM") && has_mark(&bus, "xid_judged:hardware"));
-    assert_eq!(app.kind, "app_xid");
+    assert_eq!(app.kind.as_str(), "app_xid");
     assert!(has_mark(app, "xid_action:RESTART_APP") && has_mark(app, "xid_judged:application"));
     assert!(
         app.runbook
@@ -117,7 +117,7 @@ fn a_gpu_off_the_bus_and_an_application_fault_get_different_actions() {
         odd.evidence[0].contains("not in NVIDIA's Xid catalog"),
         "{odd:?}"
     );
-    assert_eq!(odd.kind, "gpu_xid");
+    assert_eq!(odd.kind.as_str(), "gpu_xid");
 }
 
 /// XID 13 × 20 in ten minutes from one job on one GPU (was: escalated to
@@ -139,7 +139,7 @@ fn a_crash_loop_of_one_job_stays_the_applications() {
         let f = d.observe("h1", &win(T0 + k * 10_000, events), &[]);
         let f = xids(&f);
         assert_eq!(f.len(), 1, "window {k}: one finding while the loop lives");
-        assert_eq!(f[0].kind, "app_xid", "window {k}: {:?}", f[0]);
+        assert_eq!(f[0].kind.as_str(), "app_xid", "window {k}: {:?}", f[0]);
         assert!(!has_mark(f[0], "xid_judged:hardware_suspected"));
         no_hardware_action(f[0]);
         last = Some(f[0].clone());
@@ -188,10 +188,10 @@ fn unrelated_jobs_failing_on_one_gpu_escalate() {
         );
         got.push(xids(&f)[0].clone());
     }
-    assert_eq!(got[0].kind, "app_xid");
-    assert_eq!(got[1].kind, "gpu_xid");
+    assert_eq!(got[0].kind.as_str(), "app_xid");
+    assert_eq!(got[1].kind.as_str(), "gpu_xid");
     let f = &got[2];
-    assert_eq!(f.kind, "gpu_xid");
+    assert_eq!(f.kind.as_str(), "gpu_xid");
     assert!(
         has_mark(f, "xid_judged:hardware_suspected"),
         "{:?}",
@@ -226,7 +226,12 @@ fn unrelated_jobs_failing_on_one_gpu_escalate() {
         &[],
     );
     assert_eq!(
-        other.iter().find(|f| f.entity == "h1/gpu6").unwrap().kind,
+        other
+            .iter()
+            .find(|f| f.entity == "h1/gpu6")
+            .unwrap()
+            .kind
+            .as_str(),
         "app_xid"
     );
 }
@@ -247,7 +252,7 @@ fn related_jobs_and_a_fault_that_follows_its_job_stay_the_applications() {
             ),
             &[],
         );
-        assert_eq!(xids(&f)[0].kind, "app_xid", "{f:?}");
+        assert_eq!(xids(&f)[0].kind.as_str(), "app_xid", "{f:?}");
     }
     let mut d = GpuDetector::default();
     // Job m-1 crashes on GPUs 1, 2 and 3; then job n-2 (another user) on 1.
@@ -261,7 +266,7 @@ fn related_jobs_and_a_fault_that_follows_its_job_stay_the_applications() {
         &[],
     );
     let g1 = f.iter().find(|f| f.entity == "h1/gpu1").unwrap();
-    assert_eq!(g1.kind, "app_xid", "{g1:?}");
+    assert_eq!(g1.kind.as_str(), "app_xid", "{g1:?}");
     // GPU 3 met it last: by then it had followed the job to 3 GPUs.
     let g3 = f.iter().find(|f| f.entity == "h1/gpu3").unwrap();
     assert!(
@@ -307,7 +312,7 @@ fn unattributed_application_xids_are_never_escalated_on_counts() {
             &["j9".to_string()],
         );
         let f = xids(&f)[0].clone();
-        assert_eq!(f.kind, "app_xid");
+        assert_eq!(f.kind.as_str(), "app_xid");
         assert!(
             has_mark(&f, "xid_judged:application_unknown"),
             "{:?}",
@@ -335,7 +340,7 @@ fn contained_and_uncontained_memory_errors_act_differently() {
     );
     let c = f.iter().find(|f| f.entity == "h1/gpu0").unwrap();
     let u = f.iter().find(|f| f.entity == "h1/gpu1").unwrap();
-    assert_eq!((c.kind, u.kind), ("gpu_xid", "gpu_xid"));
+    assert_eq!((c.kind.as_str(), u.kind.as_str()), ("gpu_xid", "gpu_xid"));
     assert!(has_mark(c, "xid_action:RESTART_APP") && has_mark(c, "xid_judged:hardware"));
     assert!(
         c.runbook.contains("restart the application") && !c.runbook.contains("nvidia-smi -r"),
@@ -387,7 +392,7 @@ fn an_sxid_is_an_incident_on_the_switch_tray() {
     let f = xids(&f);
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(
-        (f[0].kind, f[0].entity.as_str()),
+        (f[0].kind.as_str(), f[0].entity.as_str()),
         ("nvswitch_sxid", "h1/nvswitch/0000:07:00.0")
     );
     let gpus = f[0]

@@ -87,7 +87,7 @@ impl Extent {
         let window_ms = (cfg.extent_window_s * 1000.0) as i64;
         self.flagged.retain(|_, f| end_ms - f.at_ms <= window_ms);
         for f in findings.iter() {
-            if let (Some(family), Some(_)) = (family(f.kind), topo.parent_of(&f.entity)) {
+            if let (Some(family), Some(_)) = (family(f.kind.as_str()), topo.parent_of(&f.entity)) {
                 let member = topo.canonical(&f.entity).to_string();
                 let line = f.evidence.first().cloned().unwrap_or_default();
                 let jobs = f.jobs.clone();
@@ -108,7 +108,7 @@ impl Extent {
         }
         let mut out: Vec<Finding> = Vec::with_capacity(findings.len());
         for f in findings.drain(..) {
-            let verdict = family(f.kind)
+            let verdict = family(f.kind.as_str())
                 .zip(topo.parent_of(&f.entity))
                 .and_then(|(fam, sw)| self.switch_finding(topo, (cfg, remote), sw, fam, ports, &f));
             let f = verdict.unwrap_or(f);

@@ -4,6 +4,7 @@
 //! flapping.
 use proto::v1::IbPort;
 use vocab::ib::state_name;
+use vocab::kind::IncidentKind;
 
 use super::IbConfig;
 use super::{counters::delta, PortState, ACTIVE};
@@ -87,7 +88,7 @@ impl PortState {
         };
         if self.downs.len() >= cfg.flap_downs {
             return Some(
-                Finding::new("ib_link_flapping", entity, 0.9)
+                Finding::new(IncidentKind::IbLinkFlapping, entity, 0.9)
                     .with_evidence(format!(
                         "{} downs in the last {:.0} s (link_downed and state sampling); state now {}",
                         self.downs.len(), cfg.flap_horizon_s, state_name(p.state)
@@ -112,7 +113,7 @@ impl PortState {
                 ""
             };
             return Some(
-                Finding::new("ib_link_down", entity, 0.95)
+                Finding::new(IncidentKind::IbLinkDown, entity, 0.95)
                     .with_evidence(format!(
                         "state {} (phys_state {}){was}{since}",
                         state_name(p.state),
@@ -139,7 +140,7 @@ impl PortState {
             )
         };
         Some(
-            Finding::new("ib_link_down", entity, 0.7)
+            Finding::new(IncidentKind::IbLinkDown, entity, 0.7)
                 .with_evidence(evidence)
                 .with_jobs(jobs)
                 .with_runbook(runbook_cable()),

@@ -4,6 +4,7 @@
 //! reference; hysteresis at `clear_significance`, and a saturated counter
 //! holds an open incident.
 use vocab::ib::saturation;
+use vocab::kind::IncidentKind;
 
 use super::IbConfig;
 use super::{
@@ -276,7 +277,7 @@ impl IbDetector {
             .rsplit_once('/')
             .and_then(|(a, _)| a.rsplit_once('/').map(|(_, h)| h.to_string()))
             .unwrap_or_default();
-        let mut finding = Finding::new("ib_link_degraded", entity, confidence);
+        let mut finding = Finding::new(IncidentKind::IbLinkDegraded, entity, confidence);
         let mut ev = ev;
         if let Some((line, eta_s)) = forecast(cfg, st) {
             ev.insert(1.min(ev.len()), line);

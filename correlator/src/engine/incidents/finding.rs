@@ -1,8 +1,11 @@
 //! A detector's finding: the input of the incident manager.
+use vocab::kind::IncidentKind;
+
 /// Evidence of one detector for one entity in one window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finding {
-    pub kind: &'static str,
+    /// What is wrong (spelled on the wire as [`IncidentKind::as_str`]).
+    pub kind: IncidentKind,
     pub entity: String,
     pub confidence: f64,
     pub evidence: Vec<String>,
@@ -28,7 +31,7 @@ pub fn evidence_port(e: &str) -> Option<&str> {
 }
 
 impl Finding {
-    pub fn new(kind: &'static str, entity: &str, confidence: f64) -> Self {
+    pub fn new(kind: IncidentKind, entity: &str, confidence: f64) -> Self {
         Self {
             kind,
             entity: entity.to_string(),

@@ -5,6 +5,7 @@ use proto::v1::{CudaProc, NcclRank, Origin, Window};
 
 use super::severity::{Severity, SeverityConfig};
 use super::*;
+use vocab::kind::IncidentKind;
 
 fn mgr_with(sev: SeverityConfig) -> IncidentManager {
     IncidentManager::new(IncidentConfig {
@@ -46,7 +47,12 @@ fn job_window(host: &str, job: &str, nranks: i32, devices: i32) -> Window {
 
 fn finding(kind: &'static str, entity: &str, jobs: &[&str]) -> Finding {
     let jobs: Vec<String> = jobs.iter().map(|j| j.to_string()).collect();
-    Finding::new(kind, entity, 0.9).with_jobs(&jobs)
+    Finding::new(
+        IncidentKind::parse(kind).expect("a known kind"),
+        entity,
+        0.9,
+    )
+    .with_jobs(&jobs)
 }
 
 trait WithKind {
@@ -55,7 +61,7 @@ trait WithKind {
 
 impl WithKind for Finding {
     fn with_kind(mut self, kind: &'static str) -> Self {
-        self.kind = kind;
+        self.kind = IncidentKind::parse(kind).expect("a known kind");
         self
     }
 }

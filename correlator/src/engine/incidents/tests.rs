@@ -1,5 +1,6 @@
 //! Opening, merging, capping and resolving incidents.
 use super::*;
+use vocab::kind::IncidentKind;
 
 fn mgr() -> IncidentManager {
     IncidentManager::new(IncidentConfig {
@@ -19,7 +20,7 @@ fn states(ups: &[CandidateUpdate]) -> Vec<(String, String)> {
 #[test]
 fn a_window_resolves_only_its_own_hosts_and_evaluated_incidents() {
     let mut m = mgr();
-    let f = |e: &str| Finding::new("gpu_thermal_throttle", e, 0.8);
+    let f = |e: &str| Finding::new(IncidentKind::GpuThermalThrottle, e, 0.8);
     // "a" opens a GPU incident and one on an entity it evaluates; "ab"
     // (a host whose name starts with "a") opens its own.
     let ups = m.apply(1000, "a", vec![], vec![f("a/gpu0"), f("job/0")], &[]);
@@ -57,7 +58,7 @@ fn a_window_resolves_only_its_own_hosts_and_evaluated_incidents() {
 #[test]
 fn each_host_fills_only_its_share_and_node_lost_is_the_lost_hosts() {
     let mut m = mgr().with_cap(100, 2);
-    let f = |k, e: &str| Finding::new(k, e, 0.8);
+    let f = |k, e: &str| Finding::new(IncidentKind::parse(k).expect("a known kind"), e, 0.8);
     // "a" raises 3 of its own: the third is over its share of 2.
     let ups = m.apply(
         1000,

@@ -2,6 +2,7 @@ use proto::v1::{JobUsage, Origin, StepTime, Window};
 
 use super::*;
 use crate::engine::workload::{Place, Symptom};
+use vocab::kind::IncidentKind;
 
 /// A 10 s window of host n001 ending at `k`·10 s: the victim "train"
 /// (team research) and the other job "etl" (team data) on nvme0n1, with
@@ -42,7 +43,7 @@ fn window(k: i64, train: f64, etl: f64, step_s: f64) -> Window {
 
 fn slowdown(since_k: i64, ratio: f64) -> Symptom {
     Symptom {
-        kind: "job_slowdown",
+        kind: IncidentKind::JobSlowdown,
         job: "train".into(),
         entity: "train".into(),
         line: format!("step time ×{ratio}"),

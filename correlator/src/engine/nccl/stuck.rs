@@ -21,6 +21,7 @@
 //! state, its error counters, an open `ib_link_*` incident), a GPU of a rank
 //! with an XID (its event, an open `gpu_xid` incident).
 use std::collections::{BTreeSet, HashMap};
+use vocab::kind::IncidentKind;
 
 use super::{below::Below, Comm, NcclConfig, Rank};
 use crate::engine::{incidents::Finding, stats::median};
@@ -167,7 +168,7 @@ pub(super) fn judge_uniform(ctx: &Ctx, id: &str, c: &Comm, live: &[&Rank]) -> Op
         .map(|r| format!("`py-spy dump --native --pid {}` on {}", r.pid, r.host))
         .collect();
     Some(
-        Finding::new("collective_hang", &entity, if found { 0.85 } else { 0.7 })
+        Finding::new(IncidentKind::CollectiveHang, &entity, if found { 0.85 } else { 0.7 })
             .with_evidence_list(ev)
             .with_jobs(&jobs)
             .with_mark(format!("waiting_at:{seq}"))

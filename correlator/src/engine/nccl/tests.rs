@@ -84,7 +84,7 @@ fn a_stopped_rank_is_named_once_everyone_waits() {
         }
     }
     let f = &found[0];
-    assert_eq!(f.kind, "collective_hang");
+    assert_eq!(f.kind.as_str(), "collective_hang");
     assert_eq!(f.entity, format!("b/nccl/{c}"));
     assert!(
         f.evidence
@@ -179,9 +179,9 @@ fn link_and_gpu_findings_name_the_communicators_crossing_them() {
         .collect();
     d.observe("a", &window("a", 1000, rows));
     let mut f = vec![
-        Finding::new("ib_link_degraded", "a/mlx5_1/1", 0.9),
-        Finding::new("gpu_xid", "a/gpu0", 0.9),
-        Finding::new("ib_link_degraded", "a/mlx5_7/1", 0.9),
+        Finding::new(IncidentKind::IbLinkDegraded, "a/mlx5_1/1", 0.9),
+        Finding::new(IncidentKind::GpuXid, "a/gpu0", 0.9),
+        Finding::new(IncidentKind::IbLinkDegraded, "a/mlx5_7/1", 0.9),
     ];
     d.annotate(&mut f);
     assert!(
@@ -202,8 +202,8 @@ fn a_rank_seen_on_one_port_is_named_on_that_port_only() {
     r.hcas = vec!["mlx5_1/2".into()];
     d.observe("a", &window("a", 1000, vec![r]));
     let mut f = vec![
-        Finding::new("ib_link_degraded", "a/mlx5_1/2", 0.9),
-        Finding::new("ib_link_degraded", "a/mlx5_1/1", 0.9),
+        Finding::new(IncidentKind::IbLinkDegraded, "a/mlx5_1/2", 0.9),
+        Finding::new(IncidentKind::IbLinkDegraded, "a/mlx5_1/1", 0.9),
     ];
     d.annotate(&mut f);
     assert!(f[0].evidence[0].contains("communicator pp"), "{:?}", f[0]);
@@ -241,7 +241,11 @@ fn the_inspector_s_bandwidth_is_quoted_next_to_the_rank_on_that_gpu() {
         perf(2, "AllReduce", 9),
     ];
     d.observe("a", &w);
-    let mut f = vec![Finding::new("ib_link_degraded", "a/mlx5_1/1", 0.9)];
+    let mut f = vec![Finding::new(
+        IncidentKind::IbLinkDegraded,
+        "a/mlx5_1/1",
+        0.9,
+    )];
     d.annotate(&mut f);
     assert_eq!(f[0].evidence.len(), 2, "{:?}", f[0].evidence);
     assert_eq!(

@@ -208,7 +208,7 @@ fn a_dead_peer_is_named_when_every_rank_waits() {
     let (t, f) = found.first().expect("a hang");
     // Silent 1.99 s at t = 7 against a bound of max(20 x 10 ms, 1 s).
     assert_eq!(*t, 7);
-    assert_eq!(f.kind, "collective_hang");
+    assert_eq!(f.kind.as_str(), "collective_hang");
     assert_eq!(f.entity, format!("b/nccl/{C}"));
     assert!(
         has(f, "culprit: rank 3 on b (pid 13, gpu 1, job train rank 3) exited while the others wait in collective 501"),
@@ -427,7 +427,7 @@ fn split_communicators_get_their_rank_and_size_once_every_member_is_seen() {
     d.observe("a", &window("a", 2000, a));
     assert_eq!(place(&d, x, "a", 10), (1, 2));
     // And the footprint says so.
-    let mut f = vec![Finding::new("gpu_xid", "a/gpu0", 0.9)];
+    let mut f = vec![Finding::new(IncidentKind::GpuXid, "a/gpu0", 0.9)];
     d.annotate(&mut f);
     assert!(
         f[0].evidence.iter().any(|e| e.starts_with(&format!(

@@ -33,10 +33,10 @@ impl Target {
         }
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> vocab::kind::IncidentKind {
         match self {
-            Self::Nfs { .. } => "nfs_latency",
-            Self::Lustre { .. } => "lustre_latency",
+            Self::Nfs { .. } => vocab::kind::IncidentKind::NfsLatency,
+            Self::Lustre { .. } => vocab::kind::IncidentKind::LustreLatency,
         }
     }
 

@@ -6,6 +6,7 @@ use crate::engine::{
     workload::{Place, Symptom},
     DetectConfig, Engine,
 };
+use vocab::kind::IncidentKind;
 
 const LEN_MS: i64 = 10_000;
 const T0: i64 = 1_700_000_000_000;
@@ -172,7 +173,7 @@ fn series_are_bounded_and_idle_hosts_forgotten() {
 #[test]
 fn a_target_incident_explains_the_jobs_on_its_affected_hosts() {
     let on = |h: &str| Symptom {
-        kind: "job_slowdown",
+        kind: IncidentKind::JobSlowdown,
         job: "job-1".into(),
         entity: "job-1".into(),
         line: "step time +40 %".into(),

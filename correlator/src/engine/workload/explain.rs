@@ -1,6 +1,8 @@
 //! Joining a workload symptom to an infrastructure cause through the
 //! placement of the job's ranks, and the symptom's own incident when
 //! nothing explains it.
+use vocab::kind::IncidentKind;
+
 use super::{Place, Symptom};
 use crate::engine::incidents::Finding;
 
@@ -22,7 +24,7 @@ impl Symptom {
     /// Whether this is a job's slowdown and `straggler` (`job/rank`) one of
     /// its ranks.
     fn is_slowdown_of_straggler(&self, straggler: &str) -> bool {
-        self.kind == "job_slowdown"
+        self.kind == IncidentKind::JobSlowdown
             && !self.job.is_empty()
             && straggler
                 .strip_prefix(&self.job)
@@ -64,11 +66,11 @@ impl Symptom {
 
     /// The symptom's own incident, when no cause explains it.
     pub fn finding(&self) -> Finding {
-        if self.kind == "straggler" {
+        if self.kind == IncidentKind::Straggler {
             let host = self.places.first().map_or("", |p| p.host.as_str());
             let sh = crate::shell::quote(host);
             let rank = self.places.first().map_or(-1, |p| p.rank);
-            return Finding::new("straggler", &self.entity, 0.6)
+            return Finding::new(IncidentKind::Straggler, &self.entity, 0.6)
                 .with_evidence(self.line.clone())
                 .with_evidence(format!("no GPU throttling, link degradation or storage stall found on {host} for this rank"))
                 .with_jobs(std::slice::from_ref(&self.job))
@@ -157,8 +159,8 @@ fn place_explained(p: &Place, kind: &str, entity: &str, evidence: &[String]) -> 
 
 /// The cross-layer runbook of an unexplained workload symptom: workload →
 /// GPU → fabric → storage → external.
-fn runbook(kind: &str, job: &str, hosts: &str) -> String {
-    let first = if kind == "inference_latency" {
+fn runbook(kind: IncidentKind, job: &str, hosts: &str) -> String {
+    let first = if kind == IncidentKind::InferenceLatency {
         format!("1 workload: {job}'s request mix (prompt/output lengths), batch size and queue depth (gen_ai.* metrics), KV-cache pressure, a model or engine upgrade")
     } else {
         format!("1 workload: {job}'s phase (eval, recompilation, data loader stalls: `py-spy dump`), batch size and input pipeline")
