@@ -271,7 +271,7 @@ fn check_config(
         eprintln!("faultline-correlator: error: [web] web_config_file: {e}");
         std::process::exit(2);
     }
-    let text = toml::to_string(&cfg).context("printing the settings")?;
+    let text = cfg.to_toml().context("printing the settings")?;
     println!(
         "# {}: valid; effective settings\n{text}# config ok",
         file.display()
