@@ -12,7 +12,7 @@ use crate::{
     probes::{ProbeState, Probes},
     sources::{
         cuda::CudaSource, gpu::GpuSource, nccl::NcclSource,
-        otlp::OtlpSource, rdma::RdmaEventSource, switches::SwitchesSource,
+        otlp::OtlpSource, rdma::RdmaEventSource,
         usage::UsageSource, verbs::VerbsSource, Console, Source,
     },
 };
@@ -37,13 +37,13 @@ pub fn start_sources(
     }
     if cfg.nfs.enabled {
         let reader = crate::nfs::NfsReader::new(&cfg.collector.proc_root, &cfg.nfs);
-        let n = NfsSource::new(reader);
+        let n = crate::nfs::NfsSource::new(reader);
         expo.set_section("nfs", n.render());
         out.push(Box::new(n));
     }
     if cfg.lustre.enabled {
         let reader = crate::lustre::LustreReader::new(&cfg.collector.proc_root, &cfg.lustre);
-        let l = LustreSource::new(reader);
+        let l = crate::lustre::LustreSource::new(reader);
         expo.set_section("lustre", l.render());
         out.push(Box::new(l));
     }
@@ -67,7 +67,7 @@ pub fn start_sources(
                     cfg.switches.perfquery.display()
                 ));
                 let latest = crate::switches::start(cfg.switches.clone(), sw);
-                out.push(Box::new(SwitchesSource::new(latest)));
+                out.push(Box::new(crate::switches::SwitchesSource::new(latest)));
             }
             Err(e) => console.info(e),
         }

@@ -10,6 +10,13 @@
 pub mod delta;
 pub mod parse;
 mod section;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
 
 use std::{
     collections::BTreeMap,
@@ -18,6 +25,13 @@ use std::{
 
 pub use delta::{LustreTracker, Target, WindowCounts};
 pub use section::LustreSection;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub use source::LustreSource;
 
 /// Upper bound for one `stats` or `import` file (an OSC writes ~2 KiB).
 pub const FILE_MAX: u64 = 256 << 10;

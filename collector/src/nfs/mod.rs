@@ -7,12 +7,26 @@
 pub mod delta;
 pub mod parse;
 mod section;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
 
 use std::path::{Path, PathBuf};
 
 pub use delta::{NfsTracker, WindowCounts};
 pub use parse::{parse, Mount, OpStats, Parsed, Xprt};
 pub use section::NfsSection;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub use source::NfsSource;
 
 /// Upper bound for the mountstats file (an NFSv4.2 mount writes ~8 KiB;
 /// this allows hundreds of mounts and every other filesystem's line).

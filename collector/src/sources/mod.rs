@@ -16,14 +16,11 @@ pub mod cuda;
 pub mod gpu;
 pub mod kmsg;
 pub mod libraries;
-pub mod lustre;
 pub mod nccl;
-pub mod nfs;
 pub mod otlp;
 pub mod rdma;
 pub mod retired;
 mod source;
-pub mod switches;
 pub mod usage;
 pub mod verbs;
 

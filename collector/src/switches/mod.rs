@@ -10,6 +10,13 @@
 //! bounded by `timeout_s`); a window takes the latest complete poll once.
 pub mod perfquery;
 mod section;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
 
 use std::{
     path::Path,
@@ -19,6 +26,13 @@ use std::{
 
 use proto::v1::IbPort;
 pub use section::SwitchesSection;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub use source::SwitchesSource;
 
 /// IBA port state ACTIVE and physical state LinkUp: a port `perfquery`
 /// reads counters from and `ibnetdiscover` lists as cabled.
