@@ -2,7 +2,10 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use collector::config::{ConfigError, FileConfig};
+use collector::{
+    config::{ConfigError, FileConfig},
+    stream::section as stream,
+};
 
 /// faultline's host agent: eBPF probes on the kernel/driver boundary, windowed
 /// and streamed to the correlator.
@@ -177,18 +180,18 @@ struct RunArgs {
     /// procfs for process attribution [collector.proc_root, default /proc].
     #[arg(long, value_name = "DIR")]
     proc_root: Option<std::path::PathBuf>,
-    /// Stream windows to this correlator, e.g. http://127.0.0.1:50051 [stream.endpoint].
-    #[arg(long, value_name = "URL")]
+    // `[stream]`: name, help and default from the keys' declarations.
+    #[arg(long = stream::ENDPOINT.long(), value_name = "URL", help = stream::ENDPOINT.help())]
     correlator: Option<String>,
-    /// Spool directory [stream.spool_dir, default /var/lib/faultline/spool].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = stream::SPOOL_DIR.long(), value_name = "DIR", help = stream::SPOOL_DIR.help())]
     spool_dir: Option<std::path::PathBuf>,
-    /// Spool bound in bytes [stream.spool_max_bytes, default 64 MiB].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(
+        long = stream::SPOOL_MAX_BYTES.long(),
+        value_name = "BYTES",
+        help = stream::SPOOL_MAX_BYTES.help()
+    )]
     spool_max_bytes: Option<u64>,
-    /// Also write every window to FILE as JSON lines, the correlator's replay
-    /// format [stream.record].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = stream::RECORD.long(), value_name = "FILE", help = stream::RECORD.help())]
     record: Option<std::path::PathBuf>,
     /// Disable the OTLP metrics receiver, gRPC and HTTP [otlp.enabled].
     #[arg(long)]

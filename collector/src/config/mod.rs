@@ -97,4 +97,6 @@ fn without_text(mut e: toml::de::Error) -> String {
 }
 
 #[cfg(test)]
+mod doc_check;
+#[cfg(test)]
 mod tests;

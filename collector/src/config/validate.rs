@@ -5,7 +5,17 @@ use super::{
     values::{parse_listen_addr, seconds, WINDOW_MAX_SECS, WINDOW_MIN_SECS},
     FileConfig,
 };
-use crate::{ib::FilterError, otlp::SectionError, stream::check_endpoint};
+use crate::{
+    ib::FilterError,
+    otlp::SectionError,
+    stream::{
+        check_endpoint,
+        section::{
+            NATS_BUCKETS, NATS_MAX_BYTES, NATS_MAX_BYTES_SERVERS, NATS_REPLICAS, NATS_STREAM,
+            NATS_SUBJECT, SPOOL_MAX_BYTES,
+        },
+    },
+};
 
 impl From<FilterError> for ConfigError {
     fn from(e: FilterError) -> Self {
@@ -62,28 +72,33 @@ impl FileConfig {
                 "must be one NATS subject token: no '.', '*', '>' or white space (a leaf switch's name, say)",
             ));
         }
-        if self.stream.nats_max_bytes != -1 && self.stream.nats_max_bytes < 1 << 20 {
+        let s = &self.stream;
+        if s.nats_max_bytes != NATS_MAX_BYTES_SERVERS && !NATS_MAX_BYTES.contains(s.nats_max_bytes)
+        {
             return Err(ConfigError::invalid(
-                "stream.nats_max_bytes",
-                "must be -1 (the server's store limit) or at least 1048576 (1 MiB)",
+                NATS_MAX_BYTES.path,
+                format_args!(
+                    "must be {NATS_MAX_BYTES_SERVERS} (the server's store limit) or {} (1 MiB)",
+                    NATS_MAX_BYTES.range_text()
+                ),
             ));
         }
-        if !(1..=5).contains(&self.stream.nats_replicas) {
+        if !NATS_REPLICAS.contains(s.nats_replicas) {
             return Err(ConfigError::invalid(
-                "stream.nats_replicas",
-                "must be in [1, 5] (JetStream's limit)",
+                NATS_REPLICAS.path,
+                format_args!("must be {} (JetStream's limit)", NATS_REPLICAS.range_text()),
             ));
         }
-        if self.stream.nats_buckets == 0 || self.stream.nats_buckets > 4096 {
+        if !NATS_BUCKETS.contains(s.nats_buckets) {
             return Err(ConfigError::invalid(
-                "stream.nats_buckets",
-                "must be in [1, 4096]",
+                NATS_BUCKETS.path,
+                format_args!("must be {}", NATS_BUCKETS.range_text()),
             ));
         }
         if self.stream.nats_stream.is_empty() || !vocab::nats::valid_shard(&self.stream.nats_stream)
         {
             return Err(ConfigError::invalid(
-                "stream.nats_stream",
+                NATS_STREAM.path,
                 "must be a JetStream stream name: not empty, no '.', '*', '>' or white space",
             ));
         }
@@ -95,7 +110,7 @@ impl FileConfig {
                 .any(|t| !vocab::nats::valid_shard(t))
         {
             return Err(ConfigError::invalid(
-                "stream.nats_subject",
+                NATS_SUBJECT.path,
                 "must be dot-separated subject tokens without '*', '>' or white space",
             ));
         }
@@ -206,10 +221,11 @@ impl FileConfig {
                     .map_err(|err| ConfigError::invalid("stream.endpoint", err))?;
             }
         }
-        if self.stream.spool_max_bytes < 4096 {
+        let bytes = self.stream.spool_max_bytes;
+        if !SPOOL_MAX_BYTES.contains(bytes) {
             return Err(ConfigError::invalid(
-                "stream.spool_max_bytes",
-                format_args!("must be at least 4096, got {}", self.stream.spool_max_bytes),
+                SPOOL_MAX_BYTES.path,
+                format_args!("must be {}, got {bytes}", SPOOL_MAX_BYTES.range_text()),
             ));
         }
         Ok(())

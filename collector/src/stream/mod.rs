@@ -14,7 +14,7 @@ mod backoff;
 mod call;
 mod held;
 pub mod nats;
-mod section;
+pub mod section;
 pub mod sender;
 pub mod spool;
 /// TLS and token credentials for the correlator connection.

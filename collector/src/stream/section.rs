@@ -1,8 +1,88 @@
 //! `[stream]`: where windows go (the correlator, the spool, a record file)
-//! and the credentials for the correlator. Documented in `docs/config.md`.
+//! and the credentials for the correlator. Each key with a default, a
+//! bound or a flag is declared once below ([`Key`]: the defaults, the
+//! checks in `config::validate`, the flags in `main.rs` and the uses read
+//! it); documented in `docs/config.md`, which `config::tests` checks.
 use std::path::PathBuf;
 
+use proto::config_key::Key;
 use serde::{Deserialize, Serialize};
+
+/// `--correlator URL`: where windows go; unset: nowhere.
+pub const ENDPOINT: Key<&str> = Key {
+    flag: Some("correlator"),
+    ..Key::new(
+        "stream.endpoint",
+        "",
+        "Stream windows to this correlator, e.g. http://127.0.0.1:50051",
+    )
+};
+/// The on-disk spool's directory.
+pub const SPOOL_DIR: Key<&str> = Key {
+    flag: Some("spool-dir"),
+    ..Key::new(
+        "stream.spool_dir",
+        "/var/lib/faultline/spool",
+        "Spool directory",
+    )
+};
+/// The spool's bound: past it the oldest windows are dropped (counted);
+/// below 4096 not even one window fits.
+pub const SPOOL_MAX_BYTES: Key<u64> = Key {
+    min: Some(4096),
+    flag: Some("spool-max-bytes"),
+    shown: "64 MiB",
+    ..Key::new("stream.spool_max_bytes", 64 << 20, "Spool bound in bytes")
+};
+/// `--record FILE`: every window also as a JSON line.
+pub const RECORD: Key<&str> = Key {
+    flag: Some("record"),
+    ..Key::new(
+        "stream.record",
+        "",
+        "Also write every window to FILE as JSON lines, the correlator's replay format",
+    )
+};
+/// NATS: the JetStream stream.
+pub const NATS_STREAM: Key<&str> = Key::new(
+    "stream.nats_stream",
+    vocab::nats::DEFAULT_STREAM,
+    "NATS: the JetStream stream (created when absent)",
+);
+/// NATS: the subject prefix.
+pub const NATS_SUBJECT: Key<&str> = Key::new(
+    "stream.nats_subject",
+    vocab::nats::DEFAULT_PREFIX,
+    "NATS: the subject prefix",
+);
+/// NATS: buckets of the host-name shard key.
+pub const NATS_BUCKETS: Key<u32> = Key {
+    min: Some(1),
+    max: Some(4096),
+    ..Key::new(
+        "stream.nats_buckets",
+        vocab::nats::DEFAULT_BUCKETS,
+        "NATS: buckets of the host-name shard key",
+    )
+};
+/// NATS: replicas of a stream the collector creates (JetStream's limit: 5).
+pub const NATS_REPLICAS: Key<usize> = Key {
+    min: Some(1),
+    max: Some(5),
+    ..Key::new("stream.nats_replicas", 1, "NATS: replicas of the stream")
+};
+/// NATS: the size bound of a stream the collector creates, at least
+/// 1 MiB, or [`NATS_MAX_BYTES_SERVERS`].
+pub const NATS_MAX_BYTES: Key<i64> = Key {
+    min: Some(1 << 20),
+    ..Key::new(
+        "stream.nats_max_bytes",
+        vocab::nats::DEFAULT_MAX_BYTES,
+        "NATS: the stream's size bound in bytes",
+    )
+};
+/// `nats_max_bytes = -1`: the server's own store limit.
+pub const NATS_MAX_BYTES_SERVERS: i64 = -1;
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -12,7 +92,7 @@ pub struct StreamSection {
     pub endpoint: Option<String>,
     /// Directory of the on-disk spool.
     pub spool_dir: PathBuf,
-    /// Spool bound in bytes; past it the oldest windows are dropped (counted).
+    /// [`SPOOL_MAX_BYTES`].
     pub spool_max_bytes: u64,
     /// Also append every window to this file as JSON lines (the replay format).
     pub record: Option<PathBuf>,
@@ -76,19 +156,19 @@ impl Default for StreamSection {
     fn default() -> Self {
         Self {
             endpoint: None,
-            spool_dir: "/var/lib/faultline/spool".into(),
-            spool_max_bytes: 64 << 20,
+            spool_dir: SPOOL_DIR.default.into(),
+            spool_max_bytes: SPOOL_MAX_BYTES.default,
             record: None,
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
             token_file: None,
-            nats_stream: vocab::nats::DEFAULT_STREAM.into(),
-            nats_subject: vocab::nats::DEFAULT_PREFIX.into(),
+            nats_stream: NATS_STREAM.default.into(),
+            nats_subject: NATS_SUBJECT.default.into(),
             shard: String::new(),
-            nats_buckets: vocab::nats::DEFAULT_BUCKETS,
-            nats_replicas: 1,
-            nats_max_bytes: vocab::nats::DEFAULT_MAX_BYTES,
+            nats_buckets: NATS_BUCKETS.default,
+            nats_replicas: NATS_REPLICAS.default,
+            nats_max_bytes: NATS_MAX_BYTES.default,
             nats_ca: None,
             nats_nkey_file: None,
         }
