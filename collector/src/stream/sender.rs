@@ -20,6 +20,7 @@ pub struct SenderConfig {
     /// Correlator URL, e.g. `http://127.0.0.1:50051`.
     pub endpoint: String,
     pub spool_dir: PathBuf,
+    /// [`SPOOL_MAX_BYTES`](super::section::SPOOL_MAX_BYTES).
     pub spool_max_bytes: u64,
     pub backoff_min: Duration,
     pub backoff_max: Duration,

@@ -168,7 +168,9 @@ fn write_durable(dir: &Path, name: &str, buf: &[u8]) -> io::Result<()> {
 impl Spool {
     /// Opens (creating) `dir`, keeping the intact windows left by a previous
     /// run; leftover temporary files are removed and damaged files
-    /// quarantined.
+    /// quarantined. `max_bytes`: the key
+    /// [`SPOOL_MAX_BYTES`](super::section::SPOOL_MAX_BYTES) (its default,
+    /// bound and flag are declared there).
     pub fn open(dir: &Path, max_bytes: u64) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         let mut s = Self {
