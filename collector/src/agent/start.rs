@@ -115,7 +115,7 @@ pub fn start_sources(
         ));
     }
     if let Some(rx) = otlp {
-        out.push(Box::new(OtlpSource::new(rx)));
+        out.push(Box::new(crate::otlp::OtlpSource::new(rx)));
     }
     if cfg.usage.enabled {
         let post_send = probes.is_attached("verbs:post_send");

@@ -9,7 +9,8 @@
 //! ([`names`]) and reads attribution attributes → [`aggregate`] turns
 //! cumulative series into deltas and aggregates per window (bounded, behind
 //! a short mutex) → the window loop takes the window and [`attribution`]
-//! joins it to jobs, ranks and placement. The NCCL Inspector's metrics take
+//! joins it to jobs, ranks and placement; [`source`] puts it on the wire
+//! each window with `faultline_job_step_seconds`. The NCCL Inspector's metrics take
 //! their own path ([`inspector`]) into `Window.nccl_perf`. `docs/otlp.md`
 //! documents it.
 pub mod names;
@@ -29,8 +30,22 @@ pub mod http;
 pub mod inspector;
 #[cfg(feature = "otlp")]
 pub mod json;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
 
 pub use section::{OtlpSection, SectionError};
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub use source::OtlpSource;
 
 #[cfg(feature = "otlp")]
 pub use receiver::*;

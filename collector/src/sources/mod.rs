@@ -17,7 +17,6 @@ pub mod gpu;
 pub mod kmsg;
 pub mod libraries;
 pub mod nccl;
-pub mod otlp;
 pub mod rdma;
 pub mod retired;
 mod source;
