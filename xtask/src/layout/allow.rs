@@ -6,10 +6,13 @@
 //! ```text
 //! file PATH -- reason
 //! fn PATH NAME -- reason
+//! circle FOLDER MODULE MODULE... -- reason
 //! ```
 //!
 //! `PATH` is relative to the workspace root; `fn` entries name every
-//! function called `NAME` in that file.
+//! function called `NAME` in that file. A `circle` entry names a folder as
+//! the check prints it (`collector/src/nvml`) and the modules of one circle
+//! in it, sorted (`dcgm prom`); it allows exactly that circle.
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{bail, Context as _, Result};
@@ -36,15 +39,18 @@ impl AllowList {
             }
             let Some((key, reason)) = line.split_once(" -- ") else {
                 bail!(
-                    "line {}: `{line}` has no reason (`file PATH -- reason`, `fn PATH NAME -- reason`)",
+                    "line {}: `{line}` has no reason (`file PATH -- reason`, `fn PATH NAME -- reason`, \
+                     `circle FOLDER MODULE MODULE... -- reason`)",
                     n + 1
                 );
             };
             let words: Vec<&str> = key.split_whitespace().collect();
-            let well_formed = matches!(words.as_slice(), ["file", _] | ["fn", _, _]);
+            let well_formed = matches!(words.as_slice(), ["file", _] | ["fn", _, _])
+                || (words.first() == Some(&"circle") && words.len() >= 4);
             if !well_formed || reason.trim().is_empty() {
                 bail!(
-                    "line {}: `{line}`: expected `file PATH -- reason` or `fn PATH NAME -- reason`",
+                    "line {}: `{line}`: expected `file PATH -- reason`, `fn PATH NAME -- reason` \
+                     or `circle FOLDER MODULE MODULE... -- reason`",
                     n + 1
                 );
             }
@@ -53,7 +59,8 @@ impl AllowList {
         Ok(Self(out))
     }
 
-    /// Why `key` (`file PATH`, `fn PATH NAME`) may stay over its limit.
+    /// Why `key` (`file PATH`, `fn PATH NAME`, `circle FOLDER MODULES...`)
+    /// may stay.
     pub fn reason(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }
@@ -70,17 +77,23 @@ mod tests {
     #[test]
     fn entries_need_a_kind_a_path_and_a_reason() {
         let a = AllowList::parse(
-            "# comment\n\nfile a/src/x.rs -- a generated table # trailing\nfn  a/src/y.rs  run -- one match\n",
+            "# comment\n\nfile a/src/x.rs -- a generated table # trailing\nfn  a/src/y.rs  run -- one match\n\
+             circle c/src/nvml dcgm prom -- being broken (owner)\n",
         )
         .expect("parses");
         assert_eq!(a.reason("file a/src/x.rs"), Some("a generated table"));
         assert_eq!(a.reason("fn a/src/y.rs run"), Some("one match"));
-        assert_eq!(a.keys().count(), 2);
+        assert_eq!(
+            a.reason("circle c/src/nvml dcgm prom"),
+            Some("being broken (owner)")
+        );
+        assert_eq!(a.keys().count(), 3);
         for bad in [
             "file a/src/x.rs",
             "fn a/src/y.rs -- no name",
             "file x -- ",
             "dir x -- r",
+            "circle c/src/nvml dcgm -- one module is no circle",
         ] {
             let e = AllowList::parse(bad).expect_err(bad);
             assert!(format!("{e}").starts_with("line 1: "), "{e}");

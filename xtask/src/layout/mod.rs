@@ -1,16 +1,18 @@
 //! `cargo xtask layout`: the workspace's shape, checked.
 //!
-//! - No import circle between the top-level modules of a crate target
-//!   (the collector's and the correlator's library and binary): each
-//!   strongly connected component of more than one module is reported with
-//!   its edges and where each one is first named ([`circles`]).
+//! - No import circle between sibling modules of any crate target of the
+//!   workspace: the top-level modules of a library or binary, and the child
+//!   modules of every folder module (`src/nvml/`, `src/history/store/`,
+//!   inline `mod x { … }`). Each strongly connected component of more than
+//!   one module is reported as a cycle (`collector/src/nvml: dcgm -> prom ->
+//!   dcgm`) with its edges and where each one is first named ([`circles`]).
 //! - No Rust file over [`MAX_FILE_LINES`] lines outside test-only items, and
 //!   no function over [`MAX_FN_LINES`] lines, in the workspace's crates
 //!   (`tests/` directories, test-only modules and generated files aside;
 //!   [`length`]).
 //!
-//! A file or function that has to stay over a limit is listed in
-//! [`ALLOW_FILE`] with the reason. Either kind of finding fails the check.
+//! A file or function that has to stay over a limit, or a circle that has
+//! to stay for now, is listed in [`ALLOW_FILE`] with the reason. Either kind of finding fails the check.
 use std::{
     collections::BTreeSet,
     fs,
@@ -30,8 +32,12 @@ pub const MAX_FILE_LINES: usize = 600;
 pub const MAX_FN_LINES: usize = 120;
 /// The allow-list, relative to the workspace root.
 pub const ALLOW_FILE: &str = "xtask/layout-allow.txt";
-/// Crates whose top-level modules must not import each other in a circle.
+/// Crates whose top-level modules have always been checked: a circle
+/// between them fails even while [`FOLDER_CIRCLES_FAIL`] is off.
 const LAYERED: &[&str] = &["collector", "correlator"];
+/// Whether every other circle (inside folders, and between the top-level
+/// modules of the other crates) fails the check, or is only reported.
+const FOLDER_CIRCLES_FAIL: bool = false;
 
 /// One Rust file of a crate.
 struct Source {
@@ -44,45 +50,59 @@ struct Source {
 pub fn run() -> Result<()> {
     let root = super::workspace_root();
     let allow = AllowList::load(&root.join(ALLOW_FILE))?;
-    let mut problems = 0;
+    let mut crates = Vec::new();
+    for dir in member_dirs(&root)? {
+        let sources = crate_sources(&root, &dir)?;
+        crates.push((dir, sources));
+    }
+    let mut used = BTreeSet::new();
 
-    println!("layout: import circles between top-level modules");
-    for name in LAYERED {
-        let src = root.join(name).join("src");
-        for target in ["lib.rs", "main.rs"] {
-            if !src.join(target).exists() {
-                continue;
-            }
-            let found = target_circles(&root, &src, target)?;
-            let what = format!("{name} ({})", target.trim_end_matches(".rs"));
-            if found.is_empty() {
-                println!("  {what}: none");
-            }
-            for c in &found {
-                problems += 1;
-                println!("  {what}: CIRCLE {}", c.modules.join(" "));
-                for (from, to, site) in &c.edges {
-                    println!("      {from} -> {to}  ({}:{})", site.file, site.line);
+    println!("layout: import circles between sibling modules (crate roots and folders)");
+    let mut problems = 0;
+    let mut reported = 0;
+    for (dir, sources) in &crates {
+        for found in crate_circles(&root, dir, sources)? {
+            let key = format!("circle {} {}", found.folder, found.circle.modules.join(" "));
+            let verdict = match allow.reason(&key) {
+                Some(reason) => {
+                    used.insert(key.clone());
+                    format!("allowed ({reason})")
                 }
+                None if FOLDER_CIRCLES_FAIL || found.top_level_layered => {
+                    problems += 1;
+                    "CIRCLE".to_string()
+                }
+                None => {
+                    reported += 1;
+                    "circle (reported; fails once FOLDER_CIRCLES_FAIL is on)".to_string()
+                }
+            };
+            let c = &found.circle;
+            println!("  {verdict} {}: {}", found.folder, c.cycle_text());
+            if c.modules.len() + 1 > c.cycle.len() {
+                println!("      (one circle of: {})", c.modules.join(" "));
+            }
+            for (from, to, site) in &found.circle.edges {
+                println!("      {from} -> {to}  ({}:{})", site.file, site.line);
             }
         }
     }
+    if problems + reported == 0 {
+        println!("  none");
+    }
 
     println!("layout: files over {MAX_FILE_LINES} lines, functions over {MAX_FN_LINES} lines");
-    let mut used = BTreeSet::new();
     let mut over = 0;
-    for dir in member_dirs(&root)? {
-        for s in crate_sources(&root, &dir)? {
-            for finding in lengths(&s) {
-                match allow.reason(&finding.key) {
-                    Some(reason) => {
-                        used.insert(finding.key.clone());
-                        println!("  allowed {}  ({reason})", finding.text);
-                    }
-                    None => {
-                        over += 1;
-                        println!("  {}", finding.text);
-                    }
+    for s in crates.iter().flat_map(|(_, sources)| sources) {
+        for finding in lengths(s) {
+            match allow.reason(&finding.key) {
+                Some(reason) => {
+                    used.insert(finding.key.clone());
+                    println!("  allowed {}  ({reason})", finding.text);
+                }
+                None => {
+                    over += 1;
+                    println!("  {}", finding.text);
                 }
             }
         }
@@ -92,18 +112,65 @@ pub fn run() -> Result<()> {
     }
     problems += over;
     for stale in allow.keys().filter(|k| !used.contains(*k)) {
-        println!("  note: {ALLOW_FILE}: `{stale}` is within the limits now; remove the entry");
+        println!("  note: {ALLOW_FILE}: `{stale}` is no longer found; remove the entry");
     }
     if problems > 0 {
         bail!(
-            "layout: {problems} problem(s): break each circle, split each file or function \
-             (or list it in {ALLOW_FILE} with the reason it must stay)"
+            "layout: {problems} problem(s). A circle: move what both sides need into a module \
+             of its own that both import (or up into the folder's mod.rs), or hand it in as a \
+             parameter or trait, so the imports run one way. A long file or function: split it. \
+             (Or list it in {ALLOW_FILE} with the reason it must stay.)"
         );
     }
     println!("layout: ok");
     Ok(())
 }
 
+/// A circle of one crate target, with the folder it is in.
+struct FoundCircle {
+    /// `crate/src/a/b` (with ` (bin)` for a binary target beside a library).
+    folder: String,
+    circle: circles::Circle,
+    /// Between top-level modules of a crate in [`LAYERED`]: always fails.
+    top_level_layered: bool,
+}
+
+/// The circles of each target (`src/lib.rs`, `src/main.rs`) of the crate
+/// in `dir`.
+fn crate_circles(root: &Path, dir: &Path, sources: &[Source]) -> Result<Vec<FoundCircle>> {
+    let src = dir.join("src");
+    let rel_src = src
+        .strip_prefix(root)
+        .unwrap_or(&src)
+        .iter()
+        .filter_map(|p| p.to_str())
+        .collect::<Vec<_>>()
+        .join("/");
+    let layered = LAYERED.iter().any(|l| dir == root.join(l));
+    let mut out = Vec::new();
+    for target in ["lib.rs", "main.rs"] {
+        if !src.join(target).exists() {
+            continue;
+        }
+        let bin_beside_lib = target == "main.rs" && src.join("lib.rs").exists();
+        for circle in target_circles(&src, target, sources)? {
+            let mut folder = [rel_src.as_str()]
+                .into_iter()
+                .chain(circle.folder.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join("/");
+            if bin_beside_lib {
+                folder.push_str(" (bin)");
+            }
+            out.push(FoundCircle {
+                top_level_layered: layered && circle.folder.is_empty(),
+                folder,
+                circle,
+            });
+        }
+    }
+    Ok(out)
+}
 /// A file or function over its limit.
 struct Finding {
     /// Its allow-list key: `file PATH` or `fn PATH NAME`.
@@ -134,27 +201,40 @@ fn lengths(s: &Source) -> Vec<Finding> {
 /// The circles of the crate target rooted at `src/<target>`: its modules
 /// are those the root file declares; each one's files are `src/<m>.rs` and
 /// everything under `src/<m>/`.
-fn target_circles(root: &Path, src: &Path, target: &str) -> Result<Vec<circles::Circle>> {
+fn target_circles(src: &Path, target: &str, sources: &[Source]) -> Result<Vec<circles::Circle>> {
     let root_text = read(&src.join(target))?;
     let declared = top_level_mods(&lex::parse(&root_text));
-    let mut graph = circles::Graph::new(declared.iter().cloned());
-    let sources = crate_sources(root, src)?;
-    for s in &sources {
+    let mut graph = circles::Graph::default();
+    for s in sources {
         let Ok(rel) = s.path.strip_prefix(src) else {
             continue;
         };
         let parts: Vec<&str> = rel.iter().filter_map(|p| p.to_str()).collect();
-        let Some(first) = parts.first() else { continue };
-        let module = first.trim_end_matches(".rs");
-        if !declared.contains(module) {
+        let Some(module) = module_path(&parts) else {
             continue;
+        };
+        let own = match module.first() {
+            None => parts == [target],
+            Some(first) => declared.contains(*first),
+        };
+        if own {
+            graph.add_file(&module, &s.rel, &lex::parse(&s.text).tokens);
         }
-        // `a.rs`, `a/mod.rs`: depth 1; `a/b.rs`, `a/b/mod.rs`: 2; …
-        let depth = parts.len() - usize::from(parts.last() == Some(&"mod.rs"));
-        let p = lex::parse(&s.text);
-        graph.add_file(module, depth.max(1), &s.rel, &p.tokens);
     }
     Ok(graph.circles())
+}
+
+/// The module path of the file at `parts` below `src/`: `a.rs` and
+/// `a/mod.rs` are `a`, `a/b.rs` is `a::b`, a crate root `[]`.
+fn module_path<'a>(parts: &[&'a str]) -> Option<Vec<&'a str>> {
+    let (last, dirs) = parts.split_last()?;
+    let mut m = dirs.to_vec();
+    match *last {
+        "mod.rs" => {}
+        "lib.rs" | "main.rs" if dirs.is_empty() => {}
+        name => m.push(name.strip_suffix(".rs")?),
+    }
+    Some(m)
 }
 
 /// `mod x;` / `mod x { … }` declared at the top of a crate root.
@@ -326,6 +406,20 @@ mod tests {
         );
         let m: Vec<String> = top_level_mods(&p).into_iter().collect();
         assert_eq!(m, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_file_and_its_folder_are_one_module() {
+        fn m(p: &str) -> Option<Vec<&str>> {
+            module_path(&p.split('/').collect::<Vec<_>>())
+        }
+        assert_eq!(m("lib.rs"), Some(vec![]));
+        assert_eq!(m("a.rs"), Some(vec!["a"]));
+        assert_eq!(m("a/mod.rs"), Some(vec!["a"]));
+        assert_eq!(m("a/b.rs"), Some(vec!["a", "b"]));
+        assert_eq!(m("a/b/mod.rs"), Some(vec!["a", "b"]));
+        assert_eq!(m("a/lib.rs"), Some(vec!["a", "lib"]));
+        assert_eq!(m("a/notes.txt"), None);
     }
 
     #[test]
