@@ -25,6 +25,7 @@ pub mod jobmap;
 pub mod kmsg;
 pub mod launch_budget;
 pub mod lustre;
+pub mod metrics_catalog;
 pub mod nccl;
 pub mod nccl_lib;
 pub mod nfs;
@@ -59,6 +60,7 @@ pub mod stream;
 pub mod switches;
 pub mod tracefs;
 pub mod usage;
+pub mod verbs;
 pub mod window;
 #[cfg(feature = "nvml")]
 pub mod workload;

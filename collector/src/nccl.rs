@@ -18,8 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, SeqRing, UNIQUE_ID_BYTES};
 use proto::v1 as pb;
 
+pub mod section;
 mod series;
 mod split;
+
+pub use section::NcclSection;
 
 pub use series::{render, render_all, ExitedRanks, MAX_EXITED_RANKS};
 use split::resolve_splits;

@@ -2,14 +2,10 @@
 use std::collections::BTreeMap;
 
 use collector_common::cuda::call;
-#[cfg(feature = "probes")]
-use collector_common::verbs::wc_status_name;
 use proto::v1 as pb;
 
 #[cfg(feature = "nvml")]
 use crate::nvml;
-#[cfg(feature = "probes")]
-use crate::probes::verbs::VerbsSnapshot;
 use crate::{cuda::CudaSnapshot, identity::IdentityCache};
 
 #[cfg(feature = "nvml")]
@@ -94,29 +90,6 @@ pub fn cuda(prev: &CudaSnapshot, cur: &CudaSnapshot, ids: &mut IdentityCache) ->
                 c.rank = id.rank();
             }
             c
-        })
-        .collect()
-}
-
-#[cfg(feature = "probes")]
-pub fn verbs(
-    prev: &VerbsSnapshot,
-    cur: &VerbsSnapshot,
-    ids: &mut IdentityCache,
-) -> Vec<pb::VerbsCompletions> {
-    cur.completions
-        .iter()
-        .filter_map(|(k, v)| {
-            let n = v
-                .completions
-                .saturating_sub(prev.completions.get(k).map_or(0, |p| p.completions));
-            (n > 0).then(|| pb::VerbsCompletions {
-                pid: k.pid,
-                qp: k.qp_num,
-                status: wc_status_name(k.status).to_string(),
-                count: n,
-                job: ids.get(k.pid).and_then(|i| i.job()).unwrap_or_default(),
-            })
         })
         .collect()
 }

@@ -10,11 +10,8 @@ use crate::{
     config::FileConfig,
     http::Exposition,
     probes::{ProbeState, Probes},
-    sources::{
-        cuda::CudaSource, gpu::GpuSource, nccl::NcclSource,
-        otlp::OtlpSource, rdma::RdmaEventSource,
-        usage::UsageSource, verbs::VerbsSource, Console, Source,
-    },
+    sources::{cuda::CudaSource, gpu::GpuSource, nccl::NcclSource, Console, Source},
+    verbs::{RdmaEventSource, VerbsSource},
 };
 
 /// Every source that is on, in window order (see [`crate::sources`]).
@@ -119,7 +116,9 @@ pub fn start_sources(
     }
     if cfg.usage.enabled {
         let post_send = probes.is_attached("verbs:post_send");
-        out.push(Box::new(UsageSource::new(&cfg.usage, post_send)));
+        out.push(Box::new(crate::usage::UsageSource::new(
+            &cfg.usage, post_send,
+        )));
     }
     if let Some(k) = start_kmsg(cfg, console) {
         out.push(Box::new(k));
@@ -164,7 +163,7 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
 /// The kernel log reader, when `[kmsg]` is on and the log opens (without
 /// CAP_SYSLOG under `kernel.dmesg_restrict = 1` it does not: reported, and
 /// the collector runs on without it).
-fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<crate::sources::kmsg::KmsgSource> {
+fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<crate::kmsg::source::KmsgSource> {
     if !cfg.kmsg.enabled {
         return None;
     }
@@ -175,7 +174,7 @@ fn start_kmsg(cfg: &FileConfig, console: Console) -> Option<crate::sources::kmsg
                 "kmsg: reading {} for the GPU driver's XIDs and SXids",
                 cfg.kmsg.path.display()
             ));
-            Some(crate::sources::kmsg::KmsgSource::new(
+            Some(crate::kmsg::source::KmsgSource::new(
                 log,
                 &cfg.kmsg,
                 cfg.collector.proc_root.clone(),

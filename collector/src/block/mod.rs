@@ -12,6 +12,7 @@
 pub mod metrics;
 #[cfg(feature = "probes")]
 pub mod probe;
+pub mod section;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",
@@ -23,6 +24,7 @@ pub mod window;
 pub mod wire;
 
 pub use metrics::render_prometheus;
+pub use section::BlockSection;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

@@ -7,7 +7,7 @@
 //! [`crate::probes`], ...); this module assembles them into the file and
 //! checks what their types cannot ([`validate`]). None of those modules
 //! imports this one.
-mod collector;
+pub mod collector;
 pub mod error;
 mod validate;
 mod values;
@@ -18,16 +18,20 @@ use serde::{Deserialize, Serialize};
 
 pub use self::collector::{CollectorSection, DEFAULT_JOB_DIR};
 pub use crate::{
+    block::BlockSection,
+    cuda::CudaSection,
     ib::IbSection,
     kmsg::KmsgSection,
     lustre::LustreSection,
+    nccl::NcclSection,
     nfs::NfsSection,
     nvml::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET},
     otlp::OtlpSection,
-    probes::{parse_loc, BlockSection, CudaSection, NcclSection, ProviderSection, VerbsSection},
+    probes::{parse_loc, ProviderSection},
     stream::{check_endpoint, StreamSection},
     switches::SwitchesSection,
     usage::UsageSection,
+    verbs::VerbsSection,
 };
 pub use error::{ConfigError, SecondsError};
 pub use values::{

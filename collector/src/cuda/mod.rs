@@ -1,14 +1,19 @@
 //! CUDA windows: per-process/device/kernel launch rates and per-call
 //! counts, bytes and wait times, from cumulative probe aggregates. Pure (no
-//! aya), so the simulator and tests can use it.
+//! aya), so the simulator and tests can use it. The `[cuda]` section is
+//! [`section`].
 use std::{collections::BTreeMap, fmt::Write as _, time::Instant};
 
 use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
 
 use crate::{
-    prom_text::{Kind, Text},
     block::quantile_ns,
+    prom_text::{Kind, Text},
 };
+
+pub mod section;
+
+pub use section::CudaSection;
 
 /// Cumulative CUDA aggregates as read at `taken`.
 #[derive(Clone, Debug)]

@@ -5,6 +5,13 @@
 //! describes the whole path.
 pub mod nvrm;
 pub mod record;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
 mod state;
 
 use std::{io, path::PathBuf};

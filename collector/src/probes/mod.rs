@@ -20,7 +20,6 @@ pub mod nccl;
 pub mod ring;
 mod section;
 pub mod table;
-pub mod verbs;
 
 use std::fmt;
 
@@ -35,10 +34,7 @@ use crate::{privilege::PrivilegeError, tracefs::TracefsError};
 pub use attach::{AttachError, VerbsError};
 pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyBlock, EmptyUprobe};
 pub use calibrate::{measure_uprobe_hit_ns, HitCalibrator};
-pub use section::{
-    parse_loc, BlockSection, CodeLoc, CudaSection, LocError, NcclSection, ProviderSection,
-    ProviderTarget, SpecError, VerbsSection,
-};
+pub use section::{parse_loc, CodeLoc, LocError, ProviderSection, ProviderTarget, SpecError};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 
 /// The eBPF object built by `build.rs`, embedded in the binary.
@@ -181,11 +177,13 @@ pub struct Probes {
     pub(crate) block_attach: BlockAttach,
     pub(crate) cuda_library: Option<std::path::PathBuf>,
     /// The NCCL libraries the uprobes are attached to, by file identity.
-    pub(crate) nccl_libraries: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
+    pub(crate) nccl_libraries:
+        std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
     /// CUDA driver libraries found after start (inside containers), by
     /// file identity: every CUDA probe attached, launch probes duty-cycled
     /// with the first library's.
-    pub(crate) cuda_extra: std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
+    pub(crate) cuda_extra:
+        std::collections::BTreeMap<crate::proc_libs::FileKey, libraries::AttachedLib>,
     /// The first CUDA library's identity and its hold (found inside a
     /// process's root: kept open).
     pub(crate) cuda_primary: Option<(crate::proc_libs::FileKey, libraries::AttachedLib)>,

@@ -14,13 +14,9 @@
 //! NVML and verbs facts). `exec` (`crate::exec`) is drained between windows.
 pub mod cuda;
 pub mod gpu;
-pub mod kmsg;
 pub mod libraries;
 pub mod nccl;
-pub mod rdma;
 pub mod retired;
 mod source;
-pub mod usage;
-pub mod verbs;
 
 pub use source::{close_window, Console, Ctx, CudaPids, Fact, Facts, Source};

@@ -6,7 +6,7 @@ use collector_common::verbs::{
     AsyncKey, PostKey, PostStats, QpPortKey, QpStateKey, WcKey, WcStats,
 };
 
-use super::{ProbeError, Probes};
+use crate::probes::{ProbeError, Probes};
 
 /// Cumulative verbs aggregates.
 #[derive(Clone, Debug, Default)]
@@ -73,7 +73,7 @@ impl Probes {
         &mut self,
         dead: &std::collections::BTreeSet<u32>,
     ) -> Result<u64, ProbeError> {
-        use super::prune_hash as p;
+        use crate::probes::prune_hash as p;
         Ok(p::<WcKey, WcStats>(self, "VERBS_WC", dead, |k| k.pid)?
             + p::<PostKey, PostStats>(self, "VERBS_POST", dead, |k| k.pid)?
             + p::<QpStateKey, u64>(self, "VERBS_QP_STATE", dead, |k| k.pid)?

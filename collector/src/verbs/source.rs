@@ -3,15 +3,28 @@ use anyhow::Result;
 use collector_common::verbs::{qp_state_name, wc_status_name};
 use proto::v1 as pb;
 
-use super::retired::Retired;
-use crate::{
-    probes::verbs::{absorb, render_series, VerbsSeries, VerbsSnapshot},
-    sources::{Ctx, Fact, Source},
+use super::{
+    probe::{absorb, render_series, VerbsSeries, VerbsSnapshot},
+    wire,
 };
+use crate::sources::{retired::Retired, Ctx, Fact, Source};
+
+/// Send-side bytes posted per process between two verbs snapshots.
+fn verbs_posted(prev: &VerbsSnapshot, cur: &VerbsSnapshot) -> Vec<(u32, u64)> {
+    let mut by: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for (k, v) in cur.posts.iter().filter(|(k, _)| k.dir == 0) {
+        let before = prev.posts.get(k).map_or(0, |p| p.bytes);
+        let n = v.bytes.saturating_sub(before);
+        if n > 0 {
+            *by.entry(k.pid).or_default() += n;
+        }
+    }
+    by.into_iter().collect()
+}
 
 pub struct VerbsSource {
     prev: VerbsSnapshot,
-    /// Last counts of processes that exited (see [`super::retired`]).
+    /// Last counts of processes that exited (see [`crate::sources::retired`]).
     retired: VerbsSeries,
     retired_pairs: Retired,
 }
@@ -32,8 +45,8 @@ impl Source for VerbsSource {
         for line in window_lines(&self.prev, &cur) {
             cx.console.detail(line);
         }
-        wire.verbs = crate::window::verbs(&self.prev, &cur, cx.ids);
-        let posted = super::usage::verbs_posted(&self.prev, &cur);
+        wire.verbs = wire::rows(&self.prev, &cur, cx.ids);
+        let posted = verbs_posted(&self.prev, &cur);
         let pids = cur.completions.keys().map(|k| k.pid);
         let pids = pids.chain(cur.posts.keys().map(|k| k.pid));
         let pids = pids.chain(cur.qp_states.keys().map(|k| k.pid));

@@ -14,7 +14,8 @@ mod measure;
 #[cfg(test)]
 mod tests;
 
-use super::{entry::EntryKind, CudaSection, ProbeError, Probes};
+use super::{entry::EntryKind, ProbeError, Probes};
+use crate::cuda::CudaSection;
 use crate::launch_budget;
 pub use cost::{recent_cost, RECALIBRATE_KEEP};
 pub use measure::{cpu_rate, CPU_HORIZON, OVERFLOW_MAX_AGE};
