@@ -8,6 +8,8 @@
 pub mod baseline;
 pub mod clip;
 pub mod config;
+pub mod detector;
+pub mod detectors;
 pub mod fleet;
 pub mod gpu;
 pub mod handover;
@@ -32,21 +34,16 @@ use std::{
 use proto::v1::{CandidateUpdate, Window};
 
 pub use config::DetectConfig;
+use detector::{Context, Output, Stage, StepSources};
+pub use detectors::Detectors;
 pub use incidents::{Finding, IncidentManager};
+use workload::Symptom;
 
-/// The engine: detectors plus the incident manager.
+/// The engine: the detectors ([`detectors`]), then the incident manager.
+/// `engine.ib` is `engine.detectors.ib` (the engine derefs to them).
 #[derive(Debug, Default)]
 pub struct Engine {
-    pub ib: ib::IbDetector,
-    pub gpu: gpu::GpuDetector,
-    pub storage: storage::StorageDetector,
-    pub nfs: nfs::NfsDetector,
-    pub node: node::NodeDetector,
-    pub straggler: straggler::StragglerDetector,
-    pub nccl_lag: nccl_lag::LagDetector,
-    pub workload: workload::WorkloadDetector,
-    pub interference: interference::InterferenceDetector,
-    pub nccl: nccl::NcclDetector,
+    pub detectors: Detectors,
     /// Which hosts may report which jobs' ranks ([`workload::placement`]).
     pub claims: workload::placement::Claims,
     pub incidents: IncidentManager,
@@ -74,15 +71,7 @@ impl Engine {
     /// the switch behind each port; empty when unknown).
     pub fn new(cfg: &DetectConfig, topology: ib::Topology) -> Self {
         Self {
-            ib: ib::IbDetector::new(cfg.ib.clone(), topology),
-            storage: storage::StorageDetector::new(cfg.storage.clone()),
-            nfs: nfs::NfsDetector::new(cfg.nfs.clone()),
-            gpu: gpu::GpuDetector::new(cfg.gpu.clone()),
-            workload: workload::WorkloadDetector::new(cfg.workload.clone()),
-            interference: interference::InterferenceDetector::new(cfg.interference.clone()),
-            nccl: nccl::NcclDetector::new(cfg.nccl.clone()),
-            straggler: straggler::StragglerDetector::new(cfg.workload.min_persist_s),
-            nccl_lag: nccl_lag::LagDetector::new(cfg.nccl.clone(), cfg.workload.min_persist_s),
+            detectors: Detectors::new(cfg, topology),
             incidents: IncidentManager::new(cfg.incidents.clone()).with_cap(
                 cfg.limits.max_open_incidents,
                 cfg.limits.max_open_incidents_per_host,
@@ -117,17 +106,8 @@ impl Engine {
         if self.incidents.dropped_per_host > 0 {
             d.insert("host_incidents", self.incidents.dropped_per_host);
         }
-        if self.nccl.dropped > 0 {
-            d.insert("nccl_ranks", self.nccl.dropped);
-        }
-        if self.nccl.dropped_below > 0 {
-            d.insert("nccl_below", self.nccl.dropped_below);
-        }
-        if self.nccl_lag.dropped > 0 {
-            d.insert("nccl_lag_runs", self.nccl_lag.dropped);
-        }
-        if self.nfs.dropped > 0 {
-            d.insert("nfs", self.nfs.dropped);
+        for det in self.detectors.all() {
+            det.dropped(&mut d);
         }
         d
     }
@@ -234,6 +214,7 @@ impl Engine {
         }
         self.swept_ms = self.clock_ms;
         let gone: HashSet<String> = self
+            .detectors
             .node
             .forget_idle(self.clock_ms, (idle_s * 1000.0) as i64)
             .into_iter()
@@ -242,15 +223,10 @@ impl Engine {
             return Vec::new();
         }
         self.known.retain(|h, _| !gone.contains(h));
-        self.ib.forget_hosts(&gone);
-        self.gpu.forget_hosts(&gone);
-        self.storage.forget_hosts(&gone);
-        self.nfs.forget_hosts(&gone);
-        self.straggler.forget_hosts(&gone);
+        for det in self.detectors.all_mut() {
+            det.forget_hosts(&gone);
+        }
         self.claims.forget_hosts(&gone);
-        self.nccl_lag.forget_hosts(&gone);
-        self.interference.forget_hosts(&gone);
-        self.nccl.forget_hosts(&gone);
         self.incidents.forget_hosts(&gone);
         metrics::counter!("faultline_engine_forgotten_hosts_total").increment(gone.len() as u64);
         tracing::info!(
@@ -383,60 +359,90 @@ impl Engine {
         out
     }
 
+    /// Runs the detectors on one window, stage by stage ([`Stage`]): the
+    /// findings (infrastructure, then collectives, then attribution), the
+    /// symptoms and the entities evaluated, and the window with the step
+    /// times the collectives stage inferred.
+    fn detect<'w>(&mut self, host: &str, w: &'w Window) -> (Output, Vec<Symptom>, Cow<'w, Window>) {
+        let Self {
+            detectors,
+            incidents,
+            claims,
+            ..
+        } = self;
+        let open = |k: &'static str, e: &str| incidents.is_open(k, e);
+        let mut steps = StepSources::default();
+        let mut first = Output::default();
+        let cx = Context {
+            host,
+            window: w,
+            jobs: &[],
+            open: &open,
+            claims,
+            steps: &steps,
+            symptoms: &[],
+        };
+        for d in detectors.at(Stage::Collectives) {
+            d.observe(&cx, &mut first);
+        }
+        for d in detectors.all() {
+            if d.stage() == Stage::Collectives {
+                d.publish(w, &mut steps);
+            }
+        }
+        let w = if steps.inferred_steps.is_empty() {
+            Cow::Borrowed(w)
+        } else {
+            let mut c = w.clone();
+            c.steps.extend(std::mem::take(&mut steps.inferred_steps));
+            Cow::Owned(c)
+        };
+        let jobs = jobs_of(&w);
+        let mut cx = Context {
+            host,
+            window: &w,
+            jobs: &jobs,
+            open: &open,
+            claims,
+            steps: &steps,
+            symptoms: &[],
+        };
+        let mut out = Output::default();
+        for d in detectors.at(Stage::Infrastructure) {
+            d.observe(&cx, &mut out);
+        }
+        out.findings.append(&mut first.findings);
+        for d in detectors.at(Stage::Symptoms) {
+            d.observe(&cx, &mut out);
+        }
+        let symptoms = std::mem::take(&mut out.symptoms);
+        cx.symptoms = &symptoms;
+        for d in detectors.at(Stage::Attribution) {
+            d.observe(&cx, &mut out);
+        }
+        out.evaluated.extend(jobs);
+        out.evaluated.append(&mut first.evaluated);
+        (out, symptoms, w)
+    }
+
+    /// One window: hub -> detectors -> findings -> incidents.
     fn judge(&mut self, w: &Window) -> Vec<CandidateUpdate> {
         let host = w
             .origin
             .as_ref()
             .map_or_else(String::new, |o| o.hostname.clone());
         self.label(w);
-        // NCCL first: it sees the window's own OTLP steps, and jobs without
-        // any get a step time inferred from their collectives' cadence.
-        let open = |k: &'static str, e: &str| self.incidents.is_open(k, e);
-        let (nccl_findings, nccl_evaluated) = self.nccl.observe_with(&host, w, &open);
-        let inferred = self.nccl.inferred_steps(w);
-        let with_inferred;
-        let w = if inferred.is_empty() {
-            w
-        } else {
-            let mut c = w.clone();
-            c.steps.extend(inferred);
-            with_inferred = c;
-            &with_inferred
-        };
-        let jobs = jobs_of(w);
+        let (out, symptoms, w) = self.detect(&host, w);
+        let w: &Window = &w;
+        let Output {
+            mut findings,
+            evaluated,
+            ..
+        } = out;
         // The grace a symptom waits for a cause covers the infrastructure
         // detectors' own persistence (two windows) and the slot in which the
         // symptom is judged (the next window of the series): three windows.
         let len_ms = (w.end_unix_ms - w.start_unix_ms).max(0);
-        let mut findings = self.ib.observe(&host, w, &jobs);
-        findings.extend(self.gpu.observe(&host, w, &jobs));
-        findings.extend(self.storage.observe(&host, w, &jobs));
-        let (nfs_findings, nfs_evaluated) = self.nfs.observe(&host, w, &jobs);
-        findings.extend(nfs_findings);
-        findings.extend(self.node.observe(&host, w));
-        findings.extend(nccl_findings);
-        let (mut slow, mut evaluated) = self.straggler.observe(&host, w, &self.claims);
-        // Without OTLP steps every rank's cadence is the slowest's: the
-        // slow rank is the one late to issue, from its issue lag.
-        let nccl = &self.nccl;
-        slow.extend(self.nccl_lag.observe(&host, w, |j| nccl.has_otlp(j)));
-        let mut symptoms: Vec<workload::Symptom> = slow.iter().map(|s| s.symptom()).collect();
-        let nccl = &self.nccl;
-        symptoms.extend(
-            self.workload
-                .observe_with(&host, w, |j| nccl.infers_steps_of(j)),
-        );
-        findings.extend(self.interference.observe(&host, w, &symptoms));
-        evaluated.extend(jobs.iter().cloned());
-        evaluated.extend(nccl_evaluated);
-        evaluated.extend(nfs_evaluated);
-        evaluated.extend(self.ib.evaluated(&host));
-        evaluated.extend(self.gpu.evaluated(&host));
-        evaluated.extend(
-            w.workload
-                .iter()
-                .map(|s| workload::model_entity(&s.job, &s.model)),
-        );
         // A symptom on a GPU, link, device or host that a root cause sits on
         // joins that incident; otherwise, after the grace, it is its own.
         let mut joined = Vec::new();
@@ -458,7 +464,9 @@ impl Engine {
             }
         }
         // Links, GPUs and hosts name the communicators whose ranks cross them.
-        self.nccl.annotate(&mut findings);
+        for d in self.detectors.all() {
+            d.annotate(&mut findings);
+        }
         let held = self.held(&joined);
         // Findings that stand for other entities' incidents (a switch for
         // its ports) take those incidents over once applied.
@@ -513,10 +521,11 @@ impl Engine {
     /// The entities whose incidents this window neither resolves nor
     /// counts quiet: symptoms joined to a cause, and what the detectors
     /// hold open unobserved (no traffic to judge them by).
-    fn held(&self, joined: &[workload::Symptom]) -> Vec<String> {
+    fn held(&self, joined: &[Symptom]) -> Vec<String> {
         let mut held: Vec<String> = joined.iter().map(|s| s.entity.clone()).collect();
-        held.extend(self.nfs.held().iter().cloned());
-        held.extend(self.storage.held().iter().cloned());
+        for d in self.detectors.all() {
+            held.extend(d.held().iter().cloned());
+        }
         held
     }
 
@@ -547,3 +556,16 @@ pub use vocab::entity::host_of;
 
 /// Median of a slice ([`stats::median`]).
 pub use stats::median;
+
+impl std::ops::Deref for Engine {
+    type Target = Detectors;
+    fn deref(&self) -> &Detectors {
+        &self.detectors
+    }
+}
+
+impl std::ops::DerefMut for Engine {
+    fn deref_mut(&mut self) -> &mut Detectors {
+        &mut self.detectors
+    }
+}
