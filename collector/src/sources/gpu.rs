@@ -9,7 +9,8 @@ use crate::{
     jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
     podresources,
-    sources::{usage::GpuReadings, Ctx, Fact, Facts, Source},
+    sources::{Ctx, Fact, Facts, Source},
+    usage::GpuReadings,
     window::unix_ms,
     workload::{gpu_workloads, GpuIndex},
 };
@@ -236,7 +237,12 @@ impl Source for GpuSource {
         };
         cx.expo.set_section(
             "gpu",
-            nvml::render_with(self.src.gpus(), &GpuFacts::of(facts).samples, &self.xid_counts, &ex),
+            nvml::render_with(
+                self.src.gpus(),
+                &GpuFacts::of(facts).samples,
+                &self.xid_counts,
+                &ex,
+            ),
         );
         Ok(())
     }

@@ -54,7 +54,7 @@ pub type CudaPids = BTreeMap<u32, BTreeSet<i32>>;
 pub enum Fact {
     /// Values of the family's own types, read back by type with
     /// [`Facts::get`] (the GPU source's `nvml::GpuFacts` for `cuda` and
-    /// `kmsg`, its `usage::GpuReadings`), so that `sources/` names no
+    /// `kmsg`, its `usage::GpuReadings` for `usage`), so that `sources/` names no
     /// family. A later value of the same type replaces an earlier one.
     Typed(Vec<Box<dyn Any>>),
     /// From the CUDA source: the processes in its maps this window.

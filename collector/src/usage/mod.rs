@@ -19,8 +19,22 @@ use proto::v1 as pb;
 use crate::prom_text::{Kind, Text};
 
 mod section;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+mod source;
 mod window;
 pub use section::UsageSection;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub use source::{GpuReadings, UsageSource};
 
 /// One GPU's reading this window.
 #[derive(Clone, Debug, Default, PartialEq)]

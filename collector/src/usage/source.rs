@@ -1,32 +1,16 @@
-//! Usage per job and team (`crate::usage`): all of it in the derive phase,
+//! Usage per job and team ([`super`]): all of it in the derive phase,
 //! from the rows every source put on the wire this window plus the facts
 //! they returned (NVML's per-process view, verbs posted bytes).
 use anyhow::Result;
 use proto::v1 as pb;
 
-use crate::{
-    probes::verbs::VerbsSnapshot,
-    sources::{Ctx, Fact, Facts, Source},
-    usage::{Accountant, GpuReading, Inputs, Who},
-};
+use super::{Accountant, GpuReading, Inputs, Who};
+use crate::sources::{Ctx, Fact, Facts, Source};
 
 /// Per GPU: utilisation, energy and NVML's processes, as the GPU source
 /// returns them (a [`Fact::Typed`]).
 #[derive(Debug, Default)]
 pub struct GpuReadings(pub Vec<GpuReading>);
-
-/// Send-side bytes posted per process between two verbs snapshots.
-pub fn verbs_posted(prev: &VerbsSnapshot, cur: &VerbsSnapshot) -> Vec<(u32, u64)> {
-    let mut by: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
-    for (k, v) in cur.posts.iter().filter(|(k, _)| k.dir == 0) {
-        let before = prev.posts.get(k).map_or(0, |p| p.bytes);
-        let n = v.bytes.saturating_sub(before);
-        if n > 0 {
-            *by.entry(k.pid).or_default() += n;
-        }
-    }
-    by.into_iter().collect()
-}
 
 pub struct UsageSource {
     acct: Accountant,
@@ -35,7 +19,7 @@ pub struct UsageSource {
 }
 
 impl UsageSource {
-    pub fn new(cfg: &crate::usage::UsageSection, verbs_active: bool) -> Self {
+    pub fn new(cfg: &super::UsageSection, verbs_active: bool) -> Self {
         Self {
             acct: Accountant::new(cfg.teams.clone(), cfg.max_jobs),
             verbs_active,
