@@ -22,19 +22,6 @@ fn verbs_posted(prev: &VerbsSnapshot, cur: &VerbsSnapshot) -> Vec<(u32, u64)> {
     by.into_iter().collect()
 }
 
-/// Send-side bytes posted per process between two verbs snapshots.
-fn verbs_posted(prev: &VerbsSnapshot, cur: &VerbsSnapshot) -> Vec<(u32, u64)> {
-    let mut by: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
-    for (k, v) in cur.posts.iter().filter(|(k, _)| k.dir == 0) {
-        let before = prev.posts.get(k).map_or(0, |p| p.bytes);
-        let n = v.bytes.saturating_sub(before);
-        if n > 0 {
-            *by.entry(k.pid).or_default() += n;
-        }
-    }
-    by.into_iter().collect()
-}
-
 pub struct VerbsSource {
     prev: VerbsSnapshot,
     /// Last counts of processes that exited (see [`crate::sources::retired`]).
