@@ -8,8 +8,10 @@
 //! stand-ins, NVIDIA's wheels, the workspace's binaries), [`fake_ib`] (a fake
 //! sysfs InfiniBand tree), [`procs`] (children, their output, the
 //! correlator's subscriber), [`metrics`] (`/metrics` scraped and read),
-//! [`dcgm_exporter`], [`stream`]. Everything but the last two is also here
-//! at the crate root.
+//! [`dcgm_exporter`], [`stream`], [`scratch`] (scratch directories),
+//! [`turns`] (one former test file at a time in each crate's one test
+//! binary). Everything but `dcgm_exporter` and `stream` is also here at the
+//! crate root.
 use std::{
     fs, io,
     os::unix::fs::MetadataExt,
@@ -22,8 +24,10 @@ pub mod dcgm_exporter;
 pub mod fake_ib;
 pub mod metrics;
 pub mod procs;
+pub mod scratch;
 pub mod standins;
 pub mod stream;
+pub mod turns;
 
 pub use blockdev::{direct_io_workload, dsync_writes, AlignedBuf, DiskStat, Issued, LoopDevice};
 pub use fake_ib::FakeIb;
@@ -31,7 +35,9 @@ pub use procs::{
     json_strs, lines_of, nats_server, streaming_collector, subscriber, updates, wait_window,
     KillOnDrop,
 };
+pub use scratch::{fresh_dir, scratch_dir};
 pub use standins::*;
+pub use turns::{one_file_at_a_time, tests_without_a_turn, FileTurn};
 
 static KERNEL: Mutex<()> = Mutex::new(());
 

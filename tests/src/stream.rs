@@ -89,10 +89,7 @@ pub fn summary_field(summary: &str, name: &str) -> u64 {
 
 /// A fresh temporary directory for one test.
 pub fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("faultline-stream-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp dir");
-    d
+    crate::scratch_dir(&format!("stream-{tag}"))
 }
 
 /// A streaming collector whose console is read on a thread.

@@ -11,11 +11,10 @@ use correlator::{
 use proto::v1::{GpuSample, Origin, Window};
 
 fn dir(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cluster_label_{tag}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+    tests::fresh_dir(
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cluster_label_{tag}_{}", std::process::id())),
+    )
 }
 
 /// A window of `host` (labelled `cluster`) whose GPU 0 fell off the bus:
@@ -44,6 +43,7 @@ fn lost_gpu(host: &str, cluster: &str, end_ms: i64) -> Window {
 
 #[test]
 fn incidents_carry_their_hosts_cluster_into_history_and_back() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::default();
     e.set_cluster("lab");
     let t = 1_700_000_000_000;

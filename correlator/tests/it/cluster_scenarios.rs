@@ -163,6 +163,7 @@ fn warm() -> (Cluster, Engine) {
 
 #[test]
 fn thermal_throttle_opens_on_the_gpu_and_absorbs_the_straggler() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (mut c, mut e) = warm();
     c.gpus[5][1] = Gpu {
         temp: 92,
@@ -195,6 +196,7 @@ fn thermal_throttle_opens_on_the_gpu_and_absorbs_the_straggler() {
 
 #[test]
 fn power_throttle_xid_and_ecc() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (mut c, mut e) = warm();
     c.gpus[2][0] = Gpu {
         throttle: 0x4,
@@ -228,6 +230,7 @@ fn power_throttle_xid_and_ecc() {
 
 #[test]
 fn storage_stall_opens_on_the_device() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (mut c, mut e) = warm();
     c.disk_latency_ms[4] = 40.0;
     let u = c.run(&mut e, 2);
@@ -246,6 +249,7 @@ fn storage_stall_opens_on_the_device() {
 
 #[test]
 fn node_lost_after_three_windows_and_resolved_when_back() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (mut c, mut e) = warm();
     c.silent[7] = true;
     let u = c.run(&mut e, 2);
@@ -266,6 +270,7 @@ fn node_lost_after_three_windows_and_resolved_when_back() {
 
 #[test]
 fn unexplained_straggler_says_so() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (mut c, mut e) = warm();
     c.step_s[3] = 1.8;
     // 1 s windows: slow for 20 s of event time, not for 2 windows.
@@ -285,6 +290,7 @@ fn unexplained_straggler_says_so() {
 
 #[test]
 fn gpu_and_job_confounders_raise_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (mut c, mut e) = warm();
     let mut all = Vec::new();
     // Idle GPUs report the idle reason with low clocks.
@@ -324,6 +330,7 @@ fn gpu_and_job_confounders_raise_nothing() {
 /// feed the baseline.
 #[test]
 fn lone_disk_is_judged_against_its_own_history() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::default();
     let mut all = Vec::new();
     let mut resolved_at = None;

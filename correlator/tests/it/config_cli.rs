@@ -9,6 +9,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
 #[test]
 fn a_device_or_fifo_as_config_is_refused_at_once() {
+    let _turn = tests::one_file_at_a_time(file!());
     let start = Instant::now();
     for cmd in ["check-config", "replay"] {
         let mut c = Command::new(BIN);
@@ -39,6 +40,7 @@ fn a_device_or_fifo_as_config_is_refused_at_once() {
 /// line on a bad file.
 #[test]
 fn check_config_takes_the_same_form_as_the_collectors() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-cc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let good = dir.join("good.toml");
@@ -76,6 +78,7 @@ fn check_config_takes_the_same_form_as_the_collectors() {
 /// own error text quoted the offending line.
 #[test]
 fn a_parse_error_names_the_place_but_never_echoes_the_file() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-cs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let secret = "s3cr3t-hunter2-7f9a";

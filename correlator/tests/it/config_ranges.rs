@@ -22,6 +22,7 @@ fn numbers(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
 
 #[test]
 fn nan_minus_one_and_inf_are_refused_for_every_number_by_name() {
+    let _turn = tests::one_file_at_a_time(file!());
     let text = toml::to_string(&FileConfig::default()).expect("defaults as TOML");
     let table: toml::Table = toml::from_str(&text).expect("parse defaults");
     let mut keys = Vec::new();

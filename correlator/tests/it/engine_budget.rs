@@ -11,7 +11,7 @@
 //!   event time, and their `node_lost` incidents resolve as stale.
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use correlator::{
     engine::{config::LimitsConfig, DetectConfig, Engine},
@@ -72,6 +72,7 @@ fn rss_kib() -> u64 {
 
 #[test]
 fn a_window_with_60k_jobs_costs_little_and_delays_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     // A few real ranks of a real job first.
     for r in 0..8u32 {
@@ -163,6 +164,7 @@ fn fill<T: prost::Message>(
 /// once per series). Measured on the 2-core dev VM: at most ~0.2 s a window.
 #[test]
 fn the_largest_window_of_every_row_kind_costs_little() {
+    let _turn = tests::one_file_at_a_time(file!());
     use proto::v1::{
         BlockStat, CudaProc, Event, JobUsage, NcclPerf, NcclRank, VerbsCompletions, WorkloadSample,
     };
@@ -406,6 +408,7 @@ fn the_largest_window_of_every_row_kind_costs_little() {
 /// 10,000 do (0.07 s and 0.28 s).
 #[test]
 fn usage_rows_cost_linear_time() {
+    let _turn = tests::one_file_at_a_time(file!());
     use proto::v1::JobUsage;
     let cfg = DetectConfig {
         limits: LimitsConfig {
@@ -443,6 +446,7 @@ fn usage_rows_cost_linear_time() {
 
 #[test]
 fn a_hundred_thousand_hosts_cost_linear_time_and_bounded_memory() {
+    let _turn = tests::one_file_at_a_time(file!());
     let hosts = 100_000usize;
     let cfg = DetectConfig {
         limits: LimitsConfig {
@@ -478,6 +482,7 @@ fn a_hundred_thousand_hosts_cost_linear_time_and_bounded_memory() {
 
 #[test]
 fn silent_hosts_are_forgotten_and_their_node_lost_resolves_as_stale() {
+    let _turn = tests::one_file_at_a_time(file!());
     let cfg = DetectConfig {
         limits: LimitsConfig {
             idle_forget_s: 60.0,
@@ -528,6 +533,7 @@ fn silent_hosts_are_forgotten_and_their_node_lost_resolves_as_stale() {
 /// as dropped; a port it already had keeps being judged.
 #[test]
 fn a_host_renaming_its_ports_stays_within_its_entity_cap() {
+    let _turn = tests::one_file_at_a_time(file!());
     let cfg = DetectConfig {
         limits: LimitsConfig {
             max_entities_per_host: 256,

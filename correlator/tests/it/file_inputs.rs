@@ -15,10 +15,7 @@ use std::{
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("faultline-inputs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+    tests::scratch_dir(&format!("inputs-{name}"))
 }
 
 /// What a finished run left: exit code, stderr, peak RSS (KiB) and time.
@@ -97,6 +94,7 @@ fn pki(d: &Path) {
 
 #[test]
 fn every_file_read_is_bounded_and_named() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("zero");
     pki(&d);
     let p = |f: &str| d.join(f).to_string_lossy().into_owned();
@@ -193,6 +191,7 @@ fn every_file_read_is_bounded_and_named() {
 
 #[test]
 fn garbage_certificates_and_keys_are_named_at_start() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("garbage");
     pki(&d);
     let garbage = d.join("garbage.pem");
@@ -263,6 +262,7 @@ fn garbage_certificates_and_keys_are_named_at_start() {
 
 #[test]
 fn a_duplicate_token_refuses_to_start() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("dup");
     pki(&d);
     let tokens = d.join("tokens");
@@ -295,6 +295,7 @@ fn a_duplicate_token_refuses_to_start() {
 /// channel and semaphore capacities) are out of range in `check-config`.
 #[test]
 fn huge_capacities_fail_check_config_not_serve() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("huge");
     for (table, key) in [
         ("history", "queue"),

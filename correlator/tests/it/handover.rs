@@ -44,6 +44,7 @@ fn stalled(e: &mut Engine) -> Vec<CandidateUpdate> {
 
 #[test]
 fn baselines_taken_over_judge_a_stall_that_starts_at_takeover() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut active = Engine::default();
     for s in 1..=40 {
         assert!(active.ingest(&window(s, 80)).is_empty());

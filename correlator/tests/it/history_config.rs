@@ -23,6 +23,7 @@ fn check(text: &str) -> (bool, String, String) {
 
 #[test]
 fn history_web_and_alertmanager_keys_are_checked_and_printed() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (ok, out, err) = check(
         "[history]\npath = \"/var/lib/faultline/history.db\"\nraw_retention_s = 3600\n\
          [web]\nlisten = \"127.0.0.1:8080\"\n[alertmanager]\nurl = \"http://127.0.0.1:9093\"\n",

@@ -6,7 +6,7 @@
 //! is in the incident journal (reserved at start), so the restarted
 //! correlator, on the disk still full, has it open under the same id, and
 //! the database holds it once space returns.
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},
@@ -167,6 +167,7 @@ fn state_in_db(db: &Path, id: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_then_kill_9_loses_no_incident_a_subscriber_was_sent() {
+    let _turn = tests::one_file_at_a_time(file!());
     // SAFETY: a plain getter.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: mounting a tmpfs needs root");

@@ -19,11 +19,10 @@ use correlator::{
 use proto::v1::CandidateUpdate;
 
 fn dir(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("history_faults_{tag}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+    tests::fresh_dir(
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("history_faults_{tag}_{}", std::process::id())),
+    )
 }
 
 fn opened(id: &str, entity: &str, ts: i64) -> CandidateUpdate {
@@ -113,6 +112,7 @@ fn samples(ts: i64, n: usize) -> Vec<Sample> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incident_opened_on_a_full_disk_is_written_when_space_returns() {
+    let _turn = tests::one_file_at_a_time(file!());
     // SAFETY: a plain getter.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: mounting a tmpfs needs root");
@@ -156,6 +156,7 @@ async fn an_incident_opened_on_a_full_disk_is_written_when_space_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_or_replaced_database_file_is_reopened_and_keeps_the_open_incidents() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("deleted");
     let db = d.join("history.db");
     let mut engine = Engine::default();
@@ -237,6 +238,7 @@ fn on_disk(db: &Path) -> u64 {
 
 #[test]
 fn the_disk_budget_counts_the_bytes_on_disk() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("budget");
     let db = d.join("history.db");
     let max = 4u64 << 20;
@@ -295,6 +297,7 @@ fn the_disk_budget_counts_the_bytes_on_disk() {
 /// restored under its id; once committed it is not replayed again.
 #[test]
 fn journaled_updates_the_database_lacks_are_written_at_start() {
+    let _turn = tests::one_file_at_a_time(file!());
     let d = dir("journal");
     let db = d.join("history.db");
     drop(Store::open(&db, &HistoryConfig::default()).expect("create"));

@@ -11,10 +11,10 @@ use correlator::history::{
 use rusqlite::Connection;
 
 fn file(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("history_schema_{tag}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = tests::fresh_dir(
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("history_schema_{tag}_{}", std::process::id())),
+    );
     d.join("history.db")
 }
 
@@ -55,6 +55,7 @@ fn user_version(path: &Path) -> i64 {
 
 #[test]
 fn a_file_from_before_versioning_is_migrated_and_keeps_its_incidents() {
+    let _turn = tests::one_file_at_a_time(file!());
     let path = file("old");
     pre_versioning(&path);
     assert_eq!(user_version(&path), 0);
@@ -87,6 +88,7 @@ fn a_file_from_before_versioning_is_migrated_and_keeps_its_incidents() {
 
 #[test]
 fn a_file_from_a_newer_build_is_refused_and_left_unchanged() {
+    let _turn = tests::one_file_at_a_time(file!());
     let path = file("newer");
     pre_versioning(&path);
     let newer = VERSION + 5;
@@ -109,6 +111,7 @@ fn a_file_from_a_newer_build_is_refused_and_left_unchanged() {
 
 #[test]
 fn a_failed_migration_leaves_the_file_at_its_old_version() {
+    let _turn = tests::one_file_at_a_time(file!());
     let path = file("failed");
     pre_versioning(&path);
     // Something in the way of version 2's table: an index of that name.
@@ -144,6 +147,7 @@ fn a_failed_migration_leaves_the_file_at_its_old_version() {
 /// (an older correlator's) keeps it, and the list filters on it.
 #[test]
 fn severity_is_a_column_migrated_in_and_filtered_on() {
+    let _turn = tests::one_file_at_a_time(file!());
     let path = file("severity");
     pre_versioning(&path);
     {

@@ -203,6 +203,7 @@ fn ber_1e12_scenario(window_s: f64) -> (usize, usize, Vec<CandidateUpdate>) {
 
 #[test]
 fn ndr_port_at_ber_1e12_opens_within_two_windows_of_significance_at_1_10_30_s() {
+    let _turn = tests::one_file_at_a_time(file!());
     for window_s in [1.0, 10.0, 30.0] {
         let (sig, open, all) = ber_1e12_scenario(window_s);
         assert!(
@@ -241,6 +242,7 @@ fn ndr_port_at_ber_1e12_opens_within_two_windows_of_significance_at_1_10_30_s() 
 
 #[test]
 fn degraded_link_resolves_after_errors_stop_and_the_quiet_period() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fabric::new(8, 10.0);
     let mut e = Engine::default();
     f.run(&mut e, 3);
@@ -272,6 +274,7 @@ fn degraded_link_resolves_after_errors_stop_and_the_quiet_period() {
 
 #[test]
 fn three_single_errors_on_three_ports_and_other_confounders_open_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     for window_s in [1.0, 10.0, 30.0] {
         let mut f = Fabric::new(16, window_s);
         let mut e = Engine::default();
@@ -310,6 +313,7 @@ fn three_single_errors_on_three_ports_and_other_confounders_open_nothing() {
 
 #[test]
 fn flapping_port_is_one_incident_whose_kind_becomes_flapping() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fabric::new(8, 10.0);
     let mut e = Engine::default();
     f.run(&mut e, 3);
@@ -343,6 +347,7 @@ fn flapping_port_is_one_incident_whose_kind_becomes_flapping() {
 
 #[test]
 fn flaps_shorter_than_a_window_are_seen_through_link_downed() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fabric::new(8, 30.0);
     let mut e = Engine::default();
     f.run(&mut e, 3);
@@ -370,6 +375,7 @@ fn flaps_shorter_than_a_window_are_seen_through_link_downed() {
 
 #[test]
 fn link_down_opens_at_once_and_resolves_after_the_flap_horizon() {
+    let _turn = tests::one_file_at_a_time(file!());
     let cfg = DetectConfig::default();
     let mut f = Fabric::new(8, 10.0);
     let mut e = Engine::default();
@@ -395,6 +401,7 @@ fn link_down_opens_at_once_and_resolves_after_the_flap_horizon() {
 
 #[test]
 fn saturated_symbol_error_is_reported_and_keeps_the_incident_open() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fabric::new(8, 1.0);
     let mut e = Engine::default();
     f.run(&mut e, 3);
@@ -428,6 +435,7 @@ fn saturated_symbol_error_is_reported_and_keeps_the_incident_open() {
 
 #[test]
 fn topology_makes_both_ends_of_a_link_one_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let topo = correlator::engine::ib::parse_topology(
         "# link  endpoint  endpoint\nleaf2-p7 h03/mlx5_1/1 h04/mlx5_1/1\n",
     )
@@ -466,6 +474,7 @@ fn topology_makes_both_ends_of_a_link_one_incident() {
 
 #[test]
 fn fabric_wide_elevated_ber_below_the_alarm_line_is_the_baseline() {
+    let _turn = tests::one_file_at_a_time(file!());
     // Every port at 3e-13 (old cables, still within IBTA's 1e-12): the
     // fabric median is the reference, so nothing stands out …
     let mut f = Fabric::new(16, 10.0);
@@ -531,6 +540,7 @@ fn zeroed(names: &[&str]) -> HashMap<String, u64> {
 /// resolves once the rate is back.
 #[test]
 fn roce_port_with_noisy_baseline_is_judged_per_packet_against_its_history() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::default();
     let mut hw = zeroed(&[
         "sent_pkts",
@@ -612,6 +622,7 @@ fn roce_port_with_noisy_baseline_is_judged_per_packet_against_its_history() {
 /// `ib_link_degraded`.
 #[test]
 fn real_rxe_capture_flags_the_lossy_port_only_while_lossy() {
+    let _turn = tests::one_file_at_a_time(file!());
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/rxe-netem-loss.jsonl"
@@ -663,6 +674,7 @@ fn real_rxe_capture_flags_the_lossy_port_only_while_lossy() {
 
 #[test]
 fn a_port_back_from_a_down_is_still_judged_for_errors() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fabric::new(8, 10.0);
     let mut e = Engine::default();
     f.run(&mut e, 3);
@@ -688,6 +700,7 @@ fn a_port_back_from_a_down_is_still_judged_for_errors() {
 
 #[test]
 fn sparse_errors_hold_one_incident_and_a_stop_resolves_it() {
+    let _turn = tests::one_file_at_a_time(file!());
     // 1 s windows on NDR: one symbol error every 4 windows is a BER of
     // 1/(4 × 4e11) ≈ 6e-13, over the 1e-14 floor but empty in 3 of 4
     // windows. Those empty windows are what such a link looks like, not a
@@ -775,6 +788,7 @@ fn still_open(all: &[CandidateUpdate]) -> Vec<(String, String)> {
 
 #[test]
 fn four_ports_behind_one_leaf_degrading_together_are_one_switch_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let all = degrade_together(&[(0, 0), (1, 0), (2, 1), (5, 0)]);
     let switch: Vec<&CandidateUpdate> =
         all.iter().filter(|u| u.entity == "switch:leaf01").collect();
@@ -835,6 +849,7 @@ fn four_ports_behind_one_leaf_degrading_together_are_one_switch_incident() {
 
 #[test]
 fn one_or_two_bad_cables_behind_a_leaf_stay_port_incidents() {
+    let _turn = tests::one_file_at_a_time(file!());
     let all = degrade_together(&[(3, 1)]);
     assert_eq!(
         opened(&all),
@@ -854,6 +869,7 @@ fn one_or_two_bad_cables_behind_a_leaf_stay_port_incidents() {
 
 #[test]
 fn a_fabric_wide_rise_is_not_pinned_on_a_switch() {
+    let _turn = tests::one_file_at_a_time(file!());
     // Four ports behind each leaf: the rest of the fabric is as bad as
     // either switch (4 of 16), so neither switch stands out.
     let all = degrade_together(&[

@@ -16,7 +16,7 @@ use proto::v1::{
     candidates_client::CandidatesClient, ingest_client::IngestClient, SubscribeRequest,
 };
 
-mod common;
+use crate::common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
@@ -59,6 +59,7 @@ max_connections_per_identity = 16
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_subscriber_certificate_cannot_take_every_slot_from_a_collector() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-shares-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(BIN)

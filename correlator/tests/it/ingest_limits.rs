@@ -1,7 +1,7 @@
 //! The ingest service over real gRPC on loopback: a stream over the per-stream
 //! rate limit is ended with RESOURCE_EXHAUSTED while another collector's
 //! stream is unaffected; a malformed window gets INVALID_ARGUMENT.
-mod common;
+use crate::common;
 
 use common::serve_ingest;
 use correlator::ingest::IngestState;
@@ -23,6 +23,7 @@ fn window(host: &str, seq: u64) -> Window {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_and_bad_input_only_affect_their_own_stream() {
+    let _turn = tests::one_file_at_a_time(file!());
     let state = IngestState::default();
     let chan = serve_ingest(&state, 20).await;
 
@@ -79,6 +80,7 @@ async fn rate_limit_and_bad_input_only_affect_their_own_stream() {
 /// the numbers before it.
 #[test]
 fn a_streams_first_window_continues_and_later_gaps_count() {
+    let _turn = tests::one_file_at_a_time(file!());
     // Windows without times: no clock checks.
     let limits = correlator::limits::LimitsConfig {
         max_future_s: 0.0,

@@ -2,7 +2,7 @@
 //! window dated an hour ahead or a week behind, a host past the cap, and a
 //! flood split over 8 streams are refused with a clear status, counted by
 //! reason, and never change what the real collector's windows do.
-mod common;
+use crate::common;
 
 use common::{now_ms, serve_ingest, window};
 use correlator::ingest::{IngestState, MAX_SEQ};
@@ -16,6 +16,7 @@ fn new(r: Result<bool, tonic::Status>) -> bool {
 
 #[test]
 fn spoofed_sequence_is_refused_counted_and_the_real_host_keeps_streaming() {
+    let _turn = tests::one_file_at_a_time(file!());
     let st = IngestState::new(LimitsConfig::default());
     let now = now_ms();
     for seq in 1..=5 {
@@ -49,6 +50,7 @@ fn spoofed_sequence_is_refused_counted_and_the_real_host_keeps_streaming() {
 /// counted as a duplicate.
 #[test]
 fn chained_sequence_jumps_spend_a_budget_and_real_windows_keep_being_accepted() {
+    let _turn = tests::one_file_at_a_time(file!());
     let st = IngestState::new(LimitsConfig::default());
     let now = now_ms();
     for seq in 1..=5 {
@@ -79,6 +81,7 @@ fn chained_sequence_jumps_spend_a_budget_and_real_windows_keep_being_accepted() 
 
 #[test]
 fn windows_far_from_the_correlators_clock_are_refused() {
+    let _turn = tests::one_file_at_a_time(file!());
     let st = IngestState::new(LimitsConfig::default());
     let now = now_ms();
     assert!(new(st.accept(&window("n1", 1, now))));
@@ -111,6 +114,7 @@ fn windows_far_from_the_correlators_clock_are_refused() {
 
 #[test]
 fn hosts_past_the_cap_are_refused_and_origins_per_host_bounded() {
+    let _turn = tests::one_file_at_a_time(file!());
     let st = IngestState::new(LimitsConfig {
         max_hosts: 2,
         max_origins_per_host: 3,
@@ -144,6 +148,7 @@ fn hosts_past_the_cap_are_refused_and_origins_per_host_bounded() {
 
 #[test]
 fn a_poisoned_ingest_log_line_is_not_restored() {
+    let _turn = tests::one_file_at_a_time(file!());
     let p = std::env::temp_dir().join(format!("faultline-poison-{}.jsonl", std::process::id()));
     std::fs::write(
         &p,
@@ -162,6 +167,7 @@ fn a_poisoned_ingest_log_line_is_not_restored() {
 /// streams of one host shares that host's rate limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_status_and_per_host_rate_limit_over_many_streams() {
+    let _turn = tests::one_file_at_a_time(file!());
     let state = IngestState::new(LimitsConfig::default());
     let chan = serve_ingest(&state, 20).await;
     let now = now_ms();

@@ -120,6 +120,7 @@ fn opened(u: &[CandidateUpdate]) -> Vec<(String, String)> {
 
 #[test]
 fn another_hosts_slow_ranks_do_not_mask_the_real_straggler() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = Cluster::new(true);
     let mut e = Engine::default();
     assert!(c.run(&mut e, 6, &[]).is_empty());
@@ -143,6 +144,7 @@ fn another_hosts_slow_ranks_do_not_mask_the_real_straggler() {
 
 #[test]
 fn a_forged_slow_rank_of_a_healthy_job_raises_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = Cluster::new(true);
     let mut e = Engine::default();
     assert!(c.run(&mut e, 6, &[]).is_empty());
@@ -154,6 +156,7 @@ fn a_forged_slow_rank_of_a_healthy_job_raises_nothing() {
 
 #[test]
 fn without_attribution_a_rank_stays_with_its_first_claimant() {
+    let _turn = tests::one_file_at_a_time(file!());
     // No collector attributes 4711 (no CUDA probes): x01 still cannot take
     // rank 3 from n001, which keeps reporting it.
     let mut c = Cluster::new(false);
@@ -166,6 +169,7 @@ fn without_attribution_a_rank_stays_with_its_first_claimant() {
 
 #[test]
 fn every_host_reporting_its_own_ranks_is_judged_as_before() {
+    let _turn = tests::one_file_at_a_time(file!());
     for attributed in [true, false] {
         let mut c = Cluster::new(attributed);
         let mut e = Engine::default();

@@ -149,12 +149,14 @@ fn three_restarts() -> Vec<Phase> {
 
 #[test]
 fn a_job_restarted_three_times_with_warm_up_steps_raises_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let out = run(&three_restarts(), true);
     assert!(out.is_empty(), "{out:#?}");
 }
 
 #[test]
 fn a_job_really_slowed_after_a_restart_still_raises_job_slowdown() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut p = three_restarts();
     // 1.5x slower steps from 5 minutes into the third run, for 5 minutes.
     p.push(Phase::Run {
@@ -177,6 +179,7 @@ fn a_job_really_slowed_after_a_restart_still_raises_job_slowdown() {
 
 #[test]
 fn a_restart_not_seen_in_process_rows_is_recognised_by_the_pause() {
+    let _turn = tests::one_file_at_a_time(file!());
     // OTLP steps only (no CUDA rows): the restart shows only as a pause
     // in the steps, here 90 s without processes and the first warm-up
     // step (18 s), past the rule's 60 s.

@@ -14,7 +14,7 @@ use std::{
 
 use proto::v1::ingest_client::IngestClient;
 
-mod common;
+use crate::common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
@@ -34,10 +34,7 @@ fn free_port() -> u16 {
 }
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("faultline-listeners-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+    tests::scratch_dir(&format!("listeners-{name}"))
 }
 
 /// Starts `prefix… faultline-correlator serve --insecure …` with `config`;
@@ -116,6 +113,7 @@ fn h2_idler(port: u16) -> mpsc::Receiver<Instant> {
 /// (they answer the keepalive PINGs) and a real collector got UNAVAILABLE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_h2_connections_are_displaced_then_closed_and_a_real_collector_streams() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (port, mport) = (free_port(), free_port());
     let maddr = format!("127.0.0.1:{mport}");
     let _srv = serve(
@@ -205,6 +203,7 @@ async fn idle_h2_connections_are_displaced_then_closed_and_a_real_collector_stre
 /// request waited forever.
 #[test]
 fn slow_web_clients_neither_exhaust_descriptors_nor_delay_a_real_request() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (port, web) = (free_port(), free_port());
     let _srv = serve(
         &["prlimit", "--nofile=200:200", "--"],

@@ -12,10 +12,7 @@ use std::{
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("faultline-ops-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+    tests::scratch_dir(&format!("ops-{name}"))
 }
 
 /// `serve` on ephemeral loopback ports until it says it serves; its stderr
@@ -95,6 +92,7 @@ fn assert_json(lines: &[String]) {
 
 #[test]
 fn logs_are_json_from_the_flag_the_variable_or_the_file() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = scratch("json");
     let json_conf = dir.join("json.toml");
     std::fs::write(&json_conf, "log_format = \"json\"\n").expect("write");
@@ -147,6 +145,7 @@ fn logs_are_json_from_the_flag_the_variable_or_the_file() {
 
 #[test]
 fn faultline_config_picks_the_file_and_its_errors_name_the_variable() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = scratch("env");
     let conf = dir.join("correlator.toml");
     std::fs::write(

@@ -15,7 +15,7 @@ use proto::v1::{
     SubscribeRequest, Window,
 };
 
-mod common;
+use crate::common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 
@@ -142,6 +142,7 @@ async fn resume(url: &str, auth: &ClientAuth, host: &str) -> Result<u64, tonic::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mtls_refuses_strangers_and_binds_hosts_to_their_certificates() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("pki");
     pki(&dir, &["n1", "n2"]);
     let other = tmp("other");
@@ -235,6 +236,7 @@ async fn mtls_refuses_strangers_and_binds_hosts_to_their_certificates() {
 /// DNS name, and so could speak for host "subscriber").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_certificate_cannot_send_windows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("sub");
     pki(&dir, &["n1"]);
     let (_srv, port) = serve_tls(&dir, "--client-ca", &dir.join("ca.pem"));
@@ -271,6 +273,7 @@ async fn a_subscriber_certificate_cannot_send_windows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_bind_hosts_and_unknown_tokens_are_refused() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("tok");
     pki(&dir, &[]);
     let tokens = dir.join("tokens");
@@ -303,6 +306,7 @@ async fn tokens_bind_hosts_and_unknown_tokens_are_refused() {
 
 #[test]
 fn serve_without_a_mode_refuses_to_start() {
+    let _turn = tests::one_file_at_a_time(file!());
     let out = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .output()
@@ -317,6 +321,7 @@ fn serve_without_a_mode_refuses_to_start() {
 /// `handshake_timeout_s`; a real client then still gets through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_excess_connections_are_closed() {
+    let _turn = tests::one_file_at_a_time(file!());
     use std::io::Read as _;
     let dir = tmp("conn");
     std::fs::create_dir_all(&dir).expect("dir");

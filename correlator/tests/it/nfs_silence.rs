@@ -111,6 +111,7 @@ fn fault(pause: Traffic, healthy_from: i64) -> impl Fn(i64) -> Traffic {
 
 #[test]
 fn a_fault_across_a_ten_minute_pause_is_one_incident_resolved_by_healthy_traffic() {
+    let _turn = tests::one_file_at_a_time(file!());
     for pause in [Traffic::Idle(10.0), Traffic::Silent] {
         // Still slow for 4 slots after the pause, healthy from slot 76.
         let out = run(&DetectConfig::default(), 90, fault(pause, 76));
@@ -125,6 +126,7 @@ fn a_fault_across_a_ten_minute_pause_is_one_incident_resolved_by_healthy_traffic
 
 #[test]
 fn a_fault_that_went_away_during_the_pause_resolves_once_traffic_is_healthy() {
+    let _turn = tests::one_file_at_a_time(file!());
     for pause in [Traffic::Idle(1.0), Traffic::Silent] {
         let out = run(&DetectConfig::default(), 80, fault(pause, PAUSE.start));
         assert_eq!(states(&out, "opened"), [7], "{out:#?}");
@@ -137,6 +139,7 @@ fn a_fault_that_went_away_during_the_pause_resolves_once_traffic_is_healthy() {
 
 #[test]
 fn a_pause_longer_than_the_horizon_resolves_after_it() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut cfg = DetectConfig::default();
     cfg.nfs.unobserved_hold_s = 300.0;
     for pause in [Traffic::Idle(10.0), Traffic::Silent] {
@@ -154,6 +157,7 @@ fn a_pause_longer_than_the_horizon_resolves_after_it() {
 
 #[test]
 fn a_host_side_fault_across_the_pause_is_one_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     // n003 alone 10x slower; every host pauses.
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     let mut out = Vec::new();
@@ -186,6 +190,7 @@ fn a_host_side_fault_across_the_pause_is_one_incident() {
 
 #[test]
 fn the_horizon_is_a_checked_config_key() {
+    let _turn = tests::one_file_at_a_time(file!());
     let c = correlator::config::parse("[detect.nfs]\nunobserved_hold_s = 600\n", "c.toml")
         .expect("valid");
     assert_eq!(c.nfs.unobserved_hold_s, 600.0);

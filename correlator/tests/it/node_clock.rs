@@ -4,7 +4,7 @@
 //! live hosts `node_lost`, and a host that really falls silent — the one
 //! ahead or a normal one — is declared lost within its usual bound (three
 //! windows), not 40 s later.
-mod common;
+use crate::common;
 
 use std::{
     process::{Child, Command, Stdio},
@@ -160,6 +160,7 @@ fn latency(got: &Opened, host: &str, since: Instant) -> Option<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_one_clock_40s_ahead_no_false_node_lost_and_silence_seen() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (_serve, url) = serve();
     let got = subscribe(&url).await;
     let mut hosts = vec![
@@ -184,6 +185,7 @@ async fn two_hosts_one_clock_40s_ahead_no_false_node_lost_and_silence_seen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hosts_one_clock_40s_ahead_silent_hosts_lost_in_bound() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (_serve, url) = serve();
     let got = subscribe(&url).await;
     let mut hosts = vec![

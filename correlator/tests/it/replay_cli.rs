@@ -22,6 +22,7 @@ fn replay_skipping(file: &std::path::Path) -> String {
 
 #[test]
 fn example_prints_the_degrading_link_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let out = Command::new(BIN)
         .arg("replay")
         .arg(example())
@@ -71,6 +72,7 @@ fn example_prints_the_degrading_link_incident() {
 
 #[test]
 fn malformed_lines_name_file_line_and_field_or_are_skipped_with_a_count() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = std::fs::read_to_string(example()).unwrap();
@@ -106,6 +108,7 @@ fn malformed_lines_name_file_line_and_field_or_are_skipped_with_a_count() {
 
 #[test]
 fn a_reader_that_leaves_stops_replay_quietly_and_errors_are_said_once() {
+    let _turn = tests::one_file_at_a_time(file!());
     // `replay … | head`: the pipe's reader is gone before the first line.
     let mut child = Command::new(BIN)
         .arg("replay")
@@ -133,6 +136,7 @@ fn a_reader_that_leaves_stops_replay_quietly_and_errors_are_said_once() {
 /// skipped.
 #[test]
 fn a_second_window_on_a_line_and_invalid_utf8_name_their_line() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-replay-utf8-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = std::fs::read_to_string(example()).unwrap();
@@ -176,10 +180,9 @@ fn a_second_window_on_a_line_and_invalid_utf8_name_their_line() {
 /// the same incidents as the windows that were sent.
 #[test]
 fn serve_record_is_the_replay_format() {
+    let _turn = tests::one_file_at_a_time(file!());
     use std::io::BufRead as _;
-    let dir = std::env::temp_dir().join(format!("faultline-serve-record-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tests::scratch_dir("serve-record");
     let record = dir.join("ingest.jsonl");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -289,6 +292,7 @@ fn serve_record_is_the_replay_format() {
 /// defaults before) and the file's `cluster`, on every update.
 #[test]
 fn the_config_files_limits_and_cluster_apply_as_in_serve() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-replay-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("c.toml");

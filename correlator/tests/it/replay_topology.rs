@@ -7,7 +7,7 @@
 //! subscription got: one incident on `switch:spine01`. Before, `replay` took
 //! neither `--topology` nor a cluster, so the fault replayed as port
 //! incidents under other ids.
-mod fabric;
+use crate::fabric;
 
 use std::{
     path::Path,
@@ -153,9 +153,8 @@ async fn live(url: &str, ws: Vec<Window>, want: usize) -> Vec<serde_json::Value>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switch_fault_replayed_with_the_topology_gives_the_live_result() {
-    let dir = std::env::temp_dir().join(format!("faultline-replay-topo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let _turn = tests::one_file_at_a_time(file!());
+    let dir = tests::scratch_dir("replay-topo");
     let topo = dir.join("fabric.topo");
     std::fs::write(&topo, fabric::topology_text()).expect("topology");
     let ws = windows();

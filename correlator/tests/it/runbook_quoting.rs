@@ -36,9 +36,8 @@ fn port(hca: &str, state: u32) -> IbPort {
 
 #[test]
 fn names_from_windows_are_one_shell_word_in_runbook_commands() {
-    let dir = std::env::temp_dir().join(format!("faultline-runbook-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let _turn = tests::one_file_at_a_time(file!());
+    let dir = tests::scratch_dir("runbook");
     let marker = dir.join("pwned");
     // No `/` in the names (an entity is HOST/…): `sh` runs in `dir`.
     let evil_host = "n2;$(touch pwned)".to_string();

@@ -5,7 +5,7 @@
 //! whose uplinks degrade together is one incident on the spine listing
 //! them; one bad uplink, seen from both of its ends, is one incident on the
 //! uplink; a leaf port facing an HCA reports into that HCA link's incident.
-mod fabric;
+use crate::fabric;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,6 +61,7 @@ fn standing(all: &[CandidateUpdate]) -> BTreeSet<(String, String)> {
 
 #[test]
 fn a_spine_whose_uplinks_degrade_together_is_one_spine_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     // The spine's own ends of its four uplinks.
     let all = run(&["spine01[1]", "spine01[2]", "spine01[3]", "spine01[4]"]);
     assert_eq!(
@@ -92,6 +93,7 @@ fn a_spine_whose_uplinks_degrade_together_is_one_spine_incident() {
 
 #[test]
 fn one_bad_uplink_seen_from_both_ends_is_one_uplink_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let all = run(&["leaf02[33]", "spine01[2]"]);
     let inc = incidents(&all);
     assert_eq!(
@@ -124,6 +126,7 @@ fn one_bad_uplink_seen_from_both_ends_is_one_uplink_incident() {
 
 #[test]
 fn a_leaf_port_facing_an_hca_reports_into_that_links_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     // Errors counted only by the leaf's receiver (the HCA's transmitter or
     // the cable towards the leaf): the host's own counters are clean.
     let all = run(&["leaf01[3]"]);

@@ -143,6 +143,7 @@ const HDD: Dev = Dev {
 
 #[test]
 fn one_nvme_25x_slower_than_63_peers_opens_within_two_windows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fleet::new(64, &[NVME]);
     let mut e = Engine::default();
     assert!(f.run(&mut e, 5).is_empty());
@@ -173,6 +174,7 @@ fn one_nvme_25x_slower_than_63_peers_opens_within_two_windows() {
 
 #[test]
 fn classes_are_compared_with_their_own_kind_and_a_3x_hdd_opens() {
+    let _turn = tests::one_file_at_a_time(file!());
     // Every host has a fast NVMe and a slow-by-nature HDD: the HDDs' 6 ms is
     // normal for them, not 50x the NVMe median.
     let mut f = Fleet::new(16, &[NVME, HDD]);
@@ -189,6 +191,7 @@ fn classes_are_compared_with_their_own_kind_and_a_3x_hdd_opens() {
 
 #[test]
 fn fleet_wide_slowdown_and_healthy_spread_raise_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fleet::new(32, &[NVME, HDD]);
     let mut e = Engine::default();
     let mut all = f.run(&mut e, 6);
@@ -199,6 +202,7 @@ fn fleet_wide_slowdown_and_healthy_spread_raise_nothing() {
 
 #[test]
 fn collectors_without_a_histogram_are_judged_on_the_mean() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut f = Fleet::new(16, &[NVME]);
     f.with_hist = false;
     let mut e = Engine::default();
@@ -214,6 +218,7 @@ fn collectors_without_a_histogram_are_judged_on_the_mean() {
 
 #[test]
 fn small_mixed_fleet_is_judged_by_own_history_net_of_the_fleet_shift() {
+    let _turn = tests::one_file_at_a_time(file!());
     // 3 hosts × (NVMe, HDD): 3 devices per class, too few for class peers,
     // so each device is judged against its own history. A load change that
     // slows all six 5x is a common shift, not six faults …
@@ -250,6 +255,7 @@ fn small_mixed_fleet_is_judged_by_own_history_net_of_the_fleet_shift() {
 /// reopened as a second incident when the writes came back slow.
 #[test]
 fn a_slow_device_that_goes_idle_keeps_its_incident_until_requests_show_it_healthy() {
+    let _turn = tests::one_file_at_a_time(file!());
     for idle in [0, 3] {
         let mut f = Fleet::new(16, &[NVME]);
         let mut e = Engine::default();

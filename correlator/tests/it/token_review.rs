@@ -21,7 +21,7 @@ use hyper::body::Bytes;
 use proto::client_tls::ClientAuth;
 use proto::v1::{ingest_client::IngestClient, Window};
 
-mod common;
+use crate::common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_faultline-correlator");
 const OWN_TOKEN: &str = "correlator-own-token";
@@ -173,6 +173,7 @@ async fn send(url: &str, auth: &ClientAuth, w: Window) -> Result<u64, tonic::Sta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projected_tokens_speak_only_for_their_pods_node() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir: PathBuf =
         std::env::temp_dir().join(format!("faultline-tokenreview-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -293,6 +294,7 @@ async fn projected_tokens_speak_only_for_their_pods_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_tls_makes_the_server_certificate_once_and_publishes_its_ca() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir: PathBuf =
         std::env::temp_dir().join(format!("faultline-kubetls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

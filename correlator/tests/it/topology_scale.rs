@@ -71,6 +71,7 @@ type Form = (&'static str, usize, fn(usize, usize) -> String);
 
 #[test]
 fn one_leaf_with_many_ports_loads_as_fast_as_many_leaves() {
+    let _turn = tests::one_file_at_a_time(file!());
     let forms: [Form; 2] = [("own", 100_000, own), ("ports", 30_000, ports)];
     for (name, n, make) in forms {
         let (spread, one) = (make(n, SPREAD), make(n, n));

@@ -2,7 +2,7 @@
 //! it raises incidents only on its own entities, and however many findings
 //! it produces it fills only its own share of the open-incident cap, so
 //! other hosts' real incidents still open.
-mod common;
+use crate::common;
 
 use correlator::engine::{config::LimitsConfig, gpu::GpuConfig, DetectConfig, Engine};
 use proto::v1::{CandidateUpdate, Event, GpuSample, Window};
@@ -32,6 +32,7 @@ fn opened(ups: &[CandidateUpdate]) -> Vec<(&str, &str)> {
 /// counted as `foreign`; its XID on its own GPU is raised as before.
 #[test]
 fn a_host_cannot_raise_an_incident_on_another_hosts_entity() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     e.ingest(&common::window("victim", 1, T0));
     let mut w = common::window("evil", 1, T0);
@@ -55,6 +56,7 @@ fn a_host_cannot_raise_an_incident_on_another_hosts_entity() {
 /// at 64 GPUs per host, `engine::gpu::xid`.)
 #[test]
 fn a_flood_of_findings_from_one_host_fills_only_its_own_share() {
+    let _turn = tests::one_file_at_a_time(file!());
     let cfg = DetectConfig {
         limits: LimitsConfig {
             // Above the flood's 1,000 a window: the per-window cap is not
@@ -127,6 +129,7 @@ fn a_flood_of_findings_from_one_host_fills_only_its_own_share() {
 /// window's events beyond `max_events_per_window` are not judged.
 #[test]
 fn events_have_a_per_window_cap() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     let mut w: Window = common::window("n1", 1, T0);
     w.events = (0..3000).map(|g| xid(&format!("n1/gpu{g}"))).collect();

@@ -70,6 +70,7 @@ fn run(db: &std::path::Path, by: &str, fmt: Option<&str>) -> String {
 
 #[test]
 fn report_totals_equal_the_sum_of_the_windows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-usage-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let db = dir.join("history.db");

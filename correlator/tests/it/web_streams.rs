@@ -79,6 +79,7 @@ async fn get(from: u8, port: u16, path: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_streams_are_displaced_oldest_first_and_never_lock_out_healthz() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-sse-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("c.toml"), CONFIG).expect("config");

@@ -162,6 +162,7 @@ fn opened(u: &[CandidateUpdate]) -> Vec<(String, String)> {
 
 #[test]
 fn a_degrading_link_carries_the_jobs_step_time_regression_under_one_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = Cluster::new();
     let mut e = Engine::default();
     let mut all = c.run(&mut e, 12);
@@ -208,6 +209,7 @@ fn a_degrading_link_carries_the_jobs_step_time_regression_under_one_incident() {
 
 #[test]
 fn an_unexplained_slowdown_is_a_job_slowdown_with_the_cross_layer_runbook() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = Cluster::new();
     let mut e = Engine::default();
     assert!(c.run(&mut e, 12).is_empty());
@@ -244,6 +246,7 @@ fn an_unexplained_slowdown_is_a_job_slowdown_with_the_cross_layer_runbook() {
 
 #[test]
 fn ttft_regression_joins_the_serving_hosts_link_or_stands_alone() {
+    let _turn = tests::one_file_at_a_time(file!());
     // Alone: the model's time to first token +60 %.
     let mut c = Cluster::new();
     let mut e = Engine::default();

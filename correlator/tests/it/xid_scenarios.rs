@@ -5,7 +5,7 @@
 //! SXid is an incident on the switch tray naming the node's GPUs.
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use correlator::engine::{DetectConfig, Engine};
 use proto::v1::{CandidateUpdate, Event, GpuSample, Window};
@@ -72,6 +72,7 @@ fn no_hardware_action(u: &CandidateUpdate) {
 /// once, never escalated, never a reset; it resolves once the loop stops.
 #[test]
 fn a_crash_loop_is_one_application_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     let mut all = Vec::new();
     for k in 0..150u64 {
@@ -139,6 +140,7 @@ fn a_crash_loop_is_one_application_incident() {
 /// becomes the GPU's (same incident, `updated` to `gpu_xid`) naming all.
 #[test]
 fn one_gpu_failing_unrelated_jobs_escalates() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     let jobs = [
         ("a-1", "python3", 1000),
@@ -200,6 +202,7 @@ fn one_gpu_failing_unrelated_jobs_escalates() {
 /// XID 43 and an XID 45; none raises anything.
 #[test]
 fn cancelled_jobs_raise_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     let mut all = Vec::new();
     for k in 0..200u32 {
@@ -221,6 +224,7 @@ fn cancelled_jobs_raise_nothing() {
 /// the window, as `engine_budget.rs` allows a 60,000-job window).
 #[test]
 fn an_xid_95_burst_is_one_incident_within_budget() {
+    let _turn = tests::one_file_at_a_time(file!());
     let burst = |n: usize, count: u64| {
         let mut x = xid("n1", 3, 95, "", "", 0);
         x.pid = 0;
@@ -265,6 +269,7 @@ fn an_xid_95_burst_is_one_incident_within_budget() {
 /// node's GPUs.
 #[test]
 fn an_sxid_is_an_incident_on_the_switch_tray() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     e.ingest(&win("n1", 1, vec![]));
     let s = Event {
@@ -297,6 +302,7 @@ fn an_sxid_is_an_incident_on_the_switch_tray() {
 /// incident (owner unknown), never escalated on counts alone.
 #[test]
 fn unattributed_xids_are_held_as_application_unknown() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut e = Engine::new(&DetectConfig::default(), Default::default());
     let mut all = Vec::new();
     for k in 0..360u64 {
