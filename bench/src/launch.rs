@@ -400,7 +400,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let _g = rt.enter();
     // The hit cost on an entry of the kind faultline probes in this build.
     let kind = collector::probes::entry::placement_of(&a.library(), "cuLaunchKernel").kind;
-    let hit_ns = collector::probes::measure_uprobe_hit_ns(kind, 500)?;
+    let hit_ns = collector::cuda::measure_uprobe_hit_ns(kind, 500)?;
     let mut configs = vec![
         Config::Without,
         Config::FaultlineExact,

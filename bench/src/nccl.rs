@@ -315,7 +315,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let lib = a.library();
     let symbols = placed(&lib)?;
     let kind = collector::probes::entry::placement_of(&lib, "pncclAllReduce").kind;
-    let hit_ns = collector::probes::measure_uprobe_hit_ns(kind, 500)?;
+    let hit_ns = collector::cuda::measure_uprobe_hit_ns(kind, 500)?;
     let real_nccl = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2")
         .map(|p| placed(&p))
         .transpose()?

@@ -8,7 +8,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use collector::probes::{launch_control::LaunchController, ProbeOptions, Probes};
+use collector::{
+    cuda::launch_control::LaunchController,
+    probes::{ProbeOptions, Probes},
+};
 
 use super::{
     storm::{finish, spawn, task_cpu_ns},

@@ -9,12 +9,11 @@ use super::{delivery::Delivery, describe, host, probe_enabled};
 use crate::{
     block::probe::BlockSample,
     config::FileConfig,
+    cuda::{launch_control::LaunchController, probe::CudaEvent},
     exec::ExecSource,
     http::{self, Exposition},
     identity::IdentityCache,
-    probes::{
-        cuda::CudaEvent, drain::EventDrain, launch_control::LaunchController, ProbeOptions, Probes,
-    },
+    probes::{drain::EventDrain, ProbeOptions, Probes},
     sources::{Console, Source},
 };
 

@@ -8,9 +8,10 @@ use anyhow::Result;
 use crate::{
     block::{BlockSource, Names},
     config::FileConfig,
+    cuda::source::CudaSource,
     http::Exposition,
     probes::{ProbeState, Probes},
-    sources::{cuda::CudaSource, gpu::GpuSource, nccl::NcclSource, Console, Source},
+    sources::{nccl::NcclSource, Console, Source},
     verbs::{RdmaEventSource, VerbsSource},
 };
 
@@ -127,7 +128,7 @@ pub fn start_sources(
 }
 
 /// NVML and its event thread, when the library loads.
-fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
+fn start_gpu(cfg: &FileConfig, console: Console) -> Option<crate::nvml::GpuSource> {
     let src = match crate::nvml::NvmlSource::open(cfg.nvml.library.as_deref()) {
         Ok(src) => src,
         Err(e) => {
@@ -148,7 +149,7 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
     let listener = crate::nvml::spawn_event_listener(lib, tx)
         .map_err(|e| console.info(e))
         .ok();
-    let labels = crate::sources::gpu::GpuLabelConfig {
+    let labels = crate::nvml::GpuLabelConfig {
         dcgm_compat: cfg.nvml.dcgm_compat,
         job_dir: Some(cfg.collector.job_dir.clone()),
         hpc_job_mapping_dir: Some(cfg.collector.hpc_job_mapping_dir.clone())
@@ -157,7 +158,7 @@ fn start_gpu(cfg: &FileConfig, console: Console) -> Option<GpuSource> {
         pod_resources: Some(cfg.nvml.pod_resources_socket.clone())
             .filter(|p| !p.as_os_str().is_empty()),
     };
-    Some(GpuSource::new(src, rx, listener, labels))
+    Some(crate::nvml::GpuSource::new(src, rx, listener, labels))
 }
 
 /// The kernel log reader, when `[kmsg]` is on and the log opens (without

@@ -21,7 +21,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 
-use super::{attach::AttachError, entry::EntryKind, ProbeError};
+use crate::probes::{attach::AttachError, entry::EntryKind, ProbeError};
 
 #[cfg(target_arch = "x86_64")]
 std::arch::global_asm!(
@@ -134,7 +134,7 @@ fn file_offset_of(addr: usize) -> Result<u64, AttachError> {
 /// CPU time of the calling thread, ns: preemption by other threads (a
 /// saturated host, the very case bounded mode is for) does not count.
 fn thread_cpu_ns() -> f64 {
-    super::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) as f64
+    crate::probes::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) as f64
 }
 
 /// Thread CPU ns per call of `f` over `n` calls.
@@ -174,7 +174,7 @@ impl HitCalibrator {
     /// A calibrator for probes on entries of `kind`.
     #[cfg(target_arch = "x86_64")]
     pub fn new(kind: EntryKind) -> Result<Self, ProbeError> {
-        let bench = super::bench::bench_object();
+        let bench = crate::probes::bench::bench_object();
         if bench.is_empty() {
             return Err(ProbeError::Stub);
         }
@@ -192,7 +192,7 @@ impl HitCalibrator {
             .load(bench)
             .map_err(|e| ProbeError::Load(Box::new(e)))?;
         let program = "bench_empty_uprobe";
-        let p: &mut UProbe = super::attach::program(&mut ebpf, program).map_err(err)?;
+        let p: &mut UProbe = crate::probes::attach::program(&mut ebpf, program).map_err(err)?;
         p.load()
             .map_err(|source| err(AttachError::Verifier { program, source }))?;
         // The running binary by its magic link: right even when the file
@@ -257,7 +257,7 @@ mod tests {
         for kind in EntryKind::ALL {
             let code = code_of(kind);
             assert_eq!(EntryKind::of(&code), kind, "{code:02x?}");
-            assert_eq!(super::super::entry::skip(&code), 0, "{code:02x?}");
+            assert_eq!(crate::probes::entry::skip(&code), 0, "{code:02x?}");
         }
     }
 

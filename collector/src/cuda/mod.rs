@@ -1,7 +1,14 @@
 //! CUDA windows: per-process/device/kernel launch rates and per-call
 //! counts, bytes and wait times, from cumulative probe aggregates. Pure (no
-//! aya), so the simulator and tests can use it. The `[cuda]` section is
-//! [`section`].
+//! aya), so the simulator and tests can use it.
+//!
+//! The family: [`probe`] reads the in-kernel aggregates and the event ring,
+//! [`source`] runs each window, [`wire`] builds the rows, this file renders
+//! the `/metrics` families (`faultline_cuda_*`), [`section`] is `[cuda]`.
+//! The bounded-overhead launch mode: [`launch_control`] decides the duty
+//! cycle from the budget ([`crate::launch_budget`]) and the cost of one hit
+//! ([`calibrate`]); the attach itself and the duty-cycled links are in
+//! `probes` (`cuda_attach`, `launch_duty`), which `Probes::load` runs.
 use std::{collections::BTreeMap, fmt::Write as _, time::Instant};
 
 use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
@@ -11,8 +18,24 @@ use crate::{
     prom_text::{Kind, Text},
 };
 
+#[cfg(feature = "probes")]
+pub mod calibrate;
+#[cfg(feature = "probes")]
+pub mod launch_control;
+#[cfg(feature = "probes")]
+pub mod probe;
 pub mod section;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
+pub mod wire;
 
+#[cfg(feature = "probes")]
+pub use calibrate::{measure_uprobe_hit_ns, HitCalibrator};
 pub use section::CudaSection;
 
 /// Cumulative CUDA aggregates as read at `taken`.
@@ -409,7 +432,7 @@ mod tests {
 
         let dir = std::env::temp_dir().join(format!("faultline-cuda-rows-{}", std::process::id()));
         let mut ids = crate::identity::IdentityCache::new(&dir, 8);
-        let rows = crate::window::cuda(&prev, &cur, &mut ids);
+        let rows = wire::rows(&prev, &cur, &mut ids);
         assert_eq!(rows.len(), 1);
         // All copies, host and device alike; the sync is not a copy.
         assert_eq!(rows[0].copy_bytes, 8192 + 7500 + 8800 + 9500 + 9600);

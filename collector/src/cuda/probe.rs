@@ -6,8 +6,8 @@ use collector_common::cuda::{
     CallKey, CallStats, HandleKey, KernelName, LaunchKey, LaunchSlot, LaunchStats,
 };
 
-use super::{ProbeError, Probes};
-use crate::cuda::CudaSnapshot;
+use super::CudaSnapshot;
+use crate::probes::{ProbeError, Probes};
 
 fn map<'a, K: aya::Pod, V: aya::Pod>(
     p: &'a Probes,
@@ -28,7 +28,7 @@ struct LaunchSum {
 
 impl LaunchSum {
     fn add(&mut self, v: &LaunchStats) {
-        crate::cuda::add_launches(&mut self.total, v);
+        super::add_launches(&mut self.total, v);
         if v.launches > self.best {
             self.best = v.launches;
             self.total.last_grid = v.last_grid;
@@ -89,7 +89,7 @@ impl Probes {
                 handle: k.func,
             };
             if let Ok(n) = names_map.get(&hk, 0) {
-                names.insert((k.pid, k.func), crate::cuda::name_str(&n.name));
+                names.insert((k.pid, k.func), super::name_str(&n.name));
             }
         }
         let mut calls = BTreeMap::new();
@@ -119,11 +119,11 @@ pub struct CudaEvent {
     pub data: collector_common::cuda::CudaEventData,
 }
 
-impl super::ring::Decode for CudaEvent {
+impl crate::probes::ring::Decode for CudaEvent {
     const RING: &'static str = "CUDA_EVENTS";
     const LABEL: &'static str = "cuda";
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let ev = super::ring::read_event::<collector_common::cuda::CudaEventData>(
+        let ev = crate::probes::ring::read_event::<collector_common::cuda::CudaEventData>(
             bytes,
             collector_common::EventKind::Cuda,
         )?;
@@ -167,9 +167,16 @@ impl Probes {
             }
         }
         removed += self.free_launch_slots(dead);
-        removed += super::prune_hash::<CallKey, CallStats>(self, "CUDA_CALL_AGG", dead, |k| k.pid)?;
         removed +=
-            super::prune_hash::<HandleKey, KernelName>(self, "CUDA_FUNC_NAMES", dead, |k| k.pid)?;
+            crate::probes::prune_hash::<CallKey, CallStats>(self, "CUDA_CALL_AGG", dead, |k| {
+                k.pid
+            })?;
+        removed += crate::probes::prune_hash::<HandleKey, KernelName>(
+            self,
+            "CUDA_FUNC_NAMES",
+            dead,
+            |k| k.pid,
+        )?;
         Ok(removed)
     }
 }
@@ -273,7 +280,7 @@ impl Probes {
         if dead.is_empty() {
             return Ok(0);
         }
-        super::prune_hash::<[u64; 2], collector_common::cuda::InCall>(
+        crate::probes::prune_hash::<[u64; 2], collector_common::cuda::InCall>(
             self,
             "CUDA_IN_CALL",
             dead,

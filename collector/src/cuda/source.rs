@@ -4,11 +4,10 @@
 use anyhow::Result;
 use proto::v1 as pb;
 
-use super::retired::Retired;
 use crate::{
     cuda::{self, CudaSeries, CudaSnapshot},
     nvml,
-    sources::{Ctx, CudaPids, Fact, Facts, Source},
+    sources::{retired::Retired, Ctx, CudaPids, Fact, Facts, Source},
 };
 
 pub struct CudaSource {
@@ -58,7 +57,7 @@ impl Source for CudaSource {
                 self.lines.push((format!("{}{who}", l.text), l.device));
             }
         }
-        wire.cuda = crate::window::cuda(&self.prev, &cur, cx.ids);
+        wire.cuda = super::wire::rows(&self.prev, &cur, cx.ids);
         let mut pids = CudaPids::new();
         for (pid, dev) in (cur.launches.keys().map(|k| (k.pid, k.device)))
             .chain(cur.calls.keys().map(|k| (k.pid, k.device)))
@@ -83,7 +82,7 @@ impl Source for CudaSource {
     /// The window's lines, each with its GPU's state of this window.
     fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, _: &mut pb::Window) -> Result<()> {
         for (text, device) in self.lines.drain(..) {
-            let gpu = crate::sources::gpu::GpuFacts::of(facts);
+            let gpu = crate::nvml::GpuFacts::of(facts);
             match nvml::describe_gpu(device, &gpu.gpus, &gpu.samples) {
                 Some(g) => cx.console.detail(format_args!("{text} [{g}]")),
                 None => cx.console.detail(text),

@@ -91,7 +91,7 @@ impl AttachError {
 }
 
 /// Program `name` of `ebpf` as a `T` (a tracepoint, a uprobe ...).
-pub(super) fn program<'e, T>(
+pub(crate) fn program<'e, T>(
     ebpf: &'e mut Ebpf,
     name: &'static str,
 ) -> Result<&'e mut T, AttachError>

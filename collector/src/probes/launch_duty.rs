@@ -328,7 +328,7 @@ impl Probes {
     /// else the controller's attached share of each period (never 0: a
     /// snapshot between two windows of a long period counted nothing, yet
     /// is an estimate, not exact).
-    pub(super) fn scale_launches(&self, launches: &mut BTreeMap<LaunchKey, LaunchStats>) -> f64 {
+    pub(crate) fn scale_launches(&self, launches: &mut BTreeMap<LaunchKey, LaunchStats>) -> f64 {
         let Ok(mut d) = self.launch.lock() else {
             return 1.0;
         };

@@ -3,14 +3,11 @@
 //! The probes are described by a declarative table ([`table::PROBES`]); each is
 //! optional unless marked required, and its outcome is recorded as a
 //! [`ProbeStatus`] so that the operator sees what is active and why not.
-mod attach;
+pub(crate) mod attach;
 pub mod bench;
 pub mod btf;
-pub mod calibrate;
-pub mod cuda;
 pub mod drain;
 pub mod entry;
-pub mod launch_control;
 pub mod launch_cpu;
 pub mod launch_duty;
 pub mod libraries;
@@ -33,7 +30,6 @@ use mmap_array::MmapArray;
 use crate::{privilege::PrivilegeError, tracefs::TracefsError};
 pub use attach::{AttachError, VerbsError};
 pub use bench::{bench_object, BenchProducer, BenchRecord, EmptyBlock, EmptyUprobe};
-pub use calibrate::{measure_uprobe_hit_ns, HitCalibrator};
 pub use section::{parse_loc, CodeLoc, LocError, ProviderSection, ProviderTarget, SpecError};
 pub use table::{Attach, BlockAttach, BlockMode, ProbeSpec, PROBES};
 

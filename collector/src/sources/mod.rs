@@ -12,8 +12,6 @@
 //! (its lines name the GPU `gpu` read), `usage`,
 //! `kmsg` (the GPUs `gpu` read, and its NVML XIDs, joined) (from every row and the
 //! NVML and verbs facts). `exec` (`crate::exec`) is drained between windows.
-pub mod cuda;
-pub mod gpu;
 pub mod libraries;
 pub mod nccl;
 pub mod retired;

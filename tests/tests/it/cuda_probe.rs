@@ -58,6 +58,7 @@ fn run_workload_on(lib: &std::path::Path, sync_us: u32, tokens: &[&str]) -> u32 
 
 #[test]
 fn cuda_probes_count_exactly_what_the_workload_did() {
+    let _turn = tests::one_file_at_a_time(file!());
     exact_counts(&tests::fake_libcuda());
 }
 
@@ -67,6 +68,7 @@ fn cuda_probes_count_exactly_what_the_workload_did() {
 /// launch arguments read from the stack must be exactly as at the entry.
 #[test]
 fn probes_past_endbr64_count_exactly_what_the_workload_did() {
+    let _turn = tests::one_file_at_a_time(file!());
     let lib = tests::fake_libcuda_cet();
     for sym in [
         "cuLaunchKernel",
@@ -108,6 +110,7 @@ fn probes_past_endbr64_count_exactly_what_the_workload_did() {
 /// workload on it.
 #[test]
 fn probes_past_an_argument_check_sit_on_the_emulated_jump() {
+    let _turn = tests::one_file_at_a_time(file!());
     let lib = tests::fake_libcuda();
     let code = collector::probes::entry::code_of(&lib, "cuLaunchKernel", 5).expect("read");
     assert_eq!(code[..3], [0x48, 0x85, 0xff], "test %rdi,%rdi: {code:x?}");
@@ -124,6 +127,7 @@ fn probes_past_an_argument_check_sit_on_the_emulated_jump() {
 /// Every call of the stepped build counts exactly too (probes at entry).
 #[test]
 fn probes_on_a_stepped_entry_count_exactly_what_the_workload_did() {
+    let _turn = tests::one_file_at_a_time(file!());
     exact_counts(&tests::fake_libcuda_stepped());
 }
 
@@ -377,6 +381,7 @@ fn exact_counts(lib: &std::path::Path) {
 /// claims them starts from zero.
 #[test]
 fn launch_slots_overflow_into_the_hash_map_and_are_freed_with_their_process() {
+    let _turn = tests::one_file_at_a_time(file!());
     const KERNELS: usize = 600;
     let _k = tests::kernel_lock();
     if !tests::require_bpf("cuda_slots") {
@@ -437,6 +442,7 @@ fn launch_slots_overflow_into_the_hash_map_and_are_freed_with_their_process() {
 
 #[test]
 fn missing_libcuda_is_reported_and_other_probes_keep_working() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("cuda_missing") {
         return;
@@ -466,6 +472,7 @@ fn missing_libcuda_is_reported_and_other_probes_keep_working() {
 
 #[test]
 fn per_event_stream_is_rate_limited_and_every_drop_counted() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("cuda_stream") {
         return;
@@ -477,7 +484,7 @@ fn per_event_stream_is_rate_limited_and_every_drop_counted() {
         let mut probes = Probes::load(&o).expect("load probes");
         // The ring the agent drains when `[cuda] events_per_sec` > 0.
         let mut ring =
-            collector::probes::drain::EventDrain::<collector::probes::cuda::CudaEvent>::take(
+            collector::probes::drain::EventDrain::<collector::cuda::probe::CudaEvent>::take(
                 &mut probes,
                 true,
             )
@@ -536,6 +543,7 @@ fn per_event_stream_is_rate_limited_and_every_drop_counted() {
 /// stepped` shows that regime).
 #[test]
 fn sampled_launch_counts_on_a_stepped_entry_are_within_the_stated_error() {
+    let _turn = tests::one_file_at_a_time(file!());
     sampled_counts_within(&tests::fake_libcuda_stepped(), 80_000, 0.10);
 }
 
@@ -545,6 +553,7 @@ fn sampled_launch_counts_on_a_stepped_entry_are_within_the_stated_error() {
 /// take under a tenth of the process's CPU and the count is within 5 %.
 #[test]
 fn sampled_launch_counts_past_an_argument_check_are_within_5_percent() {
+    let _turn = tests::one_file_at_a_time(file!());
     sampled_counts_within(&tests::fake_libcuda(), 10_000, 0.05);
 }
 
@@ -552,6 +561,7 @@ fn sampled_launch_counts_past_an_argument_check_are_within_5_percent() {
 /// emulated `push`, calibrated as such.
 #[test]
 fn sampled_launch_counts_on_a_cet_build_are_within_5_percent() {
+    let _turn = tests::one_file_at_a_time(file!());
     sampled_counts_within(&tests::fake_libcuda_cet(), 10_000, 0.05);
 }
 
@@ -562,6 +572,7 @@ fn sampled_launch_counts_on_a_cet_build_are_within_5_percent() {
 /// 5 % or mark the counts approximate (it did not, and read 0.78–0.81).
 #[test]
 fn sampled_launch_counts_on_single_stepped_entries_are_within_5_percent_or_marked_approximate() {
+    let _turn = tests::one_file_at_a_time(file!());
     sampled_counts_within(&tests::fake_libcuda_stepped(), 10_000, 0.05);
 }
 
@@ -572,7 +583,7 @@ fn sampled_launch_counts_on_single_stepped_entries_are_within_5_percent_or_marke
 fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
     use std::time::{Duration, Instant};
 
-    use collector::probes::launch_control::LaunchController;
+    use collector::cuda::launch_control::LaunchController;
     let _k = tests::kernel_lock();
     if !tests::require_bpf("cuda_sampled") {
         return;
@@ -694,7 +705,8 @@ fn sampled_counts_within(lib: &std::path::Path, work_ns: u64, max_err: f64) {
 /// calibrated as emulated.
 #[test]
 fn hit_cost_is_calibrated_on_the_launch_probes_own_kind() {
-    use collector::probes::HitCalibrator;
+    let _turn = tests::one_file_at_a_time(file!());
+    use collector::cuda::HitCalibrator;
     let _k = tests::kernel_lock();
     if !tests::require_bpf("cuda_calibration") {
         return;

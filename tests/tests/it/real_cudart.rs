@@ -200,6 +200,7 @@ fn run_workload(cudart: &Path, trace: &Path) -> u32 {
 
 #[test]
 fn real_cudart_over_the_stand_in_is_counted_exactly() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("real_cudart") {
         return;
@@ -470,7 +471,7 @@ fn real_cudart_over_the_stand_in_is_counted_exactly() {
                 + PEER_ASYNC);
         let mut ids = collector::identity::IdentityCache::new("/nonexistent", 8);
         let before = collector::cuda::CudaSnapshot::empty(snap.taken);
-        let rows: BTreeMap<(u32, i32), u64> = collector::window::cuda(&before, &snap, &mut ids)
+        let rows: BTreeMap<(u32, i32), u64> = collector::cuda::wire::rows(&before, &snap, &mut ids)
             .into_iter()
             .filter(|r| r.pid == pid)
             .map(|r| ((r.pid, r.device), r.copy_bytes))

@@ -14,9 +14,11 @@ mod measure;
 #[cfg(test)]
 mod tests;
 
-use super::{entry::EntryKind, ProbeError, Probes};
-use crate::cuda::CudaSection;
-use crate::launch_budget;
+use super::CudaSection;
+use crate::{
+    launch_budget,
+    probes::{entry::EntryKind, ProbeError, Probes},
+};
 pub use cost::{recent_cost, RECALIBRATE_KEEP};
 pub use measure::{cpu_rate, CPU_HORIZON, OVERFLOW_MAX_AGE};
 
@@ -67,7 +69,7 @@ pub struct LaunchController {
     strikes: HashMap<u32, u32>,
     /// Measures the per-hit cost again at each check while a process is
     /// over budget (`None` when `launch_hit_cost_ns` is configured).
-    calibrator: Option<crate::probes::HitCalibrator>,
+    calibrator: Option<super::calibrate::HitCalibrator>,
     /// When the hit cost was last measured.
     calibrated: Instant,
     /// The last [`RECALIBRATE_KEEP`] measurements of the hit cost, seconds.
@@ -115,7 +117,7 @@ impl LaunchController {
             // launch is within 5 % of this).
             // Calibrated on an entry of the launch probe's own kind.
             let kind = probes.launch_entry_kind().unwrap_or(EntryKind::Stepped);
-            match crate::probes::HitCalibrator::new(kind).and_then(|mut c| {
+            match super::calibrate::HitCalibrator::new(kind).and_then(|mut c| {
                 let ns = c.measure(500, 7)?;
                 Ok((c, ns))
             }) {
@@ -167,7 +169,7 @@ impl LaunchController {
         proc_root: &std::path::Path,
         kind: EntryKind,
     ) -> Result<Self, ProbeError> {
-        let mut c = crate::probes::HitCalibrator::new(kind)?;
+        let mut c = super::calibrate::HitCalibrator::new(kind)?;
         let ns = c.measure(500, 7)?;
         let mut ctl = Self::with(budget, period, ns * 1e-9, proc_root);
         ctl.calibrator = Some(c);
