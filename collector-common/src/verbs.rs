@@ -160,7 +160,7 @@ mod pod {
 
 /// Byte offsets and sizes in libibverbs' ABI (`<infiniband/verbs.h>`,
 /// x86-64) that the verbs probes read through user pointers. Asserted
-/// against rdma-sys's bindings in `collector/tests/verbs_abi.rs`.
+/// against rdma-sys's bindings in `collector/tests/it/verbs_abi.rs`.
 pub mod abi {
     /// `sizeof(struct ibv_wc)`: the stride of the `wc` array of `poll_cq`.
     pub const WC_SIZE: u64 = 48;

@@ -7,7 +7,7 @@ kube-prometheus-stack default), with that directory's kustomization.yaml.
 
 Every expression reads faultline's own families (docs/metrics.md), never
 only the dcgm-exporter copies (DCGM_FI_*, `[nvml] dcgm_compat`, off in the
-Kubernetes config): tests/tests/deploy_prometheus.rs runs each one against
+Kubernetes config): tests/tests/it/deploy_prometheus.rs runs each one against
 a real Prometheus that scraped a running collector and correlator, with
 the copies on and off. Selectors: the scrape by Prometheus's `job`
 (faultline-collector, faultline-correlator), the workload by `hpc_job`.

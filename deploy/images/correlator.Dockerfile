@@ -5,7 +5,7 @@
 # multi-arch index). Both stages use it, so one digest covers the build.
 # Refresh where a registry is reachable:
 #   skopeo inspect --format '{{.Digest}}' docker://docker.io/library/debian:bookworm-YYYYMMDD-slim
-# and update BASE here and in the other Dockerfile (tests/tests/images.rs checks both agree).
+# and update BASE here and in the other Dockerfile (tests/tests/it/images.rs checks both agree).
 ARG BASE=docker.io/library/debian:bookworm-20260918-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
 FROM ${BASE} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \

@@ -5,8 +5,8 @@ expanded recursively with `systemd-analyze syscall-filter`), so both stay in
 step; and from it the Security Profiles Operator's SeccompProfile object of
 the opt-in component deploy/kubernetes/components/seccomp-localhost.
 Run after editing the unit (`--spo-only`: rewrite the SeccompProfile from the
-JSON as it is, without systemd-analyze); tests/tests/unit_hardening.rs checks
-the JSON against the unit, tests/tests/deploy_manifests.rs the SeccompProfile
+JSON as it is, without systemd-analyze); tests/tests/it/unit_hardening.rs checks
+the JSON against the unit, tests/tests/it/deploy_manifests.rs the SeccompProfile
 against the JSON."""
 import json
 import pathlib

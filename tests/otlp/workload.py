@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A training loop or a model server reporting through the OpenTelemetry SDK.
 
-Used by collector/tests/otlp_python.rs against faultline's OTLP receiver:
+Used by collector/tests/it/otlp_python.rs against faultline's OTLP receiver:
 it records deterministic values, exports them every 0.3 s over OTLP gRPC,
 HTTP/protobuf or HTTP/JSON (`http-json`: the opentelemetry-exporter-otlp-json-http
 package, installed in its own venv), shuts the SDK down (which flushes) and
@@ -14,7 +14,7 @@ OTEL_EXPORTER_OTLP_COMPRESSION=gzip.
   workload.py serve --protocol http-json --endpoint http://127.0.0.1:4318/v1/metrics
 
 `loop` is a stand-in training loop in real time for the end-to-end tests
-(tests/tests/workload_e2e.rs): every step takes --step-s seconds, times the
+(tests/tests/it/workload_e2e.rs): every step takes --step-s seconds, times the
 factor written in --slow-file while that file exists, and its measured
 duration is recorded; it runs until killed.
 """

@@ -46,7 +46,7 @@
  * any error prints the call, its code and cudart's name for it, and exits 4.
  * Prints "ready <pid>" once cudart is loaded (before its lazy initialisation)
  * and "done" at the end. The byte sizes are fixed here and in
- * tests/tests/real_cudart.rs.
+ * tests/tests/it/real_cudart.rs.
  */
 #include <dlfcn.h>
 #include <stdio.h>
