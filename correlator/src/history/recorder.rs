@@ -4,16 +4,14 @@
 //! incident updates) and every drop is counted. What the thread does with
 //! a disk fault is in [`super::writer`].
 use std::{
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
-    },
+    sync::{atomic::Ordering, Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use proto::v1::CandidateUpdate;
 use tokio::sync::{mpsc, oneshot};
 
+pub use super::writer::RecorderStats;
 use super::{journal::Journal, samples::Sample, writer::Writer, Store};
 
 /// Messages handled per transaction at most.
@@ -33,35 +31,6 @@ enum Msg {
     Flush(oneshot::Sender<()>),
     /// Write what is queued, close the database, stop ([`Recorder::close`]).
     Close(oneshot::Sender<()>),
-}
-
-/// Counters of the recorder, shared with its handles.
-#[derive(Debug, Default)]
-pub struct RecorderStats {
-    /// Sample batches (one per window) dropped on a full queue.
-    pub dropped_windows: AtomicU64,
-    /// Incident updates dropped on a full queue.
-    pub dropped_updates: AtomicU64,
-    /// Incident updates dropped from the backlog kept through a disk fault
-    /// (past its bound, or on an error retrying cannot fix).
-    pub dropped_backlog: AtomicU64,
-    /// Samples and updates written.
-    pub written_samples: AtomicU64,
-    pub written_updates: AtomicU64,
-    /// Transactions that failed (their samples are lost; their incident
-    /// updates are retried on a disk fault).
-    pub write_errors: AtomicU64,
-    /// Incident updates waiting for the disk now.
-    pub backlog: AtomicU64,
-    /// The database file was found deleted or replaced and reopened.
-    pub reopened: AtomicU64,
-    /// Rows removed by retention and the disk budget.
-    pub retained_rows: AtomicU64,
-    /// Incident updates not written into the incident journal (no room
-    /// left while the database fails, or a write error): a crash before
-    /// the database takes them loses them.
-    pub journal_missed: AtomicU64,
-    pub journal_errors: AtomicU64,
 }
 
 /// Handle of the writer thread (cheap to clone).

@@ -14,16 +14,6 @@ use super::store::{classify, HistoryError, Store};
 
 const HOUR_MS: i64 = 3_600_000;
 
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS usage(
-  hour INTEGER NOT NULL, job TEXT NOT NULL, team TEXT NOT NULL, kind TEXT NOT NULL,
-  gpu_alloc_s REAL NOT NULL, gpu_busy_s REAL NOT NULL, energy_j REAL NOT NULL,
-  peak_mem_bytes INTEGER NOT NULL, launches INTEGER NOT NULL, copy_bytes INTEGER NOT NULL,
-  sync_wait_ns INTEGER NOT NULL, io_requests INTEGER NOT NULL, io_bytes INTEGER NOT NULL,
-  io_device_ns INTEGER NOT NULL, fabric_bytes INTEGER NOT NULL,
-  PRIMARY KEY(hour, job, team, kind)) WITHOUT ROWID;
-";
-
 /// The label of usage no job could be charged for.
 pub const UNATTRIBUTED: &str = "(unattributed)";
 /// The label of a job's usage whose team is unknown (`--by team`).

@@ -16,18 +16,49 @@
 use std::{
     collections::{HashMap, VecDeque},
     path::PathBuf,
-    sync::{atomic::Ordering, Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
 };
 
 use proto::v1::{CandidateUpdate, JobUsage};
 
 use super::{
     journal::Journal,
-    recorder::RecorderStats,
     samples::Sample,
     store::{sibling, FileState},
     HistoryConfig, HistoryError, Store,
 };
+
+/// Counters of the recorder, shared with its handles.
+#[derive(Debug, Default)]
+pub struct RecorderStats {
+    /// Sample batches (one per window) dropped on a full queue.
+    pub dropped_windows: AtomicU64,
+    /// Incident updates dropped on a full queue.
+    pub dropped_updates: AtomicU64,
+    /// Incident updates dropped from the backlog kept through a disk fault
+    /// (past its bound, or on an error retrying cannot fix).
+    pub dropped_backlog: AtomicU64,
+    /// Samples and updates written.
+    pub written_samples: AtomicU64,
+    pub written_updates: AtomicU64,
+    /// Transactions that failed (their samples are lost; their incident
+    /// updates are retried on a disk fault).
+    pub write_errors: AtomicU64,
+    /// Incident updates waiting for the disk now.
+    pub backlog: AtomicU64,
+    /// The database file was found deleted or replaced and reopened.
+    pub reopened: AtomicU64,
+    /// Rows removed by retention and the disk budget.
+    pub retained_rows: AtomicU64,
+    /// Incident updates not written into the incident journal (no room
+    /// left while the database fails, or a write error): a crash before
+    /// the database takes them loses them.
+    pub journal_missed: AtomicU64,
+    pub journal_errors: AtomicU64,
+}
 
 pub(super) struct Writer {
     /// None while the file cannot be (re)opened.

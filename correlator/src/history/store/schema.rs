@@ -18,6 +18,17 @@ struct Migration {
     sql: &'static str,
 }
 
+/// The `usage` table (`history::usage` reads and writes it).
+const USAGE: &str = "
+CREATE TABLE IF NOT EXISTS usage(
+  hour INTEGER NOT NULL, job TEXT NOT NULL, team TEXT NOT NULL, kind TEXT NOT NULL,
+  gpu_alloc_s REAL NOT NULL, gpu_busy_s REAL NOT NULL, energy_j REAL NOT NULL,
+  peak_mem_bytes INTEGER NOT NULL, launches INTEGER NOT NULL, copy_bytes INTEGER NOT NULL,
+  sync_wait_ns INTEGER NOT NULL, io_requests INTEGER NOT NULL, io_bytes INTEGER NOT NULL,
+  io_device_ns INTEGER NOT NULL, fabric_bytes INTEGER NOT NULL,
+  PRIMARY KEY(hour, job, team, kind)) WITHOUT ROWID;
+";
+
 const MIGRATIONS: &[Migration] = &[
     Migration {
         to: 1,
@@ -27,7 +38,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         to: 2,
         what: "resource usage per hour, job, team and kind",
-        sql: super::super::usage::SCHEMA,
+        sql: USAGE,
     },
     Migration {
         to: 3,
