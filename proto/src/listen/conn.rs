@@ -1,5 +1,6 @@
-//! An admitted connection: its reads fail once the listener closes it, and
-//! a write that makes no progress times out.
+//! Accepting a connection ([`Listener::accept`], within the table's limits)
+//! and the admitted connection: its reads fail once the listener closes it,
+//! and a write that makes no progress times out.
 use std::{
     future::Future as _,
     io,
@@ -220,6 +221,35 @@ impl AsyncWrite for Conn {
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
+    }
+}
+
+impl Listener {
+    /// Accepts one connection within the limits (refusals are closed at
+    /// once, counted and logged at debug).
+    pub async fn accept(&self, listener: &TcpListener) -> Conn {
+        loop {
+            let (sock, addr) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors or similar: wait, do not spin.
+                    tracing::warn!(listener = self.0.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            match self.admit(addr) {
+                Ok(slot) => {
+                    let _ = sock.set_nodelay(true);
+                    return Conn::new(sock, slot, self.clone());
+                }
+                Err(reason) => {
+                    metrics::counter!(crate::metric::shared::CONNECTIONS_REFUSED.name, "listener" => self.0.name, "reason" => reason)
+                        .increment(1);
+                    tracing::debug!(listener = self.0.name, peer = %addr, reason, "connection refused");
+                }
+            }
+        }
     }
 }
 

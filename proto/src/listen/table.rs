@@ -11,9 +11,9 @@ use std::{
     time::Duration,
 };
 
-use tokio::{net::TcpListener, time::Instant};
+use tokio::time::Instant;
 
-use super::{conn::Conn, Limits};
+use super::Limits;
 
 /// A connection idle at least this long may be displaced by a new one at a
 /// limit (younger ones are a client that has not sent its request yet).
@@ -291,33 +291,6 @@ impl Listener {
     pub fn busy(&self, peer: SocketAddr) -> Option<Busy> {
         let slot = lock(&self.0.state).conns.get(&peer).cloned()?;
         Some(Busy::new(slot))
-    }
-
-    /// Accepts one connection within the limits (refusals are closed at
-    /// once, counted and logged at debug).
-    pub async fn accept(&self, listener: &TcpListener) -> Conn {
-        loop {
-            let (sock, addr) = match listener.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of file descriptors or similar: wait, do not spin.
-                    tracing::warn!(listener = self.0.name, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            match self.admit(addr) {
-                Ok(slot) => {
-                    let _ = sock.set_nodelay(true);
-                    return Conn::new(sock, slot, self.clone());
-                }
-                Err(reason) => {
-                    metrics::counter!(crate::metric::shared::CONNECTIONS_REFUSED.name, "listener" => self.0.name, "reason" => reason)
-                        .increment(1);
-                    tracing::debug!(listener = self.0.name, peer = %addr, reason, "connection refused");
-                }
-            }
-        }
     }
 }
 
