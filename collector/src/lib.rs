@@ -17,6 +17,7 @@ pub mod bounded_read;
 pub mod config;
 pub mod cuda;
 pub mod cuda_lib;
+pub mod cumulative;
 pub mod exec;
 pub mod http;
 pub mod ib;
@@ -36,8 +37,6 @@ pub mod nvml;
 #[path = "nvml/section.rs"]
 pub mod nvml;
 pub mod otlp;
-#[cfg(feature = "nvml")]
-pub mod podresources;
 pub mod privilege;
 #[cfg(feature = "probes")]
 pub mod probes;

@@ -10,8 +10,9 @@ use crate::{
     config::FileConfig,
     cuda::source::CudaSource,
     http::Exposition,
+    nccl::source::NcclSource,
     probes::{ProbeState, Probes},
-    sources::{nccl::NcclSource, Console, Source},
+    sources::{Console, Source},
     verbs::{RdmaEventSource, VerbsSource},
 };
 

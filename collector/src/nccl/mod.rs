@@ -18,8 +18,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, SeqRing, UNIQUE_ID_BYTES};
 use proto::v1 as pb;
 
+#[cfg(feature = "probes")]
+pub mod probe;
 pub mod section;
 mod series;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub mod source;
 mod split;
 
 pub use section::NcclSection;

@@ -1,23 +1,18 @@
-//! Attaching the NCCL uprobes and reading their maps.
+//! Attaching the NCCL uprobes (at load and on rescan) to every copy of
+//! the library found; the maps are read by `crate::nccl::probe`.
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::Path,
 };
 
-use aya::{
-    maps::{HashMap, MapData},
-    Ebpf,
-};
-use collector_common::{
-    cuda::HandleKey,
-    nccl::{cookie, init, layout, op, CommInfo, OpKey, OpStats, SeqRing},
-};
+use aya::Ebpf;
+use collector_common::nccl::{cookie, init, layout, op};
 use object::{Object, ObjectSymbol};
 
 use super::{
     entry::ElfError,
     libraries::{detach, take_unmapped, AttachedLib, Synced},
-    ProbeError, ProbeState, ProbeStatus, Probes,
+    ProbeState, ProbeStatus, Probes,
 };
 use crate::proc_libs::FileKey;
 
@@ -520,60 +515,5 @@ impl Probes {
         }
         self.nccl_libraries.extend(used);
         out
-    }
-
-    /// The NCCL maps as they are now (cumulative). Read in the order a
-    /// rank writes them backwards: its ops and sequence rings, then the
-    /// communicators. A rank writes its communicator at init, before any
-    /// op on it, so every op read here has its communicator in the later
-    /// read (reading communicators first, a rank that initialised and
-    /// issued ops between the two reads showed up for one window under a
-    /// handle id, `h:<pid>:<handle>`, beside its real communicator).
-    pub fn nccl_maps(&self) -> Result<crate::nccl::NcclMaps, ProbeError> {
-        let err = |name| move |source| ProbeError::Map { name, source };
-        let mut out = crate::nccl::NcclMaps::default();
-        let m = self
-            .ebpf()
-            .map("NCCL_OPS")
-            .ok_or(ProbeError::MissingMap("NCCL_OPS"))?;
-        let h = HashMap::<&MapData, OpKey, OpStats>::try_from(m).map_err(err("NCCL_OPS"))?;
-        for e in h.iter() {
-            let (k, v) = e.map_err(err("NCCL_OPS"))?;
-            out.ops.insert(k, v);
-        }
-        let m = self
-            .ebpf()
-            .map("NCCL_SEQ")
-            .ok_or(ProbeError::MissingMap("NCCL_SEQ"))?;
-        let h = HashMap::<&MapData, HandleKey, SeqRing>::try_from(m).map_err(err("NCCL_SEQ"))?;
-        for e in h.iter() {
-            let (k, v) = e.map_err(err("NCCL_SEQ"))?;
-            out.seqs.insert((k.pid, k.handle), v);
-        }
-        let m = self
-            .ebpf()
-            .map("NCCL_COMMS")
-            .ok_or(ProbeError::MissingMap("NCCL_COMMS"))?;
-        let h = HashMap::<&MapData, HandleKey, CommInfo>::try_from(m).map_err(err("NCCL_COMMS"))?;
-        for e in h.iter() {
-            let (k, v) = e.map_err(err("NCCL_COMMS"))?;
-            out.comms.insert((k.pid, k.handle), v);
-        }
-        Ok(out)
-    }
-
-    /// Removes the NCCL entries of processes that exited; returns how many.
-    pub fn nccl_prune(
-        &mut self,
-        dead: &std::collections::BTreeSet<u32>,
-    ) -> Result<u64, ProbeError> {
-        if dead.is_empty() {
-            return Ok(0);
-        }
-        Ok(
-            super::prune_hash::<HandleKey, CommInfo>(self, "NCCL_COMMS", dead, |k| k.pid)?
-                + super::prune_hash::<OpKey, OpStats>(self, "NCCL_OPS", dead, |k| k.pid)?
-                + super::prune_hash::<HandleKey, SeqRing>(self, "NCCL_SEQ", dead, |k| k.pid)?,
-        )
     }
 }

@@ -13,7 +13,6 @@
 //! `kmsg` (the GPUs `gpu` read, and its NVML XIDs, joined) (from every row and the
 //! NVML and verbs facts). `exec` (`crate::exec`) is drained between windows.
 pub mod libraries;
-pub mod nccl;
 pub mod retired;
 mod source;
 
