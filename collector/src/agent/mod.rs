@@ -3,7 +3,7 @@
 //! [`crate::sources`]), and hands the wire window to the recorder and the
 //! sender ([`delivery`]). `main.rs` keeps the CLI and wiring only.
 mod delivery;
-mod describe;
+pub mod describe;
 pub mod host;
 pub mod kernel;
 pub mod probe_enabled;

@@ -170,7 +170,9 @@ fn row(line: usize, c: &[&str], type_col: Option<usize>, labels_col: Option<usiz
         if name.contains(['…', '*', '<']) {
             patterns.push(name);
         } else if name.starts_with("faultline_") {
-            last_full = Some(name.clone());
+            if !tok.starts_with('_') {
+                last_full = Some(name.clone());
+            }
             names.push(name);
         }
     }
@@ -189,18 +191,24 @@ fn row(line: usize, c: &[&str], type_col: Option<usize>, labels_col: Option<usiz
     }
 }
 
-/// `base` with its last as many `_`-segments as `suffix` has replaced by
-/// `suffix` (`…_transmitted_total` and `_received_total`).
+/// `base` with the segment before the tail it shares with `suffix`
+/// replaced by the rest of `suffix` (`…_replay_errors_total` and
+/// `_crc_flit_errors_total`, `…_transmitted_bytes_total` and
+/// `_received_bytes_total`).
 fn expand(base: &str, suffix: &str) -> String {
-    let n = suffix.matches('_').count();
-    let cut = base
-        .char_indices()
-        .filter(|(_, c)| *c == '_')
-        .map(|(i, _)| i)
+    let b: Vec<&str> = base.split('_').collect();
+    let s: Vec<&str> = suffix.split('_').skip(1).collect();
+    let common = b
+        .iter()
         .rev()
-        .nth(n.saturating_sub(1))
-        .unwrap_or(0);
-    format!("{}{suffix}", &base[..cut])
+        .zip(s.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+        .min(s.len().saturating_sub(1));
+    let keep = b.len().saturating_sub(common + 1);
+    let mut out: Vec<&str> = b[..keep].to_vec();
+    out.extend(&s);
+    out.join("_")
 }
 
 fn labels(cell: &str) -> Labels {

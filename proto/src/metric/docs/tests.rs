@@ -9,9 +9,14 @@ const LAT: Family = Family::histogram("faultline_lat_seconds", &["op"], "l");
 const RANKS: Family = Family::gauge("faultline_rank_info", &["comm", "rank", "pid"], "i");
 const TX: Family = Family::counter("faultline_port_transmitted_total", &["port"], "t");
 const RX: Family = Family::counter("faultline_port_received_total", &["port"], "r");
+const TX2: Family = Family::counter("faultline_port_transmitted_bytes_total", &["port"], "t");
+const RX2: Family = Family::counter("faultline_port_received_bytes_total", &["port"], "r");
+const DROP2: Family = Family::counter("faultline_port_dropped_bytes_total", &["port"], "d");
 const HW: Family = Family::counter("faultline_hw_rnr_total", &["port"], "h");
 
-const ALL: &[&Family] = &[&REQ, &BYTES, &UP, &LAT, &RANKS, &TX, &RX, &HW];
+const ALL: &[&Family] = &[
+    &REQ, &BYTES, &UP, &LAT, &RANKS, &TX, &RX, &TX2, &RX2, &DROP2, &HW,
+];
 
 const DOC: &str = "\
 # title
@@ -24,6 +29,7 @@ const DOC: &str = "\
 | `faultline_lat_seconds` | histogram | `op` | latency |
 | `faultline_rank_info` | gauge | `comm`, `rank` (+ `pid` when `rank` is -1) | ranks |
 | `faultline_port_transmitted_total` / `_received_total` | counter | `port` | port data |
+| `faultline_port_transmitted_bytes_total` / `_received_bytes_total` / `_dropped_bytes_total` | counter | `port` | each against the first |
 | `faultline_hw_<name>` | counter | `port` | hardware counters |
 
 Prose with `faultline_not_a_row_total` is not a table.
@@ -122,6 +128,20 @@ fn suffix_rows_and_patterns_name_their_families() {
             "_received_bytes_total"
         ),
         "faultline_a_data_received_bytes_total"
+    );
+    assert_eq!(
+        expand(
+            "faultline_gpu_nvlink_replay_errors_total",
+            "_crc_flit_errors_total"
+        ),
+        "faultline_gpu_nvlink_crc_flit_errors_total"
+    );
+    assert_eq!(
+        expand(
+            "faultline_port_packets_transmitted_total",
+            "_received_total"
+        ),
+        "faultline_port_packets_received_total"
     );
     assert!(glob("faultline_hw_<name>", "faultline_hw_rnr_total"));
     assert!(glob(
