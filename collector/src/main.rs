@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use collector::{
-    config::{ConfigError, FileConfig},
+    config::{collector as c, ConfigError, FileConfig},
     stream::section as stream,
 };
 
@@ -78,32 +78,40 @@ struct RunArgs {
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long, value_name = "SECONDS", value_parser = collector::config::duration_arg)]
     duration: Option<std::time::Duration>,
-    /// Window length in seconds [collector.window_secs, default 1].
-    #[arg(long, value_name = "SECONDS")]
+    // `[collector]`: name, help, default and environment variable from the
+    // keys' declarations (`config/collector.rs`).
+    #[arg(long = c::WINDOW_SECS.long(), value_name = "SECONDS", help = c::WINDOW_SECS.help())]
     window: Option<f64>,
-    /// Print no per-device, kernel, port or event lines: one summary line per window [collector.quiet].
-    #[arg(long)]
+    #[arg(long = c::QUIET.long(), help = c::QUIET.help())]
     quiet: bool,
-    /// Prometheus `/metrics`, `/healthz`, `/readyz` address, `HOST:PORT` or
-    /// `:PORT` for every interface [collector.metrics_addr, default 127.0.0.1:9477].
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(
+        long = c::METRICS_ADDR.long(),
+        value_name = "HOST:PORT",
+        help = c::METRICS_ADDR.help()
+    )]
     metrics_addr: Option<String>,
-    /// Web config file in Prometheus exporter-toolkit's format, as
-    /// node_exporter's --web.config.file: TLS, client certificates and basic
-    /// auth on the metrics endpoint [collector.web_config_file].
-    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    #[arg(
+        long = c::WEB_CONFIG_FILE.long(),
+        value_name = "FILE",
+        alias = "web.config.file",
+        help = c::WEB_CONFIG_FILE.help()
+    )]
     web_config_file: Option<std::path::PathBuf>,
-    /// The node's name in entities and the stream's origin; in a pod, the
-    /// node name from the downward API [collector.hostname, default: the
-    /// kernel's hostname under --proc-root].
-    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    #[arg(
+        long = c::HOSTNAME.long(),
+        value_name = "NAME",
+        env = c::HOSTNAME.env_var(),
+        help = c::HOSTNAME.help()
+    )]
     hostname: Option<String>,
-    /// The cluster this node belongs to, on every incident of its entities
-    /// [collector.cluster, default unnamed].
-    #[arg(long, value_name = "NAME", env = "FAULTLINE_CLUSTER")]
+    #[arg(
+        long = c::CLUSTER.long(),
+        value_name = "NAME",
+        env = c::CLUSTER.env_var(),
+        help = c::CLUSTER.help()
+    )]
     cluster: Option<String>,
-    /// Log format on stderr: text or json [collector.log_format, default text].
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long = c::LOG_FORMAT.long(), value_name = "FORMAT", help = c::LOG_FORMAT.help())]
     log_format: Option<String>,
     /// Disable the block I/O probes [block.enabled].
     #[arg(long)]
@@ -126,12 +134,13 @@ struct RunArgs {
     /// Do not export the dcgm-exporter compatibility families (DCGM_FI_DEV_*) [nvml.dcgm_compat].
     #[arg(long)]
     no_dcgm_compat: bool,
-    /// Directory of the scheduler's job files [collector.job_dir, default /run/faultline/jobs].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = c::JOB_DIR.long(), value_name = "DIR", help = c::JOB_DIR.help())]
     job_dir: Option<std::path::PathBuf>,
-    /// dcgm-exporter's job mapping directory, also read for hpc_job; "" turns it off
-    /// [collector.hpc_job_mapping_dir, default /run/faultline/hpc-job-mapping].
-    #[arg(long, value_name = "DIR")]
+    #[arg(
+        long = c::HPC_JOB_MAPPING_DIR.long(),
+        value_name = "DIR",
+        help = c::HPC_JOB_MAPPING_DIR.help()
+    )]
     hpc_job_mapping_dir: Option<std::path::PathBuf>,
     /// Path of libnvidia-ml.so.1 [nvml.library] (default: the system's).
     #[arg(long, value_name = "PATH")]
@@ -174,11 +183,9 @@ struct RunArgs {
     /// the ops table of a context on the first RDMA device).
     #[arg(long, value_name = "SPEC", value_parser = collector::probes::ProviderTarget::parse_spec)]
     verbs_provider: Option<collector::probes::ProviderTarget>,
-    /// Directory that holds `class/infiniband` and `dev/block` [collector.sysfs_root, default /sys].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = c::SYSFS_ROOT.long(), value_name = "DIR", help = c::SYSFS_ROOT.help())]
     sysfs_root: Option<std::path::PathBuf>,
-    /// procfs for process attribution [collector.proc_root, default /proc].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = c::PROC_ROOT.long(), value_name = "DIR", help = c::PROC_ROOT.help())]
     proc_root: Option<std::path::PathBuf>,
     // `[stream]`: name, help and default from the keys' declarations.
     #[arg(long = stream::ENDPOINT.long(), value_name = "URL", help = stream::ENDPOINT.help())]
@@ -208,9 +215,7 @@ struct RunArgs {
     /// OTLP HTTP/protobuf receiver address (`POST /v1/metrics`) [otlp.http_addr, default 127.0.0.1:4318].
     #[arg(long, value_name = "HOST:PORT")]
     otlp_http_addr: Option<std::net::SocketAddr>,
-    /// Log filter, tracing EnvFilter syntax [collector.log, default info;
-    /// `RUST_LOG` is honoured when neither is set].
-    #[arg(long, env = "FAULTLINE_LOG")]
+    #[arg(long = c::LOG.long(), env = c::LOG.env_var(), help = c::LOG.help())]
     log: Option<String>,
 }
 

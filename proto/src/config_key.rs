@@ -29,7 +29,25 @@ pub struct Key<T: 'static> {
     pub shown: &'static str,
 }
 
+/// What the docs must say of a key besides its default: its flag and
+/// environment variable (a section lists its keys' as `DECLARED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Declared {
+    pub path: &'static str,
+    pub flag: Option<&'static str>,
+    pub env: Option<&'static str>,
+}
+
 impl<T: Copy + PartialOrd + Display> Key<T> {
+    /// The key's path, flag and environment variable.
+    pub const fn declared(&self) -> Declared {
+        Declared {
+            path: self.path,
+            flag: self.flag,
+            env: self.env,
+        }
+    }
+
     /// A key with neither bounds, flag nor environment variable.
     pub const fn new(path: &'static str, default: T, doc: &'static str) -> Self {
         Self {
@@ -75,6 +93,14 @@ impl<T: Copy + PartialOrd + Display> Key<T> {
         }
     }
 
+    /// The environment variable for clap's `env` (`""`: none declared).
+    pub const fn env_var(&self) -> &'static str {
+        match self.env {
+            Some(e) => e,
+            None => "",
+        }
+    }
+
     /// The flag's help: the doc, then the key and its default
     /// (`Spool bound in bytes [stream.spool_max_bytes, default 64 MiB]`);
     /// a default that shows as nothing (`""`: unset) is left out.
@@ -89,6 +115,18 @@ impl<T: Copy + PartialOrd + Display> Key<T> {
         } else {
             format!("{} [{}, default {default}]", self.doc, self.path)
         }
+    }
+}
+
+impl Key<f64> {
+    /// The smallest valid value (`f64::MIN` when unbounded below).
+    pub fn lo(&self) -> f64 {
+        self.min.unwrap_or(f64::MIN)
+    }
+
+    /// The largest valid value (`f64::MAX` when unbounded above).
+    pub fn hi(&self) -> f64 {
+        self.max.unwrap_or(f64::MAX)
     }
 }
 
@@ -123,6 +161,7 @@ mod tests {
             ..Key::new("collector.window_secs", 1.0, "Window length in seconds")
         };
         assert!(!f.contains(f64::NAN) && !f.contains(0.0) && f.contains(1.0));
+        assert_eq!((f.lo(), f.hi(), f.env_var()), (0.01, 3600.0, ""));
         assert_eq!(f.range_text(), "in [0.01, 3600]");
     }
 }

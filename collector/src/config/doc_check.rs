@@ -1,9 +1,10 @@
 //! `docs/config.md` against the collector's config: every key the file can
 //! hold is in a key table of its collector part, every key documented
-//! there exists, and each documented default is the one `check-config`
-//! prints (`proto::config_doc`). A new field is found by tracing
+//! there exists, each documented default is the one `check-config`
+//! prints, and each declared key's flag and environment variable are in
+//! its row (`proto::config_doc`). A new field is found by tracing
 //! [`FileConfig`]'s type, so it cannot be left out of the docs.
-use proto::config_doc::{check, defaults, rows, trace};
+use proto::config_doc::{check, check_flags, defaults, rows, trace};
 
 use super::FileConfig;
 
@@ -26,7 +27,14 @@ fn docs_config_md_documents_every_key_with_its_default_and_no_other() {
         .expect("check-config prints TOML");
     let code = defaults(&traced, &printed);
     assert!(code.contains_key("stream.spool_max_bytes") && code.contains_key("stream.record"));
-    let problems = check(&code, &rows("docs/config.md", &collector_docs()));
+    let documented = rows("docs/config.md", &collector_docs());
+    let declared = [
+        &super::collector::DECLARED[..],
+        &crate::stream::section::DECLARED[..],
+    ]
+    .concat();
+    let mut problems = check(&code, &documented);
+    problems.extend(check_flags(&declared, &documented));
     assert!(
         problems.is_empty(),
         "docs/config.md and the collector's config disagree:\n{}",

@@ -1,8 +1,9 @@
 //! [`FileConfig::validate`]: every value the sections' types cannot rule
 //! out, refused with the key it belongs to.
 use super::{
+    collector::WINDOW_SECS,
     error::ConfigError,
-    values::{parse_listen_addr, seconds, WINDOW_MAX_SECS, WINDOW_MIN_SECS},
+    values::{parse_listen_addr, seconds},
     FileConfig,
 };
 use crate::{
@@ -151,8 +152,8 @@ impl FileConfig {
 
     fn validate_collector(&self) -> Result<(), ConfigError> {
         let c = &self.collector;
-        seconds(c.window_secs, WINDOW_MIN_SECS, WINDOW_MAX_SECS)
-            .map_err(|e| ConfigError::invalid("collector.window_secs", e))?;
+        seconds(c.window_secs, WINDOW_SECS.lo(), WINDOW_SECS.hi())
+            .map_err(|e| ConfigError::invalid(WINDOW_SECS.path, e))?;
         parse_listen_addr(&c.metrics_addr).map_err(|e| {
             ConfigError::invalid(
                 "collector.metrics_addr",

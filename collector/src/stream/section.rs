@@ -5,7 +5,7 @@
 //! it); documented in `docs/config.md`, which `config::tests` checks.
 use std::path::PathBuf;
 
-use proto::config_key::Key;
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
 
 /// `--correlator URL`: where windows go; unset: nowhere.
@@ -83,6 +83,18 @@ pub const NATS_MAX_BYTES: Key<i64> = Key {
 };
 /// `nats_max_bytes = -1`: the server's own store limit.
 pub const NATS_MAX_BYTES_SERVERS: i64 = -1;
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 9] = [
+    ENDPOINT.declared(),
+    SPOOL_DIR.declared(),
+    SPOOL_MAX_BYTES.declared(),
+    RECORD.declared(),
+    NATS_STREAM.declared(),
+    NATS_SUBJECT.declared(),
+    NATS_BUCKETS.declared(),
+    NATS_REPLICAS.declared(),
+    NATS_MAX_BYTES.declared(),
+];
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

@@ -11,6 +11,8 @@ mod trace;
 
 use std::collections::BTreeMap;
 
+use crate::config_key::Declared;
+
 pub use table::{rows, Row};
 pub use trace::{trace, Traced};
 
@@ -52,6 +54,33 @@ pub fn check(code: &BTreeMap<String, Printed>, docs: &[Row]) -> Vec<String> {
             problems.push(format!(
                 "`{key}` is in the config but in no key table of the docs"
             ));
+        }
+    }
+    problems
+}
+
+/// The declared keys whose documented row does not name their flag
+/// (`--spool-max-bytes`) or environment variable in its flag column.
+pub fn check_flags(declared: &[Declared], docs: &[Row]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for d in declared {
+        let Some(row) = docs.iter().find(|r| r.key == d.path) else {
+            continue; // `check` names it.
+        };
+        let cell = row.flag.as_deref().unwrap_or_default();
+        let names = d
+            .flag
+            .map(|f| format!("--{f}"))
+            .into_iter()
+            .chain(d.env.map(str::to_string));
+        for name in names {
+            let said = cell.split('`').skip(1).step_by(2).any(|t| t == name);
+            if !said {
+                problems.push(format!(
+                    "{}:{}: `{}`'s flag column does not name `{name}`",
+                    row.file, row.line, d.path
+                ));
+            }
         }
     }
     problems
@@ -153,6 +182,19 @@ mod tests {
             [
                 "config.md:7: `stream.ghost` is documented but the config has no such key",
                 "`stream.record` is in the config but in no key table of the docs",
+            ]
+        );
+        let declared = |flag, env| Declared {
+            path: "stream.spool_max_bytes",
+            flag: Some(flag),
+            env,
+        };
+        assert!(check_flags(&[declared("spool-max-bytes", None)], &rows).is_empty());
+        assert_eq!(
+            check_flags(&[declared("spool-bytes", Some("SPOOL"))], &rows),
+            [
+                "config.md:5: `stream.spool_max_bytes`'s flag column does not name `--spool-bytes`",
+                "config.md:5: `stream.spool_max_bytes`'s flag column does not name `SPOOL`",
             ]
         );
         let p = check(&code("4096"), &rows);

@@ -8,6 +8,8 @@ pub struct Row {
     pub key: String,
     /// The first `` `value` `` of the default column, if it has one.
     pub default: Option<String>,
+    /// The flag column's text, if the table has one.
+    pub flag: Option<String>,
     /// The file (as given) and 1-based line of the row.
     pub file: String,
     pub line: usize,
@@ -24,6 +26,7 @@ pub fn rows(file: &str, text: &str) -> Vec<Row> {
     // Outside a table: None; in a key table: Some(its default column);
     // in another table: Some(Some(usize::MAX)), whose rows are skipped.
     let mut default_col: Option<Option<usize>> = None;
+    let mut flag_col: Option<usize> = None;
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
         if let Some(level) = heading_level(t) {
@@ -45,6 +48,7 @@ pub fn rows(file: &str, text: &str) -> Vec<Row> {
             None => {
                 if cells.first().map(String::as_str) == Some("key") {
                     default_col = Some(cells.iter().position(|c| c == "default"));
+                    flag_col = cells.iter().position(|c| c == "flag");
                 } else {
                     default_col = Some(Some(OTHER));
                 }
@@ -82,6 +86,7 @@ pub fn rows(file: &str, text: &str) -> Vec<Row> {
                             None => name.clone(),
                         },
                         default: default.cloned(),
+                        flag: flag_col.and_then(|c| cells.get(c)).cloned(),
                         file: file.to_string(),
                         line: i + 1,
                     });
