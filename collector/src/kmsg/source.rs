@@ -99,7 +99,7 @@ impl Source for KmsgSource {
     /// Places this window's reports (the GPUs NVML read), joins NVML's
     /// XIDs of this window, and sends the events whose wait is over.
     fn derive(&mut self, cx: &mut Ctx<'_>, facts: &Facts, wire: &mut pb::Window) -> Result<()> {
-        let gpus: BTreeMap<PciKey, u32> = crate::sources::gpu::GpuFacts::of(facts)
+        let gpus: BTreeMap<PciKey, u32> = crate::nvml::GpuFacts::of(facts)
             .gpus
             .iter()
             .filter_map(|g| Some((pci_key(&g.pci_bus_id)?, g.index)))

@@ -6,13 +6,14 @@
 //! so two mounts of one file system are two sets of targets. A device whose
 //! counters went backwards (unmounted and mounted again between reads) has
 //! no delta that window: counted in `faultline_lustre_resets_total`, and
-//! the new values are the base.
-use std::collections::HashMap;
-
+//! the new values are the base ([`crate::cumulative`], shared with NFS).
 use proto::v1 as pb;
 
 use super::parse::{Import, RpcStat, Stats};
-use crate::prom_text::{Kind, Text};
+use crate::{
+    cumulative::{inc, Tracker},
+    prom_text::{Kind, Text},
+};
 
 /// One client device's latest read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,16 +39,10 @@ pub struct WindowCounts {
 
 #[derive(Debug)]
 pub struct LustreTracker {
-    prev: HashMap<String, Target>,
-    /// The latest read's devices in name order (for the exposition).
-    latest: Vec<String>,
+    /// The latest read's devices, in name order.
+    targets: Tracker<String, Target>,
     pub(super) dropped_total: u64,
-    resets_total: u64,
     malformed_total: u64,
-}
-
-fn inc(cur: u64, prev: u64) -> Option<u64> {
-    cur.checked_sub(prev)
 }
 
 /// The device's rows for the RPC types that completed in the window;
@@ -102,10 +97,8 @@ impl Default for LustreTracker {
 impl LustreTracker {
     pub fn new() -> Self {
         Self {
-            prev: HashMap::new(),
-            latest: Vec::new(),
+            targets: Tracker::new(),
             dropped_total: 0,
-            resets_total: 0,
             malformed_total: 0,
         }
     }
@@ -113,25 +106,13 @@ impl LustreTracker {
     /// A new read: the window's rows (none for a device seen for the first
     /// time, whose counters are the base) and what it counted.
     pub fn update(&mut self, read: Vec<Target>) -> (Vec<pb::NfsOp>, WindowCounts) {
-        let mut counts = WindowCounts::default();
-        let mut rows = Vec::new();
-        let mut next = HashMap::with_capacity(read.len());
-        let mut order = Vec::with_capacity(read.len());
-        for t in read {
-            self.malformed_total += t.stats.malformed;
-            if let Some(p) = self.prev.get(&t.device) {
-                match target_rows(&t, p) {
-                    Some(r) => rows.extend(r),
-                    None => counts.resets += 1,
-                }
-            }
-            order.push(t.device.clone());
-            next.insert(t.device.clone(), t);
-        }
-        counts.targets = next.len();
-        self.resets_total += counts.resets;
-        self.prev = next;
-        self.latest = order;
+        self.malformed_total += read.iter().map(|t| t.stats.malformed).sum::<u64>();
+        let read = read.into_iter().map(|t| (t.device.clone(), t));
+        let (rows, resets) = self.targets.update(read, target_rows);
+        let counts = WindowCounts {
+            targets: self.targets.len(),
+            resets,
+        };
         (rows, counts)
     }
 
@@ -139,10 +120,7 @@ impl LustreTracker {
     /// and RPC type, the import's state, and the tracker's own counters.
     pub fn render(&self) -> String {
         let mut t = Text::new();
-        for dev in &self.latest {
-            let Some(x) = self.prev.get(dev) else {
-                continue;
-            };
+        for x in self.targets.latest() {
             render_target(&mut t, x);
         }
         t.sample(
@@ -150,7 +128,7 @@ impl LustreTracker {
             "Lustre client targets (OSC/MDC devices) tracked",
             Kind::Gauge,
             &[],
-            self.latest.len(),
+            self.targets.latest().count(),
         );
         for (name, help, v) in [
             (
@@ -161,7 +139,7 @@ impl LustreTracker {
             (
                 "faultline_lustre_resets_total",
                 "Lustre target windows left out because their counters went back (remount)",
-                self.resets_total,
+                self.targets.resets_total(),
             ),
             (
                 "faultline_lustre_malformed_lines_total",

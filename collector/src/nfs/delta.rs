@@ -8,13 +8,15 @@
 //! the rest are counted in `faultline_nfs_mounts_dropped_total`. A mount
 //! whose counters went backwards (unmounted and mounted again between two
 //! reads) has no delta that window: its window is unknown, counted in
-//! `faultline_nfs_resets_total`, and the new values are the base.
-use std::collections::HashMap;
-
+//! `faultline_nfs_resets_total`, and the new values are the base
+//! ([`crate::cumulative`], shared with Lustre).
 use proto::v1 as pb;
 
 use super::parse::{Mount, OpStats, Parsed};
-use crate::prom_text::{Kind, Text};
+use crate::{
+    cumulative::{inc, Tracker},
+    prom_text::{Kind, Text},
+};
 
 type Key = (String, String);
 
@@ -35,17 +37,10 @@ pub struct WindowCounts {
 #[derive(Debug)]
 pub struct NfsTracker {
     max_mounts: usize,
-    prev: HashMap<Key, Mount>,
-    /// The latest parse's tracked mounts in file order (for the exposition).
-    latest: Vec<Key>,
+    /// The latest parse's tracked mounts, in file order.
+    mounts: Tracker<Key, Mount>,
     dropped_total: u64,
-    resets_total: u64,
     malformed_total: u64,
-}
-
-/// A counter's increase, `None` when it went backwards.
-fn inc(cur: u64, prev: u64) -> Option<u64> {
-    cur.checked_sub(prev)
 }
 
 /// One procedure's window; `None` when a cumulative counter went back.
@@ -105,10 +100,8 @@ impl NfsTracker {
     pub fn new(max_mounts: usize) -> Self {
         Self {
             max_mounts,
-            prev: HashMap::new(),
-            latest: Vec::new(),
+            mounts: Tracker::new(),
             dropped_total: 0,
-            resets_total: 0,
             malformed_total: 0,
         }
     }
@@ -138,25 +131,13 @@ impl NfsTracker {
         let mut counts = WindowCounts::default();
         self.malformed_total += parsed.malformed;
         let kept = self.admit(parsed, &mut counts);
-        let mut rows = Vec::new();
-        let mut next = HashMap::with_capacity(kept.len());
-        let mut order = Vec::with_capacity(kept.len());
-        for m in kept {
-            let key = (m.device.clone(), m.mountpoint.clone());
-            if let Some(p) = self.prev.get(&key) {
-                match mount_rows(&m, p) {
-                    Some(r) => rows.extend(r),
-                    None => counts.resets += 1,
-                }
-            }
-            order.push(key.clone());
-            next.insert(key, m);
-        }
-        counts.mounts = next.len();
+        let read = kept
+            .into_iter()
+            .map(|m| ((m.device.clone(), m.mountpoint.clone()), m));
+        let (rows, resets) = self.mounts.update(read, mount_rows);
+        counts.resets = resets;
+        counts.mounts = self.mounts.len();
         self.dropped_total += counts.dropped;
-        self.resets_total += counts.resets;
-        self.prev = next;
-        self.latest = order;
         (rows, counts)
     }
 
@@ -164,10 +145,7 @@ impl NfsTracker {
     /// and procedure (procedures with RPCs only), and the tracker's own.
     pub fn render(&self) -> String {
         let mut t = Text::new();
-        for key in &self.latest {
-            let Some(m) = self.prev.get(key) else {
-                continue;
-            };
+        for m in self.mounts.latest() {
             render_mount(&mut t, m);
         }
         t.sample(
@@ -175,7 +153,7 @@ impl NfsTracker {
             "NFS mounts tracked from mountstats",
             Kind::Gauge,
             &[],
-            self.latest.len(),
+            self.mounts.latest().count(),
         );
         for (name, help, v) in [
             (
@@ -186,7 +164,7 @@ impl NfsTracker {
             (
                 "faultline_nfs_resets_total",
                 "NFS mount windows left out because their counters went back (remount)",
-                self.resets_total,
+                self.mounts.resets_total(),
             ),
             (
                 "faultline_nfs_malformed_lines_total",

@@ -3,7 +3,10 @@
 //! PCIe, NVLink errors and bandwidth, energy, GPM profiling metrics), XID and
 //! ECC events from NVML's event API in a dedicated blocking thread, and the
 //! joins that put GPU state next to the CUDA probe data (device ordinal →
-//! UUID; process → GPUs from its maps).
+//! UUID; process → GPUs from its maps). The family's source ([`source`]:
+//! GPU rows ([`wire`]), lost-GPU and XID events, the GPU families with
+//! workload labels, the kubelet's allocations from [`podresources`]), its
+//! `/metrics` families (`prom`, `dcgm`) and its `[nvml]` section.
 use std::{
     collections::BTreeSet,
     fmt::Write as _,
@@ -407,14 +410,30 @@ pub mod dcgm;
 mod events;
 mod gpm;
 mod nvlink;
+pub mod podresources;
 mod prom;
 mod remap;
 mod sample;
 mod section;
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+mod source;
+pub mod wire;
 
 pub use events::{spawn_event_listener, EventListener};
 pub use prom::{render_prometheus, render_with, Export};
 pub use section::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET};
+#[cfg(all(
+    feature = "probes",
+    feature = "nvml",
+    feature = "rdma",
+    feature = "otlp"
+))]
+pub use source::{GpuFacts, GpuLabelConfig, GpuSource};
 
 #[cfg(test)]
 mod tests {

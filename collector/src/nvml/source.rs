@@ -8,7 +8,7 @@ use proto::v1 as pb;
 use crate::{
     jobmap::JobMap,
     nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
-    podresources,
+    nvml::podresources,
     sources::{Ctx, Fact, Facts, Source},
     usage::GpuReadings,
     window::unix_ms,
@@ -139,7 +139,7 @@ impl Source for GpuSource {
                 ));
             }
         }
-        wire.gpus = crate::window::gpus(self.src.gpus(), &samples);
+        wire.gpus = nvml::wire::gpus(self.src.gpus(), &samples);
         while let Ok(e) = self.events.try_recv() {
             let entity = entity(cx.host, e.index);
             let GpuEventKind::Xid { code, meaning } = &e.kind else {

@@ -1,6 +1,6 @@
 //! NVLink error counters and row remapping read through the real
 //! nvml-wrapper code path from the stand-in libnvidia-ml.so.1 and turned
-//! into the wire's GPU rows (`collector::window::gpus`), as the collector
+//! into the wire's GPU rows (`collector::nvml::wire::gpus`), as the collector
 //! sends them to the correlator.
 use collector::nvml::NvmlSource;
 
@@ -21,7 +21,7 @@ fn nvlink_counters_and_remapped_rows_reach_the_wire_rows() {
     let mut src = NvmlSource::open(Some(&lib)).expect("open the stand-in through nvml-wrapper");
     let (samples, events) = src.sample();
     assert!(events.is_empty());
-    let rows = collector::window::gpus(src.gpus(), &samples);
+    let rows = collector::nvml::wire::gpus(src.gpus(), &samples);
     assert_eq!(rows.len(), 4);
 
     let links: Vec<[Option<u64>; 5]> = rows[0]

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use collector::{nvml, podresources, workload::WorkloadLabels};
+use collector::{nvml, nvml::podresources, workload::WorkloadLabels};
 use proto::podresources::v1::{
     pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer},
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
