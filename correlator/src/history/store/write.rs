@@ -9,15 +9,72 @@ use vocab::entity::host_of;
 
 /// An incident's row from its update (the first one inserts it). The
 /// severity kept is the latest one given (an update without one, from an
-/// older correlator, keeps it).
+/// older correlator, keeps it). With `?14` (a rewrite of an open incident,
+/// [`Store::rewrite_open`]) the row keeps the earliest opening and the
+/// latest update of the two; otherwise the update's time is the latest.
 const UPSERT_INCIDENT: &str = "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, \
      updated_ms, resolved_ms, confidence, evidence, jobs, runbook, cluster, severity) \
-     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = excluded.state, \
-     updated_ms = excluded.updated_ms, resolved_ms = excluded.resolved_ms, \
+     opened_ms = CASE WHEN ?15 THEN MIN(opened_ms, excluded.opened_ms) ELSE opened_ms END, \
+     updated_ms = CASE WHEN ?15 THEN MAX(updated_ms, excluded.updated_ms) \
+     ELSE excluded.updated_ms END, resolved_ms = excluded.resolved_ms, \
      confidence = excluded.confidence, evidence = excluded.evidence, \
      jobs = excluded.jobs, runbook = excluded.runbook, \
      severity = CASE WHEN excluded.severity = '' THEN severity ELSE excluded.severity END";
+
+/// The prepared statements of incident writes: the row, an update, its jobs.
+struct IncidentWrites<'t> {
+    inc: rusqlite::CachedStatement<'t>,
+    upd: rusqlite::CachedStatement<'t>,
+    job: rusqlite::CachedStatement<'t>,
+}
+
+impl IncidentWrites<'_> {
+    /// Writes `u` as the incident's row (`opened_ms`, its state, resolved
+    /// when resolved; `rewrite`: see [`UPSERT_INCIDENT`]), one update and
+    /// its jobs.
+    fn write(
+        &mut self,
+        u: &CandidateUpdate,
+        opened_ms: i64,
+        rewrite: bool,
+    ) -> rusqlite::Result<()> {
+        let resolved = !rewrite && u.state == "resolved";
+        let evidence = json_list(&u.evidence);
+        self.inc.execute(params![
+            u.incident_id,
+            u.kind,
+            u.entity,
+            host_of(&u.entity),
+            if resolved { "resolved" } else { "open" },
+            opened_ms,
+            u.ts_unix_ms,
+            resolved.then_some(u.ts_unix_ms),
+            u.confidence,
+            evidence,
+            json_list(&u.affected_jobs),
+            u.runbook,
+            u.cluster,
+            u.severity,
+            rewrite,
+        ])?;
+        self.upd.execute(params![
+            u.incident_id,
+            u.ts_unix_ms,
+            u.state,
+            u.confidence,
+            evidence
+        ])?;
+        for j in &u.affected_jobs {
+            self.job.execute(params![u.incident_id, j])?;
+        }
+        Ok(())
+    }
+}
+
+/// An incident's jobs (each once).
+const INSERT_JOB: &str = "INSERT OR IGNORE INTO incident_jobs(incident_id, job) VALUES(?1, ?2)";
 
 impl Store {
     /// Writes incident updates and samples in one transaction.
@@ -56,48 +113,18 @@ impl Store {
         let e = |e: rusqlite::Error| classify(&path, &e);
         let tx = self.conn.transaction().map_err(e)?;
         {
-            let mut inc = tx.prepare_cached(UPSERT_INCIDENT).map_err(e)?;
-            let mut upd = tx
-                .prepare_cached(
-                    "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
-                     VALUES(?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(e)?;
-            let mut job = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO incident_jobs(incident_id, job) VALUES(?1, ?2)",
-                )
-                .map_err(e)?;
+            let mut w = IncidentWrites {
+                inc: tx.prepare_cached(UPSERT_INCIDENT).map_err(e)?,
+                upd: tx
+                    .prepare_cached(
+                        "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
+                         VALUES(?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .map_err(e)?,
+                job: tx.prepare_cached(INSERT_JOB).map_err(e)?,
+            };
             for u in updates {
-                let resolved = u.state == "resolved";
-                let evidence = json_list(&u.evidence);
-                inc.execute(params![
-                    u.incident_id,
-                    u.kind,
-                    u.entity,
-                    host_of(&u.entity),
-                    if resolved { "resolved" } else { "open" },
-                    u.ts_unix_ms,
-                    resolved.then_some(u.ts_unix_ms),
-                    u.confidence,
-                    evidence,
-                    json_list(&u.affected_jobs),
-                    u.runbook,
-                    u.cluster,
-                    u.severity,
-                ])
-                .map_err(e)?;
-                upd.execute(params![
-                    u.incident_id,
-                    u.ts_unix_ms,
-                    u.state,
-                    u.confidence,
-                    evidence
-                ])
-                .map_err(e)?;
-                for j in &u.affected_jobs {
-                    job.execute(params![u.incident_id, j]).map_err(e)?;
-                }
+                w.write(u, u.ts_unix_ms, false).map_err(e)?;
             }
             let mut raw = tx
                 .prepare_cached(&format!(
@@ -166,59 +193,19 @@ impl Store {
         let e = |e: rusqlite::Error| classify(&path, &e);
         let tx = self.conn.transaction().map_err(e)?;
         {
-            let mut inc = tx
-                .prepare_cached(
-                    "INSERT INTO incidents(id, kind, entity, host, state, opened_ms, updated_ms, \
-                     resolved_ms, confidence, evidence, jobs, runbook, cluster, severity) \
-                     VALUES(?1, ?2, ?3, ?4, 'open', ?5, ?6, NULL, ?7, ?8, ?9, ?10, ?11, ?12) \
-                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, state = 'open', \
-                     opened_ms = MIN(opened_ms, excluded.opened_ms), \
-                     updated_ms = MAX(updated_ms, excluded.updated_ms), resolved_ms = NULL, \
-                     confidence = excluded.confidence, evidence = excluded.evidence, \
-                     jobs = excluded.jobs, runbook = excluded.runbook, \
-                     severity = CASE WHEN excluded.severity = '' THEN severity ELSE excluded.severity END",
-                )
-                .map_err(e)?;
-            let mut upd = tx
-                .prepare_cached(
-                    "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
-                     SELECT ?1, ?2, ?3, ?4, ?5 \
-                     WHERE NOT EXISTS (SELECT 1 FROM updates WHERE incident_id = ?1)",
-                )
-                .map_err(e)?;
-            let mut job = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO incident_jobs(incident_id, job) VALUES(?1, ?2)",
-                )
-                .map_err(e)?;
+            let mut w = IncidentWrites {
+                inc: tx.prepare_cached(UPSERT_INCIDENT).map_err(e)?,
+                upd: tx
+                    .prepare_cached(
+                        "INSERT INTO updates(incident_id, ts_ms, state, confidence, evidence) \
+                         SELECT ?1, ?2, ?3, ?4, ?5 \
+                         WHERE NOT EXISTS (SELECT 1 FROM updates WHERE incident_id = ?1)",
+                    )
+                    .map_err(e)?,
+                job: tx.prepare_cached(INSERT_JOB).map_err(e)?,
+            };
             for (opened, u) in open {
-                let evidence = json_list(&u.evidence);
-                inc.execute(params![
-                    u.incident_id,
-                    u.kind,
-                    u.entity,
-                    host_of(&u.entity),
-                    opened,
-                    u.ts_unix_ms,
-                    u.confidence,
-                    evidence,
-                    json_list(&u.affected_jobs),
-                    u.runbook,
-                    u.cluster,
-                    u.severity,
-                ])
-                .map_err(e)?;
-                upd.execute(params![
-                    u.incident_id,
-                    u.ts_unix_ms,
-                    u.state,
-                    u.confidence,
-                    evidence
-                ])
-                .map_err(e)?;
-                for j in &u.affected_jobs {
-                    job.execute(params![u.incident_id, j]).map_err(e)?;
-                }
+                w.write(u, *opened, true).map_err(e)?;
             }
         }
         tx.commit().map_err(e)
