@@ -22,6 +22,7 @@ fn stdout_of_success(args: &[&std::ffi::OsStr]) -> String {
 
 #[test]
 fn unprivileged_run_names_the_missing_capabilities() {
+    let _turn = tests::one_file_at_a_time(file!());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         // Already unprivileged: run directly.
@@ -57,6 +58,7 @@ fn unprivileged_run_names_the_missing_capabilities() {
 
 #[test]
 fn bad_flag_values_exit_2_with_one_line() {
+    let _turn = tests::one_file_at_a_time(file!());
     let out = Command::new(BIN).arg("--no-such-flag").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -82,6 +84,7 @@ fn write_config(name: &str, text: &str) -> std::path::PathBuf {
 
 #[test]
 fn config_file_errors_are_one_line_with_exit_2() {
+    let _turn = tests::one_file_at_a_time(file!());
     let p = write_config(
         "unknown",
         "[collector]\nwindow_secs = 2\n\n[cuda]\nlibary = \"/x\"\n",
@@ -120,6 +123,7 @@ fn config_file_errors_are_one_line_with_exit_2() {
 
 #[test]
 fn check_config_prints_the_effective_settings_flags_over_file() {
+    let _turn = tests::one_file_at_a_time(file!());
     let p = write_config("ok", "[collector]\nwindow_secs = 2.5\nmetrics_addr = \"127.0.0.1:9600\"\n[cuda]\nevents_per_sec = 50\n");
     let stdout = stdout_of_success(&[
         "check-config".as_ref(),
@@ -149,6 +153,7 @@ fn check_config_prints_the_effective_settings_flags_over_file() {
 /// the same as `--config FILE`; two different files are one error line.
 #[test]
 fn check_config_takes_the_file_as_the_correlator_does() {
+    let _turn = tests::one_file_at_a_time(file!());
     let p = write_config("pos", "[collector]\nwindow_secs = 3.5\n");
     let stdout = stdout_of_success(&["check-config".as_ref(), p.as_os_str()]);
     assert!(stdout.lines().any(|l| l == "window_secs = 3.5"), "{stdout}");
@@ -173,6 +178,7 @@ fn check_config_takes_the_file_as_the_correlator_does() {
 /// exist is a mistake, not a host without RDMA devices.
 #[test]
 fn once_with_a_missing_sysfs_root_fails_and_says_so() {
+    let _turn = tests::one_file_at_a_time(file!());
     let out = Command::new(BIN)
         .args(["--once", "--sysfs-root", "/no/such/sysfs-root"])
         .output()
@@ -197,6 +203,7 @@ fn once_with_a_missing_sysfs_root_fails_and_says_so() {
 /// `--metrics-addr :9477` (node_exporter's `:9100` form) is accepted.
 #[test]
 fn metrics_addr_accepts_a_bare_port() {
+    let _turn = tests::one_file_at_a_time(file!());
     let stdout = stdout_of_success(&[
         "check-config".as_ref(),
         "--metrics-addr".as_ref(),
@@ -210,6 +217,7 @@ fn metrics_addr_accepts_a_bare_port() {
 /// host): each is one line and exit 2, before anything starts.
 #[test]
 fn accepted_values_never_panic() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (args, want) in [
         (
             &["--window", "1e-300"][..],
@@ -247,6 +255,7 @@ fn accepted_values_never_panic() {
 /// both are refused as "not a regular file", quickly.
 #[test]
 fn fifo_and_dev_zero_in_sysfs_or_config_do_not_hang() {
+    let _turn = tests::one_file_at_a_time(file!());
     let root = std::env::temp_dir().join(format!("faultline-cli-fifo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let port = root.join("class/infiniband/mlx5_0/ports/1");

@@ -8,6 +8,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_faultline-collector");
 
 #[test]
 fn a_parse_error_names_the_place_but_never_echoes_the_file() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-ccs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let secret = "s3cr3t-hunter2-7f9a";

@@ -4,6 +4,7 @@
 //! the hard limit (unlimited with the capability).
 #[test]
 fn a_low_memlock_limit_is_raised() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -7,6 +7,7 @@ fn has(object: &[u8], name: &str) -> bool {
 
 #[test]
 fn benchmarks_live_in_their_own_object() {
+    let _turn = tests::one_file_at_a_time(file!());
     let prod = collector::probes::probes_object();
     let bench = collector::probes::bench_object();
     if prod.is_empty() {

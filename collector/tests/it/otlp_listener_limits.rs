@@ -46,6 +46,7 @@ fn post(addr: SocketAddr) -> (String, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_do_not_delay_a_real_export() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (_rx, addr) = receiver(proto::listen::HttpLimitsConfig::default()).await;
     // More slow clients than the default cap (256): a request line, then nothing.
     let slow = tokio::task::spawn_blocking(move || {
@@ -75,6 +76,7 @@ async fn slow_clients_do_not_delay_a_real_export() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_body_is_answered_408_after_the_body_timeout() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (_rx, addr) = receiver(proto::listen::HttpLimitsConfig {
         body_timeout_s: 1.0,
         ..proto::listen::HttpLimitsConfig::default()

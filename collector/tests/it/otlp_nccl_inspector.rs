@@ -62,6 +62,7 @@ async fn post(addr: std::net::SocketAddr, body: &str) -> String {
 
 #[tokio::test]
 async fn the_inspector_s_aggregated_and_verbose_exports_land_in_nccl_perf() {
+    let _turn = tests::one_file_at_a_time(file!());
     let rx = otlp::start(&OtlpSection {
         grpc_addr: "127.0.0.1:0".into(),
         http_addr: "127.0.0.1:0".into(),

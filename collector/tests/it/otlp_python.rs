@@ -24,7 +24,7 @@ use collector::otlp::{self, OtlpSection, Receiver};
 use otlp_counters as counters;
 use proto::v1::{StepTime, WorkloadSample};
 
-mod otlp_counters;
+use crate::otlp_counters;
 
 fn python() -> Option<PathBuf> {
     venv_python(
@@ -293,6 +293,7 @@ fn only(before: &str, transport: &str, encoding: &str, compression: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_training_loop_and_model_server_over_grpc_and_http() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(py) = python() else { return };
     let _serial = counters::serial().await;
     let rx = otlp::start(&receiver()).await;
@@ -309,6 +310,7 @@ async fn python_sdk_training_loop_and_model_server_over_grpc_and_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_with_gzip_over_grpc_and_http() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(py) = python() else { return };
     let _serial = counters::serial().await;
     let rx = otlp::start(&receiver()).await;
@@ -326,6 +328,7 @@ async fn python_sdk_with_gzip_over_grpc_and_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_over_http_json_plain_and_gzip() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(py) = json_python() else { return };
     let _serial = counters::serial().await;
     let rx = otlp::start(&receiver()).await;

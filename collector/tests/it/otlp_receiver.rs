@@ -28,7 +28,7 @@ use tokio::{
     net::TcpStream,
 };
 
-mod otlp_counters;
+use crate::otlp_counters;
 
 const MAX_BODY: usize = 64 << 10;
 
@@ -140,6 +140,7 @@ struct Bogus {
 
 #[tokio::test]
 async fn grpc_and_http_exports_land_in_the_window_and_errors_get_their_statuses() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = counters::serial().await;
     let (rx, grpc, http_addr) = start(test_config()).await;
     let mut client = MetricsServiceClient::connect(format!("http://{grpc}"))
@@ -241,6 +242,7 @@ async fn grpc_and_http_exports_land_in_the_window_and_errors_get_their_statuses(
 
 #[tokio::test]
 async fn a_port_in_use_is_reported_with_its_key_and_the_other_transport_runs() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = counters::serial().await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let cfg = OtlpSection {
@@ -373,6 +375,7 @@ fn frame(compressed: bool, msg: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn json_and_gzip_are_accepted_counted_and_bombs_and_bad_encodings_refused() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = counters::serial().await;
     let (rx, grpc, http_addr) = start(test_config()).await;
     let before = counters::snapshot();

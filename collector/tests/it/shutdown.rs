@@ -8,6 +8,7 @@ use collector::agent::shutdown::Shutdown;
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_signal_between_two_waits_is_not_lost() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut s = Shutdown::install().expect("signal handlers");
     // Busy, not waiting: the signal arrives now.
     // SAFETY: raise has no preconditions; SIGINT has a handler installed above.
