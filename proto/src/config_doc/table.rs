@@ -110,12 +110,11 @@ fn last_section(line: &str) -> Option<String> {
     ticked(line)
         .into_iter()
         .filter_map(|t| Some(t.strip_prefix('[')?.strip_suffix(']')?.to_string()))
-        .filter(|s| {
+        .rfind(|s| {
             !s.is_empty()
                 && s.chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._".contains(c))
         })
-        .next_back()
 }
 
 /// A table row's cells, trimmed.
