@@ -116,7 +116,7 @@ fn metrics_response(text: &str, h: &HeaderMap) -> Response {
             // Compressing into memory does not fail; if it did, the
             // scrape still gets the plain text.
             Err(e) => {
-                metrics::counter!("faultline_metrics_gzip_errors_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::METRICS_GZIP_ERRORS.name).increment(1);
                 tracing::warn!(error = %e, "gzip of /metrics failed: sent uncompressed");
             }
         }

@@ -6,10 +6,15 @@
 //! crate against it.
 use proto::metric::{shared, Family};
 
+mod kernel;
+mod recorder;
+pub use kernel::*;
+pub use recorder::*;
+
 /// The groups of declared families, one per module that declares some.
 const GROUPS: &[&[&Family]] = &[
-    crate::agent::describe::FAMILIES,
-    crate::agent::kernel::FAMILIES,
+    RECORDER_FAMILIES,
+    KERNEL_FAMILIES,
     &[
         &shared::CONNECTIONS_REFUSED,
         &shared::CONNECTIONS_CLOSED,

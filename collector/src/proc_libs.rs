@@ -195,7 +195,8 @@ impl LibScan {
         }
         self.untracked += untracked;
         if untracked > 0 {
-            metrics::counter!("faultline_library_scan_untracked_total").increment(untracked);
+            metrics::counter!(crate::metrics_catalog::LIBRARY_SCAN_UNTRACKED.name)
+                .increment(untracked);
         }
         self.procs.retain(|pid, _| alive.contains(pid));
         self.collect()

@@ -58,13 +58,13 @@ impl Delivery {
     pub fn publish(&mut self, wire: pb::Window) {
         if let Some(r) = self.recorder.as_mut() {
             if let Err(e) = r.append(&wire) {
-                metrics::counter!("faultline_record_errors_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::RECORD_ERRORS.name).increment(1);
                 tracing::warn!(error = %e, "cannot write the record file: window not recorded");
             }
         }
         if let Some(s) = &self.sender {
             if s.tx.try_send(wire).is_err() {
-                metrics::counter!("faultline_windows_dropped_total", "reason" => "queue_full")
+                metrics::counter!(crate::metrics_catalog::WINDOWS_DROPPED.name, "reason" => "queue_full")
                     .increment(1);
                 tracing::warn!("sender queue full: window dropped");
             }

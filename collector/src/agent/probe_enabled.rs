@@ -18,7 +18,7 @@ pub fn enabled(state: &ProbeState) -> bool {
 /// Sets the gauge for every probe of the attach pass.
 pub fn export(status: &[ProbeStatus]) {
     for s in status {
-        metrics::gauge!("faultline_probe_enabled", "probe" => s.name)
+        metrics::gauge!(crate::metrics_catalog::PROBE_ENABLED.name, "probe" => s.name)
             .set(f64::from(u8::from(enabled(&s.state))));
     }
 }

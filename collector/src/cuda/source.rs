@@ -68,7 +68,7 @@ impl Source for CudaSource {
         let now = std::time::Instant::now();
         if !dead.is_empty() {
             let n = cx.probes.cuda_prune(&dead)?;
-            metrics::counter!("faultline_cuda_pruned_entries_total").increment(n);
+            metrics::counter!(crate::metrics_catalog::CUDA_PRUNED_ENTRIES.name).increment(n);
             cx.ids.forget(&dead);
             self.retired_pairs.retire(exited.jobs(), now);
             self.retired.absorb(&exited);

@@ -24,7 +24,7 @@ impl ReadIssues {
     pub fn account(&mut self, host: &str, scan: &Scan) -> usize {
         for p in &scan.ports {
             for (file, err) in &p.read_errors {
-                metrics::counter!("faultline_sysfs_read_errors_total", "file" => file.clone())
+                metrics::counter!(crate::metrics_catalog::SYSFS_READ_ERRORS.name, "file" => file.clone())
                     .increment(1);
                 tracing::debug!(port = %p.entity(host), file, err, "sysfs read error");
             }
@@ -38,7 +38,7 @@ impl ReadIssues {
                 self.noted.insert(m.clone());
             }
             new += 1;
-            metrics::counter!("faultline_ib_optional_files_missing_total", "file" => m.file)
+            metrics::counter!(crate::metrics_catalog::IB_OPTIONAL_FILES_MISSING.name, "file" => m.file)
                 .increment(1);
             tracing::info!(
                 port = %vocab::entity::port(host, &m.device, m.port),

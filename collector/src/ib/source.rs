@@ -45,7 +45,7 @@ impl Source for IbSource {
         let scan = match ib::scan(&self.sysfs_root, &self.filter) {
             Ok(s) => s,
             Err(e) => {
-                metrics::counter!("faultline_sysfs_read_errors_total", "file" => "class/infiniband").increment(1);
+                metrics::counter!(crate::metrics_catalog::SYSFS_READ_ERRORS.name, "file" => "class/infiniband").increment(1);
                 tracing::warn!(error = %e, "reading InfiniBand sysfs");
                 return Ok(None);
             }

@@ -71,7 +71,8 @@ impl ExitedRanks {
         self.kept.push_back(k);
         while self.kept.len() > MAX_EXITED_RANKS {
             if let Some(old) = self.kept.pop_front() {
-                metrics::counter!("faultline_nccl_exited_ranks_folded_early_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::NCCL_EXITED_RANKS_FOLDED_EARLY.name)
+                    .increment(1);
                 self.fold(old, now);
             }
         }
@@ -116,7 +117,7 @@ impl ExitedRanks {
         idle.sort();
         for (_, j) in idle.into_iter().take(over) {
             self.folded.remove(&j);
-            metrics::counter!("faultline_nccl_job_totals_evicted_total").increment(1);
+            metrics::counter!(crate::metrics_catalog::NCCL_JOB_TOTALS_EVICTED.name).increment(1);
         }
     }
 
@@ -205,7 +206,7 @@ pub fn render_all(
             }
             id.push(("handle", format!("{handle:x}")));
             if seen.contains(&with_job(&id)) {
-                metrics::counter!("faultline_nccl_series_collisions_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::NCCL_SERIES_COLLISIONS.name).increment(1);
                 continue;
             }
         }

@@ -117,7 +117,8 @@ impl Source for NcclSource {
         }
         let live_jobs: BTreeSet<String> = live.values().map(|r| job(r.pid)).collect();
         self.exited.expire(now, &live_jobs);
-        metrics::gauge!("faultline_nccl_exited_ranks_kept").set(self.exited.len() as f64);
+        metrics::gauge!(crate::metrics_catalog::NCCL_EXITED_RANKS_KEPT.name)
+            .set(self.exited.len() as f64);
         cx.expo
             .set_section("nccl", nccl::render_all(&live, &self.exited, job));
         who.retain(|pid, _| !dead.contains(pid));
@@ -152,7 +153,7 @@ impl Source for NcclSource {
         wire.nccl = rows;
         if !dead.is_empty() {
             let n = cx.probes.nccl_prune(&dead)? + cx.probes.cuda_in_flight_prune(&dead)?;
-            metrics::counter!("faultline_nccl_pruned_entries_total").increment(n);
+            metrics::counter!(crate::metrics_catalog::NCCL_PRUNED_ENTRIES.name).increment(n);
         }
         self.prev = cur;
         Ok(None)
@@ -174,7 +175,8 @@ impl NcclSource {
             }
         };
         if truncated {
-            metrics::counter!("faultline_nccl_in_flight_scan_truncated_total").increment(1);
+            metrics::counter!(crate::metrics_catalog::NCCL_IN_FLIGHT_SCAN_TRUNCATED.name)
+                .increment(1);
         }
         let pids: BTreeSet<u32> = cur.keys().map(|k| k.0).collect();
         let now = crate::probes::clock_ns(libc::CLOCK_MONOTONIC);

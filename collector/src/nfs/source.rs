@@ -35,7 +35,7 @@ impl Source for NfsSource {
             Err(e) => {
                 // A host without NFS support or a restricted /proc: the
                 // rest of the window goes on.
-                metrics::counter!("faultline_sysfs_read_errors_total", "file" => "mountstats")
+                metrics::counter!(crate::metrics_catalog::SYSFS_READ_ERRORS.name, "file" => "mountstats")
                     .increment(1);
                 tracing::debug!(error = %e, "reading mountstats");
             }

@@ -72,7 +72,8 @@ fn listen(nvml: Nvml, tx: mpsc::Sender<GpuEvent>, stop: &std::sync::atomic::Atom
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(gpu = i, error = %e.error, "NVML event registration failed: no XID events from this GPU");
-                metrics::counter!("faultline_nvml_event_registration_failures_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::NVML_EVENT_REGISTRATION_FAILURES.name)
+                    .increment(1);
                 match rebuild_event_set(&nvml, &registered) {
                     Some(s) => s,
                     None => {

@@ -270,11 +270,12 @@ fn run(
                     tracing::info!(socket = %socket.display(), "kubelet pod-resources API answers again");
                 }
                 failures = 0;
-                metrics::gauge!("faultline_pod_resources_gpus").set(a.len() as f64);
+                metrics::gauge!(crate::metrics_catalog::POD_RESOURCES_GPUS.name)
+                    .set(a.len() as f64);
                 *latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(a);
             }
             Err(e) => {
-                metrics::counter!("faultline_pod_resources_errors_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::POD_RESOURCES_ERRORS.name).increment(1);
                 if failures == 0 {
                     tracing::warn!(error = %e, "kubelet pod-resources API unavailable; GPU container labels from cgroups until it answers");
                 }
@@ -282,7 +283,7 @@ fn run(
                 if failures == STALE_AFTER {
                     *latest.lock().unwrap_or_else(PoisonError::into_inner) =
                         Arc::new(GpuAllocations::default());
-                    metrics::gauge!("faultline_pod_resources_gpus").set(0.0);
+                    metrics::gauge!(crate::metrics_catalog::POD_RESOURCES_GPUS.name).set(0.0);
                 }
             }
         }

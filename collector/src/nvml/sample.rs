@@ -40,7 +40,7 @@ impl Reader<'_> {
                 None
             }
             Err(e) => {
-                metrics::counter!("faultline_nvml_read_errors_total", "field" => field)
+                metrics::counter!(crate::metrics_catalog::NVML_READ_ERRORS.name, "field" => field)
                     .increment(1);
                 tracing::debug!(gpu = self.gpu, field, error = %e, "NVML read failed");
                 None
@@ -56,7 +56,7 @@ impl Reader<'_> {
             reason,
             "NVML field unsupported; not queried again"
         );
-        metrics::counter!("faultline_nvml_unsupported_fields_total").increment(1);
+        metrics::counter!(crate::metrics_catalog::NVML_UNSUPPORTED_FIELDS.name).increment(1);
         self.unsupported.insert((self.gpu, field));
     }
 }

@@ -97,7 +97,7 @@ where
             for &(from, word, to, reason) in REMAP {
                 if code.as_deref() == Some(from) && msg.contains(word) {
                     h.insert("grpc-status", http::HeaderValue::from_static(to));
-                    metrics::counter!("faultline_otlp_rejected_requests_total", "transport" => "grpc", "reason" => reason).increment(1);
+                    metrics::counter!(crate::metrics_catalog::OTLP_REJECTED_REQUESTS.name, "transport" => "grpc", "reason" => reason).increment(1);
                     break;
                 }
             }

@@ -129,7 +129,7 @@ impl Rejection {
 
     /// The response, counted under its reason.
     fn respond(self) -> Response<Full<Bytes>> {
-        metrics::counter!("faultline_otlp_rejected_requests_total", "transport" => "http", "reason" => self.reason).increment(1);
+        metrics::counter!(crate::metrics_catalog::OTLP_REJECTED_REQUESTS.name, "transport" => "http", "reason" => self.reason).increment(1);
         let body = match self.enc {
             Encoding::Protobuf => RpcStatus {
                 code: self.code as i32,

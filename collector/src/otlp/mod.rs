@@ -94,7 +94,7 @@ mod receiver {
             encoding: &'static str,
             compression: &'static str,
         ) {
-            metrics::counter!("faultline_otlp_requests_total", "transport" => transport, "encoding" => encoding, "compression" => compression).increment(1);
+            metrics::counter!(crate::metrics_catalog::OTLP_REQUESTS.name, "transport" => transport, "encoding" => encoding, "compression" => compression).increment(1);
         }
 
         /// Decodes and aggregates one request and counts what happened.
@@ -126,14 +126,15 @@ mod receiver {
                     None => dropped.push((r, n)),
                 }
             }
-            metrics::counter!("faultline_otlp_accepted_points_total", "transport" => transport)
+            metrics::counter!(crate::metrics_catalog::OTLP_ACCEPTED_POINTS.name, "transport" => transport)
                 .increment(ing.accepted + nccl.accepted);
-            metrics::counter!("faultline_otlp_ignored_points_total", "transport" => transport)
+            metrics::counter!(crate::metrics_catalog::OTLP_IGNORED_POINTS.name, "transport" => transport)
                 .increment(ignored);
             let mut rejected = 0u64;
             let mut why = Vec::new();
             for &(r, n) in &dropped {
-                metrics::counter!("faultline_otlp_dropped_total", "reason" => r).increment(n);
+                metrics::counter!(crate::metrics_catalog::OTLP_DROPPED.name, "reason" => r)
+                    .increment(n);
                 rejected += n;
                 why.push(format!("{r}={n}"));
             }
@@ -156,7 +157,7 @@ mod receiver {
             let entries = self.aggregator.take();
             let lost: u64 = entries.iter().map(|(_, a)| a.buckets_dropped).sum();
             if lost > 0 {
-                metrics::counter!("faultline_otlp_dropped_total", "reason" => "bucket_cap")
+                metrics::counter!(crate::metrics_catalog::OTLP_DROPPED.name, "reason" => "bucket_cap")
                     .increment(lost);
             }
             let cap = self.aggregator.limits().max_buckets_per_series;

@@ -46,7 +46,8 @@ impl OtlpSource {
         for s in steps {
             let key = (s.job.clone(), s.rank);
             if !self.last.contains_key(&key) && self.last.len() >= MAX_STEP_SERIES {
-                metrics::counter!("faultline_job_step_series_dropped_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::JOB_STEP_SERIES_DROPPED.name)
+                    .increment(1);
                 continue;
             }
             self.last.insert(

@@ -413,7 +413,7 @@ fn attach_libraries(
                 tracing::info!(api = api.status, reason = %w, "optional NCCL probe inactive");
             }
         }
-        metrics::gauge!("faultline_probe_attached", "probe" => api.status)
+        metrics::gauge!(crate::metrics_catalog::PROBE_ATTACHED.name, "probe" => api.status)
             .set(f64::from(u8::from(state == ProbeState::Attached)));
         status.push(ProbeStatus {
             name: api.status,
@@ -471,7 +471,8 @@ impl Probes {
             .collect();
         let refused = new.len().saturating_sub(room);
         if refused > 0 {
-            metrics::counter!("faultline_nccl_libraries_refused_total").increment(refused as u64);
+            metrics::counter!(crate::metrics_catalog::NCCL_LIBRARIES_REFUSED.name)
+                .increment(refused as u64);
             tracing::warn!(
                 refused,
                 max = crate::nccl_lib::MAX_LIBRARIES,
@@ -484,7 +485,7 @@ impl Probes {
             ..Synced::default()
         };
         if !out.detached.is_empty() {
-            metrics::counter!("faultline_nccl_libraries_detached_total")
+            metrics::counter!(crate::metrics_catalog::NCCL_LIBRARIES_DETACHED.name)
                 .increment(out.detached.len() as u64);
         }
         let new: Vec<_> = new.into_iter().take(room).collect();
@@ -507,7 +508,7 @@ impl Probes {
             self.status
                 .retain(|s| !(s.name == "nccl" && matches!(s.state, ProbeState::Inactive(_))));
         }
-        metrics::counter!("faultline_nccl_libraries_attached_late_total")
+        metrics::counter!(crate::metrics_catalog::NCCL_LIBRARIES_ATTACHED_LATE.name)
             .increment(used.len() as u64);
         for l in used.values() {
             tracing::info!(library = %l.shown, "NCCL probes attached to a library found after start");

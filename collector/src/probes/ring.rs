@@ -54,14 +54,14 @@ impl<R: Decode> EventRing<R> {
                     Some(r) => out.push(r),
                     None => {
                         self.malformed += 1;
-                        metrics::counter!("faultline_ring_malformed_total", "probe" => R::LABEL)
+                        metrics::counter!(crate::metrics_catalog::RING_MALFORMED.name, "probe" => R::LABEL)
                             .increment(1);
                     }
                 }
             }
             let n = out.len() - before;
             if n > 0 {
-                metrics::counter!("faultline_probe_events_total", "probe" => R::LABEL)
+                metrics::counter!(crate::metrics_catalog::PROBE_EVENTS.name, "probe" => R::LABEL)
                     .increment(n as u64);
                 return Ok(());
             }

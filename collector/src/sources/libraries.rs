@@ -72,8 +72,9 @@ impl Source for LibrarySource {
             let s = cx.probes.cuda_sync(&mapped, &root);
             say(cx, "cuda", &s);
         }
-        metrics::gauge!("faultline_library_scan_last_seconds").set(t0.elapsed().as_secs_f64());
-        metrics::counter!("faultline_library_scans_total").increment(1);
+        metrics::gauge!(crate::metrics_catalog::LIBRARY_SCAN_LAST_SECONDS.name)
+            .set(t0.elapsed().as_secs_f64());
+        metrics::counter!(crate::metrics_catalog::LIBRARY_SCANS.name).increment(1);
         Ok(None)
     }
 }

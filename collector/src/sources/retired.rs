@@ -61,7 +61,7 @@ impl Retired {
             self.seen.remove(p);
         }
         if !gone.is_empty() {
-            metrics::counter!("faultline_exited_series_forgotten_total")
+            metrics::counter!(crate::metrics_catalog::EXITED_SERIES_FORGOTTEN.name)
                 .increment(gone.len() as u64);
         }
         gone

@@ -325,7 +325,7 @@ impl Sender {
         }
         self.stats.dropped.fetch_add(n, Ordering::Relaxed);
         self.stats.held_dropped.fetch_add(n, Ordering::Relaxed);
-        metrics::counter!("faultline_windows_dropped_total", "reason" => "clock_future")
+        metrics::counter!(crate::metrics_catalog::WINDOWS_DROPPED.name, "reason" => "clock_future")
             .increment(n);
         tracing::warn!(
             windows = n,
@@ -361,7 +361,7 @@ impl Sender {
                 self.held.forget(&name);
                 continue;
             };
-            metrics::counter!("faultline_spool_held_retries_total").increment(1);
+            metrics::counter!(crate::metrics_catalog::SPOOL_HELD_RETRIES.name).increment(1);
             self.stats.held_retries.fetch_add(1, Ordering::Relaxed);
             let call = client.stream(tokio_stream::iter([w]));
             let r = tokio::time::timeout(RETRY_TIMEOUT, call).await;
@@ -371,7 +371,7 @@ impl Sender {
                     self.held.accepted(&name, Instant::now());
                     *delivered += 1;
                     self.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("faultline_windows_sent_total").increment(1);
+                    metrics::counter!(crate::metrics_catalog::WINDOWS_SENT.name).increment(1);
                     self.pending();
                 }
                 Ok(Ok(_)) => {

@@ -228,7 +228,7 @@ impl Spool {
             let _ = fs::remove_file(self.dir.join(name));
         }
         self.quarantined += 1;
-        metrics::counter!("faultline_spool_quarantined_total", "reason" => why.reason())
+        metrics::counter!(crate::metrics_catalog::SPOOL_QUARANTINED.name, "reason" => why.reason())
             .increment(1);
         tracing::warn!(
             file = %self.dir.join(name).display(),

@@ -28,12 +28,14 @@ impl Source for SwitchesSource {
                 .detail(format_args!("switch {name}: perfquery failed: {why}"));
             tracing::debug!(switch = %name, %why, "perfquery failed");
         }
-        metrics::counter!("faultline_switch_polls_total", "result" => "failed")
+        metrics::counter!(crate::metrics_catalog::SWITCH_POLLS.name, "result" => "failed")
             .increment(p.failed.len() as u64);
-        metrics::counter!("faultline_switch_polls_total", "result" => "ok").increment(p.ok);
-        metrics::counter!("faultline_switch_ports_dropped_total").increment(p.dropped);
-        metrics::counter!("faultline_switch_malformed_lines_total").increment(p.malformed);
-        metrics::gauge!("faultline_switch_ports").set(p.rows.len() as f64);
+        metrics::counter!(crate::metrics_catalog::SWITCH_POLLS.name, "result" => "ok")
+            .increment(p.ok);
+        metrics::counter!(crate::metrics_catalog::SWITCH_PORTS_DROPPED.name).increment(p.dropped);
+        metrics::counter!(crate::metrics_catalog::SWITCH_MALFORMED_LINES.name)
+            .increment(p.malformed);
+        metrics::gauge!(crate::metrics_catalog::SWITCH_PORTS.name).set(p.rows.len() as f64);
         wire.ib_ports.extend(p.rows);
         Ok(None)
     }

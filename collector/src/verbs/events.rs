@@ -24,7 +24,7 @@ impl RdmaEventSource {
 impl Source for RdmaEventSource {
     fn collect(&mut self, cx: &mut Ctx<'_>, wire: &mut pb::Window) -> Result<Option<Fact>> {
         while let Ok(ev) = self.rx.try_recv() {
-            metrics::counter!("faultline_rdma_async_events_total", "device" => ev.device.clone(), "event" => ev.name).increment(1);
+            metrics::counter!(crate::metrics_catalog::RDMA_ASYNC_EVENTS.name, "device" => ev.device.clone(), "event" => ev.name).increment(1);
             let entity = vocab::entity::port(cx.host, &ev.device, ev.port);
             cx.console
                 .detail(format_args!("rdma event {entity} {}", ev.name));

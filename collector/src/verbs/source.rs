@@ -64,7 +64,7 @@ impl Source for VerbsSource {
         let now = std::time::Instant::now();
         if !dead.is_empty() {
             let n = cx.probes.verbs_prune(&dead)?;
-            metrics::counter!("faultline_verbs_pruned_entries_total").increment(n);
+            metrics::counter!(crate::metrics_catalog::VERBS_PRUNED_ENTRIES.name).increment(n);
             cx.ids.forget(&dead);
             self.retired_pairs.retire(
                 exited.keys().map(|(_, j, r, _)| (j.clone(), r.clone())),

@@ -96,6 +96,7 @@ impl LaunchController {
         if let Some(c) = recent_cost(&self.recent_hit_s) {
             self.hit_cost_s = c;
         }
-        metrics::gauge!("faultline_cuda_launch_hit_cost_seconds").set(self.hit_cost_s);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_HIT_COST_SECONDS.name)
+            .set(self.hit_cost_s);
     }
 }

@@ -69,12 +69,10 @@ impl LaunchController {
         } else {
             0.0
         };
-        metrics::gauge!("faultline_cuda_launch_estimate_error_bound").set(self.error_bound);
-        metrics::gauge!("faultline_cuda_launch_counts_approximate").set(if self.approximate() {
-            1.0
-        } else {
-            0.0
-        });
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_ESTIMATE_ERROR_BOUND.name)
+            .set(self.error_bound);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_COUNTS_APPROXIMATE.name)
+            .set(if self.approximate() { 1.0 } else { 0.0 });
         if self.approximate() && !was_approximate {
             tracing::warn!(
                 error_bound = self.error_bound,
@@ -91,7 +89,8 @@ impl LaunchController {
         probes.set_launch_proc_root(&self.proc_root);
         probes.set_launch_trap_share(d.shares.clone());
         probes.set_launch_duty(self.fraction);
-        metrics::gauge!("faultline_cuda_launch_attached_fraction").set(self.fraction);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_ATTACHED_FRACTION.name)
+            .set(self.fraction);
         if self.fraction >= 1.0 {
             // Exact: attached, counting without a window.
             probes.set_launch_attached(true, None)?;

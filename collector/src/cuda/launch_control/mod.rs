@@ -134,10 +134,11 @@ impl LaunchController {
                 }
             }
         };
-        metrics::gauge!("faultline_cuda_launch_hit_cost_seconds").set(hit_cost_ns * 1e-9);
-        metrics::gauge!("faultline_cuda_launch_attached_fraction").set(1.0);
-        metrics::gauge!("faultline_cuda_launch_estimate_error_bound").set(0.0);
-        metrics::gauge!("faultline_cuda_launch_counts_approximate").set(0.0);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_HIT_COST_SECONDS.name)
+            .set(hit_cost_ns * 1e-9);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_ATTACHED_FRACTION.name).set(1.0);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_ESTIMATE_ERROR_BOUND.name).set(0.0);
+        metrics::gauge!(crate::metrics_catalog::CUDA_LAUNCH_COUNTS_APPROXIMATE.name).set(0.0);
         say(format!(
             "cuda launch probes: bounded-overhead mode on (budget {:.2}% of a process's CPU, hit cost {:.0} ns{})",
             cfg.launch_budget * 100.0,
@@ -256,7 +257,7 @@ impl LaunchController {
             // The period starts when counting does (attaching takes ms).
             self.phase = Instant::now();
         }
-        metrics::counter!("faultline_cuda_launch_toggles_total").increment(1);
+        metrics::counter!(crate::metrics_catalog::CUDA_LAUNCH_TOGGLES.name).increment(1);
         Ok(())
     }
 
