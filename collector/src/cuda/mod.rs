@@ -8,15 +8,13 @@
 //! The bounded-overhead launch mode: [`launch_control`] decides the duty
 //! cycle from the budget ([`crate::launch_budget`]) and the cost of one hit
 //! ([`calibrate`]); the attach itself and the duty-cycled links are in
-//! `probes` (`cuda_attach`, `launch_duty`), which `Probes::load` runs.
+//! `probes` (`probes/cuda.rs`, `launch_duty`), which `Probes::load` runs.
 use std::{collections::BTreeMap, fmt::Write as _, time::Instant};
 
 use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
+use vocab::hist::quantile_ns;
 
-use crate::{
-    block::quantile_ns,
-    prom_text::{Kind, Text},
-};
+use crate::prom_text::{Kind, Text};
 
 #[cfg(feature = "probes")]
 pub mod calibrate;

@@ -131,89 +131,6 @@ pub fn take_unmapped(
 }
 
 impl super::Probes {
-    /// Brings the CUDA driver libraries to what processes map now
-    /// (`mapped`, from a scan of `proc_root`): a copy not attached yet (a
-    /// container's driver at a path and inode the host's is not) gets every
-    /// CUDA probe, its launch probes duty-cycled with the first library's;
-    /// one no process maps any more is detached. The first library stays.
-    pub fn cuda_sync(
-        &mut self,
-        mapped: &BTreeMap<FileKey, crate::proc_libs::Mapped>,
-        proc_root: &Path,
-    ) -> Synced {
-        let mut out = Synced::default();
-        let primary = self.cuda_primary.as_ref().map(|(k, _)| *k);
-        let live: std::collections::BTreeSet<FileKey> = mapped.keys().copied().collect();
-        for l in take_unmapped(&mut self.cuda_extra, &live) {
-            if let Ok(mut duty) = self.launch.lock() {
-                duty.remove_lib(&mut self.ebpf, &l.attach_path);
-            }
-            out.detached.push(l.shown.clone());
-            detach(&mut self.ebpf, l);
-        }
-        for (k, m) in mapped {
-            if Some(*k) == primary || self.cuda_extra.contains_key(k) {
-                continue;
-            }
-            if self.cuda_extra.len() >= MAX_EXTRA_CUDA {
-                out.refused += 1;
-                continue;
-            }
-            let found = crate::nccl_lib::Found::mapped(proc_root, *k, m);
-            let mut held = match AttachedLib::hold(
-                &found.path,
-                *k,
-                found.shown.clone(),
-                false,
-                m.on_host,
-            ) {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!(library = %found.shown, error = %e, "CUDA library not attached");
-                    continue;
-                }
-            };
-            let mut status = Vec::new();
-            let (n, launch, links) = super::attach::attach_cuda_to(
-                &mut self.ebpf,
-                &held.attach_path.clone(),
-                Path::new(&found.shown),
-                &mut status,
-            );
-            held.links = links;
-            if n == 0 {
-                detach(&mut self.ebpf, held);
-                continue;
-            }
-            if let Ok(mut duty) = self.launch.lock() {
-                duty.add_links(&mut self.ebpf, launch);
-            }
-            for st in status
-                .into_iter()
-                .filter(|s| s.state == super::ProbeState::Attached)
-            {
-                match self.status.iter_mut().find(|s| s.name == st.name) {
-                    Some(old) => old.state = super::ProbeState::Attached,
-                    None => self.status.push(st),
-                }
-            }
-            self.status.retain(|s| {
-                !(s.name == "cuda" && matches!(s.state, super::ProbeState::Inactive(_)))
-            });
-            if self.cuda_library.is_none() {
-                self.cuda_library = Some(held.found_at.clone());
-            }
-            tracing::info!(library = %held.shown, attached = n, "CUDA probes attached to a library found after start");
-            out.attached.push(held.shown.clone());
-            self.cuda_extra.insert(*k, held);
-        }
-        if out.refused > 0 {
-            metrics::counter!("faultline_cuda_libraries_refused_total")
-                .increment(out.refused as u64);
-        }
-        out
-    }
-
     /// Uprobe links on the NCCL and CUDA libraries (each costs the kernel a
     /// grace period to remove).
     pub fn uprobe_links(&self) -> usize {
@@ -225,16 +142,7 @@ impl super::Probes {
             .sum::<usize>()
             + self.launch.lock().map_or(0, |d| d.attached_links())
     }
-
-    /// The CUDA libraries attached after start (as shown).
-    pub fn cuda_libraries_extra(&self) -> Vec<String> {
-        self.cuda_extra.values().map(|l| l.shown.clone()).collect()
-    }
 }
-
-/// CUDA driver copies attached beside the first (distinct driver inodes on
-/// one host are rare: a driver container beside the host's, an upgrade).
-pub const MAX_EXTRA_CUDA: usize = 8;
 
 #[cfg(test)]
 mod tests {

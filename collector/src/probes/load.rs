@@ -9,8 +9,10 @@ use collector_common::{
 use tokio::io::unix::AsyncFd;
 
 use super::{
-    attach::{attach, attach_cuda, attach_verbs, unload_btf},
-    btf, launch_duty,
+    attach::{attach, attach_verbs, unload_btf},
+    btf,
+    cuda::attach_cuda,
+    launch_duty,
     mmap_array::MmapArray,
     nccl, table, BlockAttach, BlockMode, ProbeError, ProbeOptions, ProbeSpec, ProbeState,
     ProbeStatus, Probes, PROBES, PROBES_OBJECT,
@@ -213,7 +215,7 @@ fn attach_table(
                 tracing::warn!(probe = spec.name, reason = %why, "probe inactive")
             }
         }
-        metrics::gauge!("faultline_probe_attached", "probe" => spec.name).set(
+        metrics::gauge!(crate::metrics_catalog::PROBE_ATTACHED.name, "probe" => spec.name).set(
             if state == ProbeState::Attached {
                 1.0
             } else {

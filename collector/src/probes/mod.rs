@@ -6,6 +6,7 @@
 pub(crate) mod attach;
 pub mod bench;
 pub mod btf;
+mod cuda;
 pub mod drain;
 pub mod entry;
 pub mod launch_cpu;
