@@ -8,7 +8,7 @@
 //! dcgm-exporter's default counters that NVML can supply is here (the test
 //! reads dcgm-exporter's own `etc/default-counters.csv`); the `DCGM_FI_PROF_*`
 //! ones only on GPUs with GPM (Hopper and later).
-use super::{nvlink::NvLinkCounter, prom::Export, GpuInfo, GpuSample};
+use super::{export::Export, nvlink::NvLinkCounter, GpuInfo, GpuSample};
 use crate::{
     prom_text::{Kind, Text},
     workload::WorkloadLabels,

@@ -408,6 +408,7 @@ pub fn describe_gpu(device: i32, gpus: &[GpuInfo], samples: &[GpuSample]) -> Opt
 
 pub mod dcgm;
 mod events;
+mod export;
 mod gpm;
 mod nvlink;
 pub mod podresources;
@@ -425,7 +426,8 @@ mod source;
 pub mod wire;
 
 pub use events::{spawn_event_listener, EventListener};
-pub use prom::{render_prometheus, render_with, Export};
+pub use export::Export;
+pub use prom::{render_prometheus, render_with};
 pub use section::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET};
 #[cfg(all(
     feature = "probes",

@@ -14,6 +14,7 @@ mod backoff;
 mod call;
 mod held;
 pub mod nats;
+mod nats_target;
 pub mod section;
 pub mod sender;
 pub mod spool;

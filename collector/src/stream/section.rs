@@ -140,8 +140,8 @@ pub struct StreamSection {
 
 impl StreamSection {
     /// Where windows go on NATS.
-    pub fn nats(&self) -> super::nats::NatsTarget {
-        super::nats::NatsTarget {
+    pub fn nats(&self) -> super::nats_target::NatsTarget {
+        super::nats_target::NatsTarget {
             stream: self.nats_stream.clone(),
             prefix: self.nats_subject.clone(),
             shard: self.shard.clone(),

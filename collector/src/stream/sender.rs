@@ -29,7 +29,7 @@ pub struct SenderConfig {
     /// TLS and token credentials for `endpoint` (none for `http://`).
     pub auth: super::tls::ClientAuth,
     /// For a `nats://` endpoint: the stream and subjects.
-    pub nats: super::nats::NatsTarget,
+    pub nats: super::nats_target::NatsTarget,
 }
 
 /// Counters shared with the collector's main loop (and exported as metrics).
