@@ -20,6 +20,7 @@ pub mod metric;
 pub mod parse_error;
 pub mod record;
 pub mod refusal;
+mod usage;
 
 #[cfg(feature = "client-tls")]
 pub mod client_tls;

@@ -92,37 +92,10 @@ pub mod method {
     pub const EXACT: &str = "exact";
 }
 
-/// Cumulative usage of one (job, team) for the Prometheus counters.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Totals {
-    pub gpu_alloc_seconds: f64,
-    pub gpu_busy_seconds: f64,
-    pub energy_joules: f64,
-    pub peak_mem_bytes: u64,
-    pub launches: u64,
-    pub copy_bytes: u64,
-    pub sync_wait_ns: u64,
-    pub io_requests: u64,
-    pub io_bytes: u64,
-    pub io_device_ns: u64,
-    pub fabric_bytes: u64,
-}
-
-impl Totals {
-    fn add(&mut self, u: &pb::JobUsage) {
-        self.gpu_alloc_seconds += u.gpu_alloc_seconds;
-        self.gpu_busy_seconds += u.gpu_busy_seconds;
-        self.energy_joules += u.energy_joules;
-        self.peak_mem_bytes = self.peak_mem_bytes.max(u.peak_mem_bytes);
-        self.launches += u.launches;
-        self.copy_bytes += u.copy_bytes;
-        self.sync_wait_ns += u.sync_wait_ns;
-        self.io_requests += u.io_requests;
-        self.io_bytes += u.io_bytes;
-        self.io_device_ns += u.io_device_ns;
-        self.fabric_bytes += u.fabric_bytes;
-    }
-}
+/// Cumulative usage of one (job, team) for the Prometheus counters: the
+/// quantities of a [`pb::JobUsage`] (its labels unused), summed with
+/// [`pb::JobUsage::add_quantities`] (the one sum, next to the wire type).
+pub type Totals = pb::JobUsage;
 
 /// The job label of the (job, team) pairs beyond `max_jobs`.
 pub const OVERFLOW_JOB: &str = "_overflow";

@@ -272,7 +272,7 @@ impl Accountant {
                 self.folded += 1;
                 (OVERFLOW_JOB.to_string(), String::new())
             };
-            self.totals.entry(key).or_default().add(u);
+            self.totals.entry(key).or_default().add_quantities(u);
         }
     }
 }
