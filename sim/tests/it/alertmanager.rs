@@ -2,7 +2,7 @@
 //! loopback) receives the simulated incident as an alert with its runbook
 //! and incident id, and the alert resolves when the incident resolves: the
 //! test reads Alertmanager's own webhook notifications.
-mod common;
+use crate::common;
 
 use std::{
     path::Path,
@@ -91,6 +91,7 @@ fn next_alert(
 
 #[test]
 fn incident_arrives_as_alert_and_resolves() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(ALERTMANAGER) {
         return;
     }
@@ -188,6 +189,7 @@ fn counter(s: &Serve, name: &str) -> f64 {
 /// with the CA file and its client certificate delivers the incident.
 #[test]
 fn incident_reaches_an_https_alertmanager_that_requires_a_client_certificate() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(ALERTMANAGER) {
         return;
     }
@@ -328,6 +330,7 @@ fn ack_cli(s: &Serve, token_file: &Path, id: &str, extra: &[&str]) -> (bool, Str
 /// resolution is notified as usual.
 #[test]
 fn an_acknowledged_incident_is_silenced_in_alertmanager_and_stays_open() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(ALERTMANAGER) {
         return;
     }
@@ -465,6 +468,7 @@ fn an_acknowledged_incident_is_silenced_in_alertmanager_and_stays_open() {
 /// notification, the web UI's JSON, the history and the open list.
 #[test]
 fn a_degraded_link_under_a_1024_gpu_job_pages_as_critical() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(ALERTMANAGER) {
         return;
     }

@@ -4,11 +4,12 @@
 //! the healthy links' sporadic errors raise nothing.
 use sim::run;
 
-mod scenario;
+use crate::scenario;
 use scenario::args;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_cooling_is_one_host_incident_and_a_bad_nvlink_its_gpu_s() {
+    let _turn = tests::one_file_at_a_time(file!());
     let seen = run(args(&[
         "gpu-thermal-host@n010:gpus=4",
         "gpu-nvlink@n005/gpu3:rate=5,link=7",
@@ -50,6 +51,7 @@ async fn shared_cooling_is_one_host_incident_and_a_bad_nvlink_its_gpu_s() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_fault_specs_are_checked() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (spec, why) in [
         (
             "gpu-thermal-host@n003:gpus=1",

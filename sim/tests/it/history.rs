@@ -3,7 +3,7 @@
 //! resolves once it is gone); retention removes raw rows past their horizon
 //! and keeps the rollups; a corrupt database is a clear error at start;
 //! the correlator's /metrics passes `promtool check metrics`.
-mod common;
+use crate::common;
 
 use std::{process::Command, time::Duration};
 
@@ -12,6 +12,7 @@ use correlator::history::{samples::Sample, HistoryConfig, HistoryError, Store, H
 
 #[test]
 fn incidents_and_series_survive_kill_9() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = out_dir("history_restart");
     let ws = degraded_link_windows(&dir, 120);
     let (before, rest): (Vec<_>, Vec<_>) = ws.into_iter().partition(|w| w.seq <= 30);
@@ -159,6 +160,7 @@ impl OutputWith for Command {
 
 #[test]
 fn retention_drops_old_raw_rows_and_keeps_rollups() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = out_dir("history_retention");
     let cfg = HistoryConfig {
         raw_retention_s: 3600,
@@ -244,6 +246,7 @@ fn retention_drops_old_raw_rows_and_keeps_rollups() {
 
 #[test]
 fn disk_budget_bounds_the_file() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = out_dir("history_budget");
     let cfg = HistoryConfig {
         max_bytes: 2 << 20,
@@ -275,6 +278,7 @@ fn disk_budget_bounds_the_file() {
 
 #[test]
 fn corrupt_database_is_a_clear_error() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = out_dir("history_corrupt");
     let path = dir.join("h.db");
     std::fs::write(&path, vec![0x5a; 8192]).expect("write garbage");
@@ -335,6 +339,7 @@ fn corrupt_database_is_a_clear_error() {
 
 #[test]
 fn offenders_rank_entities_with_repeated_incidents() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = out_dir("history_offenders");
     let path = dir.join("h.db");
     let now = correlator::web::api::now_ms();

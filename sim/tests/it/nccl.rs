@@ -61,6 +61,7 @@ fn calls(r: &NcclRank) -> u64 {
 /// in flight at a window's end; 4 AllReduces of 100 MB per ~1.015 s step.
 #[test]
 fn ring_and_tree_rows_agree_on_every_rank_across_leaves() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(32, 1.0, true);
     let (ring, tree) = (c.comm_id(RING), c.comm_id(TREE));
     assert_eq!(ring.len(), 16);
@@ -142,6 +143,7 @@ fn ring_and_tree_rows_agree_on_every_rank_across_leaves() {
 /// steps stop (no step completes).
 #[test]
 fn a_hang_freezes_exactly_the_injected_rank() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(8, 1.0, true);
     let fs = inject(&c, &["nccl-hang@n003/gpu5:at=5"]);
     let ring = c.comm_id(RING);
@@ -186,6 +188,7 @@ fn a_hang_freezes_exactly_the_injected_rank() {
 /// sit one collective behind everybody else.
 #[test]
 fn a_host_hang_freezes_its_ranks_only() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(8, 1.0, true);
     let fs = inject(&c, &["nccl-hang@n002:at=5.3"]);
     let ring = c.comm_id(RING);
@@ -249,6 +252,7 @@ fn cadence(
 /// 0.225 x its 1 s compute at every collective.
 #[test]
 fn a_slow_rank_stretches_everyones_cadence_and_lags() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(8, 10.0, true);
     let (before, _) = cadence(&mut c, &[], 10, 2);
     let mut c = cluster(8, 10.0, true);
@@ -276,6 +280,7 @@ fn a_slow_rank_stretches_everyones_cadence_and_lags() {
 /// (it issues its collectives on time, they complete late).
 #[test]
 fn a_degraded_link_stretches_everyones_cadence_without_a_lag() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(8, 10.0, true);
     let (before, _) = cadence(&mut c, &[], 10, 2);
     let mut c = cluster(8, 10.0, true);
@@ -289,6 +294,7 @@ fn a_degraded_link_stretches_everyones_cadence_without_a_lag() {
 /// Without OTLP the job sends no step times; its collectives still show.
 #[test]
 fn without_otlp_only_the_collectives_show_the_steps() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(4, 1.0, false);
     for _ in 0..5 {
         let ws = step(&mut c, &[]);
@@ -304,6 +310,7 @@ fn without_otlp_only_the_collectives_show_the_steps() {
 /// job creates new ones, with new ids, from sequence 0.
 #[test]
 fn collector_restart_and_job_end() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(4, 10.0, true);
     let fs = inject(
         &c,
@@ -363,6 +370,7 @@ fn collector_restart_and_job_end() {
 
 #[test]
 fn nccl_faults_take_a_rank_or_a_host() {
+    let _turn = tests::one_file_at_a_time(file!());
     let c = cluster(4, 1.0, true);
     let s = vec!["nccl-hang@n001/mlx5_1/1".to_string()];
     let e = format!("{:#}", faults::parse_all(&s, &c, 1).unwrap_err());

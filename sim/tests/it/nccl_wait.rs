@@ -58,6 +58,7 @@ fn line<'a>(u: &'a CandidateUpdate, prefix: &str) -> &'a str {
 
 #[test]
 fn a_dead_peer_is_named_on_the_ring() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (c, got, first) = run("nccl-hang-dead-peer@n006/gpu3", 60);
     let ring = c.comm_id(RING);
     assert_eq!(
@@ -94,6 +95,7 @@ fn a_dead_peer_is_named_on_the_ring() {
 
 #[test]
 fn a_downed_port_in_the_footprint_is_named() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (c, got, _) = run("nccl-hang-port-down@n009/mlx5_5/1", 60);
     let ring = c.comm_id(RING);
     let hang: Vec<&CandidateUpdate> = got
@@ -120,6 +122,7 @@ fn a_downed_port_in_the_footprint_is_named() {
 
 #[test]
 fn no_cause_below_says_so() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (c, got, _) = run("nccl-hang-unknown", 60);
     let ring = c.comm_id(RING);
     assert_eq!(
@@ -140,6 +143,7 @@ fn no_cause_below_says_so() {
 
 #[test]
 fn checkpoint_evaluation_and_job_exit_raise_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     for spec in [
         "nccl-checkpoint:duration=120",
         "nccl-eval:duration=120",
@@ -155,6 +159,7 @@ fn checkpoint_evaluation_and_job_exit_raise_nothing() {
 /// processes' last rows marked `exited`.
 #[test]
 fn the_pauses_show_below_what_they_are() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = Cluster::new(ClusterSpec {
         nodes: 4,
         window_s: 1.0,

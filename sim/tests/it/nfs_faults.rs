@@ -12,7 +12,7 @@ use sim::{
 
 const NODES: usize = 16;
 
-mod scenario;
+use crate::scenario;
 
 fn args(inject: &[&str]) -> SimArgs {
     SimArgs {
@@ -45,6 +45,7 @@ fn numbers(u: &CandidateUpdate, prefix: &str) -> Vec<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_target_is_one_incident_naming_its_hosts_and_job() {
+    let _turn = tests::one_file_at_a_time(file!());
     let got = incidents(&["nfs-slow@filer01:/datasets:factor=10"]).await;
     assert_eq!(got.len(), 1, "{got:#?}");
     let u = &got[0];
@@ -88,6 +89,7 @@ async fn a_slow_target_is_one_incident_naming_its_hosts_and_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_host_s_mount_alone_is_its_own_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let got = incidents(&["nfs-slow@n003:factor=10"]).await;
     let nfs: Vec<&CandidateUpdate> = got.iter().filter(|u| u.kind == "nfs_latency").collect();
     assert_eq!(nfs.len(), 1, "{got:#?}");
@@ -114,12 +116,14 @@ async fn one_host_s_mount_alone_is_its_own_incident() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthy_mounts_raise_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let got = incidents(&[]).await;
     assert!(got.is_empty(), "{got:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nfs_fault_specs_are_checked() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (spec, why) in [
         (
             "nfs-slow:factor=0.5",
@@ -158,6 +162,7 @@ fn cluster() -> Cluster {
 /// is the mount's RTT (10x after the onset), execution at least the RTT.
 #[test]
 fn windows_carry_the_mount_s_rows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster();
     let fs = faults::parse_all(&["nfs-slow:factor=10".to_string()], &c, 3).expect("spec");
     assert_eq!(fs[0].name, "nfs-slow@nfs:filer01:/datasets");

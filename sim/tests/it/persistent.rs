@@ -5,6 +5,7 @@ use sim::{run, SimArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_port_down_for_30_minutes_keeps_one_open_incident_that_explains_the_job() {
+    let _turn = tests::one_file_at_a_time(file!());
     let seen = run(SimArgs {
         nodes: 4,
         // The port goes down at 60 s and stays down; the job slows with it.

@@ -3,7 +3,7 @@
 //! the injected link degradation fires `FaultlineIncident{kind=
 //! "ib_link_degraded"}`, and when the fault goes away the incident resolves
 //! and so does the alert; `FaultlineIncidentCritical` never fires.
-mod common;
+use crate::common;
 
 use std::{
     process::{Command, Stdio},
@@ -44,6 +44,7 @@ fn wait_alerts(
 
 #[test]
 fn the_simulated_link_fault_fires_the_incident_alert_and_it_resolves() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(PROMETHEUS) {
         return;
     }

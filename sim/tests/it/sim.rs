@@ -11,7 +11,7 @@ use sim::{
     faults, run, SimArgs,
 };
 
-mod scenario;
+use crate::scenario;
 use scenario::args;
 
 async fn opened(inject: &[&str]) -> Vec<(String, String)> {
@@ -20,6 +20,7 @@ async fn opened(inject: &[&str]) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_fault_raises_its_incident_and_nothing_else() {
+    let _turn = tests::one_file_at_a_time(file!());
     let faults = [
         (
             "ib-link-degrade@n005/mlx5_3/1",
@@ -59,6 +60,7 @@ async fn each_fault_raises_its_incident_and_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confounders_raise_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let got = opened(&[
         "job-end",
         "counter-reset@n004/mlx5_1/1",
@@ -78,6 +80,7 @@ async fn confounders_raise_nothing() {
 /// port without slowing anyone raises nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interference_names_the_aggressor_and_harmless_saturation_raises_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let long = |inject: &[&str]| SimArgs {
         duration: 70.0,
         onset: 35.0,
@@ -133,6 +136,7 @@ fn percent(u: &proto::v1::CandidateUpdate, prefix: &str) -> f64 {
 /// host and the ring, naming exactly that rank, and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nccl_hang_names_the_stalled_rank() {
+    let _turn = tests::one_file_at_a_time(file!());
     let a = args(&["nccl-hang@n005/gpu3"]);
     let ring = Cluster::new(a.spec()).comm_id(RING);
     let got = incidents(a).await;
@@ -169,6 +173,7 @@ async fn nccl_hang_names_the_stalled_rank() {
 /// alone within 35 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nccl_slow_rank_with_and_without_otlp() {
+    let _turn = tests::one_file_at_a_time(file!());
     let spec = "nccl-slow-rank@n009/gpu4:factor=1.6";
     let long = SimArgs {
         duration: 70.0,
@@ -238,6 +243,7 @@ async fn nccl_slow_rank_with_and_without_otlp() {
 /// the step-time regression inferred from its collectives (+96 %).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_link_under_the_ring_names_the_job_without_otlp() {
+    let _turn = tests::one_file_at_a_time(file!());
     let a = SimArgs {
         window: 10.0,
         duration: 400.0,
@@ -272,6 +278,7 @@ async fn a_degraded_link_under_the_ring_names_the_job_without_otlp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_injections_are_clear_errors() {
+    let _turn = tests::one_file_at_a_time(file!());
     let e = run(args(&["meteor-strike"])).await.unwrap_err().to_string();
     assert!(e.contains("unknown fault kind \"meteor-strike\""), "{e}");
     let e = run(args(&["gpu-thermal@n999/gpu1"]))
@@ -316,6 +323,7 @@ async fn bad_injections_are_clear_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_file_with_onsets() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-scn-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("s.txt");
@@ -384,6 +392,7 @@ fn state(w: &Window, hca: &str) -> u32 {
 /// BER 1e-12 on a 400 Gb/s port for 10 s: 4 errors per window on average.
 #[test]
 fn symbol_errors_follow_the_ber() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(8, 10.0, LinkRate::Ndr, StorageMix::Nvme, 3);
     let fs = inject(&c, &["ib-link-degrade@n002/mlx5_4/1:ber=1e-12,ramp=0,at=0"]);
     let windows = 3000;
@@ -424,6 +433,7 @@ fn symbol_errors_follow_the_ber() {
 /// A fast degradation saturates the 16-bit counters, and they stay there.
 #[test]
 fn counters_saturate_at_their_iba_width() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(4, 30.0, LinkRate::Xdr, StorageMix::Nvme, 5);
     let fs = inject(&c, &["ib-link-degrade@n001/mlx5_0/1:ber=1e-8,ramp=0,at=0"]);
     let mut ler = Vec::new();
@@ -449,6 +459,7 @@ fn counters_saturate_at_their_iba_width() {
 /// ACTIVE, only `link_downed` shows it. A longer one is seen DOWN.
 #[test]
 fn flaps_shorter_and_longer_than_a_window() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(4, 10.0, LinkRate::Hdr, StorageMix::Nvme, 9);
     let fs = inject(
         &c,
@@ -484,6 +495,7 @@ fn flaps_shorter_and_longer_than_a_window() {
 /// maximum consistent with them, the device class on the row.
 #[test]
 fn latency_histograms_are_consistent() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (mix, classes) in [
         (StorageMix::Nvme, vec!["nvme"]),
         (StorageMix::Ssd, vec!["ssd"]),
@@ -552,6 +564,7 @@ fn latency_histograms_are_consistent() {
 /// 98 % by the one after, all by the third).
 #[test]
 fn a_1e12_step_is_visible_within_three_windows() {
+    let _turn = tests::one_file_at_a_time(file!());
     for seed in 1..=10 {
         let mut c = cluster(8, 10.0, LinkRate::Ndr, StorageMix::Nvme, seed);
         let fs = inject(&c, &["ib-link-degrade@n003/mlx5_3/1:ber=1e-12,ramp=0"]);
@@ -572,6 +585,7 @@ fn a_1e12_step_is_visible_within_three_windows() {
 /// confounders have no visible window.
 #[test]
 fn visibility_of_discrete_faults() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(8, 30.0, LinkRate::Hdr, StorageMix::Mixed, 2);
     let fs = inject(
         &c,
@@ -593,6 +607,7 @@ fn visibility_of_discrete_faults() {
 /// Collector restart: a new instance, sequence from 1, one window missing.
 #[test]
 fn collector_restart_skips_a_window_and_restarts_the_sequence() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut c = cluster(4, 10.0, LinkRate::Ndr, StorageMix::Nvme, 4);
     let fs = inject(&c, &["collector-restart@n001:at=50"]);
     let mut seen = Vec::new();
@@ -612,6 +627,7 @@ fn collector_restart_skips_a_window_and_restarts_the_sequence() {
 /// accuracy asserted here: the engine is being rewritten).
 #[test]
 fn bench_detect_quick_writes_json() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-bench-{}", std::process::id()));
     let out = dir.join("detect.json");
     let a = DetectArgs {

@@ -35,6 +35,7 @@ fn sim(rust_log: Option<&str>) -> (String, String) {
 
 #[test]
 fn sim_prints_each_incident_once_without_per_node_logs() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (stdout, stderr) = sim(None);
     assert_eq!(
         stdout

@@ -74,6 +74,7 @@ fn decided_long(u: &CandidateUpdate) -> bool {
 /// names, and no later than the one-minute horizon alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_ramp_is_flagged_by_the_long_horizon_before_the_alarm_line() {
+    let _turn = tests::one_file_at_a_time(file!());
     let fault = format!("ib-link-degrade@{PORT}:ber=5e-13,ramp={RAMP_S}");
     let (updates, short, start) = replayed("ramp", &fault, ONSET_S + RAMP_S + 120.0).await;
     let long = updates
@@ -122,6 +123,7 @@ async fn a_slow_ramp_is_flagged_by_the_long_horizon_before_the_alarm_line() {
 /// minute, significant within a quarter hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_low_steady_ber_is_seen_only_over_the_long_horizon() {
+    let _turn = tests::one_file_at_a_time(file!());
     let fault = format!("ib-link-degrade@{PORT}:ber=6e-14");
     let (updates, short, start) = replayed("steady", &fault, ONSET_S + 1200.0).await;
     let long = updates

@@ -4,6 +4,7 @@ use std::process::Command;
 
 #[test]
 fn sim_speed_and_duration_out_of_range_are_errors_not_panics() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (args, want) in [
         (
             ["--speed", "1e-320"],

@@ -3,7 +3,7 @@
 //! simulator's `ib_link_degraded` incident live (it opens after the page
 //! loaded), its page draws the port's series, the fabric band and the
 //! affected job, a filter works; screenshots go to the test's output dir.
-mod common;
+use crate::common;
 
 use std::{
     process::{Command, Stdio},
@@ -126,6 +126,7 @@ fn browser(dir: &std::path::Path) -> (std::process::Child, Driver, String) {
 
 #[test]
 fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(CHROMEDRIVER) || !require(CHROMIUM) {
         return;
     }
@@ -278,6 +279,7 @@ fn incident_list_is_live_and_the_incident_page_draws_the_cross_layer_picture() {
 /// acknowledged it and why, and clearing it brings the form back.
 #[test]
 fn an_operator_acknowledges_and_clears_from_the_incident_page() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !require(CHROMEDRIVER) || !require(CHROMIUM) {
         return;
     }

@@ -33,10 +33,7 @@ pub fn correlator_bin() -> PathBuf {
 
 /// A fresh directory under the test target's temp dir.
 pub fn out_dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create the test's output dir");
-    d
+    tests::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join(name))
 }
 
 /// A free loopback port.
