@@ -425,6 +425,28 @@ fn init_tracing(filter: &str, format: &str) {
 mod tests {
     use super::*;
 
+    /// Every flag a declared key names is a flag of `run` with the key's
+    /// environment variable (the flags take both from the declarations).
+    #[test]
+    fn the_declared_flags_and_env_are_the_commands() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let declared = [&c::DECLARED[..], &stream::DECLARED[..]].concat();
+        let mut flags = 0;
+        for d in declared {
+            let Some(flag) = d.flag else { continue };
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag))
+                .unwrap_or_else(|| panic!("{}: no --{flag}", d.path));
+            let env = arg.get_env().and_then(|e| e.to_str());
+            assert_eq!(env, d.env, "{}'s environment variable", d.path);
+            flags += 1;
+        }
+        assert_eq!(flags, 16);
+    }
+
     /// `--pod-resources-socket ""` turns the kubelet's API off, as `--help`
     /// says (clap's path parser refused the empty value).
     #[test]
