@@ -17,7 +17,7 @@ use collector::{
 };
 use serde::Serialize;
 
-use crate::{peer::Bpftrace, report::Failures};
+use crate::{paired, peer::Bpftrace, report::Failures};
 
 mod bounded;
 mod storm;
@@ -245,76 +245,52 @@ fn measure(c: Config, a: &Args) -> Result<Measured> {
 
 /// Every round's results, per configuration (in `configs` order).
 struct Series {
-    tput: Vec<Vec<f64>>,
-    ratios: Vec<Vec<f64>>,
+    paired: paired::Rounds,
     counts: Vec<Vec<f64>>,
     fracs: Vec<Vec<f64>>,
     bounded: Vec<Vec<BoundedRound>>,
-    /// A configuration that fails is reported as failed and left out of the
-    /// later rounds; the others go on.
-    failed: Vec<Option<String>>,
 }
 
-/// The rounds: every configuration once per round, order rotated;
-/// throughput paired with the same round's "without".
+/// The rounds ([`paired`]): every configuration once per round, order
+/// rotated; throughput paired with the same round's "without".
 fn rounds(a: &Args, configs: &[Config], failures: &mut Failures) -> Series {
     let n = configs.len();
-    let mut s = Series {
-        tput: vec![Vec::new(); n],
-        ratios: vec![Vec::new(); n],
-        counts: vec![Vec::new(); n],
-        fracs: vec![Vec::new(); n],
-        bounded: vec![Vec::new(); n],
-        failed: vec![None; n],
-    };
-    for round in 0..a.rounds as usize {
-        let mut this: Vec<Option<f64>> = vec![None; n];
-        for k in 0..n {
-            let i = (round + k) % n;
-            if s.failed[i].is_some() {
-                continue;
-            }
-            match measure(configs[i], a) {
-                Ok(m) => {
-                    this[i] = Some(m.launches_per_sec);
-                    if let Some(c) = m.count_over_truth {
-                        s.counts[i].push(c);
-                    }
-                    s.fracs[i].extend(m.fractions);
-                    s.bounded[i].extend(m.bounded);
-                }
-                Err(e) => {
-                    let what = format!("{} round {round}", configs[i].label());
-                    s.failed[i] = Some(failures.add(&what, &e));
-                }
-            }
+    let mut counts = vec![Vec::new(); n];
+    let mut fracs = vec![Vec::new(); n];
+    let mut bounded = vec![Vec::new(); n];
+    let paired = paired::run(a.rounds, configs, Config::label, failures, |i, _| {
+        let m = measure(configs[i], a)?;
+        if let Some(c) = m.count_over_truth {
+            counts[i].push(c);
         }
-        for i in 0..n {
-            let Some(t) = this[i] else { continue };
-            s.tput[i].push(t);
-            if let Some(base) = this[0] {
-                s.ratios[i].push(t / base.max(1e-9));
-            }
-        }
+        fracs[i].extend(m.fractions);
+        bounded[i].extend(m.bounded);
+        Ok(m.launches_per_sec)
+    });
+    Series {
+        paired,
+        counts,
+        fracs,
+        bounded,
     }
-    s
 }
 
 fn rows(configs: &[Config], s: &Series) -> Vec<Row> {
+    let p = &s.paired;
     configs
         .iter()
         .enumerate()
         .map(|(i, &c)| Row {
             config: c,
             label: c.label(),
-            median_launches_per_sec: crate::median(&s.tput[i]),
-            launches_per_sec: s.tput[i].clone(),
-            median_ratio_over_without: crate::median(&s.ratios[i]),
-            paired_ratios: s.ratios[i].clone(),
+            median_launches_per_sec: crate::median(&p.tput[i]),
+            launches_per_sec: p.tput[i].clone(),
+            median_ratio_over_without: crate::median(&p.ratios[i]),
+            paired_ratios: p.ratios[i].clone(),
             count_over_truth: s.counts[i].clone(),
             fractions: s.fracs[i].clone(),
             bounded_rounds: s.bounded[i].clone(),
-            failure: s.failed[i].clone(),
+            failure: p.failed[i].clone(),
         })
         .collect()
 }

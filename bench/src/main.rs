@@ -11,6 +11,7 @@ mod ingest_tls;
 mod launch;
 mod nccl;
 mod otlp;
+mod paired;
 mod peer;
 mod procstat;
 mod report;

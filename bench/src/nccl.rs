@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Result};
 use serde::Serialize;
 
-use crate::report::Failures;
+use crate::{paired, report::Failures};
 
 mod measure;
 mod storm;
@@ -139,92 +139,69 @@ struct Report {
 
 /// Every round's results, per configuration (in `configs` order).
 struct Series {
-    tput: Vec<Vec<f64>>,
-    ratios: Vec<Vec<f64>>,
-    added: Vec<Vec<f64>>,
+    paired: paired::Rounds,
     counts: Vec<Vec<f64>>,
     exact: Vec<Option<bool>>,
     mismatches: Vec<Vec<String>>,
-    /// A configuration that fails is reported as failed and left out of the
-    /// later rounds; the others go on.
-    failed: Vec<Option<String>>,
 }
 
-impl Series {
-    fn new(n: usize) -> Self {
-        Self {
-            tput: vec![Vec::new(); n],
-            ratios: vec![Vec::new(); n],
-            added: vec![Vec::new(); n],
-            counts: vec![Vec::new(); n],
-            exact: vec![None; n],
-            mismatches: vec![Vec::new(); n],
-            failed: vec![None; n],
-        }
-    }
-}
-
-/// The timed rounds: every configuration once per round, order rotated;
-/// throughput paired with the same round's "without".
+/// The timed rounds ([`paired`]): every configuration once per round, order
+/// rotated; throughput paired with the same round's "without".
 fn rounds(a: &Args, configs: &[Config], symbols: &[Placed], failures: &mut Failures) -> Series {
     let n = configs.len();
-    let mut s = Series::new(n);
-    for round in 0..a.rounds as usize {
-        let mut this: Vec<Option<f64>> = vec![None; n];
-        for k in 0..n {
-            let i = (round + k) % n;
-            if s.failed[i].is_some() {
-                continue;
-            }
-            let m = measure(configs[i], a, symbols).and_then(|m| {
-                ensure!(
-                    m.truth.seconds > 0.0 && m.truth.calls > 0,
-                    "nccl_storm made no calls"
-                );
-                Ok(m)
-            });
-            let m = match m {
-                Ok(m) => m,
-                Err(e) => {
-                    let what = format!("{} round {round}", configs[i].label());
-                    s.failed[i] = Some(failures.add(&what, &e));
-                    continue;
-                }
-            };
-            this[i] = Some(m.truth.calls as f64 / m.truth.seconds);
-            if let Some(c) = m.count_over_truth {
-                s.counts[i].push(c);
-            }
-            if let Some(e) = m.exact {
-                s.exact[i] = Some(s.exact[i].unwrap_or(true) && e);
-            }
-            s.mismatches[i].extend(m.mismatch.map(|w| format!("round {round}: {w}")));
+    let mut counts = vec![Vec::new(); n];
+    let mut exact = vec![None; n];
+    let mut mismatches = vec![Vec::new(); n];
+    let paired = paired::run(a.rounds, configs, Config::label, failures, |i, round| {
+        let m = measure(configs[i], a, symbols)?;
+        ensure!(
+            m.truth.seconds > 0.0 && m.truth.calls > 0,
+            "nccl_storm made no calls"
+        );
+        if let Some(c) = m.count_over_truth {
+            counts[i].push(c);
         }
-        for i in 0..n {
-            let Some(x) = this[i] else { continue };
-            s.tput[i].push(x);
-            if let Some(base) = this[0] {
-                s.ratios[i].push(x / base.max(1e-9));
-                s.added[i].push(f64::from(a.threads) * 1e9 * (1.0 / x - 1.0 / base));
-            }
+        if let Some(e) = m.exact {
+            exact[i] = Some(exact[i].unwrap_or(true) && e);
         }
+        mismatches[i].extend(m.mismatch.map(|w| format!("round {round}: {w}")));
+        Ok(m.truth.calls as f64 / m.truth.seconds)
+    });
+    Series {
+        paired,
+        counts,
+        exact,
+        mismatches,
     }
-    s
 }
 
 /// One row per configuration; `fl_ns` and `peer_ns` from the program-cost pass.
-fn rows(configs: &[Config], s: &Series, fl_ns: Option<f64>, peer_ns: Option<f64>) -> Vec<Row> {
+fn rows(
+    a: &Args,
+    configs: &[Config],
+    s: &Series,
+    fl_ns: Option<f64>,
+    peer_ns: Option<f64>,
+) -> Vec<Row> {
+    let p = &s.paired;
+    // Time the probes add per call, per thread, in each round.
+    let added = |i: usize| -> Vec<f64> {
+        p.pairs[i]
+            .iter()
+            .map(|&(x, base)| f64::from(a.threads) * 1e9 * (1.0 / x - 1.0 / base))
+            .collect()
+    };
     configs
         .iter()
         .enumerate()
         .map(|(i, &c)| Row {
             config: c,
             label: c.label(),
-            median_calls_per_sec: crate::median(&s.tput[i]),
-            calls_per_sec: s.tput[i].clone(),
-            median_ratio_over_without: crate::median(&s.ratios[i]),
-            paired_ratios: s.ratios[i].clone(),
-            median_added_ns_per_call: crate::median(&s.added[i]),
+            median_calls_per_sec: crate::median(&p.tput[i]),
+            calls_per_sec: p.tput[i].clone(),
+            median_ratio_over_without: crate::median(&p.ratios[i]),
+            paired_ratios: p.ratios[i].clone(),
+            median_added_ns_per_call: crate::median(&added(i)),
             count_over_truth: s.counts[i].clone(),
             exact: s.exact[i],
             mismatches: s.mismatches[i].clone(),
@@ -233,7 +210,7 @@ fn rows(configs: &[Config], s: &Series, fl_ns: Option<f64>, peer_ns: Option<f64>
                 Config::Faultline => fl_ns,
                 Config::Bpftrace => peer_ns,
             },
-            failure: s.failed[i].clone(),
+            failure: p.failed[i].clone(),
         })
         .collect()
 }
@@ -332,11 +309,11 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     let peer_ok = configs
         .iter()
         .position(|&c| c == Config::Bpftrace)
-        .is_some_and(|i| series.failed[i].is_none());
+        .is_some_and(|i| series.paired.failed[i].is_none());
     let (fl_ns, peer_ns) = failures
         .part("program cost pass", program_costs(a, &symbols, peer_ok))
         .map_or((None, None), |(f, p)| (Some(f), p));
-    let rows = rows(&configs, &series, fl_ns, peer_ns);
+    let rows = rows(a, &configs, &series, fl_ns, peer_ns);
     let workload = workload(a);
     println!(
         "{workload}; uprobe hit {hit_ns:.0} ns on a {} entry",
