@@ -20,13 +20,12 @@
 //! [`apply`]; ground truth is [`truth`]; the windows are built in [`wire`].
 use proto::v1::Event;
 
-use super::{
-    faults::{Fault, Kind, Target},
-    rng::Rng,
-};
+use super::rng::Rng;
 use correlator::engine::config::DetectConfig;
+use fault::{Fault, Kind, Target};
 
 mod apply;
+pub mod fault;
 mod gpu;
 mod ib;
 pub mod nccl;
