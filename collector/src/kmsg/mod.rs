@@ -1,7 +1,7 @@
 //! The kernel log as a signal source: `/dev/kmsg`'s records ([`record`]),
 //! the NVIDIA driver's reports among them ([`nvrm`]), and [`KmsgLog`], which
 //! reads them each window, bounded and resumable across restarts. The
-//! source that turns them into events is `sources::kmsg`; `docs/kmsg.md`
+//! source that turns them into events is `kmsg::source`; `docs/kmsg.md`
 //! describes the whole path.
 pub mod nvrm;
 pub mod record;

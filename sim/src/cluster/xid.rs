@@ -24,7 +24,7 @@
 //!   collector that does not fold them sends them).
 //!
 //! A window's reports are folded as the collector folds them
-//! (`collector/src/sources/kmsg.rs`): one event per (kind, entity, code),
+//! (`collector/src/kmsg/source.rs`): one event per (kind, entity, code),
 //! the first report's process and time, `count` the reports.
 //! * `xid-cancelled-jobs`: `jobs` jobs of 1, 2, 4 or 8 GPUs of one host,
 //!   each of [`USERS`] users running one of [`PROCESSES`], cancelled at
