@@ -12,7 +12,6 @@ use vocab::kind::IncidentKind;
 
 use proto::v1::{GpuSample, Window};
 
-use super::detector::{Context, Detector, Output, Stage};
 use super::incidents::Finding;
 
 mod config;
@@ -221,22 +220,5 @@ impl GpuDetector {
         self.nvlink.forget_hosts(gone);
         self.shared.forget_hosts(gone);
         self.xid.forget_hosts(gone);
-    }
-}
-
-impl Detector for GpuDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("gpu")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Infrastructure
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        out.findings
-            .extend(GpuDetector::observe(self, cx.host, cx.window, cx.jobs));
-        out.evaluated.extend(self.evaluated(cx.host));
-    }
-    fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        GpuDetector::forget_hosts(self, gone);
     }
 }

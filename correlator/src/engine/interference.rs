@@ -31,8 +31,6 @@ use proto::v1::Window;
 
 use super::{incidents::Finding, stats::median, workload::Symptom};
 
-use super::detector::{Context, Detector, Output, Stage};
-
 mod config;
 pub use config::InterferenceConfig;
 
@@ -440,23 +438,3 @@ fn judge_resource(
 
 #[cfg(test)]
 mod tests;
-
-impl Detector for InterferenceDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("interference")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Attribution
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        out.findings.extend(InterferenceDetector::observe(
-            self,
-            cx.host,
-            cx.window,
-            cx.symptoms,
-        ));
-    }
-    fn forget_hosts(&mut self, gone: &HashSet<String>) {
-        InterferenceDetector::forget_hosts(self, gone);
-    }
-}

@@ -36,11 +36,7 @@ use vocab::kind::IncidentKind;
 
 use proto::v1::{NcclPerf, NcclRank, StepTime, Window};
 
-use super::{
-    detector::{Context, Detector, Output, Stage, StepSources},
-    incidents::Finding,
-    stats::median,
-};
+use super::{incidents::Finding, stats::median};
 
 mod below;
 mod config;
@@ -551,42 +547,3 @@ fn is_collective(op: &str) -> bool {
 pub(super) mod tests;
 #[cfg(test)]
 mod wait_tests;
-
-impl Detector for NcclDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("nccl")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Collectives
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        let (findings, evaluated) = self.observe_with(cx.host, cx.window, cx.open);
-        out.findings.extend(findings);
-        out.evaluated.extend(evaluated);
-    }
-    fn forget_hosts(&mut self, gone: &HashSet<String>) {
-        NcclDetector::forget_hosts(self, gone);
-    }
-    fn publish(&self, w: &Window, steps: &mut StepSources) {
-        steps.inferred_steps.extend(self.inferred_steps(w));
-        let jobs = w
-            .steps
-            .iter()
-            .map(|s| &s.job)
-            .chain(w.nccl.iter().map(|r| &r.job));
-        for job in jobs {
-            if self.has_otlp(job) {
-                steps.otlp.insert(job.clone());
-            } else if self.infers_steps_of(job) {
-                steps.inferred.insert(job.clone());
-            }
-        }
-    }
-    fn annotate(&self, findings: &mut [Finding]) {
-        NcclDetector::annotate(self, findings);
-    }
-    fn dropped(&self, out: &mut BTreeMap<&'static str, u64>) {
-        super::detector::count_dropped(out, "nccl_ranks", self.dropped);
-        super::detector::count_dropped(out, "nccl_below", self.dropped_below);
-    }
-}

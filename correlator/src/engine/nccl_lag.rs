@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use proto::v1::{NcclRank, Window};
 
-use super::detector::{Context, Detector, Output, Stage};
 use super::{nccl::NcclConfig, stats::median, straggler::Slow};
 
 /// The latest rank must be at least this many times as late as the next
@@ -308,27 +307,5 @@ mod tests {
                 .observe("n004", &window("n004", t * 1000, rows), |j| j == "train")
                 .is_empty());
         }
-    }
-}
-
-impl Detector for LagDetector {
-    /// `nccl.straggler_lag_*` (and `workload.min_persist_s`).
-    fn section(&self) -> Option<&'static str> {
-        Some("nccl")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Symptoms
-    }
-    /// Without OTLP steps every rank's cadence is the slowest's: the slow
-    /// rank is the one late to issue, from its issue lag.
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        let slow = LagDetector::observe(self, cx.host, cx.window, |j| cx.steps.has_otlp(j));
-        out.symptoms.extend(slow.iter().map(Slow::symptom));
-    }
-    fn forget_hosts(&mut self, gone: &HashSet<String>) {
-        LagDetector::forget_hosts(self, gone);
-    }
-    fn dropped(&self, out: &mut BTreeMap<&'static str, u64>) {
-        super::detector::count_dropped(out, "nccl_lag_runs", self.dropped);
     }
 }

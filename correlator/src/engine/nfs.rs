@@ -31,7 +31,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proto::v1::Window;
 
-use super::detector::{Context, Detector, Output, Stage};
 use super::{baseline::OwnBaseline, incidents::Finding, stats::median};
 
 mod config;
@@ -428,26 +427,3 @@ impl NfsDetector {
 
 #[cfg(test)]
 mod tests;
-
-impl Detector for NfsDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("nfs")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Infrastructure
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        let (findings, evaluated) = NfsDetector::observe(self, cx.host, cx.window, cx.jobs);
-        out.findings.extend(findings);
-        out.evaluated.extend(evaluated);
-    }
-    fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        NfsDetector::forget_hosts(self, gone);
-    }
-    fn held(&self) -> &[String] {
-        NfsDetector::held(self)
-    }
-    fn dropped(&self, out: &mut BTreeMap<&'static str, u64>) {
-        super::detector::count_dropped(out, "nfs", self.dropped);
-    }
-}

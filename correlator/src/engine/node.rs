@@ -21,7 +21,6 @@ use vocab::kind::IncidentKind;
 
 use proto::v1::Window;
 
-use super::detector::{Context, Detector, Output, Stage};
 use super::incidents::Finding;
 
 pub const LOST_AFTER_WINDOWS: i64 = 3;
@@ -202,19 +201,3 @@ fn lost(h: &str, silent: i64, len: i64) -> Finding {
 #[cfg(test)]
 #[path = "node_tests.rs"]
 mod tests;
-
-impl Detector for NodeDetector {
-    /// Its bounds are constants (`LOST_AFTER_WINDOWS`), no section.
-    fn section(&self) -> Option<&'static str> {
-        None
-    }
-    fn stage(&self) -> Stage {
-        Stage::Infrastructure
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        out.findings
-            .extend(NodeDetector::observe(self, cx.host, cx.window));
-    }
-    /// Nothing: [`NodeDetector::forget_idle`] chose the hosts and forgot them.
-    fn forget_hosts(&mut self, _gone: &std::collections::HashSet<String>) {}
-}

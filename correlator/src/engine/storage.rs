@@ -16,7 +16,6 @@ use proto::v1::Window;
 use vocab::hist::quantile_ns;
 use vocab::hist::LAT_BUCKETS;
 
-use super::detector::{Context, Detector, Output, Stage};
 use super::{baseline::OwnBaseline, incidents::Finding, stats::median};
 
 mod config;
@@ -501,24 +500,5 @@ fn peers_of(v: &Fresh, remote: Option<&super::fleet::StorageSummary>) -> Peers {
         shift50: s50.median(),
         shift99: s99.median(),
         n_shift: s50.count() as usize,
-    }
-}
-
-impl Detector for StorageDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("storage")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Infrastructure
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        out.findings
-            .extend(StorageDetector::observe(self, cx.host, cx.window, cx.jobs));
-    }
-    fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        StorageDetector::forget_hosts(self, gone);
-    }
-    fn held(&self) -> &[String] {
-        StorageDetector::held(self)
     }
 }

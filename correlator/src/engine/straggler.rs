@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use proto::v1::Window;
 
-use super::detector::{Context, Detector, Output, Stage};
 use super::{
     stats::median,
     workload::{placement::Claims, Place, Symptom},
@@ -225,23 +224,5 @@ impl Slow {
                 hca: self.hca.clone(),
             }],
         }
-    }
-}
-
-impl Detector for StragglerDetector {
-    /// `workload.min_persist_s`.
-    fn section(&self) -> Option<&'static str> {
-        Some("workload")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Symptoms
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        let (slow, evaluated) = StragglerDetector::observe(self, cx.host, cx.window, cx.claims);
-        out.symptoms.extend(slow.iter().map(Slow::symptom));
-        out.evaluated.extend(evaluated);
-    }
-    fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        StragglerDetector::forget_hosts(self, gone);
     }
 }

@@ -21,8 +21,6 @@ use std::collections::{HashMap, VecDeque};
 use proto::v1::Window;
 use vocab::kind::IncidentKind;
 
-use super::detector::{Context, Detector, Output, Stage};
-
 mod config;
 mod explain;
 pub mod placement;
@@ -529,21 +527,3 @@ impl WorkloadDetector {
 
 #[cfg(test)]
 mod tests;
-
-impl Detector for WorkloadDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("workload")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Symptoms
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        let w = cx.window;
-        out.symptoms
-            .extend(self.observe_with(cx.host, w, |j| cx.steps.infers_steps_of(j)));
-        out.evaluated
-            .extend(w.workload.iter().map(|s| model_entity(&s.job, &s.model)));
-    }
-    /// Nothing: its series are per job and model, bounded on their own.
-    fn forget_hosts(&mut self, _gone: &std::collections::HashSet<String>) {}
-}

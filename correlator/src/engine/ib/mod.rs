@@ -40,7 +40,6 @@ mod tests;
 mod topology;
 mod verdict;
 
-use crate::engine::detector::{Context, Detector, Output, Stage};
 pub use config::IbConfig;
 use counters::remember;
 use history::{History, FAMILIES};
@@ -395,22 +394,5 @@ impl PortState {
         remember(&mut self.counters, &p.counters);
         remember(&mut self.hw, &p.hw_counters);
         judge
-    }
-}
-
-impl Detector for IbDetector {
-    fn section(&self) -> Option<&'static str> {
-        Some("ib")
-    }
-    fn stage(&self) -> Stage {
-        Stage::Infrastructure
-    }
-    fn observe(&mut self, cx: &Context<'_>, out: &mut Output) {
-        out.findings
-            .extend(IbDetector::observe(self, cx.host, cx.window, cx.jobs));
-        out.evaluated.extend(self.evaluated(cx.host));
-    }
-    fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
-        IbDetector::forget_hosts(self, gone);
     }
 }
