@@ -554,11 +554,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     if !a.no_classic {
         configs.push(Config::FaultlineClassic);
     }
-    let peer = !a.no_peer && crate::peer::available();
+    let peer = crate::peer::wanted(a.no_peer);
     if peer {
         configs.push(Config::Bpftrace);
-    } else if !a.no_peer {
-        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
     }
     let mut failures = Failures::default();
     let mut r = rounds(a, &configs, &lo.path, dev, &mut failures)?;
@@ -578,11 +576,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         seconds_per_round: a.seconds,
         warmup_seconds: a.warmup,
         readers_pinned: !a.no_pin,
-        peer: if peer {
-            crate::peer::version()
-        } else {
-            String::new()
-        },
+        peer: crate::peer::version_if(peer),
         rows,
         target_ratio_min: 0.97,
         requests_counted_by_probes: counted,

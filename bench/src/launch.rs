@@ -382,11 +382,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         Config::FaultlineExact,
         Config::FaultlineBounded,
     ];
-    let peer = !a.no_peer && crate::peer::available();
+    let peer = crate::peer::wanted(a.no_peer);
     if peer {
         configs.push(Config::Bpftrace);
-    } else if !a.no_peer {
-        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
     }
     let mut failures = Failures::default();
     let series = rounds(a, &configs, &mut failures);
@@ -405,11 +403,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         budget: a.budget,
         uprobe_hit_cost_ns: hit_ns,
         probed_entry: kind.name(),
-        peer: if peer {
-            crate::peer::version()
-        } else {
-            String::new()
-        },
+        peer: crate::peer::version_if(peer),
         rows,
         target_bounded_ratio_min: 0.98,
         target_count_error_max: 0.05,

@@ -298,11 +298,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         .transpose()?
         .unwrap_or_default();
     let mut configs = vec![Config::Without, Config::Faultline];
-    let peer = crate::peer::available();
+    let peer = crate::peer::wanted(false);
     if peer {
         configs.push(Config::Bpftrace);
-    } else {
-        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
     }
     let mut failures = Failures::default();
     let series = rounds(a, &configs, &symbols, &mut failures);
@@ -330,11 +328,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         symbols,
         real_nccl,
         uprobe_hit_cost_ns: hit_ns,
-        peer: if peer {
-            crate::peer::version()
-        } else {
-            String::new()
-        },
+        peer: crate::peer::version_if(peer),
         rows,
     };
     // Faultline's counts must equal the stand-in's.

@@ -24,6 +24,26 @@ pub struct Bpftrace {
 /// The first line the peer programs print from BEGIN.
 const READY: &str = "faultline-bench-peer-ready";
 
+/// Whether a benchmark's peer row runs: not skipped (`skip`) and bpftrace
+/// found; a row wanted but missing is said on stdout.
+pub fn wanted(skip: bool) -> bool {
+    let peer = !skip && available();
+    if !peer && !skip {
+        println!("bpftrace not found: no peer row (scripts/setup.sh installs it)");
+    }
+    peer
+}
+
+/// A report's `peer` field: bpftrace's version when the peer `ran`, else
+/// empty.
+pub fn version_if(ran: bool) -> String {
+    if ran {
+        version()
+    } else {
+        String::new()
+    }
+}
+
 /// Whether `bpftrace` is on PATH (`bpftrace --version` runs).
 pub fn available() -> bool {
     Command::new("bpftrace")

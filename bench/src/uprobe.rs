@@ -504,11 +504,7 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         calls_per_measurement: a.calls,
         rounds: a.rounds,
         target_ratio_max: 1.15,
-        peer: if peer {
-            crate::peer::version()
-        } else {
-            String::new()
-        },
+        peer: crate::peer::version_if(peer),
         variants,
     };
     crate::report::write(

@@ -139,13 +139,7 @@ struct FoundCircle {
 /// in `dir`.
 fn crate_circles(root: &Path, dir: &Path, sources: &[Source]) -> Result<Vec<FoundCircle>> {
     let src = dir.join("src");
-    let rel_src = src
-        .strip_prefix(root)
-        .unwrap_or(&src)
-        .iter()
-        .filter_map(|p| p.to_str())
-        .collect::<Vec<_>>()
-        .join("/");
+    let rel_src = rel_path(root, &src);
     let layered = LAYERED.iter().any(|l| dir == root.join(l));
     let mut out = Vec::new();
     for target in ["lib.rs", "main.rs"] {
@@ -298,13 +292,7 @@ fn crate_sources(root: &Path, dir: &Path) -> Result<Vec<Source>> {
             test_only.push(base.join(format!("{m}.rs")));
             test_only.push(base.join(m));
         }
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .iter()
-            .filter_map(|p| p.to_str())
-            .collect::<Vec<_>>()
-            .join("/");
+        let rel = rel_path(root, &path);
         sources.push(Source { rel, path, text });
     }
     sources.retain(|s| {
@@ -315,6 +303,16 @@ fn crate_sources(root: &Path, dir: &Path) -> Result<Vec<Source>> {
             && !test_only.iter().any(|t| s.path.starts_with(t))
     });
     Ok(sources)
+}
+
+/// `path` relative to `root`, `/`-separated.
+fn rel_path(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .iter()
+        .filter_map(|p| p.to_str())
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// The directory a file's child modules live in.
