@@ -8,7 +8,7 @@ use proto::v1::{ingest_client::IngestClient, Window};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{held::Cursor, sender::Sender, tls::AuthChannel};
+use super::{order::Cursor, sender::Sender, tls::AuthChannel};
 
 /// Windows queued on a stream ahead of the correlator: a new window waits
 /// behind at most these (the old 64 made it wait behind a backlog).

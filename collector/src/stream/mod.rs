@@ -13,6 +13,7 @@
 mod backoff;
 mod call;
 mod held;
+mod order;
 pub mod nats;
 mod nats_target;
 pub mod section;

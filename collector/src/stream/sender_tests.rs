@@ -268,7 +268,7 @@ async fn the_running_instance_goes_ahead_of_the_backlog_and_held_windows_are_ski
     }
     s.push(win("m", 1, 5000));
     s.push(win("m", 2, 5001));
-    let mut c = super::super::held::Cursor::default();
+    let mut c = super::super::order::Cursor::default();
     let mut order = Vec::new();
     while let Some(n) = s.next_unsent(&mut c) {
         c.sent(&n, s.running.as_deref());
@@ -302,7 +302,7 @@ async fn the_running_instance_goes_ahead_of_the_backlog_and_held_windows_are_ski
     let z1 = super::super::spool::name_of("z", 1);
     let entry = s.spool.entry(&z1).expect("spooled");
     s.held.hold(&z1, entry, true, tokio::time::Instant::now());
-    let mut c = super::super::held::Cursor::default();
+    let mut c = super::super::order::Cursor::default();
     let mut order = Vec::new();
     while let Some(n) = s.next_unsent(&mut c) {
         c.sent(&n, s.running.as_deref());
