@@ -25,7 +25,24 @@ const GROUPS: &[&[&Family]] = &[
 
 /// Every declared family.
 pub fn all() -> Vec<&'static Family> {
-    GROUPS.iter().flat_map(|g| g.iter().copied()).collect()
+    let mut all: Vec<&'static Family> = GROUPS.iter().flat_map(|g| g.iter().copied()).collect();
+    // The text-writer families, declared in their family's folder.
+    all.extend_from_slice(crate::block::metrics::FAMILIES);
+    all.extend_from_slice(crate::nfs::delta::FAMILIES);
+    all.extend_from_slice(crate::lustre::delta::FAMILIES);
+    all.extend_from_slice(crate::cuda::FAMILIES);
+    all.extend_from_slice(crate::nccl::series::FAMILIES);
+    all.extend_from_slice(crate::usage::FAMILIES);
+    #[cfg(feature = "nvml")]
+    all.extend_from_slice(crate::nvml::prom::FAMILIES);
+    #[cfg(all(
+        feature = "probes",
+        feature = "nvml",
+        feature = "rdma",
+        feature = "otlp"
+    ))]
+    all.extend_from_slice(crate::otlp::source::FAMILIES);
+    all
 }
 
 #[cfg(test)]

@@ -4,23 +4,9 @@
 //! with its HELP and TYPE once, label values escaped one way.
 use std::{collections::BTreeMap, fmt::Display, fmt::Write as _};
 
-/// A family's type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Counter,
-    Gauge,
-    Histogram,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
-}
+use proto::metric::Family as Declared;
+/// A family's type (the one [`Family`] declarations use).
+pub use proto::metric::Kind;
 
 /// A label value escaped for the text format (backslash, quote, newline).
 pub fn escape(v: &str) -> String {
@@ -145,6 +131,35 @@ impl Text {
         self.histogram(name, help, labels_, &buckets, sum_ns as f64 / 1e9, count);
     }
 
+    /// One sample of a declared counter or gauge family.
+    pub fn add(&mut self, family: &Declared, labels_: &[(&str, &str)], value: impl Display) {
+        self.sample(family.name, family.help, family.kind, labels_, value);
+    }
+
+    /// [`Text::histogram`] of a declared histogram family.
+    pub fn add_histogram(
+        &mut self,
+        family: &Declared,
+        labels_: &[(&str, &str)],
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        self.histogram(family.name, family.help, labels_, buckets, sum, count);
+    }
+
+    /// [`Text::log2_ns_histogram`] of a declared histogram family.
+    pub fn add_log2_ns_histogram(
+        &mut self,
+        family: &Declared,
+        labels_: &[(&str, &str)],
+        hist: &[u64],
+        sum_ns: u64,
+        count: u64,
+    ) {
+        self.log2_ns_histogram(family.name, family.help, labels_, hist, sum_ns, count);
+    }
+
     /// The text exposition (families without samples are left out).
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -169,6 +184,16 @@ impl Text {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A declared family's section opens with the declaration's HELP and
+    /// TYPE lines.
+    #[test]
+    fn a_declared_family_writes_its_header() {
+        const F: Declared = Declared::gauge("t_gauge", &["x"], "T in a test");
+        let mut t = Text::new();
+        t.add(&F, &[("x", "1")], 2);
+        assert_eq!(t.render(), format!("{}t_gauge{{x=\"1\"}} 2\n", F.header()));
+    }
 
     #[test]
     fn escapes_and_groups_by_family() {

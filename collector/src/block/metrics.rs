@@ -8,7 +8,38 @@ use std::collections::BTreeMap;
 use collector_common::block::BlockStats;
 
 use super::window::{op_name, BlockSnapshot, Names};
-use crate::prom_text::{Kind, Text};
+use crate::prom_text::Text;
+
+use proto::metric::Family;
+
+pub const BLOCK_REQUESTS: Family = Family::counter(
+    "faultline_block_requests_total",
+    &["device", "op"],
+    "Completed block requests",
+);
+pub const BLOCK_BYTES: Family = Family::counter(
+    "faultline_block_bytes_total",
+    &["device", "op"],
+    "Completed block bytes",
+);
+pub const BLOCK_INFLIGHT: Family = Family::gauge(
+    "faultline_block_inflight",
+    &["device"],
+    "Timed block requests in flight",
+);
+pub const BLOCK_LATENCY_SECONDS: Family = Family::histogram(
+    "faultline_block_latency_seconds",
+    &["device", "op"],
+    "Block request latency, submit to completion",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[
+    &BLOCK_REQUESTS,
+    &BLOCK_BYTES,
+    &BLOCK_INFLIGHT,
+    &BLOCK_LATENCY_SECONDS,
+];
 
 pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
     let mut by: BTreeMap<(String, &'static str), BlockStats> = BTreeMap::new();
@@ -21,23 +52,10 @@ pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
     let mut t = Text::new();
     for ((d, o), v) in &by {
         let l: &[(&str, &str)] = &[("device", d), ("op", o)];
-        t.sample(
-            "faultline_block_requests_total",
-            "Completed block requests",
-            Kind::Counter,
-            l,
-            v.requests,
-        );
-        t.sample(
-            "faultline_block_bytes_total",
-            "Completed block bytes",
-            Kind::Counter,
-            l,
-            v.bytes,
-        );
-        t.log2_ns_histogram(
-            "faultline_block_latency_seconds",
-            "Block request latency, submit to completion",
+        t.add(&BLOCK_REQUESTS, l, v.requests);
+        t.add(&BLOCK_BYTES, l, v.bytes);
+        t.add_log2_ns_histogram(
+            &BLOCK_LATENCY_SECONDS,
             l,
             &v.hist,
             v.latency_sum_ns,
@@ -49,13 +67,7 @@ pub fn render_prometheus(snap: &BlockSnapshot, names: &mut Names) -> String {
         *inflight.entry(names.device(*dev)).or_default() += n;
     }
     for (d, n) in &inflight {
-        t.sample(
-            "faultline_block_inflight",
-            "Timed block requests in flight",
-            Kind::Gauge,
-            &[("device", d)],
-            n,
-        );
+        t.add(&BLOCK_INFLIGHT, &[("device", d)], n);
     }
     t.render()
 }

@@ -14,7 +14,44 @@ use std::{collections::BTreeMap, fmt::Write as _, time::Instant};
 use collector_common::cuda::{call, CallKey, CallStats, LaunchKey, LaunchStats};
 use vocab::hist::quantile_ns;
 
-use crate::prom_text::{Kind, Text};
+use crate::prom_text::Text;
+
+use proto::metric::Family;
+
+pub const CUDA_KERNEL_LAUNCHES: Family = Family::counter(
+    "faultline_cuda_kernel_launches_total",
+    &["hpc_job", "rank", "gpu"],
+    "Kernel launches per job, rank and GPU (all kernels)",
+);
+pub const CUDA_CALLS: Family = Family::counter(
+    "faultline_cuda_calls_total",
+    &["hpc_job", "rank", "gpu", "call"],
+    "Driver API calls per job, rank, GPU and call",
+);
+pub const CUDA_CALL_ERRORS: Family = Family::counter(
+    "faultline_cuda_call_errors_total",
+    &["hpc_job", "rank", "gpu", "call"],
+    "Calls that returned a non-zero CUresult",
+);
+pub const CUDA_COPY_BYTES: Family = Family::counter(
+    "faultline_cuda_copy_bytes_total",
+    &["hpc_job", "rank", "gpu", "call"],
+    "Bytes passed to cuMemcpy* calls",
+);
+pub const CUDA_CALL_DURATION_SECONDS: Family = Family::histogram(
+    "faultline_cuda_call_duration_seconds",
+    &["gpu", "call"],
+    "Entry-to-return time of blocking driver calls",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[
+    &CUDA_KERNEL_LAUNCHES,
+    &CUDA_CALLS,
+    &CUDA_CALL_ERRORS,
+    &CUDA_COPY_BYTES,
+    &CUDA_CALL_DURATION_SECONDS,
+];
 
 #[cfg(feature = "probes")]
 pub mod calibrate;
@@ -292,46 +329,25 @@ impl CudaSeries {
     pub fn render(&self) -> String {
         let mut t = Text::new();
         for ((job, rank, gpu), n) in &self.launches {
-            t.sample(
-                "faultline_cuda_kernel_launches_total",
-                "Kernel launches per job, rank and GPU (all kernels)",
-                Kind::Counter,
+            t.add(
+                &CUDA_KERNEL_LAUNCHES,
                 &[("hpc_job", job), ("rank", rank), ("gpu", gpu)],
                 n,
             );
         }
         for ((job, rank, gpu, c), (n, errors, bytes)) in &self.calls {
             let l: &[(&str, &str)] = &[("hpc_job", job), ("rank", rank), ("gpu", gpu), ("call", c)];
-            t.sample(
-                "faultline_cuda_calls_total",
-                "Driver API calls per job, rank, GPU and call",
-                Kind::Counter,
-                l,
-                n,
-            );
+            t.add(&CUDA_CALLS, l, n);
             if *errors > 0 {
-                t.sample(
-                    "faultline_cuda_call_errors_total",
-                    "Calls that returned a non-zero CUresult",
-                    Kind::Counter,
-                    l,
-                    errors,
-                );
+                t.add(&CUDA_CALL_ERRORS, l, errors);
             }
             if *bytes > 0 {
-                t.sample(
-                    "faultline_cuda_copy_bytes_total",
-                    "Bytes passed to cuMemcpy* calls",
-                    Kind::Counter,
-                    l,
-                    bytes,
-                );
+                t.add(&CUDA_COPY_BYTES, l, bytes);
             }
         }
         for ((gpu, c), v) in &self.waits {
-            t.log2_ns_histogram(
-                "faultline_cuda_call_duration_seconds",
-                "Entry-to-return time of blocking driver calls",
+            t.add_log2_ns_histogram(
+                &CUDA_CALL_DURATION_SECONDS,
                 &[("gpu", gpu), ("call", c)],
                 &v.hist,
                 v.dur_sum_ns,

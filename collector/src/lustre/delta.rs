@@ -15,6 +15,49 @@ use crate::{
     prom_text::{Kind, Text},
 };
 
+use proto::metric::Family;
+
+pub const LUSTRE_TARGETS: Family = Family::gauge(
+    "faultline_lustre_targets",
+    &[],
+    "Lustre client targets (OSC/MDC devices) tracked",
+);
+pub const LUSTRE_RPC_OPERATIONS: Family = Family::counter(
+    "faultline_lustre_rpc_operations_total",
+    &["fsname", "target", "mountpoint", "op"],
+    "Lustre RPCs completed, per target and RPC type",
+);
+pub const LUSTRE_RPC_SECONDS: Family = Family::counter(
+    "faultline_lustre_rpc_seconds_total",
+    &["fsname", "target", "mountpoint", "op"],
+    "Sum of Lustre RPC times (request sent to reply), per target and RPC type",
+);
+pub const LUSTRE_IMPORT_FULL: Family = Family::gauge(
+    "faultline_lustre_import_full",
+    &["fsname", "target", "mountpoint", "state", "nid"],
+    "1 when the target's import is FULL (connected and serving), else 0; the state and server NID as labels",
+);
+pub const LUSTRE_IMPORT_TIMEOUTS: Family = Family::counter(
+    "faultline_lustre_import_timeouts_total",
+    &["fsname", "target", "mountpoint"],
+    "Lustre RPCs to the target that timed out",
+);
+pub const LUSTRE_IMPORT_CONNECTS: Family = Family::counter(
+    "faultline_lustre_import_connects_total",
+    &["fsname", "target", "mountpoint"],
+    "Connection attempts of the target's import (a rise after the first is a reconnection)",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[
+    &LUSTRE_TARGETS,
+    &LUSTRE_RPC_OPERATIONS,
+    &LUSTRE_RPC_SECONDS,
+    &LUSTRE_IMPORT_FULL,
+    &LUSTRE_IMPORT_TIMEOUTS,
+    &LUSTRE_IMPORT_CONNECTS,
+];
+
 /// One client device's latest read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Target {
@@ -123,13 +166,7 @@ impl LustreTracker {
         for x in self.targets.latest() {
             render_target(&mut t, x);
         }
-        t.sample(
-            "faultline_lustre_targets",
-            "Lustre client targets (OSC/MDC devices) tracked",
-            Kind::Gauge,
-            &[],
-            self.targets.latest().count(),
-        );
+        t.add(&LUSTRE_TARGETS, &[], self.targets.latest().count());
         for (name, help, v) in [
             (
                 "faultline_lustre_targets_dropped_total",
@@ -161,20 +198,8 @@ fn render_target(t: &mut Text, x: &Target) {
     ];
     for (op, s) in x.stats.rpcs.iter().filter(|(_, s)| s.samples > 0) {
         let l = [base[0], base[1], base[2], ("op", op.as_str())];
-        t.sample(
-            "faultline_lustre_rpc_operations_total",
-            "Lustre RPCs completed, per target and RPC type",
-            Kind::Counter,
-            &l,
-            s.samples,
-        );
-        t.sample(
-            "faultline_lustre_rpc_seconds_total",
-            "Sum of Lustre RPC times (request sent to reply), per target and RPC type",
-            Kind::Counter,
-            &l,
-            s.sum_us as f64 / 1e6,
-        );
+        t.add(&LUSTRE_RPC_OPERATIONS, &l, s.samples);
+        t.add(&LUSTRE_RPC_SECONDS, &l, s.sum_us as f64 / 1e6);
     }
     let Some(i) = &x.import else {
         return;
@@ -187,27 +212,9 @@ fn render_target(t: &mut Text, x: &Target) {
         ("state", i.state.as_str()),
         ("nid", i.nid.as_str()),
     ];
-    t.sample(
-        "faultline_lustre_import_full",
-        "1 when the target's import is FULL (connected and serving), else 0; the state and server NID as labels",
-        Kind::Gauge,
-        &l,
-        full,
-    );
-    t.sample(
-        "faultline_lustre_import_timeouts_total",
-        "Lustre RPCs to the target that timed out",
-        Kind::Counter,
-        &base,
-        i.timeouts,
-    );
-    t.sample(
-        "faultline_lustre_import_connects_total",
-        "Connection attempts of the target's import (a rise after the first is a reconnection)",
-        Kind::Counter,
-        &base,
-        i.connection_attempts,
-    );
+    t.add(&LUSTRE_IMPORT_FULL, &l, full);
+    t.add(&LUSTRE_IMPORT_TIMEOUTS, &base, i.timeouts);
+    t.add(&LUSTRE_IMPORT_CONNECTS, &base, i.connection_attempts);
 }
 
 /// One console line per target and RPC type with RPCs in the window.

@@ -6,7 +6,56 @@ use std::{
 };
 
 use super::RankState;
-use crate::prom_text::{Kind, Text};
+use crate::prom_text::Text;
+
+use proto::metric::Family;
+
+pub const NCCL_CALLS: Family = Family::counter(
+    "faultline_nccl_calls_total",
+    &["comm", "rank", "hpc_job", "op", "parent_rank", "pid"],
+    "NCCL calls per communicator, rank on this host and op (enqueued, not completed)",
+);
+pub const NCCL_BYTES: Family = Family::counter(
+    "faultline_nccl_bytes_total",
+    &["comm", "rank", "hpc_job", "op", "parent_rank", "pid"],
+    "NCCL bytes per communicator, rank and op: count x datatype size as passed",
+);
+pub const NCCL_RANK_INFO: Family = Family::gauge(
+    "faultline_nccl_rank_info",
+    &["comm", "rank", "nranks", "gpu", "hpc_job", "pid", "parent_rank"],
+    "A communicator rank on this host: its size, GPU and process (value 1)",
+);
+pub const NCCL_COLLECTIVES_ISSUED: Family = Family::gauge(
+    "faultline_nccl_collectives_issued",
+    &["comm", "rank", "hpc_job", "parent_rank", "pid"],
+    "Collectives the rank has issued on the communicator (its sequence number)",
+);
+pub const NCCL_BLOCKED_SECONDS: Family = Family::gauge(
+    "faultline_nccl_blocked_seconds",
+    &["comm", "rank", "hpc_job", "parent_rank", "pid", "call"],
+    "How long the rank's process has been inside its oldest unreturned CUDA driver call (call), at the window's end",
+);
+pub const NCCL_JOB_CALLS: Family = Family::counter(
+    "faultline_nccl_job_calls_total",
+    &["hpc_job", "op"],
+    "NCCL calls of a job's ranks on this host by op: live ranks, exited ones (kept for nccl.retain_exited_s) and folded ones",
+);
+pub const NCCL_JOB_BYTES: Family = Family::counter(
+    "faultline_nccl_job_bytes_total",
+    &["hpc_job", "op"],
+    "NCCL bytes (count x datatype size) of a job's ranks on this host by op, exited ranks included",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[
+    &NCCL_CALLS,
+    &NCCL_BYTES,
+    &NCCL_RANK_INFO,
+    &NCCL_COLLECTIVES_ISSUED,
+    &NCCL_BLOCKED_SECONDS,
+    &NCCL_JOB_CALLS,
+    &NCCL_JOB_BYTES,
+];
 
 /// Per-op (calls, bytes) totals.
 type OpTotals = BTreeMap<&'static str, (u64, u64)>;
@@ -223,51 +272,21 @@ pub fn render_all(
             let mut l = base.clone();
             l.push(("hpc_job", &j));
             l.push(("op", o));
-            t.sample(
-                "faultline_nccl_calls_total",
-                "NCCL calls per communicator, rank on this host and op (enqueued, not completed)",
-                Kind::Counter,
-                &l,
-                calls,
-            );
-            t.sample(
-                "faultline_nccl_bytes_total",
-                "NCCL bytes per communicator, rank and op: count x datatype size as passed",
-                Kind::Counter,
-                &l,
-                bytes,
-            );
+            t.add(&NCCL_CALLS, &l, calls);
+            t.add(&NCCL_BYTES, &l, bytes);
         }
         let mut info = base.clone();
         info.extend([("nranks", nranks.as_str()), ("gpu", &gpu), ("hpc_job", &j)]);
         if !id.iter().any(|(k, _)| *k == "pid") {
             info.push(("pid", &pid_s));
         }
-        t.sample(
-            "faultline_nccl_rank_info",
-            "A communicator rank on this host: its size, GPU and process (value 1)",
-            Kind::Gauge,
-            &info,
-            1,
-        );
+        t.add(&NCCL_RANK_INFO, &info, 1);
         let mut l = base;
         l.push(("hpc_job", &j));
-        t.sample(
-            "faultline_nccl_collectives_issued",
-            "Collectives the rank has issued on the communicator (its sequence number)",
-            Kind::Gauge,
-            &l,
-            r.seq,
-        );
+        t.add(&NCCL_COLLECTIVES_ISSUED, &l, r.seq);
         if let Some((call, age)) = r.blocked {
             l.push(("call", call));
-            t.sample(
-                "faultline_nccl_blocked_seconds",
-                "How long the rank's process has been inside its oldest unreturned CUDA driver call (call), at the window's end",
-                Kind::Gauge,
-                &l,
-                format!("{age:.3}"),
-            );
+            t.add(&NCCL_BLOCKED_SECONDS, &l, format!("{age:.3}"));
         }
     }
     job_totals(&mut t, &totals);
@@ -278,20 +297,8 @@ pub fn render_all(
 fn job_totals(t: &mut Text, totals: &BTreeMap<(String, &'static str), (u64, u64)>) {
     for ((j, op), (calls, bytes)) in totals {
         let l: &[(&str, &str)] = &[("hpc_job", j), ("op", op)];
-        t.sample(
-            "faultline_nccl_job_calls_total",
-            "NCCL calls of a job's ranks on this host by op: live ranks, exited ones (kept for nccl.retain_exited_s) and folded ones",
-            Kind::Counter,
-            l,
-            calls,
-        );
-        t.sample(
-            "faultline_nccl_job_bytes_total",
-            "NCCL bytes (count x datatype size) of a job's ranks on this host by op, exited ranks included",
-            Kind::Counter,
-            l,
-            bytes,
-        );
+        t.add(&NCCL_JOB_CALLS, l, calls);
+        t.add(&NCCL_JOB_BYTES, l, bytes);
     }
 }
 

@@ -18,6 +18,22 @@ use crate::{
     prom_text::{Kind, Text},
 };
 
+use proto::metric::Family;
+
+pub const NFS_MOUNTS: Family = Family::gauge(
+    "faultline_nfs_mounts",
+    &[],
+    "NFS mounts tracked from mountstats",
+);
+pub const NFS_TRANSPORT_CONNECTS: Family = Family::counter(
+    "faultline_nfs_transport_connects_total",
+    &["server", "export", "mountpoint"],
+    "TCP connections the mount's transports made (a rise after the first is a reconnection)",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[&NFS_MOUNTS, &NFS_TRANSPORT_CONNECTS];
+
 type Key = (String, String);
 
 /// What one window found, besides its rows.
@@ -148,13 +164,7 @@ impl NfsTracker {
         for m in self.mounts.latest() {
             render_mount(&mut t, m);
         }
-        t.sample(
-            "faultline_nfs_mounts",
-            "NFS mounts tracked from mountstats",
-            Kind::Gauge,
-            &[],
-            self.mounts.latest().count(),
-        );
+        t.add(&NFS_MOUNTS, &[], self.mounts.latest().count());
         for (name, help, v) in [
             (
                 "faultline_nfs_mounts_dropped_total",
@@ -184,13 +194,7 @@ fn render_mount(t: &mut Text, m: &Mount) {
         ("export", m.export.as_str()),
         ("mountpoint", m.mountpoint.as_str()),
     ];
-    t.sample(
-        "faultline_nfs_transport_connects_total",
-        "TCP connections the mount's transports made (a rise after the first is a reconnection)",
-        Kind::Counter,
-        &base,
-        m.connects(),
-    );
+    t.add(&NFS_TRANSPORT_CONNECTS, &base, m.connects());
     for (op, s) in m.ops.iter().filter(|(_, s)| s.ops > 0) {
         let l = [base[0], base[1], base[2], ("op", op.as_str())];
         let secs = |ms: u64| ms as f64 / 1e3;

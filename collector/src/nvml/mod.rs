@@ -412,7 +412,7 @@ mod export;
 mod gpm;
 mod nvlink;
 pub mod podresources;
-mod prom;
+pub(crate) mod prom;
 mod remap;
 mod sample;
 mod section;

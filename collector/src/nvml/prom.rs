@@ -6,6 +6,145 @@ use std::collections::BTreeMap;
 use super::{export::Export, GpuInfo, GpuSample, THROTTLE_FLAGS};
 use crate::prom_text::{Kind, Text};
 
+use proto::metric::Family;
+
+// The GPU families' labels: the GPU, then its workload's (optional;
+// `WorkloadLabels::pairs`), then the family's own.
+
+pub const GPU_WORKLOADS: Family = Family::gauge(
+    "faultline_gpu_workloads",
+    &["gpu", "uuid", "pci_bus_id", "container", "namespace", "pod", "hpc_job", "rank"],
+    "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
+);
+pub const GPU_LOST: Family = Family::gauge(
+    "faultline_gpu_lost",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+    ],
+    "1 when NVML reports the GPU fell off the bus",
+);
+pub const GPU_NVLINK_DATA_BYTES: Family = Family::counter(
+    "faultline_gpu_nvlink_data_bytes_total",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+    ],
+    "NVLink data transmitted plus received over all links since driver load",
+);
+pub const GPU_ENGINE_ACTIVE_RATIO: Family = Family::gauge(
+    "faultline_gpu_engine_active_ratio",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+        "engine",
+    ],
+    "Ratio of the last window the engine was active (NVML GPM, Hopper and later)",
+);
+pub const GPU_ROW_REMAP_FAILURE: Family = Family::gauge(
+    "faultline_gpu_row_remap_failure",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+    ],
+    "1 when a row remapping has failed on the GPU",
+);
+pub const GPU_ROW_REMAP_PENDING: Family = Family::gauge(
+    "faultline_gpu_row_remap_pending",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+    ],
+    "1 when a row remapping waits for the next GPU reset",
+);
+pub const GPU_THROTTLE_REASON: Family = Family::gauge(
+    "faultline_gpu_throttle_reason",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+        "reason",
+    ],
+    "1 when this clock event (throttle) reason is active",
+);
+pub const GPU_XID_EVENTS: Family = Family::counter(
+    "faultline_gpu_xid_events_total",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+    ],
+    "XID events of the GPU, all codes (present from the start, at 0)",
+);
+pub const GPU_XID_ERRORS: Family = Family::counter(
+    "faultline_gpu_xid_errors_total",
+    &[
+        "gpu",
+        "uuid",
+        "pci_bus_id",
+        "container",
+        "namespace",
+        "pod",
+        "hpc_job",
+        "rank",
+        "xid",
+    ],
+    "XID errors reported by NVML events",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[
+    &GPU_WORKLOADS,
+    &GPU_LOST,
+    &GPU_NVLINK_DATA_BYTES,
+    &GPU_ENGINE_ACTIVE_RATIO,
+    &GPU_ROW_REMAP_FAILURE,
+    &GPU_ROW_REMAP_PENDING,
+    &GPU_THROTTLE_REASON,
+    &GPU_XID_EVENTS,
+    &GPU_XID_ERRORS,
+];
+
 /// faultline's GPU families only, without workload labels.
 pub fn render_prometheus(
     gpus: &[GpuInfo],
@@ -48,24 +187,12 @@ fn gpu_families(t: &mut Text, g: &GpuInfo, s: &GpuSample, ex: &Export<'_>) {
         l.extend(w.pairs());
     }
     if let Some((_, n)) = wl {
-        t.sample(
-            "faultline_gpu_workloads",
-            "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
-            Kind::Gauge,
-            &l,
-            n,
-        );
+        t.add(&GPU_WORKLOADS, &l, n);
     }
     if ex.dcgm_compat {
         super::dcgm::write(t, g, s, ex, wl.map(|(w, _)| w));
     }
-    t.sample(
-        "faultline_gpu_lost",
-        "1 when NVML reports the GPU fell off the bus",
-        Kind::Gauge,
-        &l,
-        u8::from(s.lost),
-    );
+    t.add(&GPU_LOST, &l, u8::from(s.lost));
     sampled(t, s, &l);
     nvlink(t, s, &l);
     profiling(t, s, &l);
@@ -243,13 +370,7 @@ fn nvlink(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
         }
     }
     if let Some(kib) = s.nvlink_data_kib {
-        t.sample(
-            "faultline_gpu_nvlink_data_bytes_total",
-            "NVLink data transmitted plus received over all links since driver load",
-            Kind::Counter,
-            l,
-            kib.saturating_mul(1024),
-        );
+        t.add(&GPU_NVLINK_DATA_BYTES, l, kib.saturating_mul(1024));
     }
 }
 
@@ -264,13 +385,7 @@ fn profiling(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
             let Some(v) = v else { continue };
             let mut ll = l.to_vec();
             ll.push(("engine", engine));
-            t.sample(
-                "faultline_gpu_engine_active_ratio",
-                "Ratio of the last window the engine was active (NVML GPM, Hopper and later)",
-                Kind::Gauge,
-                &ll,
-                v,
-            );
+            t.add(&GPU_ENGINE_ACTIVE_RATIO, &ll, v);
         }
     }
 }
@@ -294,22 +409,10 @@ fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
         }
     }
     if let Some(v) = s.remap_failure {
-        t.sample(
-            "faultline_gpu_row_remap_failure",
-            "1 when a row remapping has failed on the GPU",
-            Kind::Gauge,
-            l,
-            v,
-        );
+        t.add(&GPU_ROW_REMAP_FAILURE, l, v);
     }
     if let Some(v) = s.remap_pending {
-        t.sample(
-            "faultline_gpu_row_remap_pending",
-            "1 when a row remapping waits for the next GPU reset",
-            Kind::Gauge,
-            l,
-            u64::from(v),
-        );
+        t.add(&GPU_ROW_REMAP_PENDING, l, u64::from(v));
     }
 }
 
@@ -339,13 +442,7 @@ fn throttle(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
         for (bit, reason) in THROTTLE_FLAGS {
             let mut ll = l.to_vec();
             ll.push(("reason", reason));
-            t.sample(
-                "faultline_gpu_throttle_reason",
-                "1 when this clock event (throttle) reason is active",
-                Kind::Gauge,
-                &ll,
-                u8::from(mask & bit != 0),
-            );
+            t.add(&GPU_THROTTLE_REASON, &ll, u8::from(mask & bit != 0));
         }
     }
 }
@@ -379,13 +476,7 @@ fn xid_families(
         if let Some((w, _)) = ex.workloads.get(&g.index) {
             l.extend(w.pairs());
         }
-        t.sample(
-            "faultline_gpu_xid_events_total",
-            "XID events of the GPU, all codes (present from the start, at 0)",
-            Kind::Counter,
-            &l,
-            n,
-        );
+        t.add(&GPU_XID_EVENTS, &l, n);
     }
     for ((gpu, code), n) in xids {
         let g = gpus.iter().find(|g| g.index == *gpu);
@@ -400,12 +491,6 @@ fn xid_families(
             l.extend(w.pairs());
         }
         l.push(("xid", code.as_str()));
-        t.sample(
-            "faultline_gpu_xid_errors_total",
-            "XID errors reported by NVML events",
-            Kind::Counter,
-            &l,
-            n,
-        );
+        t.add(&GPU_XID_ERRORS, &l, n);
     }
 }

@@ -10,9 +10,25 @@ use proto::v1 as pb;
 
 use crate::{
     otlp::Receiver,
-    prom_text::{Kind, Text},
+    prom_text::Text,
     sources::{Ctx, Fact, Source},
 };
+
+use proto::metric::Family;
+
+pub const JOB_STEP_SECONDS: Family = Family::gauge(
+    "faultline_job_step_seconds",
+    &["hpc_job", "rank"],
+    "Mean training step time of the job's rank in the latest window that had steps (OTLP)",
+);
+pub const JOB_STEP_MAX_SECONDS: Family = Family::gauge(
+    "faultline_job_step_max_seconds",
+    &["hpc_job", "rank"],
+    "Longest training step of the job's rank in the latest window that had steps (OTLP)",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[&JOB_STEP_SECONDS, &JOB_STEP_MAX_SECONDS];
 
 /// A job/rank whose last step is older than this leaves `/metrics`.
 pub const STEP_TTL: Duration = Duration::from_secs(300);
@@ -65,20 +81,8 @@ impl OtlpSource {
         for ((job, rank), v) in &self.last {
             let rank = rank.to_string();
             let l = [("hpc_job", job.as_str()), ("rank", rank.as_str())];
-            t.sample(
-                "faultline_job_step_seconds",
-                "Mean training step time of the job's rank in the latest window that had steps (OTLP)",
-                Kind::Gauge,
-                &l,
-                v.mean,
-            );
-            t.sample(
-                "faultline_job_step_max_seconds",
-                "Longest training step of the job's rank in the latest window that had steps (OTLP)",
-                Kind::Gauge,
-                &l,
-                v.max,
-            );
+            t.add(&JOB_STEP_SECONDS, &l, v.mean);
+            t.add(&JOB_STEP_MAX_SECONDS, &l, v.max);
         }
         t.render()
     }

@@ -18,6 +18,17 @@ use proto::v1 as pb;
 
 use crate::prom_text::{Kind, Text};
 
+use proto::metric::Family;
+
+pub const USAGE_FOLDED_ROWS: Family = Family::counter(
+    "faultline_usage_folded_rows_total",
+    &[],
+    "Usage rows counted under hpc_job=\"_overflow\" because [usage] max_jobs (job, team) pairs were already tracked",
+);
+
+/// The families above, for `crate::metrics_catalog`.
+pub const FAMILIES: &[&Family] = &[&USAGE_FOLDED_ROWS];
+
 mod section;
 #[cfg(all(
     feature = "probes",
@@ -172,13 +183,7 @@ impl Accountant {
                 t.sample(name, help, kind, &l, val);
             }
         }
-        t.sample(
-            "faultline_usage_folded_rows_total",
-            "Usage rows counted under hpc_job=\"_overflow\" because [usage] max_jobs (job, team) pairs were already tracked",
-            Kind::Counter,
-            &[],
-            self.folded,
-        );
+        t.add(&USAGE_FOLDED_ROWS, &[], self.folded);
         t.render()
     }
 }
