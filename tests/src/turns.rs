@@ -5,10 +5,15 @@
 //! events, attach probes, set environment variables the NVML stand-in reads,
 //! install a process-wide metrics recorder). Each test opens with
 //! `let _turn = tests::one_file_at_a_time(file!());`: tests of one file
-//! still run side by side, tests of two files never overlap.
+//! still run side by side, tests of two files never overlap, and when a
+//! file's last test ends the environment is put back as the process started
+//! (a file that sets `FAKE_NVML_SCENARIO` leaves it to no other file, nor to
+//! the children other files start).
 use std::{
+    collections::BTreeMap,
+    ffi::OsString,
     path::{Path, PathBuf},
-    sync::{Condvar, Mutex, PoisonError},
+    sync::{Condvar, Mutex, OnceLock, PoisonError},
 };
 
 /// Which file's tests run now, and how many of them.
@@ -22,6 +27,8 @@ static TURN: Mutex<Turn> = Mutex::new(Turn {
     running: 0,
 });
 static CHANGED: Condvar = Condvar::new();
+/// The environment before the first test's turn.
+static START_ENV: OnceLock<BTreeMap<OsString, OsString>> = OnceLock::new();
 
 /// A test's hold on its file's turn, given back when the test ends (passed,
 /// failed or panicked).
@@ -34,6 +41,7 @@ pub struct FileTurn {
 /// the caller (`file!()`).
 pub fn one_file_at_a_time(file: &'static str) -> FileTurn {
     let mut t = TURN.lock().unwrap_or_else(PoisonError::into_inner);
+    START_ENV.get_or_init(|| std::env::vars_os().collect());
     while t.running > 0 && t.file != Some(file) {
         t = CHANGED.wait(t).unwrap_or_else(PoisonError::into_inner);
     }
@@ -48,8 +56,31 @@ impl Drop for FileTurn {
         debug_assert_eq!(t.file, Some(self.file));
         t.running -= 1;
         if t.running == 0 {
+            restore_env();
             t.file = None;
             CHANGED.notify_all();
+        }
+    }
+}
+
+/// Puts the environment back as it was before the first turn. Called with
+/// [`TURN`] held and no test running, so no test thread reads it meanwhile.
+fn restore_env() {
+    let Some(start) = START_ENV.get() else {
+        return;
+    };
+    let now: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (k, v) in &now {
+        if start.get(k) != Some(v) {
+            match start.get(k) {
+                Some(old) => std::env::set_var(k, old),
+                None => std::env::remove_var(k),
+            }
+        }
+    }
+    for (k, v) in start {
+        if !now.contains_key(k) {
+            std::env::set_var(k, v);
         }
     }
 }
@@ -152,6 +183,17 @@ mod tests {
             MOST_A.load(Ordering::SeqCst) > 1,
             "a's tests ran side by side"
         );
+    }
+
+    #[test]
+    fn a_file_s_environment_is_gone_when_its_last_test_ends() {
+        {
+            let _t = one_file_at_a_time("env_a.rs");
+            std::env::set_var("FAULTLINE_TURNS_TEST", "a");
+            let _t2 = one_file_at_a_time("env_a.rs");
+        }
+        let _t = one_file_at_a_time("env_b.rs");
+        assert_eq!(std::env::var_os("FAULTLINE_TURNS_TEST"), None);
     }
 
     #[test]

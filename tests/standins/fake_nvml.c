@@ -89,6 +89,9 @@ static double now(void) {
 }
 
 static void load_scenario(void) {
+    /* A fresh scenario at each first init: one test process may run the
+     * tests of several files (tests/it), each with a scenario of its own. */
+    nlines = 0; nplines = 0; ngpus = 8;
     const char *n = getenv("FAKE_NVML_GPUS");
     if (n) { ngpus = atoi(n); if (ngpus < 0) ngpus = 0; if (ngpus > MAXGPU) ngpus = MAXGPU; }
     for (int i = 0; i < MAXGPU; i++) gpus[i].index = i;

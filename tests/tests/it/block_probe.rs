@@ -41,6 +41,7 @@ fn op_delta(before: &BlockSnapshot, after: &BlockSnapshot, dev: u32, o: u32) -> 
 /// default on a kernel with BTF, as this one has).
 #[test]
 fn block_counts_and_bytes_equal_the_kernels_accounting() {
+    let _turn = tests::one_file_at_a_time(file!());
     counts_equal_the_kernels_accounting(true, BlockAttach::Btf);
 }
 
@@ -48,6 +49,7 @@ fn block_counts_and_bytes_equal_the_kernels_accounting() {
 /// kernels without BTF, forced with `[block] btf = false`.
 #[test]
 fn classic_tracepoint_fallback_equals_the_kernels_accounting() {
+    let _turn = tests::one_file_at_a_time(file!());
     counts_equal_the_kernels_accounting(false, BlockAttach::Classic);
 }
 
@@ -194,6 +196,7 @@ fn counts_equal_the_kernels_accounting(block_btf: bool, want: BlockAttach) {
 /// counted untimed).
 #[test]
 fn mode_rq_counts_equal_the_kernels_accounting() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (block_btf, want) in [(true, BlockAttach::Btf), (false, BlockAttach::Classic)] {
         tests::runtime().block_on(async { mode_rq_counts(block_btf, want) });
     }
@@ -263,6 +266,7 @@ fn mode_rq_counts(block_btf: bool, want: BlockAttach) {
 /// paths.
 #[test]
 fn fua_writes_count_once_as_the_kernel_counts_them() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (block_btf, want) in [(true, BlockAttach::Btf), (false, BlockAttach::Classic)] {
         tests::runtime().block_on(async { fua_writes_count_once(block_btf, want) });
     }
@@ -354,6 +358,7 @@ fn btf_reads(lo: &tests::LoopDevice, n: u64) -> (tests::DiskStat, BlockStats, u6
 /// it by less than 20 µs per request (7 µs measured here, a VM's wake-up).
 #[test]
 fn latency_totals_match_the_kernels_time_fields() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_latency") {
         return;
@@ -395,6 +400,7 @@ fn latency_totals_match_the_kernels_time_fields() {
 /// `BLOCK_UNTIMED`), and every later one is timed by the probes' own clock.
 #[test]
 fn a_device_without_iostats_is_timed_by_the_probes_own_clock() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_own_clock") {
         return;
@@ -432,6 +438,7 @@ fn a_device_without_iostats_is_timed_by_the_probes_own_clock() {
 /// left in the ring, none was dropped for a full ring.
 #[test]
 fn sampled_block_events_are_drained_one_per_timed_request() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("block_events") {
         return;

@@ -24,6 +24,7 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn collector_joins_cuda_launches_with_gpu_state_and_serves_metrics() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("collector_e2e") {
         return;

@@ -119,6 +119,7 @@ fn start_collector(
 
 #[test]
 fn metrics_pass_promtool_and_quiet_prints_no_per_entity_lines() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("collector_metrics") {
         return;
@@ -478,6 +479,7 @@ fn scrape_until(addr: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
 /// backwards (Prometheus would read a reset and count the value again).
 #[test]
 fn a_jobs_counters_survive_its_process_exiting() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("collector_metrics") {
         return;
@@ -566,6 +568,7 @@ fn a_jobs_counters_survive_its_process_exiting() {
 /// correlator (its ingest log has them, with their counters).
 #[test]
 fn ib_export_off_keeps_ports_off_metrics_but_streams_them() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("collector_metrics") {
         return;

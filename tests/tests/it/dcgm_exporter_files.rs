@@ -23,6 +23,7 @@ const TARGET: &[(&str, &str)] = &[("instance", "n17:9477"), ("job", "faultline-c
 
 #[test]
 fn default_counters_and_dashboard_panels_against_the_nvml_stand_in() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tests::nvml_scenario("dcgm-files", SCENARIO, 2);
     let gpm_log = dir.join("gpm.log");
     std::env::set_var("FAKE_NVML_GPM_LOG", &gpm_log);

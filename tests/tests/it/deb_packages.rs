@@ -143,6 +143,7 @@ fn packaged_file(deb: &Path, path: &str, dir: &Path) -> String {
 
 #[test]
 fn packages_hold_binaries_units_conffiles_and_scripts() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some((collector, correlator)) = debs() else {
         return;
     };
@@ -325,6 +326,7 @@ impl Drop for Machine {
 
 #[test]
 fn packages_install_and_start_under_systemd() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     let Some((collector, correlator)) = debs() else {
         return;

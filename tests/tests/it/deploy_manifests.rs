@@ -382,6 +382,7 @@ fn build_with_component(venv: &Path, root: &Path, component: &Path, tag: &str) -
 /// operators' CRDs for theirs), none without a schema.
 #[test]
 fn every_kustomization_builds_with_real_kustomize_and_validates_strictly() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(venv) = tools() else { return };
     let mut dirs = Vec::new();
     kustomization_dirs(&repo().join("deploy"), &mut dirs);
@@ -553,6 +554,7 @@ fn kubernetes_doc() -> String {
 /// generator's.
 #[test]
 fn collector_mounts_are_read_by_the_code_and_both_configs_pass_check_config() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let pod = pod_spec(docs);
     let c = collector_container(docs);
@@ -712,6 +714,7 @@ fn collector_mounts_are_read_by_the_code_and_both_configs_pass_check_config() {
 /// Grafana sidecar loads), its JSON the file's.
 #[test]
 fn every_dashboard_is_a_configmap_for_grafanas_sidecar() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/grafana"))
         .expect("deploy/grafana")
@@ -810,6 +813,7 @@ fn authenticated_by_default(docs: &[Value], cfg: &FileConfig) {
 /// namespace; docs/kubernetes.md tells an SDK where to send.
 #[test]
 fn otlp_from_a_pod_reaches_the_collector_on_its_own_node() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let svc = object(docs, "Service", "faultline-collector-otlp");
     assert_eq!(svc["spec"]["internalTrafficPolicy"], "Local", "{svc}");
@@ -882,6 +886,7 @@ fn otlp_from_a_pod_reaches_the_collector_on_its_own_node() {
 /// the pod still starts there.
 #[test]
 fn dev_infiniband_is_mounted() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let (m, v) = mount_and_volume(docs, "/dev/infiniband");
     assert_eq!(m["readOnly"], true, "{m}");
@@ -896,6 +901,7 @@ fn dev_infiniband_is_mounted() {
 /// that mount into the collector.
 #[test]
 fn run_nvidia_propagates_host_mounts_into_the_container() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let (m, v) = mount_and_volume(docs, "/run/nvidia");
     assert_eq!(m["mountPropagation"], "HostToContainer", "{m}");
@@ -907,6 +913,7 @@ fn run_nvidia_propagates_host_mounts_into_the_container() {
 /// looks for it, names each GPU's Kubernetes container.
 #[test]
 fn kubelet_pod_resources_socket_is_mounted_where_the_config_reads_it() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let (m, v) = mount_and_volume(docs, "/var/lib/kubelet/pod-resources");
     assert_eq!(v["hostPath"]["path"], "/var/lib/kubelet/pod-resources");
@@ -930,6 +937,7 @@ fn kubelet_pod_resources_socket_is_mounted_where_the_config_reads_it() {
 /// manifest and docs/kubernetes.md say when and how to set one.
 #[test]
 fn runtime_class_is_documented() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     assert!(pod_spec(docs).get("runtimeClassName").is_none());
     let manifest =
@@ -948,6 +956,7 @@ fn runtime_class_is_documented() {
 /// limits it to kube-system by default.
 #[test]
 fn every_taint_is_tolerated_at_system_node_critical_priority() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let pod = pod_spec(docs);
     assert_eq!(pod["tolerations"], json!([{"operator": "Exists"}]));
@@ -971,6 +980,7 @@ fn every_taint_is_tolerated_at_system_node_critical_priority() {
 /// the probes and the Service name.
 #[test]
 fn web_ui_answers_its_service_names_and_probes_use_open_paths() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(docs) = base() else { return };
     let cm = object(docs, "ConfigMap", "faultline-correlator");
     let toml = cm["data"]["correlator.toml"]
@@ -1026,6 +1036,7 @@ fn web_ui_answers_its_service_names_and_probes_use_open_paths() {
 /// config that passes `check-config`; a re-run keeps an edited config.
 #[test]
 fn install_script_puts_unit_config_and_environment_file_in_place() {
+    let _turn = tests::one_file_at_a_time(file!());
     let root = scratch("install-root");
     let _ = std::fs::remove_dir_all(&root);
     let bin_dir = tests::bin("faultline-collector")
@@ -1091,6 +1102,7 @@ fn install_script_puts_unit_config_and_environment_file_in_place() {
 /// names one of the two jobs.
 #[test]
 fn service_monitors_name_the_scrape_jobs_without_honor_labels() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (Some(base_docs), Some(overlay)) = (base(), scale_out()) else {
         return;
     };
@@ -1276,6 +1288,7 @@ fn scraper_namespaces(docs: &[Value]) -> BTreeMap<String, Value> {
 /// The site overlay docs/kubernetes.md shows overrides all three.
 #[test]
 fn images_release_label_and_scrapers_namespace_are_set_in_one_place() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(venv) = tools() else { return };
     let (Some(base_docs), Some(overlay)) = (base(), scale_out()) else {
         return;
@@ -1480,6 +1493,7 @@ fn site_overlay_from_the_docs_overrides_the_settings(venv: &Path, base_docs: &[V
 /// documents both.
 #[test]
 fn seccomp_is_runtime_default_and_the_tailored_profile_an_opt_in_operator_component() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(venv) = tools() else { return };
     let (Some(base_docs), Some(overlay)) = (base(), scale_out()) else {
         return;
@@ -1584,6 +1598,7 @@ fn seccomp_is_runtime_default_and_the_tailored_profile_an_opt_in_operator_compon
 /// proxy (9443) and the correlator's /metrics (8080).
 #[test]
 fn network_policies_select_namespaces_by_their_name() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (Some(base_docs), Some(overlay)) = (base(), scale_out()) else {
         return;
     };
@@ -1628,6 +1643,7 @@ fn network_policies_select_namespaces_by_their_name() {
 /// docs/kubernetes.md says when to turn them on.
 #[test]
 fn dcgm_copies_are_off_in_both_collector_configs() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (Some(base_docs), Some(overlay)) = (base(), scale_out()) else {
         return;
     };
@@ -1652,6 +1668,7 @@ fn dcgm_copies_are_off_in_both_collector_configs() {
 /// of kustomize had hidden that.)
 #[test]
 fn scale_out_overlay_shards_cover_every_bucket_of_the_collectors() {
+    let _turn = tests::one_file_at_a_time(file!());
     let (Some(base_docs), Some(docs)) = (base(), scale_out()) else {
         return;
     };
@@ -1875,7 +1892,7 @@ fn overlay_authenticates_to_nats(overlay: &[Value], toml: &str) {
 /// ServiceMonitor is the base's but for its relabelings, which only label
 /// (`shard`, `instance`) and drop no target: a shard's standby serves
 /// `/healthz` and `/metrics` while it waits for the lease, so it is ready,
-/// listed by the Service and scraped `up == 1` (tests/tests/scale_out.rs
+/// listed by the Service and scraped `up == 1` (tests/tests/it/scale_out.rs
 /// checks what it serves). The rule for a shard without an available
 /// process (FaultlineCorrelatorShardDown) names every shard Deployment and
 /// not the base's correlator; each shard rolls over keeping both processes
@@ -1883,6 +1900,7 @@ fn overlay_authenticates_to_nats(overlay: &[Value], toml: &str) {
 /// readiness makes possible.
 #[test]
 fn scale_out_overlay_ships_the_bases_monitoring_and_scrapes_both_shard_processes() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(venv) = tools() else { return };
     let (Some(base_docs), Some(docs)) = (base(), scale_out()) else {
         return;

@@ -205,7 +205,7 @@ fn rule_names() -> (BTreeSet<String>, Vec<String>) {
 }
 
 /// Metric names the rules read that only a sharded correlator (`serve
-/// --nats`) exports; `tests/tests/scale_out.rs`
+/// --nats`) exports; `tests/tests/it/scale_out.rs`
 /// (`a_standby_serves_health_and_metrics_then_its_web_ui_once_active`)
 /// scrapes them from real shard processes.
 const SCALE_OUT_ONLY: [&str; 1] = ["faultline_correlator_shard_active"];
@@ -365,6 +365,7 @@ fn empty_dashboard_queries(
 
 #[test]
 fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_query_has_data() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("deploy_prometheus") {
         return;
@@ -391,9 +392,7 @@ fn prometheus_scrapes_collector_and_correlator_and_every_dashboard_and_rule_quer
         return;
     }
     let started = Instant::now();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-prometheus");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("test dir");
+    let dir = tests::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-prometheus"));
 
     // A node: two GPUs, two HCAs, a Slurm job owning both GPUs and mlx5_0.
     let ib = tests::FakeIb::new("deploy-prom");
@@ -939,6 +938,7 @@ fn alerts() -> Vec<Rule> {
 /// every incident kind.
 #[test]
 fn every_alert_has_a_runbook_page() {
+    let _turn = tests::one_file_at_a_time(file!());
     let alerts = alerts();
     assert_eq!(alerts.len(), 22, "{alerts:?}");
     let kinds: Vec<&str> = vocab::IncidentKind::ALL
@@ -1042,6 +1042,7 @@ const META: [&str; 9] = [
 /// expression uses `job` for the workload (that is `hpc_job`).
 #[test]
 fn every_alert_waits_or_says_why_and_selects_the_scrape_job() {
+    let _turn = tests::one_file_at_a_time(file!());
     let rules = rules();
     let alerts: Vec<&Rule> = rules.iter().filter(|r| !r.record).collect();
     let without: Vec<&str> = alerts
@@ -1112,6 +1113,7 @@ fn every_alert_waits_or_says_why_and_selects_the_scrape_job() {
 /// and each meta-alert both firing and quiet.
 #[test]
 fn rule_unit_tests_pass_and_each_meta_alert_fires_and_stays_quiet() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = repo().join("deploy/prometheus");
     let tests_yaml =
         std::fs::read_to_string(dir.join("faultline-rules.test.yaml")).expect("rule tests");
@@ -1194,12 +1196,11 @@ fn python(args: &[&str]) -> String {
 /// is the dashboard's.
 #[test]
 fn generated_rules_and_dashboards_are_in_sync_and_load() {
+    let _turn = tests::one_file_at_a_time(file!());
     python(&["deploy/prometheus/generate.py", "--check"]);
     python(&["deploy/grafana/generate.py", "--check"]);
 
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-rules-sync");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = tests::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join("deploy-rules-sync"));
     // The PrometheusRule's spec, de-indented, is a rule file.
     let k8s =
         std::fs::read_to_string(repo().join("deploy/kubernetes/monitoring/prometheus-rule.yaml"))

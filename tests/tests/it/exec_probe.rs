@@ -32,6 +32,7 @@ impl log::Log for Capture {
 
 #[test]
 fn exec_probe_reports_exactly_the_execs_this_test_caused() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("exec_probe") {
         return;

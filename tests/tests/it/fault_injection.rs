@@ -160,6 +160,7 @@ fn spool_files(dir: &Path, suffix: &str) -> Vec<String> {
 /// ignored SIGTERM: both are quarantined, delivery goes on, SIGTERM works.
 #[test]
 fn damaged_spool_files_are_quarantined_and_delivery_continues() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-damaged", 1) else {
         return;
     };
@@ -220,6 +221,7 @@ fn proto_window(instance: &str, seq: u64) -> proto::v1::Window {
 /// collector keeps producing: every window arrives exactly once, in order.
 #[test]
 fn correlator_killed_at_random_points_loses_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-killcorr", 1) else {
         return;
     };
@@ -262,6 +264,7 @@ fn correlator_killed_at_random_points_loses_nothing() {
 /// spool yet; those are counted separately.
 #[test]
 fn collector_killed_at_random_points_delivers_its_spool() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-killcol", 1) else {
         return;
     };
@@ -349,6 +352,7 @@ fn collector_killed_at_random_points_delivers_its_spool() {
 /// spooled windows are delivered and accepted + dropped = produced.
 #[test]
 fn full_disk_under_the_spool_counts_and_keeps_going() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-fullspool", 8) else {
         return;
     };
@@ -421,6 +425,7 @@ fn full_disk_under_the_spool_counts_and_keeps_going() {
 /// is recorded exactly once.
 #[test]
 fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-fullrec", 8) else {
         return;
     };
@@ -483,6 +488,7 @@ fn full_disk_under_the_ingest_log_no_storm_no_half_line() {
 /// collector's delivery or its shutdown.
 #[test]
 fn half_open_and_slow_clients_do_not_wedge_delivery() {
+    let _turn = tests::one_file_at_a_time(file!());
     use std::io::Write as _;
     let Some(Setup { _k, dir, ib, port }) = setup("fi-halfopen", 1) else {
         return;
@@ -527,6 +533,7 @@ fn half_open_and_slow_clients_do_not_wedge_delivery() {
 /// file holds whole lines only, and streaming is unaffected.
 #[test]
 fn full_disk_under_the_collectors_record_keeps_it_running() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-colrec", 8) else {
         return;
     };
@@ -666,6 +673,7 @@ async fn probe(url: &str, seq: u64) -> (Duration, Duration) {
 /// started once the flood ends, and SIGTERM of the collector is honoured.
 #[test]
 fn twenty_thousand_streams_are_bounded_and_do_not_wedge_ingest() {
+    let _turn = tests::one_file_at_a_time(file!());
     const STREAMS: u64 = 20_000;
     const PER_CONN: u64 = 63;
     let Some(Setup { _k, dir, ib, port }) = setup("fi-20k", 1) else {
@@ -859,6 +867,7 @@ fn dir_kib(dir: &Path) -> u64 {
 /// on SIGTERM.
 #[test]
 fn full_disk_under_the_history_database_keeps_ingest_going() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(Setup { _k, dir, ib, port }) = setup("fi-fullhist", 8) else {
         return;
     };

@@ -106,6 +106,7 @@ fn same(a: &Episodes, b: &Episodes, what: &str) {
 
 #[test]
 fn a_switch_judged_against_the_whole_fabric_only_with_summaries() {
+    let _turn = tests::one_file_at_a_time(file!());
     let inject = [
         "ib-link-degrade@n003/mlx5_2/1:ber=1e-10",
         "ib-switch-degrade@leaf01:ber=1e-10,ports=4",
@@ -123,6 +124,7 @@ fn a_switch_judged_against_the_whole_fabric_only_with_summaries() {
 
 #[test]
 fn storage_class_medians_and_the_fleet_shift_across_shards() {
+    let _turn = tests::one_file_at_a_time(file!());
     // One device stalls; later the whole fleet's storage slows (a shared
     // backend): the first is an incident, the second is not.
     let inject = [
@@ -141,6 +143,7 @@ fn storage_class_medians_and_the_fleet_shift_across_shards() {
 
 #[test]
 fn a_slow_rank_judged_against_its_whole_job_across_shards() {
+    let _turn = tests::one_file_at_a_time(file!());
     // The training job spans every leaf; a rank slows.
     let inject = ["nccl-slow-rank@n020/gpu2:factor=1.6"];
     let one = run(&inject, Mode::One);

@@ -79,6 +79,7 @@ fn assert_no_gpu(o: &Output, dir: &Path, reason: &str) {
 
 #[test]
 fn gpu_check_says_no_gpu_here_and_exits_3() {
+    let _turn = tests::one_file_at_a_time(file!());
     if has_gpu() {
         eprintln!("SKIPPED gpu_check_says_no_gpu_here: this machine has /dev/nvidia*; run `cargo xtask gpu-check`");
         return;
@@ -95,6 +96,7 @@ fn gpu_check_says_no_gpu_here_and_exits_3() {
 
 #[test]
 fn gpu_check_with_a_driver_that_does_not_load_says_no_gpu() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = out_dir("nolib");
     let o = xtask()
         .arg("--out")
@@ -110,6 +112,7 @@ fn gpu_check_with_a_driver_that_does_not_load_says_no_gpu() {
 /// under the real collector with nvidia-ml-py beside it, and judges.
 #[test]
 fn gpu_check_harness_passes_on_the_stand_in_driver() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("gpu_check_harness") {
         return;
@@ -278,6 +281,7 @@ fn gpu_check_harness_passes_on_the_stand_in_driver() {
 /// NCCL part is one skipped row and a note, and the rest passes as before.
 #[test]
 fn gpu_check_skips_the_nccl_part_alone_where_it_cannot_run() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("gpu_check_nccl_skip") {
         return;

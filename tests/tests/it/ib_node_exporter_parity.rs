@@ -125,6 +125,7 @@ fn tree() -> tests::FakeIb {
 
 #[test]
 fn every_node_exporter_series_appears_with_its_value() {
+    let _turn = tests::one_file_at_a_time(file!());
     let t = tree();
     let got = series(&once(t.root()));
     let dp = |d: &str| format!("device=\"{d}\",port=\"1\"");
@@ -265,6 +266,7 @@ fn every_node_exporter_series_appears_with_its_value() {
 /// above 2^32-1 counted as "saturated" and the window's rate was dropped.
 #[test]
 fn wide_counters_keep_their_rates() {
+    let _turn = tests::one_file_at_a_time(file!());
     use collector::ib::{rates::CounterChange, read_ports, RateTracker};
     let t = tree();
     let mut tr = RateTracker::new();

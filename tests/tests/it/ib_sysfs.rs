@@ -31,6 +31,7 @@ fn tree() -> tests::FakeIb {
 
 #[test]
 fn reads_devices_ports_and_states() {
+    let _turn = tests::one_file_at_a_time(file!());
     let t = tree();
     let ports = read_ports(t.root()).unwrap();
     let names: Vec<String> = ports
@@ -57,6 +58,7 @@ fn reads_devices_ports_and_states() {
 
 #[test]
 fn no_infiniband_class_means_no_ports() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = std::env::temp_dir().join(format!("faultline-noib-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     assert!(read_ports(&dir).unwrap().is_empty());
@@ -65,6 +67,7 @@ fn no_infiniband_class_means_no_ports() {
 
 #[test]
 fn rates_in_bytes_with_resets_saturation_and_missing_files() {
+    let _turn = tests::one_file_at_a_time(file!());
     let t = tree();
     let mut tr = RateTracker::new();
     assert!(
@@ -151,6 +154,7 @@ fn rates_in_bytes_with_resets_saturation_and_missing_files() {
 
 #[test]
 fn once_prints_node_exporter_compatible_values() {
+    let _turn = tests::one_file_at_a_time(file!());
     let t = tree();
     t.counter("mlx5_0", 1, "port_xmit_data", 1000);
     t.counter("mlx5_0", 1, "port_rcv_data", 2500);
@@ -225,6 +229,7 @@ fn devices(out: &std::process::Output) -> Vec<String> {
 
 #[test]
 fn device_include_and_exclude_like_node_exporter() {
+    let _turn = tests::one_file_at_a_time(file!());
     let t = tree();
     t.active_port("mlx5_10", 1);
     assert_eq!(
@@ -276,6 +281,7 @@ fn device_include_and_exclude_like_node_exporter() {
 
 #[test]
 fn a_missing_optional_file_is_noted_once_not_a_read_error() {
+    let _turn = tests::one_file_at_a_time(file!());
     let t = tree();
     // iWARP-like: the driver has no `lid` for this port.
     t.remove("mlx5_1", 1, "lid");

@@ -8,9 +8,7 @@ struct FakeProc(std::path::PathBuf);
 
 impl FakeProc {
     fn new(tag: &str) -> Self {
-        let d =
-            std::env::temp_dir().join(format!("faultline-fakeproc-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+        let d = tests::scratch_dir(&format!("fakeproc-{tag}"));
         fs::create_dir_all(d.join("proc/sys/kernel/random")).expect("fake proc");
         fs::create_dir_all(d.join("etc")).expect("fake proc");
         Self(d)
@@ -38,6 +36,7 @@ impl Drop for FakeProc {
 
 #[test]
 fn slurm_job_rank_and_hcas_from_cgroup_and_environment() {
+    let _turn = tests::one_file_at_a_time(file!());
     let f = FakeProc::new("t1");
     f.process(
         4242,
@@ -80,6 +79,7 @@ fn slurm_job_rank_and_hcas_from_cgroup_and_environment() {
 
 #[test]
 fn kubernetes_pod_and_container_from_cgroup() {
+    let _turn = tests::one_file_at_a_time(file!());
     let f = FakeProc::new("t2");
     f.process(
         5001,
@@ -122,6 +122,7 @@ fn kubernetes_pod_and_container_from_cgroup() {
 
 #[test]
 fn cache_is_bounded_refreshes_on_exec_and_forgets_gone_processes() {
+    let _turn = tests::one_file_at_a_time(file!());
     let f = FakeProc::new("t3");
     for pid in 1..=5 {
         f.process(
@@ -151,6 +152,7 @@ fn cache_is_bounded_refreshes_on_exec_and_forgets_gone_processes() {
 
 #[test]
 fn host_identity() {
+    let _turn = tests::one_file_at_a_time(file!());
     let f = FakeProc::new("t4");
     fs::write(f.proc().join("sys/kernel/hostname"), "n017\n").unwrap();
     fs::write(f.proc().join("sys/kernel/random/boot_id"), "2f1c-boot\n").unwrap();

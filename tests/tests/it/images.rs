@@ -169,6 +169,7 @@ fn chrooted(root: &Path, mounts: &str, capsh: &[String], cmd: &str) -> Command {
 
 #[test]
 fn images_built_from_the_repo_start_and_the_collector_streams_with_the_granted_capabilities() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("images") {
         return;
@@ -566,6 +567,7 @@ fn dockerfile_arg(text: &str, name: &str) -> Option<String> {
 /// digest among the labels.
 #[test]
 fn dockerfiles_pin_their_base_by_digest_and_carry_oci_labels() {
+    let _turn = tests::one_file_at_a_time(file!());
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut bases = Vec::new();
     for name in ["collector", "correlator"] {
@@ -643,6 +645,7 @@ fn status(addr: std::net::SocketAddr, path: &str) -> u16 {
 /// whole UI answered anyone who reached :8080.
 #[test]
 fn the_images_default_web_address_serves_probes_but_not_the_ui_to_the_network() {
+    let _turn = tests::one_file_at_a_time(file!());
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("repo root")

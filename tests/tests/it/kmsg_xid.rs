@@ -170,6 +170,7 @@ fn xids(events: &[serde_json::Value], code: i64) -> Vec<&serde_json::Value> {
 
 #[test]
 fn every_fixture_line_is_a_driver_report() {
+    let _turn = tests::one_file_at_a_time(file!());
     let lines = fixtures();
     assert!(lines.len() >= 10, "{lines:?}");
     for l in &lines {
@@ -193,9 +194,8 @@ fn every_fixture_line_is_a_driver_report() {
 
 #[test]
 fn kernel_log_xids_are_attributed_joined_folded_and_not_replayed() {
-    let dir = std::env::temp_dir().join(format!("faultline-kmsg-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let _turn = tests::one_file_at_a_time(file!());
+    let dir = tests::scratch_dir("kmsg");
     let mut kmsg = KmsgFile {
         path: dir.join("kmsg"),
         seq: 100,
@@ -341,6 +341,7 @@ fn kernel_log_xids_are_attributed_joined_folded_and_not_replayed() {
 
 #[test]
 fn a_user_space_line_in_the_real_dev_kmsg_is_not_trusted() {
+    let _turn = tests::one_file_at_a_time(file!());
     let mut dev = match std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
         Ok(f) => f,
         Err(e) => {
@@ -350,9 +351,7 @@ fn a_user_space_line_in_the_real_dev_kmsg_is_not_trusted() {
             return;
         }
     };
-    let dir = std::env::temp_dir().join(format!("faultline-kmsg-dev-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = tests::scratch_dir("kmsg-dev");
     let cfg = config(&dir, Path::new("/dev/kmsg"), &dir.join("kmsg.state"), "end");
     let record = dir.join("run.jsonl");
     let mut run = Run::start(&cfg, &record, None);

@@ -10,6 +10,7 @@ use tests::bin;
 
 #[test]
 fn collector_to_correlator_to_subscriber_reports_the_degrading_link() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("live_demo") {
         return;

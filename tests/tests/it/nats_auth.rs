@@ -207,6 +207,7 @@ fn configure(dir: &Path, port: u16) -> (PathBuf, PathBuf, PathBuf) {
 
 #[test]
 fn nats_with_the_generated_auth_binds_windows_to_their_publishers() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("nats-auth");
     let nport = free_port();
     let (conf, ca, creds) = configure(&dir, nport);

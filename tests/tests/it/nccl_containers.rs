@@ -308,13 +308,6 @@ fn only_mine(v: &[String]) -> Vec<String> {
     v.iter().filter(|s| s.contains(IN_IMAGE)).cloned().collect()
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("faultline-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
-}
-
 fn podman_works(image: &str) -> bool {
     Command::new("podman")
         .args(["--runtime", "runc", "run", "--rm", "--network=none"])
@@ -331,11 +324,12 @@ fn podman_works(image: &str) -> bool {
 
 #[test]
 fn ranks_in_podman_containers_are_counted_through_their_own_root() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_containers") {
         return;
     }
-    let dir = tmpdir("nccl-podman");
+    let dir = tests::scratch_dir("nccl-podman");
     let shared = dir.join("shm");
     std::fs::create_dir_all(&shared).expect("shm");
     let root = rootfs(&dir);
@@ -463,11 +457,12 @@ fn ranks_in_podman_containers_are_counted_through_their_own_root() {
 
 #[test]
 fn ranks_in_private_mount_namespaces_are_counted_and_detached_after() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_containers") {
         return;
     }
-    let dir = tmpdir("nccl-unshare");
+    let dir = tests::scratch_dir("nccl-unshare");
     let shared = dir.join("shm");
     std::fs::create_dir_all(&shared).expect("shm");
     let root = rootfs(&dir);

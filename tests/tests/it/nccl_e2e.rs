@@ -42,9 +42,7 @@ impl Run {
         for hca in 0..4 {
             ib.active_port(&format!("mlx5_{hca}"), 1);
         }
-        let dir = std::env::temp_dir().join(format!("faultline-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = tests::scratch_dir(tag);
         let cfg = dir.join("correlator.toml");
         std::fs::write(&cfg, correlator_cfg).expect("config");
         let port = free_port();
@@ -223,6 +221,7 @@ fn now_ms() -> i64 {
 
 #[test]
 fn a_stopped_rank_raises_collective_hang_naming_it_within_two_windows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_e2e hang") {
         return;
@@ -353,6 +352,7 @@ fn hang_update(
 
 #[test]
 fn every_rank_waiting_in_one_collective_is_a_hang_and_a_pause_is_not() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_e2e every-rank hang") {
         return;
@@ -440,6 +440,7 @@ fn every_rank_waiting_in_one_collective_is_a_hang_and_a_pause_is_not() {
 
 #[test]
 fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_e2e link") {
         return;
@@ -505,6 +506,7 @@ fn a_degrading_link_carries_the_communicator_and_its_inferred_step_regression() 
 
 #[test]
 fn a_slow_rank_without_otlp_is_named_from_its_issue_lag() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_e2e slow rank") {
         return;

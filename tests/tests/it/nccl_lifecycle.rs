@@ -8,7 +8,7 @@
 use std::{
     collections::BTreeMap,
     io::Write as _,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
@@ -108,20 +108,14 @@ fn finish(ranks: &mut [Rank]) {
     }
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("faultline-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
-    dir
-}
-
 #[test]
 fn split_ranks_carry_nccl_s_rank_and_size_and_no_series_is_exported_twice() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl split") {
         return;
     }
-    let dir = temp_dir("nccl-split");
+    let dir = tests::scratch_dir("nccl-split");
     // Five ranks split in two colours: colour 0 = parent ranks 0 and 3 with
     // keys 9 and -1 (3 first); colour 1 = ranks 1, 2, 4 with keys 5, 5, 1
     // (4 first, then 1 and 2 by parent rank).
@@ -272,11 +266,12 @@ fn split_ranks_carry_nccl_s_rank_and_size_and_no_series_is_exported_twice() {
 
 #[test]
 fn a_rank_inside_a_cuda_sync_shows_the_call_and_its_age() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl blocked call") {
         return;
     }
-    let dir = temp_dir("nccl-blocked");
+    let dir = tests::scratch_dir("nccl-blocked");
     const SYNC_S: f64 = 3.0;
     tests::runtime().block_on(async {
         let probes = Probes::load(&opts()).expect("load probes");
@@ -396,11 +391,12 @@ fn rank_calls(text: &str, pid: u32) -> BTreeMap<(String, String, String), f64> {
 
 #[test]
 fn a_rank_s_last_counts_stay_on_metrics_after_it_exits_then_fold_into_its_job() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl exited rank") {
         return;
     }
-    let dir = temp_dir("nccl-exit");
+    let dir = tests::scratch_dir("nccl-exit");
     const RETAIN_S: f64 = 4.0;
     const ITERS: u64 = 3;
     let cfg = dir.join("collector.toml");

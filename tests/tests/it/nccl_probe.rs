@@ -127,13 +127,12 @@ fn rank_of(all: &BTreeMap<(u32, u64), RankState>, pid: u32, init: &str) -> Vec<R
 
 #[test]
 fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_probe") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("faultline-nccl-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = tests::scratch_dir("nccl");
     tests::runtime().block_on(async {
         let mut probes = Probes::load(&opts(&tests::fake_nccl())).expect("load probes");
         let inactive: Vec<_> = probes
@@ -333,6 +332,7 @@ fn nccl_probes_count_collectives_per_communicator_and_op_exactly() {
 /// NCCL refuses (ncclInvalidArgument) after the probe has fired.
 #[test]
 fn nccl_probes_attach_and_fire_on_nvidia_s_real_libnccl() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(real) = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2") else {
         return;
     };
@@ -430,6 +430,7 @@ fn nccl_probes_attach_and_fire_on_nvidia_s_real_libnccl() {
 /// Discovery finds the wheel's copy that a running Python process loaded.
 #[test]
 fn discovery_finds_the_wheel_copy_of_a_running_python() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(real) = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2") else {
         return;
     };
@@ -476,6 +477,7 @@ fn discovery_finds_the_wheel_copy_of_a_running_python() {
 /// attaches, and the job's collectives are counted from then on.
 #[test]
 fn a_library_that_appears_after_start_is_attached_by_the_rescan() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_rescan") {
         return;
@@ -604,14 +606,13 @@ const API232_COLLECTIVES: u64 = 11;
 /// finalize, revoke and suspend end the communicator they name.
 #[test]
 fn nccl_2_32_entry_points_are_counted_exactly_on_the_stand_in() {
+    let _turn = tests::one_file_at_a_time(file!());
     use collector_common::nccl::{end, init};
     let _k = tests::kernel_lock();
     if !tests::require_bpf("nccl_probe 2.32") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("faultline-nccl232-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = tests::scratch_dir("nccl232");
     tests::runtime().block_on(async {
         let mut probes = Probes::load(&opts(&tests::fake_nccl())).expect("load probes");
         for api in NCCL_APIS {
@@ -829,6 +830,7 @@ fn nccl_2_32_entry_points_are_counted_exactly_on_the_stand_in() {
 /// the workload makes it in a child, whose probe fired before the crash.
 #[test]
 fn nccl_2_32_entry_points_fire_on_nvidia_s_real_libnccl() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(real) = tests::nvidia_wheel_file("nccl/lib/libnccl.so.2") else {
         return;
     };

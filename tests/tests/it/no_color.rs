@@ -111,6 +111,7 @@ fn correlator(no_color: Option<&str>) -> Command {
 
 #[test]
 fn no_color_removes_every_ansi_escape_from_both_binaries() {
+    let _turn = tests::one_file_at_a_time(file!());
     let spool = std::env::temp_dir().join(format!("faultline-no-color-{}", std::process::id()));
     std::fs::create_dir_all(&spool).unwrap();
     for (what, set, coloured) in [

@@ -20,6 +20,7 @@ const SCENARIO: &str = "\
 
 #[test]
 fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tests::nvml_scenario("nvml", SCENARIO, 4);
 
     let lib = tests::fake_nvml();

@@ -18,6 +18,7 @@ const SCENARIO: &str = "\
 
 #[test]
 fn a_gpu_failing_registration_leaves_the_others_and_events_find_their_gpu() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tests::nvml_scenario("nvml-ev", SCENARIO, 3);
 
     let (tx, rx) = mpsc::channel();

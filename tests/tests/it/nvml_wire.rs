@@ -15,6 +15,7 @@ const SCENARIO: &str = "\
 
 #[test]
 fn nvlink_counters_and_remapped_rows_reach_the_wire_rows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tests::nvml_scenario("nvml-wire", SCENARIO, 4);
 
     let lib = tests::fake_nvml();

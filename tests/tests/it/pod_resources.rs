@@ -94,9 +94,8 @@ fn serve(socket: &Path, calls: Arc<AtomicUsize>) -> tokio::runtime::Runtime {
 
 #[test]
 fn gpu_series_carry_the_kubelet_s_container_names() {
-    let dir = std::env::temp_dir().join(format!("faultline-podres-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let _turn = tests::one_file_at_a_time(file!());
+    let dir = tests::scratch_dir("podres");
     let socket = dir.join("kubelet.sock");
     // Read by the stand-in at nvmlInit; set before any thread of this test starts.
     std::env::set_var("FAKE_NVML_GPUS", "3");

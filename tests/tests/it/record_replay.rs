@@ -6,6 +6,7 @@ use tests::bin;
 
 #[test]
 fn recorded_windows_replay_through_the_correlator() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("record_replay") {
         return;

@@ -132,6 +132,7 @@ fn n(f: &std::sync::atomic::AtomicU64) -> u64 {
 
 #[test]
 fn a_nats_server_killed_and_restarted_mid_run_loses_no_window() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = one_at_a_time();
     let dir = tmp("nats-restart");
     let _clean = Cleanup(dir.clone());
@@ -208,6 +209,7 @@ fn a_nats_server_killed_and_restarted_mid_run_loses_no_window() {
 
 #[test]
 fn two_correlators_on_two_shards_get_their_own_hosts_windows() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = one_at_a_time();
     let dir = tmp("nats-shards");
     let _clean = Cleanup(dir.clone());
@@ -365,6 +367,7 @@ fn until_or<T>(_what: &str, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 
 #[test]
 fn a_standby_takes_over_a_killed_shard_with_its_open_incidents() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = one_at_a_time();
     let dir = tmp("nats-standby");
     let _clean = Cleanup(dir.clone());
@@ -559,6 +562,7 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 /// the same addresses over: its API answers and the gauge is 1.
 #[test]
 fn a_standby_serves_health_and_metrics_then_its_web_ui_once_active() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = one_at_a_time();
     let dir = tmp("nats-standby-web");
     let _clean = Cleanup(dir.clone());
@@ -690,6 +694,7 @@ fn episodes(updates: &[proto::v1::CandidateUpdate]) -> Episodes {
 
 #[test]
 fn three_shards_by_leaf_give_one_correlators_incidents() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = one_at_a_time();
     use sim::cluster::{topology, Cluster};
     let dir = tmp("nats-equivalence");
@@ -996,6 +1001,7 @@ fn publish(nport: u16, dir: &Path, runs: Vec<(&str, &str, &str, Vec<Window>)>) {
 
 #[test]
 fn the_fleet_view_lists_every_shards_and_clusters_incidents_once() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _serial = one_at_a_time();
     let dir = tmp("nats-fleet");
     let _clean = Cleanup(dir.clone());

@@ -4,8 +4,8 @@
 //! `hpc_job`, `faultline_job_hca_info`), with the HCAs on the NUMA nodes of
 //! the job's GPUs, and adds the job to dcgm-exporter's per-GPU mapping files
 //! (`--hpc-job-mapping-dir`); the epilog removes both.
-//! tests/tests/deploy_prometheus.rs shows a running collector labelling GPU
-//! series from such a file, tests/tests/slurm_real.rs the scripts under a
+//! tests/tests/it/deploy_prometheus.rs shows a running collector labelling GPU
+//! series from such a file, tests/tests/it/slurm_real.rs the scripts under a
 //! real slurmctld and slurmd.
 //!
 //! Slurm drains a node whose prolog or epilog exits non-zero, so neither
@@ -133,6 +133,7 @@ fn tools_without_logger(bin: &Path) -> String {
 
 #[test]
 fn prolog_writes_the_job_file_the_collector_reads_and_epilog_removes_it() {
+    let _turn = tests::one_file_at_a_time(file!());
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks");
     let _ = std::fs::remove_dir_all(&base);
     let sysfs = base.join("sys");
@@ -205,6 +206,7 @@ fn prolog_writes_the_job_file_the_collector_reads_and_epilog_removes_it() {
 /// exited 1 here.
 #[test]
 fn prolog_with_an_unwritable_job_directory_logs_and_exits_0() {
+    let _turn = tests::one_file_at_a_time(file!());
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks-unwritable");
     let _ = std::fs::remove_dir_all(&base);
     let sysfs = base.join("sys");
@@ -271,6 +273,7 @@ fn prolog_with_an_unwritable_job_directory_logs_and_exits_0() {
 /// a value cannot add a key to it.
 #[test]
 fn prolog_without_sysfs_writes_the_job_without_hcas() {
+    let _turn = tests::one_file_at_a_time(file!());
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks-nosysfs");
     let _ = std::fs::remove_dir_all(&base);
     let dir = base.join("jobs");
@@ -302,6 +305,7 @@ fn prolog_without_sysfs_writes_the_job_without_hcas() {
 /// directory where the environment does not.
 #[test]
 fn prolog_and_epilog_keep_dcgm_exporters_job_mapping_files() {
+    let _turn = tests::one_file_at_a_time(file!());
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-hooks-dcgm");
     let _ = std::fs::remove_dir_all(&base);
     let sysfs = base.join("sys");

@@ -470,6 +470,7 @@ fn gpu_jobs(text: &str, gpu: &str) -> Vec<(String, String)> {
 
 #[test]
 fn a_real_slurm_job_is_labelled_by_the_hooks_and_a_failing_prolog_never_drains() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     let Some(bins) = prerequisites() else {
         return;

@@ -10,6 +10,7 @@ use tests::stream::{
 
 #[test]
 fn correlator_outage_loses_nothing_and_duplicates_nothing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("stream_outage") {
         return;
@@ -54,6 +55,7 @@ fn correlator_outage_loses_nothing_and_duplicates_nothing() {
 
 #[test]
 fn spool_overflow_drop_count_equals_what_is_missing() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("stream_overflow") {
         return;

@@ -34,6 +34,7 @@ fn window(instance: &str, seq: u64, end_ms: i64) -> Window {
 
 #[test]
 fn windows_refused_for_good_leave_the_spool_and_newer_ones_are_delivered() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("refusal");
     let record = dir.join("ingest.jsonl");
     let spool_dir = dir.join("spool");

@@ -85,6 +85,7 @@ const NEW: &str = "1800000000000000000-8";
 
 #[test]
 fn a_backlog_of_200_windows_does_not_delay_a_new_window() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("backlog");
     let record = dir.join("ingest.jsonl");
     let spool_dir = dir.join("spool");
@@ -167,6 +168,7 @@ fn retries_allowed(elapsed: Duration) -> u64 {
 
 #[test]
 fn day_ahead_windows_are_held_aside_while_new_windows_flow() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("future");
     let record = dir.join("ingest.jsonl");
     let spool_dir = dir.join("spool");
@@ -247,6 +249,7 @@ fn day_ahead_windows_are_held_aside_while_new_windows_flow() {
 /// the earlier one would be a duplicate): that one is dropped, counted.
 #[test]
 fn a_held_window_is_delivered_when_the_clock_catches_up_or_dropped_when_superseded() {
+    let _turn = tests::one_file_at_a_time(file!());
     let dir = tmp("future-catchup");
     let record = dir.join("ingest.jsonl");
     let spool_dir = dir.join("spool");

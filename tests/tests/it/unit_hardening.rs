@@ -3,7 +3,7 @@
 //! losing what each needs: the collector's syscall filter still allows
 //! bpf(2), perf_event_open(2) and setrlimit, its capabilities are the six it
 //! uses, and the DaemonSet keeps its security context; the correlator runs
-//! as its own user with no capability at all. (tests/tests/deb_packages.rs
+//! as its own user with no capability at all. (tests/tests/it/deb_packages.rs
 //! starts both units under a real systemd.)
 use std::{path::PathBuf, process::Command};
 
@@ -77,6 +77,7 @@ fn exposure(mut c: Command, unit: &str) -> f64 {
 
 #[test]
 fn collector_unit_exposure_is_at_most_4() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(c) = systemd_analyze() else {
         return;
     };
@@ -90,6 +91,7 @@ fn collector_unit_exposure_is_at_most_4() {
 /// what is left is the network itself, the host's root and users).
 #[test]
 fn correlator_unit_runs_unprivileged_with_exposure_at_most_1_5() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(c) = systemd_analyze() else {
         return;
     };
@@ -126,6 +128,7 @@ fn correlator_unit_runs_unprivileged_with_exposure_at_most_1_5() {
 /// seccomp allowlist; both must keep the calls the collector makes.
 #[test]
 fn collector_syscall_filter_still_allows_what_the_collector_does() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(mut c) = systemd_analyze() else {
         return;
     };
@@ -193,6 +196,7 @@ fn collector_syscall_filter_still_allows_what_the_collector_does() {
 
 #[test]
 fn daemonset_security_context_is_locked_down() {
+    let _turn = tests::one_file_at_a_time(file!());
     let text =
         std::fs::read_to_string(deploy("kubernetes/collector/collector.yaml")).expect("daemonset");
     for want in [
@@ -214,13 +218,12 @@ fn daemonset_security_context_is_locked_down() {
 /// allowlist, so the filter cannot break it. strace(1) from scripts/setup.sh.
 #[test]
 fn a_real_collector_run_stays_inside_the_allowlist() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("unit_hardening_strace") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("faultline-strace-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = tests::scratch_dir("strace");
     let trace = dir.join("trace");
     let ib = tests::FakeIb::new("strace");
     ib.active_port("mlx5_0", 1);

@@ -70,6 +70,7 @@ fn in_cgroup(cgroup: &Path, script: &str, env: &[(&str, &str)]) -> tests::KillOn
 
 #[test]
 fn usage_per_job_equals_what_each_process_did() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("usage_probe") {
         return;

@@ -45,6 +45,7 @@ fn run(tokens: &[&str]) -> u32 {
 
 #[test]
 fn verbs_probes_count_completions_posts_transitions_and_events() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("verbs_probe") {
         return;
@@ -142,6 +143,7 @@ fn verbs_probes_count_completions_posts_transitions_and_events() {
 
 #[test]
 fn without_a_provider_or_device_the_data_path_is_reported_inactive() {
+    let _turn = tests::one_file_at_a_time(file!());
     let _k = tests::kernel_lock();
     if !tests::require_bpf("verbs_inactive") {
         return;

@@ -53,10 +53,7 @@ fn run(cmd: &mut Command) -> Output {
 
 /// A scratch directory of its own for each test.
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("web-config-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    tests::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("web-config-{name}")))
 }
 
 /// A CA and a certificate it signs (`name`.pem, `name`.key), EC P-256.
@@ -222,6 +219,7 @@ fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
 
 #[test]
 fn tls_and_basic_auth_on_the_collectors_metrics() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !have_all(&["openssl", "curl", "htpasswd"], "web_config tls+basic") {
         return;
     }
@@ -291,6 +289,7 @@ fn tls_and_basic_auth_on_the_collectors_metrics() {
 
 #[test]
 fn client_certificates_from_the_ca_are_required() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !have_all(&["openssl", "curl"], "web_config client certs") {
         return;
     }
@@ -364,6 +363,7 @@ fn client_certificates_from_the_ca_are_required() {
 
 #[test]
 fn bad_web_config_files_are_refused_at_start_naming_the_problem() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !have_all(&["openssl"], "web_config refusals") {
         return;
     }
@@ -463,6 +463,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn the_correlators_web_ui_and_metrics_listener_take_the_same_file() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !have_all(&["openssl", "curl", "htpasswd"], "web_config correlator") {
         return;
     }
@@ -531,6 +532,7 @@ fn the_correlators_web_ui_and_metrics_listener_take_the_same_file() {
 
 #[test]
 fn prometheus_scrapes_a_collector_over_tls_with_basic_auth() {
+    let _turn = tests::one_file_at_a_time(file!());
     const PROMETHEUS: &str = "prometheus";
     if !have_all(
         &["openssl", "curl", "htpasswd", PROMETHEUS],
@@ -625,6 +627,7 @@ fn prometheus_scrapes_a_collector_over_tls_with_basic_auth() {
 /// 8 MiB incident journal behind).
 #[test]
 fn ctrl_c_on_the_simulators_web_ui_leaves_no_error_and_no_files() {
+    let _turn = tests::one_file_at_a_time(file!());
     for (when, args, ready) in [
         (
             "after the run",
@@ -703,6 +706,7 @@ fn until_ok(args: &[&str], what: &str) -> String {
 
 #[test]
 fn a_renewed_certificate_is_served_without_a_restart() {
+    let _turn = tests::one_file_at_a_time(file!());
     if !have_all(&["openssl", "curl"], "web_config renewal") {
         return;
     }

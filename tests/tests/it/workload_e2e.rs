@@ -201,6 +201,7 @@ impl Drop for Run {
 
 #[test]
 fn a_slowed_training_loop_joins_the_degrading_link_under_one_incident() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(py) = python() else { return };
     let r = Run::start("wl-link", &py);
     let served = serve_once(&r, &py);
@@ -303,6 +304,7 @@ fn recorded_ttft(r: &Run) -> std::collections::BTreeMap<String, u64> {
 
 #[test]
 fn a_slowed_training_loop_on_a_healthy_fabric_is_a_job_slowdown() {
+    let _turn = tests::one_file_at_a_time(file!());
     let Some(py) = python() else { return };
     let r = Run::start("wl-alone", &py);
     let mut all = Vec::new();
