@@ -13,9 +13,9 @@
 mod backoff;
 mod call;
 mod held;
-mod order;
 pub mod nats;
 mod nats_target;
+mod order;
 pub mod section;
 pub mod sender;
 pub mod spool;
