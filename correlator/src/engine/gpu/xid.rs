@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use proto::v1::{Event, Window};
 use vocab::xid::{self, Action, Class};
 
+use super::xid_finding::{Judged, Summary};
 use super::GpuConfig;
 use crate::engine::incidents::Finding;
 
@@ -98,29 +99,6 @@ struct Seen {
     code: u32,
     who: Who,
     count: u64,
-}
-
-/// What an episode is judged, in rising order (a judgement only rises
-/// within an episode).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Judged {
-    /// Application-class codes naming no process.
-    ApplicationUnknown,
-    Application,
-    /// One GPU meeting an application-class code for unrelated jobs.
-    HardwareSuspected,
-    Hardware,
-}
-
-impl Judged {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Judged::ApplicationUnknown => "application_unknown",
-            Judged::Application => "application",
-            Judged::HardwareSuspected => "hardware_suspected",
-            Judged::Hardware => "hardware",
-        }
-    }
 }
 
 /// The XIDs of one GPU (or SXids of one NVSwitch) within `xid_hold_s` of
@@ -454,24 +432,6 @@ fn remember(seen: &mut VecDeque<Seen>, now: i64, horizon: i64, code: u32, who: &
     while seen.len() > KEPT_PER_GPU {
         seen.pop_front();
     }
-}
-
-/// The episode's codes and the actions that matter.
-pub(super) struct Summary<'a> {
-    pub first_ms: i64,
-    pub last_ms: i64,
-    pub codes: &'a BTreeMap<u32, (u64, String)>,
-    pub folded: &'a BTreeMap<u32, u64>,
-    pub unattributed: u64,
-    pub judged: Judged,
-    /// (job, how it is shown) of who met its application-class codes.
-    pub who: Vec<(String, String)>,
-    pub reasons: &'a [String],
-    pub unrelated: Option<usize>,
-    /// The most severe catalogue action of its codes (of its hardware
-    /// codes when it has any).
-    pub action: Action,
-    pub top: u32,
 }
 
 /// How severe a catalogue action is, for choosing an episode's own.

@@ -5,11 +5,53 @@
 //! (`xid_judged:<class>`),
 //! and a runbook for what was judged, never a GPU reset for an
 //! application's fault.
+use std::collections::BTreeMap;
+
 use vocab::kind::IncidentKind;
 use vocab::xid::{self, Action};
 
-use super::xid::{Judged, Summary};
 use crate::engine::incidents::Finding;
+
+/// What an episode is judged, in rising order (a judgement only rises
+/// within an episode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Judged {
+    /// Application-class codes naming no process.
+    ApplicationUnknown,
+    Application,
+    /// One GPU meeting an application-class code for unrelated jobs.
+    HardwareSuspected,
+    Hardware,
+}
+
+impl Judged {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Judged::ApplicationUnknown => "application_unknown",
+            Judged::Application => "application",
+            Judged::HardwareSuspected => "hardware_suspected",
+            Judged::Hardware => "hardware",
+        }
+    }
+}
+
+/// The episode's codes and the actions that matter.
+pub(super) struct Summary<'a> {
+    pub first_ms: i64,
+    pub last_ms: i64,
+    pub codes: &'a BTreeMap<u32, (u64, String)>,
+    pub folded: &'a BTreeMap<u32, u64>,
+    pub unattributed: u64,
+    pub judged: Judged,
+    /// (job, how it is shown) of who met its application-class codes.
+    pub who: Vec<(String, String)>,
+    pub reasons: &'a [String],
+    pub unrelated: Option<usize>,
+    /// The most severe catalogue action of its codes (of its hardware
+    /// codes when it has any).
+    pub action: Action,
+    pub top: u32,
+}
 
 /// The power of ten a count has reached, from 10 on: a mark per decade
 /// makes a growing burst or crash loop an `updated` at 10, 100, 1,000 …
