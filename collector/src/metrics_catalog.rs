@@ -1,9 +1,9 @@
-//! Every metric family the collector can put on its `/metrics`, in one
-//! list ([`all`]): each family is declared once, as a
-//! [`proto::metric::Family`] beside the code that emits it, and its group
-//! is listed here. The recorder describes the list at start, and the tests
-//! below check docs/metrics.md and every literal metric name in the
-//! crate against it.
+//! The collector's metric declarations that belong to no family folder:
+//! the recorder families of the agent, stream, HTTP and library rescans
+//! ([`recorder`]), the probes' in-kernel counters ([`kernel`]), and the
+//! groups `proto` and `webconfig` declare. Each is a
+//! [`proto::metric::Family`]; the whole list, with the families' own
+//! groups, is `agent::describe::all`.
 use proto::metric::{shared, Family};
 
 mod kernel;
@@ -23,27 +23,9 @@ const GROUPS: &[&[&Family]] = &[
     &[&webconfig::AUTH_FAILURES, &webconfig::TLS_RELOAD_ERRORS],
 ];
 
-/// Every declared family.
-pub fn all() -> Vec<&'static Family> {
-    let mut all: Vec<&'static Family> = GROUPS.iter().flat_map(|g| g.iter().copied()).collect();
-    // The text-writer families, declared in their family's folder.
-    all.extend_from_slice(crate::block::metrics::FAMILIES);
-    all.extend_from_slice(crate::nfs::delta::FAMILIES);
-    all.extend_from_slice(crate::lustre::delta::FAMILIES);
-    all.extend_from_slice(crate::cuda::FAMILIES);
-    all.extend_from_slice(crate::nccl::series::FAMILIES);
-    all.extend_from_slice(crate::usage::FAMILIES);
-    #[cfg(feature = "nvml")]
-    all.extend_from_slice(crate::nvml::prom::FAMILIES);
-    #[cfg(all(
-        feature = "probes",
-        feature = "nvml",
-        feature = "rdma",
-        feature = "otlp"
-    ))]
-    all.extend_from_slice(crate::otlp::source::FAMILIES);
-    all
+/// The families declared here and in `proto` and `webconfig` (the
+/// families' own groups are added by `agent::describe::all`, which may
+/// depend on every family; this module may not).
+pub fn common() -> Vec<&'static Family> {
+    GROUPS.iter().flat_map(|g| g.iter().copied()).collect()
 }
-
-#[cfg(test)]
-mod tests;

@@ -8,7 +8,7 @@ use super::all;
 
 /// Families still named by literals at their text-writer call sites, with
 /// their HELP there: documented, not declared yet. Declaring one (a
-/// `Family` beside its emit site, its group in `GROUPS`) removes it here.
+/// `Family` beside its emit site, its group in `all`) removes it here.
 const PENDING: &[&str] = &[
     "faultline_gpu_decoder_utilization_ratio",
     "faultline_gpu_ecc_dbe_volatile_total",
@@ -124,7 +124,7 @@ const NOT_METRICS: &[&str] = &[];
 
 #[test]
 fn docs_match_the_declarations() {
-    let md = include_str!("../../../docs/metrics.md");
+    let md = include_str!("../../../../docs/metrics.md");
     let all = all();
     let drift: Vec<String> = check_docs(&all, &without_section(md, "## Correlator"))
         .into_iter()
@@ -149,7 +149,7 @@ fn every_literal_name_is_declared() {
     let found = literals::undeclared(&src, &all(), &skip).expect("read src");
     assert!(
         found.is_empty(),
-        "declare these (a proto::metric::Family beside the emit site, listed in metrics_catalog):\n{}",
+        "declare these (a proto::metric::Family beside the emit site, its group in agent::describe::all):\n{}",
         found.join("\n")
     );
 }
