@@ -8,7 +8,8 @@
 //! - `cargo xtask gpu-check` checks the collector against a real NVIDIA GPU
 //!   (exit 3 where there is none; docs/gpu-check.md).
 //! - `cargo xtask deb` makes the Debian packages of both binaries (`deb.rs`).
-//! - `cargo xtask layout` fails on an import circle between top-level modules
+//! - `cargo xtask layout` fails on an import circle between sibling modules
+//!   (a crate's top-level modules, or the children of any folder module)
 //!   and on files or functions over the length limits (`layout/mod.rs`).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -88,8 +89,8 @@ enum Cmd {
     /// (with the pinned nightly that builds it, for its own target), warnings
     /// as errors.
     Clippy,
-    /// Check the workspace's shape: no import circle between the top-level
-    /// modules of the collector or the correlator, no file over 600 lines
+    /// Check the workspace's shape: no import circle between sibling modules
+    /// (a crate's top-level modules, a folder's children), no file over 600 lines
     /// and no function over 120 outside tests (exceptions, with their
     /// reasons: xtask/layout-allow.txt).
     Layout,

@@ -32,13 +32,6 @@ pub const MAX_FILE_LINES: usize = 600;
 pub const MAX_FN_LINES: usize = 120;
 /// The allow-list, relative to the workspace root.
 pub const ALLOW_FILE: &str = "xtask/layout-allow.txt";
-/// Crates whose top-level modules have always been checked: a circle
-/// between them fails even while [`FOLDER_CIRCLES_FAIL`] is off.
-const LAYERED: &[&str] = &["collector", "correlator"];
-/// Whether every other circle (inside folders, and between the top-level
-/// modules of the other crates) fails the check, or is only reported.
-const FOLDER_CIRCLES_FAIL: bool = false;
-
 /// One Rust file of a crate.
 struct Source {
     /// Relative to the workspace root, `/`-separated.
@@ -59,35 +52,30 @@ pub fn run() -> Result<()> {
 
     println!("layout: import circles between sibling modules (crate roots and folders)");
     let mut problems = 0;
-    let mut reported = 0;
     for (dir, sources) in &crates {
         for found in crate_circles(&root, dir, sources)? {
-            let key = format!("circle {} {}", found.folder, found.circle.modules.join(" "));
+            let c = &found.circle;
+            let key = format!("circle {} {}", found.folder, c.modules.join(" "));
             let verdict = match allow.reason(&key) {
                 Some(reason) => {
                     used.insert(key.clone());
                     format!("allowed ({reason})")
                 }
-                None if FOLDER_CIRCLES_FAIL || found.top_level_layered => {
+                None => {
                     problems += 1;
                     "CIRCLE".to_string()
                 }
-                None => {
-                    reported += 1;
-                    "circle (reported; fails once FOLDER_CIRCLES_FAIL is on)".to_string()
-                }
             };
-            let c = &found.circle;
             println!("  {verdict} {}: {}", found.folder, c.cycle_text());
             if c.modules.len() + 1 > c.cycle.len() {
                 println!("      (one circle of: {})", c.modules.join(" "));
             }
-            for (from, to, site) in &found.circle.edges {
+            for (from, to, site) in &c.edges {
                 println!("      {from} -> {to}  ({}:{})", site.file, site.line);
             }
         }
     }
-    if problems + reported == 0 {
+    if problems == 0 {
         println!("  none");
     }
 
@@ -131,8 +119,6 @@ struct FoundCircle {
     /// `crate/src/a/b` (with ` (bin)` for a binary target beside a library).
     folder: String,
     circle: circles::Circle,
-    /// Between top-level modules of a crate in [`LAYERED`]: always fails.
-    top_level_layered: bool,
 }
 
 /// The circles of each target (`src/lib.rs`, `src/main.rs`) of the crate
@@ -140,7 +126,6 @@ struct FoundCircle {
 fn crate_circles(root: &Path, dir: &Path, sources: &[Source]) -> Result<Vec<FoundCircle>> {
     let src = dir.join("src");
     let rel_src = rel_path(root, &src);
-    let layered = LAYERED.iter().any(|l| dir == root.join(l));
     let mut out = Vec::new();
     for target in ["lib.rs", "main.rs"] {
         if !src.join(target).exists() {
@@ -156,11 +141,7 @@ fn crate_circles(root: &Path, dir: &Path, sources: &[Source]) -> Result<Vec<Foun
             if bin_beside_lib {
                 folder.push_str(" (bin)");
             }
-            out.push(FoundCircle {
-                top_level_layered: layered && circle.folder.is_empty(),
-                folder,
-                circle,
-            });
+            out.push(FoundCircle { folder, circle });
         }
     }
     Ok(out)
@@ -404,6 +385,55 @@ mod tests {
         );
         let m: Vec<String> = top_level_mods(&p).into_iter().collect();
         assert_eq!(m, ["a", "b", "c"]);
+    }
+
+    /// A crate `c` in a fresh directory under the temp dir, with `files`
+    /// under `c/src/`; its circles as `FOLDER: CYCLE`.
+    fn tree_circles(name: &str, files: &[(&str, &str)]) -> Vec<String> {
+        let root = std::env::temp_dir().join(format!("xtask-layout-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        for (path, text) in files {
+            let p = root.join("c/src").join(path);
+            fs::create_dir_all(p.parent().expect("has a parent")).expect("mkdir");
+            fs::write(&p, text).expect("write");
+        }
+        let dir = root.join("c");
+        let sources = crate_sources(&root, &dir).expect("sources");
+        let found = crate_circles(&root, &dir, &sources).expect("circles");
+        fs::remove_dir_all(&root).expect("clean up");
+        found
+            .iter()
+            .map(|f| format!("{}: {}", f.folder, f.circle.cycle_text()))
+            .collect()
+    }
+
+    #[test]
+    fn a_circle_in_a_folder_of_a_tree_on_disk_is_found_and_one_way_passes() {
+        let lib = "pub mod nvml;\npub mod stream;\n";
+        let files = [
+            ("lib.rs", lib),
+            // `nvml.rs` beside `nvml/`; a test module's import makes no edge.
+            ("nvml.rs", "mod dcgm;\nmod prom;\n"),
+            ("nvml/dcgm.rs", "use super::prom::Family;\n"),
+            ("nvml/prom.rs", "use crate::nvml::dcgm::Field;\n"),
+            (
+                "stream/mod.rs",
+                "mod nats;\nmod sender;\n#[cfg(test)]\nmod tests;\n",
+            ),
+            ("stream/nats.rs", "use super::sender::Sender;\n"),
+            ("stream/sender.rs", "pub struct Sender;\n"),
+            (
+                "stream/tests.rs",
+                "use super::nats::*;\nuse crate::stream::sender::*;\n",
+            ),
+        ];
+        assert_eq!(
+            tree_circles("circle", &files),
+            ["c/src/nvml: dcgm -> prom -> dcgm"]
+        );
+        let mut one_way = files;
+        one_way[3].1 = "pub struct Field;\n";
+        assert_eq!(tree_circles("one-way", &one_way), Vec::<String>::new());
     }
 
     #[test]
