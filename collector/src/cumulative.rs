@@ -100,7 +100,10 @@ mod tests {
     #[test]
     fn the_first_read_is_the_base_then_deltas_resets_and_read_order() {
         let mut t: Tracker<&str, Vec<u64>> = Tracker::new();
-        assert_eq!(t.update([("b", vec![5, 5]), ("a", vec![1, 1])], delta), (vec![], 0));
+        assert_eq!(
+            t.update([("b", vec![5, 5]), ("a", vec![1, 1])], delta),
+            (vec![], 0)
+        );
         assert_eq!((t.len(), t.resets_total()), (2, 0));
         // `a` rose, `b` went back (remounted): no rows for `b`, one reset;
         // `c` is new: the base.
@@ -109,7 +112,10 @@ mod tests {
             delta,
         );
         assert_eq!((rows, resets), (vec![3, 0], 1));
-        assert_eq!(t.latest().collect::<Vec<_>>(), [&vec![2, 9], &vec![4, 1], &vec![7, 7]]);
+        assert_eq!(
+            t.latest().collect::<Vec<_>>(),
+            [&vec![2, 9], &vec![4, 1], &vec![7, 7]]
+        );
         // `b`'s new values are its base; `a` and `c`, absent, are forgotten.
         let (rows, resets) = t.update([("b", vec![3, 10])], delta);
         assert_eq!((rows, resets), (vec![1, 1], 0));

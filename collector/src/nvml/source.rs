@@ -7,8 +7,7 @@ use proto::v1 as pb;
 
 use crate::{
     jobmap::JobMap,
-    nvml::{self, EventListener, GpuEvent, GpuEventKind, NvmlSource},
-    nvml::podresources,
+    nvml::{self, podresources, EventListener, GpuEvent, GpuEventKind, NvmlSource},
     sources::{Ctx, Fact, Facts, Source},
     usage::GpuReadings,
     window::unix_ms,
