@@ -92,13 +92,12 @@ impl<K: Eq + Hash + Clone, V> Tracker<K, V> {
 mod tests {
     use super::*;
 
-    /// Rows: the increase of each counter, `None` when one went back.
-    fn delta(cur: &Vec<u64>, prev: &Vec<u64>) -> Option<Vec<u64>> {
-        cur.iter().zip(prev).map(|(c, p)| inc(*c, *p)).collect()
-    }
-
     #[test]
     fn the_first_read_is_the_base_then_deltas_resets_and_read_order() {
+        // Rows: the increase of each counter, `None` when one went back.
+        let delta = |cur: &Vec<u64>, prev: &Vec<u64>| -> Option<Vec<u64>> {
+            cur.iter().zip(prev).map(|(c, p)| inc(*c, *p)).collect()
+        };
         let mut t: Tracker<&str, Vec<u64>> = Tracker::new();
         assert_eq!(
             t.update([("b", vec![5, 5]), ("a", vec![1, 1])], delta),
