@@ -21,7 +21,7 @@ use proto::v1 as pb;
 #[cfg(feature = "probes")]
 pub mod probe;
 pub mod section;
-pub(crate) mod series;
+pub mod series;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

@@ -412,7 +412,7 @@ mod export;
 mod gpm;
 mod nvlink;
 pub mod podresources;
-pub(crate) mod prom;
+pub mod prom;
 mod remap;
 mod sample;
 mod section;
