@@ -128,7 +128,7 @@ impl Sender {
                         }
                         delivered += 1;
                         self.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                        metrics::counter!("faultline_windows_sent_total").increment(1);
+                        metrics::counter!(crate::metrics_catalog::WINDOWS_SENT.name).increment(1);
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "NATS did not store a window; resending after a reconnect");

@@ -89,7 +89,7 @@ pub fn spawn(
     drain: Duration,
 ) -> std::io::Result<(JoinHandle<()>, Arc<SenderStats>)> {
     let spool = Spool::open(&cfg.spool_dir, cfg.spool_max_bytes)?;
-    metrics::gauge!("faultline_spool_max_bytes").set(cfg.spool_max_bytes as f64);
+    metrics::gauge!(crate::metrics_catalog::SPOOL_MAX_BYTES.name).set(cfg.spool_max_bytes as f64);
     let stats = Arc::new(SenderStats::default());
     stats.pending.store(spool.len() as u64, Ordering::Relaxed);
     let st = stats.clone();
@@ -165,15 +165,15 @@ impl Sender {
                 }
                 if dropped > 0 {
                     self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
-                    metrics::counter!("faultline_windows_dropped_total", "reason" => "spool_full")
+                    metrics::counter!(crate::metrics_catalog::WINDOWS_DROPPED.name, "reason" => "spool_full")
                         .increment(dropped);
                     tracing::warn!(dropped, "spool full: oldest windows dropped");
                 }
-                metrics::counter!("faultline_windows_spooled_total").increment(1);
+                metrics::counter!(crate::metrics_catalog::WINDOWS_SPOOLED.name).increment(1);
             }
             Err(e) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("faultline_windows_dropped_total", "reason" => "spool_write")
+                metrics::counter!(crate::metrics_catalog::WINDOWS_DROPPED.name, "reason" => "spool_write")
                     .increment(1);
                 tracing::warn!(error = %e, "cannot write the spool: window dropped");
             }
@@ -193,11 +193,12 @@ impl Sender {
             .pending
             .store(self.spool.len() as u64, Ordering::Relaxed);
         metrics::gauge!("faultline_spool_windows").set(self.spool.len() as f64);
-        metrics::gauge!("faultline_spool_bytes").set(self.spool.bytes() as f64);
+        metrics::gauge!(crate::metrics_catalog::SPOOL_BYTES.name).set(self.spool.bytes() as f64);
         self.stats
             .held
             .store(self.held.len() as u64, Ordering::Relaxed);
-        metrics::gauge!("faultline_spool_held_windows").set(self.held.len() as f64);
+        metrics::gauge!(crate::metrics_catalog::SPOOL_HELD_WINDOWS.name)
+            .set(self.held.len() as f64);
     }
 
     /// Nothing left to deliver but held windows (which wait for the
@@ -297,7 +298,7 @@ impl Sender {
             }
         }
         self.stats.delivered.fetch_add(confirmed, Ordering::Relaxed);
-        metrics::counter!("faultline_windows_sent_total").increment(confirmed);
+        metrics::counter!(crate::metrics_catalog::WINDOWS_SENT.name).increment(confirmed);
         self.pending();
         Ok(confirmed)
     }
@@ -308,7 +309,7 @@ impl Sender {
         let lost = self.evicted_sent.len() as u64;
         if lost > 0 {
             self.stats.dropped.fetch_add(lost, Ordering::Relaxed);
-            metrics::counter!("faultline_windows_dropped_total", "reason" => "spool_full")
+            metrics::counter!(crate::metrics_catalog::WINDOWS_DROPPED.name, "reason" => "spool_full")
                 .increment(lost);
             self.evicted_sent.clear();
         }
@@ -339,7 +340,8 @@ impl Sender {
         self.refused_now += n;
         self.stats.dropped.fetch_add(n, Ordering::Relaxed);
         self.stats.refused.fetch_add(n, Ordering::Relaxed);
-        metrics::counter!("faultline_windows_dropped_total", "reason" => "refused").increment(n);
+        metrics::counter!(crate::metrics_catalog::WINDOWS_DROPPED.name, "reason" => "refused")
+            .increment(n);
         tracing::warn!(
             windows = n,
             reason = %r.reason,
@@ -372,7 +374,11 @@ impl Sender {
         if up {
             self.stats.connects.fetch_add(1, Ordering::Relaxed);
         }
-        metrics::gauge!("faultline_correlator_connected").set(if up { 1.0 } else { 0.0 });
+        metrics::gauge!(crate::metrics_catalog::CORRELATOR_CONNECTED.name).set(if up {
+            1.0
+        } else {
+            0.0
+        });
     }
 
     /// A failed connection attempt: logged once per outage at warn.
@@ -482,7 +488,7 @@ fn check_resume(inst: &str, last_seq: u64, spool: &[String]) -> bool {
     if last_seq <= newest {
         return false;
     }
-    metrics::counter!("faultline_resume_inconsistent_total").increment(1);
+    metrics::counter!(crate::metrics_catalog::RESUME_INCONSISTENT.name).increment(1);
     tracing::error!(
         instance = inst,
         correlator_last_seq = last_seq,
