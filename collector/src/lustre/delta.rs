@@ -12,7 +12,7 @@ use proto::v1 as pb;
 use super::parse::{Import, RpcStat, Stats};
 use crate::{
     cumulative::{inc, Tracker},
-    prom_text::{Kind, Text},
+    prom_text::Text,
 };
 
 use proto::metric::Family;
@@ -48,8 +48,27 @@ pub const LUSTRE_IMPORT_CONNECTS: Family = Family::counter(
     "Connection attempts of the target's import (a rise after the first is a reconnection)",
 );
 
-/// The families above, for `crate::metrics_catalog`.
+pub const LUSTRE_TARGETS_DROPPED: Family = Family::counter(
+    "faultline_lustre_targets_dropped_total",
+    &[],
+    "Lustre client targets past lustre.max_targets, not tracked (per read)",
+);
+pub const LUSTRE_RESETS: Family = Family::counter(
+    "faultline_lustre_resets_total",
+    &[],
+    "Lustre target windows left out because their counters went back (remount)",
+);
+pub const LUSTRE_MALFORMED_LINES: Family = Family::counter(
+    "faultline_lustre_malformed_lines_total",
+    &[],
+    "Lustre stats lines without their expected form, skipped",
+);
+
+/// The families above, for `crate::agent::describe::all`.
 pub const FAMILIES: &[&Family] = &[
+    &LUSTRE_TARGETS_DROPPED,
+    &LUSTRE_RESETS,
+    &LUSTRE_MALFORMED_LINES,
     &LUSTRE_TARGETS,
     &LUSTRE_RPC_OPERATIONS,
     &LUSTRE_RPC_SECONDS,
@@ -167,25 +186,9 @@ impl LustreTracker {
             render_target(&mut t, x);
         }
         t.add(&LUSTRE_TARGETS, &[], self.targets.latest().count());
-        for (name, help, v) in [
-            (
-                "faultline_lustre_targets_dropped_total",
-                "Lustre client targets past lustre.max_targets, not tracked (per read)",
-                self.dropped_total,
-            ),
-            (
-                "faultline_lustre_resets_total",
-                "Lustre target windows left out because their counters went back (remount)",
-                self.targets.resets_total(),
-            ),
-            (
-                "faultline_lustre_malformed_lines_total",
-                "Lustre stats lines without their expected form, skipped",
-                self.malformed_total,
-            ),
-        ] {
-            t.sample(name, help, Kind::Counter, &[], v);
-        }
+        t.add(&LUSTRE_TARGETS_DROPPED, &[], self.dropped_total);
+        t.add(&LUSTRE_RESETS, &[], self.targets.resets_total());
+        t.add(&LUSTRE_MALFORMED_LINES, &[], self.malformed_total);
         t.render()
     }
 }

@@ -15,7 +15,7 @@ use proto::v1 as pb;
 use super::parse::{Mount, OpStats, Parsed};
 use crate::{
     cumulative::{inc, Tracker},
-    prom_text::{Kind, Text},
+    prom_text::Text,
 };
 
 use proto::metric::Family;
@@ -31,8 +31,67 @@ pub const NFS_TRANSPORT_CONNECTS: Family = Family::counter(
     "TCP connections the mount's transports made (a rise after the first is a reconnection)",
 );
 
-/// The families above, for `crate::metrics_catalog`.
-pub const FAMILIES: &[&Family] = &[&NFS_MOUNTS, &NFS_TRANSPORT_CONNECTS];
+pub const NFS_MOUNTS_DROPPED: Family = Family::counter(
+    "faultline_nfs_mounts_dropped_total",
+    &[],
+    "NFS mounts past nfs.max_mounts, not tracked (per read)",
+);
+pub const NFS_RESETS: Family = Family::counter(
+    "faultline_nfs_resets_total",
+    &[],
+    "NFS mount windows left out because their counters went back (remount)",
+);
+pub const NFS_MALFORMED_LINES: Family = Family::counter(
+    "faultline_nfs_malformed_lines_total",
+    &[],
+    "mountstats lines of NFS mounts without their expected form, skipped",
+);
+const OP: &[&str] = &["server", "export", "mountpoint", "op"];
+pub const NFS_RPC_OPERATIONS: Family = Family::counter(
+    "faultline_nfs_rpc_operations_total",
+    OP,
+    "NFS RPCs completed, per mount and procedure",
+);
+pub const NFS_RPC_RETRANSMISSIONS: Family = Family::counter(
+    "faultline_nfs_rpc_retransmissions_total",
+    OP,
+    "NFS RPC transmissions beyond the first, per mount and procedure",
+);
+pub const NFS_RPC_MAJOR_TIMEOUTS: Family = Family::counter(
+    "faultline_nfs_rpc_major_timeouts_total",
+    OP,
+    "NFS RPC major timeouts, per mount and procedure",
+);
+pub const NFS_RPC_RTT_SECONDS: Family = Family::counter(
+    "faultline_nfs_rpc_rtt_seconds_total",
+    OP,
+    "Sum of NFS RPC round-trip times (request sent to reply), per mount and procedure",
+);
+pub const NFS_RPC_EXECUTE_SECONDS: Family = Family::counter(
+    "faultline_nfs_rpc_execute_seconds_total",
+    OP,
+    "Sum of NFS RPC execution times (submitted to completed, queueing and retransmits included), per mount and procedure",
+);
+pub const NFS_RPC_BYTES: Family = Family::counter(
+    "faultline_nfs_rpc_bytes_total",
+    &["server", "export", "mountpoint", "op", "direction"],
+    "NFS RPC bytes sent and received (direction), per mount and procedure",
+);
+
+/// The families above, for `crate::agent::describe::all`.
+pub const FAMILIES: &[&Family] = &[
+    &NFS_MOUNTS,
+    &NFS_TRANSPORT_CONNECTS,
+    &NFS_MOUNTS_DROPPED,
+    &NFS_RESETS,
+    &NFS_MALFORMED_LINES,
+    &NFS_RPC_OPERATIONS,
+    &NFS_RPC_RETRANSMISSIONS,
+    &NFS_RPC_MAJOR_TIMEOUTS,
+    &NFS_RPC_RTT_SECONDS,
+    &NFS_RPC_EXECUTE_SECONDS,
+    &NFS_RPC_BYTES,
+];
 
 type Key = (String, String);
 
@@ -165,25 +224,9 @@ impl NfsTracker {
             render_mount(&mut t, m);
         }
         t.add(&NFS_MOUNTS, &[], self.mounts.latest().count());
-        for (name, help, v) in [
-            (
-                "faultline_nfs_mounts_dropped_total",
-                "NFS mounts past nfs.max_mounts, not tracked (per read)",
-                self.dropped_total,
-            ),
-            (
-                "faultline_nfs_resets_total",
-                "NFS mount windows left out because their counters went back (remount)",
-                self.mounts.resets_total(),
-            ),
-            (
-                "faultline_nfs_malformed_lines_total",
-                "mountstats lines of NFS mounts without their expected form, skipped",
-                self.malformed_total,
-            ),
-        ] {
-            t.sample(name, help, Kind::Counter, &[], v);
-        }
+        t.add(&NFS_MOUNTS_DROPPED, &[], self.dropped_total);
+        t.add(&NFS_RESETS, &[], self.mounts.resets_total());
+        t.add(&NFS_MALFORMED_LINES, &[], self.malformed_total);
         t.render()
     }
 }
@@ -198,21 +241,18 @@ fn render_mount(t: &mut Text, m: &Mount) {
     for (op, s) in m.ops.iter().filter(|(_, s)| s.ops > 0) {
         let l = [base[0], base[1], base[2], ("op", op.as_str())];
         let secs = |ms: u64| ms as f64 / 1e3;
-        let fams: [(&str, &str, String); 6] = [
-            ("faultline_nfs_rpc_operations_total", "NFS RPCs completed, per mount and procedure", s.ops.to_string()),
-            ("faultline_nfs_rpc_retransmissions_total", "NFS RPC transmissions beyond the first, per mount and procedure", s.transmissions.saturating_sub(s.ops).to_string()),
-            ("faultline_nfs_rpc_major_timeouts_total", "NFS RPC major timeouts, per mount and procedure", s.timeouts.to_string()),
-            ("faultline_nfs_rpc_rtt_seconds_total", "Sum of NFS RPC round-trip times (request sent to reply), per mount and procedure", secs(s.rtt_ms).to_string()),
-            ("faultline_nfs_rpc_execute_seconds_total", "Sum of NFS RPC execution times (submitted to completed, queueing and retransmits included), per mount and procedure", secs(s.execute_ms).to_string()),
-            ("faultline_nfs_rpc_bytes_total", "NFS RPC bytes sent and received (direction), per mount and procedure", String::new()),
-        ];
-        for (name, help, v) in &fams[..5] {
-            t.sample(name, help, Kind::Counter, &l, v);
-        }
-        let (name, help, _) = &fams[5];
+        t.add(&NFS_RPC_OPERATIONS, &l, s.ops);
+        t.add(
+            &NFS_RPC_RETRANSMISSIONS,
+            &l,
+            s.transmissions.saturating_sub(s.ops),
+        );
+        t.add(&NFS_RPC_MAJOR_TIMEOUTS, &l, s.timeouts);
+        t.add(&NFS_RPC_RTT_SECONDS, &l, secs(s.rtt_ms));
+        t.add(&NFS_RPC_EXECUTE_SECONDS, &l, secs(s.execute_ms));
         for (dir, v) in [("sent", s.bytes_sent), ("received", s.bytes_recv)] {
             let l = [l[0], l[1], l[2], l[3], ("direction", dir)];
-            t.sample(name, help, Kind::Counter, &l, v);
+            t.add(&NFS_RPC_BYTES, &l, v);
         }
     }
 }
