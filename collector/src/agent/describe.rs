@@ -18,6 +18,7 @@ pub fn all() -> Vec<&'static Family> {
     all.extend_from_slice(crate::cuda::FAMILIES);
     all.extend_from_slice(crate::nccl::series::FAMILIES);
     all.extend_from_slice(crate::usage::FAMILIES);
+    all.extend_from_slice(crate::kmsg::FAMILIES);
     #[cfg(feature = "nvml")]
     all.extend_from_slice(crate::nvml::prom::FAMILIES);
     #[cfg(all(

@@ -16,6 +16,8 @@ mod state;
 
 use std::{io, path::PathBuf};
 
+use proto::metric::Family;
+
 use serde::{Deserialize, Serialize};
 
 pub use self::state::Resume;
@@ -219,39 +221,60 @@ pub fn monotonic_usec() -> u64 {
         .saturating_add(ts.tv_nsec as u64 / 1000)
 }
 
+pub const KMSG_RECORDS: Family = Family::counter(
+    "faultline_kmsg_records_total",
+    &[],
+    "Kernel log records read",
+);
+pub const KMSG_LOST: Family = Family::counter(
+    "faultline_kmsg_lost_total",
+    &[],
+    "Kernel log records overwritten before the collector read them (sequence gaps)",
+);
+pub const KMSG_DROPPED: Family = Family::counter(
+    "faultline_kmsg_dropped_total",
+    &["reason"],
+    "Kernel log records or reports not turned into events, by reason (untrusted: a driver-like line written from user space; too_long; malformed; events: past kmsg.max_events in a window)",
+);
+pub const KMSG_REPORTS: Family = Family::counter(
+    "faultline_kmsg_reports_total",
+    &["kind"],
+    "NVIDIA driver reports read from the kernel log, by kind (xid, sxid)",
+);
+pub const KMSG_FOLDED: Family = Family::counter(
+    "faultline_kmsg_folded_total",
+    &[],
+    "Driver reports folded into an earlier event of the same GPU or switch and code (a burst)",
+);
+pub const KMSG_JOINED: Family = Family::counter(
+    "faultline_kmsg_joined_total",
+    &[],
+    "XIDs NVML and the kernel log both reported, sent as one event (source nvml+kmsg)",
+);
+pub const KMSG_UNPLACED: Family = Family::counter(
+    "faultline_kmsg_unplaced_total",
+    &[],
+    "XIDs from the kernel log whose PCI address names no GPU NVML knows: reported against the node",
+);
+pub const KMSG_WINDOW_FULL: Family = Family::counter(
+    "faultline_kmsg_window_full_total",
+    &[],
+    "Windows that read kmsg.max_records records: the rest waited for the next window",
+);
+
+/// The kernel log's families, for `crate::agent::describe::all`.
+pub const FAMILIES: &[&Family] = &[
+    &KMSG_RECORDS,
+    &KMSG_LOST,
+    &KMSG_DROPPED,
+    &KMSG_REPORTS,
+    &KMSG_FOLDED,
+    &KMSG_JOINED,
+    &KMSG_UNPLACED,
+    &KMSG_WINDOW_FULL,
+];
+
 /// HELP of the kernel log's families.
 pub fn describe() {
-    for (name, help) in [
-        ("faultline_kmsg_records_total", "Kernel log records read"),
-        (
-            "faultline_kmsg_lost_total",
-            "Kernel log records overwritten before the collector read them (sequence gaps)",
-        ),
-        (
-            "faultline_kmsg_dropped_total",
-            "Kernel log records or reports not turned into events, by reason (untrusted: a driver-like line written from user space; too_long; malformed; events: past kmsg.max_events in a window)",
-        ),
-        (
-            "faultline_kmsg_reports_total",
-            "NVIDIA driver reports read from the kernel log, by kind (xid, sxid)",
-        ),
-        (
-            "faultline_kmsg_folded_total",
-            "Driver reports folded into an earlier event of the same GPU or switch and code (a burst)",
-        ),
-        (
-            "faultline_kmsg_joined_total",
-            "XIDs NVML and the kernel log both reported, sent as one event (source nvml+kmsg)",
-        ),
-        (
-            "faultline_kmsg_unplaced_total",
-            "XIDs from the kernel log whose PCI address names no GPU NVML knows: reported against the node",
-        ),
-        (
-            "faultline_kmsg_window_full_total",
-            "Windows that read kmsg.max_records records: the rest waited for the next window",
-        ),
-    ] {
-        metrics::describe_counter!(name, help);
-    }
+    proto::metric::describe_all(FAMILIES);
 }

@@ -48,7 +48,7 @@ impl KmsgSource {
     pub fn new(log: KmsgLog, cfg: &crate::kmsg::KmsgSection, proc_root: PathBuf) -> Self {
         crate::kmsg::describe();
         for reason in ["untrusted", "too_long", "malformed", "events"] {
-            metrics::counter!("faultline_kmsg_dropped_total", "reason" => reason).increment(0);
+            metrics::counter!(crate::kmsg::KMSG_DROPPED.name, "reason" => reason).increment(0);
         }
         Self {
             log,
@@ -63,17 +63,17 @@ impl KmsgSource {
 
 fn count(c: &Counts) {
     let m = |n: &'static str, v: u64| metrics::counter!(n).increment(v);
-    m("faultline_kmsg_records_total", c.records);
-    m("faultline_kmsg_lost_total", c.lost);
+    m(crate::kmsg::KMSG_RECORDS.name, c.records);
+    m(crate::kmsg::KMSG_LOST.name, c.lost);
     for (reason, v) in [
         ("untrusted", c.untrusted),
         ("too_long", c.too_long),
         ("malformed", c.malformed),
     ] {
-        metrics::counter!("faultline_kmsg_dropped_total", "reason" => reason).increment(v);
+        metrics::counter!(crate::kmsg::KMSG_DROPPED.name, "reason" => reason).increment(v);
     }
     if c.full {
-        m("faultline_kmsg_window_full_total", 1);
+        m(crate::kmsg::KMSG_WINDOW_FULL.name, 1);
     }
 }
 
@@ -160,7 +160,7 @@ impl KmsgSource {
         }
         if self.pending.len() >= self.max_events {
             if kmsg {
-                metrics::counter!("faultline_kmsg_dropped_total", "reason" => "events")
+                metrics::counter!(crate::kmsg::KMSG_DROPPED.name, "reason" => "events")
                     .increment(1);
                 return None;
             }
@@ -185,7 +185,7 @@ impl KmsgSource {
     ) -> pb::Event {
         match report {
             Report::Sxid(s) => {
-                metrics::counter!("faultline_kmsg_reports_total", "kind" => "sxid").increment(1);
+                metrics::counter!(crate::kmsg::KMSG_REPORTS.name, "kind" => "sxid").increment(1);
                 let device = s.device.map(|d| format!("{d} ")).unwrap_or_default();
                 pb::Event {
                     unix_ms: at,
@@ -199,11 +199,11 @@ impl KmsgSource {
                 }
             }
             Report::Xid(x) => {
-                metrics::counter!("faultline_kmsg_reports_total", "kind" => "xid").increment(1);
+                metrics::counter!(crate::kmsg::KMSG_REPORTS.name, "kind" => "xid").increment(1);
                 let entity = match gpus.get(&x.key) {
                     Some(&i) => vocab::entity::gpu(cx.host, i),
                     None => {
-                        metrics::counter!("faultline_kmsg_unplaced_total").increment(1);
+                        metrics::counter!(crate::kmsg::KMSG_UNPLACED.name).increment(1);
                         cx.host.to_string()
                     }
                 };
@@ -254,7 +254,7 @@ fn merge(p: &mut Pending, e: pb::Event, uuid: Option<String>, kmsg: bool) {
             };
         }
         if p.kmsg > 1 {
-            metrics::counter!("faultline_kmsg_folded_total").increment(1);
+            metrics::counter!(crate::kmsg::KMSG_FOLDED.name).increment(1);
         }
     } else {
         p.nvml += 1;
@@ -267,7 +267,7 @@ fn finish(p: Pending) -> pb::Event {
     let mut e = p.event;
     e.count = p.kmsg.max(p.nvml).max(1);
     if p.kmsg > 0 && p.nvml > 0 {
-        metrics::counter!("faultline_kmsg_joined_total").increment(1);
+        metrics::counter!(crate::kmsg::KMSG_JOINED.name).increment(1);
         e.source = "nvml+kmsg".into();
         if let Some(u) = p.uuid {
             e.detail = format!("{u} {}", e.detail);

@@ -92,7 +92,7 @@ impl Resume {
         match res {
             Ok(()) => self.saved = Some(last),
             Err(e) => {
-                metrics::counter!("faultline_kmsg_dropped_total", "reason" => "state_write")
+                metrics::counter!(crate::kmsg::KMSG_DROPPED.name, "reason" => "state_write")
                     .increment(1);
                 tracing::warn!(file = %self.file.display(), error = %e,
                     "kmsg: cannot save the position read; a restart may report these records again");

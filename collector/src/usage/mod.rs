@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use proto::v1 as pb;
 
-use crate::prom_text::{Kind, Text};
+use crate::prom_text::Text;
 
 use proto::metric::Family;
 
@@ -26,8 +26,78 @@ pub const USAGE_FOLDED_ROWS: Family = Family::counter(
     "Usage rows counted under hpc_job=\"_overflow\" because [usage] max_jobs (job, team) pairs were already tracked",
 );
 
-/// The families above, for `crate::metrics_catalog`.
-pub const FAMILIES: &[&Family] = &[&USAGE_FOLDED_ROWS];
+const JOB: &[&str] = &["hpc_job", "team"];
+pub const USAGE_GPU_ALLOCATED_SECONDS: Family = Family::counter(
+    "faultline_usage_gpu_allocated_seconds_total",
+    JOB,
+    "GPU-seconds the job held a GPU (a process with a context on it)",
+);
+pub const USAGE_GPU_BUSY_SECONDS: Family = Family::counter(
+    "faultline_usage_gpu_busy_seconds_total",
+    JOB,
+    "The job's share of its GPUs' busy time (NVML per-process utilisation, else the device's split by CUDA launches)",
+);
+pub const USAGE_GPU_ENERGY_JOULES: Family = Family::counter(
+    "faultline_usage_gpu_energy_joules_total",
+    JOB,
+    "The job's share of its GPUs' energy (NVML total-energy counter split by the busy shares)",
+);
+pub const USAGE_GPU_MEMORY_PEAK_BYTES: Family = Family::gauge(
+    "faultline_usage_gpu_memory_peak_bytes",
+    JOB,
+    "Largest GPU memory the job's processes held on one GPU",
+);
+pub const USAGE_CUDA_LAUNCHES: Family = Family::counter(
+    "faultline_usage_cuda_launches_total",
+    JOB,
+    "Kernel launches of the job's processes",
+);
+pub const USAGE_CUDA_COPY_BYTES: Family = Family::counter(
+    "faultline_usage_cuda_copy_bytes_total",
+    JOB,
+    "Bytes the job's processes copied with cuMemcpy*",
+);
+pub const USAGE_CUDA_SYNC_WAIT_SECONDS: Family = Family::counter(
+    "faultline_usage_cuda_sync_wait_seconds_total",
+    JOB,
+    "Time the job's processes spent blocked in CUDA synchronisation",
+);
+pub const USAGE_STORAGE_REQUESTS: Family = Family::counter(
+    "faultline_usage_storage_requests_total",
+    JOB,
+    "Block requests the job's cgroups submitted (completed)",
+);
+pub const USAGE_STORAGE_BYTES: Family = Family::counter(
+    "faultline_usage_storage_bytes_total",
+    JOB,
+    "Bytes of the job's block requests",
+);
+pub const USAGE_STORAGE_DEVICE_SECONDS: Family = Family::counter(
+    "faultline_usage_storage_device_seconds_total",
+    JOB,
+    "Summed service time of the job's block requests",
+);
+pub const USAGE_FABRIC_BYTES: Family = Family::counter(
+    "faultline_usage_fabric_bytes_total",
+    JOB,
+    "Bytes the job posted through verbs, or its share of the ports' transmitted bytes where no verbs probe runs",
+);
+
+/// The families above, for `crate::agent::describe::all`.
+pub const FAMILIES: &[&Family] = &[
+    &USAGE_FOLDED_ROWS,
+    &USAGE_GPU_ALLOCATED_SECONDS,
+    &USAGE_GPU_BUSY_SECONDS,
+    &USAGE_GPU_ENERGY_JOULES,
+    &USAGE_GPU_MEMORY_PEAK_BYTES,
+    &USAGE_CUDA_LAUNCHES,
+    &USAGE_CUDA_COPY_BYTES,
+    &USAGE_CUDA_SYNC_WAIT_SECONDS,
+    &USAGE_STORAGE_REQUESTS,
+    &USAGE_STORAGE_BYTES,
+    &USAGE_STORAGE_DEVICE_SECONDS,
+    &USAGE_FABRIC_BYTES,
+];
 
 mod section;
 #[cfg(all(
@@ -167,20 +237,20 @@ impl Accountant {
         let mut t = Text::new();
         for ((job, team), v) in &self.totals {
             let l = [("hpc_job", job.as_str()), ("team", team.as_str())];
-            for (name, help, kind, val) in [
-                ("faultline_usage_gpu_allocated_seconds_total", "GPU-seconds the job held a GPU (a process with a context on it)", Kind::Counter, v.gpu_alloc_seconds),
-                ("faultline_usage_gpu_busy_seconds_total", "The job's share of its GPUs' busy time (NVML per-process utilisation, else the device's split by CUDA launches)", Kind::Counter, v.gpu_busy_seconds),
-                ("faultline_usage_gpu_energy_joules_total", "The job's share of its GPUs' energy (NVML total-energy counter split by the busy shares)", Kind::Counter, v.energy_joules),
-                ("faultline_usage_gpu_memory_peak_bytes", "Largest GPU memory the job's processes held on one GPU", Kind::Gauge, v.peak_mem_bytes as f64),
-                ("faultline_usage_cuda_launches_total", "Kernel launches of the job's processes", Kind::Counter, v.launches as f64),
-                ("faultline_usage_cuda_copy_bytes_total", "Bytes the job's processes copied with cuMemcpy*", Kind::Counter, v.copy_bytes as f64),
-                ("faultline_usage_cuda_sync_wait_seconds_total", "Time the job's processes spent blocked in CUDA synchronisation", Kind::Counter, v.sync_wait_ns as f64 / 1e9),
-                ("faultline_usage_storage_requests_total", "Block requests the job's cgroups submitted (completed)", Kind::Counter, v.io_requests as f64),
-                ("faultline_usage_storage_bytes_total", "Bytes of the job's block requests", Kind::Counter, v.io_bytes as f64),
-                ("faultline_usage_storage_device_seconds_total", "Summed service time of the job's block requests", Kind::Counter, v.io_device_ns as f64 / 1e9),
-                ("faultline_usage_fabric_bytes_total", "Bytes the job posted through verbs, or its share of the ports' transmitted bytes where no verbs probe runs", Kind::Counter, v.fabric_bytes as f64),
+            for (f, val) in [
+                (&USAGE_GPU_ALLOCATED_SECONDS, v.gpu_alloc_seconds),
+                (&USAGE_GPU_BUSY_SECONDS, v.gpu_busy_seconds),
+                (&USAGE_GPU_ENERGY_JOULES, v.energy_joules),
+                (&USAGE_GPU_MEMORY_PEAK_BYTES, v.peak_mem_bytes as f64),
+                (&USAGE_CUDA_LAUNCHES, v.launches as f64),
+                (&USAGE_CUDA_COPY_BYTES, v.copy_bytes as f64),
+                (&USAGE_CUDA_SYNC_WAIT_SECONDS, v.sync_wait_ns as f64 / 1e9),
+                (&USAGE_STORAGE_REQUESTS, v.io_requests as f64),
+                (&USAGE_STORAGE_BYTES, v.io_bytes as f64),
+                (&USAGE_STORAGE_DEVICE_SECONDS, v.io_device_ns as f64 / 1e9),
+                (&USAGE_FABRIC_BYTES, v.fabric_bytes as f64),
             ] {
-                t.sample(name, help, kind, &l, val);
+                t.add(f, &l, val);
             }
         }
         t.add(&USAGE_FOLDED_ROWS, &[], self.folded);
