@@ -7,6 +7,7 @@ use collector_common::verbs::{
 };
 
 use crate::probes::{ProbeError, Probes};
+use proto::metric::Family as Declared;
 
 /// Cumulative verbs aggregates.
 #[derive(Clone, Debug, Default)]
@@ -145,7 +146,7 @@ impl VerbsSnapshot {
     }
 }
 
-/// A verbs metric family: name, HELP and the name of its one extra label.
+/// A verbs metric family (its declaration: [`Family::declared`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Family {
     Completions,
@@ -155,34 +156,50 @@ pub enum Family {
     AsyncEvents,
 }
 
+pub const VERBS_COMPLETIONS: Declared = Declared::counter(
+    "faultline_verbs_completions_total",
+    &["hpc_job", "rank", "status"],
+    "Work completions polled, per job, rank and status",
+);
+pub const VERBS_POSTED_WORK_REQUESTS: Declared = Declared::counter(
+    "faultline_verbs_posted_work_requests_total",
+    &["hpc_job", "rank", "dir"],
+    "Work requests posted, per job, rank and direction",
+);
+pub const VERBS_POSTED_BYTES: Declared = Declared::counter(
+    "faultline_verbs_posted_bytes_total",
+    &["hpc_job", "rank", "dir"],
+    "Scatter/gather bytes of posted work requests",
+);
+pub const VERBS_QP_TRANSITIONS: Declared = Declared::counter(
+    "faultline_verbs_qp_transitions_total",
+    &["hpc_job", "rank", "state"],
+    "ibv_modify_qp state transitions, per job, rank and target state",
+);
+pub const VERBS_ASYNC_EVENTS: Declared = Declared::counter(
+    "faultline_verbs_async_events_total",
+    &["hpc_job", "rank", "event"],
+    "ibv_get_async_event results seen in processes, per job, rank and event",
+);
+
+/// The verbs families, for `crate::agent::describe::all`.
+pub const FAMILIES: &[&Declared] = &[
+    &VERBS_COMPLETIONS,
+    &VERBS_POSTED_WORK_REQUESTS,
+    &VERBS_POSTED_BYTES,
+    &VERBS_QP_TRANSITIONS,
+    &VERBS_ASYNC_EVENTS,
+];
+
 impl Family {
-    fn describe(self) -> (&'static str, &'static str, &'static str) {
+    /// The declared family and the name of its one extra label.
+    fn declared(self) -> (&'static Declared, &'static str) {
         match self {
-            Family::Completions => (
-                "faultline_verbs_completions_total",
-                "Work completions polled, per job, rank and status",
-                "status",
-            ),
-            Family::PostedWrs => (
-                "faultline_verbs_posted_work_requests_total",
-                "Work requests posted, per job, rank and direction",
-                "dir",
-            ),
-            Family::PostedBytes => (
-                "faultline_verbs_posted_bytes_total",
-                "Scatter/gather bytes of posted work requests",
-                "dir",
-            ),
-            Family::QpTransitions => (
-                "faultline_verbs_qp_transitions_total",
-                "ibv_modify_qp state transitions, per job, rank and target state",
-                "state",
-            ),
-            Family::AsyncEvents => (
-                "faultline_verbs_async_events_total",
-                "ibv_get_async_event results seen in processes, per job, rank and event",
-                "event",
-            ),
+            Family::Completions => (&VERBS_COMPLETIONS, "status"),
+            Family::PostedWrs => (&VERBS_POSTED_WORK_REQUESTS, "dir"),
+            Family::PostedBytes => (&VERBS_POSTED_BYTES, "dir"),
+            Family::QpTransitions => (&VERBS_QP_TRANSITIONS, "state"),
+            Family::AsyncEvents => (&VERBS_ASYNC_EVENTS, "event"),
         }
     }
 }
@@ -199,17 +216,11 @@ pub fn absorb(into: &mut VerbsSeries, other: &VerbsSeries) {
 
 /// Prometheus text of summed verbs series.
 pub fn render_series(sums: &VerbsSeries) -> String {
-    use crate::prom_text::{Kind, Text};
+    use crate::prom_text::Text;
     let mut t = Text::new();
     for ((fam, job, rank, v), n) in sums {
-        let (name, help, l) = fam.describe();
-        t.sample(
-            name,
-            help,
-            Kind::Counter,
-            &[("hpc_job", job), ("rank", rank), (l, v)],
-            n,
-        );
+        let (f, l) = fam.declared();
+        t.add(f, &[("hpc_job", job), ("rank", rank), (l, v)], n);
     }
     t.render()
 }

@@ -81,11 +81,6 @@ const PENDING: &[&str] = &[
     "faultline_infiniband_vl15_dropped_total",
     "faultline_job_files_unread",
     "faultline_job_hca_info",
-    "faultline_verbs_async_events_total",
-    "faultline_verbs_completions_total",
-    "faultline_verbs_posted_bytes_total",
-    "faultline_verbs_posted_work_requests_total",
-    "faultline_verbs_qp_transitions_total",
 ];
 
 /// Names with the metric prefix that are not metric families.
