@@ -4,146 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::{export::Export, GpuInfo, GpuSample, THROTTLE_FLAGS};
-use crate::prom_text::{Kind, Text};
+use crate::prom_text::Text;
 
-use proto::metric::Family;
-
-// The GPU families' labels: the GPU, then its workload's (optional;
-// `WorkloadLabels::pairs`), then the family's own.
-
-pub const GPU_WORKLOADS: Family = Family::gauge(
-    "faultline_gpu_workloads",
-    &["gpu", "uuid", "pci_bus_id", "container", "namespace", "pod", "hpc_job", "rank"],
-    "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
-);
-pub const GPU_LOST: Family = Family::gauge(
-    "faultline_gpu_lost",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "1 when NVML reports the GPU fell off the bus",
-);
-pub const GPU_NVLINK_DATA_BYTES: Family = Family::counter(
-    "faultline_gpu_nvlink_data_bytes_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "NVLink data transmitted plus received over all links since driver load",
-);
-pub const GPU_ENGINE_ACTIVE_RATIO: Family = Family::gauge(
-    "faultline_gpu_engine_active_ratio",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-        "engine",
-    ],
-    "Ratio of the last window the engine was active (NVML GPM, Hopper and later)",
-);
-pub const GPU_ROW_REMAP_FAILURE: Family = Family::gauge(
-    "faultline_gpu_row_remap_failure",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "1 when a row remapping has failed on the GPU",
-);
-pub const GPU_ROW_REMAP_PENDING: Family = Family::gauge(
-    "faultline_gpu_row_remap_pending",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "1 when a row remapping waits for the next GPU reset",
-);
-pub const GPU_THROTTLE_REASON: Family = Family::gauge(
-    "faultline_gpu_throttle_reason",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-        "reason",
-    ],
-    "1 when this clock event (throttle) reason is active",
-);
-pub const GPU_XID_EVENTS: Family = Family::counter(
-    "faultline_gpu_xid_events_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "XID events of the GPU, all codes (present from the start, at 0)",
-);
-pub const GPU_XID_ERRORS: Family = Family::counter(
-    "faultline_gpu_xid_errors_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-        "xid",
-    ],
-    "XID errors reported by NVML events",
-);
-
-/// The families above, for `crate::metrics_catalog`.
-pub const FAMILIES: &[&Family] = &[
-    &GPU_WORKLOADS,
-    &GPU_LOST,
-    &GPU_NVLINK_DATA_BYTES,
-    &GPU_ENGINE_ACTIVE_RATIO,
-    &GPU_ROW_REMAP_FAILURE,
-    &GPU_ROW_REMAP_PENDING,
-    &GPU_THROTTLE_REASON,
-    &GPU_XID_EVENTS,
-    &GPU_XID_ERRORS,
-];
+mod families;
+pub use families::*;
 
 /// faultline's GPU families only, without workload labels.
 pub fn render_prometheus(
@@ -208,64 +72,19 @@ fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     // NVML's MHz and percentages in base units: hertz, ratios 0–1.
     let hz = |v: Option<u32>| v.map(|x| (u64::from(x) * 1_000_000).to_string());
     let ratio = |v: Option<u32>| v.map(|x| format!("{}", f64::from(x) / 100.0));
-    for (name, help, kind, v) in [
-        (
-            "faultline_gpu_power_watts",
-            "Power draw",
-            Kind::Gauge,
-            f(s.power_w),
-        ),
-        (
-            "faultline_gpu_power_limit_watts",
-            "Enforced power limit",
-            Kind::Gauge,
-            f(s.power_limit_w),
-        ),
-        (
-            "faultline_gpu_temperature_celsius",
-            "GPU temperature",
-            Kind::Gauge,
-            u(s.temp_c),
-        ),
-        (
-            "faultline_gpu_sm_clock_hertz",
-            "SM clock (hertz)",
-            Kind::Gauge,
-            hz(s.sm_clock_mhz),
-        ),
-        (
-            "faultline_gpu_sm_clock_max_hertz",
-            "Maximum SM clock (hertz)",
-            Kind::Gauge,
-            hz(s.sm_clock_max_mhz),
-        ),
-        (
-            "faultline_gpu_memory_clock_hertz",
-            "Memory clock (hertz)",
-            Kind::Gauge,
-            hz(s.mem_clock_mhz),
-        ),
-        (
-            "faultline_gpu_memory_clock_max_hertz",
-            "Maximum memory clock (hertz)",
-            Kind::Gauge,
-            hz(s.mem_clock_max_mhz),
-        ),
-        (
-            "faultline_gpu_utilization_ratio",
-            "Ratio of the sample period a kernel was running on the GPU (0-1)",
-            Kind::Gauge,
-            ratio(s.util_gpu_pct),
-        ),
-        (
-            "faultline_gpu_memory_utilization_ratio",
-            "Ratio of the sample period device memory was read or written (0-1)",
-            Kind::Gauge,
-            ratio(s.util_mem_pct),
-        ),
+    for (f, v) in [
+        (&GPU_POWER_WATTS, f(s.power_w)),
+        (&GPU_POWER_LIMIT_WATTS, f(s.power_limit_w)),
+        (&GPU_TEMPERATURE_CELSIUS, u(s.temp_c)),
+        (&GPU_SM_CLOCK_HERTZ, hz(s.sm_clock_mhz)),
+        (&GPU_SM_CLOCK_MAX_HERTZ, hz(s.sm_clock_max_mhz)),
+        (&GPU_MEMORY_CLOCK_HERTZ, hz(s.mem_clock_mhz)),
+        (&GPU_MEMORY_CLOCK_MAX_HERTZ, hz(s.mem_clock_max_mhz)),
+        (&GPU_UTILIZATION_RATIO, ratio(s.util_gpu_pct)),
+        (&GPU_MEMORY_UTILIZATION_RATIO, ratio(s.util_mem_pct)),
     ] {
         if let Some(v) = v {
-            t.sample(name, help, kind, l, v);
+            t.add(f, l, v);
         }
     }
     memory_and_errors(t, s, l);
@@ -274,64 +93,22 @@ fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
 /// Memory, ECC, PCIe, energy.
 fn memory_and_errors(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
     let q = |v: Option<u64>| v.map(|x| x.to_string());
-    for (name, help, kind, v) in [
+    for (f, v) in [
+        (&GPU_MEMORY_USED_BYTES, q(s.mem_used_bytes)),
+        (&GPU_MEMORY_RESERVED_BYTES, q(s.mem_reserved_bytes)),
+        (&GPU_MEMORY_TOTAL_BYTES, q(s.mem_total_bytes)),
+        (&GPU_ECC_SBE_VOLATILE, q(s.ecc_sbe_volatile)),
+        (&GPU_ECC_DBE_VOLATILE, q(s.ecc_dbe_volatile)),
+        (&GPU_PCIE_REPLAY, q(s.pcie_replay)),
+        (&GPU_PCIE_TX_BYTES_PER_SECOND, q(s.pcie_tx_bytes_per_sec)),
+        (&GPU_PCIE_RX_BYTES_PER_SECOND, q(s.pcie_rx_bytes_per_sec)),
         (
-            "faultline_gpu_memory_used_bytes",
-            "Framebuffer memory allocated, without the driver's reserved memory",
-            Kind::Gauge,
-            q(s.mem_used_bytes),
-        ),
-        (
-            "faultline_gpu_memory_reserved_bytes",
-            "Framebuffer memory reserved by the driver and firmware",
-            Kind::Gauge,
-            q(s.mem_reserved_bytes),
-        ),
-        (
-            "faultline_gpu_memory_total_bytes",
-            "Framebuffer memory total",
-            Kind::Gauge,
-            q(s.mem_total_bytes),
-        ),
-        (
-            "faultline_gpu_ecc_sbe_volatile_total",
-            "Volatile single-bit (corrected) ECC errors",
-            Kind::Counter,
-            q(s.ecc_sbe_volatile),
-        ),
-        (
-            "faultline_gpu_ecc_dbe_volatile_total",
-            "Volatile double-bit (uncorrected) ECC errors",
-            Kind::Counter,
-            q(s.ecc_dbe_volatile),
-        ),
-        (
-            "faultline_gpu_pcie_replay_total",
-            "PCIe replay counter",
-            Kind::Counter,
-            q(s.pcie_replay),
-        ),
-        (
-            "faultline_gpu_pcie_tx_bytes_per_second",
-            "PCIe transmit throughput",
-            Kind::Gauge,
-            q(s.pcie_tx_bytes_per_sec),
-        ),
-        (
-            "faultline_gpu_pcie_rx_bytes_per_second",
-            "PCIe receive throughput",
-            Kind::Gauge,
-            q(s.pcie_rx_bytes_per_sec),
-        ),
-        (
-            "faultline_gpu_energy_joules_total",
-            "Energy consumed since driver load",
-            Kind::Counter,
+            &GPU_ENERGY_JOULES,
             s.energy_mj.map(|m| format!("{}", m as f64 / 1000.0)),
         ),
     ] {
         if let Some(v) = v {
-            t.sample(name, help, kind, l, v);
+            t.add(f, l, v);
         }
     }
 }
@@ -342,30 +119,14 @@ fn nvlink(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
         let link = e.link.to_string();
         let mut ll = l.to_vec();
         ll.push(("link", link.as_str()));
-        for (name, help, v) in [
-            (
-                "faultline_gpu_nvlink_replay_errors_total",
-                "NVLink data-link replay errors, per link",
-                e.replay,
-            ),
-            (
-                "faultline_gpu_nvlink_recovery_errors_total",
-                "NVLink data-link recovery errors, per link",
-                e.recovery,
-            ),
-            (
-                "faultline_gpu_nvlink_crc_flit_errors_total",
-                "NVLink flow-control (flit) CRC errors, per link",
-                e.crc_flit,
-            ),
-            (
-                "faultline_gpu_nvlink_crc_data_errors_total",
-                "NVLink data CRC errors, per link",
-                e.crc_data,
-            ),
+        for (f, v) in [
+            (&GPU_NVLINK_REPLAY_ERRORS, e.replay),
+            (&GPU_NVLINK_RECOVERY_ERRORS, e.recovery),
+            (&GPU_NVLINK_CRC_FLIT_ERRORS, e.crc_flit),
+            (&GPU_NVLINK_CRC_DATA_ERRORS, e.crc_data),
         ] {
             if let Some(v) = v {
-                t.sample(name, help, Kind::Counter, &ll, v);
+                t.add(f, &ll, v);
             }
         }
     }
@@ -392,20 +153,12 @@ fn profiling(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
 
 /// Rows remapped for ECC errors, pending remaps and remapping failures.
 fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
-    for (name, help, v) in [
-        (
-            "faultline_gpu_remapped_rows_correctable_total",
-            "Rows remapped for correctable ECC errors",
-            s.remapped_rows_corr,
-        ),
-        (
-            "faultline_gpu_remapped_rows_uncorrectable_total",
-            "Rows remapped for uncorrectable ECC errors",
-            s.remapped_rows_unc,
-        ),
+    for (f, v) in [
+        (&GPU_REMAPPED_ROWS_CORRECTABLE, s.remapped_rows_corr),
+        (&GPU_REMAPPED_ROWS_UNCORRECTABLE, s.remapped_rows_unc),
     ] {
         if let Some(v) = v {
-            t.sample(name, help, Kind::Counter, l, v);
+            t.add(f, l, v);
         }
     }
     if let Some(v) = s.remap_failure {
@@ -418,20 +171,12 @@ fn row_remapping(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
 
 /// Video encoder and decoder utilisation.
 fn video(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
-    for (name, help, v) in [
-        (
-            "faultline_gpu_encoder_utilization_ratio",
-            "Video encoder utilisation (0-1)",
-            s.enc_util_pct,
-        ),
-        (
-            "faultline_gpu_decoder_utilization_ratio",
-            "Video decoder utilisation (0-1)",
-            s.dec_util_pct,
-        ),
+    for (f, v) in [
+        (&GPU_ENCODER_UTILIZATION_RATIO, s.enc_util_pct),
+        (&GPU_DECODER_UTILIZATION_RATIO, s.dec_util_pct),
     ] {
         if let Some(v) = v {
-            t.sample(name, help, Kind::Gauge, l, f64::from(v) / 100.0);
+            t.add(f, l, f64::from(v) / 100.0);
         }
     }
 }
