@@ -9,7 +9,7 @@ set -euo pipefail
 EBPF_TOOLCHAIN="nightly-2026-05-19"
 BPF_LINKER_VERSION="0.13.0"
 LLVM_MAJOR="22"
-# Python OpenTelemetry SDK for collector/tests/otlp_python.rs, in a venv under
+# Python OpenTelemetry SDK for collector/tests/it/otlp_python.rs, in a venv under
 # the cargo target dir (where the test looks for it).
 OTEL_PY_PACKAGES=(
   "opentelemetry-sdk==1.45.2"
@@ -19,7 +19,7 @@ OTEL_PY_PACKAGES=(
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OTEL_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/otlp-venv"
 # Kubernetes OpenAPI schemas (kubernetes-validate ships them) and PyYAML for
-# tests/tests/deploy_manifests.rs, in a venv under the target dir too.
+# tests/tests/it/deploy_manifests.rs, in a venv under the target dir too.
 DEPLOY_PY_PACKAGES=("kubernetes-validate==1.37.0" "pyyaml==6.0.3")
 DEPLOY_VENV="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/deploy-venv"
 
@@ -43,13 +43,13 @@ APT_PACKAGES=(
   # promtool, for the /metrics format tests (`promtool check metrics`).
   prometheus
   # a real Slurm controller and node daemon with munge for
-  # tests/tests/slurm_real.rs (the test starts its own, on its own ports).
+  # tests/tests/it/slurm_real.rs (the test starts its own, on its own ports).
   slurmctld slurmd slurm-client munge
   # dpkg-shlibdeps for cargo-deb's `depends = "$auto"` (`cargo xtask deb`,
-  # tests/tests/deb_packages.rs).
+  # tests/tests/it/deb_packages.rs).
   dpkg-dev
   # htpasswd (bcrypt hashes) for the web config file tests
-  # (tests/tests/web_config.rs).
+  # (tests/tests/it/web_config.rs).
   apache2-utils
   # the unit hardening test: systemd-analyze security / syscall-filter, and
   # strace to check a real run stays inside the seccomp allowlist.
@@ -63,7 +63,7 @@ APT_PACKAGES=(
   # the correlator's web UI test (headless chromium through chromedriver)
   # and its Alertmanager delivery test.
   chromium chromium-driver prometheus-alertmanager
-  # the NATS JetStream transport's tests (tests/tests/scale_out.rs start
+  # the NATS JetStream transport's tests (tests/tests/it/scale_out.rs start
   # their own server on loopback ports).
   nats-server
 )
@@ -81,11 +81,11 @@ for p in "${APT_PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-# kubectl (real kustomize, for tests/tests/deploy_manifests.rs) comes with
+# kubectl (real kustomize, for tests/tests/it/deploy_manifests.rs) comes with
 # the machine image from Google's apt repository, which is not reachable
 # from here: say so early rather than at the test.
 if ! command -v kubectl >/dev/null; then
-  log "warning: kubectl not found: tests/tests/deploy_manifests.rs needs 'kubectl kustomize' (install kubectl from your distribution or Kubernetes' packages)"
+  log "warning: kubectl not found: tests/tests/it/deploy_manifests.rs needs 'kubectl kustomize' (install kubectl from your distribution or Kubernetes' packages)"
 fi
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
@@ -143,7 +143,7 @@ if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSIO
 fi
 
 # cargo-deb (pinned) for the .deb packages (`cargo xtask deb`,
-# tests/tests/deb_packages.rs), built with stable.
+# tests/tests/it/deb_packages.rs), built with stable.
 CARGO_DEB_VERSION="3.8.0"
 if ! "$CARGO_BIN/cargo-deb" --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
   log "building cargo-deb $CARGO_DEB_VERSION (~2 min)"
@@ -182,8 +182,8 @@ pip_venv "$DEPLOY_VENV" "kubernetes-validate" "" "${DEPLOY_PY_PACKAGES[@]}"
 
 # NVIDIA's real user-space libraries from PyPI, as test fixtures (no GPU
 # needed to load them): libcudart.so.12 runs over the stand-in driver
-# (tests/tests/real_cudart.rs), the NCCL probes attach to the real
-# libnccl.so.2 (tests/tests/nccl_probe.rs), and nvidia-ml-py is a second NVML
+# (tests/tests/it/real_cudart.rs), the NCCL probes attach to the real
+# libnccl.so.2 (tests/tests/it/nccl_probe.rs), and nvidia-ml-py is a second NVML
 # reader for `cargo xtask gpu-check`. Pinned; --no-deps (the wheels are
 # self-contained shared libraries). The NCCL wheel is ~350 MB once.
 NVIDIA_PY_PACKAGES=(
@@ -196,7 +196,7 @@ pip_venv "$NVIDIA_VENV" "NVIDIA's CUDA runtime, NCCL and nvidia-ml-py wheels (~3
   "${NVIDIA_PY_PACKAGES[@]}"
 
 # The Python OpenTelemetry SDK's OTLP/HTTP JSON exporter (pinned) for
-# collector/tests/otlp_python.rs (`http/json`, plain and gzip), in its own
+# collector/tests/it/otlp_python.rs (`http/json`, plain and gzip), in its own
 # venv under the target dir: it pins other versions of packages that the
 # protobuf exporters in otlp-venv pin too, so the two cannot share one.
 OTEL_JSON_PY_PACKAGES=(
