@@ -3,8 +3,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use collector::{
+    block::section as block,
     config::{collector as c, ConfigError, FileConfig},
+    cuda::section as cuda,
+    ib::section as ib,
+    nccl::section as nccl,
+    nvml,
+    otlp::section as otlp,
     stream::section as stream,
+    verbs::section as verbs,
 };
 
 /// faultline's host agent: eBPF probes on the kernel/driver boundary, windowed
@@ -113,26 +120,21 @@ struct RunArgs {
     cluster: Option<String>,
     #[arg(long = c::LOG_FORMAT.long(), value_name = "FORMAT", help = c::LOG_FORMAT.help())]
     log_format: Option<String>,
-    /// Disable the block I/O probes [block.enabled].
-    #[arg(long)]
+    // The families' sections: name, help and default from the keys'
+    // declarations (`<family>/section.rs`).
+    #[arg(long = block::ENABLED.long(), help = block::ENABLED.help())]
     no_block: bool,
-    /// Disable the CUDA driver-API probes [cuda.enabled].
-    #[arg(long)]
+    #[arg(long = cuda::ENABLED.long(), help = cuda::ENABLED.help())]
     no_cuda: bool,
-    /// Path of libcuda.so.1 [cuda.library] (default: ld.so cache, running processes, usual paths).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long = cuda::LIBRARY.long(), value_name = "PATH", help = cuda::LIBRARY.help())]
     cuda_library: Option<std::path::PathBuf>,
-    /// Disable the NCCL probes [nccl.enabled].
-    #[arg(long)]
+    #[arg(long = nccl::ENABLED.long(), help = nccl::ENABLED.help())]
     no_nccl: bool,
-    /// A libnccl.so.2 to probe, repeatable [nccl.library] (default: ld.so cache, running processes and their Python site-packages).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long = nccl::LIBRARY.long(), value_name = "PATH", help = nccl::LIBRARY.help())]
     nccl_library: Vec<std::path::PathBuf>,
-    /// Disable NVML sampling [nvml.enabled].
-    #[arg(long)]
+    #[arg(long = nvml::ENABLED.long(), help = nvml::ENABLED.help())]
     no_nvml: bool,
-    /// Do not export the dcgm-exporter compatibility families (DCGM_FI_DEV_*) [nvml.dcgm_compat].
-    #[arg(long)]
+    #[arg(long = nvml::DCGM_COMPAT.long(), help = nvml::DCGM_COMPAT.help())]
     no_dcgm_compat: bool,
     #[arg(long = c::JOB_DIR.long(), value_name = "DIR", help = c::JOB_DIR.help())]
     job_dir: Option<std::path::PathBuf>,
@@ -142,46 +144,42 @@ struct RunArgs {
         help = c::HPC_JOB_MAPPING_DIR.help()
     )]
     hpc_job_mapping_dir: Option<std::path::PathBuf>,
-    /// Path of libnvidia-ml.so.1 [nvml.library] (default: the system's).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long = nvml::LIBRARY.long(), value_name = "PATH", help = nvml::LIBRARY.help())]
     nvml_library: Option<std::path::PathBuf>,
-    /// The kubelet's pod-resources socket, for the GPU series' pod,
-    /// namespace and container labels; "" turns it off
-    /// [nvml.pod_resources_socket, default /var/lib/kubelet/pod-resources/kubelet.sock].
     // clap's path parser refuses an empty value; the OS string one takes it.
-    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(std::ffi::OsString))]
-    pod_resources_socket: Option<std::ffi::OsString>,
-    /// Read only the InfiniBand devices whose name matches this regular
-    /// expression, as node_exporter's flag of the same name [ib.device_include].
     #[arg(
-        long,
+        long = nvml::POD_RESOURCES_SOCKET.long(),
+        value_name = "PATH",
+        value_parser = clap::value_parser!(std::ffi::OsString),
+        help = nvml::POD_RESOURCES_SOCKET.help()
+    )]
+    pod_resources_socket: Option<std::ffi::OsString>,
+    #[arg(
+        long = ib::DEVICE_INCLUDE.long(),
         value_name = "REGEX",
-        alias = "collector.infiniband.device-include"
+        alias = "collector.infiniband.device-include",
+        help = ib::DEVICE_INCLUDE.help()
     )]
     ib_device_include: Option<String>,
-    /// Skip the InfiniBand devices whose name matches this regular
-    /// expression, as node_exporter's flag of the same name [ib.device_exclude].
     #[arg(
-        long,
+        long = ib::DEVICE_EXCLUDE.long(),
         value_name = "REGEX",
-        alias = "collector.infiniband.device-exclude"
+        alias = "collector.infiniband.device-exclude",
+        help = ib::DEVICE_EXCLUDE.help()
     )]
     ib_device_exclude: Option<String>,
-    /// Read the InfiniBand ports (for the correlator) but leave their
-    /// faultline_infiniband_* families off /metrics, where node_exporter's
-    /// infiniband collector already exports them [ib.export].
-    #[arg(long)]
+    #[arg(long = ib::EXPORT.long(), help = ib::EXPORT.help())]
     no_ib_export: bool,
-    /// Disable the verbs (RDMA) probes [verbs.enabled].
-    #[arg(long)]
+    #[arg(long = verbs::ENABLED.long(), help = verbs::ENABLED.help())]
     no_verbs: bool,
-    /// libibverbs for the control-path probes [verbs.library] (default: ld.so cache).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long = verbs::LIBRARY.long(), value_name = "PATH", help = verbs::LIBRARY.help())]
     verbs_library: Option<std::path::PathBuf>,
-    /// Provider data-path functions as `PATH:POLL_CQ:POST_SEND:POST_RECV`, each
-    /// a symbol or a `0x` file offset [verbs.provider] (default: resolved through
-    /// the ops table of a context on the first RDMA device).
-    #[arg(long, value_name = "SPEC", value_parser = collector::probes::ProviderTarget::parse_spec)]
+    #[arg(
+        long = verbs::PROVIDER.long(),
+        value_name = "SPEC",
+        value_parser = collector::probes::ProviderTarget::parse_spec,
+        help = verbs::PROVIDER.help()
+    )]
     verbs_provider: Option<collector::probes::ProviderTarget>,
     #[arg(long = c::SYSFS_ROOT.long(), value_name = "DIR", help = c::SYSFS_ROOT.help())]
     sysfs_root: Option<std::path::PathBuf>,
@@ -200,20 +198,23 @@ struct RunArgs {
     spool_max_bytes: Option<u64>,
     #[arg(long = stream::RECORD.long(), value_name = "FILE", help = stream::RECORD.help())]
     record: Option<std::path::PathBuf>,
-    /// Disable the OTLP metrics receiver, gRPC and HTTP [otlp.enabled].
-    #[arg(long)]
+    #[arg(long = otlp::ENABLED.long(), help = otlp::ENABLED.help())]
     no_otlp: bool,
-    /// Disable the OTLP gRPC receiver [otlp.grpc_enabled].
-    #[arg(long)]
+    #[arg(long = otlp::GRPC_ENABLED.long(), help = otlp::GRPC_ENABLED.help())]
     no_otlp_grpc: bool,
-    /// Disable the OTLP HTTP/protobuf receiver [otlp.http_enabled].
-    #[arg(long)]
+    #[arg(long = otlp::HTTP_ENABLED.long(), help = otlp::HTTP_ENABLED.help())]
     no_otlp_http: bool,
-    /// OTLP gRPC receiver address [otlp.grpc_addr, default 127.0.0.1:4317].
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(
+        long = otlp::GRPC_ADDR.long(),
+        value_name = "HOST:PORT",
+        help = otlp::GRPC_ADDR.help()
+    )]
     otlp_grpc_addr: Option<std::net::SocketAddr>,
-    /// OTLP HTTP/protobuf receiver address (`POST /v1/metrics`) [otlp.http_addr, default 127.0.0.1:4318].
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(
+        long = otlp::HTTP_ADDR.long(),
+        value_name = "HOST:PORT",
+        help = otlp::HTTP_ADDR.help()
+    )]
     otlp_http_addr: Option<std::net::SocketAddr>,
     #[arg(long = c::LOG.long(), env = c::LOG.env_var(), help = c::LOG.help())]
     log: Option<String>,

@@ -1,6 +1,16 @@
 //! The block family's configuration section (`[block]`); every key is
-//! documented in `docs/config.md`.
+//! documented in `docs/config.md`. Each key with a flag is declared once
+//! below ([`Key`]: the default and the flag in `main.rs` read it).
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// `--no-block`: the block-layer probes.
+pub const ENABLED: Key<bool> = Key {
+    flag: Some("no-block"),
+    ..Key::new("block.enabled", true, "Disable the block I/O probes")
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 1] = [ENABLED.declared()];
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -16,7 +26,7 @@ pub struct BlockSection {
 impl Default for BlockSection {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: ENABLED.default,
             sample_every: 0,
             btf: true,
         }

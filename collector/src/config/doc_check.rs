@@ -31,6 +31,17 @@ fn docs_config_md_documents_every_key_with_its_default_and_no_other() {
     let declared = [
         &super::collector::DECLARED[..],
         &crate::stream::section::DECLARED[..],
+        &crate::block::section::DECLARED[..],
+        &crate::cuda::section::DECLARED[..],
+        &crate::nccl::section::DECLARED[..],
+        &crate::verbs::section::DECLARED[..],
+        &crate::nvml::DECLARED[..],
+        &crate::ib::section::DECLARED[..],
+        &crate::nfs::section::DECLARED[..],
+        &crate::lustre::section::DECLARED[..],
+        &crate::switches::section::DECLARED[..],
+        &crate::otlp::section::DECLARED[..],
+        &crate::usage::section::DECLARED[..],
     ]
     .concat();
     let mut problems = check(&code, &documented);

@@ -1,5 +1,9 @@
 //! [`FileConfig::validate`]: every value the sections' types cannot rule
-//! out, refused with the key it belongs to.
+//! out, refused with the key it belongs to. The bounds are the keys'
+//! declarations in each section's file ([`proto::config_key::Key`]); this
+//! file holds none of its own.
+use proto::config_key::Key;
+
 use super::{
     collector::WINDOW_SECS,
     error::ConfigError,
@@ -7,7 +11,11 @@ use super::{
     FileConfig,
 };
 use crate::{
+    cuda::section::LAUNCH_BUDGET,
     ib::FilterError,
+    lustre::section::MAX_TARGETS,
+    nccl::section::{MAX_JOB_TOTALS, RESCAN_S, RETAIN_EXITED_S},
+    nfs::section::MAX_MOUNTS,
     otlp::SectionError,
     stream::{
         check_endpoint,
@@ -16,7 +24,27 @@ use crate::{
             NATS_SUBJECT, SPOOL_MAX_BYTES,
         },
     },
+    switches::section::{INTERVAL_S, MAX_PORTS, TIMEOUT_S},
+    usage::section::{MAX_JOBS, MAX_TEAMS},
 };
+
+/// `v` as seconds within `key`'s bounds, or the error naming the key.
+fn secs(key: &Key<f64>, v: f64) -> Result<(), ConfigError> {
+    seconds(v, key.lo(), key.hi())
+        .map(drop)
+        .map_err(|e| ConfigError::invalid(key.path, e))
+}
+
+/// `v` within `key`'s bounds, or `must be <bounds>` naming the key.
+fn within<T: Copy + PartialOrd + std::fmt::Display>(key: &Key<T>, v: T) -> Result<(), ConfigError> {
+    if key.contains(v) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        key.path,
+        format_args!("must be {}", key.range_text()),
+    ))
+}
 
 impl From<FilterError> for ConfigError {
     fn from(e: FilterError) -> Self {
@@ -34,22 +62,18 @@ impl FileConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_collector()?;
         self.validate_stream()?;
-        seconds(self.nccl.rescan_s, 0.0, 86_400.0)
-            .map_err(|e| ConfigError::invalid("nccl.rescan_s", e))?;
-        seconds(self.nccl.retain_exited_s, 0.0, 86_400.0)
-            .map_err(|e| ConfigError::invalid("nccl.retain_exited_s", e))?;
-        if !(1..=65_536).contains(&self.nccl.max_job_totals) {
+        secs(&RESCAN_S, self.nccl.rescan_s)?;
+        secs(&RETAIN_EXITED_S, self.nccl.retain_exited_s)?;
+        within(&MAX_JOB_TOTALS, self.nccl.max_job_totals)?;
+        // A NaN budget compared false everywhere: never duty-cycled
+        // (`contains` refuses NaN).
+        if !LAUNCH_BUDGET.contains(self.cuda.launch_budget) {
             return Err(ConfigError::invalid(
-                "nccl.max_job_totals",
-                "must be in [1, 65536]",
-            ));
-        }
-        // A NaN budget compared false everywhere: never duty-cycled.
-        let b = self.cuda.launch_budget;
-        if !(b.is_finite() && (0.0..=1.0).contains(&b)) {
-            return Err(ConfigError::invalid(
-                "cuda.launch_budget",
-                "must be a share of CPU time in [0, 1] (0 = always exact)",
+                LAUNCH_BUDGET.path,
+                format_args!(
+                    "must be a share of CPU time {} (0 = always exact)",
+                    LAUNCH_BUDGET.range_text()
+                ),
             ));
         }
         self.ib.filter()?;
@@ -58,9 +82,7 @@ impl FileConfig {
         }
         self.otlp.validate()?;
         self.validate_usage()?;
-        if self.nfs.max_mounts == 0 {
-            return Err(ConfigError::invalid("nfs.max_mounts", "must be at least 1"));
-        }
+        within(&MAX_MOUNTS, self.nfs.max_mounts)?;
         if self.nfs.mountstats.trim().is_empty() {
             return Err(ConfigError::invalid(
                 "nfs.mountstats",
@@ -115,22 +137,10 @@ impl FileConfig {
                 "must be dot-separated subject tokens without '*', '>' or white space",
             ));
         }
-        if self.switches.max_ports == 0 {
-            return Err(ConfigError::invalid(
-                "switches.max_ports",
-                "must be at least 1",
-            ));
-        }
-        seconds(self.switches.interval_s, 1.0, 3600.0)
-            .map_err(|e| ConfigError::invalid("switches.interval_s", e))?;
-        seconds(self.switches.timeout_s, 0.1, 600.0)
-            .map_err(|e| ConfigError::invalid("switches.timeout_s", e))?;
-        if self.lustre.max_targets == 0 {
-            return Err(ConfigError::invalid(
-                "lustre.max_targets",
-                "must be at least 1",
-            ));
-        }
+        within(&MAX_PORTS, self.switches.max_ports)?;
+        secs(&INTERVAL_S, self.switches.interval_s)?;
+        secs(&TIMEOUT_S, self.switches.timeout_s)?;
+        within(&MAX_TARGETS, self.lustre.max_targets)?;
         if self.lustre.enabled && self.lustre.roots.is_empty() {
             return Err(ConfigError::invalid(
                 "lustre.roots",
@@ -259,17 +269,22 @@ impl FileConfig {
     }
 
     fn validate_usage(&self) -> Result<(), ConfigError> {
-        if !(1..=100_000).contains(&self.usage.max_jobs) {
+        let jobs = self.usage.max_jobs;
+        if !MAX_JOBS.contains(jobs) {
+            let (lo, hi) = (
+                MAX_JOBS.min.unwrap_or(0),
+                MAX_JOBS.max.unwrap_or(usize::MAX),
+            );
             return Err(ConfigError::invalid(
-                "usage.max_jobs",
-                format_args!("must be within 1..=100000, got {}", self.usage.max_jobs),
+                MAX_JOBS.path,
+                format_args!("must be within {lo}..={hi}, got {jobs}"),
             ));
         }
-        if self.usage.teams.len() > 100_000 {
+        if self.usage.teams.len() > MAX_TEAMS {
             return Err(ConfigError::invalid(
                 "usage.teams",
                 format_args!(
-                    "at most 100000 job → team entries, got {}",
+                    "at most {MAX_TEAMS} job → team entries, got {}",
                     self.usage.teams.len()
                 ),
             ));

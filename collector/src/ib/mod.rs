@@ -9,7 +9,7 @@ pub mod filter;
 pub mod issues;
 pub mod prom;
 pub mod rates;
-mod section;
+pub mod section;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

@@ -1,5 +1,42 @@
 //! `[ib]`: which InfiniBand devices are read. Documented in `docs/config.md`.
+//! Each key with a flag is declared once below ([`Key`]: the default and
+//! the flags in `main.rs` read it).
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// `--ib-device-include REGEX` (node_exporter's flag's alias in `main.rs`).
+pub const DEVICE_INCLUDE: Key<&str> = Key {
+    flag: Some("ib-device-include"),
+    ..Key::new(
+        "ib.device_include",
+        "",
+        "Read only the InfiniBand devices whose name matches this regular expression, as node_exporter's flag of the same name",
+    )
+};
+/// `--ib-device-exclude REGEX`.
+pub const DEVICE_EXCLUDE: Key<&str> = Key {
+    flag: Some("ib-device-exclude"),
+    ..Key::new(
+        "ib.device_exclude",
+        "",
+        "Skip the InfiniBand devices whose name matches this regular expression, as node_exporter's flag of the same name",
+    )
+};
+/// `--no-ib-export`: the port families off `/metrics`.
+pub const EXPORT: Key<bool> = Key {
+    flag: Some("no-ib-export"),
+    ..Key::new(
+        "ib.export",
+        true,
+        "Read the InfiniBand ports (for the correlator) but leave their faultline_infiniband_* families off /metrics, where node_exporter's infiniband collector already exports them",
+    )
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 3] = [
+    DEVICE_INCLUDE.declared(),
+    DEVICE_EXCLUDE.declared(),
+    EXPORT.declared(),
+];
 
 use super::filter::{DeviceFilter, FilterError};
 
@@ -23,7 +60,7 @@ impl Default for IbSection {
         Self {
             device_include: None,
             device_exclude: None,
-            export: true,
+            export: EXPORT.default,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! these counters per target.
 pub mod delta;
 pub mod parse;
-mod section;
+pub mod section;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

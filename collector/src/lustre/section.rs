@@ -1,8 +1,18 @@
 //! `[lustre]`: Lustre client RPC statistics per target. Documented in
-//! `docs/config.md`.
+//! `docs/config.md`. Each key with a bound is declared once below
+//! ([`Key`]: the default and `config::validate` read it).
 use std::path::PathBuf;
 
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// Client targets tracked.
+pub const MAX_TARGETS: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new("lustre.max_targets", 1024, "Lustre client targets tracked")
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 1] = [MAX_TARGETS.declared()];
 
 /// Lustre client targets (`[lustre]`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -31,7 +41,7 @@ impl Default for LustreSection {
                 PathBuf::from("/proc/fs/lustre"),
             ],
             mounts: "self/mounts".into(),
-            max_targets: 1024,
+            max_targets: MAX_TARGETS.default,
         }
     }
 }

@@ -1,8 +1,61 @@
 //! The NCCL family's configuration section (`[nccl]`); every key is
-//! documented in `docs/config.md`.
+//! documented in `docs/config.md`. Each key with a bound or a flag is
+//! declared once below ([`Key`]: the default, `config::validate` and the
+//! flags in `main.rs` read it).
 use std::path::PathBuf;
 
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// `--no-nccl`: the NCCL uprobes.
+pub const ENABLED: Key<bool> = Key {
+    flag: Some("no-nccl"),
+    ..Key::new("nccl.enabled", true, "Disable the NCCL probes")
+};
+/// `--nccl-library PATH`, repeatable; none: discovered.
+pub const LIBRARY: Key<&str> = Key {
+    flag: Some("nccl-library"),
+    shown: "ld.so cache, running processes and their Python site-packages",
+    ..Key::new("nccl.library", "", "A libnccl.so.2 to probe, repeatable")
+};
+/// Seconds between two discoveries; 0 = never; at most a day.
+pub const RESCAN_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(86_400.0),
+    ..Key::new(
+        "nccl.rescan_s",
+        30.0,
+        "Seconds between two library discoveries",
+    )
+};
+/// Seconds an exited rank's series stay; 0 = folded at once.
+pub const RETAIN_EXITED_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(86_400.0),
+    ..Key::new(
+        "nccl.retain_exited_s",
+        120.0,
+        "Seconds an exited rank's series stay on /metrics",
+    )
+};
+/// Jobs whose folded totals are kept.
+pub const MAX_JOB_TOTALS: Key<usize> = Key {
+    min: Some(1),
+    max: Some(65_536),
+    ..Key::new(
+        "nccl.max_job_totals",
+        1024,
+        "Jobs whose folded totals are kept",
+    )
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 5] = [
+    ENABLED.declared(),
+    LIBRARY.declared(),
+    RESCAN_S.declared(),
+    RETAIN_EXITED_S.declared(),
+    MAX_JOB_TOTALS.declared(),
+];
 
 /// NCCL uprobes (`[nccl]`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -27,11 +80,11 @@ pub struct NcclSection {
 impl Default for NcclSection {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: ENABLED.default,
             library: Vec::new(),
-            rescan_s: 30.0,
-            retain_exited_s: 120.0,
-            max_job_totals: 1024,
+            rescan_s: RESCAN_S.default,
+            retain_exited_s: RETAIN_EXITED_S.default,
+            max_job_totals: MAX_JOB_TOTALS.default,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! these counters per mount.
 pub mod delta;
 pub mod parse;
-mod section;
+pub mod section;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

@@ -1,6 +1,16 @@
 //! `[nfs]`: NFS client RPC statistics from mountstats. Documented in
-//! `docs/config.md`.
+//! `docs/config.md`. Each key with a bound is declared once below
+//! ([`Key`]: the default and `config::validate` read it).
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// NFS mounts tracked.
+pub const MAX_MOUNTS: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new("nfs.max_mounts", 64, "NFS mounts tracked")
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 1] = [MAX_MOUNTS.declared()];
 
 /// NFS mounts (`[nfs]`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -21,7 +31,7 @@ impl Default for NfsSection {
         Self {
             enabled: true,
             mountstats: "self/mountstats".into(),
-            max_mounts: 64,
+            max_mounts: MAX_MOUNTS.default,
         }
     }
 }

@@ -428,7 +428,10 @@ pub mod wire;
 pub use events::{spawn_event_listener, EventListener};
 pub use export::Export;
 pub use prom::{render_prometheus, render_with};
-pub use section::{NvmlSection, DEFAULT_POD_RESOURCES_SOCKET};
+pub use section::{
+    NvmlSection, DCGM_COMPAT, DECLARED, DEFAULT_POD_RESOURCES_SOCKET, ENABLED, LIBRARY,
+    POD_RESOURCES_SOCKET,
+};
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

@@ -1,11 +1,96 @@
 //! `[otlp]`: the OTLP metrics receiver's addresses, switches, bounds and the
 //! extra metric-name mapping. Documented in `docs/config.md` and `docs/otlp.md`.
+//! Each key with a bound or a flag is declared once below ([`Key`]: the
+//! default, [`OtlpSection::validate`] and the flags in `main.rs` read it).
 use std::{collections::BTreeMap, net::SocketAddr};
 
-use proto::listen::HttpLimitsConfig;
+use proto::{
+    config_key::{Declared, Key},
+    listen::HttpLimitsConfig,
+};
 use serde::{Deserialize, Serialize};
 
 use super::names::Signal;
+
+/// `--no-otlp`: both receivers.
+pub const ENABLED: Key<bool> = Key {
+    flag: Some("no-otlp"),
+    ..Key::new(
+        "otlp.enabled",
+        true,
+        "Disable the OTLP metrics receiver, gRPC and HTTP",
+    )
+};
+/// `--no-otlp-grpc`.
+pub const GRPC_ENABLED: Key<bool> = Key {
+    flag: Some("no-otlp-grpc"),
+    ..Key::new("otlp.grpc_enabled", true, "Disable the OTLP gRPC receiver")
+};
+/// `--otlp-grpc-addr HOST:PORT`.
+pub const GRPC_ADDR: Key<&str> = Key {
+    flag: Some("otlp-grpc-addr"),
+    ..Key::new(
+        "otlp.grpc_addr",
+        "127.0.0.1:4317",
+        "OTLP gRPC receiver address",
+    )
+};
+/// `--no-otlp-http`.
+pub const HTTP_ENABLED: Key<bool> = Key {
+    flag: Some("no-otlp-http"),
+    ..Key::new(
+        "otlp.http_enabled",
+        true,
+        "Disable the OTLP HTTP/protobuf receiver",
+    )
+};
+/// `--otlp-http-addr HOST:PORT`.
+pub const HTTP_ADDR: Key<&str> = Key {
+    flag: Some("otlp-http-addr"),
+    ..Key::new(
+        "otlp.http_addr",
+        "127.0.0.1:4318",
+        "OTLP HTTP/protobuf receiver address (`POST /v1/metrics`)",
+    )
+};
+/// Largest request body, bytes.
+pub const MAX_BODY_BYTES: Key<usize> = Key {
+    min: Some(1024),
+    ..Key::new(
+        "otlp.max_body_bytes",
+        4 << 20,
+        "Largest request body accepted, bytes",
+    )
+};
+/// Data points read from one request.
+pub const MAX_POINTS_PER_REQUEST: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "otlp.max_points_per_request",
+        10_000,
+        "Data points read from one request",
+    )
+};
+/// Distinct series aggregated per window.
+pub const MAX_SERIES_PER_WINDOW: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "otlp.max_series_per_window",
+        2048,
+        "Distinct series aggregated per window",
+    )
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 8] = [
+    ENABLED.declared(),
+    GRPC_ENABLED.declared(),
+    GRPC_ADDR.declared(),
+    HTTP_ENABLED.declared(),
+    HTTP_ADDR.declared(),
+    MAX_BODY_BYTES.declared(),
+    MAX_POINTS_PER_REQUEST.declared(),
+    MAX_SERIES_PER_WINDOW.declared(),
+];
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -33,14 +118,14 @@ pub struct OtlpSection {
 impl Default for OtlpSection {
     fn default() -> Self {
         Self {
-            enabled: true,
-            grpc_enabled: true,
-            grpc_addr: "127.0.0.1:4317".into(),
-            http_enabled: true,
-            http_addr: "127.0.0.1:4318".into(),
-            max_body_bytes: 4 << 20,
-            max_points_per_request: 10_000,
-            max_series_per_window: 2048,
+            enabled: ENABLED.default,
+            grpc_enabled: GRPC_ENABLED.default,
+            grpc_addr: GRPC_ADDR.default.into(),
+            http_enabled: HTTP_ENABLED.default,
+            http_addr: HTTP_ADDR.default.into(),
+            max_body_bytes: MAX_BODY_BYTES.default,
+            max_points_per_request: MAX_POINTS_PER_REQUEST.default,
+            max_series_per_window: MAX_SERIES_PER_WINDOW.default,
             names: BTreeMap::new(),
             limits: HttpLimitsConfig::default(),
         }
@@ -82,8 +167,8 @@ impl SectionError {
 impl OtlpSection {
     pub fn validate(&self) -> Result<(), SectionError> {
         for (key, addr) in [
-            ("otlp.grpc_addr", &self.grpc_addr),
-            ("otlp.http_addr", &self.http_addr),
+            (GRPC_ADDR.path, &self.grpc_addr),
+            (HTTP_ADDR.path, &self.http_addr),
         ] {
             addr.parse::<SocketAddr>()
                 .map_err(|e| SectionError::Address {
@@ -92,16 +177,13 @@ impl OtlpSection {
                     reason: e.to_string(),
                 })?;
         }
-        for (key, v, min) in [
-            ("otlp.max_body_bytes", self.max_body_bytes, 1024),
-            (
-                "otlp.max_points_per_request",
-                self.max_points_per_request,
-                1,
-            ),
-            ("otlp.max_series_per_window", self.max_series_per_window, 1),
+        for (k, v) in [
+            (MAX_BODY_BYTES, self.max_body_bytes),
+            (MAX_POINTS_PER_REQUEST, self.max_points_per_request),
+            (MAX_SERIES_PER_WINDOW, self.max_series_per_window),
         ] {
-            if v < min {
+            if !k.contains(v) {
+                let (key, min) = (k.path, k.min.unwrap_or_default());
                 return Err(SectionError::TooSmall { key, min, got: v });
             }
         }

@@ -9,7 +9,7 @@
 //! Polls run in a task of their own (one `perfquery` at a time, each
 //! bounded by `timeout_s`); a window takes the latest complete poll once.
 pub mod perfquery;
-mod section;
+pub mod section;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

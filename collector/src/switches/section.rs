@@ -1,8 +1,38 @@
 //! `[switches]`: switch port counters read from the fabric with
-//! `perfquery`. Documented in `docs/config.md`.
+//! `perfquery`. Documented in `docs/config.md`. Each key with a bound is
+//! declared once below ([`Key`]: the default and `config::validate` read it).
 use std::path::PathBuf;
 
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// Seconds between two polls: a second to an hour.
+pub const INTERVAL_S: Key<f64> = Key {
+    min: Some(1.0),
+    max: Some(3600.0),
+    ..Key::new("switches.interval_s", 10.0, "Seconds between two polls")
+};
+/// Seconds one `perfquery` run may take.
+pub const TIMEOUT_S: Key<f64> = Key {
+    min: Some(0.1),
+    max: Some(600.0),
+    ..Key::new(
+        "switches.timeout_s",
+        5.0,
+        "Seconds one perfquery run may take",
+    )
+};
+/// Switch ports reported per poll.
+pub const MAX_PORTS: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new("switches.max_ports", 1024, "Switch ports reported per poll")
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 3] = [
+    INTERVAL_S.declared(),
+    TIMEOUT_S.declared(),
+    MAX_PORTS.declared(),
+];
 
 /// Switch port counters (`[switches]`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -38,9 +68,9 @@ impl Default for SwitchesSection {
             enabled: false,
             topology: PathBuf::from("/etc/faultline/fabric.topo"),
             perfquery: PathBuf::from("perfquery"),
-            interval_s: 10.0,
-            timeout_s: 5.0,
-            max_ports: 1024,
+            interval_s: INTERVAL_S.default,
+            timeout_s: TIMEOUT_S.default,
+            max_ports: MAX_PORTS.default,
         }
     }
 }

@@ -99,7 +99,7 @@ pub const FAMILIES: &[&Family] = &[
     &USAGE_FABRIC_BYTES,
 ];
 
-mod section;
+pub mod section;
 #[cfg(all(
     feature = "probes",
     feature = "nvml",

@@ -1,7 +1,25 @@
 //! `[usage]`: usage per job and team. Documented in `docs/config.md`.
+//! Each key with a bound is declared once below ([`Key`]: the default and
+//! `config::validate` read it).
 use std::collections::BTreeMap;
 
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
+
+/// (job, team) pairs with counters.
+pub const MAX_JOBS: Key<usize> = Key {
+    min: Some(1),
+    max: Some(100_000),
+    ..Key::new(
+        "usage.max_jobs",
+        256,
+        "(job, team) pairs with Prometheus counters",
+    )
+};
+/// The most `teams` entries a file may hold.
+pub const MAX_TEAMS: usize = 100_000;
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 1] = [MAX_JOBS.declared()];
 
 /// Usage per job and team (`[usage]`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -19,7 +37,7 @@ impl Default for UsageSection {
         Self {
             enabled: true,
             teams: BTreeMap::new(),
-            max_jobs: 256,
+            max_jobs: MAX_JOBS.default,
         }
     }
 }
