@@ -19,6 +19,7 @@ pub fn all() -> Vec<&'static Family> {
     all.extend_from_slice(crate::nccl::series::FAMILIES);
     all.extend_from_slice(crate::usage::FAMILIES);
     all.extend_from_slice(crate::kmsg::FAMILIES);
+    all.extend(crate::ib::prom::families());
     #[cfg(feature = "probes")]
     all.extend_from_slice(crate::verbs::probe::FAMILIES);
     #[cfg(feature = "nvml")]
