@@ -196,7 +196,7 @@ impl Source for GpuSource {
             jobs.read_hpc_job_mapping(d);
         }
         if jobs.unreadable + jobs.over_limit > 0 {
-            metrics::gauge!("faultline_job_files_unread")
+            metrics::gauge!(nvml::prom::JOB_FILES_UNREAD.name)
                 .set((jobs.unreadable + jobs.over_limit) as f64);
         }
         let index = GpuIndex {
@@ -274,10 +274,8 @@ fn job_hca_info(
     }
     let mut t = crate::prom_text::Text::new();
     for (job, dev) in rows.iter().take(MAX_JOB_HCAS) {
-        t.sample(
-            "faultline_job_hca_info",
-            "1 for each HCA a job uses (job files, NCCL_IB_HCA of its processes)",
-            crate::prom_text::Kind::Gauge,
+        t.add(
+            &nvml::prom::JOB_HCA_INFO,
             &[("hpc_job", job.as_str()), ("device", dev.as_str())],
             1,
         );

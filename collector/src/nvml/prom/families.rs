@@ -495,8 +495,24 @@ pub const GPU_DECODER_UTILIZATION_RATIO: Family = Family::gauge(
     "Video decoder utilisation (0-1)",
 );
 
+// The job families the GPU source writes beside the GPU series
+// (`nvml/source.rs`, from the job files and the CUDA processes).
+
+pub const JOB_HCA_INFO: Family = Family::gauge(
+    "faultline_job_hca_info",
+    &["hpc_job", "device"],
+    "1 for each HCA a job uses (job files, NCCL_IB_HCA of its processes)",
+);
+pub const JOB_FILES_UNREAD: Family = Family::gauge(
+    "faultline_job_files_unread",
+    &[],
+    "Job files in job_dir that could not be read or named no job, dcgm-exporter mapping files in hpc_job_mapping_dir that could not be read, and files of either over its 1024-file bound",
+);
+
 /// The families above, for `crate::agent::describe::all`.
 pub const FAMILIES: &[&Family] = &[
+    &JOB_HCA_INFO,
+    &JOB_FILES_UNREAD,
     &GPU_WORKLOADS,
     &GPU_LOST,
     &GPU_NVLINK_DATA_BYTES,
