@@ -76,6 +76,7 @@ fn sampled(t: &mut Text, s: &GpuSample, l: &[(&str, &str)]) {
         (&GPU_POWER_WATTS, f(s.power_w)),
         (&GPU_POWER_LIMIT_WATTS, f(s.power_limit_w)),
         (&GPU_TEMPERATURE_CELSIUS, u(s.temp_c)),
+        (&GPU_MEMORY_TEMPERATURE_CELSIUS, u(s.memory_temp_c)),
         (&GPU_SM_CLOCK_HERTZ, hz(s.sm_clock_mhz)),
         (&GPU_SM_CLOCK_MAX_HERTZ, hz(s.sm_clock_max_mhz)),
         (&GPU_MEMORY_CLOCK_HERTZ, hz(s.mem_clock_mhz)),

@@ -4,6 +4,16 @@ use proto::metric::Family;
 
 // The GPU families' labels: the GPU, then its workload's (optional;
 // `WorkloadLabels::pairs`), then the family's own.
+const GPU: &[&str] = &[
+    "gpu",
+    "uuid",
+    "pci_bus_id",
+    "container",
+    "namespace",
+    "pod",
+    "hpc_job",
+    "rank",
+];
 
 pub const GPU_WORKLOADS: Family = Family::gauge(
     "faultline_gpu_workloads",
@@ -12,30 +22,12 @@ pub const GPU_WORKLOADS: Family = Family::gauge(
 );
 pub const GPU_LOST: Family = Family::gauge(
     "faultline_gpu_lost",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "1 when NVML reports the GPU fell off the bus",
 );
 pub const GPU_NVLINK_DATA_BYTES: Family = Family::counter(
     "faultline_gpu_nvlink_data_bytes_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "NVLink data transmitted plus received over all links since driver load",
 );
 pub const GPU_ENGINE_ACTIVE_RATIO: Family = Family::gauge(
@@ -55,30 +47,12 @@ pub const GPU_ENGINE_ACTIVE_RATIO: Family = Family::gauge(
 );
 pub const GPU_ROW_REMAP_FAILURE: Family = Family::gauge(
     "faultline_gpu_row_remap_failure",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "1 when a row remapping has failed on the GPU",
 );
 pub const GPU_ROW_REMAP_PENDING: Family = Family::gauge(
     "faultline_gpu_row_remap_pending",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "1 when a row remapping waits for the next GPU reset",
 );
 pub const GPU_THROTTLE_REASON: Family = Family::gauge(
@@ -98,16 +72,7 @@ pub const GPU_THROTTLE_REASON: Family = Family::gauge(
 );
 pub const GPU_XID_EVENTS: Family = Family::counter(
     "faultline_gpu_xid_events_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "XID events of the GPU, all codes (present from the start, at 0)",
 );
 pub const GPU_XID_ERRORS: Family = Family::counter(
@@ -126,256 +91,89 @@ pub const GPU_XID_ERRORS: Family = Family::counter(
     "XID errors reported by NVML events",
 );
 
-pub const GPU_POWER_WATTS: Family = Family::gauge(
-    "faultline_gpu_power_watts",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "Power draw",
-);
+pub const GPU_POWER_WATTS: Family = Family::gauge("faultline_gpu_power_watts", GPU, "Power draw");
 pub const GPU_POWER_LIMIT_WATTS: Family = Family::gauge(
     "faultline_gpu_power_limit_watts",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Enforced power limit",
 );
-pub const GPU_TEMPERATURE_CELSIUS: Family = Family::gauge(
-    "faultline_gpu_temperature_celsius",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "GPU temperature",
+pub const GPU_TEMPERATURE_CELSIUS: Family =
+    Family::gauge("faultline_gpu_temperature_celsius", GPU, "GPU temperature");
+pub const GPU_MEMORY_TEMPERATURE_CELSIUS: Family = Family::gauge(
+    "faultline_gpu_memory_temperature_celsius",
+    GPU,
+    "GPU memory (HBM) temperature",
 );
-pub const GPU_SM_CLOCK_HERTZ: Family = Family::gauge(
-    "faultline_gpu_sm_clock_hertz",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
-    "SM clock (hertz)",
-);
+pub const GPU_SM_CLOCK_HERTZ: Family =
+    Family::gauge("faultline_gpu_sm_clock_hertz", GPU, "SM clock (hertz)");
 pub const GPU_SM_CLOCK_MAX_HERTZ: Family = Family::gauge(
     "faultline_gpu_sm_clock_max_hertz",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Maximum SM clock (hertz)",
 );
 pub const GPU_MEMORY_CLOCK_HERTZ: Family = Family::gauge(
     "faultline_gpu_memory_clock_hertz",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Memory clock (hertz)",
 );
 pub const GPU_MEMORY_CLOCK_MAX_HERTZ: Family = Family::gauge(
     "faultline_gpu_memory_clock_max_hertz",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Maximum memory clock (hertz)",
 );
 pub const GPU_UTILIZATION_RATIO: Family = Family::gauge(
     "faultline_gpu_utilization_ratio",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Ratio of the sample period a kernel was running on the GPU (0-1)",
 );
 pub const GPU_MEMORY_UTILIZATION_RATIO: Family = Family::gauge(
     "faultline_gpu_memory_utilization_ratio",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Ratio of the sample period device memory was read or written (0-1)",
 );
 pub const GPU_MEMORY_USED_BYTES: Family = Family::gauge(
     "faultline_gpu_memory_used_bytes",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Framebuffer memory allocated, without the driver's reserved memory",
 );
 pub const GPU_MEMORY_RESERVED_BYTES: Family = Family::gauge(
     "faultline_gpu_memory_reserved_bytes",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Framebuffer memory reserved by the driver and firmware",
 );
 pub const GPU_MEMORY_TOTAL_BYTES: Family = Family::gauge(
     "faultline_gpu_memory_total_bytes",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Framebuffer memory total",
 );
 pub const GPU_ECC_SBE_VOLATILE: Family = Family::counter(
     "faultline_gpu_ecc_sbe_volatile_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Volatile single-bit (corrected) ECC errors",
 );
 pub const GPU_ECC_DBE_VOLATILE: Family = Family::counter(
     "faultline_gpu_ecc_dbe_volatile_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Volatile double-bit (uncorrected) ECC errors",
 );
 pub const GPU_PCIE_REPLAY: Family = Family::counter(
     "faultline_gpu_pcie_replay_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "PCIe replay counter",
 );
 pub const GPU_PCIE_TX_BYTES_PER_SECOND: Family = Family::gauge(
     "faultline_gpu_pcie_tx_bytes_per_second",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "PCIe transmit throughput",
 );
 pub const GPU_PCIE_RX_BYTES_PER_SECOND: Family = Family::gauge(
     "faultline_gpu_pcie_rx_bytes_per_second",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "PCIe receive throughput",
 );
 pub const GPU_ENERGY_JOULES: Family = Family::counter(
     "faultline_gpu_energy_joules_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Energy consumed since driver load",
 );
 pub const GPU_NVLINK_REPLAY_ERRORS: Family = Family::counter(
@@ -440,58 +238,22 @@ pub const GPU_NVLINK_CRC_DATA_ERRORS: Family = Family::counter(
 );
 pub const GPU_REMAPPED_ROWS_CORRECTABLE: Family = Family::counter(
     "faultline_gpu_remapped_rows_correctable_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Rows remapped for correctable ECC errors",
 );
 pub const GPU_REMAPPED_ROWS_UNCORRECTABLE: Family = Family::counter(
     "faultline_gpu_remapped_rows_uncorrectable_total",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Rows remapped for uncorrectable ECC errors",
 );
 pub const GPU_ENCODER_UTILIZATION_RATIO: Family = Family::gauge(
     "faultline_gpu_encoder_utilization_ratio",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Video encoder utilisation (0-1)",
 );
 pub const GPU_DECODER_UTILIZATION_RATIO: Family = Family::gauge(
     "faultline_gpu_decoder_utilization_ratio",
-    &[
-        "gpu",
-        "uuid",
-        "pci_bus_id",
-        "container",
-        "namespace",
-        "pod",
-        "hpc_job",
-        "rank",
-    ],
+    GPU,
     "Video decoder utilisation (0-1)",
 );
 
@@ -525,6 +287,7 @@ pub const FAMILIES: &[&Family] = &[
     &GPU_POWER_WATTS,
     &GPU_POWER_LIMIT_WATTS,
     &GPU_TEMPERATURE_CELSIUS,
+    &GPU_MEMORY_TEMPERATURE_CELSIUS,
     &GPU_SM_CLOCK_HERTZ,
     &GPU_SM_CLOCK_MAX_HERTZ,
     &GPU_MEMORY_CLOCK_HERTZ,
