@@ -4,10 +4,260 @@
 //! caps, the per-host entities, the open incidents) and the gRPC listener
 //! (`crate::conn`: connections and timeouts). Every refusal or drop is
 //! counted (`faultline_ingest_rejected_total`,
-//! `faultline_engine_dropped_total`).
+//! `faultline_engine_dropped_total`). Each key is declared once below
+//! ([`Key`]: its default and bounds, read by [`LimitsConfig`]'s `Default`
+//! and `validate`).
+use proto::{
+    config_key::{Declared, Key},
+    listen,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::setting::{at_least_one, InvalidSetting};
+use crate::setting::InvalidSetting;
+
+/// The longest clock bound, seconds (`0` turns a clock check off).
+const MAX_CLOCK_S: f64 = 1e9;
+/// `max_seq_jump`.
+pub const MAX_SEQ_JUMP: Key<u64> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_seq_jump",
+        1_000_000,
+        "Sequence numbers a window may be past its origin's last",
+    )
+};
+/// `max_seq_skip_per_min`.
+pub const MAX_SEQ_SKIP_PER_MIN: Key<u64> = Key::new(
+    "limits.max_seq_skip_per_min",
+    6000,
+    "Sequence numbers an origin may skip per minute (0 = no budget)",
+);
+/// `max_future_s`.
+pub const MAX_FUTURE_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(MAX_CLOCK_S),
+    ..Key::new(
+        "limits.max_future_s",
+        120.0,
+        "Seconds a window's end may lie ahead of the correlator's clock (0 = no check)",
+    )
+};
+/// `max_past_s`.
+pub const MAX_PAST_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(MAX_CLOCK_S),
+    ..Key::new(
+        "limits.max_past_s",
+        7.0 * 86_400.0,
+        "Seconds a window's end may lie behind the correlator's clock (0 = no check)",
+    )
+};
+/// `max_hosts`.
+pub const MAX_HOSTS: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new("limits.max_hosts", 100_000, "Distinct hosts tracked")
+};
+/// `max_origins_per_host`.
+pub const MAX_ORIGINS_PER_HOST: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_origins_per_host",
+        64,
+        "Collector runs remembered per host",
+    )
+};
+/// `idle_forget_s`.
+pub const IDLE_FORGET_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(MAX_CLOCK_S),
+    ..Key::new(
+        "limits.idle_forget_s",
+        86_400.0,
+        "Seconds after which a silent host is forgotten (0 = never)",
+    )
+};
+/// `max_jobs_per_window`.
+pub const MAX_JOBS_PER_WINDOW: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_jobs_per_window",
+        1024,
+        "Distinct jobs judged per window",
+    )
+};
+/// `max_ranks_per_window`.
+pub const MAX_RANKS_PER_WINDOW: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_ranks_per_window",
+        16_384,
+        "Step samples (ranks) judged per window",
+    )
+};
+/// `max_entities_per_window`.
+pub const MAX_ENTITIES_PER_WINDOW: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_entities_per_window",
+        1024,
+        "IB ports, GPUs and block devices (each) judged per window",
+    )
+};
+/// `max_events_per_window`.
+pub const MAX_EVENTS_PER_WINDOW: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_events_per_window",
+        1024,
+        "Events judged per window",
+    )
+};
+/// `max_rows_per_window`.
+pub const MAX_ROWS_PER_WINDOW: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_rows_per_window",
+        16_384,
+        "CUDA, verbs, workload, usage and NCCL Inspector rows (each) judged per window",
+    )
+};
+/// `max_entities_per_host`.
+pub const MAX_ENTITIES_PER_HOST: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_entities_per_host",
+        4096,
+        "Distinct entities remembered per host",
+    )
+};
+/// `max_open_incidents`.
+pub const MAX_OPEN_INCIDENTS: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new("limits.max_open_incidents", 10_000, "Open incidents")
+};
+/// `max_open_incidents_per_host`.
+pub const MAX_OPEN_INCIDENTS_PER_HOST: Key<usize> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_open_incidents_per_host",
+        256,
+        "Open incidents charged to one host",
+    )
+};
+/// `max_connections`.
+pub const MAX_CONNECTIONS: Key<usize> = Key {
+    min: Some(1),
+    max: Some(listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "limits.max_connections",
+        1000,
+        "Client connections in total",
+    )
+};
+/// `max_connections_per_peer`.
+pub const MAX_CONNECTIONS_PER_PEER: Key<usize> = Key {
+    min: Some(1),
+    max: Some(listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "limits.max_connections_per_peer",
+        256,
+        "Client connections per remote address",
+    )
+};
+/// `max_streams_per_connection`.
+pub const MAX_STREAMS_PER_CONNECTION: Key<u32> = Key {
+    min: Some(1),
+    ..Key::new(
+        "limits.max_streams_per_connection",
+        64,
+        "Concurrent gRPC streams per connection",
+    )
+};
+/// `max_connections_per_identity`.
+pub const MAX_CONNECTIONS_PER_IDENTITY: Key<usize> = Key {
+    min: Some(1),
+    max: Some(listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "limits.max_connections_per_identity",
+        64,
+        "Client connections per authenticated identity",
+    )
+};
+/// `max_streams_per_identity`.
+pub const MAX_STREAMS_PER_IDENTITY: Key<usize> = Key {
+    min: Some(1),
+    max: Some(listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "limits.max_streams_per_identity",
+        64,
+        "Concurrent gRPC calls per authenticated identity",
+    )
+};
+/// `max_subscriber_streams`.
+pub const MAX_SUBSCRIBER_STREAMS: Key<usize> = Key {
+    min: Some(1),
+    max: Some(listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "limits.max_subscriber_streams",
+        256,
+        "Concurrent Candidates calls in total (below max_connections)",
+    )
+};
+/// `max_subscriber_streams_per_identity`.
+pub const MAX_SUBSCRIBER_STREAMS_PER_IDENTITY: Key<usize> = Key {
+    min: Some(1),
+    max: Some(listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "limits.max_subscriber_streams_per_identity",
+        16,
+        "Concurrent Candidates calls per authenticated identity",
+    )
+};
+/// `handshake_timeout_s`.
+pub const HANDSHAKE_TIMEOUT_S: Key<f64> = Key {
+    max: Some(listen::MAX_TIMEOUT_S),
+    ..Key::new(
+        "limits.handshake_timeout_s",
+        5.0,
+        "Seconds a new connection has to send its first 24 bytes",
+    )
+};
+/// `idle_connection_timeout_s`.
+pub const IDLE_CONNECTION_TIMEOUT_S: Key<f64> = Key {
+    max: Some(listen::MAX_TIMEOUT_S),
+    ..Key::new(
+        "limits.idle_connection_timeout_s",
+        20.0,
+        "Seconds a connection may stay open without an authenticated gRPC stream",
+    )
+};
+/// Every key declared above (the docs test checks their flags).
+pub const DECLARED: [Declared; 24] = [
+    MAX_SEQ_JUMP.declared(),
+    MAX_SEQ_SKIP_PER_MIN.declared(),
+    MAX_FUTURE_S.declared(),
+    MAX_PAST_S.declared(),
+    MAX_HOSTS.declared(),
+    MAX_ORIGINS_PER_HOST.declared(),
+    IDLE_FORGET_S.declared(),
+    MAX_JOBS_PER_WINDOW.declared(),
+    MAX_RANKS_PER_WINDOW.declared(),
+    MAX_ENTITIES_PER_WINDOW.declared(),
+    MAX_EVENTS_PER_WINDOW.declared(),
+    MAX_ROWS_PER_WINDOW.declared(),
+    MAX_ENTITIES_PER_HOST.declared(),
+    MAX_OPEN_INCIDENTS.declared(),
+    MAX_OPEN_INCIDENTS_PER_HOST.declared(),
+    MAX_CONNECTIONS.declared(),
+    MAX_CONNECTIONS_PER_PEER.declared(),
+    MAX_STREAMS_PER_CONNECTION.declared(),
+    MAX_CONNECTIONS_PER_IDENTITY.declared(),
+    MAX_STREAMS_PER_IDENTITY.declared(),
+    MAX_SUBSCRIBER_STREAMS.declared(),
+    MAX_SUBSCRIBER_STREAMS_PER_IDENTITY.declared(),
+    HANDSHAKE_TIMEOUT_S.declared(),
+    IDLE_CONNECTION_TIMEOUT_S.declared(),
+];
 
 /// The `[detect.limits]` table.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -82,30 +332,30 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            max_seq_jump: 1_000_000,
-            max_seq_skip_per_min: 6000,
-            max_future_s: 120.0,
-            max_past_s: 7.0 * 86_400.0,
-            max_hosts: 100_000,
-            max_origins_per_host: 64,
-            idle_forget_s: 86_400.0,
-            max_jobs_per_window: 1024,
-            max_ranks_per_window: 16_384,
-            max_entities_per_window: 1024,
-            max_events_per_window: 1024,
-            max_rows_per_window: 16_384,
-            max_entities_per_host: 4096,
-            max_open_incidents: 10_000,
-            max_open_incidents_per_host: 256,
-            max_connections: 1000,
-            max_connections_per_peer: 256,
-            max_streams_per_connection: 64,
-            max_connections_per_identity: 64,
-            max_streams_per_identity: 64,
-            max_subscriber_streams: 256,
-            max_subscriber_streams_per_identity: 16,
-            handshake_timeout_s: 5.0,
-            idle_connection_timeout_s: 20.0,
+            max_seq_jump: MAX_SEQ_JUMP.default,
+            max_seq_skip_per_min: MAX_SEQ_SKIP_PER_MIN.default,
+            max_future_s: MAX_FUTURE_S.default,
+            max_past_s: MAX_PAST_S.default,
+            max_hosts: MAX_HOSTS.default,
+            max_origins_per_host: MAX_ORIGINS_PER_HOST.default,
+            idle_forget_s: IDLE_FORGET_S.default,
+            max_jobs_per_window: MAX_JOBS_PER_WINDOW.default,
+            max_ranks_per_window: MAX_RANKS_PER_WINDOW.default,
+            max_entities_per_window: MAX_ENTITIES_PER_WINDOW.default,
+            max_events_per_window: MAX_EVENTS_PER_WINDOW.default,
+            max_rows_per_window: MAX_ROWS_PER_WINDOW.default,
+            max_entities_per_host: MAX_ENTITIES_PER_HOST.default,
+            max_open_incidents: MAX_OPEN_INCIDENTS.default,
+            max_open_incidents_per_host: MAX_OPEN_INCIDENTS_PER_HOST.default,
+            max_connections: MAX_CONNECTIONS.default,
+            max_connections_per_peer: MAX_CONNECTIONS_PER_PEER.default,
+            max_streams_per_connection: MAX_STREAMS_PER_CONNECTION.default,
+            max_connections_per_identity: MAX_CONNECTIONS_PER_IDENTITY.default,
+            max_streams_per_identity: MAX_STREAMS_PER_IDENTITY.default,
+            max_subscriber_streams: MAX_SUBSCRIBER_STREAMS.default,
+            max_subscriber_streams_per_identity: MAX_SUBSCRIBER_STREAMS_PER_IDENTITY.default,
+            handshake_timeout_s: HANDSHAKE_TIMEOUT_S.default,
+            idle_connection_timeout_s: IDLE_CONNECTION_TIMEOUT_S.default,
         }
     }
 }
@@ -114,105 +364,143 @@ impl LimitsConfig {
     /// Checks every value's range; the first bad one is the error.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         for (key, v) in [
-            ("limits.max_future_s", self.max_future_s),
-            ("limits.max_past_s", self.max_past_s),
-            ("limits.idle_forget_s", self.idle_forget_s),
+            (MAX_FUTURE_S, self.max_future_s),
+            (MAX_PAST_S, self.max_past_s),
+            (IDLE_FORGET_S, self.idle_forget_s),
         ] {
-            if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
-                return Err(InvalidSetting::new(
-                    key,
+            if !key.contains(v) {
+                return Err(invalid(
+                    key.path,
                     v,
-                    "must be 0 (no check) or a number of seconds up to 1e9",
+                    format!(
+                        "must be 0 (no check) or a number of seconds up to {:e}",
+                        key.hi()
+                    ),
                 ));
             }
         }
         for (key, v) in [
-            ("limits.handshake_timeout_s", self.handshake_timeout_s),
-            (
-                "limits.idle_connection_timeout_s",
-                self.idle_connection_timeout_s,
-            ),
+            (HANDSHAKE_TIMEOUT_S, self.handshake_timeout_s),
+            (IDLE_CONNECTION_TIMEOUT_S, self.idle_connection_timeout_s),
         ] {
-            if !proto::listen::valid_timeout(v) {
-                return Err(InvalidSetting::new(
-                    key,
+            // (0, max]: a zero timeout is not "no timeout".
+            if !(v > 0.0 && key.contains(v)) {
+                return Err(invalid(
+                    key.path,
                     v,
-                    "must be a number of seconds in (0, 3600]",
+                    format!("must be a number of seconds in (0, {}]", key.hi()),
                 ));
             }
         }
         for (key, v) in [
-            ("limits.max_connections", self.max_connections),
+            (MAX_CONNECTIONS, self.max_connections),
+            (MAX_CONNECTIONS_PER_PEER, self.max_connections_per_peer),
             (
-                "limits.max_connections_per_peer",
-                self.max_connections_per_peer,
-            ),
-            (
-                "limits.max_connections_per_identity",
+                MAX_CONNECTIONS_PER_IDENTITY,
                 self.max_connections_per_identity,
             ),
+            (MAX_STREAMS_PER_IDENTITY, self.max_streams_per_identity),
+            (MAX_SUBSCRIBER_STREAMS, self.max_subscriber_streams),
             (
-                "limits.max_streams_per_identity",
-                self.max_streams_per_identity,
-            ),
-            ("limits.max_subscriber_streams", self.max_subscriber_streams),
-            (
-                "limits.max_subscriber_streams_per_identity",
+                MAX_SUBSCRIBER_STREAMS_PER_IDENTITY,
                 self.max_subscriber_streams_per_identity,
             ),
         ] {
-            if !proto::listen::valid_count(v) {
-                return Err(InvalidSetting::new(key, v, "must be within 1..=1048576"));
+            if let (false, Some(lo), Some(hi)) = (key.contains(v), key.min, key.max) {
+                return Err(invalid(key.path, v, format!("must be within {lo}..={hi}")));
             }
         }
         if self.max_subscriber_streams >= self.max_connections {
             return Err(InvalidSetting::new(
-                "limits.max_subscriber_streams",
+                MAX_SUBSCRIBER_STREAMS.path,
                 self.max_subscriber_streams,
                 "must be below limits.max_connections: the rest is the collectors' share",
             ));
         }
-        self.counts()
-            .into_iter()
-            .try_for_each(|(key, v)| at_least_one(key, v))
+        self.counts().into_iter().try_for_each(|(key, min, v)| {
+            if v < min {
+                return Err(invalid(key, v, format!("must be at least {min}")));
+            }
+            Ok(())
+        })
     }
 
-    /// Every count, as checked to be at least 1.
-    fn counts(&self) -> [(&'static str, usize); 14] {
+    /// Every count with its smallest valid value.
+    fn counts(&self) -> [(&'static str, u64, u64); 14] {
+        fn c<T: Copy + Into<u64>>(k: Key<T>, v: T) -> (&'static str, u64, u64) {
+            (k.path, k.min.map_or(0, Into::into), v.into())
+        }
+        let u = |k: Key<usize>, v: usize| (k.path, k.min.unwrap_or(0) as u64, v as u64);
         [
-            ("limits.max_seq_jump", self.max_seq_jump as usize),
-            ("limits.max_hosts", self.max_hosts),
-            ("limits.max_origins_per_host", self.max_origins_per_host),
-            ("limits.max_jobs_per_window", self.max_jobs_per_window),
-            ("limits.max_ranks_per_window", self.max_ranks_per_window),
-            (
-                "limits.max_entities_per_window",
-                self.max_entities_per_window,
-            ),
-            ("limits.max_events_per_window", self.max_events_per_window),
-            ("limits.max_rows_per_window", self.max_rows_per_window),
-            ("limits.max_entities_per_host", self.max_entities_per_host),
-            ("limits.max_open_incidents", self.max_open_incidents),
-            (
-                "limits.max_open_incidents_per_host",
+            c(MAX_SEQ_JUMP, self.max_seq_jump),
+            u(MAX_HOSTS, self.max_hosts),
+            u(MAX_ORIGINS_PER_HOST, self.max_origins_per_host),
+            u(MAX_JOBS_PER_WINDOW, self.max_jobs_per_window),
+            u(MAX_RANKS_PER_WINDOW, self.max_ranks_per_window),
+            u(MAX_ENTITIES_PER_WINDOW, self.max_entities_per_window),
+            u(MAX_EVENTS_PER_WINDOW, self.max_events_per_window),
+            u(MAX_ROWS_PER_WINDOW, self.max_rows_per_window),
+            u(MAX_ENTITIES_PER_HOST, self.max_entities_per_host),
+            u(MAX_OPEN_INCIDENTS, self.max_open_incidents),
+            u(
+                MAX_OPEN_INCIDENTS_PER_HOST,
                 self.max_open_incidents_per_host,
             ),
-            ("limits.max_connections", self.max_connections),
-            (
-                "limits.max_connections_per_peer",
-                self.max_connections_per_peer,
-            ),
-            (
-                "limits.max_streams_per_connection",
-                self.max_streams_per_connection as usize,
-            ),
+            u(MAX_CONNECTIONS, self.max_connections),
+            u(MAX_CONNECTIONS_PER_PEER, self.max_connections_per_peer),
+            c(MAX_STREAMS_PER_CONNECTION, self.max_streams_per_connection),
         ]
+    }
+}
+
+/// `key = value` refused because `why`.
+fn invalid(key: &'static str, value: impl ToString, why: String) -> InvalidSetting {
+    InvalidSetting {
+        key,
+        value: value.to_string(),
+        why: why.into(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_bound_is_refused_in_the_words_it_always_had() {
+        let err = |f: fn(&mut LimitsConfig)| {
+            let mut l = LimitsConfig::default();
+            f(&mut l);
+            l.validate().expect_err("out of range").to_string()
+        };
+        type Case = (fn(&mut LimitsConfig), &'static str);
+        let cases: [Case; 5] = [
+            (
+                |l| l.max_past_s = 2e9,
+                "detect.limits.max_past_s = 2000000000: must be 0 (no check) or a number of seconds up to 1e9",
+            ),
+            (
+                |l| l.handshake_timeout_s = 0.0,
+                "detect.limits.handshake_timeout_s = 0: must be a number of seconds in (0, 3600]",
+            ),
+            (
+                |l| l.max_connections_per_peer = 0,
+                "detect.limits.max_connections_per_peer = 0: must be within 1..=1048576",
+            ),
+            (
+                |l| l.max_seq_jump = 0,
+                "detect.limits.max_seq_jump = 0: must be at least 1",
+            ),
+            (
+                |l| l.max_streams_per_connection = 0,
+                "detect.limits.max_streams_per_connection = 0: must be at least 1",
+            ),
+        ];
+        for (set, want) in cases {
+            assert_eq!(err(set), want);
+        }
+        assert_eq!(LimitsConfig::default().max_past_s, 7.0 * 86_400.0);
+    }
 
     #[test]
     fn the_subscribers_share_leaves_the_collectors_theirs() {
