@@ -310,7 +310,7 @@ impl NvmlSource {
                     self.unsupported.insert((index, "processes"));
                 }
                 Err(e) => {
-                    metrics::counter!("faultline_nvml_read_errors_total", "field" => "processes")
+                    metrics::counter!(crate::metrics_catalog::NVML_READ_ERRORS.name, "field" => "processes")
                         .increment(1);
                     tracing::debug!(gpu = index, error = %e, "NVML process list failed");
                 }
@@ -341,7 +341,7 @@ impl NvmlSource {
                     self.unsupported.insert((index, "process_utilization"));
                 }
                 Err(e) => {
-                    metrics::counter!("faultline_nvml_read_errors_total", "field" => "process_utilization")
+                    metrics::counter!(crate::metrics_catalog::NVML_READ_ERRORS.name, "field" => "process_utilization")
                         .increment(1);
                     tracing::debug!(gpu = index, error = %e, "NVML per-process utilisation failed");
                 }

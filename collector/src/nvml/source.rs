@@ -151,7 +151,9 @@ impl Source for GpuSource {
                     *self.xid_counts.entry((i, *code)).or_default() += 1;
                     self.last_xid.insert(i, *code);
                 }
-                None => metrics::counter!("faultline_gpu_xid_unplaced_total").increment(1),
+                None => {
+                    metrics::counter!(crate::metrics_catalog::GPU_XID_UNPLACED.name).increment(1)
+                }
             }
             cx.console.detail(format_args!(
                 "gpu event {entity} {} XID {code}: {meaning}",

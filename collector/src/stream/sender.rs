@@ -192,7 +192,7 @@ impl Sender {
         self.stats
             .pending
             .store(self.spool.len() as u64, Ordering::Relaxed);
-        metrics::gauge!("faultline_spool_windows").set(self.spool.len() as f64);
+        metrics::gauge!(crate::metrics_catalog::SPOOL_WINDOWS.name).set(self.spool.len() as f64);
         metrics::gauge!(crate::metrics_catalog::SPOOL_BYTES.name).set(self.spool.bytes() as f64);
         self.stats
             .held
