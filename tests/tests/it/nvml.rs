@@ -148,6 +148,7 @@ fn scripted_throttle_xid_loss_and_ecc_appear_with_the_right_gpu_and_time() {
     for line in [
         "faultline_gpu_throttle_reason{gpu=\"1\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000001\",pci_bus_id=\"00000000:19:00.0\",reason=\"hw_thermal_slowdown\"} 1",
         "faultline_gpu_temperature_celsius{gpu=\"1\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000001\",pci_bus_id=\"00000000:19:00.0\"} 93",
+        "faultline_gpu_memory_temperature_celsius{gpu=\"1\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000001\",pci_bus_id=\"00000000:19:00.0\"} 71",
         "faultline_gpu_xid_errors_total{gpu=\"2\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000002\",pci_bus_id=\"00000000:1A:00.0\",xid=\"79\"} 1",
         "faultline_gpu_lost{gpu=\"3\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000003\",pci_bus_id=\"00000000:1B:00.0\"} 1",
         "faultline_gpu_ecc_dbe_volatile_total{gpu=\"0\",uuid=\"GPU-fa0171e0-0000-4000-8000-000000000000\",pci_bus_id=\"00000000:18:00.0\"} 2",
