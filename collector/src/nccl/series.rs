@@ -22,7 +22,15 @@ pub const NCCL_BYTES: Family = Family::counter(
 );
 pub const NCCL_RANK_INFO: Family = Family::gauge(
     "faultline_nccl_rank_info",
-    &["comm", "rank", "nranks", "gpu", "hpc_job", "pid", "parent_rank"],
+    &[
+        "comm",
+        "rank",
+        "nranks",
+        "gpu",
+        "hpc_job",
+        "pid",
+        "parent_rank",
+    ],
     "A communicator rank on this host: its size, GPU and process (value 1)",
 );
 pub const NCCL_COLLECTIVES_ISSUED: Family = Family::gauge(

@@ -17,7 +17,7 @@ const GPU: &[&str] = &[
 
 pub const GPU_WORKLOADS: Family = Family::gauge(
     "faultline_gpu_workloads",
-    &["gpu", "uuid", "pci_bus_id", "container", "namespace", "pod", "hpc_job", "rank"],
+    GPU,
     "Distinct workloads (job/rank/pod) seen using the GPU in the last window; the series' workload labels name the first",
 );
 pub const GPU_LOST: Family = Family::gauge(
