@@ -53,6 +53,11 @@ pub fn at_least_one(key: &'static str, v: usize) -> Result<(), InvalidSetting> {
     }
 }
 
+/// `v` within a declared key's bounds ([`within`]'s words).
+pub fn in_bounds(key: &proto::config_key::Key<f64>, v: f64) -> Result<(), InvalidSetting> {
+    within(key.path, v, key.lo(), key.hi())
+}
+
 /// A finite number in `[lo, hi]` (NaN and infinities refused); the error
 /// names the range.
 pub fn within(key: &'static str, v: f64, lo: f64, hi: f64) -> Result<(), InvalidSetting> {

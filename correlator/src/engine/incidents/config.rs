@@ -1,8 +1,20 @@
 //! `[detect.incidents]`: from findings to incidents (quiet period, update
 //! threshold, the severity table's knobs).
+use proto::config_key::Key;
 use serde::{Deserialize, Serialize};
 
-use crate::setting::{pos, within, InvalidSetting};
+use crate::setting::{in_bounds, pos, InvalidSetting};
+
+/// Confidence change worth an `updated`: a share, 0 to 1.
+pub const UPDATE_DELTA: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(1.0),
+    ..Key::new(
+        "incidents.update_delta",
+        0.05,
+        "Confidence change worth an updated",
+    )
+};
 
 /// From findings to incidents.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -23,7 +35,7 @@ impl Default for IncidentConfig {
         Self {
             quiet_s: 30.0,
             quiet_windows: 2,
-            update_delta: 0.05,
+            update_delta: UPDATE_DELTA.default,
             severity: Default::default(),
         }
     }
@@ -32,7 +44,7 @@ impl Default for IncidentConfig {
 impl IncidentConfig {
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         pos("incidents.quiet_s", self.quiet_s)?;
-        within("incidents.update_delta", self.update_delta, 0.0, 1.0)?;
+        in_bounds(&UPDATE_DELTA, self.update_delta)?;
         self.severity.validate()
     }
 }

@@ -1,8 +1,20 @@
 //! `[detect.nccl]`: NCCL communicators (`collective_hang`, inferred step
 //! time, the lag straggler). Each default's anchor is in docs/detection.md.
+use proto::config_key::Key;
 use serde::{Deserialize, Serialize};
 
-use crate::setting::{pos, prob, within, InvalidSetting};
+use crate::setting::{in_bounds, pos, prob, InvalidSetting};
+
+/// Inferred collective intervals of silence that make a hang.
+pub const HANG_INTERVALS: Key<f64> = Key {
+    min: Some(1.0),
+    max: Some(1e6),
+    ..Key::new(
+        "nccl.hang_intervals",
+        20.0,
+        "Inferred collective intervals of silence that make a hang",
+    )
+};
 
 /// NCCL communicators (`collective_hang`, inferred step time; the
 /// anchors are in `engine::nccl` and docs/detection.md).
@@ -46,7 +58,7 @@ impl Default for NcclConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            hang_intervals: 20.0,
+            hang_intervals: HANG_INTERVALS.default,
             hang_min_s: 1.0,
             forget_s: 600.0,
             max_communicators: 4096,
@@ -65,7 +77,7 @@ impl NcclConfig {
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         // A NaN or negative interval count never hangs (every comparison
         // false) or always does: both refused.
-        within("nccl.hang_intervals", self.hang_intervals, 1.0, 1e6)?;
+        in_bounds(&HANG_INTERVALS, self.hang_intervals)?;
         pos("nccl.hang_min_s", self.hang_min_s)?;
         pos("nccl.forget_s", self.forget_s)?;
         pos("nccl.straggler_lag_fraction", self.straggler_lag_fraction)?;

@@ -1,8 +1,21 @@
 //! `[detect.nfs]`: NFS mounts' RPC latency (`nfs_latency`). Each default's
 //! anchor is in docs/detection.md.
+use proto::config_key::Key;
 use serde::{Deserialize, Serialize};
 
-use crate::setting::{at_least_one, pos, prob, within, InvalidSetting};
+use crate::setting::{at_least_one, in_bounds, pos, prob, InvalidSetting};
+
+/// Seconds an open incident is held while its entity goes unobserved
+/// (0 = no hold): up to a week.
+pub const UNOBSERVED_HOLD_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(7.0 * 86_400.0),
+    ..Key::new(
+        "nfs.unobserved_hold_s",
+        3600.0,
+        "Seconds an open incident is held while unobserved",
+    )
+};
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -48,7 +61,7 @@ impl Default for NfsConfig {
             persist_windows: 2,
             max_series: 65_536,
             max_rows_per_window: 4096,
-            unobserved_hold_s: 3600.0,
+            unobserved_hold_s: UNOBSERVED_HOLD_S.default,
         }
     }
 }
@@ -63,12 +76,7 @@ impl NfsConfig {
         at_least_one("nfs.persist_windows", self.persist_windows as usize)?;
         at_least_one("nfs.max_series", self.max_series)?;
         at_least_one("nfs.max_rows_per_window", self.max_rows_per_window)?;
-        within(
-            "nfs.unobserved_hold_s",
-            self.unobserved_hold_s,
-            0.0,
-            7.0 * 86_400.0,
-        )?;
+        in_bounds(&UNOBSERVED_HOLD_S, self.unobserved_hold_s)?;
         if self.own_ratio <= 1.0 || self.peer_ratio <= 1.0 {
             return Err(InvalidSetting::new(
                 "nfs.own_ratio",

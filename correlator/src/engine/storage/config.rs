@@ -1,8 +1,21 @@
 //! `[detect.storage]`: block device latency (`storage_latency`). Each
 //! default's anchor is in docs/detection.md.
+use proto::config_key::Key;
 use serde::{Deserialize, Serialize};
 
-use crate::setting::{pos, within, InvalidSetting};
+use crate::setting::{in_bounds, pos, InvalidSetting};
+
+/// Seconds an open incident is held while its entity goes unobserved
+/// (0 = no hold): up to a week.
+pub const UNOBSERVED_HOLD_S: Key<f64> = Key {
+    min: Some(0.0),
+    max: Some(7.0 * 86_400.0),
+    ..Key::new(
+        "storage.unobserved_hold_s",
+        3600.0,
+        "Seconds an open incident is held while unobserved",
+    )
+};
 
 /// Latency floors of one device class, in milliseconds: below them nothing
 /// is slow, whatever its peers do.
@@ -73,7 +86,7 @@ impl Default for StorageConfig {
                 p50_ms: 1.0,
                 p99_ms: 20.0,
             },
-            unobserved_hold_s: 3600.0,
+            unobserved_hold_s: UNOBSERVED_HOLD_S.default,
         }
     }
 }
@@ -95,12 +108,7 @@ impl StorageConfig {
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         pos("storage.peer_ratio", self.peer_ratio)?;
         pos("storage.own_ratio", self.own_ratio)?;
-        within(
-            "storage.unobserved_hold_s",
-            self.unobserved_hold_s,
-            0.0,
-            7.0 * 86_400.0,
-        )?;
+        in_bounds(&UNOBSERVED_HOLD_S, self.unobserved_hold_s)?;
         if self.persist_windows == 0 {
             return Err(InvalidSetting::new(
                 "storage.persist_windows",
