@@ -1,9 +1,32 @@
-//! `[alertmanager]` settings.
+//! `[alertmanager]` settings. Each key with a default and a bound is
+//! declared once below ([`Key`]: `Default` and [`AlertmanagerConfig::invalid`]
+//! read it; a test checks each refusal's words against the bounds).
 use std::path::PathBuf;
 
+use proto::config_key::Key;
 use serde::{Deserialize, Serialize};
 
 use crate::http_client::{Tls, TlsSetupError};
+
+/// Seconds between re-sends of every firing alert: 1 s to an hour.
+pub const RESEND_S: Key<f64> = Key {
+    min: Some(1.0),
+    max: Some(3600.0),
+    ..Key::new(
+        "alertmanager.resend_s",
+        60.0,
+        "Seconds between re-sends of every firing alert",
+    )
+};
+/// Seconds one post may take: (0, 60].
+pub const TIMEOUT_S: Key<f64> = Key {
+    max: Some(60.0),
+    ..Key::new("alertmanager.timeout_s", 5.0, "Seconds one post may take")
+};
+// The refusals' words: static (`ConfigError::Setting` holds a `&'static
+// str`); `tests::the_refusals_name_the_declared_bounds` checks them.
+const RESEND_S_WHY: &str = "must be a number of seconds in [1, 3600]";
+const TIMEOUT_S_WHY: &str = "must be a number of seconds in (0, 60]";
 
 /// Where and how often incidents are pushed.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -40,8 +63,8 @@ impl Default for AlertmanagerConfig {
             ca_file: None,
             client_cert: None,
             client_key: None,
-            resend_s: 60.0,
-            timeout_s: 5.0,
+            resend_s: RESEND_S.default,
+            timeout_s: TIMEOUT_S.default,
             ui_url: String::new(),
         }
     }
@@ -73,17 +96,12 @@ impl AlertmanagerConfig {
                 "and client_cert apply only to an https:// url: use https:// or remove them",
             ));
         }
-        if !(self.resend_s >= 1.0 && self.resend_s <= 3600.0) {
-            return Some((
-                "alertmanager.resend_s",
-                "must be a number of seconds in [1, 3600]",
-            ));
+        if !RESEND_S.contains(self.resend_s) {
+            return Some((RESEND_S.path, RESEND_S_WHY));
         }
-        if !(self.timeout_s > 0.0 && self.timeout_s <= 60.0) {
-            return Some((
-                "alertmanager.timeout_s",
-                "must be a number of seconds in (0, 60]",
-            ));
+        // (0, max]: a zero timeout is not "no timeout".
+        if !(self.timeout_s > 0.0 && TIMEOUT_S.contains(self.timeout_s)) {
+            return Some((TIMEOUT_S.path, TIMEOUT_S_WHY));
         }
         None
     }
@@ -113,6 +131,29 @@ mod tests {
             client_key: key.then(|| "c.key".into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_refusals_name_the_declared_bounds() {
+        let seconds = |k: Key<f64>| format!("must be a number of seconds {}", k.range_text());
+        assert_eq!(seconds(RESEND_S), RESEND_S_WHY);
+        assert_eq!(
+            TIMEOUT_S_WHY,
+            format!("must be a number of seconds in (0, {}]", TIMEOUT_S.hi())
+        );
+        let key = |resend_s, timeout_s| {
+            AlertmanagerConfig {
+                resend_s,
+                timeout_s,
+                ..Default::default()
+            }
+            .invalid()
+        };
+        assert_eq!(key(0.5, 5.0), Some((RESEND_S.path, RESEND_S_WHY)));
+        assert_eq!(key(f64::NAN, 5.0), Some((RESEND_S.path, RESEND_S_WHY)));
+        assert_eq!(key(60.0, 0.0), Some((TIMEOUT_S.path, TIMEOUT_S_WHY)));
+        assert_eq!(key(60.0, 60.5), Some((TIMEOUT_S.path, TIMEOUT_S_WHY)));
+        assert_eq!(key(3600.0, 60.0), None);
     }
 
     #[test]

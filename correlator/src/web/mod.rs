@@ -26,9 +26,33 @@ use proto::v1::CandidateUpdate;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use proto::listen::{HttpLimitsConfig, Listener};
+use proto::{
+    config_key::Key,
+    listen::{HttpLimitsConfig, Listener},
+};
 
 use crate::{history, ingest::IngestState};
+
+/// Open event streams in total.
+pub const MAX_EVENT_STREAMS: Key<usize> = Key {
+    min: Some(1),
+    max: Some(proto::listen::MAX_CONNECTIONS),
+    ..Key::new("web.max_event_streams", 32, "Open event streams in total")
+};
+/// Open event streams per client address.
+pub const MAX_EVENT_STREAMS_PER_PEER: Key<usize> = Key {
+    min: Some(1),
+    max: Some(proto::listen::MAX_CONNECTIONS),
+    ..Key::new(
+        "web.max_event_streams_per_peer",
+        4,
+        "Open event streams per client address",
+    )
+};
+/// A count out of its bounds (static: `ConfigError::Setting` holds a
+/// `&'static str`; `tests::web_counts_are_refused_in_their_declared_bounds`
+/// checks it).
+const COUNT_WHY: &str = "must be within 1..=1048576";
 
 /// `[web]` settings.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -77,8 +101,8 @@ impl Default for WebConfig {
             token_file: None,
             allowed_hosts: Vec::new(),
             web_config_file: None,
-            max_event_streams: 32,
-            max_event_streams_per_peer: 4,
+            max_event_streams: MAX_EVENT_STREAMS.default,
+            max_event_streams_per_peer: MAX_EVENT_STREAMS_PER_PEER.default,
         }
     }
 }
@@ -147,14 +171,11 @@ impl WebConfig {
     /// The first setting out of range, as `(key, why)`.
     pub fn invalid(&self) -> Option<(&'static str, &'static str)> {
         for (key, v) in [
-            ("web.max_event_streams", self.max_event_streams),
-            (
-                "web.max_event_streams_per_peer",
-                self.max_event_streams_per_peer,
-            ),
+            (MAX_EVENT_STREAMS, self.max_event_streams),
+            (MAX_EVENT_STREAMS_PER_PEER, self.max_event_streams_per_peer),
         ] {
-            if !proto::listen::valid_count(v) {
-                return Some((key, "must be within 1..=1048576"));
+            if !key.contains(v) {
+                return Some((key.path, COUNT_WHY));
             }
         }
         if self.allowed_hosts.len() > 256 || self.allowed_hosts.iter().any(|h| !host_name(h)) {

@@ -364,3 +364,20 @@ async fn finishing_removes_the_temporary_history_for_good() {
         assert!(!std::path::Path::new(&p).exists(), "{p} left behind");
     }
 }
+
+#[test]
+fn web_counts_are_refused_in_their_declared_bounds() {
+    for key in [MAX_EVENT_STREAMS, MAX_EVENT_STREAMS_PER_PEER] {
+        let (lo, hi) = (key.min.unwrap_or(0), key.max.unwrap_or(usize::MAX));
+        assert_eq!(COUNT_WHY, format!("must be within {lo}..={hi}"));
+    }
+    let cfg = WebConfig {
+        max_event_streams_per_peer: 0,
+        ..WebConfig::default()
+    };
+    assert_eq!(
+        cfg.invalid(),
+        Some(("web.max_event_streams_per_peer", COUNT_WHY))
+    );
+    assert_eq!(WebConfig::default().invalid(), None);
+}
