@@ -3,9 +3,37 @@
 //! `[detect]` (the engine's thresholds and `[detect.limits]`), `[history]`,
 //! `[web]` and `[alertmanager]`. Read bounded, parsed and validated here;
 //! every key is optional (each table's defaults).
+use proto::config_key::{Declared, Key};
 use serde::{Deserialize, Serialize};
 
 use crate::{engine::DetectConfig, setting::InvalidSetting};
+
+/// `serve --cluster NAME`, `FAULTLINE_CLUSTER`: incidents' default cluster.
+pub const CLUSTER: Key<&str> = Key {
+    flag: Some("cluster"),
+    env: Some("FAULTLINE_CLUSTER"),
+    ..Key::new(
+        "cluster",
+        "",
+        "The cluster label of incidents from collectors that name none",
+    )
+};
+/// `--log-format`, `FAULTLINE_LOG_FORMAT` (`crate::logging`).
+pub const LOG_FORMAT: Key<&str> = Key {
+    flag: Some("log-format"),
+    env: Some(crate::logging::FORMAT_ENV),
+    ..Key::new("log_format", "text", "Log format on stderr")
+};
+/// The keys with a flag or an environment variable, declared in the
+/// tables' files (the docs test checks that their rows name them).
+pub const FLAGGED: [Declared; 6] = [
+    CLUSTER.declared(),
+    LOG_FORMAT.declared(),
+    crate::history::config::PATH.declared(),
+    crate::web::LISTEN.declared(),
+    crate::web::WEB_CONFIG_FILE.declared(),
+    crate::alerts::config::URL.declared(),
+];
 
 /// The whole file.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]

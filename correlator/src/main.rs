@@ -17,7 +17,13 @@ struct Cli {
     command: Command,
     /// Log format on stderr: `text`, or `json` (one object per line) for a
     /// log shipper [the config file's `log_format`, default text].
-    #[arg(long, global = true, value_enum, value_name = "FORMAT", env = correlator::logging::FORMAT_ENV)]
+    #[arg(
+        long = correlator::config::LOG_FORMAT.long(),
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        env = correlator::config::LOG_FORMAT.env_var()
+    )]
     log_format: Option<LogFormat>,
 }
 

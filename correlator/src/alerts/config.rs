@@ -8,6 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::http_client::{Tls, TlsSetupError};
 
+/// `--alertmanager URL`: Alertmanager's base URL; empty, off.
+pub const URL: Key<&str> = Key {
+    flag: Some("alertmanager"),
+    ..Key::new("alertmanager.url", "", "Alertmanager base URL")
+};
 /// Seconds between re-sends of every firing alert: 1 s to an hour.
 pub const RESEND_S: Key<f64> = Key {
     min: Some(1.0),

@@ -29,18 +29,22 @@ pub struct FleetArgs {
     #[arg(long, value_name = "FILE", env = correlator::config::CONFIG_ENV)]
     pub config: Option<PathBuf>,
     /// History database (overrides `[history] path`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = correlator::history::config::PATH.long(), value_name = "FILE")]
     history: Option<PathBuf>,
     /// Web UI and JSON API on this address (overrides `[web] listen`).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long = correlator::web::LISTEN.long(), value_name = "ADDR")]
     web: Option<SocketAddr>,
     /// Web config file in Prometheus exporter-toolkit's format (TLS, client
     /// certificates, basic auth) for the web UI and the metrics listener, as
     /// node_exporter's --web.config.file (overrides `[web] web_config_file`).
-    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    #[arg(
+        long = correlator::web::WEB_CONFIG_FILE.long(),
+        value_name = "FILE",
+        alias = "web.config.file"
+    )]
     web_config_file: Option<PathBuf>,
     /// Alertmanager base URL (overrides `[alertmanager] url`).
-    #[arg(long, value_name = "URL")]
+    #[arg(long = correlator::alerts::config::URL.long(), value_name = "URL")]
     alertmanager: Option<String>,
     #[command(flatten)]
     creds: super::serve::NatsCredsArgs,

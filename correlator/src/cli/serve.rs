@@ -52,24 +52,32 @@ pub struct ServeArgs {
     metrics_addr: Option<SocketAddr>,
     /// History database (overrides `[history] path`): incidents and
     /// series survive restarts; open incidents come back open.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = correlator::history::config::PATH.long(), value_name = "FILE")]
     history: Option<PathBuf>,
     /// Web UI, JSON API, `/metrics` and `/healthz` on this address
     /// (overrides `[web] listen`).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long = correlator::web::LISTEN.long(), value_name = "ADDR")]
     web: Option<SocketAddr>,
     /// Web config file in Prometheus exporter-toolkit's format (TLS, client
     /// certificates, basic auth) for the web UI and the metrics listener, as
     /// node_exporter's --web.config.file (overrides `[web] web_config_file`).
-    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    #[arg(
+        long = correlator::web::WEB_CONFIG_FILE.long(),
+        value_name = "FILE",
+        alias = "web.config.file"
+    )]
     web_config_file: Option<PathBuf>,
     /// Alertmanager base URL, e.g. http://127.0.0.1:9093 (overrides
     /// `[alertmanager] url`).
-    #[arg(long, value_name = "URL")]
+    #[arg(long = correlator::alerts::config::URL.long(), value_name = "URL")]
     alertmanager: Option<String>,
     /// The cluster label of incidents from collectors that name none
     /// (overrides the file's `cluster`; a collector's own wins).
-    #[arg(long, value_name = "NAME", env = "FAULTLINE_CLUSTER")]
+    #[arg(
+        long = correlator::config::CLUSTER.long(),
+        value_name = "NAME",
+        env = correlator::config::CLUSTER.env_var()
+    )]
     cluster: Option<String>,
     #[command(flatten)]
     nats: Box<NatsArgs>,

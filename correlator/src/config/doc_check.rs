@@ -4,7 +4,9 @@
 //! `alerting.md`, `security.md`), every key documented there exists, and
 //! each documented default is the one `check-config` prints
 //! (`proto::config_doc`). A new field is found by tracing [`FileConfig`]'s
-//! type, so it cannot be left out of the docs.
+//! type, so it cannot be left out of the docs. Each key declared with a
+//! flag or an environment variable ([`super::FLAGGED`]) has its row name
+//! them (the correlator's tables have no flag column: anywhere in the row).
 use proto::config_doc::{check, defaults, rows, trace, Row};
 
 use super::FileConfig;
@@ -19,19 +21,48 @@ const DOCS: [&str; 5] = [
     "security.md",
 ];
 
-fn documented() -> Vec<Row> {
+/// The correlator's part of `docs/NAME` (config.md opens with the
+/// collector's keys).
+fn part(name: &str) -> String {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/");
+    let text = std::fs::read_to_string(format!("{dir}{name}")).expect("a doc");
+    match text.find("\n## The correlator's") {
+        Some(at) if name == "config.md" => text[at..].to_string(),
+        _ => text,
+    }
+}
+
+fn documented() -> Vec<Row> {
     DOCS.iter()
-        .flat_map(|name| {
-            let text = std::fs::read_to_string(format!("{dir}{name}")).expect("a doc");
-            // config.md opens with the collector's keys.
-            let ours = match text.find("\n## The correlator's") {
-                Some(at) if *name == "config.md" => text[at..].to_string(),
-                _ => text,
-            };
-            rows(&format!("docs/{name}"), &ours)
-        })
+        .flat_map(|name| rows(&format!("docs/{name}"), &part(name)))
         .collect()
+}
+
+/// The declared flags and environment variables their rows do not name.
+fn flags_unnamed(documented: &[Row]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for d in super::FLAGGED {
+        let Some(row) = documented.iter().find(|r| r.key == d.path) else {
+            problems.push(format!("`{}` (declared with a flag) has no row", d.path));
+            continue;
+        };
+        let text = part(row.file.trim_start_matches("docs/"));
+        let line = text.lines().nth(row.line - 1).unwrap_or_default();
+        let names = d
+            .flag
+            .map(|f| format!("--{f}"))
+            .into_iter()
+            .chain(d.env.map(str::to_string));
+        for name in names {
+            if !line.contains(&name) {
+                problems.push(format!(
+                    "{}:{}: `{}`'s row does not name `{name}`",
+                    row.file, row.line, d.path
+                ));
+            }
+        }
+    }
+    problems
 }
 
 #[test]
@@ -44,7 +75,9 @@ fn the_docs_document_every_key_with_its_default_and_no_other() {
         .expect("TOML");
     let code = defaults(&traced, &printed);
     assert!(code.contains_key("detect.limits.max_hosts") && code.contains_key("history.path"));
-    let problems = check(&code, &documented());
+    let documented = documented();
+    let mut problems = check(&code, &documented);
+    problems.extend(flags_unnamed(&documented));
     assert!(
         problems.is_empty(),
         "the docs and the correlator's config disagree:\n{}",

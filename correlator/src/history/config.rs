@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use super::journal;
 
+/// `--history FILE`: the database; unset, history is off.
+pub const PATH: Key<&str> = Key {
+    flag: Some("history"),
+    ..Key::new("history.path", "", "History database")
+};
 /// Seconds raw samples are kept.
 pub const RAW_RETENTION_S: Key<u64> = Key {
     min: Some(1),
@@ -61,7 +66,8 @@ pub const JOURNAL_BYTES: Key<u64> = Key {
     )
 };
 /// Every key declared above (the docs test checks their flags).
-pub const DECLARED: [Declared; 6] = [
+pub const DECLARED: [Declared; 7] = [
+    PATH.declared(),
     RAW_RETENTION_S.declared(),
     MINUTE_RETENTION_S.declared(),
     HOUR_RETENTION_S.declared(),

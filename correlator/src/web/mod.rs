@@ -33,6 +33,24 @@ use proto::{
 
 use crate::{history, ingest::IngestState};
 
+/// `--web ADDR`: the UI's address; unset, off.
+pub const LISTEN: Key<&str> = Key {
+    flag: Some("web"),
+    ..Key::new(
+        "web.listen",
+        "",
+        "Web UI, JSON API, /metrics and /healthz address",
+    )
+};
+/// `--web-config-file FILE` (alias node_exporter's `--web.config.file`).
+pub const WEB_CONFIG_FILE: Key<&str> = Key {
+    flag: Some("web-config-file"),
+    ..Key::new(
+        "web.web_config_file",
+        "",
+        "Web config file in Prometheus exporter-toolkit's format",
+    )
+};
 /// Open event streams in total.
 pub const MAX_EVENT_STREAMS: Key<usize> = Key {
     min: Some(1),
