@@ -18,6 +18,15 @@ const EBPF_BIN: &str = "faultline-probes";
 const EBPF_BENCH_BIN: &str = "faultline-bench-probes";
 
 fn main() -> Result<()> {
+    // `cfg(agent)`: the agent and every source need all four features; one
+    // name for them instead of the four spelled out at each gated module.
+    println!("cargo::rustc-check-cfg=cfg(agent)");
+    if ["PROBES", "NVML", "RDMA", "OTLP"]
+        .iter()
+        .all(|f| env::var_os(format!("CARGO_FEATURE_{f}")).is_some())
+    {
+        println!("cargo::rustc-cfg=agent");
+    }
     let out_dir = PathBuf::from(env::var("OUT_DIR").context("OUT_DIR not set")?);
     let manifest_dir =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?);

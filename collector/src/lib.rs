@@ -5,12 +5,7 @@
 //! [`sources`] (one per signal family), which enrich and turn snapshots into
 //! wire rows, console lines and metrics; [`stream`] spools and sends the
 //! windows to the correlator. `docs/architecture.md` follows one event.
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod agent;
 pub mod block;
 pub mod bounded_read;
@@ -48,12 +43,7 @@ pub mod proc_libs;
 pub mod prom_text;
 #[cfg(feature = "rdma")]
 pub mod rdma;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod sources;
 pub mod stream;
 pub mod switches;

@@ -24,12 +24,7 @@ pub fn all() -> Vec<&'static Family> {
     all.extend_from_slice(crate::verbs::probe::FAMILIES);
     #[cfg(feature = "nvml")]
     all.extend_from_slice(crate::nvml::prom::FAMILIES);
-    #[cfg(all(
-        feature = "probes",
-        feature = "nvml",
-        feature = "rdma",
-        feature = "otlp"
-    ))]
+    #[cfg(agent)]
     all.extend_from_slice(crate::otlp::source::FAMILIES);
     all
 }

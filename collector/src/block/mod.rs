@@ -13,24 +13,14 @@ pub mod metrics;
 #[cfg(feature = "probes")]
 pub mod probe;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 pub mod window;
 pub mod wire;
 
 pub use metrics::render_prometheus;
 pub use section::BlockSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::BlockSource;
 pub use window::*;
 pub use wire::cgroup_job;

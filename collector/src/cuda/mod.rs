@@ -60,12 +60,7 @@ pub mod launch_control;
 #[cfg(feature = "probes")]
 pub mod probe;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 pub mod wire;
 

@@ -3,20 +3,10 @@
 //! process's cached identity.
 #[cfg(feature = "probes")]
 pub mod probe;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 
 #[cfg(feature = "probes")]
 pub use probe::{ExecRecord, ExecRing};
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::ExecSource;

@@ -10,12 +10,7 @@ pub mod issues;
 pub mod prom;
 pub mod rates;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 pub mod sysfs;
 pub mod wire;
@@ -24,11 +19,6 @@ pub use filter::{DeviceFilter, FilterError};
 pub use issues::ReadIssues;
 pub use rates::{PortRates, RateTracker};
 pub use section::IbSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::IbSource;
 pub use sysfs::{read_ports, scan, PortSnapshot, Scan};

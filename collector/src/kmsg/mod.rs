@@ -5,12 +5,7 @@
 //! describes the whole path.
 pub mod nvrm;
 pub mod record;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 mod state;
 

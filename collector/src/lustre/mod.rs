@@ -10,12 +10,7 @@
 pub mod delta;
 pub mod parse;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 
 use std::{
@@ -25,12 +20,7 @@ use std::{
 
 pub use delta::{LustreTracker, Target, WindowCounts};
 pub use section::LustreSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::LustreSource;
 
 /// Upper bound for one `stats` or `import` file (an OSC writes ~2 KiB).

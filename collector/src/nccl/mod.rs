@@ -22,12 +22,7 @@ use proto::v1 as pb;
 pub mod probe;
 pub mod section;
 pub mod series;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 mod split;
 

@@ -7,12 +7,7 @@
 pub mod delta;
 pub mod parse;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 
 use std::path::{Path, PathBuf};
@@ -20,12 +15,7 @@ use std::path::{Path, PathBuf};
 pub use delta::{NfsTracker, WindowCounts};
 pub use parse::{parse, Mount, OpStats, Parsed, Xprt};
 pub use section::NfsSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::NfsSource;
 
 /// Upper bound for the mountstats file (an NFSv4.2 mount writes ~8 KiB;

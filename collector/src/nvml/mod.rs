@@ -416,12 +416,7 @@ pub mod prom;
 mod remap;
 mod sample;
 mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 mod source;
 pub mod wire;
 
@@ -432,12 +427,7 @@ pub use section::{
     NvmlSection, DCGM_COMPAT, DECLARED, DEFAULT_POD_RESOURCES_SOCKET, ENABLED, LIBRARY,
     POD_RESOURCES_SOCKET,
 };
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::{GpuFacts, GpuLabelConfig, GpuSource};
 
 #[cfg(test)]

@@ -30,21 +30,11 @@ pub mod http;
 pub mod inspector;
 #[cfg(feature = "otlp")]
 pub mod json;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 
 pub use section::{OtlpSection, SectionError};
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::OtlpSource;
 
 #[cfg(feature = "otlp")]

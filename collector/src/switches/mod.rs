@@ -10,12 +10,7 @@
 //! bounded by `timeout_s`); a window takes the latest complete poll once.
 pub mod perfquery;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 
 use std::{
@@ -26,12 +21,7 @@ use std::{
 
 use proto::v1::IbPort;
 pub use section::SwitchesSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::SwitchesSource;
 
 /// IBA port state ACTIVE and physical state LinkUp: a port `perfquery`

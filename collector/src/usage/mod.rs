@@ -100,21 +100,11 @@ pub const FAMILIES: &[&Family] = &[
 ];
 
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 mod source;
 mod window;
 pub use section::UsageSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::{GpuReadings, UsageSource};
 
 /// One GPU's reading this window.

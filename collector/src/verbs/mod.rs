@@ -7,40 +7,20 @@
 //! `probes` because the verbs attach resolves the provider through it; the
 //! attach itself is `probes::attach` (`attach_verbs`). The `[verbs]`
 //! section is [`section`].
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod events;
 #[cfg(feature = "probes")]
 pub mod probe;
 pub mod section;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub mod source;
 #[cfg(feature = "probes")]
 pub mod wire;
 
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use events::RdmaEventSource;
 #[cfg(feature = "probes")]
 pub use probe::VerbsSnapshot;
 pub use section::VerbsSection;
-#[cfg(all(
-    feature = "probes",
-    feature = "nvml",
-    feature = "rdma",
-    feature = "otlp"
-))]
+#[cfg(agent)]
 pub use source::VerbsSource;
