@@ -42,6 +42,7 @@ fn docs_config_md_documents_every_key_with_its_default_and_no_other() {
         &crate::switches::section::DECLARED[..],
         &crate::otlp::section::DECLARED[..],
         &crate::usage::section::DECLARED[..],
+        &crate::kmsg::section::DECLARED[..],
     ]
     .concat();
     let mut problems = check(&code, &documented);

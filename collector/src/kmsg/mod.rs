@@ -5,108 +5,20 @@
 //! describes the whole path.
 pub mod nvrm;
 pub mod record;
+pub mod section;
 #[cfg(agent)]
 pub mod source;
 mod state;
 
-use std::{io, path::PathBuf};
+use std::io;
 
 use proto::metric::Family;
 
-use serde::{Deserialize, Serialize};
-
-pub use self::state::Resume;
 use self::{
     nvrm::Report,
     record::{KmsgReader, Next, Record},
 };
-
-/// `[kmsg]`: the kernel log reader. Documented in `docs/config.md`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct KmsgSection {
-    /// Read the kernel log for the GPU driver's XIDs and NVSwitch SXids.
-    pub enabled: bool,
-    /// The kernel log device (or a file or FIFO in its record format).
-    pub path: PathBuf,
-    /// Where the last record read (boot id, sequence number) is kept, so a
-    /// restart resumes after it; empty: nowhere (a restart starts at
-    /// `first_start` again).
-    pub state_file: PathBuf,
-    /// Where to start without a saved position of this boot: "end" (only
-    /// records written from now on) or "beginning" (every record the
-    /// kernel's buffer still holds). A saved position of another boot always
-    /// starts at the beginning: the buffer holds only this boot's records.
-    pub first_start: String,
-    /// At most this many records read per window; the rest wait for the
-    /// next window.
-    pub max_records: usize,
-    /// Longer lines are skipped (counted), bytes.
-    pub max_line_bytes: usize,
-    /// At most this many events from the kernel log per window (distinct
-    /// GPU/switch and code: repeats fold into one event's count).
-    pub max_events: usize,
-    /// An XID NVML and the kernel log both report within this many seconds
-    /// (same GPU, same code) is one event.
-    pub join_s: f64,
-}
-
-impl Default for KmsgSection {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            path: "/dev/kmsg".into(),
-            state_file: "/var/lib/faultline/kmsg.state".into(),
-            first_start: "end".into(),
-            max_records: 20_000,
-            max_line_bytes: 4096,
-            max_events: 256,
-            join_s: 2.0,
-        }
-    }
-}
-
-/// The bounds `validate` enforces.
-pub const MAX_RECORDS_LIMIT: usize = 1_000_000;
-pub const MAX_LINE_LIMIT: usize = record::READ_BUF;
-pub const MAX_EVENTS_LIMIT: usize = 65_536;
-pub const JOIN_MAX_S: f64 = 60.0;
-
-impl KmsgSection {
-    /// The key that is wrong and why, for the operator.
-    pub fn problem(&self) -> Option<(&'static str, String)> {
-        if !matches!(self.first_start.as_str(), "end" | "beginning") {
-            let m = format!(
-                "must be \"end\" or \"beginning\", not {:?}",
-                self.first_start
-            );
-            return Some(("kmsg.first_start", m));
-        }
-        let range = |key, v: usize, lo: usize, hi: usize| {
-            (!(lo..=hi).contains(&v)).then(|| (key, format!("must be in [{lo}, {hi}]")))
-        };
-        range("kmsg.max_records", self.max_records, 1, MAX_RECORDS_LIMIT)
-            .or_else(|| {
-                range(
-                    "kmsg.max_line_bytes",
-                    self.max_line_bytes,
-                    64,
-                    MAX_LINE_LIMIT,
-                )
-            })
-            .or_else(|| range("kmsg.max_events", self.max_events, 1, MAX_EVENTS_LIMIT))
-            .or_else(|| {
-                (!(self.join_s.is_finite() && (0.0..=JOIN_MAX_S).contains(&self.join_s))).then(
-                    || {
-                        (
-                            "kmsg.join_s",
-                            format!("must be in [0, {JOIN_MAX_S}] seconds"),
-                        )
-                    },
-                )
-            })
-    }
-}
+pub use self::{section::KmsgSection, state::Resume};
 
 /// A driver report read this window, with the record's time.
 #[derive(Clone, Debug, PartialEq, Eq)]
