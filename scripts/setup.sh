@@ -66,6 +66,9 @@ APT_PACKAGES=(
   # the NATS JetStream transport's tests (tests/tests/it/scale_out.rs start
   # their own server on loopback ports).
   nats-server
+  # GNU time: the correlator's own peak RSS (correlator/tests/it/file_inputs.rs;
+  # a child's wait4 ru_maxrss starts at its parent's peak).
+  time
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

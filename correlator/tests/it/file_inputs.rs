@@ -26,13 +26,29 @@ struct Run {
     took: Duration,
 }
 
+/// GNU time, which measures the correlator's own peak RSS: a child's
+/// `ru_maxrss` from `wait4` starts at its parent's high-water mark (fork
+/// copies it and exec keeps the old image's peak), and this test binary,
+/// which runs every correlator integration test, grows past 256 MiB; GNU
+/// time's own child is a copy of GNU time.
+const TIME: &str = "/usr/bin/time";
+
 /// Runs `faultline-correlator args…` with at most 4 GiB of address space
 /// (an unbounded read fails there instead of taking the machine's memory),
-/// killed after 20 s; its peak RSS from `wait4`.
+/// in its own process group killed after 20 s; its peak RSS from GNU time.
 fn run(args: &[&str]) -> Run {
     use std::os::unix::process::CommandExt as _;
+    assert!(
+        Path::new(TIME).exists(),
+        "{TIME} missing: install Debian's `time` package (scripts/setup.sh does)"
+    );
     let t = Instant::now();
-    let mut cmd = Command::new(BIN);
+    let d = dir("rss");
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let rss_file = d.join(format!("rss-{n}"));
+    let mut cmd = Command::new(TIME);
+    cmd.args(["-f", "%M", "-o"]).arg(&rss_file).arg(BIN);
     // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -46,38 +62,45 @@ fn run(args: &[&str]) -> Run {
             Ok(())
         });
     }
-    // Reaped by `wait4` below, which also gives its peak RSS.
-    #[allow(clippy::zombie_processes)]
     let mut child = cmd
+        .process_group(0)
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let pid = child.id() as libc::pid_t;
+    let pgid = child.id() as libc::pid_t;
     let mut stderr = child.stderr.take().expect("stderr");
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = stderr.read_to_string(&mut s);
         s
     });
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(20));
-        // SAFETY: a signal to our own child (gone already: ESRCH, harmless).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            done_rx.recv_timeout(Duration::from_secs(20))
+        {
+            // SAFETY: a signal to our own child's process group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
     });
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, with valid out-pointers.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4");
-    drop(killer);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let status = child.wait().expect("wait");
+    drop(done_tx);
+    let _ = killer.join();
+    // GNU time's last line is the peak in KiB (a line before it says how a
+    // command that failed ended).
+    let report = std::fs::read_to_string(&rss_file).unwrap_or_default();
+    let stderr = reader.join().expect("stderr");
+    let max_rss_kib = report
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{TIME} wrote no peak RSS: {report:?} ({status}: {stderr})"));
     Run {
-        code,
-        stderr: reader.join().expect("stderr"),
-        max_rss_kib: usage.ru_maxrss,
+        code: status.code(),
+        stderr,
+        max_rss_kib,
         took: t.elapsed(),
     }
 }
