@@ -43,7 +43,10 @@ fn run(args: &[&str]) -> Run {
         "{TIME} missing: install Debian's `time` package (scripts/setup.sh does)"
     );
     let t = Instant::now();
-    let d = dir("rss");
+    // One directory for every run's report (`dir` would empty it under the
+    // file's other tests, which run beside this one).
+    let d = std::env::temp_dir().join(format!("faultline-inputs-rss-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("report directory");
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let rss_file = d.join(format!("rss-{n}"));
