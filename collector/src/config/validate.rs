@@ -80,6 +80,18 @@ impl FileConfig {
         if let Some((key, why)) = self.kmsg.problem() {
             return Err(ConfigError::invalid(key, why));
         }
+        {
+            use crate::kmsg::section::{JOIN_S, MAX_EVENTS, MAX_LINE_BYTES, MAX_RECORDS};
+            within(&MAX_RECORDS, self.kmsg.max_records)?;
+            within(&MAX_LINE_BYTES, self.kmsg.max_line_bytes)?;
+            within(&MAX_EVENTS, self.kmsg.max_events)?;
+            if !JOIN_S.contains(self.kmsg.join_s) {
+                return Err(ConfigError::invalid(
+                    JOIN_S.path,
+                    format_args!("must be {} seconds", JOIN_S.range_text()),
+                ));
+            }
+        }
         self.otlp.validate()?;
         self.validate_usage()?;
         within(&MAX_MOUNTS, self.nfs.max_mounts)?;
