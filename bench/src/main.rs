@@ -4,6 +4,7 @@
 mod block;
 mod collector_proc;
 mod discovery;
+mod fleet;
 mod footprint;
 mod history;
 mod ingest;
@@ -73,6 +74,10 @@ enum Which {
     /// first, young and steady scans, and the attach cost on the real
     /// eBPF object; % of a core at the 30 s rescan period.
     Discovery(discovery::Args),
+    /// A 100k-GPU fleet (12,500 nodes) end to end: the simulator through
+    /// the collectors' senders, NATS JetStream, 1/2/4/8 shards by fabric
+    /// locality and the fleet view, with four faults injected.
+    Fleet(fleet::Args),
 }
 
 impl Which {
@@ -91,6 +96,7 @@ impl Which {
             Self::History(_) => ("history", "history.json"),
             Self::Shards(_) => ("shards", "shards.json"),
             Self::Discovery(_) => ("discovery", "discovery.json"),
+            Self::Fleet(a) => ("fleet", a.result_file()),
         };
         (name, out_dir.join(file))
     }
@@ -124,6 +130,7 @@ fn main() -> Result<()> {
         Which::History(a) => history::run(&a, &cli.out_dir),
         Which::Shards(a) => shards::run(&a, &cli.out_dir),
         Which::Discovery(a) => discovery::run(&a, &cli.out_dir),
+        Which::Fleet(a) => fleet::run(&a, &cli.out_dir),
     };
     if let Err(e) = &r {
         if !report::written(&path) {

@@ -1,0 +1,145 @@
+//! What the run watches while it goes: every shard's incident updates as
+//! they reach NATS (a core subscription beside the fleet view's durable
+//! consumer), and, every [`POLL`], the windows each shard's engine has
+//! taken, JetStream's storage and the fleet view's open incidents.
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use prost::Message as _;
+use proto::v1::CandidateUpdate;
+
+use super::procs::http_get;
+
+/// How often the poller reads the shards, the server and the fleet view.
+pub const POLL: Duration = Duration::from_millis(250);
+
+/// An incident update as it reached NATS: when, from which shard.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub at: Instant,
+    pub shard: String,
+    pub update: CandidateUpdate,
+}
+
+/// Subscribes to every shard's incident updates; they gather in the
+/// returned list until the runtime stops.
+pub async fn incidents(url: &str) -> Result<Arc<Mutex<Vec<Seen>>>> {
+    let client = async_nats::connect(url).await?;
+    let mut sub = client
+        .subscribe(format!("{}.>", vocab::nats::INCIDENTS_PREFIX))
+        .await?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    tokio::spawn(async move {
+        use tokio_stream::StreamExt as _;
+        // The client lives as long as the subscription reads.
+        let _client = client;
+        while let Some(m) = sub.next().await {
+            let Ok(update) = CandidateUpdate::decode(m.payload.as_ref()) else {
+                continue;
+            };
+            let shard = m.subject.rsplit('.').next().unwrap_or("").to_string();
+            if let Ok(mut v) = out.lock() {
+                v.push(Seen {
+                    at: Instant::now(),
+                    shard,
+                    update,
+                });
+            }
+        }
+    });
+    Ok(seen)
+}
+
+/// One poll.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub at: Option<Instant>,
+    /// Windows each shard's engine has taken.
+    pub consumed: Vec<u64>,
+    /// JetStream's storage in use, bytes.
+    pub js_storage: u64,
+}
+
+/// What the poller gathered.
+#[derive(Debug, Default)]
+pub struct Polled {
+    pub samples: Vec<Sample>,
+    /// (kind, entity) → when the fleet view first listed it open.
+    pub fleet_first: BTreeMap<(String, String), Instant>,
+    /// Polls of the fleet view that failed.
+    pub fleet_errors: u64,
+}
+
+/// Polls until `stop`; returns what it saw.
+pub fn poll(
+    shards: Vec<String>,
+    nats_monitor: String,
+    fleet_web: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Polled> {
+    std::thread::Builder::new()
+        .name("fleet-watch".into())
+        .spawn(move || {
+            let mut p = Polled::default();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let consumed = shards
+                    .iter()
+                    .map(|m| {
+                        tests::metrics::scrape(m).ok().map_or(0, |text| {
+                            tests::metrics::value(&text, "faultline_correlator_windows_total", &[])
+                                .unwrap_or(0.0) as u64
+                        })
+                    })
+                    .collect();
+                let js_storage = http_get(&nats_monitor, "/jsz")
+                    .ok()
+                    .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+                    .and_then(|v| v["storage"].as_u64())
+                    .unwrap_or(0);
+                p.samples.push(Sample {
+                    at: Some(t),
+                    consumed,
+                    js_storage,
+                });
+                match open_list(&fleet_web) {
+                    Some(list) => {
+                        for k in list {
+                            p.fleet_first.entry(k).or_insert(t);
+                        }
+                    }
+                    None => p.fleet_errors += 1,
+                }
+                std::thread::sleep(POLL.saturating_sub(t.elapsed()));
+            }
+            p
+        })
+        .unwrap_or_else(|e| panic!("spawning the watcher thread: {e}"))
+}
+
+/// The fleet view's open incidents: (kind, entity).
+pub fn open_list(web: &str) -> Option<Vec<(String, String)>> {
+    let (status, body) = http_get(web, "/api/open").ok()?;
+    if status != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    Some(
+        v["incidents"]
+            .as_array()?
+            .iter()
+            .map(|i| {
+                let s = |k: &str| i[k].as_str().unwrap_or("").to_string();
+                (s("kind"), s("entity"))
+            })
+            .collect(),
+    )
+}
