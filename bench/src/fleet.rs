@@ -109,9 +109,16 @@ struct Slot {
     late_s: f64,
 }
 
+/// Hand-overs per slot: a slot's windows go to their senders in this many
+/// chunks spread over the window, as a real fleet's collectors, started at
+/// different moments, end their windows at different moments.
+const CHUNKS: usize = 100;
+
 /// The generator: advances the cluster slot by slot on its own thread
-/// (named `fleet-sim`, so its CPU is the simulator's), handing each
-/// node's window to its sender when the slot is due.
+/// (named `fleet-sim`; its CPU is measured apart as the simulator's),
+/// handing node `n`'s window of slot `i` to its sender at
+/// `(i − 1 + (n + 1) / N) · tick` (in [`CHUNKS`] steps), so every slot's
+/// last window is handed over at the slot's end.
 fn generate(
     mut plan: Plan,
     senders: Option<Vec<mpsc::Sender<Window>>>,
@@ -123,6 +130,7 @@ fn generate(
         .spawn(move || {
             let t0 = Instant::now();
             let cpu0 = thread_cpu_seconds();
+            let nodes = plan.cluster.nodes();
             let mut out = Vec::new();
             for i in 1..=slots {
                 plan.cluster.advance(&plan.faults, ONSETS[0]);
@@ -131,24 +139,28 @@ fn generate(
                     windows: vec![0; plan.shards],
                     ..Slot::default()
                 };
-                let mut ws = Vec::with_capacity(plan.cluster.nodes());
-                for n in 0..plan.cluster.nodes() {
-                    if let Some(w) = plan.cluster.window(n) {
-                        slot.end_ms = slot.end_ms.max(w.end_unix_ms);
-                        slot.bytes += w.encoded_len() as u64;
-                        slot.windows[plan.shard_of[n]] += 1;
-                        ws.push((n, w));
+                let start = t0 + tick.mul_f64((i - 1) as f64);
+                for c in 0..CHUNKS {
+                    let mut ws = Vec::new();
+                    for n in (c * nodes / CHUNKS)..((c + 1) * nodes / CHUNKS) {
+                        if let Some(w) = plan.cluster.window(n) {
+                            slot.end_ms = slot.end_ms.max(w.end_unix_ms);
+                            slot.bytes += w.encoded_len() as u64;
+                            slot.windows[plan.shard_of[n]] += 1;
+                            ws.push((n, w));
+                        }
                     }
-                }
-                let due = t0 + tick.mul_f64(i as f64);
-                let now = Instant::now();
-                slot.late_s = now.saturating_duration_since(due).as_secs_f64();
-                if let Some(tx) = &senders {
+                    let Some(tx) = &senders else { continue };
+                    let due = start + tick.mul_f64((c + 1) as f64 / CHUNKS as f64);
+                    let now = Instant::now();
+                    slot.late_s = slot
+                        .late_s
+                        .max(now.saturating_duration_since(due).as_secs_f64());
                     std::thread::sleep(due.saturating_duration_since(now));
                     for (n, w) in ws {
-                        tx[n].blocking_send(w).map_err(|_| {
-                            anyhow::anyhow!("the sender of n{n:03} stopped")
-                        })?;
+                        tx[n]
+                            .blocking_send(w)
+                            .map_err(|_| anyhow::anyhow!("the sender of n{n:03} stopped"))?;
                     }
                 }
                 slot.handed = Some(Instant::now());
@@ -189,8 +201,10 @@ fn sim_only(a: &Args) -> Result<Value> {
         bytes as f64 / 1e6,
         1e6 * cpu / windows.max(1) as f64
     );
-    Ok(json!({"nodes": a.nodes, "slots": slots.len(), "windows": windows, "bytes": bytes,
-        "wall_seconds": wall, "cpu_seconds": cpu, "cpu_us_per_window": 1e6 * cpu / windows.max(1) as f64}))
+    Ok(
+        json!({"nodes": a.nodes, "slots": slots.len(), "windows": windows, "bytes": bytes,
+        "wall_seconds": wall, "cpu_seconds": cpu, "cpu_us_per_window": 1e6 * cpu / windows.max(1) as f64}),
+    )
 }
 
 /// A scratch directory on tmpfs when there is one (the senders' spools:
@@ -213,7 +227,10 @@ fn spawn_senders(
     stream: &str,
     prefix: &str,
     spools: &Path,
-) -> Result<(Vec<mpsc::Sender<Window>>, Vec<Arc<collector::stream::SenderStats>>)> {
+) -> Result<(
+    Vec<mpsc::Sender<Window>>,
+    Vec<Arc<collector::stream::SenderStats>>,
+)> {
     let (mut txs, mut stats) = (Vec::new(), Vec::new());
     for n in 0..plan.cluster.nodes() {
         let (tx, rx) = mpsc::channel(8);
@@ -319,10 +336,12 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     )?;
     let connect_s = t_connect.elapsed().as_secs_f64();
     let per_shard = plan.nodes_per_shard();
-    let shard_addrs: Vec<String> = shard_procs.iter().map(|p| p.addr.clone()).collect();
+    let consumers: Vec<String> = (0..shards)
+        .map(|k| format!("{stream}-{}", plan::shard_key(k)))
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let poller = watch::poll(
-        shard_addrs,
+        consumers.clone(),
         nats.addr.clone(),
         view.addr.clone(),
         stop.clone(),
@@ -340,19 +359,16 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let total: Vec<u64> = (0..shards)
         .map(|s| slots.iter().map(|x| x.windows[s]).sum())
         .collect();
-    let metrics: Vec<String> = shard_procs.iter().map(|p| p.addr.clone()).collect();
     let drained = crate::wait::until(
         "the shards to take every window",
         Duration::from_secs(600),
         || {
-            let got: Vec<u64> = metrics
+            let taken = watch::jetstream(&nats.addr)
+                .map(|(t, _)| t)
+                .unwrap_or_default();
+            let got: Vec<u64> = consumers
                 .iter()
-                .map(|m| {
-                    tests::metrics::scrape(m).ok().map_or(0, |t| {
-                        tests::metrics::value(&t, "faultline_correlator_windows_total", &[])
-                            .unwrap_or(0.0) as u64
-                    })
-                })
+                .map(|c| taken.get(c).copied().unwrap_or(0))
                 .collect();
             Ok(got
                 .iter()
@@ -373,10 +389,19 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let (ui_status, _) = procs::http_get(&view.addr, "/").unwrap_or((0, String::new()));
     let history_bytes = std::fs::metadata(&history).map_or(0, |m| m.len());
     let rss: Vec<Option<u64>> = measured.iter().map(|p| procs::peak_rss(p.pid())).collect();
+    // The engines' own count, once (a scrape renders every host's series).
+    let engines: Vec<u64> = shard_procs
+        .iter()
+        .map(|p| {
+            tests::metrics::scrape(&p.addr).ok().map_or(0, |t| {
+                tests::metrics::value(&t, "faultline_correlator_windows_total", &[]).unwrap_or(0.0)
+                    as u64
+            })
+        })
+        .collect();
     let own_rss = procs::peak_rss(std::process::id());
-    let sender_stats = |f: fn(&collector::stream::SenderStats) -> u64| -> u64 {
-        stats.iter().map(|s| f(s)).sum()
-    };
+    let sender_stats =
+        |f: fn(&collector::stream::SenderStats) -> u64| -> u64 { stats.iter().map(|s| f(s)).sum() };
     let delivered = sender_stats(|s| s.delivered.load(Ordering::Relaxed));
     let dropped = sender_stats(|s| s.dropped.load(Ordering::Relaxed));
     let updates: Vec<watch::Seen> = seen.lock().map(|v| v.clone()).unwrap_or_default();
@@ -386,6 +411,8 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     drop(view);
     drop(nats);
     let _ = std::fs::remove_dir_all(&spools);
+    // The logs stay for a row that fails; the JetStream store goes.
+    let _ = std::fs::remove_dir_all(dir.join("js"));
     drained?;
 
     // Throughput.
@@ -474,10 +501,12 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
                 ),
             );
         }
-        outcomes.push(json!({"fault": plan.injected[i], "kind": kind, "entity": entity,
+        outcomes.push(
+            json!({"fault": plan.injected[i], "kind": kind, "entity": entity,
             "visible_window": visible, "opened_window": opened_k, "opened_by": shard,
             "shard_incidents": mine.len(), "fleet_view_incidents": in_view,
-            "lag_seconds_from_hand_over": lag, "within_2_windows": within, "ok": ok}));
+            "lag_seconds_from_hand_over": lag, "within_2_windows": within, "ok": ok}),
+        );
     }
     // A symptom raised before its cause was found and then resolved as
     // "explained by incident <the fault's>" is that fault's (the engine's
@@ -551,12 +580,16 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         components.push(c);
     }
     let own = own1 - own0;
-    components.push(json!({"component": "simulator (generation thread)", "cpu_seconds": sim_cpu,
-        "cores": sim_cpu / run_s.max(1e-3)}));
-    components.push(json!({"component": "collector senders (this process, less the simulator)",
+    components.push(
+        json!({"component": "simulator (generation thread)", "cpu_seconds": sim_cpu,
+        "cores": sim_cpu / run_s.max(1e-3)}),
+    );
+    components.push(
+        json!({"component": "collector senders (this process, less the simulator)",
         "cpu_seconds": own - sim_cpu, "cores": (own - sim_cpu) / run_s.max(1e-3),
         "cpu_us_per_window": 1e6 * (own - sim_cpu) / windows.max(1) as f64,
-        "peak_rss_bytes_with_simulator": own_rss}));
+        "peak_rss_bytes_with_simulator": own_rss}),
+    );
     Ok(json!({
         "shards": shards, "nodes": nodes, "gpus": nodes * 8, "hca_ports": nodes * 8,
         "nodes_per_shard": per_shard, "window_seconds": a.window_s, "speed": a.speed,
@@ -565,6 +598,7 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         "offered_windows_per_second": offered, "taken_windows_per_second": taken,
         "run_seconds": run_s, "generation_late_seconds_max": q(&late, 1.0),
         "kept_up": !fell_behind, "delivered": delivered, "dropped": dropped,
+        "engine_windows": engines,
         "jetstream_storage_bytes_max": js_max, "jetstream_storage_bytes_end": js_end,
         "fleet_view": {"web_ui_status": ui_status, "history_bytes": history_bytes,
             "open_at_end": fleet_open_end, "poll_errors": polled.fleet_errors},

@@ -37,6 +37,8 @@ const SUITE: &[&[&str]] = &[
     &["history"],
     &["shards"],
     &["discovery"],
+    // The 100k-GPU fleet: 1, 2, 4 and 8 shards, about 6 minutes each.
+    &["fleet"],
 ];
 
 /// Result files combined into `bench/results.json` (`detect` comes from
@@ -56,6 +58,7 @@ const COMBINED: &[&str] = &[
     "history",
     "shards",
     "discovery",
+    "fleet",
     "detect",
 ];
 

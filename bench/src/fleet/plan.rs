@@ -61,8 +61,8 @@ impl Plan {
     pub fn new(spec: sim::ClusterSpec, shards: usize, inject: Vec<String>) -> Result<Self> {
         let seed = spec.seed;
         let cluster = Cluster::new(spec);
-        let faults = sim::faults::parse_all(&inject, &cluster, seed)
-            .context("the injected faults")?;
+        let faults =
+            sim::faults::parse_all(&inject, &cluster, seed).context("the injected faults")?;
         let leaves = cluster.nodes().div_ceil(NODES_PER_LEAF).max(1);
         let shard_of = (0..cluster.nodes())
             .map(|n| pod_of_leaf(cluster.leaf_of(n), leaves, shards))
@@ -105,7 +105,10 @@ mod tests {
                 sizes[p] += 1;
             }
             let (lo, hi) = (sizes.iter().min().copied(), sizes.iter().max().copied());
-            assert!(hi.unwrap_or(0) - lo.unwrap_or(0) <= 1, "{shards}: {sizes:?}");
+            assert!(
+                hi.unwrap_or(0) - lo.unwrap_or(0) <= 1,
+                "{shards}: {sizes:?}"
+            );
         }
     }
 

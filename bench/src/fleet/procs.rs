@@ -14,7 +14,6 @@ use crate::wait;
 /// A child process the run measures: its pid and where it listens.
 pub struct Proc {
     pub child: tests::KillOnDrop,
-    pub name: String,
     /// `host:port` of its `/metrics` (shards), web UI (fleet) or
     /// monitoring (nats-server).
     pub addr: String,
@@ -50,7 +49,6 @@ pub fn nats_server(dir: &Path) -> Result<(Proc, String)> {
     Ok((
         Proc {
             child,
-            name: "nats-server".into(),
             addr: format!("127.0.0.1:{mon}"),
         },
         format!("nats://127.0.0.1:{port}"),
@@ -93,7 +91,6 @@ pub fn shard(s: &ShardSetup<'_>, key: &str) -> Result<Proc> {
     wait::port(&mut child.0, port, "a shard correlator")?;
     Ok(Proc {
         child,
-        name,
         addr: metrics,
     })
 }
@@ -114,14 +111,7 @@ pub fn fleet_view(bin: &Path, url: &str, dir: &Path) -> Result<(Proc, PathBuf)> 
     );
     let port: u16 = web.rsplit(':').next().unwrap_or("0").parse()?;
     wait::port(&mut child.0, port, "the fleet view")?;
-    Ok((
-        Proc {
-            child,
-            name: "fleet-view".into(),
-            addr: web,
-        },
-        db,
-    ))
+    Ok((Proc { child, addr: web }, db))
 }
 
 /// The body of `GET path` at `addr` with its status (HTTP/1.0: never

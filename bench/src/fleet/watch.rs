@@ -78,9 +78,34 @@ pub struct Polled {
     pub fleet_errors: u64,
 }
 
-/// Polls until `stop`; returns what it saw.
+/// Windows each shard has taken (delivered to it and acknowledged: its
+/// engine has them), by durable consumer name, and JetStream's storage,
+/// from nats-server's monitoring endpoint: polling the shards' own
+/// `/metrics` four times a second would bill the shards for rendering
+/// 12,500 hosts' series.
+pub fn jetstream(monitor: &str) -> Option<(BTreeMap<String, u64>, u64)> {
+    let (_, body) = http_get(monitor, "/jsz?accounts=true&streams=true&consumers=true").ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let mut taken = BTreeMap::new();
+    for a in v["account_details"].as_array().into_iter().flatten() {
+        for st in a["stream_detail"].as_array().into_iter().flatten() {
+            for c in st["consumer_detail"].as_array().into_iter().flatten() {
+                let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+                let delivered = n(&c["delivered"]["consumer_seq"]);
+                let unacked = n(&c["num_ack_pending"]) + n(&c["num_redelivered"]);
+                if let Some(name) = c["name"].as_str() {
+                    taken.insert(name.to_string(), delivered.saturating_sub(unacked));
+                }
+            }
+        }
+    }
+    Some((taken, v["storage"].as_u64().unwrap_or(0)))
+}
+
+/// Polls until `stop`; returns what it saw. `consumers` are the shards'
+/// durable consumers, in shard order.
 pub fn poll(
-    shards: Vec<String>,
+    consumers: Vec<String>,
     nats_monitor: String,
     fleet_web: String,
     stop: Arc<AtomicBool>,
@@ -91,25 +116,16 @@ pub fn poll(
             let mut p = Polled::default();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let consumed = shards
-                    .iter()
-                    .map(|m| {
-                        tests::metrics::scrape(m).ok().map_or(0, |text| {
-                            tests::metrics::value(&text, "faultline_correlator_windows_total", &[])
-                                .unwrap_or(0.0) as u64
-                        })
-                    })
-                    .collect();
-                let js_storage = http_get(&nats_monitor, "/jsz")
-                    .ok()
-                    .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
-                    .and_then(|v| v["storage"].as_u64())
-                    .unwrap_or(0);
-                p.samples.push(Sample {
-                    at: Some(t),
-                    consumed,
-                    js_storage,
-                });
+                if let Some((taken, js_storage)) = jetstream(&nats_monitor) {
+                    p.samples.push(Sample {
+                        at: Some(t),
+                        consumed: consumers
+                            .iter()
+                            .map(|c| taken.get(c).copied().unwrap_or(0))
+                            .collect(),
+                        js_storage,
+                    });
+                }
                 match open_list(&fleet_web) {
                     Some(list) => {
                         for k in list {

@@ -87,6 +87,13 @@ pub struct NfsDetector {
     last_rpcs: HashMap<Target, i64>,
     /// The entities the latest window holds open unobserved.
     held: Vec<String>,
+    /// Per target, its series that are slow now (streak ≥ 1): a target
+    /// with none has nothing to judge, so its hosts' windows skip the walk
+    /// over every client of it ([`Self::views`], O(clients)), which at
+    /// 12,500 clients of one target made each slot O(clients²).
+    slow_series: HashMap<Target, usize>,
+    /// Walks over a target's clients so far (a scaling test counts them).
+    pub walks: u64,
     /// Series and rows dropped at the caps.
     pub dropped: u64,
 }
@@ -173,6 +180,12 @@ impl NfsDetector {
             }
             for target in targets {
                 evaluated.push(target.entity());
+                // Both verdicts need a slow series on the target: a
+                // target-wide one at least two, a host's its own.
+                if self.slow_series.get(&target).copied().unwrap_or(0) == 0 {
+                    continue;
+                }
+                self.walks += 1;
                 let views = self.views(&target, w.end_unix_ms - len_ms);
                 out.extend(self.judge(host, &target, &views));
             }
@@ -238,11 +251,17 @@ impl NfsDetector {
         let last = self.last_rpcs.entry(key.1.clone()).or_insert(end_ms);
         *last = (*last).max(end_ms);
         let cfg = &self.cfg;
+        let target = key.1.clone();
         let s = self.series.entry(key).or_default();
         let x = d.rtt_ms as f64 / d.ops as f64;
         let base = s.own.value().filter(|_| s.own.warm());
         let slow = x > cfg.floor_ms && base.is_some_and(|b| x > cfg.own_ratio * b.max(1e-3));
+        let was_slow = s.streak > 0;
         s.streak = if slow { s.streak.saturating_add(1) } else { 0 };
+        if slow != was_slow {
+            let n = self.slow_series.entry(target).or_insert(0);
+            *n = if slow { *n + 1 } else { n.saturating_sub(1) };
+        }
         s.base_ms = base;
         let near = s.own.near(x, cfg.floor_ms);
         s.own.learn(x, near);
@@ -409,6 +428,12 @@ impl NfsDetector {
 
     pub fn forget_hosts(&mut self, gone: &std::collections::HashSet<String>) {
         self.series.retain(|(h, _, _), _| !gone.contains(h));
+        self.slow_series.clear();
+        for ((_, t, _), s) in &self.series {
+            if s.streak > 0 {
+                *self.slow_series.entry(t.clone()).or_insert(0) += 1;
+            }
+        }
         self.jobs.retain(|h, _| !gone.contains(h));
         self.mounts.retain(|h, _| !gone.contains(h));
         let mounted: BTreeSet<&Target> = self.mounts.values().flat_map(|m| m.keys()).collect();

@@ -278,3 +278,38 @@ fn an_ipv6_nfs_server_keeps_its_whole_name() {
         .collect();
     assert_eq!(opened, ["nfs:[fd00::5]:/home"]);
 }
+
+/// A healthy target with 500 clients costs no walk over its clients (each
+/// one O(clients): per window that made a slot O(clients²)); one slow
+/// client makes its target's windows walk again, and its incident is found
+/// as before.
+#[test]
+fn a_healthy_target_costs_no_walk_over_its_clients() {
+    let mut e = Engine::new(&DetectConfig::default(), Default::default());
+    let mut opened = Vec::new();
+    for k in 0..12 {
+        for i in 0..500 {
+            // Host 7 is 10x slower from slot 6.
+            let f = if i == 7 && k >= 6 { 10.0 } else { 1.0 };
+            // The eight hosts' RTTs (2.0–2.35 ms), over and over.
+            let mut w = window(i % 8, k, f);
+            w.origin = Some(Origin {
+                hostname: host(i),
+                ..Origin::default()
+            });
+            for u in e.ingest(&w) {
+                if u.kind == "nfs_latency" && u.state == "opened" {
+                    opened.push((k, u.entity));
+                }
+            }
+        }
+        if k == 5 {
+            assert_eq!(e.nfs.walks, 0, "no slow series yet");
+        }
+    }
+    // From host 7's first slow window (slot 6) on, every window of the
+    // target walks: 6 slots of 500 windows less hosts 0–6 of slot 6.
+    assert_eq!(e.nfs.walks, 6 * 500 - 7);
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    assert!(opened[0].1.contains("n007"), "{opened:?}");
+}
