@@ -55,6 +55,11 @@ pub struct StragglerDetector {
     persist_ms: i64,
     /// The other shards' summaries, when sharded: their ranks of each job.
     remote: Option<std::sync::Arc<super::fleet::Remote>>,
+    /// Each job's median and rank count, recomputed once per half window
+    /// of event time ([`SlotCache`](super::slot_cache::SlotCache)): the
+    /// walk is over every rank of the job, so per window it made a slot
+    /// of a 100,000-rank job cost 10^10 rank visits.
+    medians: HashMap<String, super::slot_cache::SlotCache<(f64, usize)>>,
 }
 
 impl Default for StragglerDetector {
@@ -69,6 +74,7 @@ impl StragglerDetector {
             ranks: HashMap::new(),
             persist_ms: (min_persist_s * 1000.0) as i64,
             remote: None,
+            medians: HashMap::new(),
         }
     }
 
@@ -110,9 +116,22 @@ impl StragglerDetector {
         }
     }
 
+    /// [`Self::job_median`] as of the slot of the window ending at
+    /// `end_ms`: computed by the slot's first window of the job, reused by
+    /// the rest (like the peers of the other shards, one slot behind).
+    fn slot_median(&mut self, job: &str, claims: &Claims, end_ms: i64, len_ms: i64) -> (f64, usize) {
+        let mut cache = self.medians.remove(job).unwrap_or_default();
+        let v = cache.get(end_ms, len_ms, || self.job_median(job, claims));
+        if self.ranks.contains_key(job) {
+            self.medians.insert(job.to_string(), cache);
+        }
+        v
+    }
+
     /// Updates the ranks reported by this window; returns the slow ranks
     /// (after persistence) and the `<job>/<rank>` entities evaluated. Cost:
-    /// the window's steps plus the ranks of the jobs it reports.
+    /// the window's steps, plus the ranks of the jobs it reports once per
+    /// half window of event time.
     pub fn observe(&mut self, host: &str, w: &Window, claims: &Claims) -> (Vec<Slow>, Vec<String>) {
         let mut evaluated = Vec::with_capacity(w.steps.len());
         let mut by_job: HashMap<&str, Vec<&proto::v1::StepTime>> = HashMap::new();
@@ -140,8 +159,13 @@ impl StragglerDetector {
         let mut slow = Vec::new();
         let mut jobs: Vec<(&str, Vec<&proto::v1::StepTime>)> = by_job.into_iter().collect();
         jobs.sort_by(|a, b| a.0.cmp(b.0));
+        let len_ms = if w.start_unix_ms > 0 && w.end_unix_ms > w.start_unix_ms {
+            w.end_unix_ms - w.start_unix_ms
+        } else {
+            1000
+        };
         for (job, steps) in jobs {
-            let (m, n) = self.job_median(job, claims);
+            let (m, n) = self.slot_median(job, claims, w.end_unix_ms, len_ms);
             if n < MIN_RANKS {
                 continue;
             }
@@ -186,6 +210,7 @@ impl StragglerDetector {
             ranks.retain(|_, r| !gone.contains(&r.host));
         }
         self.ranks.retain(|_, r| !r.is_empty());
+        self.medians.retain(|j, _| self.ranks.contains_key(j));
     }
 }
 
