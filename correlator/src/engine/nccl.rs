@@ -91,6 +91,11 @@ pub struct NcclDetector {
     comms: HashMap<String, Comm>,
     /// Latest window end per host (its clock).
     host_now: HashMap<String, i64>,
+    /// The latest window end of any host: no communicator's freshest
+    /// host is ahead of it.
+    latest_ms: i64,
+    /// Communicators judged so far (a scaling test counts them).
+    pub judged: u64,
     /// Jobs that sent an OTLP step time: never inferred.
     otlp_jobs: HashSet<String>,
     /// Communicators with an open hang (judged on every window of the
@@ -231,9 +236,30 @@ impl NcclDetector {
             }
         }
         let mut touched = BTreeSet::new();
+        // Communicators in which this host has a live rank whose latest
+        // collective is within `hang_min_s` of its window's end, its host
+        // not behind any other by as much: no verdict can find them hung
+        // (every rank would have to be silent past the bound, or gone,
+        // which a rank reporting now is not), so the walk over their ranks
+        // (O(ranks) a window: O(ranks²) a slot of a 100,000-rank ring) is
+        // skipped.
+        let mut moving = BTreeSet::new();
+        self.latest_ms = self.latest_ms.max(w.end_unix_ms);
+        let min_ms = (self.cfg.hang_min_s * 1000.0) as i64;
+        let current = self.latest_ms - w.end_unix_ms < min_ms;
         for r in &w.nccl {
             self.update(host, w.end_unix_ms, r);
             touched.insert(r.comm.clone());
+            let live_now = self
+                .comms
+                .get(&r.comm)
+                .and_then(|c| c.ranks.get(&(host.to_string(), r.pid)))
+                .is_some_and(|k| {
+                    !k.ended && !k.exited && k.last_ms > 0 && w.end_unix_ms - k.last_ms < min_ms
+                });
+            if current && live_now {
+                moving.insert(r.comm.clone());
+            }
         }
         split::resolve(&mut self.comms, &touched);
         let prefix = vocab::entity::host_prefix(host);
@@ -253,6 +279,14 @@ impl NcclDetector {
             let Some(c) = self.comms.get(&id) else {
                 continue;
             };
+            if moving.contains(&id) {
+                if let Some(e) = self.comms.get_mut(&id).and_then(|c| c.hang.take()) {
+                    evaluated.push(e);
+                }
+                self.hung.remove(&id);
+                continue;
+            }
+            self.judged += 1;
             let ctx = stuck::Ctx {
                 cfg: &self.cfg,
                 host_now: &self.host_now,

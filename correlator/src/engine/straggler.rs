@@ -119,7 +119,13 @@ impl StragglerDetector {
     /// [`Self::job_median`] as of the slot of the window ending at
     /// `end_ms`: computed by the slot's first window of the job, reused by
     /// the rest (like the peers of the other shards, one slot behind).
-    fn slot_median(&mut self, job: &str, claims: &Claims, end_ms: i64, len_ms: i64) -> (f64, usize) {
+    fn slot_median(
+        &mut self,
+        job: &str,
+        claims: &Claims,
+        end_ms: i64,
+        len_ms: i64,
+    ) -> (f64, usize) {
         let mut cache = self.medians.remove(job).unwrap_or_default();
         let v = cache.get(end_ms, len_ms, || self.job_median(job, claims));
         if self.ranks.contains_key(job) {

@@ -255,3 +255,55 @@ fn the_inspector_s_bandwidth_is_quoted_next_to_the_rank_on_that_gpu() {
     d.forget_hosts(&["a".to_string()].into());
     assert!(d.perf.is_empty());
 }
+
+/// A communicator of 2,048 ranks (256 hosts × 8) that keeps issuing is not
+/// walked at all (each verdict is O(ranks): per window that made a slot of
+/// a 100,000-rank ring O(ranks²)); once one rank stops and the others wait,
+/// the communicator is judged again and the hang found as before.
+#[test]
+fn a_moving_communicator_is_not_walked_and_a_stopped_one_still_is() {
+    let mut d = NcclDetector::new(NcclConfig::default());
+    let c = "00000000000000bb";
+    let host = |h: usize| format!("n{h:03}");
+    let rows = |h: usize, seq: u64, last: i64| -> Vec<NcclRank> {
+        (0..8)
+            .map(|g| {
+                let r = (h * 8 + g) as i32;
+                let mut x = rank(c, r, 1000 + r as u32, seq, last, 0.01);
+                x.nranks = 2048;
+                x
+            })
+            .collect()
+    };
+    for t in 1..=5i64 {
+        let end = t * 1000;
+        for h in 0..256 {
+            let (f, _) = d.observe(
+                &host(h),
+                &window(&host(h), end, rows(h, 100 * t as u64, end - 5)),
+            );
+            assert!(f.is_empty(), "healthy at {t}: {f:?}");
+        }
+    }
+    assert_eq!(d.judged, 0, "every window's own ranks were moving");
+    // Host n017 stops at 500; the others reach 501 and wait there.
+    let mut found = Vec::new();
+    for t in 6..=8i64 {
+        let end = t * 1000;
+        for h in 0..256 {
+            let r = if h == 17 {
+                rows(h, 500, 4995)
+            } else {
+                rows(h, 501, 5010)
+            };
+            found.extend(d.observe(&host(h), &window(&host(h), end, r)).0);
+        }
+        if !found.is_empty() {
+            break;
+        }
+    }
+    assert!(d.judged > 0);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind.as_str(), "collective_hang");
+    assert_eq!(found[0].entity, format!("n017/nccl/{c}"));
+}
