@@ -20,7 +20,10 @@ use serde::Serialize;
 use crate::{paired, peer::Bpftrace, report::Failures};
 
 mod bounded;
+mod load;
 mod storm;
+
+use load::Load;
 
 use storm::{finish, spawn};
 
@@ -54,6 +57,10 @@ pub struct Args {
     /// Skip the bpftrace peer row.
     #[arg(long)]
     no_peer: bool,
+    /// Background load, one full set of rounds each (comma-separated):
+    /// `none`, `build` (a parallel C build in a loop, 2 jobs).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "none,build")]
+    load: Vec<Load>,
 }
 
 /// The stand-in's builds.
@@ -145,13 +152,40 @@ struct Report {
     /// The kind of instruction faultline's launch probe sits on.
     probed_entry: &'static str,
     peer: String,
-    rows: Vec<Row>,
+    /// One full set of rounds per background load.
+    runs: Vec<LoadRun>,
     target_bounded_ratio_min: f64,
-    target_count_error_max: f64,
-    /// Bounded mode's count is within `target_count_error_max` of the truth
-    /// in every round, or the controller marked it approximate (`None`
-    /// without bounded rounds).
-    bounded_counts_within_target_or_approximate: Option<bool>,
+    /// Every bounded round's count / truth is within the bound the
+    /// controller stated for it (`None` without bounded rounds).
+    bounded_counts_within_stated_bound: Option<bool>,
+}
+
+/// The rounds under one background load.
+#[derive(Serialize)]
+struct LoadRun {
+    load: Load,
+    load_description: &'static str,
+    /// Compiles the build load finished while the rounds ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    load_compiles: Option<u64>,
+    /// The machine's load average over the last minute at the end.
+    loadavg_1m_at_end: Option<f64>,
+    rows: Vec<Row>,
+    /// Per bounded round: count / truth against the stated bound.
+    bounded_checks: Vec<BoundedCheck>,
+    bounded_counts_within_stated_bound: Option<bool>,
+}
+
+/// One bounded round's count against its stated bound.
+#[derive(Clone, Debug, Serialize)]
+struct BoundedCheck {
+    round: usize,
+    count_over_truth: f64,
+    stated_bound: f64,
+    approximate: bool,
+    within: bool,
+    calibrated_hit_cost_ns: f64,
+    paid_hit_cost_ns: f64,
 }
 
 fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
@@ -167,16 +201,45 @@ fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
 /// trap cost the stand-in really paid.
 #[derive(Clone, Debug, Default, Serialize)]
 struct BoundedRound {
-    /// The controller marked the sampled counts approximate (in any window).
+    /// The controller marked the sampled counts approximate (in any window
+    /// sampled after a rate change was measured).
     pub approximate: bool,
-    /// Its largest estimated relative error of the sampled counts.
+    /// Its largest estimated relative error of the sampled counts, over
+    /// the windows sampled after a rate change was measured: the bound the
+    /// round is held to.
     pub estimated_error_bound: f64,
+    /// Windows sampled before any rate change was measured (the bound then
+    /// says unmeasured, and the counts approximate).
+    pub unmeasured_windows: u32,
+    /// What that bound was made of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terms: Option<Terms>,
     /// The per-hit cost it used at the end, ns.
     pub calibrated_hit_cost_ns: f64,
     /// What a trap cost the stand-in: its CPU per launch while the probes
     /// were attached less its CPU per launch while detached (from its true
     /// count), ns (`/proc/PID/task/*/schedstat`, read at each toggle).
     pub paid_hit_cost_ns: f64,
+}
+
+/// The bound's terms ([`collector::cuda::launch_control::BoundTerms`]).
+#[derive(Clone, Debug, Serialize)]
+struct Terms {
+    trap_share: f64,
+    cost_uncertainty: f64,
+    rate_variation: f64,
+    rate_changes_measured: usize,
+}
+
+impl From<collector::cuda::launch_control::BoundTerms> for Terms {
+    fn from(t: collector::cuda::launch_control::BoundTerms) -> Self {
+        Self {
+            trap_share: t.share,
+            cost_uncertainty: t.cost_uncertainty,
+            rate_variation: t.rate_variation,
+            rate_changes_measured: t.changes,
+        }
+    }
 }
 
 /// One measurement.
@@ -295,12 +358,13 @@ fn rows(configs: &[Config], s: &Series) -> Vec<Row> {
         .collect()
 }
 
-/// The table and bounded mode's rounds; whether bounded mode's counts were
-/// within 5 % of the truth or marked approximate in every round.
-fn print_rows(a: &Args, rows: &[Row], hit_ns: f64, kind: &str) -> Option<bool> {
+/// The table and bounded mode's rounds; each bounded round's count against
+/// the bound the controller stated for it.
+fn print_rows(a: &Args, load: Load, rows: &[Row], hit_ns: f64, kind: &str) -> Vec<BoundedCheck> {
     println!(
-        "launch-heavy stand-in ({} build): {} threads × (cuLaunchKernel + {} µs CPU), {} s × {} rounds; uprobe hit {:.0} ns on a {} entry",
+        "launch-heavy stand-in ({} build, load: {}): {} threads × (cuLaunchKernel + {} µs CPU), {} s × {} rounds; uprobe hit {:.0} ns on a {} entry",
         a.entry.name(),
+        load.name(),
         a.threads,
         a.work_ns as f64 / 1e3,
         a.seconds,
@@ -315,9 +379,13 @@ fn print_rows(a: &Args, rows: &[Row], hit_ns: f64, kind: &str) -> Option<bool> {
             .count_over_truth
             .iter()
             .enumerate()
-            .map(|(k, x)| {
-                let approx = r.bounded_rounds.get(k).is_some_and(|b| b.approximate);
-                format!("{x:.3}{}", if approx { " (approximate)" } else { "" })
+            .map(|(k, x)| match r.bounded_rounds.get(k) {
+                Some(b) => format!(
+                    "{x:.3} (±{:.1} %{})",
+                    b.estimated_error_bound * 100.0,
+                    if b.approximate { ", approximate" } else { "" }
+                ),
+                None => format!("{x:.3}"),
             })
             .collect();
         println!(
@@ -335,24 +403,30 @@ fn print_rows(a: &Args, rows: &[Row], hit_ns: f64, kind: &str) -> Option<bool> {
             println!("| {} | FAILED | {f} | |", r.label);
         }
     }
-    let held = rows
-        .iter()
-        .find(|r| r.config == Config::FaultlineBounded && !r.bounded_rounds.is_empty())
-        .map(|r| {
-            r.count_over_truth
-                .iter()
-                .zip(&r.bounded_rounds)
-                .all(|(c, b)| (c - 1.0).abs() <= 0.05 || b.approximate)
-        });
+    let mut checks = Vec::new();
     if let Some(b) = rows.iter().find(|r| r.config == Config::FaultlineBounded) {
-        for (k, r) in b.bounded_rounds.iter().enumerate() {
+        for (k, (c, r)) in b.count_over_truth.iter().zip(&b.bounded_rounds).enumerate() {
+            // Exact counts (never sampled) are held to 0 within rounding.
+            let within = (c - 1.0).abs() <= r.estimated_error_bound + 1e-6;
             println!(
-                "bounded round {k}: {} (estimated error bound {:.1} %), trap cost paid {:.0} ns, used {:.0} ns",
-                if r.approximate { "approximate" } else { "not marked approximate" },
+                "bounded round {k}: count / truth {c:.3}, stated bound ±{:.1} %{} → {}; {} window(s) sampled before a rate change was measured; terms {:?}; trap cost paid {:.0} ns, used {:.0} ns",
                 r.estimated_error_bound * 100.0,
+                if r.approximate { " (approximate)" } else { "" },
+                if within { "within" } else { "OUTSIDE" },
+                r.unmeasured_windows,
+                r.terms,
                 r.paid_hit_cost_ns,
                 r.calibrated_hit_cost_ns
             );
+            checks.push(BoundedCheck {
+                round: k,
+                count_over_truth: *c,
+                stated_bound: r.estimated_error_bound,
+                approximate: r.approximate,
+                within,
+                calibrated_hit_cost_ns: r.calibrated_hit_cost_ns,
+                paid_hit_cost_ns: r.paid_hit_cost_ns,
+            });
         }
         println!(
             "bounded mode: attached fraction per window {:?}",
@@ -362,13 +436,60 @@ fn print_rows(a: &Args, rows: &[Row], hit_ns: f64, kind: &str) -> Option<bool> {
                 .collect::<Vec<_>>()
         );
     }
-    held
+    checks
+}
+
+/// The 1-minute load average.
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Every round under `load`; a bounded round outside its stated bound is
+/// a failure.
+fn run_load(
+    a: &Args,
+    load: Load,
+    configs: &[Config],
+    hit_ns: f64,
+    kind: &str,
+    failures: &mut Failures,
+) -> Result<LoadRun> {
+    let running = load::start(load)?;
+    let series = rounds(a, configs, failures);
+    let compiles = running.stop()?;
+    let rows = rows(configs, &series);
+    let checks = print_rows(a, load, &rows, hit_ns, kind);
+    for c in checks.iter().filter(|c| !c.within) {
+        failures.add(
+            &format!("bounded round {} (load {})", c.round, load.name()),
+            &anyhow::anyhow!(
+                "count / truth {:.4} outside the stated bound ±{:.2} %",
+                c.count_over_truth,
+                c.stated_bound * 100.0
+            ),
+        );
+    }
+    let held = (!checks.is_empty()).then(|| checks.iter().all(|c| c.within));
+    Ok(LoadRun {
+        load,
+        load_description: load.describe(),
+        load_compiles: (load != Load::None).then_some(compiles),
+        loadavg_1m_at_end: loadavg(),
+        rows,
+        bounded_checks: checks,
+        bounded_counts_within_stated_bound: held,
+    })
 }
 
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     ensure!(
-        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0,
-        "rounds, seconds and threads must be positive"
+        a.rounds > 0 && a.seconds > 0.0 && a.threads > 0 && !a.load.is_empty(),
+        "rounds, seconds, threads and loads must be positive"
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -387,9 +508,17 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         configs.push(Config::Bpftrace);
     }
     let mut failures = Failures::default();
-    let series = rounds(a, &configs, &mut failures);
-    let rows = rows(&configs, &series);
-    let held = print_rows(a, &rows, hit_ns, kind.name());
+    let mut runs = Vec::new();
+    for &load in &a.load {
+        let r = run_load(a, load, &configs, hit_ns, kind.name(), &mut failures);
+        if let Some(r) = failures.part(&format!("load {}", load.name()), r) {
+            runs.push(r);
+        }
+    }
+    let held: Vec<bool> = runs
+        .iter()
+        .filter_map(|r| r.bounded_counts_within_stated_bound)
+        .collect();
     let report = Report {
         benchmark: "cuda_launch_bounded_overhead",
         workload: format!(
@@ -404,10 +533,9 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
         uprobe_hit_cost_ns: hit_ns,
         probed_entry: kind.name(),
         peer: crate::peer::version_if(peer),
-        rows,
+        runs,
         target_bounded_ratio_min: 0.98,
-        target_count_error_max: 0.05,
-        bounded_counts_within_target_or_approximate: held,
+        bounded_counts_within_stated_bound: (!held.is_empty()).then(|| held.iter().all(|h| *h)),
     };
     crate::report::write(&out_dir.join(a.result_file()), &report, &failures)?;
     failures.into_result()

@@ -41,34 +41,8 @@ pub const HIT_COST_UNCERTAINTY_MIN: f64 = 0.25;
 /// marked approximate (`faultline_cuda_launch_counts_approximate`).
 pub const APPROXIMATE_ABOVE: f64 = 0.05;
 
-/// The relative error of a sampled launch estimate that an error `u`
-/// (relative) in the per-hit cost causes, for a process whose launch traps
-/// take the share `share` of its CPU fully attached, counted for `fraction`
-/// of the time. The uncounted part is scaled by `1 ÷ (1 − s)` with
-/// `s = rate × hit_cost ÷ cpu`, so `δs = s u` moves it by
-/// `s ÷ (1 − s) × u`; that part is `1 − fraction` of the count (the
-/// counted part is exact). `s` is capped as the scaling caps it.
-pub fn estimate_error_bound(fraction: f64, share: f64, u: f64) -> f64 {
-    let s = share.clamp(0.0, MAX_TRAP_SHARE);
-    (1.0 - fraction.clamp(0.0, 1.0)) * s / (1.0 - s) * u.max(0.0)
-}
-
-/// The relative uncertainty of a per-hit cost from its recent measurements:
-/// half their range over their median, never below
-/// [`HIT_COST_UNCERTAINTY_MIN`]; 1 (unknown) without two measurements that
-/// agree on a positive median.
-pub fn hit_cost_uncertainty(recent: &[f64]) -> f64 {
-    let mut v: Vec<f64> = recent.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    let (Some(lo), Some(hi)) = (v.first(), v.last()) else {
-        return 1.0;
-    };
-    let median = v[v.len() / 2];
-    if median <= 0.0 {
-        return 1.0;
-    }
-    ((hi - lo) / 2.0 / median).max(HIT_COST_UNCERTAINTY_MIN)
-}
+// The error bound of the sampled counts, measured while the mode runs, is
+// `crate::cuda::launch_control::bound`.
 
 /// One process's window, as the controller sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -153,6 +127,13 @@ pub struct CpuSplit {
 /// per-CPU-second rate.
 pub const MIN_RATE_CPU_S: f64 = 0.01;
 
+/// The per-CPU-second rate spans at least this much of the latest counted
+/// CPU (up to twice it), once there is that much: the CPU is read in 10 ms
+/// ticks, and a rate from the sliver of a window that fell into a snapshot
+/// interval (a few ticks) was off by tens of percent and scaled a whole
+/// detached period with it. One tick in a second moves it by 1 %.
+pub const RATE_SPAN_CPU_S: f64 = 1.0;
+
 /// Turns raw cumulative launch counters (counted only while attached) into
 /// estimated cumulative counters, so every consumer of a snapshot (window
 /// rows, `/metrics`, the console) sees rates of the whole time.
@@ -174,8 +155,37 @@ struct KeyScale {
     /// Per counted second, of the latest interval with enough counted time:
     /// launches, `_ex`, cooperative, blocks, threads, shared memory bytes.
     rate: Option<[f64; 6]>,
-    /// The same per counted CPU second of the process.
-    cpu_rate: Option<[f64; 6]>,
+    /// Counted launches (the six fields) and CPU seconds: the span being
+    /// filled, and the last one that reached [`RATE_SPAN_CPU_S`]; the rate
+    /// per counted CPU second of the process is over both.
+    cpu_cur: ([f64; 6], f64),
+    cpu_prev: Option<([f64; 6], f64)>,
+}
+
+impl KeyScale {
+    /// Adds an interval's counted launches and CPU; the rate per counted
+    /// CPU second over the latest [`RATE_SPAN_CPU_S`] to twice it (less
+    /// while there is less, down to [`MIN_RATE_CPU_S`]).
+    fn add_counted(&mut self, delta: [u64; 6], cpu_s: f64) -> Option<[f64; 6]> {
+        if cpu_s > 0.0 {
+            let (n, c) = &mut self.cpu_cur;
+            for (x, d) in n.iter_mut().zip(delta) {
+                *x += d as f64;
+            }
+            *c += cpu_s;
+        }
+        if self.cpu_cur.1 >= RATE_SPAN_CPU_S {
+            self.cpu_prev = Some(std::mem::take(&mut self.cpu_cur));
+        }
+        let (mut n, mut c) = self.cpu_cur;
+        if let Some((pn, pc)) = self.cpu_prev {
+            for (x, p) in n.iter_mut().zip(pn) {
+                *x += p;
+            }
+            c += pc;
+        }
+        (c >= MIN_RATE_CPU_S).then(|| n.map(|x| x / c))
+    }
 }
 
 fn fields(v: &LaunchStats) -> [u64; 6] {
@@ -211,8 +221,10 @@ impl Scaler {
     /// then move the estimate not at all (on a loaded 2-core VM the wall
     /// clock's rate overstated 8 s storms by 4–17 %, most of it the time
     /// after the process exited). Otherwise both are wall-clock seconds.
-    /// The rate is that of the latest interval with at least [`MIN_RATE_S`]
-    /// ([`MIN_RATE_CPU_S`]) counted, so a duty period longer than the
+    /// The wall-clock rate is that of the latest interval with at least
+    /// [`MIN_RATE_S`] counted, the CPU rate that of the latest
+    /// [`RATE_SPAN_CPU_S`] to twice it of counted CPU (at least
+    /// [`MIN_RATE_CPU_S`]), so a duty period longer than the
     /// snapshot interval (most snapshots then hold no counted time) is still
     /// scaled by what the last window saw. (Scaling the whole raw count by
     /// `1 ÷ (a (1 − s))` would also "correct" the counted part, which really
@@ -244,15 +256,16 @@ impl Scaler {
                     ks.rate = Some(delta.map(|d| d as f64 / counted_s));
                 }
                 let split = cpu.get(&k.pid);
-                if let Some(c) = split.filter(|c| c.counted_s >= MIN_RATE_CPU_S) {
-                    ks.cpu_rate = Some(delta.map(|d| d as f64 / c.counted_s));
-                }
+                let cpu_rate = match split {
+                    Some(c) => ks.add_counted(delta, c.counted_s),
+                    None => ks.add_counted([0; 6], 0.0),
+                };
                 let s = trap_share
                     .get(&k.pid)
                     .copied()
                     .unwrap_or(0.0)
                     .clamp(0.0, MAX_TRAP_SHARE);
-                let (rate, over) = match (split, ks.cpu_rate) {
+                let (rate, over) = match (split, cpu_rate) {
                     (Some(c), Some(r)) => (Some(r), c.uncounted_s),
                     // Gone before its CPU rate was known: nothing is owed.
                     (Some(c), None) if c.uncounted_s <= 0.0 => (None, 0.0),
@@ -359,46 +372,6 @@ mod tests {
     }
 
     #[test]
-    fn the_error_bound_follows_the_trap_share() {
-        // The stepped build under load: traps ~40 % of the storm's CPU,
-        // attached 3 % of the time, the cost known to ±25 %: ±16 %, far
-        // outside 5 % (the counts read 0.86–1.00 of the truth).
-        let stepped = estimate_error_bound(0.03, 0.40, HIT_COST_UNCERTAINTY_MIN);
-        assert!(
-            (stepped - 0.97 * 0.4 / 0.6 * 0.25).abs() < 1e-12,
-            "{stepped}"
-        );
-        assert!(stepped > APPROXIMATE_ABOVE);
-        // Emulated entries (plain and CET builds): traps ~7 % of the CPU,
-        // attached 15 %: ±1.6 %, not approximate (the counts read
-        // 0.99–1.00).
-        let emulated = estimate_error_bound(0.15, 0.07, HIT_COST_UNCERTAINTY_MIN);
-        assert!(emulated < 0.016, "{emulated}");
-        // Counted all the time: exact whatever the cost.
-        assert_eq!(estimate_error_bound(1.0, 0.9, 1.0), 0.0);
-        // The share is capped as the scaling caps it.
-        assert_eq!(
-            estimate_error_bound(0.0, 5.0, 0.25),
-            estimate_error_bound(0.0, MAX_TRAP_SHARE, 0.25)
-        );
-    }
-
-    #[test]
-    fn the_cost_uncertainty_is_the_spread_of_its_measurements_or_the_floor() {
-        assert_eq!(hit_cost_uncertainty(&[]), 1.0);
-        assert_eq!(hit_cost_uncertainty(&[0.0]), 1.0);
-        // Close measurements: the floor.
-        assert_eq!(
-            hit_cost_uncertainty(&[9.4e-6, 9.5e-6, 9.6e-6]),
-            HIT_COST_UNCERTAINTY_MIN
-        );
-        // A VM's trap moving between 9 and 17 µs: half the range over the
-        // median 9.6 µs.
-        let u = hit_cost_uncertainty(&[9.0e-6, 17.0e-6, 9.6e-6, 12.0e-6, 9.3e-6]);
-        assert!((u - 4.0 / 9.6).abs() < 1e-9, "{u}");
-    }
-
-    #[test]
     fn a_burst_stays_exact() {
         // 25 launches in a short-lived process: over budget on paper, but
         // too few to judge.
@@ -446,6 +419,36 @@ mod tests {
         let mut m = BTreeMap::from([(key(1), stats(1000))]);
         s.apply(&mut m, 0.0, 1.0, &none, &BTreeMap::new());
         assert_eq!(m[&key(1)].launches, 3500);
+    }
+
+    #[test]
+    fn the_cpu_rate_spans_a_cpu_second_not_a_windows_sliver() {
+        let mut s = Scaler::default();
+        let none = BTreeMap::new();
+        let mut m = BTreeMap::from([(key(1), stats(0))]);
+        s.apply(&mut m, 1.0, 1.0, &none, &BTreeMap::new());
+        let split = |c: f64, u: f64| {
+            BTreeMap::from([(
+                1,
+                CpuSplit {
+                    counted_s: c,
+                    uncounted_s: u,
+                },
+            )])
+        };
+        // A window: 150,000 launches in 1.5 CPU s counted (100k/CPU s).
+        let mut m = BTreeMap::from([(key(1), stats(150_000))]);
+        s.apply(&mut m, 0.8, 1.0, &none, &split(1.5, 0.0));
+        assert_eq!(m[&key(1)].launches, 150_000);
+        // The next snapshot holds the window's last 20 ms of CPU (3,000
+        // launches: two ticks read, 150k/CPU s on their own) and 6 CPU s
+        // uncounted. The rate spans the last 1.52 CPU s: 153,000 / 1.52.
+        let mut m = BTreeMap::from([(key(1), stats(153_000))]);
+        s.apply(&mut m, 0.01, 1.0, &none, &split(0.02, 6.0));
+        let want = 153_000 + (153_000.0 / 1.52 * 6.0_f64).round() as u64;
+        assert_eq!(m[&key(1)].launches, want);
+        // The sliver's own rate would have added 900,000, 49 % more.
+        assert!(want < 153_000 + 610_000, "{want}");
     }
 
     #[test]

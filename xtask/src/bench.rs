@@ -17,8 +17,9 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-/// The longest one benchmark may run (the longest, `launch`, takes about
-/// 6 minutes on an idle 2-core machine).
+/// The longest one benchmark may run (the longest, `launch`, runs its
+/// rounds twice, without load and under a parallel build: about 12 minutes
+/// on a 2-core machine).
 const TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
 /// The full suite: each benchmark's arguments.

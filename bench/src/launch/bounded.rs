@@ -44,14 +44,26 @@ fn agent_loop(p: &mut Probes, ctl: &mut LaunchController, pid: u32, before: u64)
         // final CPU time (the scaling's basis).
         let exited = collector::probes::bench::child_exited_unreaped(pid);
         if !exited {
-            cpu_end = task_cpu_ns(pid);
+            // A thread's CPU leaves the sum when it exits (the workers end
+            // before the process): the total is the largest reading.
+            cpu_end = cpu_end.max(task_cpu_ns(pid));
         }
         let now = Instant::now();
         if exited || now >= next_window {
             let snap = p.cuda_snapshot()?;
             fractions.push(ctl.fraction());
-            round.approximate |= ctl.approximate();
-            round.estimated_error_bound = round.estimated_error_bound.max(ctl.error_bound());
+            let terms = ctl.bound_terms();
+            if ctl.fraction() < 1.0 && terms.changes == 0 {
+                // Sampled before a rate change was measured: the bound
+                // says so (unmeasured rate, approximate).
+                round.unmeasured_windows += 1;
+            } else if ctl.fraction() < 1.0 {
+                round.approximate |= ctl.approximate();
+                if ctl.error_bound() >= round.estimated_error_bound {
+                    round.estimated_error_bound = ctl.error_bound();
+                    round.terms = Some(terms.into());
+                }
+            }
             next_window = now + Duration::from_secs(1);
             if exited {
                 break snap
@@ -79,6 +91,10 @@ fn agent_loop(p: &mut Probes, ctl: &mut LaunchController, pid: u32, before: u64)
             std::thread::sleep(t.min(next_window) - now);
         }
     };
+    // Ended while attached: its last attached stretch.
+    if p.launch_probes_attached() {
+        cpu_att += cpu_end.saturating_sub(cpu_mark);
+    }
     Ok(Seen {
         estimate,
         fractions,

@@ -33,15 +33,17 @@ pub fn recent_cost(recent: &VecDeque<f64>) -> Option<f64> {
 }
 
 impl LaunchController {
-    /// The relative uncertainty of the per-hit cost in use: the spread of
-    /// the recent measurements (at least
-    /// [`launch_budget::HIT_COST_UNCERTAINTY_MIN`]); the floor for a
-    /// configured cost; 1 for an assumed one.
+    /// The relative uncertainty of the per-hit cost in use: the largest
+    /// deviation from it of any measurement taken while processes were
+    /// launch-heavy, i.e. its drift while the mode runs (at least
+    /// [`launch_budget::HIT_COST_UNCERTAINTY_MIN`],
+    /// [`super::bound::cost_drift`]); the floor for a configured cost; 1 for
+    /// an assumed one.
     pub fn hit_cost_uncertainty(&self) -> f64 {
         match self.cost_source {
             CostSource::Measured => {
-                let v: Vec<f64> = self.recent_hit_s.iter().copied().collect();
-                launch_budget::hit_cost_uncertainty(&v)
+                let v: Vec<f64> = self.run_hit_s.iter().copied().collect();
+                super::bound::cost_drift(&v, self.hit_cost_s)
             }
             CostSource::Configured => launch_budget::HIT_COST_UNCERTAINTY_MIN,
             CostSource::Assumed => 1.0,
@@ -85,7 +87,14 @@ impl LaunchController {
         }
         if fresh {
             self.recent_hit_s.clear();
+            self.run_hit_s.clear();
             self.under_load = true;
+        }
+        for &g in &got {
+            if self.run_hit_s.len() >= 4 * super::bound::KEPT {
+                self.run_hit_s.pop_front();
+            }
+            self.run_hit_s.push_back(g);
         }
         for g in got {
             if self.recent_hit_s.len() >= RECALIBRATE_KEEP {

@@ -56,6 +56,8 @@ pub fn cpu_rate(
 /// the probes counted of how long it lasted.
 pub(super) struct Measured {
     pub procs: Vec<ProcWindow>,
+    /// Every launching process's raw launch total and CPU seconds now.
+    pub readings: Vec<(u32, u64, f64)>,
     pub attached_s: f64,
     pub secs: f64,
 }
@@ -114,12 +116,14 @@ impl LaunchController {
             return Ok(None);
         }
         let mut procs = Vec::new();
+        let mut readings = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (&pid, &total) in &totals {
             let Some((cpu, age)) = self.cpu_s(pid) else {
                 continue;
             };
             seen.insert(pid);
+            readings.push((pid, total, cpu));
             // No rate at a pid's first reading: then its first sight below.
             let rate = cpu_rate(self.cpu_hist.entry(pid).or_default(), now, cpu, CPU_HORIZON);
             match (rate, tot0.get(&pid)) {
@@ -148,8 +152,100 @@ impl LaunchController {
         self.cpu_hist.retain(|pid, _| seen.contains(pid));
         Ok(Some(Measured {
             procs,
+            readings,
             attached_s,
             secs,
         }))
+    }
+}
+
+impl LaunchController {
+    /// `pid`'s CPU rate (CPUs) over its recent checks, without a new reading.
+    pub(super) fn cpu_per_s(&self, pid: u32) -> Option<f64> {
+        let h = self.cpu_hist.get(&pid)?;
+        let (&(t0, c0), &(t1, c1)) = (h.front()?, h.back()?);
+        let dt = t1.saturating_duration_since(t0).as_secs_f64();
+        (dt > 0.0).then(|| (c1 - c0).max(0.0) / dt)
+    }
+
+    /// Each tracked process's raw launches and CPU seconds, and when
+    /// they were read (empty without tracked processes).
+    pub(super) fn read_now(&self, probes: &Probes) -> (Instant, Vec<(u32, u64, f64)>) {
+        let mut out = Vec::new();
+        if self.tracks.is_empty() {
+            return (Instant::now(), out);
+        }
+        let totals = match probes.raw_launch_totals() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading launch totals at a toggle");
+                return (Instant::now(), out);
+            }
+        };
+        let at = Instant::now();
+        for &pid in self.tracks.keys() {
+            if let (Some(&raw), Some((cpu, _))) = (totals.get(&pid), self.cpu_s(pid)) {
+                out.push((pid, raw, cpu));
+            }
+        }
+        (at, out)
+    }
+
+    /// The CPU a process ran between `from` and `to` at its recent rate
+    /// (negative when `to` is earlier).
+    fn cpu_between(&self, pid: u32, from: Instant, to: Instant) -> f64 {
+        let rate = self.cpu_per_s(pid).unwrap_or(0.0);
+        let secs = if to >= from {
+            to.duration_since(from).as_secs_f64()
+        } else {
+            -from.duration_since(to).as_secs_f64()
+        };
+        rate * secs
+    }
+
+    /// Opens each tracked process's window at `opened` (when the gate
+    /// opened), from a reading taken before the attach: the raw counts stood
+    /// still until then, the CPU is carried forward at its rate.
+    pub(super) fn open_tracks(
+        &mut self,
+        (at, r): (Instant, Vec<(u32, u64, f64)>),
+        opened: Instant,
+    ) {
+        for (pid, raw, cpu) in r {
+            let cpu = cpu + self.cpu_between(pid, at, opened);
+            if let Some(t) = self.tracks.get_mut(&pid) {
+                t.open(raw, cpu);
+            }
+        }
+    }
+
+    /// Closes each tracked process's window at `closed` (when the gate
+    /// closed), from a reading taken after: the raw counts stood still
+    /// since, the CPU run since (the agent may be scheduled late on a loaded
+    /// node) is taken back at its rate.
+    pub(super) fn close_tracks(
+        &mut self,
+        (at, r): (Instant, Vec<(u32, u64, f64)>),
+        closed: Instant,
+    ) {
+        let tick = 1.0 / self.ticks;
+        let off_s = self.period.as_secs_f64() * (1.0 - self.fraction);
+        for (pid, raw, cpu) in r {
+            let cpu = cpu - self.cpu_between(pid, closed.min(at), at);
+            let rate = self.cpu_per_s(pid);
+            let Some(t) = self.tracks.get_mut(&pid) else {
+                continue;
+            };
+            t.close(raw, cpu, tick);
+            if let Some(r) = rate {
+                t.uncounted_cpu_s = r * off_s;
+            }
+            tracing::debug!(
+                pid,
+                changes = ?t.changes(),
+                variation = ?t.variation(),
+                "launch window closed"
+            );
+        }
     }
 }

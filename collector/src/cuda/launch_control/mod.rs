@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod bound;
 mod cost;
 mod decide;
 mod measure;
@@ -79,9 +80,34 @@ pub struct LaunchController {
     under_load: bool,
     /// Where the per-hit cost comes from (how far it can be trusted).
     cost_source: CostSource,
+    /// Every hit-cost measurement taken while processes were launch-heavy
+    /// (the last [`bound::KEPT`] × 4): the cost's drift while the mode runs.
+    run_hit_s: VecDeque<f64>,
+    /// Per launching process: its windows' rates and trap shares ([`bound`]).
+    tracks: HashMap<u32, bound::RateTrack>,
+    /// When the open window's gate closes (`None`: exact, no end).
+    gate_close: Option<Instant>,
     /// The estimated relative error of the sampled launch counts (0 while
-    /// exact): see [`launch_budget::estimate_error_bound`].
+    /// exact): see [`bound::error_bound`].
     error_bound: f64,
+    /// The terms of it, for the process that set it.
+    bound_terms: BoundTerms,
+}
+
+/// What the error bound is made of, for the process with the largest bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BoundTerms {
+    /// Its trap share (the median of its recent checks').
+    pub share: f64,
+    /// The per-hit cost's relative uncertainty: its in-run drift (at least
+    /// the floor) plus the share's own spread.
+    pub cost_uncertainty: f64,
+    /// How much the rate may differ between counted and uncounted time
+    /// (measured between windows and within them; [`bound::UNMEASURED`]
+    /// before a change was measured) plus the CPU ticks' truncation.
+    pub rate_variation: f64,
+    /// Rate changes measured so far.
+    pub changes: usize,
 }
 
 /// Where the per-hit cost the controller budgets and scales with comes from.
@@ -210,7 +236,11 @@ impl LaunchController {
             recent_hit_s: VecDeque::from([hit_cost_s]),
             under_load: false,
             cost_source: CostSource::Configured,
+            run_hit_s: VecDeque::new(),
+            tracks: HashMap::new(),
+            gate_close: None,
             error_bound: 0.0,
+            bound_terms: BoundTerms::default(),
         }
     }
 
@@ -220,10 +250,16 @@ impl LaunchController {
         self.error_bound
     }
 
+    /// What [`Self::error_bound`] is made of.
+    pub fn bound_terms(&self) -> BoundTerms {
+        self.bound_terms
+    }
+
     /// Whether the sampled launch counts are approximate: their estimated
-    /// error is above [`launch_budget::APPROXIMATE_ABOVE`], because the
-    /// per-hit cost cannot be known well enough for how much of the
-    /// processes' CPU the traps take (single-stepped entries).
+    /// error is above [`launch_budget::APPROXIMATE_ABOVE`] (the traps take
+    /// so much of a process's CPU that the per-hit cost's uncertainty moves
+    /// the estimate that much, or its launch rate moves that much between
+    /// windows, or it has not been measured yet).
     pub fn approximate(&self) -> bool {
         self.error_bound > launch_budget::APPROXIMATE_ABOVE
     }
@@ -252,10 +288,22 @@ impl LaunchController {
         // Attached, launches count for exactly the attached share of the
         // period (the gate's window), however late this runs.
         let window = self.period.mul_f64(self.fraction);
+        // Detached, the raw counts stand still: read before attaching.
+        let before = (!attached).then(|| self.read_now(probes));
+        // An open window closes at its scheduled end, or now (leaving exact mode).
+        let closes = self.gate_close.take().unwrap_or_else(Instant::now);
         probes.set_launch_attached(!attached, Some(window))?;
         if !attached {
             // The period starts when counting does (attaching takes ms).
             self.phase = Instant::now();
+            self.gate_close = Some(self.phase + window);
+        }
+        match before {
+            Some(r) => self.open_tracks(r, self.phase),
+            None => {
+                let r = self.read_now(probes);
+                self.close_tracks(r, closes);
+            }
         }
         metrics::counter!(crate::metrics_catalog::CUDA_LAUNCH_TOGGLES.name).increment(1);
         Ok(())
@@ -298,7 +346,8 @@ impl LaunchController {
         };
         self.recalibrate(now);
         let was = self.fraction;
-        let d = self.decide(&m);
+        let counting = probes.launch_probes_attached();
+        let d = self.decide(&m, counting);
         self.apply(probes, &d)?;
         Ok(self.report(was, &d))
     }
