@@ -124,6 +124,7 @@ fn generate(
     senders: Option<Vec<mpsc::Sender<Window>>>,
     slots: u64,
     tick: Duration,
+    behind: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Result<(Plan, Vec<Slot>, f64)>> {
     std::thread::Builder::new()
         .name("fleet-sim".into())
@@ -133,6 +134,9 @@ fn generate(
             let nodes = plan.cluster.nodes();
             let mut out = Vec::new();
             for i in 1..=slots {
+                if behind.load(Ordering::Relaxed) {
+                    break;
+                }
                 plan.cluster.advance(&plan.faults, ONSETS[0]);
                 let mut slot = Slot {
                     k: plan.cluster.window_index(),
@@ -188,7 +192,8 @@ fn thread_cpu_seconds() -> f64 {
 fn sim_only(a: &Args) -> Result<Value> {
     let plan = Plan::new(a.spec(), 1, plan::faults(a.nodes, ONSETS))?;
     let t = Instant::now();
-    let (_, slots, cpu) = generate(plan, None, a.slots(), Duration::ZERO)
+    let never = Arc::new(AtomicBool::new(false));
+    let (_, slots, cpu) = generate(plan, None, a.slots(), Duration::ZERO, never)
         .join()
         .map_err(|_| anyhow::anyhow!("the generator panicked"))??;
     let wall = t.elapsed().as_secs_f64();
@@ -340,11 +345,14 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         .map(|k| format!("{stream}-{}", plan::shard_key(k)))
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
+    let behind = Arc::new(AtomicBool::new(false));
     let poller = watch::poll(
         consumers.clone(),
+        per_shard.iter().map(|n| 3 * *n as u64).collect(),
         nats.addr.clone(),
         view.addr.clone(),
         stop.clone(),
+        behind.clone(),
     );
     let measured: Vec<&procs::Proc> = std::iter::once(&nats)
         .chain(shard_procs.iter())
@@ -353,30 +361,35 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let (cpu0, own0) = (cpu_of(&measured), own_cpu());
     let tick = Duration::from_secs_f64(a.window_s / a.speed.max(1e-3));
     let t_run = Instant::now();
-    let (plan, slots, sim_cpu) = generate(plan, Some(txs), a.slots(), tick)
+    let (plan, slots, sim_cpu) = generate(plan, Some(txs), a.slots(), tick, behind.clone())
         .join()
         .map_err(|_| anyhow::anyhow!("the generator panicked"))??;
     let total: Vec<u64> = (0..shards)
         .map(|s| slots.iter().map(|x| x.windows[s]).sum())
         .collect();
-    let drained = crate::wait::until(
-        "the shards to take every window",
-        Duration::from_secs(600),
-        || {
-            let taken = watch::jetstream(&nats.addr)
-                .map(|(t, _)| t)
-                .unwrap_or_default();
-            let got: Vec<u64> = consumers
-                .iter()
-                .map(|c| taken.get(c).copied().unwrap_or(0))
-                .collect();
-            Ok(got
-                .iter()
-                .zip(&total)
-                .any(|(g, t)| g < t)
-                .then(|| format!("{got:?} of {total:?}")))
-        },
-    );
+    let fell_behind_at = behind
+        .load(Ordering::Relaxed)
+        .then(|| slots.last().map_or(0, |s| s.k));
+    // A shard that fell behind is not waited for: what it took is counted.
+    let wait_for = if fell_behind_at.is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(600)
+    };
+    let drained = crate::wait::until("the shards to take every window", wait_for, || {
+        let taken = watch::jetstream(&nats.addr)
+            .map(|j| j.taken)
+            .unwrap_or_default();
+        let got: Vec<u64> = consumers
+            .iter()
+            .map(|c| taken.get(c).copied().unwrap_or(0))
+            .collect();
+        Ok(got
+            .iter()
+            .zip(&total)
+            .any(|(g, t)| g < t)
+            .then(|| format!("{got:?} of {total:?}")))
+    });
     let t_drained = Instant::now();
     // The incidents of the last slots reach the fleet view.
     std::thread::sleep(Duration::from_secs(3));
@@ -413,7 +426,9 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let _ = std::fs::remove_dir_all(&spools);
     // The logs stay for a row that fails; the JetStream store goes.
     let _ = std::fs::remove_dir_all(dir.join("js"));
-    drained?;
+    if fell_behind_at.is_none() {
+        drained?;
+    }
 
     // Throughput.
     let windows: u64 = total.iter().sum();
@@ -421,7 +436,14 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let first = t_run;
     let run_s = t_drained.duration_since(first).as_secs_f64();
     let offered = nodes as f64 * a.speed / a.window_s;
-    let taken = windows as f64 / run_s.max(1e-3);
+    let taken_by: Vec<u64> = polled
+        .samples
+        .last()
+        .map_or_else(|| vec![0; shards], |s| s.consumed.clone());
+    let taken_total: u64 = taken_by.iter().sum();
+    let taken = taken_total as f64 / run_s.max(1e-3);
+    // Windows of the whole fleet a second at its window length.
+    let fleet_rate = nodes as f64 / a.window_s;
     let late: Vec<f64> = slots.iter().map(|s| s.late_s).collect();
     // Intake lag per shard: hand-over of a slot to the first poll at which
     // the shard had taken every window up to it.
@@ -553,7 +575,14 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         .iter()
         .flatten()
         .any(|l| *l > tick.as_secs_f64() + watch::POLL.as_secs_f64());
-    if fell_behind {
+    if let Some(k) = fell_behind_at {
+        failures.add(
+            &format!("{shards} shards: carrying the fleet"),
+            &anyhow::anyhow!(
+                "fell behind at window {k}: a shard had more than 3 slots of windows waiting; taken {taken:.0} windows/s of {offered:.0} offered"
+            ),
+        );
+    } else if fell_behind {
         failures.add(
             &format!("{shards} shards: keeping up"),
             &anyhow::anyhow!("a shard took a slot later than the next slot was due"),
@@ -568,8 +597,20 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         .collect();
     for (i, name) in names.iter().enumerate() {
         let cpu = cpu1[i] - cpu0[i];
+        // Its CPU per window it handled (a shard's: those it took; the
+        // server's and the view's: every window taken), and what the whole
+        // fleet's rate would cost at that price.
+        let handled = i
+            .checked_sub(1)
+            .and_then(|k| taken_by.get(k))
+            .copied()
+            .unwrap_or(taken_total)
+            .max(1);
+        let per_window = cpu / handled as f64;
         let mut c = json!({"component": name, "cpu_seconds": cpu, "cores": cpu / run_s.max(1e-3),
-            "peak_rss_bytes": rss[i]});
+            "peak_rss_bytes": rss[i], "cpu_us_per_window": 1e6 * per_window,
+            "cores_at_the_fleet_rate": per_window * fleet_rate * if (1..=shards).contains(&i) {
+                handled as f64 / taken_total.max(1) as f64 } else { 1.0 }});
         if let Some(k) = i.checked_sub(1).filter(|k| *k < shards) {
             c["nodes"] = json!(per_shard[k]);
             c["windows"] = json!(total[k]);
@@ -597,7 +638,9 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         "senders_connect_seconds": connect_s,
         "offered_windows_per_second": offered, "taken_windows_per_second": taken,
         "run_seconds": run_s, "generation_late_seconds_max": q(&late, 1.0),
-        "kept_up": !fell_behind, "delivered": delivered, "dropped": dropped,
+        "kept_up": !fell_behind && fell_behind_at.is_none(),
+        "fell_behind_at_window": fell_behind_at, "windows_taken": taken_by,
+        "delivered": delivered, "dropped": dropped,
         "engine_windows": engines,
         "jetstream_storage_bytes_max": js_max, "jetstream_storage_bytes_end": js_end,
         "fleet_view": {"web_ui_status": ui_status, "history_bytes": history_bytes,

@@ -83,10 +83,13 @@ pub struct Polled {
 /// from nats-server's monitoring endpoint: polling the shards' own
 /// `/metrics` four times a second would bill the shards for rendering
 /// 12,500 hosts' series.
-pub fn jetstream(monitor: &str) -> Option<(BTreeMap<String, u64>, u64)> {
+pub fn jetstream(monitor: &str) -> Option<JetStream> {
     let (_, body) = http_get(monitor, "/jsz?accounts=true&streams=true&consumers=true").ok()?;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let mut taken = BTreeMap::new();
+    let mut js = JetStream {
+        storage: v["storage"].as_u64().unwrap_or(0),
+        ..JetStream::default()
+    };
     for a in v["account_details"].as_array().into_iter().flatten() {
         for st in a["stream_detail"].as_array().into_iter().flatten() {
             for c in st["consumer_detail"].as_array().into_iter().flatten() {
@@ -94,21 +97,41 @@ pub fn jetstream(monitor: &str) -> Option<(BTreeMap<String, u64>, u64)> {
                 let delivered = n(&c["delivered"]["consumer_seq"]);
                 let unacked = n(&c["num_ack_pending"]) + n(&c["num_redelivered"]);
                 if let Some(name) = c["name"].as_str() {
-                    taken.insert(name.to_string(), delivered.saturating_sub(unacked));
+                    js.taken
+                        .insert(name.to_string(), delivered.saturating_sub(unacked));
+                    js.waiting.insert(
+                        name.to_string(),
+                        n(&c["num_pending"]) + n(&c["num_ack_pending"]),
+                    );
                 }
             }
         }
     }
-    Some((taken, v["storage"].as_u64().unwrap_or(0)))
+    Some(js)
+}
+
+/// What nats-server's monitoring says of the run's stream.
+#[derive(Debug, Default)]
+pub struct JetStream {
+    /// Per durable consumer: windows taken (delivered and acknowledged).
+    pub taken: BTreeMap<String, u64>,
+    /// Per durable consumer: windows stored and not yet taken.
+    pub waiting: BTreeMap<String, u64>,
+    /// Storage in use, bytes.
+    pub storage: u64,
 }
 
 /// Polls until `stop`; returns what it saw. `consumers` are the shards'
-/// durable consumers, in shard order.
+/// durable consumers, in shard order; `behind` is set once one of them has
+/// more than `limit[k]` windows waiting (three slots of its windows): the
+/// fleet outruns that shard, and the run stops generating.
 pub fn poll(
     consumers: Vec<String>,
+    limit: Vec<u64>,
     nats_monitor: String,
     fleet_web: String,
     stop: Arc<AtomicBool>,
+    behind: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Polled> {
     std::thread::Builder::new()
         .name("fleet-watch".into())
@@ -116,14 +139,21 @@ pub fn poll(
             let mut p = Polled::default();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if let Some((taken, js_storage)) = jetstream(&nats_monitor) {
+                if let Some(js) = jetstream(&nats_monitor) {
+                    let over = consumers
+                        .iter()
+                        .zip(&limit)
+                        .any(|(c, l)| js.waiting.get(c).copied().unwrap_or(0) > *l);
+                    if over {
+                        behind.store(true, Ordering::Relaxed);
+                    }
                     p.samples.push(Sample {
                         at: Some(t),
                         consumed: consumers
                             .iter()
-                            .map(|c| taken.get(c).copied().unwrap_or(0))
+                            .map(|c| js.taken.get(c).copied().unwrap_or(0))
                             .collect(),
-                        js_storage,
+                        js_storage: js.storage,
                     });
                 }
                 match open_list(&fleet_web) {

@@ -293,6 +293,7 @@ impl NcclDetector {
                 below: &self.below,
                 open,
                 comms: &self.comms,
+                latest_ms: self.latest_ms,
             };
             match judge(&ctx, &id, c) {
                 Some(f) => {
@@ -491,6 +492,25 @@ impl NcclDetector {
 fn judge(ctx: &stuck::Ctx, id: &str, c: &Comm) -> Option<Finding> {
     let (cfg, host_now) = (ctx.cfg, ctx.host_now);
     if !cfg.enabled {
+        return None;
+    }
+    // A live rank that issued within `hang_min_s` (≤ any bound) of its
+    // host's clock, its rows current and its host not behind the others by
+    // as much, is neither silent past the bound nor gone: no verdict can
+    // find a hang. The scan stops at the first such rank, so a moving
+    // communicator costs a few ranks, not all of them.
+    let min_ms = (cfg.hang_min_s * 1000.0) as i64;
+    let now = |h: &str| host_now.get(h).copied().unwrap_or(0);
+    let moving = |r: &Rank| {
+        let n = now(&r.host);
+        !r.ended
+            && !r.exited
+            && r.last_ms > 0
+            && n - r.last_ms < min_ms
+            && n - r.row_ms < min_ms
+            && ctx.latest_ms - n < min_ms
+    };
+    if c.ranks.values().any(moving) {
         return None;
     }
     let live: Vec<&Rank> = c.ranks.values().filter(|r| !r.ended && !r.exited).collect();

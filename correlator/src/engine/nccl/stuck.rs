@@ -36,6 +36,8 @@ pub(super) struct Ctx<'a> {
     /// Every communicator (a wider one of the same processes stands for
     /// this one's hang).
     pub comms: &'a HashMap<String, Comm>,
+    /// The latest window end of any host (no host's clock is ahead).
+    pub latest_ms: i64,
 }
 
 /// The tally of the waiting ranks' evidence from below.
