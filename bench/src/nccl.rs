@@ -280,6 +280,26 @@ fn print_rows(rows: &[Row]) {
     }
 }
 
+/// Why faultline's row is worse than bpftrace's in this run (its program
+/// time per call higher, or its median throughput ratio lower), if it is.
+fn costlier_than_peer(rows: &[Row]) -> Option<String> {
+    let row = |c| rows.iter().find(|r| r.config == c && r.failure.is_none());
+    let (fl, bt) = (row(Config::Faultline)?, row(Config::Bpftrace)?);
+    let mut why = Vec::new();
+    if let (Some(f), Some(b)) = (fl.program_ns_per_call, bt.program_ns_per_call) {
+        if f > b {
+            why.push(format!(
+                "program time {f:.0} ns per call, bpftrace {b:.0} ns"
+            ));
+        }
+    }
+    let (f, b) = (fl.median_ratio_over_without, bt.median_ratio_over_without);
+    if f < b {
+        why.push(format!("calls/s ratio {f:.3}, bpftrace {b:.3}"));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     ensure!(
         a.rounds > 0 && a.seconds > 0.0 && a.threads > 0 && a.ndev > 0,
@@ -342,6 +362,60 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
             &anyhow::anyhow!("they differ from the stand-in's: {:?}", r.mismatches),
         );
     }
+    // …at or below bpftrace count()'s cost on the same symbols.
+    if let Some(why) = costlier_than_peer(&report.rows) {
+        failures.add("faultline against bpftrace", &anyhow::anyhow!(why));
+    }
     crate::report::write(&out_dir.join(a.result_file()), &report, &failures)?;
     failures.into_result()
+}
+
+#[cfg(test)]
+mod against_peer {
+    use super::{costlier_than_peer, Config, Row};
+
+    fn row(config: Config, ratio: f64, ns: Option<f64>) -> Row {
+        Row {
+            config,
+            label: config.label(),
+            calls_per_sec: vec![],
+            median_calls_per_sec: 0.0,
+            paired_ratios: vec![],
+            median_ratio_over_without: ratio,
+            median_added_ns_per_call: 0.0,
+            count_over_truth: vec![],
+            exact: None,
+            mismatches: vec![],
+            program_ns_per_call: ns,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn faultline_fails_where_it_costs_more_than_bpftrace() {
+        let rows = |f: Row, b: Row| vec![row(Config::Without, 1.0, None), f, b];
+        // At or below on both: passes.
+        let ok = rows(
+            row(Config::Faultline, 0.95, Some(50.0)),
+            row(Config::Bpftrace, 0.95, Some(50.0)),
+        );
+        assert_eq!(costlier_than_peer(&ok), None);
+        let slow = rows(
+            row(Config::Faultline, 0.96, Some(61.0)),
+            row(Config::Bpftrace, 0.95, Some(52.0)),
+        );
+        let why = costlier_than_peer(&slow).expect("program time above");
+        assert!(why.contains("61 ns"), "{why}");
+        let fewer = rows(
+            row(Config::Faultline, 0.90, Some(40.0)),
+            row(Config::Bpftrace, 0.93, Some(52.0)),
+        );
+        let why = costlier_than_peer(&fewer).expect("ratio below");
+        assert!(why.contains("0.900"), "{why}");
+        // No peer in the run: nothing to compare.
+        assert_eq!(
+            costlier_than_peer(&[row(Config::Faultline, 0.5, Some(99.0))]),
+            None
+        );
+    }
 }

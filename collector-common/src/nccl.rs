@@ -80,11 +80,67 @@ pub mod op {
         }
     }
 
+    /// The uprobe program of `op` (one per op: its op and argument layout
+    /// are constants in it, where one shared program reads them from the
+    /// attach cookie, a helper call on every call); `nccl_call` reads the
+    /// cookie.
+    pub const fn program(op: u32) -> &'static str {
+        match op {
+            ALL_REDUCE => "nccl_all_reduce",
+            ALL_GATHER => "nccl_all_gather",
+            REDUCE_SCATTER => "nccl_reduce_scatter",
+            BROADCAST => "nccl_broadcast",
+            REDUCE => "nccl_reduce",
+            ALL_TO_ALL => "nccl_all_to_all",
+            SEND => "nccl_send",
+            RECV => "nccl_recv",
+            GROUP_START => "nccl_group_start",
+            GROUP_END => "nccl_group_end",
+            GATHER => "nccl_gather",
+            SCATTER => "nccl_scatter",
+            PUT_SIGNAL => "nccl_put_signal",
+            SIGNAL => "nccl_signal",
+            WAIT_SIGNAL => "nccl_wait_signal",
+            COMM_FINALIZE => "nccl_comm_finalize",
+            COMM_REVOKE => "nccl_comm_revoke",
+            COMM_SUSPEND => "nccl_comm_suspend",
+            COMM_RESUME => "nccl_comm_resume",
+            DEV_COMM_CREATE => "nccl_dev_comm_create",
+            _ => "nccl_call",
+        }
+    }
+
     /// Whether every rank of the communicator takes part (its calls advance
     /// the communicator's collective sequence); send/recv, one-sided calls,
     /// groups and lifecycle calls do not.
-    pub fn is_collective(op: u32) -> bool {
+    pub const fn is_collective(op: u32) -> bool {
         op <= ALL_TO_ALL || op == GATHER || op == SCATTER
+    }
+
+    /// The ops a [`super::CommStats`] holds, in slot order: the
+    /// collectives, then the groups (communicator 0).
+    pub const IN_COMM_STATS: [u32; super::COMM_OPS] = [
+        ALL_REDUCE,
+        ALL_GATHER,
+        REDUCE_SCATTER,
+        BROADCAST,
+        REDUCE,
+        ALL_TO_ALL,
+        GATHER,
+        SCATTER,
+        GROUP_START,
+        GROUP_END,
+    ];
+
+    /// `op`'s slot in [`super::CommStats::ops`], if it has one (the
+    /// inverse of [`IN_COMM_STATS`]).
+    pub const fn comm_slot(op: u32) -> Option<usize> {
+        match op {
+            ALL_REDUCE..=ALL_TO_ALL => Some(op as usize),
+            GATHER | SCATTER => Some(op as usize - 4),
+            GROUP_START | GROUP_END => Some(op as usize),
+            _ => None,
+        }
     }
 }
 
@@ -118,6 +174,29 @@ pub mod layout {
     /// `ncclDevCommCreate(comm, reqs*, devComm*)`: comm = arg 0, no data; a
     /// lifecycle op also sets the communicator's state ([`super::end::of_op`]).
     pub const COMM_ARG0: u32 = 8;
+
+    /// The layout of `op`'s APIs (its `*Config` variant's too: one more
+    /// argument at the end); [`NONE`] for an op with no program of its own.
+    pub const fn of_op(op: u32) -> u32 {
+        use super::op;
+        match op {
+            op::ALL_REDUCE | op::REDUCE_SCATTER | op::BROADCAST | op::GATHER | op::SCATTER => {
+                COMM_ARG5
+            }
+            op::ALL_GATHER | op::ALL_TO_ALL => COMM_ARG4,
+            op::REDUCE => COMM_STACK,
+            op::SEND | op::RECV => COUNT_ARG1,
+            op::PUT_SIGNAL => PUT_SIGNAL,
+            op::SIGNAL => COMM_ONLY_ARG4,
+            op::WAIT_SIGNAL => COMM_ONLY_ARG2,
+            op::COMM_FINALIZE
+            | op::COMM_REVOKE
+            | op::COMM_SUSPEND
+            | op::COMM_RESUME
+            | op::DEV_COMM_CREATE => COMM_ARG0,
+            _ => NONE,
+        }
+    }
 
     /// Whether the layout carries a count and a datatype (bytes are summed).
     pub const fn has_bytes(layout: u32) -> bool {
@@ -236,19 +315,19 @@ pub mod init {
 /// `ncclCommInitAll`: communicators read back at its return (one per device).
 pub const INIT_ALL_MAX: usize = 8;
 
+/// `ncclDataType_t` → bytes per element (0: unknown type), 4 bits each:
+/// ncclInt8, ncclUint8 1; ncclInt32, ncclUint32 4; ncclInt64, ncclUint64
+/// 8; ncclFloat16 2; ncclFloat32 4; ncclFloat64 8; ncclBfloat16 2;
+/// ncclFloat8e4m3, ncclFloat8e5m2 1 (a shift and a mask in the probe, no
+/// branches).
+const DATATYPE_SIZES: u64 = 0x1128_4288_4411;
+
 /// `ncclDataType_t` → bytes per element (0: unknown type).
 pub const fn datatype_size(dt: u32) -> u64 {
-    match dt {
-        0 | 1 => 1,   // ncclInt8, ncclUint8
-        2 | 3 => 4,   // ncclInt32, ncclUint32
-        4 | 5 => 8,   // ncclInt64, ncclUint64
-        6 => 2,       // ncclFloat16
-        7 => 4,       // ncclFloat32
-        8 => 8,       // ncclFloat64
-        9 => 2,       // ncclBfloat16
-        10 | 11 => 1, // ncclFloat8e4m3, ncclFloat8e5m2
-        _ => 0,
+    if dt >= 12 {
+        return 0;
     }
+    (DATATYPE_SIZES >> (dt * 4)) & 0xf
 }
 
 /// A communicator as one rank created it, keyed by (pid, `ncclComm_t`).
@@ -336,6 +415,33 @@ const _: () = assert!(core::mem::size_of::<SeqRing>() == 8 + 8 * SEQ_RING);
 const _: () = assert!(SEQ_RING.is_power_of_two());
 
 impl SeqRing {
+    /// `self` and `other` counted apart for one communicator (never by
+    /// the probe, which keeps each in one place, unless the application
+    /// broke NCCL's rule of one call at a time per communicator): the
+    /// collectives of both, and the latest issue times among them.
+    pub fn merge(&self, other: &SeqRing) -> SeqRing {
+        let mut all = [0u64; 2 * SEQ_RING];
+        let mut n = 0;
+        for r in [self, other] {
+            let kept = r.seq.min(SEQ_RING as u64);
+            for k in 0..kept {
+                all[n] = r.ts[((r.seq - k) as usize) & (SEQ_RING - 1)];
+                n += 1;
+            }
+        }
+        all[..n].sort_unstable();
+        let seq = self.seq + other.seq;
+        let mut out = SeqRing {
+            seq,
+            ts: [0; SEQ_RING],
+        };
+        // The latest issue times, numbered back from `seq`.
+        for (back, &t) in all[..n].iter().rev().take(SEQ_RING).enumerate() {
+            out.ts[((seq - back as u64) as usize) & (SEQ_RING - 1)] = t;
+        }
+        out
+    }
+
     /// When collective `n` was issued, if it is still in the ring.
     pub fn issued(&self, n: u64) -> Option<u64> {
         if n == 0 || n > self.seq || self.seq - n >= SEQ_RING as u64 {
@@ -345,6 +451,98 @@ impl SeqRing {
     }
 }
 
+/// Ops a [`CommStats`] holds ([`op::IN_COMM_STATS`]).
+pub const COMM_OPS: usize = 10;
+
+/// Per (pid, communicator): its collectives (and, for communicator 0, the
+/// process's groups) in one value, so that such a call's probe does one
+/// lookup (its count, bytes and times, and the collectives' issue-time
+/// ring); the collector reads it back as per-op [`OpStats`] and the
+/// [`SeqRing`]. Other ops (point-to-point, one-sided, lifecycle) are
+/// counted per [`OpKey`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommStats {
+    /// The probe's clock for these calls: the jiffy of the latest and the
+    /// `bpf_ktime_get_ns` read at the first call in it (the time every
+    /// call in that jiffy is stamped with). First, so that in the probe's
+    /// table ([`FastSlot`]) it shares the slot's first cache line with the
+    /// key and the ring's count: a call touches that line, the ring's
+    /// line it writes and its op's.
+    pub tick: [u64; 2],
+    pub ring: SeqRing,
+    /// Puts the first op (`ncclAllReduce`'s) on a cache line of its own in
+    /// the probe's table.
+    pub _pad: [u64; 2],
+    /// Slot [`op::comm_slot`]`(op)`; `calls` 0 where the op was never called.
+    pub ops: [CommOp; COMM_OPS],
+}
+const _: () = assert!(
+    core::mem::size_of::<CommStats>()
+        == core::mem::size_of::<SeqRing>() + 32 + COMM_OPS * core::mem::size_of::<CommOp>()
+);
+const _: () = assert!((24 + core::mem::size_of::<SeqRing>() + 32) % 64 == 0);
+
+/// One op's [`OpStats`] in a [`CommStats`], padded to a cache line (in the
+/// probe's table, whose slots start on one, each op is on a line of its
+/// own).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommOp {
+    pub s: OpStats,
+    pub _pad: [u64; 3],
+}
+const _: () = assert!(core::mem::size_of::<CommOp>() == 64);
+
+impl CommStats {
+    /// Each op called on the communicator with its stats.
+    pub fn called(&self) -> impl Iterator<Item = (u32, &OpStats)> {
+        op::IN_COMM_STATS
+            .iter()
+            .zip(&self.ops)
+            .filter(|(_, o)| o.s.calls > 0)
+            .map(|(&o, s)| (o, &s.s))
+    }
+}
+
+/// The probe's table of [`CommStats`] in an array (a lookup the verifier
+/// inlines, where a hash map's costs a hashed search): slot
+/// [`fast::index`]`(pid, comm)` holds one (pid, communicator) once claimed;
+/// a (pid, communicator) whose slot another holds is kept in the
+/// `NCCL_COLL` hash map instead, and a slot is only claimed by one that is
+/// not there, so each lives in one place.
+pub mod fast {
+    /// Slots (a power of two).
+    pub const SLOTS: u32 = 1024;
+    /// [`super::FastSlot::state`]: free, being claimed (its key not yet
+    /// written), held.
+    pub const FREE: u64 = 0;
+    pub const CLAIMING: u64 = 1;
+    pub const HELD: u64 = 2;
+
+    /// The slot of (pid, comm): a multiplicative hash.
+    pub const fn index(pid: u32, comm: u64) -> u32 {
+        let h = (comm ^ ((pid as u64) << 40) ^ pid as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - SLOTS.trailing_zeros())) as u32
+    }
+}
+
+/// One slot of the [`fast`] table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastSlot {
+    /// One of [`fast::FREE`], [`fast::CLAIMING`], [`fast::HELD`].
+    pub state: u64,
+    pub pid: u32,
+    pub _pad: u32,
+    /// `ncclComm_t` (0: the process's groups).
+    pub comm: u64,
+    pub stats: CommStats,
+}
+const _: () = assert!(core::mem::size_of::<FastSlot>() == 24 + core::mem::size_of::<CommStats>());
+// Whole cache lines: the table is mmapable, so its values start on a page.
+const _: () = assert!(core::mem::size_of::<FastSlot>() % 64 == 0);
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY (all): `#[repr(C)]`, no implicit padding (sizes asserted), any bit pattern valid.
@@ -353,6 +551,9 @@ mod pod {
     unsafe impl aya::Pod for super::OpKey {}
     unsafe impl aya::Pod for super::OpStats {}
     unsafe impl aya::Pod for super::SeqRing {}
+    unsafe impl aya::Pod for super::CommStats {}
+    unsafe impl aya::Pod for super::FastSlot {}
+    unsafe impl aya::Pod for super::CommOp {}
 }
 
 #[cfg(test)]
@@ -385,6 +586,75 @@ mod tests {
             assert_eq!(op::is_collective(o), coll.contains(&o), "{}", op::name(o));
             assert_ne!(op::name(o), "unknown", "op {o} has a label");
         }
+    }
+
+    #[test]
+    fn every_collective_and_group_has_its_own_slot() {
+        let mut seen = [false; COMM_OPS];
+        for o in 0..op::COUNT {
+            let Some(slot) = op::comm_slot(o) else {
+                assert!(!op::is_collective(o), "{} has a slot", op::name(o));
+                continue;
+            };
+            assert!(slot < COMM_OPS, "{}", op::name(o));
+            assert!(!seen[slot], "{} shares slot {slot}", op::name(o));
+            seen[slot] = true;
+            assert_eq!(op::IN_COMM_STATS[slot], o, "{}", op::name(o));
+        }
+        assert!(seen.iter().all(|&s| s), "every slot is an op's");
+        assert_eq!(op::comm_slot(op::GROUP_END), Some(9));
+        assert_eq!(op::comm_slot(op::SEND), None);
+    }
+
+    #[test]
+    fn a_comm_value_reads_back_as_its_called_ops() {
+        let mut c = CommStats::default();
+        c.ops[op::comm_slot(op::GATHER).unwrap()].s.calls = 3;
+        c.ops[op::comm_slot(op::ALL_REDUCE).unwrap()].s.calls = 2;
+        let mut got = c.called().map(|(o, s)| (o, s.calls));
+        assert_eq!(got.next(), Some((op::ALL_REDUCE, 2)));
+        assert_eq!(got.next(), Some((op::GATHER, 3)));
+        assert_eq!(got.next(), None);
+    }
+
+    #[test]
+    fn fast_slots_spread_and_stay_in_the_table() {
+        let mut hit = [0u32; fast::SLOTS as usize];
+        // 64 communicators (malloc'd, 16-byte aligned, 4 KiB apart) of 8 ranks.
+        for pid in 1000..1008u32 {
+            for c in 0..64u64 {
+                let i = fast::index(pid, 0x5555_0000_0000 + c * 4096);
+                hit[i as usize] += 1;
+            }
+        }
+        let used = hit.iter().filter(|&&h| h > 0).count();
+        assert!(used > 350, "512 keys in {used} slots");
+    }
+
+    fn ring(seq: u64, t0: u64, step: u64) -> SeqRing {
+        let mut r = SeqRing {
+            seq,
+            ts: [0; SEQ_RING],
+        };
+        for n in seq.saturating_sub(SEQ_RING as u64 - 1).max(1)..=seq {
+            r.ts[(n as usize) & (SEQ_RING - 1)] = t0 + n * step;
+        }
+        r
+    }
+
+    #[test]
+    fn rings_counted_apart_merge_into_the_latest_issues() {
+        // 20 collectives at 10, 20, … 200 and 3 at 1005, 1010, 1015.
+        let a = ring(20, 0, 10);
+        let b = ring(3, 1000, 5);
+        let m = a.merge(&b);
+        assert_eq!(m.seq, 23);
+        assert_eq!(m.issued(23), Some(1015));
+        assert_eq!(m.issued(21), Some(1005));
+        assert_eq!(m.issued(20), Some(200));
+        assert_eq!(m.issued(8), Some(80));
+        assert_eq!(m.issued(7), None, "out of the ring");
+        assert_eq!(a.merge(&SeqRing::default()), a);
     }
 
     #[test]

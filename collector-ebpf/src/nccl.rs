@@ -25,17 +25,19 @@
 //!   count × datatype size, first and latest call time per (pid,
 //!   communicator, op).
 use aya_ebpf::{
-    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_jiffies64, bpf_probe_read_user,
+    },
     macros::{map, uprobe, uretprobe},
-    maps::{HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{ProbeContext, RetProbeContext},
     EbpfContext,
 };
 use collector_common::{
     cuda::HandleKey,
     nccl::{
-        datatype_size, end, init, layout, op, CommInfo, InInit, OpKey, OpStats, SeqRing,
-        INIT_ALL_MAX, SEQ_RING,
+        datatype_size, end, fast, init, layout, op, CommInfo, CommStats, FastSlot, InInit, OpKey,
+        OpStats, INIT_ALL_MAX, SEQ_RING,
     },
     stat,
 };
@@ -50,13 +52,34 @@ use crate::{
 #[map(name = "NCCL_COMMS")]
 static NCCL_COMMS: HashMap<HandleKey, CommInfo> = HashMap::with_max_entries(16384, 0);
 
-/// Calls per (pid, op, communicator).
+/// Calls per (pid, op, communicator) of the ops a [`CommStats`] does not
+/// hold: point-to-point, one-sided, lifecycle.
 #[map(name = "NCCL_OPS")]
 static NCCL_OPS: HashMap<OpKey, OpStats> = HashMap::with_max_entries(16384, 0);
 
-/// Collective issue times per (pid, communicator): [`SeqRing`].
-#[map(name = "NCCL_SEQ")]
-static NCCL_SEQ: HashMap<HandleKey, SeqRing> = HashMap::with_max_entries(16384, 0);
+/// Collectives (and groups: communicator 0) per (pid, communicator), each
+/// in one slot of this table ([`fast`]): a lookup the verifier inlines.
+#[map(name = "NCCL_FAST")]
+static NCCL_FAST: Array<FastSlot> = Array::with_max_entries(fast::SLOTS, BPF_F_MMAPABLE);
+
+/// An mmapable array's values start on a page, so each slot's hot fields
+/// share its first cache line and each op has one of its own.
+const BPF_F_MMAPABLE: u32 = aya_ebpf::bindings::BPF_F_MMAPABLE;
+
+/// The same for a (pid, communicator) whose slot of `NCCL_FAST` another
+/// holds.
+#[map(name = "NCCL_COLL")]
+static NCCL_COLL: HashMap<HandleKey, CommStats> = HashMap::with_max_entries(16384, 0);
+
+/// A zeroed [`CommStats`], never written: what a communicator's first
+/// call into `NCCL_COLL` inserts (808 bytes: too large for the BPF stack).
+#[map(name = "NCCL_COLL_ZERO")]
+static NCCL_COLL_ZERO: Array<CommStats> = Array::with_max_entries(1, 0);
+
+/// Per CPU: the jiffy of its latest stamped NCCL call and the
+/// `bpf_ktime_get_ns` read then ([`stamp_ns`]).
+#[map(name = "NCCL_CLOCK")]
+static NCCL_CLOCK: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Init calls between entry and return, per thread (`pid_tgid`).
 #[map(name = "NCCL_IN_INIT")]
@@ -310,46 +333,178 @@ pub fn nccl_comm_end(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// uprobe: collectives, point-to-point and groups (cookie: op | layout << 8).
+/// uprobe: any collective, point-to-point or group API (cookie: op |
+/// layout << 8); the collector attaches each op's own program below
+/// ([`op::program`]), with its op and layout built in.
 #[uprobe]
 pub fn nccl_call(ctx: ProbeContext) -> u32 {
     let c = cookie(&ctx) as u32;
-    let (op, lay) = (c & 0xff, (c >> 8) & 0xff);
+    call(&ctx, c & 0xff, (c >> 8) & 0xff)
+}
+
+/// One uprobe program per op (named by [`op::program`]).
+macro_rules! op_program {
+    ($($name:ident = $op:expr;)*) => {$(
+        #[uprobe]
+        pub fn $name(ctx: ProbeContext) -> u32 {
+            call(&ctx, $op, layout::of_op($op))
+        }
+    )*};
+}
+
+op_program! {
+    nccl_all_reduce = op::ALL_REDUCE;
+    nccl_all_gather = op::ALL_GATHER;
+    nccl_reduce_scatter = op::REDUCE_SCATTER;
+    nccl_broadcast = op::BROADCAST;
+    nccl_reduce = op::REDUCE;
+    nccl_all_to_all = op::ALL_TO_ALL;
+    nccl_send = op::SEND;
+    nccl_recv = op::RECV;
+    nccl_group_start = op::GROUP_START;
+    nccl_group_end = op::GROUP_END;
+    nccl_gather = op::GATHER;
+    nccl_scatter = op::SCATTER;
+    nccl_put_signal = op::PUT_SIGNAL;
+    nccl_signal = op::SIGNAL;
+    nccl_wait_signal = op::WAIT_SIGNAL;
+    nccl_comm_finalize = op::COMM_FINALIZE;
+    nccl_comm_revoke = op::COMM_REVOKE;
+    nccl_comm_suspend = op::COMM_SUSPEND;
+    nccl_comm_resume = op::COMM_RESUME;
+    nccl_dev_comm_create = op::DEV_COMM_CREATE;
+}
+
+/// A collective, point-to-point or group call: a collective or a group is
+/// counted in its (pid, communicator)'s [`CommStats`] (one array lookup),
+/// any other op under its [`OpKey`].
+#[inline(always)]
+fn call(ctx: &ProbeContext, op: u32, lay: u32) -> u32 {
     let a = |n: usize| -> u64 { ctx.arg(n).unwrap_or(0) };
     let (count, dtype, comm) = match lay {
         layout::COMM_ARG5 => (a(2), a(3) as u32, a(5)),
         layout::COMM_ARG4 => (a(2), a(3) as u32, a(4)),
         layout::COUNT_ARG1 => (a(1), a(2) as u32, a(4)),
         // The 7th argument.
-        layout::COMM_STACK => (a(2), a(3) as u32, stack_arg(&ctx, 0)),
+        layout::COMM_STACK => (a(2), a(3) as u32, stack_arg(ctx, 0)),
         // The 10th argument (`ncclPutSignal`).
-        layout::PUT_SIGNAL => (a(1), a(2) as u32, stack_arg(&ctx, 3)),
+        layout::PUT_SIGNAL => (a(1), a(2) as u32, stack_arg(ctx, 3)),
         layout::COMM_ONLY_ARG4 => (0, 0, a(4)),
         layout::COMM_ONLY_ARG2 => (0, 0, a(2)),
         layout::COMM_ARG0 => (0, 0, a(0)),
         _ => (0, 0, 0),
     };
-    let key = OpKey {
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        op,
-        comm,
-    };
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let bytes = layout::has_bytes(lay).then_some((count, dtype));
-    let Some(now) = count_call(&key, bytes) else {
+    if let Some(slot) = op::comm_slot(op) {
+        count_in_comm(pid, comm, slot, op::is_collective(op), bytes);
         return 0;
-    };
-    if op::is_collective(op) && comm != 0 {
-        stamp_seq(key.pid, comm, now);
+    }
+    let key = OpKey { pid, op, comm };
+    if count_call(&key, bytes).is_none() {
+        return 0;
     }
     let state = end::of_op(op);
     if lay == layout::COMM_ARG0 && state != 0 {
-        set_state(key.pid, comm, state);
+        set_state(pid, comm, state);
     }
     0
 }
 
-/// One call of `key`: its count, and count × datatype size when `bytes`
-/// carries them. The time it was counted at, `None` when the map is full.
+/// The time an NCCL call is stamped with: `bpf_ktime_get_ns` as read by
+/// the first stamped call on this CPU within the current jiffy (one tick:
+/// 1–10 ms), so at most one precise clock read per CPU and tick (it costs
+/// more than all the rest of the program); the others read `jiffies`.
+/// Never later than the call, earlier by less than a tick.
+#[inline(always)]
+fn stamp_ns() -> u64 {
+    // SAFETY: the helper takes no arguments and cannot fail.
+    let j = unsafe { bpf_jiffies64() };
+    let Some(c) = NCCL_CLOCK.get_ptr_mut(0) else {
+        return now_ns();
+    };
+    // SAFETY: per-CPU slot; a program preempted here by another on this
+    // CPU leaves it a (jiffy, time) pair of that tick either way.
+    unsafe {
+        if (*c)[0] == j {
+            return (*c)[1];
+        }
+        let now = now_ns();
+        (*c)[0] = j;
+        (*c)[1] = now;
+        now
+    }
+}
+
+/// [`stamp_ns`] with the clock kept in the communicator's own value
+/// (`CommStats::tick`, a cache line the call touches anyway): the jiffy
+/// is read before the time and written after it, so a thread that sees a
+/// jiffy sees a time read in it (x86-64 keeps stores and loads in order).
+///
+/// # Safety
+/// `tick` points into a map value, valid for the program's run.
+#[inline(always)]
+unsafe fn comm_stamp_ns(tick: *mut [u64; 2]) -> u64 {
+    // SAFETY: the helper takes no arguments and cannot fail.
+    let j = unsafe { bpf_jiffies64() };
+    // SAFETY: the caller's pointer; volatile keeps the order.
+    unsafe {
+        let t = tick.cast::<u64>();
+        if core::ptr::read_volatile(t) == j {
+            return core::ptr::read_volatile(t.add(1));
+        }
+        let now = now_ns();
+        core::ptr::write_volatile(t.add(1), now);
+        core::ptr::write_volatile(t, j);
+        now
+    }
+}
+
+/// Adds `v` to the u64 at `p`: atomically when `shared` (the process's
+/// threads may call at once), else plainly (one caller at a time).
+///
+/// # Safety
+/// `p` points into a map value, valid and aligned for the program's run.
+#[inline(always)]
+unsafe fn add_to(p: *mut u64, v: u64, shared: bool) {
+    if shared {
+        add(p, v);
+    } else {
+        // SAFETY: the caller's pointer.
+        unsafe { *p += v };
+    }
+}
+
+/// One call into `s`: its count, count × datatype size when `bytes`
+/// carries them, and its time `now` (the first call's also kept). `shared`:
+/// see [`add_to`].
+///
+/// # Safety
+/// `s` points into a map value, valid for the program's run.
+#[inline(always)]
+unsafe fn record(s: *mut OpStats, bytes: Option<(u64, u32)>, now: u64, shared: bool) {
+    // SAFETY: the caller's pointer.
+    unsafe {
+        add_to(&raw mut (*s).calls, 1, shared);
+        if let Some((count, dtype)) = bytes {
+            let size = datatype_size(dtype);
+            if size == 0 {
+                add_to(&raw mut (*s).unknown_dtype, 1, shared);
+            } else {
+                add_to(&raw mut (*s).bytes, count.wrapping_mul(size), shared);
+            }
+        }
+        // Claimed once: a plain read on every later call.
+        if (*s).first_ns == 0 {
+            let _ = claim(&raw mut (*s).first_ns, now);
+        }
+        (*s).last_ns = now;
+    }
+}
+
+/// One call of the `key` no [`CommStats`] holds: its count, and count ×
+/// datatype size when `bytes` carries them. The time it was counted at,
+/// `None` when the map is full.
 #[inline(always)]
 fn count_call(key: &OpKey, bytes: Option<(u64, u32)>) -> Option<u64> {
     let Some(s) = get_or_insert!(NCCL_OPS, key, &OpStats::default()) else {
@@ -357,22 +512,79 @@ fn count_call(key: &OpKey, bytes: Option<(u64, u32)>) -> Option<u64> {
         return None;
     };
     bump(stat::NCCL_CALLS);
-    let now = now_ns();
+    let now = stamp_ns();
+    // SAFETY: a valid map value pointer for the program's run; the ops
+    // under one key may come from several threads.
+    unsafe { record(s, bytes, now, true) };
+    Some(now)
+}
+
+/// (pid, comm)'s [`CommStats`]: its slot of `NCCL_FAST` when it holds it
+/// or claims it now (free, and `NCCL_COLL` has no entry of it), else its
+/// `NCCL_COLL` entry (inserted zeroed when new); `None` when that map is
+/// full.
+#[inline(always)]
+fn comm_stats(pid: u32, comm: u64) -> Option<*mut CommStats> {
+    let slot = NCCL_FAST.get_ptr_mut(fast::index(pid, comm))?;
     // SAFETY: a valid map value pointer for the program's run.
     unsafe {
-        add(&raw mut (*s).calls, 1);
-        if let Some((count, dtype)) = bytes {
-            let size = datatype_size(dtype);
-            if size == 0 {
-                add(&raw mut (*s).unknown_dtype, 1);
-            } else {
-                add(&raw mut (*s).bytes, count.wrapping_mul(size));
-            }
+        let state = (*slot).state;
+        if state == fast::HELD && (*slot).pid == pid && (*slot).comm == comm {
+            return Some(&raw mut (*slot).stats);
         }
-        let _ = claim(&raw mut (*s).first_ns, now);
-        (*s).last_ns = now;
     }
-    Some(now)
+    let key = HandleKey {
+        pid,
+        _pad: 0,
+        handle: comm,
+    };
+    if let Some(s) = NCCL_COLL.get_ptr_mut(&key) {
+        return Some(s);
+    }
+    // SAFETY: as above; the state word is claimed with a compare-exchange,
+    // so one CPU writes the key; the slot's stats were zeroed when it was
+    // freed (by the collector, for a process that exited).
+    unsafe {
+        if (*slot).state == fast::FREE && claim(&raw mut (*slot).state, fast::CLAIMING) == 0 {
+            (*slot).pid = pid;
+            (*slot).comm = comm;
+            (*slot).state = fast::HELD;
+            return Some(&raw mut (*slot).stats);
+        }
+    }
+    let zero = NCCL_COLL_ZERO.get(0)?;
+    let _ = NCCL_COLL.insert(&key, zero, u64::from(aya_ebpf::bindings::BPF_NOEXIST));
+    NCCL_COLL.get_ptr_mut(&key)
+}
+
+/// A collective or group call (`slot`: its op's in [`CommStats::ops`]) on
+/// (pid, comm): counted, and for a collective recorded as the
+/// communicator's collective number `seq + 1`, issued now. NCCL requires
+/// a communicator's calls to be serialised by the application, so the
+/// plain read-modify-writes per rank are exact; the groups (communicator
+/// 0) are the process's, whose threads may call at once, and add
+/// atomically.
+#[inline(always)]
+fn count_in_comm(pid: u32, comm: u64, slot: usize, collective: bool, bytes: Option<(u64, u32)>) {
+    let Some(s) = comm_stats(pid, comm) else {
+        bump(stat::NCCL_MAP_FULL);
+        return;
+    };
+    bump(stat::NCCL_CALLS);
+    // SAFETY: a valid map value pointer for the program's run; the slot is
+    // bounds-checked, the ring index masked into its array.
+    unsafe {
+        let now = comm_stamp_ns(&raw mut (*s).tick);
+        let Some(o) = (*s).ops.get_mut(slot) else {
+            return;
+        };
+        record(&raw mut o.s, bytes, now, comm == 0);
+        if collective {
+            let n = (*s).ring.seq + 1;
+            (*s).ring.ts[(n as usize) & (SEQ_RING - 1)] = now;
+            (*s).ring.seq = n;
+        }
+    }
 }
 
 /// Stack argument `n` past the six register arguments (the 7th is `n` 0),
@@ -409,28 +621,5 @@ fn set_state(pid: u32, comm: u64, state: u32) {
             _ => cur,
         };
         (*c).ended = next;
-    }
-}
-
-/// Records collective number `seq + 1` of (pid, comm) issued at `now`. NCCL
-/// requires a communicator's calls to be serialised by the application, so
-/// a plain read-modify-write per rank is exact.
-#[inline(always)]
-fn stamp_seq(pid: u32, comm: u64, now: u64) {
-    let key = HandleKey {
-        pid,
-        _pad: 0,
-        handle: comm,
-    };
-    let Some(r) = get_or_insert!(NCCL_SEQ, &key, &SeqRing::default()) else {
-        bump(stat::NCCL_MAP_FULL);
-        return;
-    };
-    // SAFETY: a valid map value pointer for the program's run; the index is
-    // masked into the array.
-    unsafe {
-        let n = (*r).seq + 1;
-        (*r).ts[(n as usize) & (SEQ_RING - 1)] = now;
-        (*r).seq = n;
     }
 }

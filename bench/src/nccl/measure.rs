@@ -192,26 +192,55 @@ pub(super) fn measure(c: Config, a: &Args, symbols: &[Placed]) -> Result<Measure
 /// Seconds of each run of the program-cost pass.
 const STATS_SECONDS: f64 = 1.0;
 
-/// In-kernel program time per NCCL call for faultline and the peer, one
-/// run each with BPF run-time statistics on.
+/// Alternating program-cost passes per tool (the median is reported: the
+/// machine's load moves one pass by ±10 ns).
+const STATS_PASSES: usize = 3;
+
+/// In-kernel program time per NCCL call for faultline and the peer, with
+/// BPF run-time statistics on: [`STATS_PASSES`] runs each, alternating,
+/// the median of each tool's.
 pub(super) fn program_costs(
     a: &Args,
     symbols: &[Placed],
     peer: bool,
 ) -> Result<(f64, Option<f64>)> {
     let _stats = collector::probes::enable_run_stats().context("BPF_ENABLE_STATS")?;
+    let (mut fl, mut bt) = (Vec::new(), Vec::new());
+    for _ in 0..STATS_PASSES {
+        fl.push(faultline_cost(a)?);
+        if peer {
+            bt.push(peer_cost(a, symbols)?);
+        }
+    }
+    Ok((crate::median(&fl), peer.then(|| crate::median(&bt))))
+}
+
+/// One pass of faultline's probes: ns per NCCL call over its programs.
+fn faultline_cost(a: &Args) -> Result<f64> {
     let p = load_probes(a)?;
     finish(spawn(a, STATS_SECONDS)?)?;
-    let (runs, ns) = p
-        .program_run_stats()
+    let stats = p.program_run_stats();
+    let nccl: Vec<_> = stats
         .iter()
-        .filter(|(n, _, _)| n.starts_with("nccl_"))
+        .filter(|(n, c, _)| n.starts_with("nccl_") && *c > 0)
+        .collect();
+    let (runs, ns) = nccl
+        .iter()
         .fold((0u64, 0u64), |(r, t), (_, c, n)| (r + c, t + n));
-    drop(p);
-    let faultline = ns as f64 / runs.max(1) as f64;
-    if !peer {
-        return Ok((faultline, None));
-    }
+    let per_call = ns as f64 / runs.max(1) as f64;
+    let each: Vec<String> = nccl
+        .iter()
+        .map(|(n, c, t)| format!("{n} {:.0}", *t as f64 / (*c).max(1) as f64))
+        .collect();
+    println!(
+        "  faultline program ns/call {per_call:.0} ({})",
+        each.join(", ")
+    );
+    Ok(per_call)
+}
+
+/// One pass of bpftrace `count()`: ns per NCCL call.
+fn peer_cost(a: &Args, symbols: &[Placed]) -> Result<f64> {
     let b = Bpftrace::start(&peer_program(&a.library(), symbols))?;
     finish(spawn(a, STATS_SECONDS)?)?;
     let costs = b.run_stats();
@@ -219,5 +248,7 @@ pub(super) fn program_costs(
     let (runs, ns) = costs.iter().fold((0u64, 0f64), |(r, t), c| {
         (r + c.runs, t + c.ns_per_run * c.runs as f64)
     });
-    Ok((faultline, Some(ns / runs.max(1) as f64)))
+    let per_call = ns / runs.max(1) as f64;
+    println!("  bpftrace program ns/call {per_call:.0}");
+    Ok(per_call)
 }

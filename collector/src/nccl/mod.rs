@@ -15,7 +15,9 @@
 //! - bytes: count × datatype size as passed (per rank, not bus bytes).
 use std::collections::{BTreeMap, BTreeSet};
 
-use collector_common::nccl::{init, op, CommInfo, OpKey, OpStats, SeqRing, UNIQUE_ID_BYTES};
+use collector_common::nccl::{
+    init, op, CommInfo, CommStats, OpKey, OpStats, SeqRing, UNIQUE_ID_BYTES,
+};
 use proto::v1 as pb;
 
 #[cfg(feature = "probes")]
@@ -39,6 +41,30 @@ pub struct NcclMaps {
     pub ops: BTreeMap<OpKey, OpStats>,
     /// (pid, `ncclComm_t`) → the latest collectives' issue times.
     pub seqs: BTreeMap<(u32, u64), SeqRing>,
+}
+
+impl NcclMaps {
+    /// One (pid, `ncclComm_t`)'s collectives and groups as the probe keeps
+    /// them, in one value: each op called into `ops`, the ring into `seqs`
+    /// (none for communicator 0, the groups, and the calls NCCL refuses
+    /// for a NULL communicator). The probe keeps a communicator in one
+    /// place; where two are read (the process's groups, counted on several
+    /// threads at once), they add up.
+    pub fn add_comm_stats(&mut self, pid: u32, comm: u64, c: &CommStats) {
+        for (o, s) in c.called() {
+            let e = self.ops.entry(OpKey { pid, op: o, comm }).or_default();
+            let first = |a: u64, b: u64| if a == 0 || b == 0 { a.max(b) } else { a.min(b) };
+            e.first_ns = first(e.first_ns, s.first_ns);
+            e.last_ns = e.last_ns.max(s.last_ns);
+            e.calls += s.calls;
+            e.bytes += s.bytes;
+            e.unknown_dtype += s.unknown_dtype;
+        }
+        if comm != 0 && c.ring.seq > 0 {
+            let r = self.seqs.entry((pid, comm)).or_default();
+            *r = r.merge(&c.ring);
+        }
+    }
 }
 
 /// FNV-1a, 64 bits.
@@ -436,6 +462,55 @@ mod tests {
         s.parent = 0xdead;
         m.comms.insert((11, 0xb3), s);
         assert_eq!(comm_id(&m, "h", 11, 0xb3), None);
+    }
+
+    #[test]
+    fn a_communicators_collectives_read_back_as_ops_and_its_ring() {
+        let mut c = CommStats::default();
+        let ar = op::comm_slot(op::ALL_REDUCE).unwrap();
+        let sc = op::comm_slot(op::SCATTER).unwrap();
+        c.ops[ar].s = OpStats {
+            calls: 5,
+            bytes: 20_480,
+            unknown_dtype: 0,
+            first_ns: 100,
+            last_ns: 900,
+        };
+        c.ops[sc].s.calls = 2;
+        c.ops[sc].s.bytes = 64;
+        c.ring.seq = 7;
+        c.ring.ts[7] = 900;
+        let mut m = NcclMaps::default();
+        m.comms.insert((10, 0xa0), info(init::INIT_RANK, 7, 0));
+        m.add_comm_stats(10, 0xa0, &c);
+        // A NULL communicator's calls are counted, with no ring.
+        m.add_comm_stats(10, 0, &c);
+        let key = |o, comm| OpKey {
+            pid: 10,
+            op: o,
+            comm,
+        };
+        assert_eq!(m.ops.len(), 4, "the two ops called, on each handle");
+        assert_eq!(m.ops[&key(op::ALL_REDUCE, 0xa0)], c.ops[ar].s);
+        assert_eq!(m.ops[&key(op::SCATTER, 0xa0)].bytes, 64);
+        assert_eq!(m.ops[&key(op::SCATTER, 0)].calls, 2);
+        assert_eq!(m.seqs.len(), 1);
+        assert_eq!(m.seqs[&(10, 0xa0)].issued(7), Some(900));
+        let r = &ranks(&m, "h")[&(10, 0xa0)];
+        assert_eq!(r.seq, 7, "5 all-reduces and 2 scatters");
+        assert_eq!(r.ops["AllReduce"], (5, 20_480));
+        assert_eq!(r.last_ns, 900);
+        // The same communicator read twice adds up; the first call is the earlier.
+        let mut later = c;
+        later.ops[ar].s.first_ns = 50;
+        later.ops[ar].s.last_ns = 950;
+        m.add_comm_stats(10, 0xa0, &later);
+        let s = m.ops[&key(op::ALL_REDUCE, 0xa0)];
+        assert_eq!(
+            (s.calls, s.bytes, s.first_ns, s.last_ns),
+            (10, 40_960, 50, 950)
+        );
+        assert_eq!(m.seqs[&(10, 0xa0)].seq, 14);
     }
 
     #[test]

@@ -36,7 +36,7 @@ const fn coll(status: &'static str, name: &'static str, o: u32, l: u32, core: bo
     NcclApi {
         status,
         name,
-        entry: "nccl_call",
+        entry: op::program(o),
         ret: None,
         cookie: cookie(o, l),
         core,
