@@ -481,7 +481,7 @@ const _: () = assert!(
     core::mem::size_of::<CommStats>()
         == core::mem::size_of::<SeqRing>() + 32 + COMM_OPS * core::mem::size_of::<CommOp>()
 );
-const _: () = assert!((24 + core::mem::size_of::<SeqRing>() + 32) % 64 == 0);
+const _: () = assert!((24 + core::mem::size_of::<SeqRing>() + 32).is_multiple_of(64));
 
 /// One op's [`OpStats`] in a [`CommStats`], padded to a cache line (in the
 /// probe's table, whose slots start on one, each op is on a line of its
@@ -541,7 +541,7 @@ pub struct FastSlot {
 }
 const _: () = assert!(core::mem::size_of::<FastSlot>() == 24 + core::mem::size_of::<CommStats>());
 // Whole cache lines: the table is mmapable, so its values start on a page.
-const _: () = assert!(core::mem::size_of::<FastSlot>() % 64 == 0);
+const _: () = assert!(core::mem::size_of::<FastSlot>().is_multiple_of(64));
 
 #[cfg(feature = "user")]
 mod pod {

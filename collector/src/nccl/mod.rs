@@ -53,8 +53,12 @@ impl NcclMaps {
     pub fn add_comm_stats(&mut self, pid: u32, comm: u64, c: &CommStats) {
         for (o, s) in c.called() {
             let e = self.ops.entry(OpKey { pid, op: o, comm }).or_default();
-            let first = |a: u64, b: u64| if a == 0 || b == 0 { a.max(b) } else { a.min(b) };
-            e.first_ns = first(e.first_ns, s.first_ns);
+            // The earlier first call (0: none yet).
+            e.first_ns = if e.first_ns == 0 || s.first_ns == 0 {
+                e.first_ns.max(s.first_ns)
+            } else {
+                e.first_ns.min(s.first_ns)
+            };
             e.last_ns = e.last_ns.max(s.last_ns);
             e.calls += s.calls;
             e.bytes += s.bytes;
