@@ -201,12 +201,11 @@ fn launches_of(p: &Probes, pid: u32) -> Result<u64> {
 /// trap cost the stand-in really paid.
 #[derive(Clone, Debug, Default, Serialize)]
 struct BoundedRound {
-    /// The controller marked the sampled counts approximate (in any window
-    /// sampled after a rate change was measured).
+    /// The controller marked the sampled counts approximate (in any
+    /// sampled window).
     pub approximate: bool,
     /// Its largest estimated relative error of the sampled counts, over
-    /// the windows sampled after a rate change was measured: the bound the
-    /// round is held to.
+    /// the sampled windows: the bound the round is held to.
     pub estimated_error_bound: f64,
     /// Windows sampled before any rate change was measured (the bound then
     /// says unmeasured, and the counts approximate).

@@ -53,11 +53,12 @@ fn agent_loop(p: &mut Probes, ctl: &mut LaunchController, pid: u32, before: u64)
             let snap = p.cuda_snapshot()?;
             fractions.push(ctl.fraction());
             let terms = ctl.bound_terms();
-            if ctl.fraction() < 1.0 && terms.changes == 0 {
-                // Sampled before a rate change was measured: the bound
-                // says so (unmeasured rate, approximate).
-                round.unmeasured_windows += 1;
-            } else if ctl.fraction() < 1.0 {
+            if ctl.fraction() < 1.0 {
+                if terms.changes == 0 {
+                    // Sampled before a rate change was measured: the bound
+                    // says so (unmeasured rate, approximate).
+                    round.unmeasured_windows += 1;
+                }
                 round.approximate |= ctl.approximate();
                 if ctl.error_bound() >= round.estimated_error_bound {
                     round.estimated_error_bound = ctl.error_bound();

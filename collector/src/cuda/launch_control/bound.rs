@@ -43,6 +43,11 @@ pub const MIN_STRETCH_CPU_S: f64 = 0.1;
 /// are then marked approximate, with an error up to the whole uncounted part.
 pub const UNMEASURED: f64 = 1.0;
 
+/// The bound where the trap correction could diverge (`s (1 + u) ≥ 1`):
+/// the scaling caps the correction at `1 ÷ (1 − MAX_TRAP_SHARE)`, 10×, so
+/// the uncounted part is off by at most that much (+900 %).
+pub const DIVERGENT: f64 = 1.0 / (1.0 - MAX_TRAP_SHARE) - 1.0;
+
 /// Launches counted and CPU seconds run over a stretch of counted time.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Stretch {
@@ -118,10 +123,10 @@ pub fn error_bound(fraction: f64, share: f64, u: f64, rate: f64) -> f64 {
     let w = (1.0 - f) / (1.0 - f * s);
     let left = 1.0 - s - s * u;
     if left <= 0.0 {
-        return 1.0;
+        return DIVERGENT;
     }
     let corr = s * u / left;
-    (w * ((1.0 + corr) * (1.0 + rate.max(0.0)) - 1.0)).min(1.0)
+    (w * ((1.0 + corr) * (1.0 + rate.max(0.0)) - 1.0)).min(DIVERGENT)
 }
 
 /// The largest relative deviation of any in-run hit-cost measurement from
