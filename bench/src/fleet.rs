@@ -42,7 +42,7 @@ use plan::Plan;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Simulated nodes (8 GPUs and 8 HCA ports each): 12,500 is 100k GPUs.
-    #[arg(long, default_value_t = 12_500)]
+    #[arg(long, default_value_t = FLEET_NODES)]
     nodes: usize,
     /// Shard counts, one row each.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
@@ -67,15 +67,22 @@ pub struct Args {
     sim_only: bool,
 }
 
+/// 100,000 GPUs.
+const FLEET_NODES: usize = 12_500;
+
 const ONSETS: [f64; 4] = [130.0, 160.0, 190.0, 220.0];
 
 impl Args {
-    /// The result file's name.
-    pub fn result_file(&self) -> &'static str {
+    /// The result file's name: `fleet.json` for the 100k-GPU fleet,
+    /// `fleet_<nodes>.json` for another size, `fleet_sim.json` for the
+    /// simulator alone.
+    pub fn result_file(&self) -> String {
         if self.sim_only {
-            "fleet_sim.json"
+            "fleet_sim.json".into()
+        } else if self.nodes == FLEET_NODES {
+            "fleet.json".into()
         } else {
-            "fleet.json"
+            format!("fleet_{}.json", self.nodes)
         }
     }
 
@@ -225,6 +232,12 @@ fn spool_root(tag: &str) -> PathBuf {
     base.join(format!("faultline-fleet-{}-{tag}", std::process::id()))
 }
 
+/// Each node's window queue and its sender's counters.
+type Senders = (
+    Vec<mpsc::Sender<Window>>,
+    Vec<Arc<collector::stream::SenderStats>>,
+);
+
 /// One real collector sender per node, publishing to its shard's subject.
 fn spawn_senders(
     plan: &Plan,
@@ -232,10 +245,7 @@ fn spawn_senders(
     stream: &str,
     prefix: &str,
     spools: &Path,
-) -> Result<(
-    Vec<mpsc::Sender<Window>>,
-    Vec<Arc<collector::stream::SenderStats>>,
-)> {
+) -> Result<Senders> {
     let (mut txs, mut stats) = (Vec::new(), Vec::new());
     for n in 0..plan.cluster.nodes() {
         let (tx, rx) = mpsc::channel(8);
@@ -441,6 +451,10 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         .last()
         .map_or_else(|| vec![0; shards], |s| s.consumed.clone());
     let taken_total: u64 = taken_by.iter().sum();
+    // What the engines processed (the shards acknowledge a window once it
+    // is in their engine's queue): each component's CPU is per window of
+    // these.
+    let engines_total: u64 = engines.iter().sum();
     let taken = taken_total as f64 / run_s.max(1e-3);
     // Windows of the whole fleet a second at its window length.
     let fleet_rate = nodes as f64 / a.window_s;
@@ -448,7 +462,7 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     // Intake lag per shard: hand-over of a slot to the first poll at which
     // the shard had taken every window up to it.
     let mut intake: Vec<Vec<f64>> = vec![Vec::new(); shards];
-    for s in 0..shards {
+    for (s, lags) in intake.iter_mut().enumerate() {
         let mut cum = 0;
         for slot in &slots {
             cum += slot.windows[s];
@@ -459,7 +473,7 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
                 .find(|x| x.consumed.get(s).copied().unwrap_or(0) >= cum)
                 .and_then(|x| x.at)
             {
-                intake[s].push(at.saturating_duration_since(h).as_secs_f64());
+                lags.push(at.saturating_duration_since(h).as_secs_f64());
             }
         }
     }
@@ -602,15 +616,14 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         // fleet's rate would cost at that price.
         let handled = i
             .checked_sub(1)
-            .and_then(|k| taken_by.get(k))
-            .copied()
-            .unwrap_or(taken_total)
+            .and_then(|k| engines.get(k).copied().filter(|n| *n > 0))
+            .unwrap_or(engines_total)
             .max(1);
         let per_window = cpu / handled as f64;
         let mut c = json!({"component": name, "cpu_seconds": cpu, "cores": cpu / run_s.max(1e-3),
             "peak_rss_bytes": rss[i], "cpu_us_per_window": 1e6 * per_window,
             "cores_at_the_fleet_rate": per_window * fleet_rate * if (1..=shards).contains(&i) {
-                handled as f64 / taken_total.max(1) as f64 } else { 1.0 }});
+                handled as f64 / engines_total.max(1) as f64 } else { 1.0 }});
         if let Some(k) = i.checked_sub(1).filter(|k| *k < shards) {
             c["nodes"] = json!(per_shard[k]);
             c["windows"] = json!(total[k]);
@@ -654,11 +667,11 @@ pub fn run(a: &Args, out_dir: &Path) -> Result<()> {
     if a.nodes == 0 || a.window_s <= 0.0 || a.speed <= 0.0 {
         bail!("--nodes, --window-s and --speed must be positive");
     }
-    let path = out_dir.join("fleet.json");
+    let path = out_dir.join(a.result_file());
     if a.sim_only {
         let v = sim_only(a)?;
         return crate::report::write(
-            &out_dir.join("fleet_sim.json"),
+            &path,
             json!({"benchmark": "fleet_simulator_only", "result": v}),
             &Failures::default(),
         );

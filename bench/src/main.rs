@@ -96,7 +96,7 @@ impl Which {
             Self::History(_) => ("history", "history.json"),
             Self::Shards(_) => ("shards", "shards.json"),
             Self::Discovery(_) => ("discovery", "discovery.json"),
-            Self::Fleet(a) => ("fleet", a.result_file()),
+            Self::Fleet(a) => return ("fleet", out_dir.join(a.result_file())),
         };
         (name, out_dir.join(file))
     }

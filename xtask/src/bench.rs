@@ -38,7 +38,8 @@ const SUITE: &[&[&str]] = &[
     &["history"],
     &["shards"],
     &["discovery"],
-    // The 100k-GPU fleet: 1, 2, 4 and 8 shards, about 6 minutes each.
+    // The 100k-GPU fleet: 1, 2, 4 and 8 shards, each until it falls
+    // behind or for its 5 simulated minutes.
     &["fleet"],
 ];
 
@@ -79,6 +80,18 @@ pub fn result_name(args: &[String]) -> Option<String> {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str)
         .or_else(|| args.iter().find_map(|a| a.strip_prefix("--entry=")));
+    let nodes = args
+        .iter()
+        .position(|a| a == "--nodes")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--nodes=")));
+    if name == "fleet" {
+        return Some(match nodes {
+            Some(n) if n != "12500" => format!("fleet_{n}"),
+            _ => "fleet".into(),
+        });
+    }
     Some(match (name.as_str(), entry) {
         ("launch", Some("stepped")) => "launch_stepped".into(),
         ("launch", Some("cet")) => "launch_cet".into(),
@@ -268,6 +281,11 @@ mod tests {
             result_name(&args("launch --rounds 1 --entry=cet")).as_deref(),
             Some("launch_cet")
         );
+        assert_eq!(
+            result_name(&args("fleet --nodes 2000")).as_deref(),
+            Some("fleet_2000")
+        );
+        assert_eq!(result_name(&args("fleet")).as_deref(), Some("fleet"));
         assert_eq!(
             result_name(&args("nccl --entry plain")).as_deref(),
             Some("nccl_plain")
