@@ -19,6 +19,7 @@
 //! apart from the senders (the product's code) in this process.
 mod plan;
 mod procs;
+mod report;
 mod watch;
 
 use std::{
@@ -275,6 +276,33 @@ fn spawn_senders(
     Ok((txs, stats))
 }
 
+/// [`spawn_senders`] on `rt`, once every one has connected to NATS.
+fn connected_senders(
+    rt: &tokio::runtime::Runtime,
+    plan: &Plan,
+    url: &str,
+    (stream, prefix): (&str, &str),
+    spools: &Path,
+) -> Result<Senders> {
+    let (txs, stats) = {
+        let _g = rt.enter();
+        spawn_senders(plan, url, stream, prefix, spools)?
+    };
+    let nodes = plan.cluster.nodes();
+    crate::wait::until(
+        "every sender to connect to NATS",
+        Duration::from_secs(600),
+        || {
+            let up = stats
+                .iter()
+                .filter(|s| s.connected.load(Ordering::Relaxed))
+                .count();
+            Ok((up < nodes).then(|| format!("{up} of {nodes}")))
+        },
+    )?;
+    Ok((txs, stats))
+}
+
 /// CPU seconds of each measured process now.
 fn cpu_of(procs: &[&procs::Proc]) -> Vec<f64> {
     procs
@@ -293,6 +321,44 @@ fn q(v: &[f64], p: f64) -> f64 {
     (crate::quantile(v, p) * 1000.0).round() / 1000.0
 }
 
+/// Waits up to `wait_for` until each shard's durable consumer has taken
+/// its `total` windows.
+fn wait_taken(
+    monitor: &str,
+    consumers: &[String],
+    total: &[u64],
+    wait_for: Duration,
+) -> Result<()> {
+    crate::wait::until("the shards to take every window", wait_for, || {
+        let taken = watch::jetstream(monitor)
+            .map(|j| j.taken)
+            .unwrap_or_default();
+        let got: Vec<u64> = consumers
+            .iter()
+            .map(|c| taken.get(c).copied().unwrap_or(0))
+            .collect();
+        Ok(got
+            .iter()
+            .zip(total)
+            .any(|(g, t)| g < t)
+            .then(|| format!("{got:?} of {total:?}")))
+    })
+}
+
+/// The windows each shard's engine processed, read once at the end (a
+/// scrape renders every host's series).
+fn engine_windows(shards: &[procs::Proc]) -> Vec<u64> {
+    shards
+        .iter()
+        .map(|p| {
+            tests::metrics::scrape(&p.addr).ok().map_or(0, |t| {
+                tests::metrics::value(&t, "faultline_correlator_windows_total", &[]).unwrap_or(0.0)
+                    as u64
+            })
+        })
+        .collect()
+}
+
 /// One shard count's run.
 fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let bin = std::env::current_exe()?.with_file_name("faultline-correlator");
@@ -305,27 +371,14 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let spools = spool_root(&format!("s{shards}"));
     let _ = std::fs::remove_dir_all(&spools);
     let plan = Plan::new(a.spec(), shards, plan::faults(a.nodes, ONSETS))?;
-    let (nats, url) = procs::nats_server(&dir)?;
-    let topo = dir.join("fabric.topo");
-    std::fs::write(&topo, sim::cluster::topology::ibnetdiscover(a.nodes))?;
-    // Simulated time is not this machine's: no clock checks.
-    let cfg = dir.join("correlator.toml");
-    std::fs::write(&cfg, "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n")?;
     let (stream, prefix) = ("FLEET", "fleet");
-    let setup = procs::ShardSetup {
-        bin: &bin,
-        url: &url,
-        stream,
-        prefix,
-        topology: &topo,
-        config: &cfg,
-        dir: &dir,
-    };
-    let mut shard_procs = Vec::new();
-    for k in 0..shards {
-        shard_procs.push(procs::shard(&setup, &plan::shard_key(k))?);
-    }
-    let (view, history) = procs::fleet_view(&bin, &url, &dir)?;
+    let procs::Pipeline {
+        nats,
+        url,
+        shards: shard_procs,
+        view,
+        history,
+    } = procs::pipeline(&bin, &dir, a.nodes, shards, stream, prefix)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("fleet-send")
@@ -333,36 +386,22 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         .build()?;
     let seen = rt.block_on(watch::incidents(&url))?;
     let t_connect = Instant::now();
-    let (txs, stats) = {
-        let _g = rt.enter();
-        spawn_senders(&plan, &url, stream, prefix, &spools)?
-    };
-    let nodes = plan.cluster.nodes();
-    crate::wait::until(
-        "every sender to connect to NATS",
-        Duration::from_secs(600),
-        || {
-            let up = stats
-                .iter()
-                .filter(|s| s.connected.load(Ordering::Relaxed))
-                .count();
-            Ok((up < nodes).then(|| format!("{up} of {nodes}")))
-        },
-    )?;
+    let (txs, stats) = connected_senders(&rt, &plan, &url, (stream, prefix), &spools)?;
     let connect_s = t_connect.elapsed().as_secs_f64();
+    let nodes = plan.cluster.nodes();
     let per_shard = plan.nodes_per_shard();
     let consumers: Vec<String> = (0..shards)
         .map(|k| format!("{stream}-{}", plan::shard_key(k)))
         .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let behind = Arc::new(AtomicBool::new(false));
+    let (stop, behind) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let limits = per_shard.iter().map(|n| 3 * *n as u64).collect();
     let poller = watch::poll(
-        consumers.clone(),
-        per_shard.iter().map(|n| 3 * *n as u64).collect(),
-        nats.addr.clone(),
-        view.addr.clone(),
-        stop.clone(),
-        behind.clone(),
+        (consumers.clone(), limits),
+        (nats.addr.clone(), view.addr.clone()),
+        (stop.clone(), behind.clone()),
     );
     let measured: Vec<&procs::Proc> = std::iter::once(&nats)
         .chain(shard_procs.iter())
@@ -381,28 +420,10 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         .load(Ordering::Relaxed)
         .then(|| slots.last().map_or(0, |s| s.k));
     // A shard that fell behind is not waited for: what it took is counted.
-    let wait_for = if fell_behind_at.is_some() {
-        Duration::ZERO
-    } else {
-        Duration::from_secs(600)
-    };
-    let drained = crate::wait::until("the shards to take every window", wait_for, || {
-        let taken = watch::jetstream(&nats.addr)
-            .map(|j| j.taken)
-            .unwrap_or_default();
-        let got: Vec<u64> = consumers
-            .iter()
-            .map(|c| taken.get(c).copied().unwrap_or(0))
-            .collect();
-        Ok(got
-            .iter()
-            .zip(&total)
-            .any(|(g, t)| g < t)
-            .then(|| format!("{got:?} of {total:?}")))
-    });
+    let wait_for = Duration::from_secs(if fell_behind_at.is_some() { 0 } else { 600 });
+    let drained = wait_taken(&nats.addr, &consumers, &total, wait_for);
     let t_drained = Instant::now();
-    // The incidents of the last slots reach the fleet view.
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3)); // the last slots' incidents reach the view
     let (cpu1, own1) = (cpu_of(&measured), own_cpu());
     stop.store(true, Ordering::Relaxed);
     let polled = poller
@@ -412,27 +433,16 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let (ui_status, _) = procs::http_get(&view.addr, "/").unwrap_or((0, String::new()));
     let history_bytes = std::fs::metadata(&history).map_or(0, |m| m.len());
     let rss: Vec<Option<u64>> = measured.iter().map(|p| procs::peak_rss(p.pid())).collect();
-    // The engines' own count, once (a scrape renders every host's series).
-    let engines: Vec<u64> = shard_procs
-        .iter()
-        .map(|p| {
-            tests::metrics::scrape(&p.addr).ok().map_or(0, |t| {
-                tests::metrics::value(&t, "faultline_correlator_windows_total", &[]).unwrap_or(0.0)
-                    as u64
-            })
-        })
-        .collect();
+    let engines = engine_windows(&shard_procs);
     let own_rss = procs::peak_rss(std::process::id());
-    let sender_stats =
-        |f: fn(&collector::stream::SenderStats) -> u64| -> u64 { stats.iter().map(|s| f(s)).sum() };
-    let delivered = sender_stats(|s| s.delivered.load(Ordering::Relaxed));
-    let dropped = sender_stats(|s| s.dropped.load(Ordering::Relaxed));
+    let (delivered, dropped) = stats.iter().fold((0, 0), |(a, b), s| {
+        let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        (a + n(&s.delivered), b + n(&s.dropped))
+    });
     let updates: Vec<watch::Seen> = seen.lock().map(|v| v.clone()).unwrap_or_default();
     rt.shutdown_background();
     drop(measured);
-    drop(shard_procs);
-    drop(view);
-    drop(nats);
+    drop((shard_procs, view, nats));
     let _ = std::fs::remove_dir_all(&spools);
     // The logs stay for a row that fails; the JetStream store goes.
     let _ = std::fs::remove_dir_all(dir.join("js"));
@@ -440,227 +450,35 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
         drained?;
     }
 
-    // Throughput.
-    let windows: u64 = total.iter().sum();
-    let bytes: u64 = slots.iter().map(|s| s.bytes).sum();
-    let first = t_run;
-    let run_s = t_drained.duration_since(first).as_secs_f64();
-    let offered = nodes as f64 * a.speed / a.window_s;
-    let taken_by: Vec<u64> = polled
-        .samples
-        .last()
-        .map_or_else(|| vec![0; shards], |s| s.consumed.clone());
-    let taken_total: u64 = taken_by.iter().sum();
-    // What the engines processed (the shards acknowledge a window once it
-    // is in their engine's queue): each component's CPU is per window of
-    // these.
-    let engines_total: u64 = engines.iter().sum();
-    let taken = taken_total as f64 / run_s.max(1e-3);
-    // Windows of the whole fleet a second at its window length.
-    let fleet_rate = nodes as f64 / a.window_s;
-    let late: Vec<f64> = slots.iter().map(|s| s.late_s).collect();
-    // Intake lag per shard: hand-over of a slot to the first poll at which
-    // the shard had taken every window up to it.
-    let mut intake: Vec<Vec<f64>> = vec![Vec::new(); shards];
-    for (s, lags) in intake.iter_mut().enumerate() {
-        let mut cum = 0;
-        for slot in &slots {
-            cum += slot.windows[s];
-            let Some(h) = slot.handed else { continue };
-            if let Some(at) = polled
-                .samples
-                .iter()
-                .find(|x| x.consumed.get(s).copied().unwrap_or(0) >= cum)
-                .and_then(|x| x.at)
-            {
-                lags.push(at.saturating_duration_since(h).as_secs_f64());
-            }
-        }
-    }
-    let js_max = polled
-        .samples
-        .iter()
-        .map(|s| s.js_storage)
-        .max()
-        .unwrap_or(0);
-    let js_end = polled.samples.last().map_or(0, |s| s.js_storage);
-
-    // Faults → incidents.
-    let slot_of = |ts: i64| slots.iter().find(|s| s.end_ms >= ts);
-    let opened: Vec<&watch::Seen> = updates
-        .iter()
-        .filter(|u| u.update.state == "opened")
-        .collect();
-    let mut matched_ids = std::collections::BTreeSet::new();
-    let mut outcomes = Vec::new();
-    let mut incident_lag: Vec<Vec<f64>> = vec![Vec::new(); shards];
-    for (i, f) in plan.faults.iter().enumerate() {
-        let Some((kind, entity)) = f.expected(&plan.cluster) else {
-            continue;
-        };
-        let visible = plan.cluster.truth().get(i).and_then(|t| t.visible_window);
-        let mine: Vec<&&watch::Seen> = opened
-            .iter()
-            .filter(|u| u.update.kind == kind && u.update.entity == entity)
-            .collect();
-        for m in &mine {
-            matched_ids.insert((m.shard.clone(), m.update.incident_id.clone()));
-        }
-        let first = mine.iter().min_by_key(|u| u.at);
-        let (opened_k, lag, shard) = match first {
-            Some(u) => {
-                let s = slot_of(u.update.ts_unix_ms);
-                let lag = s
-                    .and_then(|s| s.handed)
-                    .map(|h| u.at.saturating_duration_since(h).as_secs_f64());
-                let shard_ix = (0..shards).find(|k| u.shard.ends_with(&plan::shard_key(*k)));
-                if let (Some(l), Some(k)) = (lag, shard_ix) {
-                    incident_lag[k].push(l);
-                }
-                (s.map(|s| s.k), lag, u.shard.clone())
-            }
-            None => (None, None, String::new()),
-        };
-        let within = matches!((opened_k, visible), (Some(o), Some(v)) if o <= v + 2);
-        let in_view = polled
-            .fleet_first
-            .keys()
-            .filter(|(k, e)| k == kind && e == &entity)
-            .count();
-        let ok = within && mine.len() == 1 && in_view == 1;
-        if !ok {
-            failures.add(
-                &format!("{shards} shards: {}", plan.injected[i]),
-                &anyhow::anyhow!(
-                    "expected one {kind} on {entity} within 2 windows of window {visible:?}: opened {} time(s), first in window {opened_k:?}, {in_view} in the fleet view",
-                    mine.len()
-                ),
-            );
-        }
-        outcomes.push(
-            json!({"fault": plan.injected[i], "kind": kind, "entity": entity,
-            "visible_window": visible, "opened_window": opened_k, "opened_by": shard,
-            "shard_incidents": mine.len(), "fleet_view_incidents": in_view,
-            "lag_seconds_from_hand_over": lag, "within_2_windows": within, "ok": ok}),
-        );
-    }
-    // A symptom raised before its cause was found and then resolved as
-    // "explained by incident <the fault's>" is that fault's (the engine's
-    // own merge), reported apart; anything else is a false alarm.
-    let ids: std::collections::BTreeSet<&String> = matched_ids.iter().map(|(_, id)| id).collect();
-    let merged_into = |u: &watch::Seen| {
-        updates.iter().find_map(|x| {
-            (x.shard == u.shard
-                && x.update.incident_id == u.update.incident_id
-                && x.update.state == "resolved")
-                .then(|| {
-                    x.update.evidence.iter().find_map(|l| {
-                        l.strip_prefix("explained by incident ")
-                            .and_then(|r| r.split_whitespace().next())
-                            .filter(|id| ids.contains(&id.to_string()))
-                            .map(|id| (id.to_string(), slot_of(x.update.ts_unix_ms).map(|s| s.k)))
-                    })
-                })
-                .flatten()
-        })
-    };
-    let mut merged = Vec::new();
-    let mut others = Vec::new();
-    for u in opened
-        .iter()
-        .filter(|u| !matched_ids.contains(&(u.shard.clone(), u.update.incident_id.clone())))
-    {
-        let opened_k = slot_of(u.update.ts_unix_ms).map(|s| s.k);
-        let v = json!({"shard": u.shard, "kind": u.update.kind, "entity": u.update.entity,
-            "window": opened_k});
-        match merged_into(u) {
-            Some((into, resolved_k)) => merged.push(json!({"symptom": v, "merged_into": into,
-                "merged_in_window": resolved_k})),
-            None => others.push(v),
-        }
-    }
-    if !others.is_empty() {
-        failures.add(
-            &format!("{shards} shards: nothing else raised"),
-            &anyhow::anyhow!("{} other incident(s): {others:?}", others.len()),
-        );
-    }
-    let fell_behind = intake
-        .iter()
-        .flatten()
-        .any(|l| *l > tick.as_secs_f64() + watch::POLL.as_secs_f64());
-    if let Some(k) = fell_behind_at {
-        failures.add(
-            &format!("{shards} shards: carrying the fleet"),
-            &anyhow::anyhow!(
-                "fell behind at window {k}: a shard had more than 3 slots of windows waiting; taken {taken:.0} windows/s of {offered:.0} offered"
-            ),
-        );
-    } else if fell_behind {
-        failures.add(
-            &format!("{shards} shards: keeping up"),
-            &anyhow::anyhow!("a shard took a slot later than the next slot was due"),
-        );
-    }
-
-    // Per component.
-    let mut components = Vec::new();
-    let names: Vec<String> = std::iter::once("nats-server".to_string())
-        .chain((0..shards).map(|k| format!("shard {}", plan::shard_key(k))))
-        .chain(std::iter::once("fleet view".to_string()))
-        .collect();
-    for (i, name) in names.iter().enumerate() {
-        let cpu = cpu1[i] - cpu0[i];
-        // Its CPU per window it handled (a shard's: those it took; the
-        // server's and the view's: every window taken), and what the whole
-        // fleet's rate would cost at that price.
-        let handled = i
-            .checked_sub(1)
-            .and_then(|k| engines.get(k).copied().filter(|n| *n > 0))
-            .unwrap_or(engines_total)
-            .max(1);
-        let per_window = cpu / handled as f64;
-        let mut c = json!({"component": name, "cpu_seconds": cpu, "cores": cpu / run_s.max(1e-3),
-            "peak_rss_bytes": rss[i], "cpu_us_per_window": 1e6 * per_window,
-            "cores_at_the_fleet_rate": per_window * fleet_rate * if (1..=shards).contains(&i) {
-                handled as f64 / engines_total.max(1) as f64 } else { 1.0 }});
-        if let Some(k) = i.checked_sub(1).filter(|k| *k < shards) {
-            c["nodes"] = json!(per_shard[k]);
-            c["windows"] = json!(total[k]);
-            c["intake_lag_seconds"] = json!({"p50": q(&intake[k], 0.5), "p99": q(&intake[k], 0.99),
-                "max": q(&intake[k], 1.0)});
-            c["incident_lag_seconds"] = json!(incident_lag[k]);
-        }
-        components.push(c);
-    }
-    let own = own1 - own0;
-    components.push(
-        json!({"component": "simulator (generation thread)", "cpu_seconds": sim_cpu,
-        "cores": sim_cpu / run_s.max(1e-3)}),
-    );
-    components.push(
-        json!({"component": "collector senders (this process, less the simulator)",
-        "cpu_seconds": own - sim_cpu, "cores": (own - sim_cpu) / run_s.max(1e-3),
-        "cpu_us_per_window": 1e6 * (own - sim_cpu) / windows.max(1) as f64,
-        "peak_rss_bytes_with_simulator": own_rss}),
-    );
-    Ok(json!({
-        "shards": shards, "nodes": nodes, "gpus": nodes * 8, "hca_ports": nodes * 8,
-        "nodes_per_shard": per_shard, "window_seconds": a.window_s, "speed": a.speed,
-        "slots": slots.len(), "windows": windows, "bytes": bytes,
-        "senders_connect_seconds": connect_s,
-        "offered_windows_per_second": offered, "taken_windows_per_second": taken,
-        "run_seconds": run_s, "generation_late_seconds_max": q(&late, 1.0),
-        "kept_up": !fell_behind && fell_behind_at.is_none(),
-        "fell_behind_at_window": fell_behind_at, "windows_taken": taken_by,
-        "delivered": delivered, "dropped": dropped,
-        "engine_windows": engines,
-        "jetstream_storage_bytes_max": js_max, "jetstream_storage_bytes_end": js_end,
-        "fleet_view": {"web_ui_status": ui_status, "history_bytes": history_bytes,
-            "open_at_end": fleet_open_end, "poll_errors": polled.fleet_errors},
-        "components": components, "faults": outcomes,
-        "symptoms_merged_into_a_faults_incident": merged, "other_incidents": others,
-    }))
+    Ok(report::judge(
+        a,
+        report::Measured {
+            shards,
+            nodes,
+            plan,
+            slots,
+            total,
+            run_s: t_drained.duration_since(t_run).as_secs_f64(),
+            tick,
+            polled,
+            engines,
+            fell_behind_at,
+            updates,
+            cpu: cpu1.iter().zip(&cpu0).map(|(x, y)| x - y).collect(),
+            rss,
+            own_cpu: own1 - own0,
+            own_rss,
+            sim_cpu,
+            per_shard,
+            connect_s,
+            delivered,
+            dropped,
+            fleet_open_end,
+            ui_status,
+            history_bytes,
+        },
+        failures,
+    ))
 }
 
 pub fn run(a: &Args, out_dir: &Path) -> Result<()> {

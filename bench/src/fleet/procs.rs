@@ -114,6 +114,57 @@ pub fn fleet_view(bin: &Path, url: &str, dir: &Path) -> Result<(Proc, PathBuf)> 
     Ok((Proc { child, addr: web }, db))
 }
 
+/// Everything downstream of the collectors: the server, the shards (with
+/// the simulated fabric's topology and no clock checks: simulated time is
+/// not this machine's) and the fleet view.
+pub struct Pipeline {
+    pub nats: Proc,
+    pub url: String,
+    pub shards: Vec<Proc>,
+    pub view: Proc,
+    pub history: PathBuf,
+}
+
+/// Starts the [`Pipeline`] of `shards` shards (keys `p00`…) for a fleet of
+/// `nodes`, its files in `dir`.
+pub fn pipeline(
+    bin: &Path,
+    dir: &Path,
+    nodes: usize,
+    shards: usize,
+    stream: &str,
+    prefix: &str,
+) -> Result<Pipeline> {
+    let (nats, url) = nats_server(dir)?;
+    let topology = dir.join("fabric.topo");
+    std::fs::write(&topology, sim::cluster::topology::ibnetdiscover(nodes))?;
+    let config = dir.join("correlator.toml");
+    std::fs::write(
+        &config,
+        "[detect.limits]\nmax_future_s = 0\nmax_past_s = 0\n",
+    )?;
+    let setup = ShardSetup {
+        bin,
+        url: &url,
+        stream,
+        prefix,
+        topology: &topology,
+        config: &config,
+        dir,
+    };
+    let procs = (0..shards)
+        .map(|k| shard(&setup, &super::plan::shard_key(k)))
+        .collect::<Result<Vec<_>>>()?;
+    let (view, history) = fleet_view(bin, &url, dir)?;
+    Ok(Pipeline {
+        nats,
+        url,
+        shards: procs,
+        view,
+        history,
+    })
+}
+
 /// The body of `GET path` at `addr` with its status (HTTP/1.0: never
 /// chunked).
 pub fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {

@@ -126,12 +126,9 @@ pub struct JetStream {
 /// more than `limit[k]` windows waiting (three slots of its windows): the
 /// fleet outruns that shard, and the run stops generating.
 pub fn poll(
-    consumers: Vec<String>,
-    limit: Vec<u64>,
-    nats_monitor: String,
-    fleet_web: String,
-    stop: Arc<AtomicBool>,
-    behind: Arc<AtomicBool>,
+    (consumers, limit): (Vec<String>, Vec<u64>),
+    (nats_monitor, fleet_web): (String, String),
+    (stop, behind): (Arc<AtomicBool>, Arc<AtomicBool>),
 ) -> std::thread::JoinHandle<Polled> {
     std::thread::Builder::new()
         .name("fleet-watch".into())
