@@ -122,11 +122,12 @@ mod tests {
         };
         let p = Plan::new(spec, 4, inject).expect("plan");
         let shard = |node: usize| p.shard_of[node];
-        // n625 (link), leaf703 (switch), n6250 (rank), n8750 (lost).
+        // n625 (link), n6250 (rank), n8750 (lost), leaf703 (switch): one
+        // fault a pod.
         assert_eq!(shard(625), 0);
-        assert_eq!(shard(703 * NODES_PER_LEAF), 3);
-        assert_eq!(shard(6250), 2);
+        assert_eq!(shard(6250), 1);
         assert_eq!(shard(8750), 2);
+        assert_eq!(shard(703 * NODES_PER_LEAF), 3);
         assert_eq!(p.nodes_per_shard().iter().sum::<usize>(), 12_500);
     }
 }
