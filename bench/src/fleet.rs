@@ -432,9 +432,12 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let fleet_open_end = watch::open_list(&view.addr);
     let (ui_status, _) = procs::http_get(&view.addr, "/").unwrap_or((0, String::new()));
     let history_bytes = std::fs::metadata(&history).map_or(0, |m| m.len());
-    let rss: Vec<Option<u64>> = measured.iter().map(|p| procs::peak_rss(p.pid())).collect();
+    let rss: Vec<Option<u64>> = measured
+        .iter()
+        .map(|p| crate::procstat::peak_rss_bytes(p.pid()))
+        .collect();
     let engines = engine_windows(&shard_procs);
-    let own_rss = procs::peak_rss(std::process::id());
+    let own_rss = crate::procstat::peak_rss_bytes(std::process::id());
     let (delivered, dropped) = stats.iter().fold((0, 0), |(a, b), s| {
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         (a + n(&s.delivered), b + n(&s.dropped))

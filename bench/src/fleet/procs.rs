@@ -184,17 +184,3 @@ pub fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
         .unwrap_or(0);
     Ok((status, body.to_string()))
 }
-
-/// Peak resident memory (`VmHWM`) of a process, bytes.
-pub fn peak_rss(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
