@@ -434,10 +434,10 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let history_bytes = std::fs::metadata(&history).map_or(0, |m| m.len());
     let rss: Vec<Option<u64>> = measured
         .iter()
-        .map(|p| crate::procstat::peak_rss_bytes(p.pid()))
+        .map(|p| procstat::peak_rss_bytes(p.pid()))
         .collect();
     let engines = engine_windows(&shard_procs);
-    let own_rss = crate::procstat::peak_rss_bytes(std::process::id());
+    let own_rss = procstat::peak_rss_bytes(std::process::id());
     let (delivered, dropped) = stats.iter().fold((0, 0), |(a, b), s| {
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         (a + n(&s.delivered), b + n(&s.dropped))
