@@ -311,6 +311,14 @@ fn cpu_of(procs: &[&procs::Proc]) -> Vec<f64> {
         .collect()
 }
 
+/// Peak RSS of each measured process.
+fn peak_rss_of(procs: &[&procs::Proc]) -> Vec<Option<u64>> {
+    procs
+        .iter()
+        .map(|p| procstat::peak_rss_bytes(p.pid()))
+        .collect()
+}
+
 /// This process's CPU (all threads).
 fn own_cpu() -> f64 {
     procstat::cpu_seconds(std::process::id()).unwrap_or(0.0)
@@ -432,10 +440,7 @@ fn row(a: &Args, shards: usize, failures: &mut Failures) -> Result<Value> {
     let fleet_open_end = watch::open_list(&view.addr);
     let (ui_status, _) = procs::http_get(&view.addr, "/").unwrap_or((0, String::new()));
     let history_bytes = std::fs::metadata(&history).map_or(0, |m| m.len());
-    let rss: Vec<Option<u64>> = measured
-        .iter()
-        .map(|p| procstat::peak_rss_bytes(p.pid()))
-        .collect();
+    let rss = peak_rss_of(&measured);
     let engines = engine_windows(&shard_procs);
     let own_rss = procstat::peak_rss_bytes(std::process::id());
     let (delivered, dropped) = stats.iter().fold((0, 0), |(a, b), s| {
